@@ -1,0 +1,213 @@
+// The graph IR: a Graph is a list of Nodes in execution order; each Node produces one result
+// (a tensor, a Python scalar, or a tuple of those) and takes Values as operands.
+//
+// Text form (see printer.h), FX-like:
+//
+//   def forward(self, x: "f32[4, 8]", w: "f32[16, 8]"):
+//       linear: "f32[4, 16]" = torch.nn.functional.linear(x, w)
+//       relu: "f32[4, 16]" = torch.relu(linear)
+//       return (relu,)
+//
+// NB: nodes are referred to by index (NodeId) rather than pointer, so a Graph is a plain value:
+// passes take `const Graph&` and build a new Graph.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "graph/dtype.h"
+
+namespace ff {
+
+using NodeId = int32_t;
+using OpId = int32_t;
+constexpr OpId kNoOp = -1;
+
+// ---- metadata -------------------------------------------------------------------------------
+
+struct TensorMeta {
+  std::vector<int64_t> sizes;
+  std::vector<int64_t> strides;  // in elements
+  DType dtype = DType::Float32;
+  Device device;
+  bool requires_grad = false;
+
+  int64_t dim() const { return static_cast<int64_t>(sizes.size()); }
+  int64_t numel() const;
+  bool is_contiguous() const;  // torch's definition: size-1 dims may have any stride
+  bool operator==(const TensorMeta&) const = default;
+
+  static std::vector<int64_t> contiguous_strides(const std::vector<int64_t>& sizes);
+  static TensorMeta contiguous(std::vector<int64_t> sizes, DType dtype, Device device = {});
+};
+
+// What a node produces (or what a placeholder receives).
+struct ValueMeta {
+  // X(kind, printed form when it is a scalar type)
+#define FF_VALUE_META_KINDS(X) \
+  X(Tensor, "Tensor")          \
+  X(Int, "int")                \
+  X(Float, "float")            \
+  X(Bool, "bool")              \
+  X(None, "None")              \
+  X(Tuple, "tuple")
+  enum class Kind : uint8_t {
+#define FF_VM_ENUM(k, s) k,
+    FF_VALUE_META_KINDS(FF_VM_ENUM)
+#undef FF_VM_ENUM
+  };
+
+  Kind kind = Kind::None;
+  TensorMeta tensor;            // Kind::Tensor
+  std::vector<ValueMeta> items;  // Kind::Tuple
+
+  static ValueMeta of_tensor(TensorMeta t) {
+    ValueMeta m;
+    m.kind = Kind::Tensor;
+    m.tensor = std::move(t);
+    return m;
+  }
+  static ValueMeta of(Kind k) {
+    ValueMeta m;
+    m.kind = k;
+    return m;
+  }
+  static ValueMeta tuple(std::vector<ValueMeta> items) {
+    ValueMeta m;
+    m.kind = Kind::Tuple;
+    m.items = std::move(items);
+    return m;
+  }
+  bool is_tensor() const { return kind == Kind::Tensor; }
+  bool operator==(const ValueMeta&) const = default;
+};
+
+// ---- operands -------------------------------------------------------------------------------
+
+// An operand of a node: a constant or a reference to another node's result.
+struct Value {
+  // X(kind, what it holds)
+#define FF_VALUE_KINDS(X)                                        \
+  X(None, "Python None")                                         \
+  X(Bool, "b")                                                   \
+  X(Int, "i")                                                    \
+  X(Float, "f (prints with enough digits to round-trip)")        \
+  X(Str, "s")                                                    \
+  X(DType, "dtype: torch.float32 ...")                           \
+  X(Device, "device: torch.device('cpu')")                       \
+  X(MemoryFormat, "s: contiguous_format / channels_last ...")    \
+  X(Layout, "s: strided")                                        \
+  X(Ellipsis, "Python ...")                                      \
+  X(Slice, "items[0..2]: start, stop, step (each None or Int or Node)") \
+  X(List, "items")                                               \
+  X(Tuple, "items")                                              \
+  X(Node, "node: the result of another node")
+  enum class Kind : uint8_t {
+#define FF_VALUE_ENUM(k, doc) k,
+    FF_VALUE_KINDS(FF_VALUE_ENUM)
+#undef FF_VALUE_ENUM
+  };
+
+  Kind kind = Kind::None;
+  bool b = false;
+  int64_t i = 0;
+  double f = 0.0;
+  std::string s;
+  DType dtype = DType::Float32;
+  Device device;
+  NodeId node = -1;
+  std::vector<Value> items;
+
+  static Value none() { return {}; }
+  static Value of_bool(bool v) { Value x; x.kind = Kind::Bool; x.b = v; return x; }
+  static Value of_int(int64_t v) { Value x; x.kind = Kind::Int; x.i = v; return x; }
+  static Value of_float(double v) { Value x; x.kind = Kind::Float; x.f = v; return x; }
+  static Value of_str(std::string v) { Value x; x.kind = Kind::Str; x.s = std::move(v); return x; }
+  static Value of_dtype(DType t) { Value x; x.kind = Kind::DType; x.dtype = t; return x; }
+  static Value of_device(Device d) { Value x; x.kind = Kind::Device; x.device = d; return x; }
+  static Value of_memory_format(std::string v) { Value x; x.kind = Kind::MemoryFormat; x.s = std::move(v); return x; }
+  static Value of_layout(std::string v) { Value x; x.kind = Kind::Layout; x.s = std::move(v); return x; }
+  static Value ellipsis() { Value x; x.kind = Kind::Ellipsis; return x; }
+  static Value slice(Value start, Value stop, Value step) {
+    Value x; x.kind = Kind::Slice; x.items = {std::move(start), std::move(stop), std::move(step)}; return x;
+  }
+  static Value list(std::vector<Value> v) { Value x; x.kind = Kind::List; x.items = std::move(v); return x; }
+  static Value tuple(std::vector<Value> v) { Value x; x.kind = Kind::Tuple; x.items = std::move(v); return x; }
+  static Value of_node(NodeId n) { Value x; x.kind = Kind::Node; x.node = n; return x; }
+
+  bool is_none() const { return kind == Kind::None; }
+  bool is_node() const { return kind == Kind::Node; }
+  bool is_sequence() const { return kind == Kind::List || kind == Kind::Tuple; }
+  bool is_number() const { return kind == Kind::Int || kind == Kind::Float || kind == Kind::Bool; }
+  double as_double() const { return kind == Kind::Float ? f : kind == Kind::Int ? double(i) : double(b); }
+  bool operator==(const Value&) const = default;
+
+  // Calls fn(NodeId) for every node this value refers to, nested ones included.
+  template <class Fn>
+  void for_each_node(Fn&& fn) const {
+    if (kind == Kind::Node) fn(node);
+    for (const Value& v : items) v.for_each_node(fn);
+  }
+};
+
+// ---- nodes and graphs -----------------------------------------------------------------------
+
+// X(kind, semantics)
+#define FF_NODE_KINDS(X)                                                                     \
+  X(Placeholder, "a graph input; `target` is its name; meta describes what callers pass")     \
+  X(Call, "calls op `op` (an entry of the op registry) with `args`/`kwargs`")                 \
+  X(Output, "the graph result: args[0] is a Value (usually a Tuple) built from node results") \
+  X(GetItem, "args[0] is a node producing a tuple; args[1] an Int index: that element")
+
+enum class NodeKind : uint8_t {
+#define FF_NODE_ENUM(k, doc) k,
+  FF_NODE_KINDS(FF_NODE_ENUM)
+#undef FF_NODE_ENUM
+};
+const char* node_kind_name(NodeKind k);
+
+struct Node {
+  NodeKind kind = NodeKind::Call;
+  std::string name;  // unique within the graph; printed as the result variable
+  OpId op = kNoOp;   // Call only
+  // Call: bound to the op schema, exactly one Value per schema parameter (defaults filled in).
+  // GetItem: {tuple node, index}. Output: {result}.
+  std::vector<Value> args;
+  ValueMeta meta;
+};
+
+class Graph {
+ public:
+  // Checked factories. Each validates its arguments and throws ff::InternalError on misuse.
+  NodeId add_placeholder(const std::string& name, ValueMeta meta);
+  // `args` must already be bound to the op's schema (see op_registry.h bind_call).
+  NodeId add_call(OpId op, std::vector<Value> args, ValueMeta meta, const std::string& name_hint = "");
+  NodeId add_getitem(NodeId tuple_node, int64_t index);
+  NodeId set_output(Value result);
+
+  const Node& node(NodeId id) const { return nodes_.at(static_cast<size_t>(id)); }
+  Node& mutable_node(NodeId id) { return nodes_.at(static_cast<size_t>(id)); }
+  const std::vector<Node>& nodes() const { return nodes_; }
+  size_t size() const { return nodes_.size(); }
+
+  std::vector<NodeId> placeholders() const;
+  std::optional<NodeId> output() const;  // the Output node, if set
+  const Value& output_value() const;     // args[0] of the Output node
+
+  // Metadata of a value: a node's meta, or the meta a constant has.
+  ValueMeta meta_of(const Value& v) const;
+
+  // A fresh unique name derived from `hint` (`add`, `add_1`, ...).
+  std::string unique_name(const std::string& hint);
+
+ private:
+  std::vector<Node> nodes_;
+  std::vector<std::string> used_names_;
+  friend class GraphBuilderAccess;
+};
+
+}  // namespace ff

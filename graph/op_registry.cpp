@@ -1,0 +1,233 @@
+#include "graph/op_registry.h"
+
+#include <unordered_map>
+
+#include "graph/meta_rules.h"
+#include "src/errors.h"
+
+namespace ff {
+namespace {
+
+std::vector<OpDef> build_ops() {
+  std::vector<OpDef> ops;
+#define FF_OP(name_, target_, style_, symbol_, schema_, meta_, traits_) \
+  {                                                                     \
+    OpDef d;                                                            \
+    d.id = static_cast<OpId>(ops.size());                               \
+    d.name = #name_;                                                    \
+    d.target = target_;                                                 \
+    d.style = PrintStyle::style_;                                       \
+    d.symbol = symbol_;                                                 \
+    d.schema = parse_schema(schema_);                                   \
+    d.meta = meta_;                                                     \
+    d.traits = traits_;                                                 \
+    ops.push_back(std::move(d));                                        \
+  }
+#include "graph/ops.def"
+#undef FF_OP
+  return ops;
+}
+
+struct Tables {
+  std::vector<OpDef> ops = build_ops();
+  std::unordered_map<std::string, OpId> by_name;
+  std::unordered_map<std::string, OpId> by_target;
+  Tables() {
+    for (const OpDef& d : ops) {
+      FF_CHECK(by_name.emplace(d.name, d.id).second, "duplicate op name " + d.name);
+      by_target.emplace(d.target, d.id);  // first op with a target is its canonical owner
+    }
+  }
+};
+
+const Tables& tables() {
+  static const Tables t;
+  return t;
+}
+
+const char* type_word(ParamType t) {
+  switch (t) {
+    case ParamType::Tensor: return "a tensor";
+    case ParamType::TensorList: return "a list of tensors";
+    case ParamType::Scalar: return "a number or tensor";
+    case ParamType::Int: return "an int";
+    case ParamType::IntList:
+    case ParamType::IntVarargs: return "a list of ints";
+    case ParamType::Float: return "a float";
+    case ParamType::Bool: return "a bool";
+    case ParamType::Str: return "a str";
+    case ParamType::ScalarType: return "a dtype";
+    case ParamType::Device: return "a device";
+    case ParamType::Layout: return "a layout";
+    case ParamType::MemoryFormat: return "a memory format";
+    case ParamType::Any: return "anything";
+  }
+  return "?";
+}
+
+bool is_tensor_value(const Value& v, const Graph& g) {
+  return v.is_node() && g.node(v.node).meta.is_tensor();
+}
+bool is_int_value(const Value& v, const Graph& g) {
+  if (v.kind == Value::Kind::Int) return true;
+  return v.is_node() && g.node(v.node).meta.kind == ValueMeta::Kind::Int;
+}
+
+// Does `v` fit parameter type `p`? (Values are converted where torch converts: a tuple for int[].)
+bool accepts(const ParamSpec& p, const Value& v, const Graph& g) {
+  if (v.is_none()) return p.optional || p.type == ParamType::Any;
+  switch (p.type) {
+    case ParamType::Any: return true;
+    case ParamType::Tensor: return is_tensor_value(v, g);
+    case ParamType::TensorList:
+      if (!v.is_sequence()) return false;
+      for (const Value& item : v.items)
+        if (!is_tensor_value(item, g)) return false;
+      return true;
+    case ParamType::Scalar:
+      return v.is_number() || (v.is_node() && g.node(v.node).meta.kind != ValueMeta::Kind::Tuple);
+    case ParamType::Int: return is_int_value(v, g) || v.kind == Value::Kind::Bool;
+    case ParamType::IntList:
+    case ParamType::IntVarargs:
+      if (is_int_value(v, g)) return true;  // torch accepts a single int for int[] parameters
+      if (!v.is_sequence()) return false;
+      for (const Value& item : v.items)
+        if (!is_int_value(item, g)) return false;
+      return true;
+    case ParamType::Float: return v.is_number();
+    case ParamType::Bool: return v.kind == Value::Kind::Bool;
+    case ParamType::Str: return v.kind == Value::Kind::Str;
+    case ParamType::ScalarType: return v.kind == Value::Kind::DType;
+    case ParamType::Device: return v.kind == Value::Kind::Device || v.kind == Value::Kind::Str;
+    case ParamType::Layout: return v.kind == Value::Kind::Layout;
+    case ParamType::MemoryFormat: return v.kind == Value::Kind::MemoryFormat;
+  }
+  return false;
+}
+
+// Canonical form of an accepted value: int[] parameters hold Lists.
+Value canonical(const ParamSpec& p, Value v) {
+  if ((p.type == ParamType::IntList || p.type == ParamType::IntVarargs) && !v.is_none() && !v.is_sequence())
+    return Value::list({std::move(v)});
+  if ((p.type == ParamType::IntList || p.type == ParamType::IntVarargs || p.type == ParamType::TensorList) &&
+      v.kind == Value::Kind::Tuple)
+    v.kind = Value::Kind::List;
+  if (p.type == ParamType::Float && v.kind == Value::Kind::Int) return Value::of_float(double(v.i));
+  return v;
+}
+
+}  // namespace
+
+const std::vector<OpDef>& all_ops() { return tables().ops; }
+
+const OpDef& op_def(OpId id) {
+  const auto& ops = tables().ops;
+  FF_CHECK(id >= 0 && static_cast<size_t>(id) < ops.size(), "bad op id " + std::to_string(id));
+  return ops[static_cast<size_t>(id)];
+}
+
+std::optional<OpId> op_by_name(std::string_view name) {
+  auto it = tables().by_name.find(std::string(name));
+  if (it == tables().by_name.end()) return std::nullopt;
+  return it->second;
+}
+
+std::optional<OpId> op_by_target(std::string_view target) {
+  auto it = tables().by_target.find(std::string(target));
+  if (it == tables().by_target.end()) return std::nullopt;
+  return it->second;
+}
+
+const Value& MetaContext::arg(std::string_view name) const {
+  int i = op.schema.index_of(name);
+  FF_CHECK(i >= 0, "op " + op.name + " has no parameter " + std::string(name));
+  return args[static_cast<size_t>(i)];
+}
+
+const TensorMeta& MetaContext::tensor(std::string_view name) const {
+  const Value& v = arg(name);
+  if (!v.is_node() || !graph.node(v.node).meta.is_tensor())
+    throw MetaError(op.name + "(): argument '" + std::string(name) + "' must be a tensor");
+  return graph.node(v.node).meta.tensor;
+}
+
+std::optional<std::vector<Value>> bind_call(const OpDef& op, const std::vector<Value>& positional,
+                                            const std::vector<std::pair<std::string, Value>>& keywords,
+                                            const Graph& graph, std::string* error) {
+  const auto& params = op.schema.params;
+  std::vector<std::optional<Value>> bound(params.size());
+  size_t pi = 0;
+  for (size_t ai = 0; ai < positional.size(); ++ai) {
+    if (pi >= params.size() || params[pi].kwarg_only) {
+      *error = op.name + "() takes " + std::to_string(pi) + " positional arguments but " +
+               std::to_string(positional.size()) + " were given";
+      return std::nullopt;
+    }
+    const ParamSpec& p = params[pi];
+    if (p.type == ParamType::IntVarargs) {
+      // x.view(2, 3) and x.view((2, 3)) are the same call.
+      if (ai + 1 == positional.size() && positional[ai].is_sequence()) {
+        bound[pi] = positional[ai];
+      } else {
+        std::vector<Value> rest(positional.begin() + static_cast<long>(ai), positional.end());
+        bound[pi] = Value::list(std::move(rest));
+      }
+      ++pi;
+      break;
+    }
+    bound[pi++] = positional[ai];
+  }
+  for (const auto& [name, value] : keywords) {
+    int i = op.schema.index_of(name);
+    if (i < 0) {
+      *error = op.name + "() got an unexpected keyword argument '" + name + "'";
+      return std::nullopt;
+    }
+    if (bound[static_cast<size_t>(i)].has_value()) {
+      *error = op.name + "() got multiple values for argument '" + name + "'";
+      return std::nullopt;
+    }
+    bound[static_cast<size_t>(i)] = value;
+  }
+  std::vector<Value> out;
+  out.reserve(params.size());
+  for (size_t i = 0; i < params.size(); ++i) {
+    const ParamSpec& p = params[i];
+    if (!bound[i].has_value()) {
+      if (!p.has_default) {
+        *error = op.name + "() missing required argument '" + p.name + "'";
+        return std::nullopt;
+      }
+      out.push_back(p.default_value);
+      continue;
+    }
+    if (!accepts(p, *bound[i], graph)) {
+      *error = op.name + "(): argument '" + p.name + "' must be " + type_word(p.type);
+      return std::nullopt;
+    }
+    out.push_back(canonical(p, std::move(*bound[i])));
+  }
+  return out;
+}
+
+CallArgs call_args(const OpDef& op, const std::vector<Value>& bound) {
+  CallArgs ca;
+  const auto& params = op.schema.params;
+  bool positional = true;
+  for (size_t i = 0; i < params.size(); ++i) {
+    const ParamSpec& p = params[i];
+    bool is_default = p.has_default && bound[i] == p.default_value;
+    if (p.kwarg_only || is_default) positional = false;
+    if (positional) ca.positional.push_back(&bound[i]);
+    else if (!is_default) ca.keywords.emplace_back(p.name, &bound[i]);
+  }
+  return ca;
+}
+
+std::optional<ValueMeta> infer_meta(const OpDef& op, const std::vector<Value>& bound, const Graph& graph) {
+  if (op.meta == nullptr) return std::nullopt;
+  MetaContext ctx{op, bound, graph};
+  return op.meta(ctx);
+}
+
+}  // namespace ff

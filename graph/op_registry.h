@@ -1,0 +1,109 @@
+// The op registry: every torch-level op the graph IR knows, listed once in graph/ops.def.
+//
+// An op has
+//  - a canonical name (`add`, `relu`, `view`) used for node names and lookups;
+//  - a target: the dotted path of the torch (or operator) callable that implements it eagerly
+//    (`torch.add`, `torch.Tensor.view`, `operator.add`). Other callables can be aliases of the
+//    same op (graph/python/op_callables.cpp maps PyObject* -> OpId);
+//  - a print style: how graph code shows a call (function call, method call, infix operator);
+//  - a schema (op_schema.h) used to bind call arguments;
+//  - a meta rule computing the result's metadata from the operands' (graph/meta_rules.h). Where the
+//    rule returns nothing, the Python layer runs the torch op on meta tensors instead;
+//  - traits used by passes and the code generator.
+#pragma once
+
+#include <functional>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "graph/ir.h"
+#include "graph/op_schema.h"
+
+namespace ff {
+
+enum class PrintStyle : uint8_t {
+  Function,  // torch.add(x, y)
+  Method,    // x.view([2, 3])   (target is torch.Tensor.<name>)
+  Infix,     // x + y            (target is operator.<name>; `symbol` holds the operator)
+  Prefix,    // -x, ~x
+  Subscript, // x[0, 1:3]        (operator.getitem)
+};
+
+// Traits (bit flags).
+enum OpTrait : uint32_t {
+  kPointwise = 1u << 0,   // elementwise with broadcasting
+  kReduction = 1u << 1,   // reduces over dims
+  kView = 1u << 2,        // result aliases its first input
+  kInplace = 1u << 3,     // mutates its first input and returns it
+  kRandom = 1u << 4,      // draws from torch's RNG (never CSE'd or constant-folded)
+  kCreation = 1u << 5,    // makes a new tensor from sizes only (zeros, arange ...)
+  kExtern = 1u << 6,      // matmul / conv: always an extern call in codegen
+  kComposite = 1u << 7,   // softmax, norms ...: decomposed by inductor
+  kNondeterministicOutput = 1u << 8,  // e.g. empty: contents unspecified (never CSE'd / folded)
+  kIndexing = 1u << 9,    // gather / index / embedding
+};
+
+struct OpDef;
+struct MetaContext;
+
+// A meta rule returns the result metadata, or nullopt when it does not handle these operands
+// (the meta-tensor fallback is used then). It throws MetaError when the call is invalid in eager
+// too (shape mismatch ...).
+using MetaRule = std::optional<ValueMeta> (*)(const MetaContext& ctx);
+
+struct OpDef {
+  OpId id = kNoOp;
+  std::string name;    // canonical name
+  std::string target;  // dotted path of the eager callable
+  PrintStyle style = PrintStyle::Function;
+  std::string symbol;  // Infix/Prefix: the operator text
+  OpSchema schema;
+  MetaRule meta = nullptr;
+  uint32_t traits = 0;
+
+  bool has(OpTrait t) const { return (traits & t) != 0; }
+};
+
+// The call being typed: its op, bound arguments and the graph that holds the operands.
+struct MetaContext {
+  const OpDef& op;
+  const std::vector<Value>& args;  // bound: one per schema parameter
+  const Graph& graph;
+
+  const Value& arg(std::string_view name) const;
+  ValueMeta meta(const Value& v) const { return graph.meta_of(v); }
+  // The tensor metadata of parameter `name`; throws MetaError if it is not a tensor.
+  const TensorMeta& tensor(std::string_view name) const;
+};
+
+class MetaError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+const std::vector<OpDef>& all_ops();
+const OpDef& op_def(OpId id);
+std::optional<OpId> op_by_name(std::string_view name);
+std::optional<OpId> op_by_target(std::string_view target);
+
+// Binds call arguments to `op`'s schema. On success returns one Value per parameter with defaults
+// filled in; on failure returns nullopt and sets *error to a sentence naming the problem.
+std::optional<std::vector<Value>> bind_call(const OpDef& op, const std::vector<Value>& positional,
+                                            const std::vector<std::pair<std::string, Value>>& keywords,
+                                            const Graph& graph, std::string* error);
+
+// How a bound call is passed to the eager callable: leading positional arguments up to the first
+// parameter left at its default, then the remaining non-default parameters by keyword.
+struct CallArgs {
+  std::vector<const Value*> positional;
+  std::vector<std::pair<std::string, const Value*>> keywords;
+};
+CallArgs call_args(const OpDef& op, const std::vector<Value>& bound);
+
+// Runs the op's meta rule. nullopt: no rule for these operands (use the meta-tensor fallback).
+std::optional<ValueMeta> infer_meta(const OpDef& op, const std::vector<Value>& bound, const Graph& graph);
+
+}  // namespace ff

@@ -1,0 +1,10 @@
+#include "src/config.h"
+
+namespace ff {
+
+Config& config() {
+  static Config c;
+  return c;
+}
+
+}  // namespace ff

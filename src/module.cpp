@@ -1,0 +1,30 @@
+// The extension module framefuse._C. Each area binds itself in one define_<area>(m).
+#include <pybind11/pybind11.h>
+
+namespace py = pybind11;
+
+namespace ff {
+void define_common(py::module_& m);      // src/bind_common.cpp: logging, config, errors
+void define_graph(py::module_& m);       // src/bind_graph.cpp: graph IR, op registry, runner
+void define_frame_eval(py::module_& m);  // src/bind_frame_eval.cpp: hook, caches, guards
+void define_inductor(py::module_& m);    // src/bind_inductor.cpp: code generation
+}  // namespace ff
+
+PYBIND11_MODULE(_C, m) {
+  m.doc() = "framefuse C++ engine";
+  m.attr("__version__") = FRAMEFUSE_VERSION;
+#ifdef FRAMEFUSE_HAVE_LLVM
+  m.attr("HAVE_LLVM") = true;
+#else
+  m.attr("HAVE_LLVM") = false;
+#endif
+#ifdef FRAMEFUSE_HAVE_CUDA
+  m.attr("HAVE_CUDA_CODEGEN") = true;
+#else
+  m.attr("HAVE_CUDA_CODEGEN") = false;
+#endif
+  ff::define_common(m);
+  ff::define_graph(m);
+  ff::define_frame_eval(m);
+  ff::define_inductor(m);
+}
