@@ -3,9 +3,11 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <random>
 #include <sstream>
 #include <string>
 #include <utility>
@@ -45,6 +47,78 @@ inline NodeId call(Graph& g, const std::string& op_name, const std::vector<Value
   if (!meta) meta = infer_meta(op, *bound, g);
   EXPECT_TRUE(meta.has_value()) << "no meta for " << op_name;
   return g.add_call(*id, *bound, *meta, hint_for(op));
+}
+
+// Random graphs over pointwise, infix, view, reduction and subscript ops, with random constants.
+inline Graph random_graph(std::mt19937& rng) {
+  auto pick = [&](size_t n) { return static_cast<size_t>(rng() % n); };
+  Graph g;
+  std::vector<NodeId> tensors;
+  const DType dtypes[] = {DType::Float32, DType::Float16, DType::Int64, DType::Float64};
+  int n_inputs = 1 + static_cast<int>(pick(3));
+  for (int i = 0; i < n_inputs; ++i) {
+    TensorMeta t = TensorMeta::contiguous({4, 6}, dtypes[pick(4)]);
+    if (pick(3) == 0) t.strides = {1, 4};
+    if (pick(4) == 0) t.requires_grad = is_floating(t.dtype);
+    tensors.push_back(g.add_placeholder("x", ValueMeta::of_tensor(t)));
+  }
+  std::uniform_real_distribution<double> real(-1e6, 1e6);
+  auto scalar = [&]() -> Value {
+    switch (pick(4)) {
+      case 0: return I(static_cast<int64_t>(rng() % 100) - 50);
+      case 1: return F(real(rng));
+      case 2: return F(std::ldexp(real(rng), static_cast<int>(pick(600)) - 300));
+      default: return Value::of_bool(pick(2) == 0);
+    }
+  };
+  const char* unary[] = {"relu", "neg", "abs", "sin", "exp", "sigmoid", "op_neg", "floor"};
+  const char* binary[] = {"add", "sub", "mul", "op_add", "op_sub", "op_mul", "op_truediv", "maximum"};
+  int n_ops = 3 + static_cast<int>(pick(10));
+  for (int i = 0; i < n_ops; ++i) {
+    NodeId a = tensors[pick(tensors.size())];
+    NodeId out = -1;
+    bool is_2d = g.node(a).meta.tensor.dim() == 2;
+    switch (pick(6)) {
+      case 0: out = call(g, unary[pick(8)], {N(a)}); break;
+      case 1: {
+        std::string op = binary[pick(8)];
+        std::vector<NodeId> same;  // operands of the same shape broadcast trivially
+        for (NodeId t : tensors)
+          if (g.node(t).meta.tensor.sizes == g.node(a).meta.tensor.sizes) same.push_back(t);
+        Value other = op == "maximum" || pick(2) ? N(same[pick(same.size())]) : scalar();
+        bool swap = op.starts_with("op_") && !other.is_node() && pick(2);
+        out = swap ? call(g, op, {other, N(a)}) : call(g, op, {N(a), other});
+        break;
+      }
+      case 2:
+        if (!is_2d) continue;
+        out = call(g, "sum", {N(a)}, {{"dim", L({I(static_cast<int64_t>(pick(2)))})}, {"keepdim", Value::of_bool(true)}});
+        break;
+      case 3: {
+        if (!is_2d) continue;
+        out = call(g, "transpose", {N(a), I(0), I(1)});
+        break;
+      }
+      case 4: {
+        if (!is_2d) continue;
+        const TensorMeta& t = g.node(a).meta.tensor;
+        TensorMeta r = TensorMeta::contiguous({t.sizes[0]}, t.dtype);
+        r.requires_grad = t.requires_grad;
+        out = call(g, "op_getitem", {N(a), Value::tuple({Value::slice(Value::none(), Value::none(), Value::none()), I(0)})},
+                   {}, ValueMeta::of_tensor(r));
+        break;
+      }
+      case 5:
+        if (!is_floating(g.node(a).meta.tensor.dtype)) continue;
+        out = call(g, "layer_norm", {N(a), L({I(g.node(a).meta.tensor.sizes.back())})}, {{"eps", F(real(rng) * 1e-12)}});
+        break;
+    }
+    tensors.push_back(out);
+  }
+  std::vector<Value> outs;
+  for (size_t k = 0; k < 1 + pick(3); ++k) outs.push_back(N(tensors[pick(tensors.size())]));
+  g.set_output(Value::tuple(std::move(outs)));
+  return g;
 }
 
 // ---- golden files ---------------------------------------------------------------------------
