@@ -130,8 +130,7 @@ inline Graph random_graph(std::mt19937& rng) {
 //   ----
 //   <graph code expected>
 //
-// Lines starting with `#!` are comments. FF_ACCEPT=1 rewrites the expected parts with what the
-// test produced (review the diff).
+// FF_ACCEPT=1 rewrites the expected parts with what the test produced (review the diff).
 
 struct GoldenCase {
   std::string intent;
@@ -150,7 +149,6 @@ inline std::vector<GoldenCase> read_golden(const std::string& name) {
   std::string line;
   bool in_expected = false;
   while (std::getline(in, line)) {
-    if (line.starts_with("#!")) continue;
     if (line.starts_with("## ")) {
       cases.push_back({line.substr(3), "", ""});
       in_expected = false;
@@ -169,6 +167,7 @@ inline std::vector<GoldenCase> read_golden(const std::string& name) {
   for (GoldenCase& c : cases) {
     trim_tail(c.before);
     trim_tail(c.expected);
+    EXPECT_FALSE(c.before.empty() || c.expected.empty()) << name << ": case '" << c.intent << "' lacks a part";
   }
   return cases;
 }
