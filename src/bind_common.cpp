@@ -1,3 +1,4 @@
+#define PY_SSIZE_T_CLEAN
 // Bindings shared by every area: error types, logging, config.
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
