@@ -61,7 +61,7 @@ bool Graph::is_reserved_name(const std::string& name) {
       "False", "None", "True", "and", "as", "assert", "async", "await", "break", "class", "continue",
       "def", "del", "elif", "else", "except", "finally", "for", "from", "global", "if", "import", "in",
       "is", "lambda", "nonlocal", "not", "or", "pass", "raise", "return", "try", "while", "with", "yield",
-      "self", "torch", "operator", "math", "float", "int", "bool", "str", "slice", "inf", "nan",
+      "self", "torch", "operator", "math", "builtins", "float", "int", "bool", "str", "slice", "inf", "nan",
       "abs", "all", "any", "divmod", "input", "len", "list", "map", "max", "min", "pow", "print",
       "range", "round", "sorted", "sum", "tuple", "type", "zip", "dict", "set", "object", "id", "iter"};
   for (const char* r : kReserved)

@@ -151,9 +151,12 @@ class Parser {
       start = nl + 1;
     }
     for (const OpDef& op : all_ops()) {
-      if (op.style == PrintStyle::Infix) infix_.emplace(op.symbol, op.id);
-      if (op.style == PrintStyle::Prefix) prefix_.emplace(op.symbol, op.id);
-      if (op.style == PrintStyle::Subscript && subscript_ == kNoOp) subscript_ = op.id;
+      // Several ops may share a target or symbol (overloads such as max(x) / max(x, dim)): the
+      // first, in registry order, whose schema binds the arguments is the one meant.
+      by_target_[op.target].push_back(op.id);
+      if (op.style == PrintStyle::Infix) infix_[op.symbol].push_back(op.id);
+      if (op.style == PrintStyle::Prefix) prefix_[op.symbol].push_back(op.id);
+      if (op.style == PrintStyle::Subscript) subscript_.push_back(op.id);
     }
   }
 
@@ -340,12 +343,21 @@ class Parser {
     return false;
   }
 
-  NodeId add_call(OpId op, const std::vector<Value>& positional,
+  NodeId add_call(const std::vector<OpId>& candidates, const std::vector<Value>& positional,
                   const std::vector<std::pair<std::string, Value>>& keywords, const Token& at) {
-    std::string error;
-    auto bound = bind_call(op_def(op), positional, keywords, g_, &error);
-    if (!bound) fail(at, error);
-    return g_.add_call(op, std::move(*bound), meta_, name_);
+    std::string first_error;
+    for (OpId op : candidates) {
+      std::string error;
+      if (auto bound = bind_call(op_def(op), positional, keywords, g_, &error))
+        return g_.add_call(op, std::move(*bound), meta_, name_);
+      if (first_error.empty()) first_error = error;
+    }
+    fail(at, first_error);
+  }
+
+  const std::vector<OpId>* ops_for_target(const std::string& target) const {
+    auto it = by_target_.find(target);
+    return it == by_target_.end() ? nullptr : &it->second;
   }
 
   // The right-hand side of `name: "meta" = ...`.
@@ -367,7 +379,7 @@ class Parser {
         if (target.find('.') == std::string::npos) fail(first, "name '" + target + "' is not defined");
         fail(peek(), "expected '('" + found());
       }
-      auto op = op_by_target(target);
+      const std::vector<OpId>* op = ops_for_target(target);
       if (!op) fail(first, "unknown function '" + target + "'");
       std::vector<Value> positional;
       std::vector<std::pair<std::string, Value>> keywords;
@@ -379,7 +391,7 @@ class Parser {
     if (is(".")) {
       next();
       const Token& method = expect_name("a method name");
-      auto op = op_by_target("torch.Tensor." + method.text);
+      const std::vector<OpId>* op = ops_for_target("torch.Tensor." + method.text);
       if (!op) fail(method, "unknown method '" + method.text + "' (no op has the target torch.Tensor." + method.text + ")");
       if (!is("(")) fail(peek(), "expected '('" + found());
       std::vector<Value> positional = {lhs};
@@ -392,7 +404,7 @@ class Parser {
       Value index = subscript_index();
       if (lhs.is_node() && g_.node(lhs.node).meta.kind == ValueMeta::Kind::Tuple && index.kind == Value::Kind::Int)
         return tuple_getitem(lhs.node, index.i, t);
-      if (subscript_ == kNoOp) fail(t, "no op prints as a subscript");
+      if (subscript_.empty()) fail(t, "no op prints as a subscript");
       return add_call(subscript_, {lhs, index}, {}, t);
     }
     if (t.kind == Tok::Punct && infix_.count(t.text)) {
@@ -565,8 +577,8 @@ class Parser {
 
   Graph g_;
   std::unordered_map<std::string, NodeId> names_;
-  std::unordered_map<std::string, OpId> infix_, prefix_;
-  OpId subscript_ = kNoOp;
+  std::unordered_map<std::string, std::vector<OpId>> by_target_, infix_, prefix_;
+  std::vector<OpId> subscript_;
   // The statement being read.
   std::string name_;
   ValueMeta meta_;

@@ -1,8 +1,9 @@
 // Reads graph code (graph/printer.h) back into a Graph: print -> parse -> print is the identity.
 //
-// Calls are looked up by their printed form: a dotted function name through op_by_target,
+// Calls are looked up by their printed form: a dotted function name as the op with that target,
 // `x.name(...)` as the op whose target is `torch.Tensor.name`, `a + b` / `-a` / `a[i]` through the
-// Infix / Prefix / Subscript ops of the registry. `name = base[i]` with `base` producing a tuple and
+// Infix / Prefix / Subscript ops of the registry. Where several ops share a target or symbol
+// (overloads), the first in registry order whose schema binds the arguments is taken. `name = base[i]` with `base` producing a tuple and
 // `i` an int literal is a GetItem node. Arguments are rebound with bind_call; each node's metadata
 // is read from its annotation, never recomputed (the verifier compares it with the meta rule).
 //
