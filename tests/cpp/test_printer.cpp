@@ -65,6 +65,15 @@ TEST(Printer, Constants) {
   EXPECT_EQ(value_str(F(-2.5e300), g), "-2.5e+300");
   EXPECT_EQ(value_str(F(1.0 / 3.0), g), "0.3333333333333333");
   EXPECT_EQ(value_str(F(-0.0), g), "-0.0");
+  // Laid out as Python's repr: positional for exponents -4 .. 15, scientific otherwise.
+  EXPECT_EQ(value_str(F(123.0), g), "123.0");
+  EXPECT_EQ(value_str(F(0.0001), g), "0.0001");
+  EXPECT_EQ(value_str(F(0.00001), g), "1e-05");
+  EXPECT_EQ(value_str(F(1234567890123456.0), g), "1234567890123456.0");
+  EXPECT_EQ(value_str(F(1e16), g), "1e+16");
+  EXPECT_EQ(value_str(F(-1.5e16), g), "-1.5e+16");
+  EXPECT_EQ(value_str(F(5e-324), g), "5e-324");
+  EXPECT_EQ(value_str(F(1.7976931348623157e308), g), "1.7976931348623157e+308");
   EXPECT_EQ(value_str(F(HUGE_VAL), g), "float('inf')");
   EXPECT_EQ(value_str(F(-HUGE_VAL), g), "float('-inf')");
   EXPECT_EQ(value_str(F(NAN), g), "float('nan')");
