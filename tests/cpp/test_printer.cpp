@@ -161,6 +161,16 @@ TEST(Printer, ReservedNamesAreNeverHandedOut) {
   EXPECT_EQ(g.node(torch_named).name, "torch_1");
 }
 
+TEST(Printer, UniqueNamesCountUpPastTakenOnes) {
+  Graph g;
+  NodeId x = g.add_placeholder("x", T({2}));
+  OpId relu = *op_by_name("relu");
+  std::vector<std::string> names;
+  for (const char* hint : {"relu", "relu", "relu_3", "relu", "relu", "relu_1_1", "relu_1", ""})
+    names.push_back(g.node(g.add_call(relu, {N(x)}, T({2}), hint)).name);
+  EXPECT_EQ(names, (std::vector<std::string>{"relu", "relu_1", "relu_3", "relu_2", "relu_4", "relu_1_1", "relu_1_2", "v"}));
+}
+
 TEST(Printer, Table) {
   Graph g;
   NodeId x = g.add_placeholder("x", T({4}));
