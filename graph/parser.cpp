@@ -363,7 +363,9 @@ class Parser {
   // The right-hand side of `name: "meta" = ...`.
   NodeId rhs() {
     const Token& first = peek();
-    if (first.kind == Tok::Punct && prefix_.count(first.text) && peek(1).kind != Tok::Number) {
+    // Operator symbols are punctuation, or keywords (`not`, `is`) where the registry has such ops.
+    if ((first.kind == Tok::Punct || first.kind == Tok::Name) && prefix_.count(first.text) && !names_.count(first.text) &&
+        peek(1).kind != Tok::Number) {
       next();
       Value operand = value();
       return add_call(prefix_.at(first.text), {operand}, {}, first);
@@ -407,7 +409,7 @@ class Parser {
       if (subscript_.empty()) fail(t, "no op prints as a subscript");
       return add_call(subscript_, {lhs, index}, {}, t);
     }
-    if (t.kind == Tok::Punct && infix_.count(t.text)) {
+    if ((t.kind == Tok::Punct || t.kind == Tok::Name) && infix_.count(t.text)) {
       next();
       Value rhs = value();
       return add_call(infix_.at(t.text), {lhs, rhs}, {}, t);

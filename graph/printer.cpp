@@ -46,6 +46,17 @@ bool is_identifier(const std::string& s) {
 // An operand that must bind tighter than a unary or binary operator: `(-2) ** x`, `-(-1)`.
 std::string tight(std::string s) { return !s.empty() && (s[0] == '-' || s[0] == '~') ? "(" + s + ")" : s; }
 
+// Python's binary and unary expression operators. Other symbols (in-place `+=`, which is a
+// statement in Python) print as a call of the op's target.
+bool is_binary_operator(const std::string& s) {
+  static const char* const kOps[] = {"+", "-", "*", "/", "//", "%", "**", "@", "&", "|", "^", "<<", ">>",
+                                     "<", ">", "<=", ">=", "==", "!=", "is", "in"};
+  for (const char* op : kOps)
+    if (s == op) return true;
+  return false;
+}
+bool is_unary_operator(const std::string& s) { return s == "-" || s == "+" || s == "~" || s == "not"; }
+
 std::string call_arg_list(const CallArgs& ca, size_t skip, const Graph& g) {
   std::string s;
   for (size_t i = skip; i < ca.positional.size(); ++i) s += (s.empty() ? "" : ", ") + value_str(*ca.positional[i], g);
@@ -72,16 +83,17 @@ std::string call_expr(const Graph& g, const Node& n) {
   bool plain = ca.keywords.empty();
   switch (op.style) {
     case PrintStyle::Infix:
-      if (plain && pos.size() == 2)
+      if (plain && pos.size() == 2 && is_binary_operator(op.symbol))
         return (op.symbol == "**" ? tight(value_str(*pos[0], g)) : value_str(*pos[0], g)) + " " + op.symbol + " " +
                value_str(*pos[1], g);
       break;
     case PrintStyle::Prefix:
-      if (plain && pos.size() == 1) {
+      if (plain && pos.size() == 1 && is_unary_operator(op.symbol)) {
         // -(2) and -(-2): bare, `-2` would read back as the constant, not the op.
         std::string operand = value_str(*pos[0], g);
         bool numeric = !operand.empty() && (std::isdigit(static_cast<unsigned char>(operand[0])) || operand[0] == '-');
-        return op.symbol + (numeric ? "(" + operand + ")" : tight(operand));
+        std::string sep = std::isalpha(static_cast<unsigned char>(op.symbol[0])) && !numeric ? " " : "";
+        return op.symbol + sep + (numeric ? "(" + operand + ")" : tight(operand));
       }
       break;
     case PrintStyle::Subscript:
