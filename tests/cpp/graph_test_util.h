@@ -52,6 +52,18 @@ inline std::optional<NodeId> try_call(Graph& g, const std::string& op_name, cons
   return g.add_call(*id, *bound, *meta, hint_for(op));
 }
 
+// A call with the given meta whatever the rules say (for printer and parser tests, where the
+// metadata is text to carry, not a claim about the op).
+inline NodeId call_as(Graph& g, const std::string& op_name, const std::vector<Value>& args, ValueMeta meta,
+                      const std::vector<std::pair<std::string, Value>>& kwargs = {}) {
+  auto id = op_by_name(op_name);
+  if (!id) throw std::runtime_error("no op " + op_name);
+  std::string error;
+  auto bound = bind_call(op_def(*id), args, kwargs, g, &error);
+  if (!bound) throw std::runtime_error(error);
+  return g.add_call(*id, *bound, std::move(meta), hint_for(op_def(*id)));
+}
+
 // As try_call; a call that cannot be added fails the test.
 inline NodeId call(Graph& g, const std::string& op_name, const std::vector<Value>& args,
                    const std::vector<std::pair<std::string, Value>>& kwargs = {},

@@ -151,8 +151,9 @@ Value sample_argument(const ParamSpec& p, NodeId x) {
     case ParamType::Device: return Value::of_device(Device{});
     case ParamType::Layout: return Value::of_layout("strided");
     case ParamType::MemoryFormat: return Value::of_memory_format("contiguous_format");
+    default: break;
   }
-  return Value::none();
+  return L({N(x), N(x)});  // types added since (tensor varargs ...): a list of tensors
 }
 
 // Every op of the registry prints in a form the parser maps back to the same op: Method ops have
@@ -234,9 +235,9 @@ TEST(Parser, ErrorMessages) {
             "line 2, column 12: unknown dtype 'q8'\n"
             "    relu: \"q8[4]\" = torch.relu(x)\n"
             "           ^");
-  EXPECT_EQ(parse_error(head + "    a: \"f32[4]\" = x % 2\n"),
-            "line 2, column 21: unknown operator '%'\n"
-            "    a: \"f32[4]\" = x % 2\n"
+  EXPECT_EQ(parse_error(head + "    a: \"f32[4]\" = x = 2\n"),
+            "line 2, column 21: unknown operator '='\n"
+            "    a: \"f32[4]\" = x = 2\n"
             "                    ^");
   EXPECT_EQ(parse_error(head + "    a: \"f32[4]\" = x\n"),
             "line 2, column 20: expected an operator, a method call or a subscript after the operand\n"

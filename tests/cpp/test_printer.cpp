@@ -21,8 +21,7 @@ TEST(Printer, FxLikeCode) {
   NodeId add = call(g, "op_add", {N(linear), F(1.0)});
   NodeId relu = call(g, "relu", {N(add)});
   call(g, "view", {N(relu), L({I(64)})});
-  NodeId sl = call(g, "op_getitem", {N(relu), Value::slice(I(0), I(2), Value::none())}, {},
-                   T({2, 16}));
+  NodeId sl = call_as(g, "op_getitem", {N(relu), Value::slice(I(0), I(2), Value::none())}, T({2, 16}));
   NodeId sum = call(g, "sum", {N(relu)}, {{"keepdim", Value::of_bool(true)}});
   g.set_output(Value::tuple({N(relu), N(sl), N(sum)}));
   EXPECT_EQ(graph_code(g),
@@ -116,12 +115,12 @@ TEST(Printer, StylesAndSubscripts) {
   NodeId x = g.add_placeholder("x", T({4, 5}));
   NodeId n = g.add_placeholder("n", ValueMeta::of(ValueMeta::Kind::Int));
   NodeId neg = call(g, "op_neg", {N(x)});
-  NodeId p = call(g, "op_pow", {I(-2), N(x)}, {}, T({4, 5}));
-  NodeId i1 = call(g, "op_getitem", {N(x), Value::tuple({Value::slice(Value::none(), Value::none(), Value::none()),
-                                                        Value::none(), Value::ellipsis()})}, {}, T({4, 1, 5}));
-  NodeId i2 = call(g, "op_getitem", {N(x), Value::tuple({Value::slice(I(1), Value::none(), I(2))})}, {}, T({2, 5}));
-  NodeId i3 = call(g, "op_getitem", {N(x), Value::slice(N(n), Value::none(), Value::none())}, {}, T({2, 5}));
-  NodeId i4 = call(g, "op_getitem", {N(x), Value::tuple({})}, {}, T({4, 5}));
+  NodeId p = call_as(g, "op_pow", {I(-2), N(x)}, T({4, 5}));
+  NodeId i1 = call_as(g, "op_getitem", {N(x), Value::tuple({Value::slice(Value::none(), Value::none(), Value::none()),
+                                                           Value::none(), Value::ellipsis()})}, T({4, 1, 5}));
+  NodeId i2 = call_as(g, "op_getitem", {N(x), Value::tuple({Value::slice(I(1), Value::none(), I(2))})}, T({2, 5}));
+  NodeId i3 = call_as(g, "op_getitem", {N(x), Value::slice(N(n), Value::none(), Value::none())}, T({2, 5}));
+  NodeId i4 = call_as(g, "op_getitem", {N(x), Value::tuple({})}, T({4, 5}));
   NodeId add_ = call(g, "add_", {N(neg), F(2.0)}, {{"alpha", I(3)}});
   NodeId gelu = call(g, "gelu", {N(add_)}, {{"approximate", Value::of_str("tanh")}});
   g.set_output(Value::tuple({N(p), N(i1), N(i2), N(i3), N(i4), N(gelu)}));
