@@ -1,0 +1,107 @@
+"""Tables: the terminal one and the markdown one, from the same rows."""
+
+import math
+
+COLUMNS = ("workload", "contender", "first call", "steady", "vs eager", "overhead", "GB/s", "peak MB",
+           "graphs/breaks", "max err", "status")
+
+
+def fmt_time(s):
+    if s is None or (isinstance(s, float) and math.isnan(s)):
+        return ""
+    a = abs(s)
+    if a < 1e-3:
+        return f"{s * 1e6:.2f} µs"
+    if a < 1:
+        return f"{s * 1e3:.2f} ms"
+    return f"{s:.2f} s"
+
+
+def fmt_err(e):
+    if e is None:
+        return ""
+    if isinstance(e, float) and (math.isinf(e) or math.isnan(e)):
+        return str(e)
+    return "0" if e == 0 else f"{e:.1e}"
+
+
+def row(r, width=None):
+    ok = r["status"] == "ok"
+    status = "ok" if ok else f"{r['status'].upper()}: {r['reason']}"
+    if ok and r.get("within_tol") is False:
+        status = "MISMATCH vs eager" + (f" ({r['compare_note']})" if r.get("compare_note") else "")
+    if width and len(status) > width:
+        status = status[:width - 1] + "…"
+    gb = f"{r['graphs']}/{r['breaks']}" if r.get("graphs") is not None else ""
+    steady = fmt_time(r.get("steady_s"))
+    if steady and r.get("steady_iqr_s") and r["steady_iqr_s"] > 0.1 * r["steady_s"]:
+        steady += f" ±{50 * r['steady_iqr_s'] / r['steady_s']:.0f}%"  # half the IQR: a noisy measurement
+    return (r["workload"], r["contender"], fmt_time(r.get("first_call_s")), steady,
+            f"{r['speedup']:.2f}x" if r.get("speedup") else "",
+            fmt_time(r.get("overhead_s")) if r.get("overhead_s") is not None else "",
+            f"{r['gbps']:.1f}" if r.get("gbps") else "",
+            f"{r['peak_mem_mb']:.1f}" if r.get("peak_mem_mb") is not None else "",
+            gb, fmt_err(r.get("max_abs_err")), status)
+
+
+def terminal_table(records, status_width=60):
+    rows = [COLUMNS] + [row(r, status_width) for r in records]
+    widths = [max(len(x[i]) for x in rows) for i in range(len(COLUMNS))]
+    right = {2, 3, 4, 5, 6, 7, 8, 9}
+    lines = []
+    prev = None
+    for n, x in enumerate(rows):
+        if n > 1 and x[0] != prev:
+            lines.append("")
+        prev = x[0]
+        cells = [x[i].rjust(widths[i]) if i in right else x[i].ljust(widths[i]) for i in range(len(x))]
+        lines.append("  ".join(cells).rstrip())
+        if n == 0:
+            lines.append("  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def _md_escape(s):
+    return s.replace("|", "\\|").replace("\n", " ")
+
+
+def markdown_table(records):
+    out = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+    for r in records:
+        out.append("| " + " | ".join(_md_escape(c) for c in row(r)) + " |")
+    return "\n".join(out)
+
+
+def contender_table(contenders_info):
+    out = ["| contender | backend | mode | setup (prewarm) | status |", "|---|---|---|---|---|"]
+    for c in contenders_info:
+        out.append(f"| {c['name']} | {c.get('backend') or ''} | {c.get('mode') or ''} | "
+                   f"{fmt_time(c.get('prewarm_s'))} | {_md_escape(c.get('status', ''))} |")
+    return "\n".join(out)
+
+
+def markdown_report(result, charts, title="framefuse benchmarks"):
+    env = result["environment"]
+    lines = [f"# {title}", "",
+             f"Command: `{result['command']}`", "",
+             f"- Machine: {env['machine']}",
+             f"- Python {env['python']}, torch {env['torch']}" + (f", torchvision {env['torchvision']}"
+                                                                 if env.get("torchvision") else ""),
+             f"- framefuse: {env['framefuse']}",
+             f"- torch threads: {env['threads']}; devices: {', '.join(result['devices'])}; "
+             f"preset `{result['preset']}` (scale `{result['scale']}`)",
+             f"- Run at {result['started']} UTC, {result['wall_s']:.0f} s", ""]
+    demo = result.get("graph_demo")
+    if demo:
+        lines += [f"Graph IR demo: {demo['status']}" + (f" ({demo['reason']})" if demo.get("reason") else ""), ""]
+    lines += ["## Contenders", "", contender_table(result["contenders"]), "",
+              "## Results", "",
+              "Speedups (`vs eager`) are ratios of steady-state medians measured in this one run; absolute "
+              "times hold only for the machine above.", "",
+              markdown_table(result["records"]), ""]
+    if charts:
+        lines += ["## Charts", ""] + [f"![{c['title']}]({c['file']})" for c in charts] + [""]
+    else:
+        lines += [f"Charts: {result.get('charts_note', 'not produced')}", ""]
+    lines += ["## What was measured", ""] + [f"- **{k}**: {v}" for k, v in result["measured"].items()] + [""]
+    return "\n".join(lines)
