@@ -28,11 +28,14 @@ BASE_CONTENDERS = ("eager", "framefuse-eager", "framefuse", "torch.compile-eager
 
 PRESETS = {
     # For the tests: seconds, not minutes. torch.compile's Inductor is left out (its cold compile is slow).
-    "tiny": dict(devices=("cpu",), scale="tiny", demo=True,
+    "tiny": dict(devices=("cpu",), scale="tiny", demo=True, threads=1,
                  workloads=("sin_cos", "linear_10_5", "add_one", "one_graph_break"),
                  contenders=("eager", "framefuse-eager", "framefuse", "torch.compile-eager"),
                  budget=measure.Budget(warmup_s=0.02, min_sample_s=0.001, samples=5, max_s=0.05)),
-    "quick": dict(devices=("cpu",), scale="quick", demo=True, workloads=QUICK_WORKLOADS,
+    # NB: one thread by default. On a 2-core machine that is busy with anything else, a 2-thread
+    # parallel region waits a whole scheduler slice (~24 ms measured) for its second core, which buries
+    # the small kernels this preset times. --threads 2 measures the multi-threaded case.
+    "quick": dict(devices=("cpu",), scale="quick", demo=True, threads=1, workloads=QUICK_WORKLOADS,
                   contenders=BASE_CONTENDERS,
                   budget=measure.Budget(warmup_s=0.05, min_sample_s=0.005, samples=9, max_s=0.3)),
     "full": dict(devices=("cpu",), scale="full", demo=True, workloads=None, contenders=BASE_CONTENDERS,
@@ -96,7 +99,7 @@ def parse_args(argv):
     p.add_argument("--contenders", help="comma list (default: the preset's); `all` for every registered one")
     p.add_argument("--devices", help="comma list: cpu, cuda (default: the preset's)")
     p.add_argument("--scale", choices=("tiny", "quick", "full"), help="workload sizes (default: the preset's)")
-    p.add_argument("--threads", type=int, help="torch.set_num_threads (default: the CPUs this process may use)")
+    p.add_argument("--threads", type=int, help="torch.set_num_threads (default: 1 for quick/tiny, else the CPUs this process may use)")
     p.add_argument("--out", default=os.path.join(HERE, "out"), help="output directory (default benchmarks/out)")
     p.add_argument("--no-charts", action="store_true")
     p.add_argument("--no-demo", action="store_true")
@@ -192,7 +195,8 @@ def main(argv=None):
     scale = args.scale or preset["scale"]
 
     import torch
-    threads = args.threads or (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count())
+    threads = args.threads or preset.get("threads") or (
+        len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count())
     torch.set_num_threads(threads)
     started = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M")
     t_start = time.perf_counter()
