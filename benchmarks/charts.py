@@ -25,18 +25,26 @@ def _series(records, key, skip_eager):
             workloads.append(r["workload"])
         if r["contender"] not in contenders and not (skip_eager and r["contender"] == "eager"):
             contenders.append(r["contender"])
-    val = {}
+    val, status = {}, {}
     for r in records:
         v = r.get(key)
         if r["status"] == "ok" and v is not None and not (isinstance(v, float) and math.isnan(v)):
             val[(r["workload"], r["contender"])] = v
-    return workloads, contenders, val
+        else:
+            status[(r["workload"], r["contender"])] = r["status"] if r["status"] != "ok" else "n/a"
+    return workloads, contenders, val, status
+
+
+# framefuse in blues, torch.compile in oranges: the families read apart at a glance.
+COLORS = {"framefuse-eager": "#6baed6", "framefuse": "#2171b5", "framefuse-ro": "#08306b",
+          "framefuse-max-autotune": "#6a51a3", "torch.compile-eager": "#fdae6b", "torch.compile": "#e6550d",
+          "torch.compile-ro": "#a63603", "torch.compile-max-autotune": "#7f2704"}
 
 
 def _chart(plt, records, key, title, unit, skip_eager, path, log):
     if key == "overhead_s":
         records = [r for r in records if r["kind"] == "overhead"]
-    workloads, contenders, val = _series(records, key, skip_eager)
+    workloads, contenders, val, status = _series(records, key, skip_eager)
     workloads = [w for w in workloads if any((w, c) in val for c in contenders)]
     if not workloads or not contenders:
         return False
@@ -44,21 +52,24 @@ def _chart(plt, records, key, title, unit, skip_eager, path, log):
     n = len(contenders)
     height = 0.8 / n
     fig, ax = plt.subplots(figsize=(10, 0.5 + 0.32 * len(workloads) * max(n, 2)))
-    cmap = plt.get_cmap("tab10")
+    spare = iter(plt.get_cmap("tab10").colors[7:] + plt.get_cmap("Dark2").colors)
     for i, c in enumerate(contenders):
         ys, xs = [], []
         for j, w in enumerate(workloads):
             if (w, c) in val:
                 ys.append(j + (i - (n - 1) / 2) * height)
                 xs.append(val[(w, c)] * scale)
-        ax.barh(ys, xs, height=height, label=c, color=cmap(i % 10))
+        ax.barh(ys, xs, height=height, label=c, color=COLORS.get(c) or next(spare, "gray"))
+        for y, x in zip(ys, xs):
+            ax.text(x, y, f" {x:.3g}", va="center", fontsize=6)
         for j, w in enumerate(workloads):
             if (w, c) not in val:
-                ax.text(0.0, j + (i - (n - 1) / 2) * height, "  no result", va="center", fontsize=7,
-                        color="gray", transform=ax.get_yaxis_transform())
+                ax.text(0.0, j + (i - (n - 1) / 2) * height, f"  {c}: {status.get((w, c), 'not run')}",
+                        va="center", fontsize=7, color="gray", transform=ax.get_yaxis_transform())
     if key == "speedup":
         ax.axvline(1.0, color="black", linewidth=0.8)
-    if log and all(v > 0 for v in val.values()):
+    vals = [v * scale for v in val.values()]
+    if log and vals and min(vals) > 0 and max(vals) / min(vals) > 20:
         ax.set_xscale("log")
     ax.set_yticks(range(len(workloads)))
     ax.set_yticklabels(workloads)
@@ -80,6 +91,7 @@ def make_charts(results_path, out_dir=None):
     with open(results_path) as f:
         result = json.load(f)
     out_dir = out_dir or os.path.dirname(os.path.abspath(results_path))
+    os.makedirs(out_dir, exist_ok=True)
     made = []
     for fname, title, key, unit, log in CHARTS:
         device = ", ".join(result.get("devices", []))
