@@ -4,6 +4,15 @@ import math
 
 COLUMNS = ("workload", "contender", "first call", "steady", "vs eager", "overhead", "GB/s", "peak MB",
            "graphs/breaks", "max err", "status")
+ISOLATED = ("cold proc", "warm disk")
+
+
+def _isolated(records):
+    return any("cold_process_first_call_s" in r or "cold_process_note" in r for r in records)
+
+
+def columns(records):
+    return COLUMNS[:3] + ISOLATED + COLUMNS[3:] if _isolated(records) else COLUMNS
 
 
 def fmt_time(s):
@@ -25,29 +34,34 @@ def fmt_err(e):
     return "0" if e == 0 else f"{e:.1e}"
 
 
-def row(r, width=None):
+def row(r, width=None, isolated=False):
     ok = r["status"] == "ok"
     status = "ok" if ok else f"{r['status'].upper()}: {r['reason']}"
     if ok and r.get("within_tol") is False:
         status = "MISMATCH vs eager" + (f" ({r['compare_note']})" if r.get("compare_note") else "")
+    for label in ("cold_process", "warm_disk"):
+        if r.get(f"{label}_note"):
+            status += f"; {label.replace('_', ' ')}: {r[f'{label}_note']}"
     if width and len(status) > width:
         status = status[:width - 1] + "…"
     gb = f"{r['graphs']}/{r['breaks']}" if r.get("graphs") is not None else ""
     steady = fmt_time(r.get("steady_s"))
     if steady and r.get("steady_iqr_s") and r["steady_iqr_s"] > 0.1 * r["steady_s"]:
         steady += f" ±{50 * r['steady_iqr_s'] / r['steady_s']:.0f}%"  # half the IQR: a noisy measurement
-    return (r["workload"], r["contender"], fmt_time(r.get("first_call_s")), steady,
-            f"{r['speedup']:.2f}x" if r.get("speedup") else "",
+    iso = (fmt_time(r.get("cold_process_first_call_s")), fmt_time(r.get("warm_disk_first_call_s")))
+    rest = (steady, f"{r['speedup']:.2f}x" if r.get("speedup") else "",
             fmt_time(r.get("overhead_s")) if r.get("overhead_s") is not None else "",
             f"{r['gbps']:.1f}" if r.get("gbps") else "",
             f"{r['peak_mem_mb']:.1f}" if r.get("peak_mem_mb") is not None else "",
             gb, fmt_err(r.get("max_abs_err")), status)
+    return (r["workload"], r["contender"], fmt_time(r.get("first_call_s"))) + (iso if isolated else ()) + rest
 
 
 def terminal_table(records, status_width=60):
-    rows = [COLUMNS] + [row(r, status_width) for r in records]
-    widths = [max(len(x[i]) for x in rows) for i in range(len(COLUMNS))]
-    right = {2, 3, 4, 5, 6, 7, 8, 9}
+    cols = columns(records)
+    rows = [cols] + [row(r, status_width, _isolated(records)) for r in records]
+    widths = [max(len(x[i]) for x in rows) for i in range(len(cols))]
+    right = set(range(2, len(cols) - 1))
     lines = []
     prev = None
     for n, x in enumerate(rows):
@@ -66,9 +80,10 @@ def _md_escape(s):
 
 
 def markdown_table(records):
-    out = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+    cols = columns(records)
+    out = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     for r in records:
-        out.append("| " + " | ".join(_md_escape(c) for c in row(r)) + " |")
+        out.append("| " + " | ".join(_md_escape(c) for c in row(r, isolated=_isolated(records))) + " |")
     return "\n".join(out)
 
 

@@ -17,6 +17,7 @@ import time
 
 from . import core, measure, report
 from .contenders import CONTENDERS, Unavailable, first_line, prewarm
+from .worker import isolated_first_calls
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
@@ -51,6 +52,9 @@ MEASURED = {
                   "imports are paid beforehand by a throwaway compile (the contenders' setup column). For "
                   "the `-eager` backends this is capture time alone. Process-wide in-memory caches are "
                   "cleared with reset() between workloads.",
+    "cold proc / warm disk": "with --isolate only: compile() + first call in a new process with empty cache "
+                             "directories, then in a second new process that finds the first one's disk "
+                             "caches. Nothing pre-warmed: includes the compiler's lazy imports.",
     "steady": "median seconds per call after warm-up, from batched samples (CUDA events on GPU).",
     "vs eager": "eager's steady median divided by the contender's, same run.",
     "overhead": "tiny workloads only: median per-call time above eager, sampled interleaved with eager.",
@@ -104,6 +108,10 @@ def parse_args(argv):
     p.add_argument("--no-charts", action="store_true")
     p.add_argument("--no-demo", action="store_true")
     p.add_argument("--no-explain", action="store_true", help="skip graph/break counts (explain re-traces)")
+    p.add_argument("--isolate", action="store_true",
+                   help="also time each compiler's first call in fresh processes: cold (empty cache dirs) "
+                        "and warm disk cache (second process, same dirs)")
+    p.add_argument("--isolate-timeout", type=float, default=900, help="seconds per isolated process")
     p.add_argument("--publish", action="store_true",
                    help="also write benchmarks/RESULTS.md and copy the charts to benchmarks/results/")
     p.add_argument("--list", action="store_true", help="list workloads and contenders, then exit")
@@ -244,6 +252,11 @@ def main(argv=None):
                 recs = core.run_workload(wl, dev, scale, live, preset["budget"], caches,
                                          do_explain=not args.no_explain, on_stage=on_stage)
                 for r in recs:
+                    if args.isolate and r["status"] == "ok" and r["contender"] != "eager":
+                        prog.show(f"{wl.name} [{dev}] · {r['contender']} · fresh processes")
+                        spec = dict(workload=wl.name, device=dev, scale=scale, contender=r["contender"],
+                                    threads=threads)
+                        r.update(isolated_first_calls(spec, caches.fresh(), REPO, args.isolate_timeout))
                     prog.step()
                     result["records"].append(r)
     finally:
@@ -290,6 +303,8 @@ def make_charts(results_json, out_dir):
         return [], f"chart step failed (exit {r.returncode}): {first_line(r.stderr[-2000:]) or r.stderr[-300:]}"
     if "error" in res:
         return [], res["error"]
+    if not res["charts"]:
+        return [], "no chart: no contender other than eager produced a result"
     return res["charts"], f"made with {'this interpreter' if py == sys.executable else os.path.basename(py)}"
 
 
