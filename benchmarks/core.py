@@ -25,6 +25,20 @@ from .contenders import Unavailable, first_line
 from .workloads import WorkloadUnavailable
 
 
+def apply_framefuse_cache_dir():
+    """framefuse reads its disk-cache directory from framefuse.config.cache_dir: point it at
+    $FRAMEFUSE_CACHE_DIR when framefuse is loaded."""
+    import sys
+    ff = sys.modules.get("framefuse")
+    path = os.environ.get("FRAMEFUSE_CACHE_DIR")
+    if ff is None or not path:
+        return
+    try:
+        ff.config.cache_dir = path
+    except Exception:  # an older framefuse without the knob: nothing to point
+        pass
+
+
 class CacheDirs:
     """A fresh cache directory per (workload, contender), removed at the end of the run."""
 
@@ -38,14 +52,7 @@ class CacheDirs:
         os.makedirs(d)
         os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(d, "inductor")
         os.environ["FRAMEFUSE_CACHE_DIR"] = os.path.join(d, "framefuse")
-        try:  # framefuse may also read its directory from its config object
-            import sys
-            ff = sys.modules.get("framefuse")
-            cfg = getattr(ff, "config", None)
-            if cfg is not None and hasattr(cfg, "cache_dir"):
-                cfg.cache_dir = os.path.join(d, "framefuse")
-        except Exception:
-            pass
+        apply_framefuse_cache_dir()
         return d
 
     def cleanup(self):

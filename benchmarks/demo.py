@@ -33,14 +33,26 @@ def graph_demo(printer=print):
         g = Graph()
         x = g.placeholder("x", x_value)
         y = g.call(torch.mul, g.call(torch.relu, g.call(torch.add, x, 1.0)), 0.5)
-        g.output(y)
+        g.output((y,))
+    except Exception as e:
+        reason = f"building the graph raised {type(e).__name__}: {first_line(e)}"
+        printer(f"   {reason}")
+        return dict(status="failed", reason=reason)
+    code, notes = None, []
+    try:
         code = g.code()
         printer("   " + "\n   ".join(code.rstrip().splitlines()))
+    except Exception as e:
+        # The printer may land after the builder: show the real node list rather than nothing.
+        notes.append(f"no printed form ({type(e).__name__}: {first_line(e)})")
+        printer(f"   graph printer not available ({type(e).__name__}: {first_line(e)}); nodes: "
+                + ", ".join(repr(n) for n in g.nodes()))
+    try:
         out = g.run(x_value)
     except Exception as e:
-        reason = f"{type(e).__name__}: {first_line(e)}"
-        printer(f"   framefuse graph API raised: {reason}")
-        return dict(status="failed", reason=reason)
+        reason = f"run() raised {type(e).__name__}: {first_line(e)}"
+        printer(f"   {reason}")
+        return dict(status="failed", reason=reason, code=code)
     out = out[0] if isinstance(out, (list, tuple)) and len(out) == 1 else out
     expected = _eager(x_value)
     if not isinstance(out, torch.Tensor) or out.shape != expected.shape:
@@ -50,5 +62,6 @@ def graph_demo(printer=print):
     err = float((out - expected).abs().max())
     ok = torch.allclose(out, expected, rtol=1e-6, atol=1e-6)
     printer(f"   run() vs eager: max abs error {err:.1e} -> {'OK' if ok else 'MISMATCH'}")
-    return dict(status="ok" if ok else "failed", reason="" if ok else "result differs from eager", code=code,
-                max_abs_err=err)
+    if not ok:
+        notes.insert(0, "result differs from eager")
+    return dict(status="ok" if ok else "failed", reason="; ".join(notes), code=code, max_abs_err=err)

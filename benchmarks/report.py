@@ -95,6 +95,15 @@ def contender_table(contenders_info):
     return "\n".join(out)
 
 
+def workload_table(result):
+    notes = {r["workload"]: r.get("note", "") for r in result["records"] if r["contender"] == "eager"}
+    out = ["| workload | kind | what | this run |", "|---|---|---|---|"]
+    for w in result.get("workloads", []):
+        out.append(f"| {w['name']} | {w['kind']} | {_md_escape(w['description'])} | "
+                   f"{_md_escape(notes.get(w['name'], ''))} |")
+    return "\n".join(out)
+
+
 def markdown_report(result, charts, title="framefuse benchmarks"):
     env = result["environment"]
     lines = [f"# {title}", "",
@@ -109,7 +118,8 @@ def markdown_report(result, charts, title="framefuse benchmarks"):
     demo = result.get("graph_demo")
     if demo:
         lines += [f"Graph IR demo: {demo['status']}" + (f" ({demo['reason']})" if demo.get("reason") else ""), ""]
-    lines += ["## Contenders", "", contender_table(result["contenders"]), "",
+    lines += ["## Workloads", "", workload_table(result), "",
+              "## Contenders", "", contender_table(result["contenders"]), "",
               "## Results", "",
               "Speedups (`vs eager`) are ratios of steady-state medians measured in this one run; absolute "
               "times hold only for the machine above.", "",

@@ -209,7 +209,9 @@ def main(argv=None):
     started = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M")
     t_start = time.perf_counter()
     result = dict(command=_command(argv), preset=args.preset, scale=scale, devices=devices, started=started,
-                  environment=environment(threads), measured=MEASURED, contenders=[], records=[])
+                  environment=environment(threads), measured=MEASURED, contenders=[], records=[],
+                  workloads=[dict(name=w.name, family=w.family, kind=w.kind, description=w.description)
+                             for w in workloads])
 
     if preset["demo"] and not args.no_demo:
         from .demo import graph_demo

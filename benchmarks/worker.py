@@ -28,6 +28,7 @@ def main(argv=None):
         c = contenders.CONTENDERS[spec["contender"]]
         dev = spec["device"]
         c.check()
+        core.apply_framefuse_cache_dir()
         ref_case = core.build_case(wl, dev, spec["scale"])
         ref = core._detach(ref_case.run(ref_case.target))
         del ref_case
