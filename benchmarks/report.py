@@ -104,9 +104,10 @@ def workload_table(result):
     return "\n".join(out)
 
 
-def markdown_report(result, charts, title="framefuse benchmarks"):
+def markdown_report(result, charts, title="framefuse benchmarks", level=1):
     env = result["environment"]
-    lines = [f"# {title}", "",
+    h = "#" * (level + 1)
+    lines = [f"{'#' * level} {title}", "",
              f"Command: `{result['command']}`", "",
              f"- Machine: {env['machine']}",
              f"- Python {env['python']}, torch {env['torch']}" + (f", torchvision {env['torchvision']}"
@@ -117,16 +118,19 @@ def markdown_report(result, charts, title="framefuse benchmarks"):
              f"- Run at {result['started']} UTC, {result['wall_s']:.0f} s", ""]
     demo = result.get("graph_demo")
     if demo:
-        lines += [f"Graph IR demo: {demo['status']}" + (f" ({demo['reason']})" if demo.get("reason") else ""), ""]
-    lines += ["## Workloads", "", workload_table(result), "",
-              "## Contenders", "", contender_table(result["contenders"]), "",
-              "## Results", "",
+        what = {"ok": "built from Python, ran on the reference runner, matched eager",
+                "unavailable": "not run", "failed": "FAILED"}.get(demo["status"], demo["status"])
+        lines += [f"Graph IR demo (quick preset's opening): {what}" + (f"; {demo['reason']}" if demo.get("reason") else ""),
+                  ""]
+    lines += [f"{h} Workloads", "", workload_table(result), "",
+              f"{h} Contenders", "", contender_table(result["contenders"]), "",
+              f"{h} Results", "",
               "Speedups (`vs eager`) are ratios of steady-state medians measured in this one run; absolute "
               "times hold only for the machine above.", "",
               markdown_table(result["records"]), ""]
     if charts:
-        lines += ["## Charts", ""] + [f"![{c['title']}]({c['file']})" for c in charts] + [""]
+        lines += [f"{h} Charts", ""] + [f"![{c['title']}]({c['file']})" for c in charts] + [""]
     else:
         lines += [f"Charts: {result.get('charts_note', 'not produced')}", ""]
-    lines += ["## What was measured", ""] + [f"- **{k}**: {v}" for k, v in result["measured"].items()] + [""]
+    lines += [f"{h} What was measured", ""] + [f"- **{k}**: {v}" for k, v in result["measured"].items()] + [""]
     return "\n".join(lines)

@@ -112,8 +112,9 @@ def parse_args(argv):
                    help="also time each compiler's first call in fresh processes: cold (empty cache dirs) "
                         "and warm disk cache (second process, same dirs)")
     p.add_argument("--isolate-timeout", type=float, default=900, help="seconds per isolated process")
-    p.add_argument("--publish", action="store_true",
-                   help="also write benchmarks/RESULTS.md and copy the charts to benchmarks/results/")
+    p.add_argument("--publish", nargs="?", const="", metavar="NAME",
+                   help="also store this run as benchmarks/results/NAME.json (+ charts; NAME defaults to the "
+                        "preset) and rebuild benchmarks/RESULTS.md from every stored run")
     p.add_argument("--list", action="store_true", help="list workloads and contenders, then exit")
     return p.parse_args(argv)
 
@@ -329,20 +330,9 @@ def write_outputs(result, args):
     shown = os.path.relpath(path) if path.startswith(os.getcwd() + os.sep) else path
     print(f"\nwrote {shown}, results.md" + (
         ", " + ", ".join(c["file"] for c in charts) if charts else f" (charts: {result['charts_note']})"))
-    if args.publish:
-        publish(result, charts, out)
-
-
-def publish(result, charts, out):
-    dest = os.path.join(HERE, "results")
-    os.makedirs(dest, exist_ok=True)
-    linked = []
-    for c in charts:
-        shutil.copy(os.path.join(out, c["file"]), os.path.join(dest, c["file"]))
-        linked.append(dict(c, file=f"results/{c['file']}"))
-    with open(os.path.join(HERE, "RESULTS.md"), "w") as f:
-        f.write(report.markdown_report(result, linked, title="framefuse benchmark results"))
-    print("published benchmarks/RESULTS.md" + (" and benchmarks/results/*.png" if linked else ""))
+    if args.publish is not None:
+        from .publish import publish
+        publish(result, charts, out, args.publish)
 
 
 if __name__ == "__main__":

@@ -22,6 +22,11 @@ def build_resnet18(device, scale):
     return _cnn_case("resnet18", lambda: ResNetStyle(18), "ResNet-18-style net", device, scale)
 
 
+@workload("resnet50", "models", description="resnet50 inference (full: b8 224x224 on CPU, b32 on CUDA)")
+def build_resnet50(device, scale):
+    return _cnn_case("resnet50", lambda: ResNetStyle(50), "ResNet-50-style net", device, scale)
+
+
 @workload("mobilenet_v2", "models", description="mobilenet_v2 inference (full: b8 224x224 on CPU, b32 on CUDA)")
 def build_mobilenet_v2(device, scale):
     return _cnn_case("mobilenet_v2", MobileNetV2Style, "MobileNetV2-style net", device, scale)
