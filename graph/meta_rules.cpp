@@ -245,6 +245,7 @@ std::optional<std::vector<int64_t>> view_strides(const TensorMeta& base, const s
   const auto& oldshape = base.sizes;
   const auto& oldstride = base.strides;
   std::vector<int64_t> newstride(shape.size());
+  if (oldshape.empty()) return std::vector<int64_t>(shape.size(), 1);
   if (base.numel() == 0) {
     if (oldshape == shape) return oldstride;
     return TensorMeta::contiguous_strides(shape);

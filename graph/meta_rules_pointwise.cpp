@@ -321,7 +321,7 @@ std::optional<ValueMeta> meta_inplace(const MetaContext& ctx) {
     return ValueMeta::of_tensor(out);
   }
   if (n == "copy_") {
-    const TensorMeta& src = ctx.tensor("src");
+    const TensorMeta& src = ctx.tensor("other");
     must_fit(src);
     if (is_complex(src.dtype) && !is_complex(self->dtype)) return std::nullopt;  // warns and discards imag
     add_grad(ctx.args[1]);
