@@ -67,7 +67,6 @@ std::optional<ValueMeta> meta_reduce(const MetaContext& ctx) {
   } else if (n == "logsumexp") {
     if (is_integral(dt, true)) dt = default_float_dtype();
   } else if (n == "all" || n == "any") {
-    if (dims.size() > 1 && !all_dims) return std::nullopt;  // dim tuples are newer than torch 1.13
     if (all_dims && keepdim) return std::nullopt;
     dt = x.dtype == DType::UInt8 ? DType::UInt8 : DType::Bool;
   } else if (n == "norm") {
@@ -76,7 +75,8 @@ std::optional<ValueMeta> meta_reduce(const MetaContext& ctx) {
     if (p.kind == Value::Kind::Str && (p.s != "fro" || (!all_dims && dims.size() > 2))) return std::nullopt;
     if (!p.is_none() && p.kind != Value::Kind::Str && !p.is_number()) return std::nullopt;
     if (all_dims && keepdim) return std::nullopt;
-    dt = dtype_arg(ctx, "dtype", to_real(x.dtype));
+    if (!ctx.arg("dtype").is_none()) return std::nullopt;  // torch 1.13 rejects dtype for some norms
+    dt = to_real(x.dtype);
   } else if (n == "var" || n == "std") {
     if (!is_floating(x.dtype)) return std::nullopt;
     if (!ctx.arg("unbiased").is_none() && !ctx.arg("correction").is_none()) return std::nullopt;
@@ -261,8 +261,7 @@ std::optional<ValueMeta> meta_loss(const MetaContext& ctx) {
     return std::nullopt;
   }
   if (reduction != "none") return fresh({}, x.dtype, x.device, grad);
-  if (target.dtype == DType::Int64 && x.dim() == 2) return fresh(no_class, x.dtype, x.device, grad);
-  return std::nullopt;
+  return fresh(no_class, x.dtype, x.device, grad);
 }
 
 }  // namespace ff

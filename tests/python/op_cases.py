@@ -72,9 +72,9 @@ class T:
         return f"T{list(self.shape)}{str(self.dtype).replace('torch.', ':')}{extra}"
 
 
-def I(hi, *shape, dtype=i64):
+def I(hi, *shape, dtype=i64, layout=None):
     """An index tensor with values in [0, hi)."""
-    return T(*shape, dtype=dtype, lo=0, hi=hi)
+    return T(*shape, dtype=dtype, lo=0, hi=hi, layout=layout)
 
 
 def B(*shape, layout=None):
@@ -236,6 +236,7 @@ cases("op_floordiv", C(operator.floordiv, T(4, dtype=i64), 3), C(operator.floord
 cases("op_mod", C(operator.mod, T(4, dtype=i64), 3), C(operator.mod, T(3, 4, layout="T"), 0.5),
       C(operator.mod, 7, T(3, dtype=i64, lo=1), fallback=True))
 cases("op_pow", C(operator.pow, T(3, 4, layout="T"), 2), C(operator.pow, 2, T(3, 4, layout="T")),
+      C(operator.pow, 2, T(3, 4)), C(operator.pow, 0.5, T(3, dtype=i64)),
       C(operator.pow, T(3, 4), T(4)), C(operator.pow, T(3, dtype=i64), -2))
 cases("op_matmul", C(operator.matmul, T(3, 4), T(4, 5)), C(operator.matmul, T(2, 3, 4), T(4)),
       C(torch.Tensor.__matmul__, T(4), T(2, 4, 5), fallback=True))
@@ -333,10 +334,10 @@ cases("logsumexp", C(torch.logsumexp, X3, 1), C(torch.logsumexp, X3, (0, 2), Tru
 for name in ["all", "any"]:
     fn = getattr(torch, name)
     cases(name, C(fn, B(3, 4)), C(fn, B(3, 4), 1), C(fn, T(3, 4, dtype=u8), 0), C(fn, T(3, 4), 1, keepdim=True),
-          C(getattr(torch.Tensor, name), T(3, 4, layout="T", dtype=i64)), C(fn, B(2, 3, 4), (0, 1), fallback=True))
+          C(getattr(torch.Tensor, name), T(3, 4, layout="T", dtype=i64)), C(fn, B(2, 3, 4), -1))
 cases("norm", C(torch.norm, X3), C(torch.norm, X3, 2, 1), C(torch.norm, X3, p="fro", dim=(0, 1)),
       C(torch.norm, T(3, 4, layout="T"), 1, -1, True), C(torch.Tensor.norm, T(3, 4, rg=True), dim=0),
-      C(torch.norm, T(3, 4), float("inf"), 1), C(torch.norm, T(3, 4), dtype=f64), C(torch.norm, T(3, 4), "nuc", fallback=True))
+      C(torch.norm, T(3, 4), float("inf"), 1), C(torch.norm, T(3, 4), dtype=f64, fallback=True), C(torch.norm, T(3, 4), "nuc", fallback=True))
 for name in ["var", "std"]:
     fn = getattr(torch, name)
     cases(name, C(fn, X3), C(fn, X3, 1), C(fn, X3, 1, keepdim=True), C(fn, X3, 1, unbiased=False),
@@ -492,7 +493,9 @@ cases("normalize", C(F.normalize, X), C(F.normalize, X, p=1.0, dim=0), C(F.norma
 cases("cross_entropy", C(F.cross_entropy, T(4, 5, rg=True), I(5, 4)), C(F.cross_entropy, T(4, 5), I(5, 4), reduction="sum"),
       C(F.cross_entropy, T(4, 5), I(5, 4), reduction="none"), C(F.cross_entropy, T(4, 5), I(5, 4), label_smoothing=0.1),
       C(F.cross_entropy, T(4, 5), T(4, 5)), C(F.cross_entropy, T(4, 5), I(5, 4), T(5), ignore_index=1),
-      C(F.cross_entropy, T(2, 5, 3), I(5, 2, 3)), C(F.cross_entropy, T(2, 5, 3), I(5, 2, 3), reduction="none", fallback=True),
+      C(F.cross_entropy, T(2, 5, 3), I(5, 2, 3)), C(F.cross_entropy, T(2, 5, 3), I(5, 2, 3), reduction="none"),
+      C(F.cross_entropy, T(2, 5, 3, 4), I(5, 2, 3, 4, layout="T"), reduction="none"), C(F.cross_entropy, T(5), I(5, ()), reduction="none"),
+      C(F.cross_entropy, T(4, 5), T(4, 5), reduction="none"),
       C(F.cross_entropy, T(4, 5), I(5, 4), reduction="bogus"))
 cases("mse_loss", C(F.mse_loss, X, T(3, 4)), C(F.mse_loss, T(3, 4, rg=True), T(3, 4), reduction="none"),
       C(F.mse_loss, T(3, 4, layout="T"), T(3, 4), reduction="sum"), C(F.mse_loss, T(3, 4), T(3, 4, layout="T"), reduction="none"))
