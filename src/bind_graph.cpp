@@ -6,6 +6,10 @@
 #include <memory>
 
 #include "graph/op_registry.h"
+#include "graph/parser.h"
+#include "graph/pipeline.h"
+#include "graph/printer.h"
+#include "graph/verifier.h"
 #include "graph/python/graph_calls.h"
 #include "graph/python/reference_runner.h"
 #include "src/errors.h"
@@ -173,6 +177,25 @@ void define_graph(py::module_& m) {
              return out;
            })
       .def("__len__", [](const PyGraph& self) { return self.g.size(); })
+      .def("code", [](const PyGraph& self) { return graph_code(self.g); }, "The graph as Python-like code.")
+      .def("table", [](const PyGraph& self) { return graph_table(self.g); }, "The graph as a table.")
+      .def("verify", [](const PyGraph& self) { return verify(self.g); }, "Invariant violations (empty: valid).")
+      .def("optimized",
+           [](const PyGraph& self) {
+             auto out = std::make_shared<PyGraph>();
+             out->g = run_graph_passes(self.g);
+             return out;
+           },
+           "A new graph after the graph passes (dead code, CSE, constant folding).")
+      .def("pass_trace", [](const PyGraph& self) { return graph_pass_trace(self.g); },
+           "The IR after each graph pass, as text.")
+      .def_static("parse",
+                  [](const std::string& text) {
+                    auto out = std::make_shared<PyGraph>();
+                    out->g = parse_graph(text);
+                    return out;
+                  },
+                  "Parse graph code (the printer's output) back into a graph.")
       .def("run", [](PyGraph& self, py::args inputs) -> py::object {
         if (!self.runner) self.runner = std::make_unique<ReferenceRunner>(self.g);
         std::vector<PyObject*> in;
