@@ -180,8 +180,6 @@ def run_workload(wl, device, scale, contenders, budget, caches, do_explain=True,
     ref_runner = CONTENDERS["eager"]  # always measured: it is both the reference and the baseline
     others = [c for c in contenders if c.name != "eager"]
     records, ref = [], None
-    if on_stage:
-        on_stage(ref_runner.name, "")
     r = run_one(wl, device, scale, ref_runner, budget, None, caches, do_explain,
                 on_stage and (lambda s: on_stage(ref_runner.name, s)))
     if r["status"] == "ok":

@@ -115,7 +115,8 @@ def markdown_report(result, charts, title="framefuse benchmarks", level=1):
              f"- framefuse: {env['framefuse']}",
              f"- torch threads: {env['threads']}; devices: {', '.join(result['devices'])}; "
              f"preset `{result['preset']}` (scale `{result['scale']}`)",
-             f"- Run at {result['started']} UTC, {result['wall_s']:.0f} s", ""]
+             f"- Run at {result['started']} UTC, {result['wall_s']:.0f} s; 1-minute load average "
+             f"{env.get('load_start')} at the start, {env.get('load_end')} at the end", ""]
     demo = result.get("graph_demo")
     if demo:
         what = {"ok": "built from Python, ran on the reference runner, matched eager",

@@ -82,7 +82,7 @@ class Progress:
         if self.tty:
             cols = shutil.get_terminal_size((100, 20)).columns
             self.stream.write("\r\x1b[K" + line[:cols - 1])
-        elif text.endswith(" start") or text.endswith(" build"):  # one line per contender, not per stage
+        elif text.endswith(" build"):  # one line per contender, not one per stage
             self.stream.write(line + "\n")
         self.stream.flush()
 
@@ -148,7 +148,7 @@ def select(args, registry):
 def environment(threads):
     import torch
     env = dict(python=platform.python_version(), torch=torch.__version__, threads=threads,
-               machine=_machine(), platform=platform.platform(terse=True))
+               machine=_machine(), platform=platform.platform(terse=True), load_start=_load())
     try:
         import torchvision
         env["torchvision"] = torchvision.__version__
@@ -161,6 +161,13 @@ def environment(threads):
     except Unavailable as e:
         env["framefuse"] = f"unavailable ({e})"
     return env
+
+
+def _load():
+    try:
+        return round(os.getloadavg()[0], 2)
+    except (OSError, AttributeError):
+        return None
 
 
 def _machine():
@@ -250,7 +257,7 @@ def main(argv=None):
                     continue
 
                 def on_stage(cname, stage, wl=wl, dev=dev):
-                    prog.show(f"{wl.name} [{dev}] · {cname} · {stage or 'start'}")
+                    prog.show(f"{wl.name} [{dev}] · {cname} · {stage}")
 
                 recs = core.run_workload(wl, dev, scale, live, preset["budget"], caches,
                                          do_explain=not args.no_explain, on_stage=on_stage)
@@ -266,6 +273,11 @@ def main(argv=None):
         prog.close()
         caches.cleanup()
     result["wall_s"] = time.perf_counter() - t_start
+    result["environment"]["load_end"] = _load()
+    busy = max(result["environment"]["load_start"] or 0, result["environment"]["load_end"] or 0)
+    if busy > len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else False:
+        print(f"NB: the machine was busy (1-minute load average up to {busy:.1f} on "
+              f"{len(os.sched_getaffinity(0))} CPUs): timings are noisy; the ±% marks show how much.\n")
 
     print(report.terminal_table(result["records"]))
     write_outputs(result, args)
