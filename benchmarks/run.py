@@ -280,6 +280,9 @@ def main(argv=None):
               f"{len(os.sched_getaffinity(0))} CPUs): timings are noisy; the ±% marks show how much.\n")
 
     print(report.terminal_table(result["records"]))
+    vs = report.versus_table(result["records"], markdown=False)
+    if vs:
+        print("\nframefuse against torch.compile (first-call and overhead ratios: lower is better)\n" + vs)
     write_outputs(result, args)
     return 0
 

@@ -186,3 +186,17 @@ def test_cli_lists_workloads():
     assert r.returncode == 0, r.stderr
     for name in TINY + ("resnet18", "nanogpt", "torch.compile", "framefuse-eager"):
         assert name in r.stdout
+
+
+def test_versus_table_pairs_framefuse_with_torch_compile():
+    def rec(contender, **kw):
+        return dict(workload="w", device="cpu", contender=contender, status="ok", within_tol=True, **kw)
+    records = [rec("framefuse-eager", first_call_s=0.01, steady_s=2e-6, overhead_s=1e-6),
+               rec("torch.compile-eager", first_call_s=0.5, steady_s=8e-6, overhead_s=5e-6),
+               rec("framefuse", first_call_s=0.2, steady_s=1.0),
+               dict(rec("torch.compile", first_call_s=2.0, steady_s=1.0), status="failed")]
+    rows = run.report.versus_rows(records)
+    assert rows == [("w", "framefuse-eager / torch.compile-eager", "1/50", "4.00x", "0.20 (1/5.0)")]
+    # A framefuse result that differs from eager is never compared.
+    records[0]["within_tol"] = False
+    assert run.report.versus_rows(records) == []
