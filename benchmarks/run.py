@@ -227,13 +227,14 @@ def main(argv=None):
         print()
 
     cuda_missing = [d for d in devices if d.startswith("cuda") and not torch.cuda.is_available()]
+    usable = [d for d in devices if d not in cuda_missing]
     live = []
     for c in contenders:
         info = dict(name=c.name, family=c.family, backend=c.backend, mode=c.mode, description=c.description)
         try:
             c.check()
-            if c.family != "eager":
-                info["prewarm_s"] = prewarm(c)
+            if c.family != "eager" and usable and any(d.split(":")[0] in c.devices for d in usable):
+                info["prewarm_s"] = prewarm(c, next(d for d in usable if d.split(":")[0] in c.devices))
             info["status"] = "ok"
         except Unavailable as e:
             info["status"] = f"unavailable: {e}"
