@@ -29,6 +29,8 @@ def fmt_time(s):
 def fmt_err(e):
     if e is None:
         return ""
+    if isinstance(e, str):  # "inf"/"nan" as stored in JSON
+        return e
     if isinstance(e, float) and (math.isinf(e) or math.isnan(e)):
         return str(e)
     return "0" if e == 0 else f"{e:.1e}"

@@ -7,6 +7,7 @@ and writes results.json, results.md and PNG charts to the output directory (defa
 import argparse
 import datetime
 import json
+import math
 import os
 import platform
 import shlex
@@ -327,20 +328,34 @@ def make_charts(results_json, out_dir):
     return res["charts"], f"made with {'this interpreter' if py == sys.executable else os.path.basename(py)}"
 
 
+def _jsonable(x):
+    """Strict JSON: non-finite floats (an infinite error for a wrong shape) become strings."""
+    if isinstance(x, float) and not math.isfinite(x):
+        return str(x)
+    if isinstance(x, dict):
+        return {k: _jsonable(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_jsonable(v) for v in x]
+    return x
+
+
+def _dump(result, path):
+    with open(path, "w") as f:
+        json.dump(_jsonable(result), f, indent=1, default=str, allow_nan=False)
+
+
 def write_outputs(result, args):
     out = os.path.abspath(args.out)
     os.makedirs(out, exist_ok=True)
     path = os.path.join(out, "results.json")
-    with open(path, "w") as f:
-        json.dump(result, f, indent=1, default=str)
+    _dump(result, path)
     charts = []
     if args.no_charts:
         result["charts_note"] = "not requested (--no-charts)"
     else:
         charts, result["charts_note"] = make_charts(path, out)
         result["charts"] = charts
-        with open(path, "w") as f:
-            json.dump(result, f, indent=1, default=str)
+        _dump(result, path)
     with open(os.path.join(out, "results.md"), "w") as f:
         f.write(report.markdown_report(result, charts))
     shown = os.path.relpath(path) if path.startswith(os.getcwd() + os.sep) else path
