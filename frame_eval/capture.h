@@ -126,6 +126,14 @@ struct CaptureResult {
   std::vector<Guard> guards;
   OutputPlan output;
   std::vector<SideEffect> side_effects;
+
+  // NB: the strong references above are owned exactly once, so a CaptureResult moves but never
+  // copies (a copy would decref them twice). Moving leaves `other` empty.
+  CaptureResult() = default;
+  CaptureResult(const CaptureResult&) = delete;
+  CaptureResult& operator=(const CaptureResult&) = delete;
+  CaptureResult(CaptureResult&& other) noexcept;
+  CaptureResult& operator=(CaptureResult&& other) noexcept;
   ~CaptureResult();  // releases the strong references held in guards / plans
 };
 
