@@ -104,13 +104,33 @@ CaptureRunner::CaptureRunner(CaptureResult capture, const FrameValues& frame, Py
     }
     effects_.push_back(std::move(fx));
   }
-  if (!compiled_) reference_ = std::make_unique<ReferenceRunner>(capture_.graph);
+  reference_ = std::make_unique<ReferenceRunner>(capture_.graph);
 }
 
 CaptureRunner::~CaptureRunner() {
   if (!Py_IsInitialized()) return;
   Py_CLEAR(compiled_);
   for (Effect& e : effects_) Py_CLEAR(e.name);
+}
+
+void CaptureRunner::set_compiled(PyObject* compiled_fn) {
+  Py_XSETREF(compiled_, compiled_fn);
+}
+
+PyObject* CaptureRunner::example_inputs(const FrameValues& frame) const {
+  Slots slots(program_->num_slots());
+  if (!program_->check(frame, slots)) {
+    PyErr_SetString(PyExc_RuntimeError, "framefuse internal error: the capture's guards fail on its own frame");
+    return nullptr;
+  }
+  PyObject* list = PyList_New(static_cast<Py_ssize_t>(input_slots_.size()));
+  if (!list) return nullptr;
+  for (size_t i = 0; i < input_slots_.size(); ++i) {
+    PyObject* v = slots[static_cast<size_t>(input_slots_[i])];
+    Py_INCREF(v);
+    PyList_SET_ITEM(list, static_cast<Py_ssize_t>(i), v);
+  }
+  return list;
 }
 
 PyObject* CaptureRunner::build(const Plan& p, PyObject* outputs, const Slots& slots) const {
@@ -190,7 +210,7 @@ PyObject* CaptureRunner::run(const FrameValues& frame, Slots& slots) const {
   }
   for (size_t i = 0; i < n; ++i) inputs[i] = slots[static_cast<size_t>(input_slots_[i])];
 
-  PyObject* outputs = reference_ ? reference_->run(inputs, n) : PyObject_Vectorcall(compiled_, inputs, n, nullptr);
+  PyObject* outputs = compiled_ ? PyObject_Vectorcall(compiled_, inputs, n, nullptr) : reference_->run(inputs, n);
   if (!outputs) {
     slots.clear();
     return nullptr;

@@ -28,6 +28,10 @@ class CaptureRunner {
   const GuardProgram& guards() const { return *program_; }
   const CaptureResult& capture() const { return capture_; }
   bool uses_reference_runner() const { return compiled_ == nullptr; }
+  // Replaces the reference runner by a backend's callable (new reference, stolen).
+  void set_compiled(PyObject* compiled_fn);
+  // The graph inputs read from `frame`, as a new list; null with an exception set. Cold path.
+  PyObject* example_inputs(const FrameValues& frame) const;
 
   // Hot path, after guards().check(frame, slots) passed: runs and returns the frame's return value
   // (new reference), or null with the Python exception set. Clears `slots`.
