@@ -16,7 +16,7 @@ struct GuardProgram::Fetch {
   int base = -1;              // Attr, Item, TypeOf
   int index = -1;             // Local (localsplus slot), Closure (cell index)
   PyObject* name = nullptr;   // Global, Builtin, Attr: interned str (strong)
-  PyObject* key = nullptr;    // Item: int or str (strong)
+  PyObject* key = nullptr;    // Item: int or str; Object: the object (strong)
   Py_ssize_t int_key = 0;
   bool key_is_str = false;
 };
@@ -100,6 +100,8 @@ PyRef eval_source_cold(const SourcePtr& s, const FrameValues& fr) {
       if (!b) return {};
       return PyRef::borrow(reinterpret_cast<PyObject*>(Py_TYPE(b.get())));
     }
+    case Source::Kind::Object:
+      return s->object;
   }
   return {};
 }
@@ -148,6 +150,11 @@ int GuardProgram::add_source(const SourcePtr& s) {
       break;
     case Source::Kind::TypeOf:
       f.base = add_source(s->base);
+      break;
+    case Source::Kind::Object:
+      FF_CHECK(s->object, "object source without an object: " + s->str());
+      f.key = s->object.get();
+      Py_INCREF(f.key);
       break;
   }
   f.out = static_cast<int>(slot_sources_.size());
@@ -320,6 +327,10 @@ bool GuardProgram::run_fetch(const Fetch& f, const FrameValues& fr, Slots& slots
     }
     case Source::Kind::TypeOf:
       v = reinterpret_cast<PyObject*>(Py_TYPE(slots[f.base]));
+      Py_INCREF(v);
+      break;
+    case Source::Kind::Object:
+      v = f.key;
       Py_INCREF(v);
       break;
   }
