@@ -23,7 +23,7 @@ namespace {
 // an unsupported construct (the frame falls back; fullgraph=True raises).
 PyObject* graph_break_impl(PyObject*, PyObject*) { Py_RETURN_NONE; }
 PyMethodDef g_graph_break_def = {"graph_break", graph_break_impl, METH_NOARGS,
-                                 "Ends the captured graph here: the frame runs eagerly."};
+                                 "framefuse.graph_break(): ends the captured graph here (for now the whole calling frame runs eagerly)."};
 
 // ---- test-only captures from Python specs ------------------------------------------------------
 
