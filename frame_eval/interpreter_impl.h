@@ -139,6 +139,7 @@ class Tracer {
   PyObject* type_of(const Sym& v);          // borrowed; nullptr when unknown
   Value to_value(const Sym& v);             // a graph operand
   Sym len_of(const Sym& v);
+  std::vector<Sym> iterate_or_self(const Sym& s);
 
   void note_list_mutation(const Sym& list);
 
