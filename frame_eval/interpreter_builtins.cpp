@@ -239,7 +239,7 @@ Sym Tracer::call_const(const Sym& fn, std::vector<Sym>& args, KwArgs& kwargs) {
     if (!any_tensor && PyType_Check(o)) return fold(o, args, kwargs, name);
     if (Py_TYPE(o) == &PyMethodDescr_Type && !args.empty() && args[0]->is(SymKind::Tensor)) {
       std::vector<Sym> rest(args.begin() + 1, args.end());
-      return call_tensor_method(args[0], PyUnicode_AsUTF8(reinterpret_cast<PyDescrObject*>(o)->d_name), rest, kwargs);
+      return call_tensor_method(args[0], PyUnicode_AsUTF8(reinterpret_cast<PyDescrObject*>(o)->d_name), rest, kwargs, o);
     }
     brk(BreakKind::UnsupportedTorchOp, mod + "." + name + " is not in framefuse's op registry");
   }
@@ -260,7 +260,7 @@ Sym Tracer::call_const(const Sym& fn, std::vector<Sym>& args, KwArgs& kwargs) {
     }
     if (Py_TYPE(o) == &PyMethodDescr_Type && !args.empty() && args[0]->is(SymKind::Tensor)) {
       std::vector<Sym> rest(args.begin() + 1, args.end());
-      return call_tensor_method(args[0], PyUnicode_AsUTF8(reinterpret_cast<PyDescrObject*>(o)->d_name), rest, kwargs);
+      return call_tensor_method(args[0], PyUnicode_AsUTF8(reinterpret_cast<PyDescrObject*>(o)->d_name), rest, kwargs, o);
     }
     if ((Py_TYPE(o) == &PyMethodDescr_Type || Py_TYPE(o) == &PyWrapperDescr_Type) && !args.empty() &&
         (args[0]->is(SymKind::List) || args[0]->is(SymKind::Dict) || args[0]->is(SymKind::Tuple))) {
@@ -490,7 +490,8 @@ Sym Tracer::call_builtin(PyObject* fn, const std::string& name, std::vector<Sym>
 
 // ---- tensor methods -----------------------------------------------------------------------------
 
-Sym Tracer::call_tensor_method(const Sym& self, const std::string& name, std::vector<Sym>& args, KwArgs& kwargs) {
+Sym Tracer::call_tensor_method(const Sym& self, const std::string& name, std::vector<Sym>& args, KwArgs& kwargs,
+                               PyObject* descr) {
   const TensorMeta& m = self->meta;
   auto int_arg = [&](size_t i) -> int64_t {
     if (i >= args.size() || !args[i]->is(SymKind::Const) || !PyLong_Check(args[i]->obj.get()))
@@ -524,7 +525,7 @@ Sym Tracer::call_tensor_method(const Sym& self, const std::string& name, std::ve
   if (name == "backward" || name == "register_hook" || name == "retain_grad" || name == "requires_grad_" ||
       name == "data_ptr" || name == "storage")
     brk(BreakKind::UnsupportedTorchOp, "tensor." + name + "()");
-  PyObject* desc = PyObject_GetAttrString(known().tensor_type, name.c_str());
+  PyObject* desc = descr ? (Py_INCREF(descr), descr) : PyObject_GetAttrString(known().tensor_type, name.c_str());
   if (!desc) {
     PyErr_Clear();
     brk(BreakKind::RaisesInTrace, "AttributeError: tensor has no attribute '" + name + "'");
@@ -692,8 +693,10 @@ Sym Tracer::call_method(const Sym& method, std::vector<Sym>& args, KwArgs& kwarg
       break;
     case SymKind::Set:
       if (name == "add" && !self->obj) {
-        if (!args.at(0)->is(SymKind::Const)) brk(BreakKind::UnsupportedValue, "set of non-constant values");
-        self->items.push_back(args[0]);
+        const Sym& v = args.at(0);
+        if (!(v->is(SymKind::Const) || v->is(SymKind::Object) || v->is(SymKind::NewObject)))
+          brk(BreakKind::UnsupportedValue, "set of " + describe_sym(v));
+        if (contains(self, v)->obj.get() == Py_False) self->items.push_back(v);
         return none;
       }
       break;

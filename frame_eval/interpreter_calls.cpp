@@ -69,7 +69,64 @@ Sym Tracer::call(const Sym& fn, std::vector<Sym> args, KwArgs kwargs) {
   brk(BreakKind::UnsupportedCall, "calling " + describe_sym(fn));
 }
 
+namespace {
+// nn.Module's tree walkers are generators with `yield from`; they are evaluated natively on the
+// real module tree, each submodule fetched through its parent's _modules (and guarded).
+bool is_module_walker(PyObject* fn, std::string* which) {
+  static PyObject* walkers[4] = {nullptr, nullptr, nullptr, nullptr};
+  static const char* names[4] = {"modules", "named_modules", "children", "named_children"};
+  if (!walkers[0])
+    for (int i = 0; i < 4; ++i) walkers[i] = PyObject_GetAttrString(known().module_type, names[i]);
+  for (int i = 0; i < 4; ++i)
+    if (fn == walkers[i]) {
+      *which = names[i];
+      return true;
+    }
+  return false;
+}
+}  // namespace
+
+void Tracer::walk_modules(const Sym& module, const std::string& prefix, bool recurse, std::vector<Sym>* seen,
+                          std::vector<std::pair<std::string, Sym>>* out) {
+  for (const Sym& s : *seen)
+    if (s->obj.get() == module->obj.get()) return;
+  seen->push_back(module);
+  out->emplace_back(prefix, module);
+  PyObject** dictptr = _PyObject_GetDictPtr(module->obj.get());
+  PyObject* modules = dictptr && *dictptr ? PyDict_GetItemString(*dictptr, "_modules") : nullptr;
+  if (!modules) return;
+  PyRef keys = PyRef::steal(PySequence_Tuple(PyRef::steal(PyDict_Keys(modules)).get()));
+  guard(Guard::Kind::DictKeys, attr_source(module->source, "_modules"), keys.get());
+  PyObject *k, *m;
+  Py_ssize_t pos = 0;
+  while (PyDict_Next(modules, &pos, &k, &m)) {
+    if (m == Py_None) continue;
+    std::string name = PyUnicode_AsUTF8(k);
+    Sym child = module_child(module, "_modules", m, name);
+    std::string child_prefix = prefix.empty() ? name : prefix + "." + name;
+    if (recurse) walk_modules(child, child_prefix, true, seen, out);
+    else out->emplace_back(name, child);
+  }
+}
+
 Sym Tracer::call_python_function(PyObject* fn, const SourcePtr& fn_source, std::vector<Sym> args, KwArgs kwargs) {
+  std::string walker;
+  if (is_module_walker(fn, &walker) && args.size() == 1 && kwargs.empty() && args[0]->is(SymKind::Object)) {
+    std::vector<Sym> seen;
+    std::vector<std::pair<std::string, Sym>> found;
+    bool recurse = walker == "modules" || walker == "named_modules";
+    if (recurse) {
+      walk_modules(args[0], "", true, &seen, &found);
+    } else {
+      walk_modules(args[0], "", false, &seen, &found);
+      found.erase(found.begin());
+    }
+    Sym it = make_sym(SymKind::Iterator);
+    bool named = walker.rfind("named_", 0) == 0;
+    for (auto& [name, m] : found)
+      it->items.push_back(named ? make_tuple({make_const_steal(PyUnicode_FromString(name.c_str())), m}) : m);
+    return it;
+  }
   auto* f = reinterpret_cast<PyFunctionObject*>(fn);
   Sym defaults = f->func_defaults ? wrap(f->func_defaults, nullptr) : nullptr;
   Sym kwdefaults;

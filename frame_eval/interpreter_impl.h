@@ -117,12 +117,15 @@ class Tracer {
   Sym call_python_function(PyObject* fn, const SourcePtr& fn_source, std::vector<Sym> args, KwArgs kwargs);
   Sym call_module(const Sym& module, std::vector<Sym> args, KwArgs kwargs);
   Sym construct(PyObject* cls, std::vector<Sym> args, KwArgs kwargs);
+  void walk_modules(const Sym& module, const std::string& prefix, bool recurse, std::vector<Sym>* seen,
+                    std::vector<std::pair<std::string, Sym>>* out);
 
   // ---- interpreter_builtins.cpp: builtins, torch calls, operators ----
   Sym call_const(const Sym& fn, std::vector<Sym>& args, KwArgs& kwargs);
   Sym call_builtin(PyObject* fn, const std::string& name, std::vector<Sym>& args, KwArgs& kwargs);
   Sym call_method(const Sym& method, std::vector<Sym>& args, KwArgs& kwargs);
-  Sym call_tensor_method(const Sym& self, const std::string& name, std::vector<Sym>& args, KwArgs& kwargs);
+  Sym call_tensor_method(const Sym& self, const std::string& name, std::vector<Sym>& args, KwArgs& kwargs,
+                         PyObject* descr = nullptr);  // descr: the C method to call (borrowed), else looked up
   Sym torch_call(PyObject* fn, const std::vector<Sym>& args, const KwArgs& kwargs, const std::string& what);
   Sym fold(PyObject* fn, const std::vector<Sym>& args, const KwArgs& kwargs, const std::string& what);
   Sym binary_op(int nb_op, const Sym& a, const Sym& b);

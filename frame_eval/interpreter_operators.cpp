@@ -226,6 +226,23 @@ Sym Tracer::contains(const Sym& container, const Sym& item) {
     }
     return make_const(Py_False);
   }
+  if (container->is(SymKind::Set) && !container->obj) {
+    // Sets hold constants (compared by value) and objects (compared by identity, e.g. the memo
+    // set of nn.Module.named_modules).
+    PyRef i = PyRef::steal(item->is(SymKind::Const) ? sym_to_const(item) : nullptr);
+    for (const Sym& e : container->items) {
+      if (i && e->is(SymKind::Const)) {
+        int eq = PyObject_RichCompareBool(e->obj.get(), i.get(), Py_EQ);
+        if (eq < 0) PyErr_Clear();
+        if (eq == 1) return make_const(Py_True);
+      } else if (!item->is(SymKind::Tensor) && !e->is(SymKind::Tensor) && (e->is(SymKind::Object) || item->is(SymKind::Object) || e->is(SymKind::NewObject) || item->is(SymKind::NewObject))) {
+        if (is_same(e, item)->obj.get() == Py_True) return make_const(Py_True);
+      } else {
+        brk(BreakKind::UnsupportedOperand, "`in` of " + describe_sym(item) + " in a set");
+      }
+    }
+    return make_const(Py_False);
+  }
   if (container->is(SymKind::Tensor) || item->is(SymKind::Tensor))
     brk(BreakKind::DataDependentBranch, "`in` with a tensor");
   PyRef c = PyRef::steal(sym_to_const(container));
