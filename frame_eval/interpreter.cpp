@@ -132,9 +132,9 @@ const Known& known() {
 
 // ---- the tracer ---------------------------------------------------------------------------------
 
-Tracer::Tracer(const FrameView& view, const TraceOptions& options) : view_(view), options_(options) {}
+SymbolicTracer::SymbolicTracer(const FrameView& view, const TraceOptions& options) : view_(view), options_(options) {}
 
-void Tracer::brk(BreakKind kind, const std::string& detail) {
+void SymbolicTracer::brk(BreakKind kind, const std::string& detail) {
   BreakInfo info = make_break_info(kind, detail);
   for (const Frame* f : frames_) {
     const Instr& ins = f->dc->instrs[static_cast<size_t>(f->ip)];
@@ -162,7 +162,7 @@ std::string str_of(PyObject* s) { return PyUnicode_AsUTF8(s); }
 
 }  // namespace
 
-Sym Tracer::run_frame(Frame& f) {
+Sym SymbolicTracer::run_frame(Frame& f) {
   FramePush push(frames_, &f);
   ++out_.stats.frames;
   const std::vector<Instr>& instrs = f.dc->instrs;
@@ -190,7 +190,7 @@ Sym Tracer::run_frame(Frame& f) {
   }
 }
 
-void Tracer::step(Frame& f, const Instr& ins) {
+void SymbolicTracer::step(Frame& f, const Instr& ins) {
   std::vector<Sym>& st = f.stack;
   auto pop = [&]() {
     FF_CHECK(!st.empty(), "pop from an empty stack");
@@ -697,7 +697,7 @@ void Tracer::step(Frame& f, const Instr& ins) {
 namespace {
 
 struct OutputBuilder {
-  Tracer& t;
+  SymbolicTracer& t;
   std::vector<Value> outputs;
   std::unordered_map<NodeId, int> index_of;
 
@@ -817,7 +817,7 @@ Graph placeholders_first(const Graph& g, std::vector<NodeId>* remap) {
 
 }  // namespace
 
-Sym Tracer::tensor_sym(NodeId node) {
+Sym SymbolicTracer::tensor_sym(NodeId node) {
   const ValueMeta& m = out_.graph.node(node).meta;
   if (m.kind == ValueMeta::Kind::Tensor) {
     Sym s = make_sym(SymKind::Tensor);
@@ -835,7 +835,7 @@ Sym Tracer::tensor_sym(NodeId node) {
   brk(BreakKind::DataDependentShape, "op returns a Python scalar computed from tensor data");
 }
 
-CaptureResult Tracer::trace() {
+CaptureResult SymbolicTracer::trace() {
   init_op_callables();
   const Known& k = known();
   (void)k;
@@ -918,7 +918,7 @@ CaptureResult Tracer::trace() {
 }
 
 CaptureResult trace_frame(const FrameView& frame, const TraceOptions& options) {
-  Tracer t(frame, options);
+  SymbolicTracer t(frame, options);
   return t.trace();
 }
 

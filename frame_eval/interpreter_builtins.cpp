@@ -59,7 +59,7 @@ bool is_pure_builtin(std::string_view n) {
 
 }  // namespace
 
-PyObject* Tracer::type_of(const Sym& v) {
+PyObject* SymbolicTracer::type_of(const Sym& v) {
   switch (v->kind) {
     case SymKind::Const: return reinterpret_cast<PyObject*>(Py_TYPE(v->obj.get()));
     case SymKind::Tensor: return v->obj ? v->obj.get() : known().tensor_type;
@@ -78,7 +78,7 @@ PyObject* Tracer::type_of(const Sym& v) {
   }
 }
 
-Value Tracer::to_value(const Sym& v) {
+Value SymbolicTracer::to_value(const Sym& v) {
   switch (v->kind) {
     case SymKind::Tensor: return Value::of_node(v->node);
     case SymKind::Const: {
@@ -98,7 +98,7 @@ Value Tracer::to_value(const Sym& v) {
   }
 }
 
-Sym Tracer::torch_call(PyObject* fn, const std::vector<Sym>& args, const KwArgs& kwargs, const std::string& what) {
+Sym SymbolicTracer::torch_call(PyObject* fn, const std::vector<Sym>& args, const KwArgs& kwargs, const std::string& what) {
   std::vector<Value> vals;
   vals.reserve(args.size());
   for (const Sym& a : args) vals.push_back(to_value(a));
@@ -116,7 +116,7 @@ Sym Tracer::torch_call(PyObject* fn, const std::vector<Sym>& args, const KwArgs&
   return tensor_sym(*node);
 }
 
-Sym Tracer::fold(PyObject* fn, const std::vector<Sym>& args, const KwArgs& kwargs, const std::string& what) {
+Sym SymbolicTracer::fold(PyObject* fn, const std::vector<Sym>& args, const KwArgs& kwargs, const std::string& what) {
   PyRef tuple = PyRef::steal(PyTuple_New(static_cast<Py_ssize_t>(args.size())));
   for (size_t i = 0; i < args.size(); ++i) {
     PyObject* c = sym_to_const(args[i]);
@@ -149,7 +149,7 @@ Sym Tracer::fold(PyObject* fn, const std::vector<Sym>& args, const KwArgs& kwarg
   return wrap(r, nullptr);
 }
 
-Sym Tracer::call_const(const Sym& fn, std::vector<Sym>& args, KwArgs& kwargs) {
+Sym SymbolicTracer::call_const(const Sym& fn, std::vector<Sym>& args, KwArgs& kwargs) {
   PyObject* o = fn->obj.get();
   const Known& k = known();
   bool any_tensor = false;
@@ -278,12 +278,12 @@ Sym Tracer::call_const(const Sym& fn, std::vector<Sym>& args, KwArgs& kwargs) {
   brk(BreakKind::UnknownCFunction, (mod.empty() ? "" : mod + ".") + name);
 }
 
-std::vector<Sym> Tracer::iterate_or_self(const Sym& s) {
+std::vector<Sym> SymbolicTracer::iterate_or_self(const Sym& s) {
   if (s->is(SymKind::Tuple) || s->is(SymKind::List)) return s->items;
   return {s};
 }
 
-Sym Tracer::call_builtin(PyObject* fn, const std::string& name, std::vector<Sym>& args, KwArgs& kwargs) {
+Sym SymbolicTracer::call_builtin(PyObject* fn, const std::string& name, std::vector<Sym>& args, KwArgs& kwargs) {
   auto arg_count = [&](size_t lo, size_t hi) {
     if (args.size() < lo || args.size() > hi) brk(BreakKind::WrongArguments, name + "() with " + std::to_string(args.size()) + " arguments");
   };
@@ -490,7 +490,7 @@ Sym Tracer::call_builtin(PyObject* fn, const std::string& name, std::vector<Sym>
 
 // ---- tensor methods -----------------------------------------------------------------------------
 
-Sym Tracer::call_tensor_method(const Sym& self, const std::string& name, std::vector<Sym>& args, KwArgs& kwargs,
+Sym SymbolicTracer::call_tensor_method(const Sym& self, const std::string& name, std::vector<Sym>& args, KwArgs& kwargs,
                                PyObject* descr) {
   const TensorMeta& m = self->meta;
   auto int_arg = [&](size_t i) -> int64_t {
@@ -554,7 +554,7 @@ Sym Tracer::call_tensor_method(const Sym& self, const std::string& name, std::ve
 
 // ---- builtin methods of containers and context managers -----------------------------------------
 
-void Tracer::note_list_mutation(const Sym& list) {
+void SymbolicTracer::note_list_mutation(const Sym& list) {
   if (!list->obj) return;
   if (!list->source) brk(BreakKind::UnsupportedValue, "mutation of a list that cannot be fetched again");
   for (const Sym& s : mutated_containers_)
@@ -562,7 +562,7 @@ void Tracer::note_list_mutation(const Sym& list) {
   mutated_containers_.push_back(list);
 }
 
-Sym Tracer::call_method(const Sym& method, std::vector<Sym>& args, KwArgs& kwargs) {
+Sym SymbolicTracer::call_method(const Sym& method, std::vector<Sym>& args, KwArgs& kwargs) {
   const Sym& self = method->items[0];
   const std::string& name = method->name;
   Sym none = make_const(Py_None);

@@ -17,7 +17,7 @@ PyObject* type_lookup(PyTypeObject* t, const char* name) {
 
 }  // namespace
 
-Sym Tracer::call(const Sym& fn, std::vector<Sym> args, KwArgs kwargs) {
+Sym SymbolicTracer::call(const Sym& fn, std::vector<Sym> args, KwArgs kwargs) {
   switch (fn->kind) {
     case SymKind::Const:
       return call_const(fn, args, kwargs);
@@ -86,7 +86,7 @@ bool is_module_walker(PyObject* fn, std::string* which) {
 }
 }  // namespace
 
-void Tracer::walk_modules(const Sym& module, const std::string& prefix, bool recurse, std::vector<Sym>* seen,
+void SymbolicTracer::walk_modules(const Sym& module, const std::string& prefix, bool recurse, std::vector<Sym>* seen,
                           std::vector<std::pair<std::string, Sym>>* out) {
   for (const Sym& s : *seen)
     if (s->obj.get() == module->obj.get()) return;
@@ -109,7 +109,7 @@ void Tracer::walk_modules(const Sym& module, const std::string& prefix, bool rec
   }
 }
 
-Sym Tracer::call_python_function(PyObject* fn, const SourcePtr& fn_source, std::vector<Sym> args, KwArgs kwargs) {
+Sym SymbolicTracer::call_python_function(PyObject* fn, const SourcePtr& fn_source, std::vector<Sym> args, KwArgs kwargs) {
   std::string walker;
   if (is_module_walker(fn, &walker) && args.size() == 1 && kwargs.empty() && args[0]->is(SymKind::Object)) {
     std::vector<Sym> seen;
@@ -164,7 +164,7 @@ Sym Tracer::call_python_function(PyObject* fn, const SourcePtr& fn_source, std::
                      closure, std::move(args), std::move(kwargs));
 }
 
-Sym Tracer::inline_call(PyCodeObject* code, PyObject* globals, const SourcePtr& globals_source, const Sym& defaults,
+Sym SymbolicTracer::inline_call(PyCodeObject* code, PyObject* globals, const SourcePtr& globals_source, const Sym& defaults,
                         const Sym& kwdefaults, const Sym& closure, std::vector<Sym> args, KwArgs kwargs) {
   if (static_cast<int>(frames_.size()) > options_.max_inline_depth)
     brk(BreakKind::InlineDepth, "more than " + std::to_string(options_.max_inline_depth) + " nested calls");
@@ -255,7 +255,7 @@ Sym Tracer::inline_call(PyCodeObject* code, PyObject* globals, const SourcePtr& 
   return run_frame(f);
 }
 
-Sym Tracer::call_module(const Sym& module, std::vector<Sym> args, KwArgs kwargs) {
+Sym SymbolicTracer::call_module(const Sym& module, std::vector<Sym> args, KwArgs kwargs) {
   PyObject* m = module->obj.get();
   PyTypeObject* t = Py_TYPE(m);
   PyObject* call_impl = type_lookup(t, "__call__");
@@ -289,7 +289,7 @@ Sym Tracer::call_module(const Sym& module, std::vector<Sym> args, KwArgs kwargs)
   return call_python_function(forward, nullptr, std::move(args), std::move(kwargs));
 }
 
-Sym Tracer::construct(PyObject* cls, std::vector<Sym> args, KwArgs kwargs) {
+Sym SymbolicTracer::construct(PyObject* cls, std::vector<Sym> args, KwArgs kwargs) {
   auto* t = reinterpret_cast<PyTypeObject*>(cls);
   if (is_module(cls) || PyType_IsSubtype(t, reinterpret_cast<PyTypeObject*>(known().module_type)))
     brk(BreakKind::UnsupportedCall, std::string("constructing ") + t->tp_name + " inside compiled code");

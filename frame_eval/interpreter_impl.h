@@ -87,9 +87,9 @@ struct PendingEffect {
 
 using KwArgs = std::vector<std::pair<std::string, Sym>>;
 
-class Tracer {
+class SymbolicTracer {
  public:
-  Tracer(const FrameView& view, const TraceOptions& options);
+  SymbolicTracer(const FrameView& view, const TraceOptions& options);
   CaptureResult trace();
 
   // ---- interpreter.cpp: the frame loop ----

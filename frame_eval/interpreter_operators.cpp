@@ -37,7 +37,7 @@ PyObject* dict_of(PyObject* o) {
 
 }  // namespace
 
-Sym Tracer::binary_op(int nb, const Sym& a, const Sym& b) {
+Sym SymbolicTracer::binary_op(int nb, const Sym& a, const Sym& b) {
   bool inplace = nb >= 13;
   int base = inplace ? nb - 13 : nb;
   FF_CHECK(base >= 0 && base < 13, "unknown BINARY_OP");
@@ -94,7 +94,7 @@ Sym Tracer::binary_op(int nb, const Sym& a, const Sym& b) {
   brk(BreakKind::UnsupportedOperand, std::string(kNbNames[base]) + " of " + describe_sym(a) + " and " + describe_sym(b));
 }
 
-Sym Tracer::compare_op(int cmp, const Sym& a, const Sym& b) {
+Sym SymbolicTracer::compare_op(int cmp, const Sym& a, const Sym& b) {
   FF_CHECK(cmp >= 0 && cmp < 6, "unknown COMPARE_OP");
   if (a->is(SymKind::Tensor) || b->is(SymKind::Tensor)) {
     PyRef fn = operator_fn(kCmpNames[cmp]);
@@ -125,14 +125,14 @@ Sym Tracer::compare_op(int cmp, const Sym& a, const Sym& b) {
   brk(BreakKind::UnsupportedOperand, std::string("comparison ") + kCmpNames[cmp] + " of " + describe_sym(a) + " and " + describe_sym(b));
 }
 
-Sym Tracer::unary_op(const char* op_name, const Sym& a) {
+Sym SymbolicTracer::unary_op(const char* op_name, const Sym& a) {
   PyRef fn = operator_fn(op_name);
   if (a->is(SymKind::Tensor)) return torch_call(fn.get(), {a}, {}, std::string("operator.") + op_name);
   if (a->is(SymKind::Const) && is_plain_const(a->obj.get())) return fold(fn.get(), {a}, {}, op_name);
   brk(BreakKind::UnsupportedOperand, std::string(op_name) + " of " + describe_sym(a));
 }
 
-bool Tracer::truth(const Sym& v) {
+bool SymbolicTracer::truth(const Sym& v) {
   switch (v->kind) {
     case SymKind::Const: {
       PyObject* o = v->obj.get();
@@ -174,7 +174,7 @@ bool Tracer::truth(const Sym& v) {
   }
 }
 
-Sym Tracer::len_of(const Sym& v) {
+Sym SymbolicTracer::len_of(const Sym& v) {
   switch (v->kind) {
     case SymKind::Tuple:
     case SymKind::List:
@@ -215,7 +215,7 @@ Sym Tracer::len_of(const Sym& v) {
   brk(BreakKind::UnsupportedOperand, "len() of " + describe_sym(v));
 }
 
-Sym Tracer::contains(const Sym& container, const Sym& item) {
+Sym SymbolicTracer::contains(const Sym& container, const Sym& item) {
   if (container->is(SymKind::Dict)) {
     PyRef k = PyRef::steal(sym_to_const(item));
     if (!k) brk(BreakKind::UnsupportedOperand, "`in` with key " + describe_sym(item));
@@ -268,7 +268,7 @@ Sym Tracer::contains(const Sym& container, const Sym& item) {
   brk(BreakKind::UnsupportedOperand, "`in` of " + describe_sym(item) + " in " + describe_sym(container));
 }
 
-Sym Tracer::is_same(const Sym& a, const Sym& b) {
+Sym SymbolicTracer::is_same(const Sym& a, const Sym& b) {
   auto yes = [] { return make_const(Py_True); };
   auto no = [] { return make_const(Py_False); };
   if (a == b) return yes();
@@ -292,7 +292,7 @@ Sym Tracer::is_same(const Sym& a, const Sym& b) {
   brk(BreakKind::UnsupportedOperand, "`is` between " + describe_sym(a) + " and " + describe_sym(b));
 }
 
-Sym Tracer::subscript(const Sym& c, const Sym& index) {
+Sym SymbolicTracer::subscript(const Sym& c, const Sym& index) {
   switch (c->kind) {
     case SymKind::Tensor: {
       PyRef fn = operator_fn("getitem");
@@ -374,7 +374,7 @@ Sym Tracer::subscript(const Sym& c, const Sym& index) {
   brk(BreakKind::UnsupportedOperand, "subscript of " + describe_sym(c) + " with " + describe_sym(index));
 }
 
-void Tracer::store_subscript(const Sym& c, const Sym& index, Sym value) {
+void SymbolicTracer::store_subscript(const Sym& c, const Sym& index, Sym value) {
   switch (c->kind) {
     case SymKind::Dict: {
       PyRef k = PyRef::steal(sym_to_const(index));
@@ -431,7 +431,7 @@ void Tracer::store_subscript(const Sym& c, const Sym& index, Sym value) {
   brk(BreakKind::UnsupportedOperand, "item assignment on " + describe_sym(c));
 }
 
-std::vector<Sym> Tracer::iterate(const Sym& v) {
+std::vector<Sym> SymbolicTracer::iterate(const Sym& v) {
   switch (v->kind) {
     case SymKind::Tuple:
     case SymKind::List:
@@ -490,7 +490,7 @@ std::vector<Sym> Tracer::iterate(const Sym& v) {
   brk(BreakKind::UnsupportedIteration, describe_sym(v));
 }
 
-Sym Tracer::get_iter(const Sym& v) {
+Sym SymbolicTracer::get_iter(const Sym& v) {
   if (v->is(SymKind::Iterator)) return v;
   Sym it = make_sym(SymKind::Iterator);
   if (v->is(SymKind::Const) && PyRange_Check(v->obj.get())) {
@@ -509,7 +509,7 @@ Sym Tracer::get_iter(const Sym& v) {
   return it;
 }
 
-Sym Tracer::iter_next(const Sym& it) {
+Sym SymbolicTracer::iter_next(const Sym& it) {
   if (!it->is(SymKind::Iterator)) brk(BreakKind::UnsupportedIteration, "next() of " + describe_sym(it));
   if (it->flag) {
     bool more = it->step > 0 ? it->pos < it->stop : it->pos > it->stop;

@@ -80,9 +80,9 @@ PyObject* type_lookup(PyTypeObject* t, const char* name) {
 
 }  // namespace
 
-PyObject* Tracer::dtype_object(DType t) { return known().dtypes[static_cast<size_t>(t)]; }
+PyObject* SymbolicTracer::dtype_object(DType t) { return known().dtypes[static_cast<size_t>(t)]; }
 
-void Tracer::guard(Guard::Kind kind, const SourcePtr& src, PyObject* expected, int64_t length) {
+void SymbolicTracer::guard(Guard::Kind kind, const SourcePtr& src, PyObject* expected, int64_t length) {
   if (!src) return;
   std::string key = std::to_string(static_cast<int>(kind)) + src->str();
   if (!guard_keys_.insert(key).second) return;
@@ -95,7 +95,7 @@ void Tracer::guard(Guard::Kind kind, const SourcePtr& src, PyObject* expected, i
   out_.guards.push_back(std::move(g));
 }
 
-Sym Tracer::wrap(PyObject* obj, SourcePtr src) {
+Sym SymbolicTracer::wrap(PyObject* obj, SourcePtr src) {
   PyTypeObject* t = Py_TYPE(obj);
   if (is_plain_const(obj)) {
     if (t == &PyTuple_Type || t == &PyFrozenSet_Type || t == &PyRange_Type || t == &PySlice_Type ||
@@ -240,7 +240,7 @@ Sym Tracer::wrap(PyObject* obj, SourcePtr src) {
   return s;
 }
 
-Sym Tracer::cell_contents(const Sym& cell) {
+Sym SymbolicTracer::cell_contents(const Sym& cell) {
   FF_CHECK(cell && cell->is(SymKind::Cell), "LOAD_DEREF of a slot without a cell");
   if (cell->items.empty()) {
     if (!cell->obj) brk(BreakKind::RaisesInTrace, "free variable referenced before assignment");
@@ -251,7 +251,7 @@ Sym Tracer::cell_contents(const Sym& cell) {
   return cell->items[0];
 }
 
-Sym Tracer::load_global(Frame& f, PyObject* name) {
+Sym SymbolicTracer::load_global(Frame& f, PyObject* name) {
   bool root = f.globals == view_.globals;
   if (root) {
     auto it = globals_cache_.find(name);
@@ -286,7 +286,7 @@ Sym Tracer::load_global(Frame& f, PyObject* name) {
   return make_const(b);
 }
 
-void Tracer::store_global(Frame& f, PyObject* name, Sym value) {
+void SymbolicTracer::store_global(Frame& f, PyObject* name, Sym value) {
   if (f.globals != view_.globals) brk(BreakKind::UnsupportedAttribute, "assignment to a global of another module");
   auto s = std::make_shared<Source>();
   s->kind = Source::Kind::Global;
@@ -295,7 +295,7 @@ void Tracer::store_global(Frame& f, PyObject* name, Sym value) {
   globals_cache_[name] = std::move(value);
 }
 
-Sym Tracer::module_child(const Sym& module, const char* dict_name, PyObject* value, const std::string& key) {
+Sym SymbolicTracer::module_child(const Sym& module, const char* dict_name, PyObject* value, const std::string& key) {
   PyRef k = PyRef::steal(PyUnicode_FromString(key.c_str()));
   SourcePtr src = item_source(attr_source(module->source, dict_name), k.get());
   return wrap(value, src);
@@ -317,13 +317,13 @@ void set_attr(std::vector<std::pair<std::string, Sym>>& attrs, const std::string
 }
 }  // namespace
 
-Sym Tracer::load_attr(const Sym& base, const std::string& name) {
+Sym SymbolicTracer::load_attr(const Sym& base, const std::string& name) {
   Sym r = try_load_attr(base, name);
   if (!r) brk(BreakKind::RaisesInTrace, "AttributeError: " + describe_sym(base) + " has no attribute '" + name + "'");
   return r;
 }
 
-Sym Tracer::try_load_attr(const Sym& base, const std::string& name) {
+Sym SymbolicTracer::try_load_attr(const Sym& base, const std::string& name) {
   switch (base->kind) {
     case SymKind::Tensor: {
       const TensorMeta& m = base->meta;
@@ -586,7 +586,7 @@ Sym Tracer::try_load_attr(const Sym& base, const std::string& name) {
   }
 }
 
-void Tracer::store_attr(const Sym& base, const std::string& name, Sym value) {
+void SymbolicTracer::store_attr(const Sym& base, const std::string& name, Sym value) {
   if (base->is(SymKind::NewObject)) {
     set_attr(base->attrs, name, std::move(value));
     return;
