@@ -87,9 +87,9 @@ struct PendingEffect {
 
 using KwArgs = std::vector<std::pair<std::string, Sym>>;
 
-class Tracer {
+class SymbolicTracer {
  public:
-  Tracer(const FrameView& view, const TraceOptions& options);
+  SymbolicTracer(const FrameView& view, const TraceOptions& options);
   CaptureResult trace();
 
   // ---- interpreter.cpp: the frame loop ----
@@ -117,12 +117,15 @@ class Tracer {
   Sym call_python_function(PyObject* fn, const SourcePtr& fn_source, std::vector<Sym> args, KwArgs kwargs);
   Sym call_module(const Sym& module, std::vector<Sym> args, KwArgs kwargs);
   Sym construct(PyObject* cls, std::vector<Sym> args, KwArgs kwargs);
+  void walk_modules(const Sym& module, const std::string& prefix, bool recurse, std::vector<Sym>* seen,
+                    std::vector<std::pair<std::string, Sym>>* out);
 
   // ---- interpreter_builtins.cpp: builtins, torch calls, operators ----
   Sym call_const(const Sym& fn, std::vector<Sym>& args, KwArgs& kwargs);
   Sym call_builtin(PyObject* fn, const std::string& name, std::vector<Sym>& args, KwArgs& kwargs);
   Sym call_method(const Sym& method, std::vector<Sym>& args, KwArgs& kwargs);
-  Sym call_tensor_method(const Sym& self, const std::string& name, std::vector<Sym>& args, KwArgs& kwargs);
+  Sym call_tensor_method(const Sym& self, const std::string& name, std::vector<Sym>& args, KwArgs& kwargs,
+                         PyObject* descr = nullptr);  // descr: the C method to call (borrowed), else looked up
   Sym torch_call(PyObject* fn, const std::vector<Sym>& args, const KwArgs& kwargs, const std::string& what);
   Sym fold(PyObject* fn, const std::vector<Sym>& args, const KwArgs& kwargs, const std::string& what);
   Sym binary_op(int nb_op, const Sym& a, const Sym& b);
@@ -139,6 +142,7 @@ class Tracer {
   PyObject* type_of(const Sym& v);          // borrowed; nullptr when unknown
   Value to_value(const Sym& v);             // a graph operand
   Sym len_of(const Sym& v);
+  std::vector<Sym> iterate_or_self(const Sym& s);
 
   void note_list_mutation(const Sym& list);
 

@@ -67,7 +67,7 @@ constexpr uint8_t F = kJumpForward, B = kJumpBackward, M = kMayBreak;
   X(BUILD_LIST, 103, BuildList, 0, 0)                         \
   X(BUILD_SET, 104, BuildSet, 0, M)                           \
   X(BUILD_MAP, 105, BuildMap, 0, M)                           \
-  X(LOAD_ATTR, 106, LoadAttr, 9, M)                           \
+  X(LOAD_ATTR, 106, LoadAttrMethodBit, 9, M)                           \
   X(COMPARE_OP, 107, CompareOp, 1, M)                         \
   X(IMPORT_NAME, 108, ImportName, 0, M)                       \
   X(IMPORT_FROM, 109, ImportFrom, 0, M)                       \
