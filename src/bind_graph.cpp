@@ -207,3 +207,24 @@ void define_graph(py::module_& m) {
 }
 
 }  // namespace ff
+
+namespace ff {
+
+// The frontend hands captured graphs to Python backends through this (frame_eval/hook_backend.cpp).
+py::object wrap_graph_for_python(const Graph& g) {
+  auto pg = std::make_shared<PyGraph>();
+  pg->g = g;
+  return py::cast(pg);
+}
+
+}  // namespace ff
+
+namespace ff {
+
+// The C++ graph inside a _C.graph.Graph (test-only captures are built from Python graphs).
+const Graph* graph_from_python(py::handle obj) {
+  if (!py::isinstance<PyGraph>(obj)) return nullptr;
+  return &obj.cast<PyGraph&>().g;
+}
+
+}  // namespace ff
