@@ -29,12 +29,15 @@ PyObject* op_callable(OpId op);
 // Adds a call of op `op` to `g`: binds the arguments to the schema, computes the result metadata
 // (the op's meta rule, else torch on meta tensors). Returns the node, or nullopt with *reason set
 // to a one-line explanation (unknown keyword, unsupported operands, eager would raise ...).
+// `grad_enabled`: grad mode of the traced code at this call (results require grad only if it is on).
 std::optional<NodeId> add_op_call(Graph& g, OpId op, const std::vector<Value>& args,
-                                  const std::vector<std::pair<std::string, Value>>& kwargs, std::string* reason);
+                                  const std::vector<std::pair<std::string, Value>>& kwargs, std::string* reason,
+                                  bool grad_enabled = true);
 
 // As add_op_call, starting from a Python callable; *reason says when it is not a registered op.
 std::optional<NodeId> add_torch_call(Graph& g, PyObject* fn, const std::vector<Value>& args,
-                                     const std::vector<std::pair<std::string, Value>>& kwargs, std::string* reason);
+                                     const std::vector<std::pair<std::string, Value>>& kwargs, std::string* reason,
+                                     bool grad_enabled = true);
 
 // A Python constant as a Value (None, bool, int, float, str, torch.dtype, torch.device,
 // torch.memory_format, torch.layout, Ellipsis, slice, and lists/tuples of those). nullopt otherwise.

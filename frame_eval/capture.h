@@ -1,0 +1,141 @@
+// The contract between the symbolic interpreter (which traces a frame into a CaptureResult) and the
+// frame hook / cache (which guards, compiles and runs it).
+//
+// trace_frame() reads a frame's arguments without running it; everything it learns about Python
+// state it depends on becomes a Guard; every tensor it reads becomes a graph input with a Source
+// saying how to fetch it again on the next call. Running the capture means: fetch inputs by
+// source, run the compiled graph, replay side effects in order, build the return value.
+#pragma once
+
+#include <Python.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "graph/ir.h"
+
+namespace ff {
+
+// ---- sources: how to re-fetch a value from a frame ---------------------------------------------
+
+struct Source;
+using SourcePtr = std::shared_ptr<const Source>;
+
+struct Source {
+  // X(kind, fields used, printed form)
+#define FF_SOURCE_KINDS(X)                                                   \
+  X(Local, "index (localsplus slot), name", "L['name']")                    \
+  X(Closure, "index (into func_closure), name: the cell's contents", "L['name']") \
+  X(Global, "name", "G['name']")                                            \
+  X(Builtin, "name", "G['__builtins__'].name")                              \
+  X(Attr, "base, name", "base.name")                                        \
+  X(Item, "base, key (a constant: int or str)", "base[key]")               \
+  X(TypeOf, "base", "type(base)")
+  enum class Kind : uint8_t {
+#define FF_SOURCE_ENUM(k, fields, printed) k,
+    FF_SOURCE_KINDS(FF_SOURCE_ENUM)
+#undef FF_SOURCE_ENUM
+  };
+
+  Kind kind = Kind::Local;
+  int index = -1;
+  std::string name;
+  SourcePtr base;
+  int64_t int_key = 0;
+  std::string str_key;
+  bool key_is_str = false;
+
+  std::string str() const;  // Python-like expression, as in the `guards` log
+};
+
+// ---- guards -------------------------------------------------------------------------------------
+
+struct Guard {
+  // X(kind, what it checks)
+#define FF_GUARD_KINDS(X)                                                               \
+  X(TypeMatch, "type(source) is expected_type")                                         \
+  X(IdMatch, "source is expected (identity)")                                           \
+  X(EqualsMatch, "source == expected (int/float/bool/str/None/tuple of those), same type") \
+  X(TensorMatch, "isinstance tensor with dtype/device/sizes/strides/requires_grad == tensor_meta") \
+  X(LenMatch, "len(source) == length")                                                  \
+  X(DictKeys, "list(source.keys()) == expected keys, in order")                         \
+  X(GlobalState, "grad mode and default dtype as at trace time")
+  enum class Kind : uint8_t {
+#define FF_GUARD_ENUM(k, doc) k,
+    FF_GUARD_KINDS(FF_GUARD_ENUM)
+#undef FF_GUARD_ENUM
+  };
+
+  Kind kind = Kind::TypeMatch;
+  SourcePtr source;            // not used by GlobalState
+  PyObject* expected = nullptr;  // strong reference (type, object, constant or tuple of keys); may be null
+  TensorMeta tensor_meta;      // TensorMatch
+  int64_t length = 0;          // LenMatch
+  bool grad_enabled = true;    // GlobalState
+  DType default_dtype = DType::Float32;  // GlobalState
+
+  std::string str() const;  // the check as a Python expression, e.g. "L['x'].size()[0] == 8"
+};
+
+// ---- what the compiled code does after the graph ran ------------------------------------------
+
+// How to build a Python value after the graph ran.
+struct OutputPlan {
+  enum class Kind : uint8_t { GraphOutput, Source, Constant, Tuple, List, Dict };
+  Kind kind = Kind::Constant;
+  int index = -1;               // GraphOutput: index into the graph's output tuple
+  SourcePtr source;             // Source: an existing object fetched again (e.g. `return self`)
+  PyObject* constant = nullptr; // Constant: strong reference
+  std::vector<OutputPlan> items;  // Tuple/List; Dict: items are values, `keys` the keys
+  std::vector<PyObject*> keys;    // Dict: strong references
+  PyObject* tuple_type = nullptr; // Tuple: a namedtuple type to rebuild, or null for a plain tuple
+};
+
+// A mutation of Python state the traced code performed, replayed in order after the graph ran.
+struct SideEffect {
+  enum class Kind : uint8_t {
+    SetAttr,       // setattr(target, name, value)
+    StoreGlobal,   // globals[name] = value
+    ReplaceList,   // target[:] = value (the list's final contents)
+    DictSetItem,   // target[key] = value
+    DictDelItem,   // del target[key]
+    CellSet,       // target cell contents = value
+  };
+  Kind kind = Kind::SetAttr;
+  SourcePtr target;
+  std::string name;
+  PyObject* key = nullptr;  // strong reference
+  OutputPlan value;
+};
+
+// A construct that could not be captured (a graph break reason), with the user's location.
+struct BreakInfo {
+  std::string id;           // stable id from the break registry, e.g. "FF0003"
+  std::string reason;       // short: "call to print"
+  std::string explanation;  // why framefuse cannot capture it
+  std::string hint;         // what the user can do
+  std::string filename;
+  int lineno = 0;
+  std::vector<std::string> user_stack;  // "file:line in func" frames, outermost first
+};
+
+struct CaptureResult {
+  Graph graph;
+  std::vector<SourcePtr> inputs;  // one per placeholder, in order
+  std::vector<Guard> guards;
+  OutputPlan output;
+  std::vector<SideEffect> side_effects;
+  ~CaptureResult();  // releases the strong references held in guards / plans
+};
+
+// A read-only view of a frame that has not started running (arguments bound, cells not yet made).
+struct FrameView {
+  PyCodeObject* code = nullptr;  // borrowed
+  PyObject* globals = nullptr;   // borrowed
+  PyObject* builtins = nullptr;  // borrowed
+  PyObject* closure = nullptr;   // borrowed tuple of cells (func_closure) or null
+  std::vector<PyObject*> localsplus;  // borrowed; arguments bound, other slots null
+};
+
+}  // namespace ff

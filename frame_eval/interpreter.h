@@ -1,0 +1,29 @@
+// The symbolic bytecode interpreter: runs a frame's code on symbolic values, recording tensor work
+// into a Graph, and returns a CaptureResult (capture.h). One opcode table per CPython version.
+#pragma once
+
+#include "frame_eval/capture.h"
+#include "src/errors.h"
+
+namespace ff {
+
+// Thrown when the frame contains a construct framefuse cannot capture. Carries the structured
+// break record (stable id, reason, explanation, hint, user file:line).
+class GraphBreak : public Unsupported {
+ public:
+  explicit GraphBreak(BreakInfo info);
+  const BreakInfo& info() const { return info_; }
+
+ private:
+  BreakInfo info_;
+};
+
+struct TraceOptions {
+  int max_inline_depth = 32;  // bounded recursion of inlined user calls
+};
+
+// Traces `frame`. Throws GraphBreak for unsupported constructs and InternalError for bugs; the
+// caller (the hook) turns both into an eager run of the frame. Needs the GIL.
+CaptureResult trace_frame(const FrameView& frame, const TraceOptions& options = {});
+
+}  // namespace ff

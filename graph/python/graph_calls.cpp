@@ -1,0 +1,292 @@
+#include "graph/python/graph_calls.h"
+
+#include <pybind11/pybind11.h>
+
+#include "graph/op_registry.h"
+#include "src/errors.h"
+
+namespace py = pybind11;
+
+namespace ff {
+namespace {
+
+struct TorchTypes {
+  py::object torch, dtype, device, memory_format, layout, tensor, empty_strided;
+};
+
+const TorchTypes& torch_types() {
+  static TorchTypes* t = [] {
+    auto* t = new TorchTypes();  // NB: leaked on purpose; outlives interpreter teardown
+    t->torch = py::module_::import("torch");
+    t->dtype = t->torch.attr("dtype");
+    t->device = t->torch.attr("device");
+    t->memory_format = t->torch.attr("memory_format");
+    t->layout = t->torch.attr("layout");
+    t->tensor = t->torch.attr("Tensor");
+    t->empty_strided = t->torch.attr("empty_strided");
+    return t;
+  }();
+  return *t;
+}
+
+std::string strip_torch(std::string s) { return s.rfind("torch.", 0) == 0 ? s.substr(6) : s; }
+
+py::tuple int_tuple(const std::vector<int64_t>& v) {
+  py::tuple t(v.size());
+  for (size_t i = 0; i < v.size(); ++i) t[i] = py::int_(v[i]);
+  return t;
+}
+
+std::vector<int64_t> int_vector(py::handle seq) {
+  std::vector<int64_t> out;
+  for (py::handle item : seq) out.push_back(item.cast<int64_t>());
+  return out;
+}
+
+// ---- meta-tensor fallback ----------------------------------------------------------------------
+
+struct FallbackCall {
+  const Graph& g;
+  std::optional<Device> requested_device;  // a `device=` argument, replaced by "meta" in the call
+  std::vector<Device> input_devices;
+
+  py::object to_meta_py(const Value& v) {
+    if (v.is_node()) {
+      const ValueMeta& m = g.node(v.node).meta;
+      if (!m.is_tensor()) throw MetaError("non-tensor node operand");
+      const TensorMeta& t = m.tensor;
+      input_devices.push_back(t.device);
+      const TorchTypes& tt = torch_types();
+      py::object dtype = tt.torch.attr(std::string(dtype_name(t.dtype)).c_str());
+      py::object meta = tt.empty_strided(int_tuple(t.sizes), int_tuple(t.strides), py::arg("dtype") = dtype,
+                                         py::arg("device") = "meta");
+      if (t.requires_grad) meta.attr("requires_grad_")(true);
+      return meta;
+    }
+    if (v.kind == Value::Kind::Device) {
+      requested_device = v.device;
+      return torch_types().device("meta");
+    }
+    if (v.is_sequence()) {
+      py::list items;
+      for (const Value& item : v.items) items.append(to_meta_py(item));
+      if (v.kind == Value::Kind::Tuple) return py::tuple(items);
+      return std::move(items);
+    }
+    PyObject* obj = value_to_py(v, nullptr);
+    if (!obj) throw py::error_already_set();
+    return py::reinterpret_steal<py::object>(obj);
+  }
+
+  Device result_device() const {
+    if (requested_device) return *requested_device;
+    for (const Device& d : input_devices)
+      if (d.type != Device::Type::CPU) return d;
+    return input_devices.empty() ? Device{} : input_devices.front();
+  }
+
+  ValueMeta from_result(py::handle r) {
+    if (py::isinstance(r, torch_types().tensor)) {
+      TensorMeta t = meta_from_tensor(r.ptr());
+      t.device = result_device();
+      return ValueMeta::of_tensor(std::move(t));
+    }
+    if (py::isinstance<py::tuple>(r) || py::isinstance<py::list>(r)) {
+      std::vector<ValueMeta> items;
+      for (py::handle item : r) items.push_back(from_result(item));
+      return ValueMeta::tuple(std::move(items));
+    }
+    if (py::isinstance<py::bool_>(r)) return ValueMeta::of(ValueMeta::Kind::Bool);
+    if (py::isinstance<py::int_>(r)) return ValueMeta::of(ValueMeta::Kind::Int);
+    if (py::isinstance<py::float_>(r)) return ValueMeta::of(ValueMeta::Kind::Float);
+    if (r.is_none()) return ValueMeta::of(ValueMeta::Kind::None);
+    throw MetaError(std::string("result of type ") + Py_TYPE(r.ptr())->tp_name + " is not supported in graphs");
+  }
+};
+
+std::optional<ValueMeta> meta_by_fallback(const OpDef& op, const std::vector<Value>& bound, const Graph& g,
+                                          std::string* reason) {
+  PyObject* fn = op_callable(op.id);
+  if (!fn) {
+    *reason = op.target + " is not available in the installed torch";
+    return std::nullopt;
+  }
+  try {
+    FallbackCall call{g, std::nullopt, {}};
+    CallArgs ca = call_args(op, bound);
+    py::list pos;
+    for (const Value* v : ca.positional) pos.append(call.to_meta_py(*v));
+    py::dict kw;
+    for (const auto& [name, v] : ca.keywords) kw[py::str(name)] = call.to_meta_py(*v);
+    py::object result = py::reinterpret_borrow<py::object>(fn)(*py::tuple(pos), **kw);
+    return call.from_result(result);
+  } catch (py::error_already_set& e) {
+    *reason = op.target + " cannot be typed on meta tensors: " + std::string(e.what());
+    auto nl = reason->find('\n');
+    if (nl != std::string::npos) reason->resize(nl);
+    return std::nullopt;
+  } catch (MetaError& e) {
+    *reason = op.target + ": " + e.what();
+    return std::nullopt;
+  }
+}
+
+void clear_requires_grad(ValueMeta& m) {
+  m.tensor.requires_grad = false;
+  for (ValueMeta& item : m.items) clear_requires_grad(item);
+}
+
+}  // namespace
+
+std::optional<Value> constant_from_py(PyObject* obj) {
+  if (obj == Py_None) return Value::none();
+  if (obj == Py_Ellipsis) return Value::ellipsis();
+  if (PyBool_Check(obj)) return Value::of_bool(obj == Py_True);
+  if (PyLong_CheckExact(obj)) {
+    int overflow = 0;
+    long long v = PyLong_AsLongLongAndOverflow(obj, &overflow);
+    if (overflow) return std::nullopt;
+    return Value::of_int(v);
+  }
+  if (PyFloat_CheckExact(obj)) return Value::of_float(PyFloat_AS_DOUBLE(obj));
+  if (PyUnicode_CheckExact(obj)) return Value::of_str(py::reinterpret_borrow<py::str>(obj).cast<std::string>());
+  if (PySlice_Check(obj)) {
+    auto* s = reinterpret_cast<PySliceObject*>(obj);
+    auto a = constant_from_py(s->start), b = constant_from_py(s->stop), c = constant_from_py(s->step);
+    if (!a || !b || !c) return std::nullopt;
+    return Value::slice(*a, *b, *c);
+  }
+  if (PyList_CheckExact(obj) || PyTuple_CheckExact(obj)) {
+    std::vector<Value> items;
+    py::handle seq(obj);
+    for (py::handle item : seq) {
+      auto v = constant_from_py(item.ptr());
+      if (!v) return std::nullopt;
+      items.push_back(std::move(*v));
+    }
+    return PyList_CheckExact(obj) ? Value::list(std::move(items)) : Value::tuple(std::move(items));
+  }
+  const TorchTypes& tt = torch_types();
+  py::handle h(obj);
+  if (py::isinstance(h, tt.dtype)) {
+    auto d = dtype_from_name(strip_torch(py::str(h).cast<std::string>()));
+    if (!d) return std::nullopt;
+    return Value::of_dtype(*d);
+  }
+  if (py::isinstance(h, tt.device)) {
+    auto d = Device::parse(py::str(h).cast<std::string>());
+    if (!d) return std::nullopt;
+    return Value::of_device(*d);
+  }
+  if (py::isinstance(h, tt.memory_format)) return Value::of_memory_format(strip_torch(py::str(h).cast<std::string>()));
+  if (py::isinstance(h, tt.layout)) return Value::of_layout(strip_torch(py::str(h).cast<std::string>()));
+  return std::nullopt;
+}
+
+PyObject* value_to_py(const Value& v, PyObject* const* node_values) {
+  try {
+    switch (v.kind) {
+      case Value::Kind::None: Py_RETURN_NONE;
+      case Value::Kind::Ellipsis: Py_INCREF(Py_Ellipsis); return Py_Ellipsis;
+      case Value::Kind::Bool: return PyBool_FromLong(v.b);
+      case Value::Kind::Int: return PyLong_FromLongLong(v.i);
+      case Value::Kind::Float: return PyFloat_FromDouble(v.f);
+      case Value::Kind::Str: return PyUnicode_FromStringAndSize(v.s.data(), static_cast<Py_ssize_t>(v.s.size()));
+      case Value::Kind::DType:
+        return py::object(torch_types().torch.attr(std::string(dtype_name(v.dtype)).c_str())).release().ptr();
+      case Value::Kind::Device: return torch_types().device(v.device.str()).release().ptr();
+      case Value::Kind::MemoryFormat:
+      case Value::Kind::Layout: return py::object(torch_types().torch.attr(v.s.c_str())).release().ptr();
+      case Value::Kind::Slice: {
+        PyObject* a = value_to_py(v.items[0], node_values);
+        PyObject* b = a ? value_to_py(v.items[1], node_values) : nullptr;
+        PyObject* c = b ? value_to_py(v.items[2], node_values) : nullptr;
+        PyObject* s = c ? PySlice_New(a, b, c) : nullptr;
+        Py_XDECREF(a);
+        Py_XDECREF(b);
+        Py_XDECREF(c);
+        return s;
+      }
+      case Value::Kind::List:
+      case Value::Kind::Tuple: {
+        bool list = v.kind == Value::Kind::List;
+        Py_ssize_t n = static_cast<Py_ssize_t>(v.items.size());
+        PyObject* seq = list ? PyList_New(n) : PyTuple_New(n);
+        if (!seq) return nullptr;
+        for (Py_ssize_t i = 0; i < n; ++i) {
+          PyObject* item = value_to_py(v.items[static_cast<size_t>(i)], node_values);
+          if (!item) {
+            Py_DECREF(seq);
+            return nullptr;
+          }
+          if (list) PyList_SET_ITEM(seq, i, item);
+          else PyTuple_SET_ITEM(seq, i, item);
+        }
+        return seq;
+      }
+      case Value::Kind::Node: {
+        if (!node_values || !node_values[v.node]) {
+          PyErr_SetString(PyExc_RuntimeError, "framefuse internal error: graph value used before it was computed");
+          return nullptr;
+        }
+        Py_INCREF(node_values[v.node]);
+        return node_values[v.node];
+      }
+    }
+  } catch (py::error_already_set& e) {
+    e.restore();
+    return nullptr;
+  }
+  PyErr_SetString(PyExc_RuntimeError, "framefuse internal error: unknown value kind");
+  return nullptr;
+}
+
+TensorMeta meta_from_tensor(PyObject* tensor) {
+  py::handle t(tensor);
+  TensorMeta m;
+  m.sizes = int_vector(t.attr("shape"));
+  m.strides = int_vector(t.attr("stride")());
+  auto dt = dtype_from_name(strip_torch(py::str(t.attr("dtype")).cast<std::string>()));
+  FF_CHECK(dt.has_value(), "unsupported tensor dtype " + py::str(t.attr("dtype")).cast<std::string>());
+  m.dtype = *dt;
+  auto dev = Device::parse(py::str(t.attr("device")).cast<std::string>());
+  FF_CHECK(dev.has_value(), "unsupported device " + py::str(t.attr("device")).cast<std::string>());
+  m.device = *dev;
+  m.requires_grad = t.attr("requires_grad").cast<bool>();
+  return m;
+}
+
+std::optional<NodeId> add_op_call(Graph& g, OpId op, const std::vector<Value>& args,
+                                  const std::vector<std::pair<std::string, Value>>& kwargs, std::string* reason,
+                                  bool grad_enabled) {
+  const OpDef& def = op_def(op);
+  auto bound = bind_call(def, args, kwargs, g, reason);
+  if (!bound) return std::nullopt;
+  std::optional<ValueMeta> meta;
+  try {
+    meta = infer_meta(def, *bound, g);
+  } catch (MetaError& e) {
+    *reason = def.target + ": " + e.what();
+    return std::nullopt;
+  }
+  if (!meta) meta = meta_by_fallback(def, *bound, g, reason);
+  if (!meta) return std::nullopt;
+  if (!grad_enabled) clear_requires_grad(*meta);
+  return g.add_call(op, std::move(*bound), std::move(*meta), def.schema.name);
+}
+
+std::optional<NodeId> add_torch_call(Graph& g, PyObject* fn, const std::vector<Value>& args,
+                                     const std::vector<std::pair<std::string, Value>>& kwargs, std::string* reason,
+                                     bool grad_enabled) {
+  auto op = op_for_callable(fn);
+  if (!op) {
+    py::handle h(fn);
+    std::string name = py::hasattr(h, "__qualname__") ? py::str(h.attr("__qualname__")).cast<std::string>()
+                                                       : py::str(py::repr(h)).cast<std::string>();
+    *reason = name + " is not in framefuse's op registry";
+    return std::nullopt;
+  }
+  return add_op_call(g, *op, args, kwargs, reason, grad_enabled);
+}
+
+}  // namespace ff

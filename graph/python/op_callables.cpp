@@ -1,0 +1,112 @@
+// Resolves every op's target (and aliases) to the Python callable that implements it.
+#include <pybind11/pybind11.h>
+
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "graph/op_registry.h"
+#include "graph/python/graph_calls.h"
+
+namespace py = pybind11;
+
+namespace ff {
+namespace {
+
+struct Alias {
+  const char* target;
+  const char* op;
+};
+
+constexpr Alias kAliases[] = {
+#define FF_ALIAS(target, op) {target, #op},
+#if __has_include("graph/op_aliases.def")
+#include "graph/op_aliases.def"
+#endif
+#undef FF_ALIAS
+    {nullptr, nullptr},
+};
+
+struct CallableTables {
+  bool initialized = false;
+  std::vector<PyObject*> by_op;                     // strong references; null when unavailable
+  std::unordered_map<PyObject*, OpId> by_callable;  // keys kept alive by `owned`
+  std::vector<py::object> owned;
+};
+
+CallableTables& tables() {
+  static CallableTables* t = new CallableTables();  // NB: leaked on purpose; outlives interpreter teardown
+  return *t;
+}
+
+// Imports the module prefix of a dotted path and walks the attributes ("torch.nn.functional.relu").
+py::object resolve(const std::string& path) {
+  std::vector<std::string> parts;
+  size_t start = 0;
+  for (size_t dot; (dot = path.find('.', start)) != std::string::npos; start = dot + 1)
+    parts.push_back(path.substr(start, dot - start));
+  parts.push_back(path.substr(start));
+  py::object obj;
+  size_t first_attr = 1;
+  // Import the longest importable module prefix (torch.nn.functional is a module; torch.Tensor is not).
+  for (size_t n = parts.size(); n >= 1; --n) {
+    std::string mod;
+    for (size_t i = 0; i < n; ++i) mod += (i ? "." : "") + parts[i];
+    try {
+      obj = py::module_::import(mod.c_str());
+      first_attr = n;
+      break;
+    } catch (py::error_already_set&) {
+      continue;
+    }
+  }
+  if (!obj) return py::object();
+  for (size_t i = first_attr; i < parts.size(); ++i) {
+    if (!py::hasattr(obj, parts[i].c_str())) return py::object();
+    obj = obj.attr(parts[i].c_str());
+  }
+  return obj;
+}
+
+void register_callable(CallableTables& t, py::object fn, OpId op) {
+  if (!fn) return;
+  // First registration wins: torch.relu and torch.Tensor.relu are different objects, but if two
+  // targets resolve to the same object they are one callable.
+  if (t.by_callable.emplace(fn.ptr(), op).second) t.owned.push_back(fn);
+}
+
+}  // namespace
+
+void init_op_callables() {
+  CallableTables& t = tables();
+  if (t.initialized) return;
+  const auto& ops = all_ops();
+  t.by_op.assign(ops.size(), nullptr);
+  for (const OpDef& d : ops) {
+    py::object fn = resolve(d.target);
+    if (!fn) continue;
+    t.by_op[static_cast<size_t>(d.id)] = fn.ptr();
+    register_callable(t, fn, d.id);
+  }
+  for (const Alias* a = kAliases; a->target; ++a) {
+    auto op = op_by_name(a->op);
+    if (!op) continue;
+    register_callable(t, resolve(a->target), *op);
+  }
+  t.initialized = true;
+}
+
+std::optional<OpId> op_for_callable(PyObject* fn) {
+  const CallableTables& t = tables();
+  auto it = t.by_callable.find(fn);
+  if (it == t.by_callable.end()) return std::nullopt;
+  return it->second;
+}
+
+PyObject* op_callable(OpId op) {
+  const CallableTables& t = tables();
+  if (op < 0 || static_cast<size_t>(op) >= t.by_op.size()) return nullptr;
+  return t.by_op[static_cast<size_t>(op)];
+}
+
+}  // namespace ff

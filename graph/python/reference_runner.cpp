@@ -1,0 +1,228 @@
+#include "graph/python/reference_runner.h"
+
+#include <string>
+
+#include "graph/op_registry.h"
+#include "graph/python/graph_calls.h"
+#include "src/errors.h"
+
+namespace ff {
+namespace {
+
+// An argument of a step: a constant built once, a slot holding a node's result, or a sequence /
+// slice with node results inside (built per run).
+struct Arg {
+  enum class Kind : uint8_t { Const, Slot, List, Tuple, Slice };
+  Kind kind = Kind::Const;
+  PyObject* obj = nullptr;  // Const: strong reference
+  int slot = -1;            // Slot
+  std::vector<Arg> items;   // List / Tuple / Slice (3 items)
+};
+
+struct Step {
+  NodeKind kind = NodeKind::Call;
+  PyObject* fn = nullptr;       // borrowed from the op registry
+  std::vector<Arg> args;        // positional then keyword values
+  PyObject* kwnames = nullptr;  // strong reference; tuple of keyword names or null
+  int out = -1;                 // slot written
+  int64_t index = 0;            // GetItem
+  std::vector<int> release;     // slots whose last use is this step
+  std::string what;             // for error messages: "add = torch.add(...)"
+};
+
+void release_arg(Arg& a) {
+  Py_CLEAR(a.obj);
+  for (Arg& item : a.items) release_arg(item);
+}
+
+bool contains_node(const Value& v) {
+  bool found = false;
+  v.for_each_node([&](NodeId) { found = true; });
+  return found;
+}
+
+Arg make_arg(const Value& v) {
+  Arg a;
+  if (v.is_node()) {
+    a.kind = Arg::Kind::Slot;
+    a.slot = v.node;
+    return a;
+  }
+  if (!contains_node(v)) {
+    a.kind = Arg::Kind::Const;
+    a.obj = value_to_py(v, nullptr);
+    if (!a.obj) throw_internal(__FILE__, __LINE__, "cannot convert a graph constant to Python");
+    return a;
+  }
+  a.kind = v.kind == Value::Kind::List ? Arg::Kind::List : v.kind == Value::Kind::Tuple ? Arg::Kind::Tuple : Arg::Kind::Slice;
+  FF_CHECK(v.is_sequence() || v.kind == Value::Kind::Slice, "node reference inside an unsupported constant kind");
+  for (const Value& item : v.items) a.items.push_back(make_arg(item));
+  return a;
+}
+
+// New reference, or null with a Python error set.
+PyObject* build(const Arg& a, PyObject* const* slots) {
+  switch (a.kind) {
+    case Arg::Kind::Const: Py_INCREF(a.obj); return a.obj;
+    case Arg::Kind::Slot: Py_INCREF(slots[a.slot]); return slots[a.slot];
+    case Arg::Kind::Slice: {
+      PyObject* p[3] = {nullptr, nullptr, nullptr};
+      for (int i = 0; i < 3; ++i)
+        if (!(p[i] = build(a.items[static_cast<size_t>(i)], slots))) break;
+      PyObject* s = (p[0] && p[1] && p[2]) ? PySlice_New(p[0], p[1], p[2]) : nullptr;
+      for (PyObject* x : p) Py_XDECREF(x);
+      return s;
+    }
+    case Arg::Kind::List:
+    case Arg::Kind::Tuple: {
+      bool list = a.kind == Arg::Kind::List;
+      Py_ssize_t n = static_cast<Py_ssize_t>(a.items.size());
+      PyObject* seq = list ? PyList_New(n) : PyTuple_New(n);
+      if (!seq) return nullptr;
+      for (Py_ssize_t i = 0; i < n; ++i) {
+        PyObject* item = build(a.items[static_cast<size_t>(i)], slots);
+        if (!item) {
+          Py_DECREF(seq);
+          return nullptr;
+        }
+        if (list) PyList_SET_ITEM(seq, i, item);
+        else PyTuple_SET_ITEM(seq, i, item);
+      }
+      return seq;
+    }
+  }
+  return nullptr;
+}
+
+void note_uses(const Arg& a, std::vector<int>& last_use, int step) {
+  if (a.kind == Arg::Kind::Slot) last_use[static_cast<size_t>(a.slot)] = step;
+  for (const Arg& item : a.items) note_uses(item, last_use, step);
+}
+
+}  // namespace
+
+struct ReferenceRunner::Plan {
+  size_t num_slots = 0;
+  std::vector<int> input_slots;
+  std::vector<Step> steps;
+  Arg output;
+
+  ~Plan() {
+    for (Step& s : steps) {
+      for (Arg& a : s.args) release_arg(a);
+      Py_CLEAR(s.kwnames);
+    }
+    release_arg(output);
+  }
+};
+
+ReferenceRunner::ReferenceRunner(const Graph& graph) : plan_(std::make_unique<Plan>()) {
+  Plan& p = *plan_;
+  p.num_slots = graph.size();
+  for (NodeId id = 0; id < static_cast<NodeId>(graph.size()); ++id) {
+    const Node& n = graph.node(id);
+    switch (n.kind) {
+      case NodeKind::Placeholder: p.input_slots.push_back(id); break;
+      case NodeKind::Output: p.output = make_arg(n.args.at(0)); break;
+      case NodeKind::GetItem: {
+        Step s;
+        s.kind = NodeKind::GetItem;
+        s.args.push_back(make_arg(n.args.at(0)));
+        s.index = n.args.at(1).i;
+        s.out = id;
+        p.steps.push_back(std::move(s));
+        break;
+      }
+      case NodeKind::Call: {
+        const OpDef& def = op_def(n.op);
+        Step s;
+        s.kind = NodeKind::Call;
+        s.fn = op_callable(n.op);
+        if (!s.fn) throw Unsupported(def.target + " is not available in the installed torch");
+        s.out = id;
+        s.what = n.name + " = " + def.target + "(...)";
+        CallArgs ca = call_args(def, n.args);
+        for (const Value* v : ca.positional) s.args.push_back(make_arg(*v));
+        if (!ca.keywords.empty()) {
+          s.kwnames = PyTuple_New(static_cast<Py_ssize_t>(ca.keywords.size()));
+          for (size_t i = 0; i < ca.keywords.size(); ++i) {
+            s.args.push_back(make_arg(*ca.keywords[i].second));
+            PyTuple_SET_ITEM(s.kwnames, static_cast<Py_ssize_t>(i), PyUnicode_FromString(ca.keywords[i].first.c_str()));
+          }
+        }
+        p.steps.push_back(std::move(s));
+        break;
+      }
+    }
+  }
+  // Free each intermediate right after its last use, as eager would.
+  std::vector<int> last_use(p.num_slots, -1);
+  for (size_t i = 0; i < p.steps.size(); ++i)
+    for (const Arg& a : p.steps[i].args) note_uses(a, last_use, static_cast<int>(i));
+  std::vector<int> in_output(p.num_slots, 0);
+  note_uses(p.output, in_output, 1);
+  for (size_t slot = 0; slot < p.num_slots; ++slot)
+    if (last_use[slot] >= 0 && !in_output[slot]) p.steps[static_cast<size_t>(last_use[slot])].release.push_back(static_cast<int>(slot));
+}
+
+ReferenceRunner::~ReferenceRunner() = default;
+
+size_t ReferenceRunner::num_inputs() const { return plan_->input_slots.size(); }
+
+PyObject* ReferenceRunner::run(PyObject* const* inputs, size_t n_inputs) {
+  const Plan& p = *plan_;
+  if (n_inputs != p.input_slots.size()) {
+    PyErr_Format(PyExc_TypeError, "compiled graph expects %zd inputs, got %zd", p.input_slots.size(), n_inputs);
+    return nullptr;
+  }
+  constexpr size_t kInline = 64;
+  PyObject* inline_slots[kInline];
+  std::vector<PyObject*> heap_slots;
+  PyObject** slots = inline_slots;
+  if (p.num_slots > kInline) {
+    heap_slots.resize(p.num_slots);
+    slots = heap_slots.data();
+  }
+  for (size_t i = 0; i < p.num_slots; ++i) slots[i] = nullptr;
+  for (size_t i = 0; i < n_inputs; ++i) {
+    Py_INCREF(inputs[i]);
+    slots[p.input_slots[i]] = inputs[i];
+  }
+  PyObject* result = nullptr;
+  bool ok = true;
+  for (const Step& s : p.steps) {
+    if (s.kind == NodeKind::GetItem) {
+      PyObject* seq = slots[s.args[0].slot];
+      PyObject* idx = PyLong_FromLongLong(s.index);
+      slots[s.out] = idx ? PyObject_GetItem(seq, idx) : nullptr;
+      Py_XDECREF(idx);
+    } else {
+      constexpr size_t kMaxArgs = 16;
+      PyObject* argv_inline[kMaxArgs + 1];
+      std::vector<PyObject*> argv_heap;
+      PyObject** argv = argv_inline;
+      if (s.args.size() > kMaxArgs) {
+        argv_heap.resize(s.args.size() + 1);
+        argv = argv_heap.data();
+      }
+      size_t built = 0;
+      for (; built < s.args.size(); ++built)
+        if (!(argv[built + 1] = build(s.args[built], slots))) break;
+      if (built == s.args.size()) {
+        size_t npos = s.args.size() - (s.kwnames ? static_cast<size_t>(PyTuple_GET_SIZE(s.kwnames)) : 0);
+        slots[s.out] = PyObject_Vectorcall(s.fn, argv + 1, npos | PY_VECTORCALL_ARGUMENTS_OFFSET, s.kwnames);
+      }
+      for (size_t i = 0; i < built; ++i) Py_DECREF(argv[i + 1]);
+    }
+    if (!slots[s.out]) {
+      ok = false;
+      break;
+    }
+    for (int r : s.release) Py_CLEAR(slots[r]);
+  }
+  if (ok) result = build(p.output, slots);
+  for (size_t i = 0; i < p.num_slots; ++i) Py_XDECREF(slots[i]);
+  return result;
+}
+
+}  // namespace ff

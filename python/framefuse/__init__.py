@@ -1,0 +1,39 @@
+"""framefuse: a graph compiler for PyTorch programs, with a C++ engine.
+
+    import framefuse
+    model = framefuse.compile(model)
+    FRAMEFUSE_LOGS="graph_breaks,recompiles,output_code" python train.py
+"""
+import sys as _sys
+
+if _sys.version_info[:2] not in ((3, 11), (3, 12)):
+    raise ImportError(
+        f"framefuse supports CPython 3.11 and 3.12; this is {_sys.version.split()[0]}. "
+        "Use a 3.11 or 3.12 interpreter.")
+
+import torch as _torch  # noqa: F401  (the op registry resolves torch callables at import)
+
+from . import _C
+from ._C import InternalError, Unsupported, UserError
+from . import config
+from ._logging import set_logs
+
+_C.graph.init_ops()
+
+__version__ = _C.__version__
+
+__all__ = ["config", "set_logs", "Unsupported", "UserError", "InternalError", "__version__"]
+
+# The frontend API (compile, disable, reset, graph_break, explain) is re-exported here when present.
+try:
+    from .compile import compile, disable, reset, graph_break  # noqa: F401,A001
+    __all__ += ["compile", "disable", "reset", "graph_break"]
+except ImportError as _e:  # pragma: no cover - only while the frontend module is absent
+    if "framefuse.compile" not in str(_e):
+        raise
+try:
+    from .explain import explain  # noqa: F401
+    __all__ += ["explain"]
+except ImportError as _e:  # pragma: no cover
+    if "framefuse.explain" not in str(_e):
+        raise

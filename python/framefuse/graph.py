@@ -1,0 +1,63 @@
+"""Build, inspect and run framefuse graphs from Python.
+
+    from framefuse.graph import Graph
+    g = Graph()
+    x = g.placeholder("x", torch.randn(4, 8))
+    y = g.call(torch.relu, g.call(torch.add, x, 1.0))
+    g.output((y,))
+    print(g.code())
+    (out,) = g.run(torch.randn(4, 8))
+
+Every torch callable in the op registry can be called (`torch.add`, `torch.Tensor.view`,
+`operator.add`, `torch.nn.functional.relu` ...); `framefuse.graph.ops()` lists them. A call the
+registry cannot type raises framefuse.Unsupported with the reason.
+"""
+from . import _C
+
+Node = _C.graph.Node
+
+
+class Graph:
+    """A graph under construction (a thin wrapper over the C++ graph IR)."""
+
+    def __init__(self):
+        self._g = _C.graph.Graph()
+
+    def placeholder(self, name, example):
+        """Add an input named `name`, typed like the tensor `example`."""
+        return self._g.placeholder(name, example)
+
+    def call(self, fn, *args, **kwargs):
+        """Add a call of torch callable `fn`; arguments are nodes or Python constants."""
+        return self._g.call(fn, *args, **kwargs)
+
+    def getitem(self, node, index):
+        """Element `index` of a node producing a tuple (split, max with dim ...)."""
+        return self._g.getitem(node, index)
+
+    def output(self, result):
+        """Set the graph's result: a node, or a tuple/list of nodes and constants."""
+        self._g.output(result)
+
+    def nodes(self):
+        return self._g.nodes()
+
+    def __len__(self):
+        return len(self._g)
+
+    def code(self):
+        """The graph as readable Python-like code (the `graph_code` log artifact)."""
+        return self._g.code()
+
+    def run(self, *inputs):
+        """Run the graph on the reference runner (eager torch ops) and return its result."""
+        return self._g.run(*inputs)
+
+    def __str__(self):
+        return self.code()
+
+
+def ops():
+    """Every op of the registry: name, target, schema, traits, whether a C++ meta rule exists and
+    whether the installed torch has it."""
+    return list(_C.graph.ops())

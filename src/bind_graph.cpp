@@ -1,0 +1,186 @@
+// Python bindings of the graph IR: build graphs from Python, inspect them, run them on the
+// reference runner. python/framefuse/graph.py wraps these in the public `framefuse.graph` API.
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <memory>
+
+#include "graph/op_registry.h"
+#include "graph/python/graph_calls.h"
+#include "graph/python/reference_runner.h"
+#include "src/errors.h"
+
+namespace py = pybind11;
+
+namespace ff {
+namespace {
+
+struct PyGraph;
+
+// A handle to one node of a PyGraph (what Graph.call returns).
+struct PyNode {
+  std::shared_ptr<PyGraph> graph;
+  NodeId id;
+};
+
+struct PyGraph : std::enable_shared_from_this<PyGraph> {
+  Graph g;
+  std::unique_ptr<ReferenceRunner> runner;  // built on first run, dropped when the graph changes
+
+  Value to_value(py::handle obj) {
+    if (py::isinstance<PyNode>(obj)) {
+      const PyNode& n = obj.cast<const PyNode&>();
+      if (n.graph.get() != this) throw py::value_error("node belongs to another graph");
+      return Value::of_node(n.id);
+    }
+    if (py::isinstance<py::list>(obj) || py::isinstance<py::tuple>(obj)) {
+      std::vector<Value> items;
+      for (py::handle item : obj) items.push_back(to_value(item));
+      return py::isinstance<py::list>(obj) ? Value::list(std::move(items)) : Value::tuple(std::move(items));
+    }
+    if (PySlice_Check(obj.ptr())) {
+      auto* s = reinterpret_cast<PySliceObject*>(obj.ptr());
+      return Value::slice(to_value(s->start), to_value(s->stop), to_value(s->step));
+    }
+    auto v = constant_from_py(obj.ptr());
+    if (!v)
+      throw py::type_error("cannot use a value of type " + std::string(Py_TYPE(obj.ptr())->tp_name) +
+                           " in a graph: pass a graph node or a Python constant");
+    return *v;
+  }
+
+  PyNode node(NodeId id) { return PyNode{shared_from_this(), id}; }
+};
+
+py::dict meta_dict(const ValueMeta& m) {
+  py::dict d;
+  switch (m.kind) {
+    case ValueMeta::Kind::Tensor:
+      d["kind"] = "tensor";
+      d["sizes"] = m.tensor.sizes;
+      d["strides"] = m.tensor.strides;
+      d["dtype"] = std::string(dtype_name(m.tensor.dtype));
+      d["device"] = m.tensor.device.str();
+      d["requires_grad"] = m.tensor.requires_grad;
+      break;
+    case ValueMeta::Kind::Tuple: {
+      d["kind"] = "tuple";
+      py::list items;
+      for (const ValueMeta& item : m.items) items.append(meta_dict(item));
+      d["items"] = items;
+      break;
+    }
+    case ValueMeta::Kind::Int: d["kind"] = "int"; break;
+    case ValueMeta::Kind::Float: d["kind"] = "float"; break;
+    case ValueMeta::Kind::Bool: d["kind"] = "bool"; break;
+    case ValueMeta::Kind::None: d["kind"] = "none"; break;
+  }
+  return d;
+}
+
+py::list traits_list(uint32_t traits) {
+  py::list out;
+  const std::pair<OpTrait, const char*> names[] = {
+      {kPointwise, "pointwise"}, {kReduction, "reduction"}, {kView, "view"},     {kInplace, "inplace"},
+      {kRandom, "random"},       {kCreation, "creation"},   {kExtern, "extern"}, {kComposite, "composite"},
+      {kNondeterministicOutput, "nondeterministic_output"}, {kIndexing, "indexing"}};
+  for (const auto& [t, name] : names)
+    if (traits & t) out.append(name);
+  return out;
+}
+
+}  // namespace
+
+void define_graph(py::module_& m) {
+  py::module_ g = m.def_submodule("graph", "graph IR bindings");
+
+  g.def("init_ops", &init_op_callables, "Resolve every op's torch callable (call after importing torch).");
+
+  g.def("ops", [] {
+    py::list out;
+    for (const OpDef& d : all_ops()) {
+      py::dict e;
+      e["name"] = d.name;
+      e["target"] = d.target;
+      e["schema"] = d.schema.str();
+      e["params"] = [&] {
+        py::list ps;
+        for (const ParamSpec& p : d.schema.params) ps.append(p.name);
+        return ps;
+      }();
+      e["traits"] = traits_list(d.traits);
+      e["has_meta_rule"] = d.meta != nullptr;
+      e["available"] = op_callable(d.id) != nullptr;
+      out.append(e);
+    }
+    return out;
+  });
+
+  g.def("op_for_callable", [](py::handle fn) -> py::object {
+    auto op = op_for_callable(fn.ptr());
+    if (!op) return py::none();
+    return py::str(op_def(*op).name);
+  });
+
+  py::class_<PyNode>(g, "Node")
+      .def_property_readonly("name", [](const PyNode& n) { return n.graph->g.node(n.id).name; })
+      .def_property_readonly("id", [](const PyNode& n) { return n.id; })
+      .def_property_readonly("kind", [](const PyNode& n) { return node_kind_name(n.graph->g.node(n.id).kind); })
+      .def_property_readonly("op", [](const PyNode& n) -> py::object {
+        const Node& node = n.graph->g.node(n.id);
+        if (node.kind != NodeKind::Call) return py::none();
+        return py::str(op_def(node.op).name);
+      })
+      .def_property_readonly("meta", [](const PyNode& n) { return meta_dict(n.graph->g.node(n.id).meta); })
+      .def("__repr__", [](const PyNode& n) { return "<framefuse node " + n.graph->g.node(n.id).name + ">"; });
+
+  py::class_<PyGraph, std::shared_ptr<PyGraph>>(g, "Graph")
+      .def(py::init([] { return std::make_shared<PyGraph>(); }))
+      .def("placeholder",
+           [](PyGraph& self, const std::string& name, py::handle example) {
+             TensorMeta meta = meta_from_tensor(example.ptr());
+             self.runner.reset();
+             return self.node(self.g.add_placeholder(name, ValueMeta::of_tensor(std::move(meta))));
+           },
+           py::arg("name"), py::arg("example"), "Add a graph input typed like the example tensor.")
+      .def("call",
+           [](PyGraph& self, py::handle fn, py::args args, py::kwargs kwargs) {
+             std::vector<Value> pos;
+             for (py::handle a : args) pos.push_back(self.to_value(a));
+             std::vector<std::pair<std::string, Value>> kw;
+             for (auto item : kwargs) kw.emplace_back(item.first.cast<std::string>(), self.to_value(item.second));
+             std::string reason;
+             auto id = add_torch_call(self.g, fn.ptr(), pos, kw, &reason);
+             if (!id) throw Unsupported(reason);
+             self.runner.reset();
+             return self.node(*id);
+           },
+           "Add a call of a torch callable; arguments are nodes or Python constants.")
+      .def("getitem",
+           [](PyGraph& self, const PyNode& n, int64_t index) {
+             self.runner.reset();
+             return self.node(self.g.add_getitem(n.id, index));
+           })
+      .def("output",
+           [](PyGraph& self, py::handle result) {
+             self.runner.reset();
+             self.g.set_output(self.to_value(result));
+           })
+      .def("nodes",
+           [](PyGraph& self) {
+             py::list out;
+             for (NodeId id = 0; id < static_cast<NodeId>(self.g.size()); ++id) out.append(self.node(id));
+             return out;
+           })
+      .def("__len__", [](const PyGraph& self) { return self.g.size(); })
+      .def("run", [](PyGraph& self, py::args inputs) -> py::object {
+        if (!self.runner) self.runner = std::make_unique<ReferenceRunner>(self.g);
+        std::vector<PyObject*> in;
+        for (py::handle h : inputs) in.push_back(h.ptr());
+        PyObject* r = self.runner->run(in.data(), in.size());
+        if (!r) throw py::error_already_set();
+        return py::reinterpret_steal<py::object>(r);
+      }, "Run the graph on the reference runner (eager torch ops).");
+}
+
+}  // namespace ff

@@ -1,0 +1,125 @@
+"""Building graphs from Python and running them on the reference runner."""
+import operator
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import framefuse
+from framefuse.graph import Graph, ops
+
+
+def test_build_run_matches_eager():
+    g = Graph()
+    x = g.placeholder("x", torch.randn(4, 8))
+    w = g.placeholder("w", torch.randn(16, 8))
+    h = g.call(operator.add, g.call(F.linear, x, w), 1.0)
+    y = g.call(torch.relu, h)
+    g.output((y, g.call(torch.sum, y, 1, keepdim=True)))
+    X, W = torch.randn(4, 8), torch.randn(16, 8)
+    y_out, s_out = g.run(X, W)
+    ref = torch.relu(F.linear(X, W) + 1.0)
+    assert torch.equal(y_out, ref)
+    assert torch.equal(s_out, ref.sum(1, keepdim=True))
+
+
+def test_node_names_and_metadata():
+    g = Graph()
+    x = g.placeholder("x", torch.randn(2, 3).t())
+    a = g.call(operator.mul, x, 2)
+    b = g.call(torch.Tensor.view, g.call(torch.Tensor.contiguous, a), 6)
+    assert [n.name for n in g.nodes()] == ["x", "mul", "contiguous", "view"]
+    assert x.meta["strides"] == [1, 3]
+    # Pointwise results keep the input's permuted layout, as eager does.
+    assert a.meta["sizes"] == [3, 2] and a.meta["strides"] == list((torch.randn(2, 3).t() * 2).stride())
+    assert b.meta == {"kind": "tensor", "sizes": [6], "strides": [1], "dtype": "float32", "device": "cpu",
+                      "requires_grad": False}
+
+
+def test_method_varargs_and_tuple_spelling_are_one_call():
+    g = Graph()
+    x = g.placeholder("x", torch.randn(2, 6))
+    a = g.call(torch.Tensor.view, x, 3, 4)
+    b = g.call(torch.Tensor.view, x, (3, 4))
+    assert a.meta == b.meta
+    g.output((a, b))
+    X = torch.randn(2, 6)
+    ra, rb = g.run(X)
+    assert torch.equal(ra, X.view(3, 4)) and torch.equal(rb, X.view(3, 4))
+
+
+def test_tuple_results_and_getitem():
+    g = Graph()
+    x = g.placeholder("x", torch.randn(6, 4))
+    parts = g.call(torch.split, x, 2)
+    assert parts.meta["kind"] == "tuple" and len(parts.meta["items"]) == 3
+    second = g.getitem(parts, 1)
+    g.output(second)
+    X = torch.randn(6, 4)
+    assert torch.equal(g.run(X), X[2:4])
+
+
+def test_unknown_callable_is_unsupported_with_reason():
+    g = Graph()
+    x = g.placeholder("x", torch.randn(2))
+    with pytest.raises(framefuse.Unsupported, match="is not in framefuse's op registry"):
+        g.call(print, x)
+
+
+def test_bad_keyword_is_rejected():
+    g = Graph()
+    x = g.placeholder("x", torch.randn(2))
+    with pytest.raises(framefuse.Unsupported, match="unexpected keyword argument 'bogus'"):
+        g.call(torch.sum, x, bogus=1)
+
+
+def test_shape_mismatch_is_rejected_like_eager():
+    g = Graph()
+    a = g.placeholder("a", torch.randn(3))
+    b = g.placeholder("b", torch.randn(4))
+    with pytest.raises(framefuse.Unsupported, match="must match the size of tensor b"):
+        g.call(torch.add, a, b)
+
+
+def test_runner_raises_what_eager_raises():
+    g = Graph()
+    x = g.placeholder("x", torch.randn(4, 4))
+    g.output(g.call(torch.Tensor.view, x, 16))
+    with pytest.raises(RuntimeError):  # wrong number of elements at run time: eager's own error
+        g.run(torch.randn(3, 3))
+    with pytest.raises(TypeError, match="expects 1 inputs, got 2"):
+        g.run(torch.randn(4, 4), torch.randn(4, 4))
+
+
+def test_runner_releases_intermediates():
+    # A long chain must not keep every intermediate alive: the runner frees each after its last use.
+    g = Graph()
+    x = g.placeholder("x", torch.randn(256, 256))
+    v = x
+    for _ in range(50):
+        v = g.call(torch.sin, v)
+    g.output(v)
+    X = torch.randn(256, 256)
+    assert torch.equal(g.run(X), _chain(X, 50))
+
+
+def _chain(x, n):
+    for _ in range(n):
+        x = torch.sin(x)
+    return x
+
+
+def test_ops_listing():
+    listing = {o["name"]: o for o in ops()}
+    assert listing["add"]["target"] == "torch.add"
+    assert listing["add"]["available"]
+    assert "pointwise" in listing["add"]["traits"]
+    assert listing["matmul"]["has_meta_rule"]
+
+
+def test_requires_grad_propagates():
+    g = Graph()
+    w = g.placeholder("w", torch.randn(3, requires_grad=True))
+    x = g.placeholder("x", torch.randn(3))
+    assert g.call(operator.mul, w, x).meta["requires_grad"] is True
+    assert g.call(torch.gt, w, x).meta["requires_grad"] is False
