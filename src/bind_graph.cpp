@@ -95,6 +95,13 @@ py::list traits_list(uint32_t traits) {
 
 }  // namespace
 
+// The C++ graph behind a _C.graph.Graph object, for other areas' bindings (inductor); nullptr
+// when `obj` is not one. The graph stays owned by the Python object.
+const Graph* graph_from_py(py::handle obj) {
+  if (!py::isinstance<PyGraph>(obj)) return nullptr;
+  return &obj.cast<PyGraph&>().g;
+}
+
 void define_graph(py::module_& m) {
   py::module_ g = m.def_submodule("graph", "graph IR bindings");
 
