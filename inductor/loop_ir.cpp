@@ -189,7 +189,8 @@ Expr select(Expr c, Expr a, Expr b) {
   FF_CHECK(c && a && b, "null operand");
   FF_CHECK(c->type == ScalarType::Bool, "select condition must be bool");
   FF_CHECK(a->type == b->type, "select branches differ in type");
-  return make(ExprKind::Select, a->type, {std::move(c), std::move(a), std::move(b)});
+  ScalarType t = a->type;  // NB: read before the operands are moved
+  return make(ExprKind::Select, t, {std::move(c), std::move(a), std::move(b)});
 }
 Expr cast(Expr a, ScalarType t) {
   FF_CHECK(a, "null operand");
@@ -271,7 +272,27 @@ bool as_affine(const Expr& e, Affine* out) {
   return true;
 }
 
+namespace {
+// Index expressions print as `v0*16 + v1 + 3`.
+bool affine_str(const Expr& e, std::string* out) {
+  if (e->type != ScalarType::I64 || e->kind != ExprKind::Binary) return false;
+  Affine a;
+  if (!as_affine(e, &a)) return false;
+  std::string s;
+  for (auto [v, c] : a.terms) {
+    if (!s.empty()) s += c < 0 ? " - " : " + ";
+    else if (c < 0) s += "-";
+    int64_t m = c < 0 ? -c : c;
+    s += "v" + std::to_string(v) + (m == 1 ? "" : "*" + std::to_string(m));
+  }
+  if (a.offset != 0 || s.empty()) s += (s.empty() ? "" : a.offset < 0 ? " - " : " + ") + std::to_string(s.empty() ? a.offset : std::abs(a.offset));
+  *out = s;
+  return true;
+}
+}  // namespace
+
 std::string expr_str(const Expr& e) {
+  if (std::string s; affine_str(e, &s)) return s;
   switch (e->kind) {
     case ExprKind::Const:
       if (is_float(e->type)) return fmt_float(e->f) + (e->type == ScalarType::F64 ? "d" : "");

@@ -26,8 +26,7 @@ namespace {
 struct Rename {
   std::map<int, int> vars;
   int local_offset = 0;
-  int replace_buf = -1;  // loads of this buffer become Local(replace_local)
-  int replace_local = -1;
+  std::map<int, int> replace;  // loads of buffer -> that local (already in the target's numbering)
 };
 
 Expr rename(const Expr& e, const Rename& r) {
@@ -37,7 +36,10 @@ Expr rename(const Expr& e, const Rename& r) {
     return loop::var(it->second);
   }
   if (e->kind == ExprKind::Local) return loop::local(e->id + r.local_offset, e->type);
-  if (e->kind == ExprKind::Load && e->id == r.replace_buf) return loop::local(r.replace_local, e->type);
+  if (e->kind == ExprKind::Load) {
+    auto it = r.replace.find(e->id);
+    if (it != r.replace.end()) return loop::local(it->second, e->type);
+  }
   if (e->args.empty()) return e;
   auto n = std::make_shared<loop::ExprNode>(*e);
   for (auto& a : n->args) a = rename(a, r);
@@ -157,56 +159,55 @@ struct Fuser {
     p.steps.erase(p.steps.begin() + static_cast<long>(drop));
   }
 
-  // Vertical: kernel at step j reads buffer `buf` that the kernel at step i stores.
-  bool try_vertical(size_t i, size_t j, int buf) {
+  // Vertical: the kernel at step j reads buffers the kernel at step i stores. Every such buffer
+  // must be stored once, inside the same loops, and read by j only at the element stored.
+  bool try_vertical(size_t i, size_t j) {
     Kernel a = kernel_at(i);
     const Kernel& b = kernel_at(j);
-    std::vector<Stmt*> path;
-    Stmt* store = nullptr;
-    if (!store_path(a.root, buf, &path, &store)) {
-      say("no fusion " + a.name + " -> " + b.name + ": buf" + std::to_string(buf) + " is stored more than once");
+    auto stores = a.stored_buffers();
+    std::vector<int> shared;
+    for (int buf : b.loaded_buffers())
+      if (std::find(stores.begin(), stores.end(), buf) != stores.end()) shared.push_back(buf);
+    if (shared.empty()) return false;
+    auto refuse = [&](const std::string& why) {
+      say("no fusion " + a.name + " -> " + b.name + ": " + why);
       return false;
+    };
+    std::vector<Stmt*> path;
+    std::vector<Stmt*> store_of(shared.size());
+    for (size_t k = 0; k < shared.size(); ++k) {
+      std::vector<Stmt*> pk;
+      if (!store_path(a.root, shared[k], &pk, &store_of[k])) return refuse("buf" + std::to_string(shared[k]) + " is stored more than once");
+      if (k == 0) path = pk;
+      else if (pk != path) return refuse("the buffers it reads are stored in different loops");
     }
     auto bnest = perfect_prefix(b.root, path.size());
-    if (bnest.size() != path.size()) {
-      say("no fusion " + a.name + " -> " + b.name + ": " + b.name + " has no perfect nest of " + std::to_string(path.size()) + " loops");
-      return false;
-    }
+    if (bnest.size() != path.size()) return refuse(b.name + " has no perfect nest of " + std::to_string(path.size()) + " loops");
     Rename r;
+    std::map<int, int> back;  // a var -> b var
     for (size_t t = 0; t < path.size(); ++t) {
-      if (path[t]->extent != bnest[t]->extent) {
-        say("no fusion " + a.name + " -> " + b.name + ": loop extents differ");
-        return false;
-      }
+      if (path[t]->extent != bnest[t]->extent) return refuse("loop extents differ");
       r.vars[bnest[t]->var] = path[t]->var;
+      back[path[t]->var] = bnest[t]->var;
     }
-    // Every load of buf in b must read exactly the element a stores in this iteration.
-    std::map<int, int> back;  // a var -> b var, to compare in b's terms
-    for (auto& [bv, av] : r.vars) back[av] = bv;
-    bool ok = true;
-    std::set<int> a_path_vars;
-    for (Stmt* s : path) a_path_vars.insert(s->var);
-    bool index_uses_only_path = true;
-    walk_exprs(store->index, [&](const Expr& e) { if (e->kind == ExprKind::Var && !a_path_vars.count(e->id)) index_uses_only_path = false; });
-    if (!index_uses_only_path) ok = false;
     Rename to_b;
     to_b.vars = back;
-    Expr want = ok ? rename(store->index, to_b) : nullptr;
-    walk_stmts(b.root, [&](const Stmt& s) {
-      for (const Expr* e : {&s.index, &s.value})
-        if (*e) walk_exprs(*e, [&](const Expr& x) {
-          if (x->kind == ExprKind::Load && x->id == buf && !loop::expr_equal(x->args[0], want)) ok = false;
-        });
-    });
-    if (!ok) {
-      say("no fusion " + a.name + " -> " + b.name + ": " + b.name + " reads buf" + std::to_string(buf) + " at other elements than " + a.name + " writes");
-      return false;
+    for (size_t k = 0; k < shared.size(); ++k) {
+      bool only_path = true;
+      walk_exprs(store_of[k]->index, [&](const Expr& e) { if (e->kind == ExprKind::Var && !back.count(e->id)) only_path = false; });
+      if (!only_path) return refuse("buf" + std::to_string(shared[k]) + " is stored inside an inner loop");
+      Expr want = rename(store_of[k]->index, to_b);
+      bool ok = true;
+      walk_stmts(b.root, [&](const Stmt& s) {
+        for (const Expr* e : {&s.index, &s.value})
+          if (*e) walk_exprs(*e, [&](const Expr& x) {
+            if (x->kind == ExprKind::Load && x->id == shared[k] && !loop::expr_equal(x->args[0], want)) ok = false;
+          });
+      });
+      if (!ok) return refuse(b.name + " reads buf" + std::to_string(shared[k]) + " at other elements than " + a.name + " writes");
     }
     int at = placement(i, j);
-    if (at < 0) {
-      say("no fusion " + a.name + " -> " + b.name + ": a step in between reads " + a.name + "'s results");
-      return false;
-    }
+    if (at < 0) return refuse("a step in between reads " + a.name + "'s results");
     // Fresh ids for b's other loop variables and locals.
     std::set<int> bvars;
     collect_vars(b.root, &bvars);
@@ -214,26 +215,37 @@ struct Fuser {
     for (int v : bvars)
       if (!r.vars.count(v)) r.vars[v] = next++;
     r.local_offset = static_cast<int>(a.locals.size());
-    int value_local = static_cast<int>(a.locals.size() + b.locals.size());
-    r.replace_buf = buf;
-    r.replace_local = value_local;
     Kernel merged = a;
     merged.num_vars = next;
     merged.locals.insert(merged.locals.end(), b.locals.begin(), b.locals.end());
-    merged.locals.push_back(store->value->type);
-    // Re-find the store in the copy and turn it into Let + Store of the local.
+    std::vector<int> value_local(shared.size());
+    for (size_t k = 0; k < shared.size(); ++k) {
+      if (store_of[k]->value->kind == ExprKind::Local) {  // already forwarded by an earlier fusion
+        value_local[k] = store_of[k]->value->id;
+        continue;
+      }
+      value_local[k] = static_cast<int>(merged.locals.size());
+      merged.locals.push_back(store_of[k]->value->type);
+      // Turn the store into Let + Store of the local, in the copy.
+      std::vector<Stmt*> mpath;
+      Stmt* mstore = nullptr;
+      FF_CHECK(store_path(merged.root, shared[k], &mpath, &mstore), "store vanished");
+      Stmt* parent = mpath.back();
+      auto pos = std::find_if(parent->body.begin(), parent->body.end(), [&](const Stmt& s) { return &s == mstore; });
+      FF_CHECK(pos != parent->body.end(), "store not in its loop");
+      Stmt st = *pos;
+      *pos = loop::let_stmt(value_local[k], st.value);
+      st.value = loop::local(value_local[k], st.value->type);
+      parent->body.insert(pos + 1, st);
+    }
     std::vector<Stmt*> mpath;
     Stmt* mstore = nullptr;
-    FF_CHECK(store_path(merged.root, buf, &mpath, &mstore), "store vanished");
-    Stmt* parent = mpath.back();
-    auto pos = std::find_if(parent->body.begin(), parent->body.end(), [&](const Stmt& s) { return &s == mstore; });
-    FF_CHECK(pos != parent->body.end(), "store not in its loop");
-    Stmt st = *pos;
-    *pos = loop::let_stmt(value_local, st.value);
-    st.value = loop::local(value_local, st.value->type);
-    pos = parent->body.insert(pos + 1, st);
-    for (const Stmt& s : bnest.back()->body) parent->body.push_back(rename(s, r));
-    say("fused " + a.name + " -> " + b.name + ": " + b.name + " reads buf" + std::to_string(buf) + " where " + a.name +
+    FF_CHECK(store_path(merged.root, shared[0], &mpath, &mstore), "store vanished");
+    for (size_t k = 0; k < shared.size(); ++k) r.replace[shared[k]] = value_local[k];
+    for (const Stmt& s : bnest.back()->body) mpath.back()->body.push_back(rename(s, r));
+    std::string bufs;
+    for (int buf : shared) bufs += (bufs.empty() ? "buf" : ", buf") + std::to_string(buf);
+    say("fused " + a.name + " -> " + b.name + ": " + b.name + " reads " + bufs + " where " + a.name +
         " writes it, inside " + std::to_string(path.size()) + " shared loop(s)");
     commit(i, j, at, std::move(merged));
     return true;
@@ -272,13 +284,8 @@ struct Fuser {
   bool step_once() {
     for (size_t j = 0; j < p.steps.size(); ++j) {
       if (p.steps[j].kind != Step::Kind::Kernel) continue;
-      auto loads = kernel_at(j).loaded_buffers();
-      for (size_t i = 0; i < j; ++i) {
-        if (p.steps[i].kind != Step::Kind::Kernel) continue;
-        auto stores = kernel_at(i).stored_buffers();
-        for (int buf : loads)
-          if (std::find(stores.begin(), stores.end(), buf) != stores.end() && try_vertical(i, j, buf)) return true;
-      }
+      for (size_t i = 0; i < j; ++i)
+        if (p.steps[i].kind == Step::Kind::Kernel && try_vertical(i, j)) return true;
     }
     for (size_t j = 0; j < p.steps.size(); ++j) {
       if (p.steps[j].kind != Step::Kind::Kernel) continue;

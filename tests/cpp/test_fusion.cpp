@@ -20,7 +20,7 @@ NodeId call(Graph& g, const char* op, std::vector<Value> pos, std::vector<std::p
   EXPECT_TRUE(bound.has_value()) << err;
   auto meta = infer_meta(d, *bound, g);
   EXPECT_TRUE(meta.has_value());
-  return g.add_call(d.id, *bound, *meta);
+  return g.add_call(d.id, *bound, *meta, op);
 }
 
 Value N(NodeId n) { return Value::of_node(n); }
@@ -56,19 +56,15 @@ TEST(Fusion, SoftmaxIsOneKernelPerRow) {
             "kernel k0_k1_k2 (buf0: f32[8, 16], buf3: f32[8, 16] out)\n"
             "  t0: f32\n"
             "  t1: f32\n"
-            "  t2: f32\n"
-            "  t3: f32\n"
             "  for v0 in 0..8 parallel:\n"
             "    t0 = max_init\n"
             "    for v1 in 0..16:\n"
             "      t0 = max(t0, (buf0[v0*16 + v1] * 0.125))\n"
-            "    t2 = t0\n"
             "    t1 = sum_init\n"
             "    for v2 in 0..16:\n"
-            "      t1 = sum(t1, exp(((buf0[v0*16 + v2] * 0.125) - t2)))\n"
-            "    t3 = t1\n"
+            "      t1 = sum(t1, exp(((buf0[v0*16 + v2] * 0.125) - t0)))\n"
             "    for v3 in 0..16:\n"
-            "      buf3[v0*16 + v3] = (exp(((buf0[v0*16 + v3] * 0.125) - t2)) / t3)\n");
+            "      buf3[v0*16 + v3] = (exp(((buf0[v0*16 + v3] * 0.125) - t0)) / t1)\n");
 }
 
 // layer_norm: mean, variance and the normalized output in one kernel.
