@@ -15,11 +15,13 @@ void define_cuda(py::module_& m) {
   py::module_ c = m.def_submodule("cuda", "CUDA code generation through NVRTC");
   using cuda::CudaGraphModule;
 
-  c.def("set_nvrtc_dir_provider", [](std::function<std::vector<std::string>()> fn) {
-    // NB: the provider runs Python; the loader calls it with the GIL held (first compile).
-    cuda::set_nvrtc_dir_provider([fn]() {
+  c.def("set_nvrtc_dir_provider", [](py::function fn) {
+    // NB: the provider object is leaked on purpose: the loader's std::function is destroyed with
+    // the process's statics, after the interpreter is gone, when a decref would crash.
+    PyObject* raw = fn.release().ptr();
+    cuda::set_nvrtc_dir_provider([raw]() {
       py::gil_scoped_acquire gil;
-      return fn();
+      return py::reinterpret_borrow<py::function>(raw)().cast<std::vector<std::string>>();
     });
   });
   c.def("nvrtc_status", [] {

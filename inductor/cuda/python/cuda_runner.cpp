@@ -1,6 +1,9 @@
 #include "inductor/cuda/python/cuda_runner.h"
 
+#include <pybind11/stl.h>
+
 #include <chrono>
+#include <functional>
 
 #include "graph/op_registry.h"
 #include "graph/python/graph_calls.h"
