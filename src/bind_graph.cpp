@@ -203,6 +203,9 @@ void define_graph(py::module_& m) {
                     return out;
                   },
                   "Parse graph code (the printer's output) back into a graph.")
+      // For C++ consumers in this module (framefuse._C.cuda.compile): the graph's address, valid
+      // while this object is alive.
+      .def("_address", [](const PyGraph& self) { return reinterpret_cast<uintptr_t>(&self.g); })
       .def("run", [](PyGraph& self, py::args inputs) -> py::object {
         if (!self.runner) self.runner = std::make_unique<ReferenceRunner>(self.g);
         std::vector<PyObject*> in;
