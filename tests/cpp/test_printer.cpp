@@ -22,8 +22,10 @@ TEST(Printer, FxLikeCode) {
   NodeId relu = call(g, "relu", {N(add)});
   call(g, "view", {N(relu), L({I(64)})});
   NodeId sl = call_as(g, "op_getitem", {N(relu), Value::slice(I(0), I(2), Value::none())}, T({2, 16}));
+  NodeId split = call_as(g, "split", {N(relu), I(2)}, ValueMeta::tuple({T({2, 16}), T({2, 16})}));
+  NodeId first = g.add_getitem(split, 0);
   NodeId sum = call(g, "sum", {N(relu)}, {{"keepdim", Value::of_bool(true)}});
-  g.set_output(Value::tuple({N(relu), N(sl), N(sum)}));
+  g.set_output(Value::tuple({N(relu), N(sl), N(first), N(sum)}));
   EXPECT_EQ(graph_code(g),
             "def forward(self, x: \"f32[4, 8]\", w: \"f32[16, 8][1, 16]\", b: \"f32[16]\"):\n"
             "    linear: \"f32[4, 16]\" = torch.nn.functional.linear(x, w, b)\n"
@@ -31,8 +33,10 @@ TEST(Printer, FxLikeCode) {
             "    relu: \"f32[4, 16]\" = torch.relu(add)\n"
             "    view: \"f32[64]\" = relu.view([64])\n"
             "    getitem: \"f32[2, 16]\" = relu[0:2]\n"
+            "    split: \"(f32[2, 16], f32[2, 16])\" = torch.split(relu, 2)\n"
+            "    getitem_1: \"f32[2, 16]\" = split[0]\n"
             "    sum_1: \"f32[1, 1]\" = torch.sum(relu, keepdim=True)\n"
-            "    return (relu, getitem, sum_1)\n");
+            "    return (relu, getitem, getitem_1, sum_1)\n");
 }
 
 TEST(Printer, MetaAnnotations) {
