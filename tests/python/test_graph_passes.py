@@ -62,7 +62,8 @@ def run(g, inputs):
 
 def aliasing(outputs, args):
     """Which outputs share memory with which outputs and inputs."""
-    ptrs = [t.untyped_storage().data_ptr() for t in list(outputs) + list(args)]
+    # torch 1.13 has no untyped_storage()
+    ptrs = [getattr(t, "untyped_storage", t.storage)().data_ptr() for t in list(outputs) + list(args)]
     return [[p == q for q in ptrs] for p in ptrs]
 
 
