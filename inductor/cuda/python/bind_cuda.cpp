@@ -66,15 +66,17 @@ void define_cuda(py::module_& m) {
   // graph: a framefuse._C.graph.Graph (its `_address`); the C++ graph is copied.
   c.def(
       "compile",
-      [](py::handle graph, const std::string& mode, const std::string& arch, bool assume_cuda) {
+      [](py::handle graph, const std::string& mode, const std::string& arch, bool assume_cuda, bool host_emulation) {
         const Graph* g = reinterpret_cast<const Graph*>(graph.attr("_address")().cast<uintptr_t>());
         cuda::CudaCompileOptions opts;
         opts.mode = mode;
         opts.arch = arch;
         opts.assume_cuda = assume_cuda;
+        opts.host_emulation = host_emulation;
         return std::make_unique<CudaGraphModule>(*g, opts);
       },
-      py::arg("graph"), py::arg("mode") = "default", py::arg("arch") = "", py::arg("assume_cuda") = false);
+      py::arg("graph"), py::arg("mode") = "default", py::arg("arch") = "", py::arg("assume_cuda") = false,
+      py::arg("_host_emulation") = false);
 }
 
 }  // namespace ff
