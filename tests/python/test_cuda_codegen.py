@@ -192,3 +192,19 @@ def test_gpu_wrong_input_layout_runs_eagerly():
     fn = cuda.compile_graph(g)
     y = torch.randn(1000, 64, device="cuda").t()  # same shape, other strides
     _check(fn(y), g.run(y), 1e-6)
+
+
+def test_backend_runs_cpu_graphs_eagerly():
+    g, (x,) = _pointwise("cpu")
+    fn = cuda.backend(g, [x])
+    (out,) = fn(x)
+    assert torch.equal(out, torch.sin(x) + torch.cos(x))
+
+
+@gpu
+@pytest.mark.cuda
+def test_gpu_backend_compiles_cuda_graphs():
+    g, (x,) = _softmax("cuda")
+    fn = cuda.backend(g, [x], mode="max-autotune")
+    assert isinstance(fn, cuda.CompiledCudaGraph)
+    _check(fn(x), g.run(x), 1e-5)
