@@ -48,7 +48,8 @@ const Tables& tables() {
 const char* type_word(ParamType t) {
   switch (t) {
     case ParamType::Tensor: return "a tensor";
-    case ParamType::TensorList: return "a list of tensors";
+    case ParamType::TensorList:
+    case ParamType::TensorVarargs: return "a list of tensors";
     case ParamType::Scalar: return "a number or tensor";
     case ParamType::Int: return "an int";
     case ParamType::IntList:
@@ -80,6 +81,7 @@ bool accepts(const ParamSpec& p, const Value& v, const Graph& g) {
     case ParamType::Any: return true;
     case ParamType::Tensor: return is_tensor_value(v, g);
     case ParamType::TensorList:
+    case ParamType::TensorVarargs:
       if (!v.is_sequence()) return false;
       for (const Value& item : v.items)
         if (!is_tensor_value(item, g)) return false;
@@ -109,7 +111,8 @@ bool accepts(const ParamSpec& p, const Value& v, const Graph& g) {
 Value canonical(const ParamSpec& p, Value v) {
   if ((p.type == ParamType::IntList || p.type == ParamType::IntVarargs) && !v.is_none() && !v.is_sequence())
     return Value::list({std::move(v)});
-  if ((p.type == ParamType::IntList || p.type == ParamType::IntVarargs || p.type == ParamType::TensorList) &&
+  if ((p.type == ParamType::IntList || p.type == ParamType::IntVarargs || p.type == ParamType::TensorList ||
+       p.type == ParamType::TensorVarargs) &&
       v.kind == Value::Kind::Tuple)
     v.kind = Value::Kind::List;
   if (p.type == ParamType::Float && v.kind == Value::Kind::Int) return Value::of_float(double(v.i));
@@ -164,8 +167,8 @@ std::optional<std::vector<Value>> bind_call(const OpDef& op, const std::vector<V
       return std::nullopt;
     }
     const ParamSpec& p = params[pi];
-    if (p.type == ParamType::IntVarargs) {
-      // x.view(2, 3) and x.view((2, 3)) are the same call.
+    if (p.type == ParamType::IntVarargs || p.type == ParamType::TensorVarargs) {
+      // x.view(2, 3) and x.view((2, 3)) are the same call (so are einsum(eq, a, b) and einsum(eq, [a, b])).
       if (ai + 1 == positional.size() && positional[ai].is_sequence()) {
         bound[pi] = positional[ai];
       } else {

@@ -44,6 +44,7 @@ enum OpTrait : uint32_t {
   kComposite = 1u << 7,   // softmax, norms ...: decomposed by inductor
   kNondeterministicOutput = 1u << 8,  // e.g. empty: contents unspecified (never CSE'd / folded)
   kIndexing = 1u << 9,    // gather / index / embedding
+  kInplaceFlag = 1u << 10,  // mutates its first input when its `inplace` argument is True (F.relu)
 };
 
 struct OpDef;

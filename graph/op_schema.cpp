@@ -149,7 +149,7 @@ struct TypeName {
   ParamType type;
 };
 constexpr TypeName kTypeNames[] = {
-    {"Tensor[]", ParamType::TensorList}, {"Tensor", ParamType::Tensor},     {"Scalar", ParamType::Scalar},
+    {"Tensor[]", ParamType::TensorList}, {"Tensor...", ParamType::TensorVarargs}, {"Tensor", ParamType::Tensor},     {"Scalar", ParamType::Scalar},
     {"int[]", ParamType::IntList},       {"int...", ParamType::IntVarargs}, {"int", ParamType::Int},
     {"float", ParamType::Float},         {"bool", ParamType::Bool},         {"str", ParamType::Str},
     {"ScalarType", ParamType::ScalarType}, {"Device", ParamType::Device},   {"Layout", ParamType::Layout},

@@ -2,7 +2,7 @@
 //
 //   "sum(Tensor input, int[]? dim=None, bool keepdim=False, *, ScalarType? dtype=None)"
 //
-// Types: Tensor, Tensor?, Tensor[], Scalar, Scalar?, int, int?, int[], int[]?, int... (varargs:
+// Types: Tensor, Tensor?, Tensor[], Tensor... (varargs of tensors, or one list), Scalar, Scalar?, int, int?, int[], int[]?, int... (varargs:
 // the rest of the positional arguments, or one list), float, float?, bool, bool?, str, str?,
 // ScalarType?, Device?, Layout?, MemoryFormat?, Any (anything, checked by the meta rule).
 // Parameter names are torch's own, so non-default arguments can be passed by keyword.
@@ -16,7 +16,7 @@
 
 namespace ff {
 
-enum class ParamType : uint8_t { Tensor, TensorList, Scalar, Int, IntList, IntVarargs, Float, Bool, Str, ScalarType, Device, Layout, MemoryFormat, Any };
+enum class ParamType : uint8_t { Tensor, TensorList, TensorVarargs, Scalar, Int, IntList, IntVarargs, Float, Bool, Str, ScalarType, Device, Layout, MemoryFormat, Any };
 
 struct ParamSpec {
   std::string name;

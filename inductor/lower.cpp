@@ -515,6 +515,11 @@ loop::Program Lowerer::run() {
       for (auto& [nn, r] : prog_.outputs) seen |= nn == o;
       if (seen) continue;
       loop::TensorRef ref = ensure_ref(o, "graph output");
+      // Strides of size-1 dims do not address memory; report them as eager does.
+      const TensorMeta& m = g_.node(o).meta.tensor;
+      if (ref.sizes == m.sizes)
+        for (size_t d = 0; d < ref.sizes.size(); ++d)
+          if (ref.sizes[d] == 1) ref.strides[d] = m.strides[d];
       auto& buf = prog_.buffers[static_cast<size_t>(ref.buf)];
       if (buf.role == BufferRole::Intermediate) buf.role = BufferRole::Output;
       prog_.outputs.push_back({o, ref});

@@ -36,8 +36,10 @@ struct NoLowering : std::runtime_error {
 
 class Lowerer;
 using OpLowering = LT (*)(Lowerer& L, const Node& n);
-// name -> lowering (lower_ops.cpp).
-const std::unordered_map<std::string, OpLowering>& op_lowerings();
+// name -> lowering (lower_ops.cpp, lower_ops_extra.cpp).
+using OpRules = std::unordered_map<std::string, OpLowering>;
+const OpRules& op_lowerings();
+void add_extra_rules(OpRules& rules);  // lower_ops_extra.cpp
 
 class Lowerer {
  public:

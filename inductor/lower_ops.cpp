@@ -336,7 +336,7 @@ LT linear_rule(Lowerer& L, const Node& n) {
   return Lowerer::binary(BinaryOp::Add, mm, b, float_compute_dtype(out));
 }
 
-using Rules = std::unordered_map<std::string, OpLowering>;
+using Rules = OpRules;
 
 Rules make_rules() {
   Rules r;
@@ -365,10 +365,14 @@ Rules make_rules() {
   r["reciprocal"] = [](Lowerer& L, const Node& n) { return unary_op(L, n, UnaryOp::Reciprocal); };
   r["sigmoid"] = [](Lowerer& L, const Node& n) { return unary_float(L, n, sigmoid); };
   r["silu"] = [](Lowerer& L, const Node& n) {
+    if (L.has_arg(n, "inplace") && L.arg(n, "inplace").b) throw NoLowering("in-place silu");
     return unary_float(L, n, [](const Expr& x) { return loop::binary(BinaryOp::Mul, x, sigmoid(x)); });
   };
   r["gelu"] = gelu_rule;
-  r["relu"] = r["f_relu"] = relu_rule;
+  r["relu"] = r["f_relu"] = [](Lowerer& L, const Node& n) {
+    if (L.has_arg(n, "inplace") && L.arg(n, "inplace").b) throw NoLowering("in-place relu");
+    return relu_rule(L, n);
+  };
   r["floor"] = [](Lowerer& L, const Node& n) {
     if (!is_floating(L.out_meta(n).dtype)) return L.tensor(n.args[0]);
     return unary_op(L, n, UnaryOp::Floor);
@@ -437,25 +441,26 @@ Rules make_rules() {
     return x;
   };
   // composites
-  r["softmax"] = [](Lowerer& L, const Node& n) { return softmax_rule(L, n, false); };
-  r["log_softmax"] = [](Lowerer& L, const Node& n) { return softmax_rule(L, n, true); };
+  r["softmax"] = r["f_softmax"] = [](Lowerer& L, const Node& n) { return softmax_rule(L, n, false); };
+  r["log_softmax"] = r["f_log_softmax"] = [](Lowerer& L, const Node& n) { return softmax_rule(L, n, true); };
   r["layer_norm"] = layer_norm_rule;
   r["batch_norm"] = batch_norm_rule;
   r["group_norm"] = group_norm_rule;
-  r["dropout"] = [](Lowerer& L, const Node& n) {
-    bool training = L.has_arg(n, "training") && L.arg(n, "training").b;
+  r["dropout"] = r["f_dropout"] = [](Lowerer& L, const Node& n) {
+    bool training = L.has_arg(n, "training") ? L.arg(n, "training").b : L.has_arg(n, "train") && L.arg(n, "train").b;
     double p = L.has_arg(n, "p") ? L.arg(n, "p").as_double() : 0.5;
     if (training && p != 0.0) throw NoLowering("training-mode dropout draws from torch's RNG");
     if (L.has_arg(n, "inplace") && L.arg(n, "inplace").b) throw NoLowering("in-place dropout");
     return L.tensor(n.args[0]);
   };
   r["linear"] = linear_rule;
+  add_extra_rules(r);
   return r;
 }
 
 }  // namespace
 
-const std::unordered_map<std::string, OpLowering>& op_lowerings() {
+const OpRules& op_lowerings() {
   static const Rules rules = make_rules();
   return rules;
 }

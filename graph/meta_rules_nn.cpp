@@ -1,0 +1,390 @@
+// Meta rules for matrix products, linear, convolutions, pooling, padding and creation ops.
+#include <algorithm>
+#include <cmath>
+
+#include "graph/meta_rules.h"
+#include "graph/meta_rules_util.h"
+
+namespace ff {
+using namespace meta_util;
+
+namespace {
+
+bool is_float_like(DType t) { return is_floating(t) || is_complex(t); }
+
+// Reduced precision matrix kernels on CPU exist in newer torch versions only.
+bool unsupported_cpu_half(const TensorMeta& t) {
+  return t.dtype == DType::Float16 && t.device.type == Device::Type::CPU;
+}
+
+void check_same_dtype(const TensorMeta& a, const TensorMeta& b) {
+  if (a.dtype != b.dtype)
+    throw MetaError("expected m1 and m2 to have the same dtype, but got: " + std::string(dtype_name(a.dtype)) +
+                    " != " + std::string(dtype_name(b.dtype)));
+}
+
+void check_mm(const std::vector<int64_t>& a, const std::vector<int64_t>& b) {
+  int64_t k1 = a.back(), k2 = b[b.size() - 2];
+  if (k1 != k2)
+    throw MetaError("mat1 and mat2 shapes cannot be multiplied (" + std::to_string(a[a.size() - 2]) + "x" +
+                    std::to_string(k1) + " and " + std::to_string(k2) + "x" + std::to_string(b.back()) + ")");
+}
+
+// An int, or a list of ints of length 1 or `n`, expanded to `n` values.
+std::optional<std::vector<int64_t>> expand_param(const Value& v, size_t n) {
+  if (is_int(v)) return std::vector<int64_t>(n, v.i);
+  if (!all_ints(v)) return std::nullopt;
+  std::vector<int64_t> out = int_list(v);
+  if (out.size() == 1) out.assign(n, out[0]);
+  if (out.size() != n) return std::nullopt;
+  return out;
+}
+
+std::optional<Device> device_arg(const MetaContext& ctx, const Device& fallback) {
+  int i = ctx.op.schema.index_of("device");
+  if (i < 0) return fallback;
+  const Value& v = ctx.args[static_cast<size_t>(i)];
+  if (v.is_none()) return fallback;
+  std::optional<Device> d;
+  if (v.kind == Value::Kind::Device) d = v.device;
+  else if (v.kind == Value::Kind::Str) d = Device::parse(v.s);
+  if (!d) throw MetaError("Expected one of cpu, cuda, meta device type at start of device string: " + v.s);
+  if (d->type == Device::Type::CUDA && d->index < 0) return std::nullopt;  // the current device: not known here
+  if (d->type == Device::Type::CPU) d->index = -1;
+  return d;
+}
+
+// Output size of one pooled/convolved dim (torch's pooling_output_shape).
+int64_t pooled_size(int64_t in, int64_t k, int64_t pad, int64_t stride, int64_t dilation, bool ceil_mode) {
+  int64_t num = in + 2 * pad - dilation * (k - 1) - 1 + (ceil_mode ? stride - 1 : 0);
+  int64_t out = (num >= 0 ? num / stride : -((-num + stride - 1) / stride)) + 1;
+  if (ceil_mode && (out - 1) * stride >= in + pad) --out;
+  return out;
+}
+
+// A result allocated in the input's suggest_memory_format(): channels-last when the input's
+// strides look channels-last, else contiguous (pooling, constant padding, norms on CPU).
+std::optional<ValueMeta> suggested_format(const TensorMeta& x, std::vector<int64_t> sizes, DType dtype, bool grad) {
+  TensorMeta out = TensorMeta::contiguous(sizes, dtype, x.device);
+  out.requires_grad = grad;
+  if (x.dim() == 4 && sizes.size() == 4 && strides_like_channels_last(x)) out.strides = channels_last_strides(sizes);
+  return ValueMeta::of_tensor(std::move(out));
+}
+
+}  // namespace
+
+std::optional<ValueMeta> meta_matmul(const MetaContext& ctx) {
+  const std::string& n = ctx.op.name;
+  bool has_self = n == "addmm" || n == "baddbmm";
+  const TensorMeta* a = tensor_or_null(ctx.args[has_self ? 1 : 0], ctx.graph);
+  const TensorMeta* b = tensor_or_null(ctx.args[has_self ? 2 : 1], ctx.graph);
+  if (!a || !b) return std::nullopt;
+  if (a->dtype == DType::Bool || is_complex(a->dtype) || unsupported_cpu_half(*a)) return std::nullopt;
+  const int64_t da = a->dim(), db = b->dim();
+  bool grad = a->requires_grad || b->requires_grad;
+  std::vector<int64_t> sizes;
+  if (n == "mm" || n == "addmm") {
+    if (da != 2) throw MetaError(n == "mm" ? "self must be a matrix" : "mat1 must be a matrix, got " + std::to_string(da) + "-D tensor");
+    if (db != 2) throw MetaError(n == "mm" ? "mat2 must be a matrix" : "mat2 must be a matrix, got " + std::to_string(db) + "-D tensor");
+    check_mm(a->sizes, b->sizes);
+    check_same_dtype(*a, *b);
+    sizes = {a->sizes[0], b->sizes[1]};
+  } else if (n == "bmm" || n == "baddbmm") {
+    if (da != 3) throw MetaError("batch1 must be a 3D tensor");
+    if (db != 3) throw MetaError("batch2 must be a 3D tensor");
+    if (a->sizes[0] != b->sizes[0])
+      throw MetaError("batch1 and batch2 must have same number of batches, got " + std::to_string(a->sizes[0]) + " and " +
+                      std::to_string(b->sizes[0]));
+    if (a->sizes[2] != b->sizes[1])
+      throw MetaError("Expected size for first two dimensions of batch2 tensor to be: [" + std::to_string(a->sizes[0]) +
+                      ", " + std::to_string(a->sizes[2]) + "] but got: [" + std::to_string(b->sizes[0]) + ", " +
+                      std::to_string(b->sizes[1]) + "].");
+    check_same_dtype(*a, *b);
+    sizes = {a->sizes[0], a->sizes[1], b->sizes[2]};
+  } else {  // matmul, @
+    if (da == 0 || db == 0)
+      throw MetaError("both arguments to matmul need to be at least 1D, but they are " + std::to_string(da) + "D and " +
+                      std::to_string(db) + "D");
+    if (a->dtype != b->dtype) return std::nullopt;  // the message depends on the path taken
+    if (da == 1 && db == 1) {
+      if (a->sizes[0] != b->sizes[0])
+        throw MetaError("inconsistent tensor size, expected tensor [" + std::to_string(a->sizes[0]) +
+                        "] and src [" + std::to_string(b->sizes[0]) + "] to have the same number of elements, but got " +
+                        std::to_string(a->sizes[0]) + " and " + std::to_string(b->sizes[0]) + " elements respectively");
+    } else if (da <= 2 && db >= 3) {
+      return std::nullopt;  // folded through transposes: the layout depends on the torch version
+    } else {
+      // Matrix dims of each side (a vector is a row for the left side, a column for the right).
+      int64_t k1 = a->sizes.back();
+      int64_t k2 = db == 1 ? b->sizes[0] : b->sizes[db - 2];
+      if (k1 != k2) {
+        int64_t rows = da == 1 ? 1 : a->numel() / std::max<int64_t>(k1, 1);
+        throw MetaError("mat1 and mat2 shapes cannot be multiplied (" + std::to_string(rows) + "x" + std::to_string(k1) +
+                        " and " + std::to_string(k2) + "x" + std::to_string(db == 1 ? 1 : b->sizes.back()) + ")");
+      }
+      std::vector<int64_t> batch_a(a->sizes.begin(), a->sizes.end() - std::min<int64_t>(da, 2));
+      std::vector<int64_t> batch_b(b->sizes.begin(), b->sizes.end() - std::min<int64_t>(db, 2));
+      sizes = broadcast_shapes(batch_a, batch_b);
+      if (da >= 2) sizes.push_back(a->sizes[da - 2]);
+      if (db >= 2) sizes.push_back(b->sizes.back());
+    }
+  }
+  if (has_self) {
+    const TensorMeta* self = tensor_or_null(ctx.args[0], ctx.graph);
+    if (!self || self->dtype != a->dtype) return std::nullopt;
+    if (broadcast_shapes(self->sizes, sizes) != sizes)
+      throw MetaError("The expanded size of the tensor (" + std::to_string(sizes.back()) + ") must match the existing size (" +
+                      std::to_string(self->sizes.back()) + ") at non-singleton dimension " + std::to_string(sizes.size() - 1) +
+                      ".  Target sizes: " + shape_str(sizes) + ".  Tensor sizes: " + shape_str(self->sizes));
+    for (const char* s : {"beta", "alpha"}) {
+      const Value& v = ctx.arg(s);
+      if (!v.is_number() || (v.kind == Value::Kind::Float && !is_float_like(a->dtype))) return std::nullopt;
+    }
+    grad = grad || self->requires_grad;
+  }
+  return fresh(sizes, a->dtype, common_device({a, b}), grad);
+}
+
+std::optional<ValueMeta> meta_linear(const MetaContext& ctx) {
+  const TensorMeta& x = ctx.tensor("input");
+  const TensorMeta& w = ctx.tensor("weight");
+  if (w.dim() != 2 || x.dim() < 1 || !is_floating(x.dtype) || unsupported_cpu_half(x)) return std::nullopt;
+  if (x.sizes.back() != w.sizes[1]) {
+    int64_t rows = x.numel() / std::max<int64_t>(x.sizes.back(), 1);
+    throw MetaError("mat1 and mat2 shapes cannot be multiplied (" + std::to_string(rows) + "x" +
+                    std::to_string(x.sizes.back()) + " and " + std::to_string(w.sizes[1]) + "x" + std::to_string(w.sizes[0]) + ")");
+  }
+  if (x.dtype != w.dtype) return std::nullopt;
+  bool grad = x.requires_grad || w.requires_grad;
+  if (const TensorMeta* b = tensor_or_null(ctx.arg("bias"), ctx.graph)) {
+    if (b->dtype != x.dtype || b->dim() > 1 || (b->dim() == 1 && b->sizes[0] != w.sizes[0])) return std::nullopt;
+    grad = grad || b->requires_grad;
+  }
+  std::vector<int64_t> sizes = x.sizes;
+  sizes.back() = w.sizes[0];
+  return fresh(sizes, x.dtype, x.device, grad);
+}
+
+std::optional<ValueMeta> meta_conv(const MetaContext& ctx) {
+  const TensorMeta& x = ctx.tensor("input");
+  const TensorMeta& w = ctx.tensor("weight");
+  const size_t spatial = ctx.op.name == "conv1d" ? 1 : 2;
+  const int64_t batched_dims = static_cast<int64_t>(spatial) + 2;
+  if (x.dim() != batched_dims && x.dim() != batched_dims - 1) return std::nullopt;
+  if (w.dim() != batched_dims) return std::nullopt;
+  if (!is_floating(x.dtype) || x.dtype != w.dtype || unsupported_cpu_half(x)) return std::nullopt;
+  // On CPU the result is channels-last when the input or the weight suggests it (2-d convs;
+  // oneDNN and the slow path agree), else contiguous. GPU backends choose for themselves, and an
+  // unbatched input goes through an unsqueeze whose layout is left to the fallback.
+  bool batched = x.dim() == batched_dims;
+  bool cl = spatial == 2 && batched && (strides_like_channels_last(x) || strides_like_channels_last(w));
+  if (x.device.type != Device::Type::CPU || !batched) {
+    if (!x.is_contiguous() || !w.is_contiguous()) return std::nullopt;
+  }
+  if (!is_int(ctx.arg("groups"))) return std::nullopt;
+  int64_t groups = ctx.arg("groups").i;
+  auto stride = expand_param(ctx.arg("stride"), spatial);
+  auto dilation = expand_param(ctx.arg("dilation"), spatial);
+  if (!stride || !dilation || groups <= 0) return std::nullopt;
+  for (int64_t s : *stride)
+    if (s <= 0) return std::nullopt;
+  const int64_t lead = x.dim() - static_cast<int64_t>(spatial) - 1;  // index of the channel dim
+  std::vector<int64_t> in_spatial(x.sizes.begin() + lead + 1, x.sizes.end());
+  std::vector<int64_t> k(w.sizes.begin() + 2, w.sizes.end());
+  std::vector<int64_t> pad(spatial, 0);
+  const Value& pv = ctx.arg("padding");
+  bool same = false;
+  if (pv.kind == Value::Kind::Str) {
+    if (pv.s == "same") same = true;
+    else if (pv.s != "valid") throw MetaError("Invalid padding string: '" + pv.s + "'");
+  } else {
+    auto p = expand_param(pv, spatial);
+    if (!p) return std::nullopt;
+    pad = *p;
+  }
+  int64_t c = x.sizes[lead];
+  if (w.sizes[1] * groups != c)
+    throw MetaError("Given groups=" + std::to_string(groups) + ", weight of size " + shape_str(w.sizes) +
+                    ", expected input" + shape_str(x.sizes) + " to have " + std::to_string(w.sizes[1] * groups) +
+                    " channels, but got " + std::to_string(c) + " channels instead");
+  if (w.sizes[0] % groups != 0) return std::nullopt;
+  bool grad = x.requires_grad || w.requires_grad;
+  if (const TensorMeta* b = tensor_or_null(ctx.arg("bias"), ctx.graph)) {
+    if (b->dtype != x.dtype || b->dim() != 1 || b->sizes[0] != w.sizes[0]) return std::nullopt;
+    grad = grad || b->requires_grad;
+  }
+  std::vector<int64_t> sizes(x.sizes.begin(), x.sizes.begin() + lead);
+  sizes.push_back(w.sizes[0]);
+  for (size_t i = 0; i < spatial; ++i) {
+    if (same) {
+      for (int64_t s : *stride)
+        if (s != 1) throw MetaError("padding='same' is not supported for strided convolutions");
+      sizes.push_back(in_spatial[i]);
+      continue;
+    }
+    int64_t eff = (*dilation)[i] * (k[i] - 1) + 1;
+    if (in_spatial[i] + 2 * pad[i] < eff)
+      throw MetaError("Calculated padded input size per channel: (" + std::to_string(in_spatial[i] + 2 * pad[i]) +
+                      "). Kernel size: (" + std::to_string(eff) + "). Kernel size can't be greater than actual input size");
+    sizes.push_back((in_spatial[i] + 2 * pad[i] - eff) / (*stride)[i] + 1);
+  }
+  TensorMeta out = TensorMeta::contiguous(sizes, x.dtype, x.device);
+  if (cl) out.strides = channels_last_strides(sizes);
+  out.requires_grad = grad;
+  return ValueMeta::of_tensor(std::move(out));
+}
+
+std::optional<ValueMeta> meta_pool(const MetaContext& ctx) {
+  const TensorMeta& x = ctx.tensor("input");
+  const std::string& n = ctx.op.name;
+  if (x.dim() != 3 && x.dim() != 4) return std::nullopt;
+  if (!is_floating(x.dtype) || unsupported_cpu_half(x)) return std::nullopt;
+  for (int64_t d = x.dim() - 3; d < x.dim(); ++d)
+    if (x.sizes[d] == 0) return std::nullopt;
+  const int64_t h = x.sizes[x.dim() - 2], wdt = x.sizes[x.dim() - 1];
+  std::vector<int64_t> sizes(x.sizes.begin(), x.sizes.end() - 2);
+  if (n == "adaptive_avg_pool2d") {
+    const Value& os = ctx.arg("output_size");
+    std::vector<Value> items = os.is_sequence() ? os.items : std::vector<Value>{os, os};
+    if (items.size() != 2) return std::nullopt;
+    for (int i = 0; i < 2; ++i) {
+      if (items[i].is_none()) sizes.push_back(i == 0 ? h : wdt);
+      else if (is_int(items[i]) && items[i].i >= 0) sizes.push_back(items[i].i);
+      else return std::nullopt;
+    }
+    return suggested_format(x, sizes, x.dtype, x.requires_grad);
+  }
+  bool is_max = n == "max_pool2d";
+  auto k = expand_param(ctx.arg("kernel_size"), 2);
+  const Value& sv = ctx.arg("stride");
+  auto s = sv.is_none() || (sv.is_sequence() && sv.items.empty()) ? k : expand_param(sv, 2);
+  auto p = expand_param(ctx.arg("padding"), 2);
+  auto d = is_max ? expand_param(ctx.arg("dilation"), 2) : std::optional<std::vector<int64_t>>(std::vector<int64_t>{1, 1});
+  if (!k || !s || !p || !d) return std::nullopt;
+  bool ceil_mode = ctx.arg("ceil_mode").b;
+  if (!is_max && !ctx.arg("divisor_override").is_none() && !is_int(ctx.arg("divisor_override"))) return std::nullopt;
+  if (!is_max && is_int(ctx.arg("divisor_override")) && ctx.arg("divisor_override").i == 0) return std::nullopt;
+  for (int i = 0; i < 2; ++i) {
+    if ((*k)[i] <= 0 || (*s)[i] <= 0 || (*d)[i] <= 0 || (*p)[i] < 0) return std::nullopt;
+    int64_t eff = ((*k)[i] - 1) * (*d)[i] + 1;
+    if ((*p)[i] > eff / 2)
+      throw MetaError("pad should be at most half of effective kernel size, but got pad=" + std::to_string((*p)[i]) +
+                      ", kernel_size=" + std::to_string((*k)[i]) + " and dilation=" + std::to_string((*d)[i]));
+    if ((*p)[i] > (*k)[i] / 2) return std::nullopt;  // older torch versions check pad <= kernel / 2
+    int64_t out = pooled_size(i == 0 ? h : wdt, (*k)[i], (*p)[i], (*s)[i], (*d)[i], ceil_mode);
+    if (out <= 0)
+      throw MetaError("Given input size: (" + std::to_string(x.sizes[x.dim() - 3]) + "x" + std::to_string(h) + "x" +
+                      std::to_string(wdt) + "). Calculated output size: (" + std::to_string(x.sizes[x.dim() - 3]) + "x" +
+                      std::to_string(i == 0 ? out : sizes.back()) + "x...). Output size is too small");
+    sizes.push_back(out);
+  }
+  auto values = suggested_format(x, sizes, x.dtype, x.requires_grad);
+  if (!values || !is_max || !ctx.arg("return_indices").b) return values;
+  auto indices = suggested_format(x, sizes, DType::Int64, false);
+  return ValueMeta::tuple({std::move(*values), std::move(*indices)});
+}
+
+std::optional<ValueMeta> meta_pad(const MetaContext& ctx) {
+  const TensorMeta& x = ctx.tensor("input");
+  const Value& pv = ctx.arg("pad");
+  if (!all_ints(pv)) return std::nullopt;
+  std::vector<int64_t> pad = int_list(pv);
+  if (pad.size() % 2 != 0) throw MetaError("Padding length must be divisible by 2");
+  if (static_cast<int64_t>(pad.size()) > 2 * x.dim())
+    throw MetaError("Padding length should be less than or equal to two times the input dimension but got padding length " +
+                    std::to_string(pad.size()) + " and input of dimension " + std::to_string(x.dim()));
+  if (ctx.arg("mode").s != "constant") return std::nullopt;  // reflect / replicate / circular: fallback
+  std::vector<int64_t> sizes = x.sizes;
+  for (size_t i = 0; i < pad.size() / 2; ++i) {
+    int64_t d = x.dim() - 1 - static_cast<int64_t>(i);
+    int64_t out = sizes[d] + pad[2 * i] + pad[2 * i + 1];
+    if (out < 0)
+      throw MetaError("The input size " + std::to_string(sizes[d]) + ", plus negative padding " + std::to_string(pad[2 * i]) +
+                      " and " + std::to_string(pad[2 * i + 1]) + " resulted in a negative output size, which is invalid. "
+                      "Check dimension " + std::to_string(d) + " of your input.");
+    sizes[d] = out;
+  }
+  return suggested_format(x, sizes, x.dtype, x.requires_grad);
+}
+
+std::optional<ValueMeta> meta_creation(const MetaContext& ctx) {
+  const std::string& n = ctx.op.name;
+  bool like = n.ends_with("_like");
+  bool method = n.starts_with("new_");
+  const TensorMeta* base = like || method ? &ctx.tensor(ctx.op.schema.params[0].name) : nullptr;
+  const Value& layout = ctx.arg("layout");
+  if (!layout.is_none() && layout.s != "strided") return std::nullopt;
+  bool random = n.starts_with("rand");
+  // dtype
+  DType dt = base ? base->dtype : default_float_dtype();
+  if (n == "arange" || n == "full" || n == "new_full" || n == "full_like") {
+    // fill values and arange bounds must be known numbers
+    for (const char* p : {"start", "end", "step", "fill_value"}) {
+      if (ctx.op.schema.index_of(p) < 0) continue;
+      const Value& v = ctx.arg(p);
+      if (!v.is_none() && !v.is_number()) return std::nullopt;
+    }
+  }
+  if (n == "full") {
+    const Value& fv = ctx.arg("fill_value");
+    dt = fv.kind == Value::Kind::Bool ? DType::Bool : fv.kind == Value::Kind::Int ? DType::Int64 : default_float_dtype();
+  }
+  std::vector<int64_t> sizes;
+  if (n == "arange") {
+    Value start = ctx.arg("start"), end = ctx.arg("end"), step = ctx.arg("step");
+    if (end.is_none()) std::swap(start, end), start = Value::of_int(0);
+    bool any_float = false;
+    for (const Value* v : {&start, &end, &step}) {
+      if (v->kind == Value::Kind::Bool) return std::nullopt;
+      any_float = any_float || v->kind == Value::Kind::Float;
+    }
+    dt = any_float ? default_float_dtype() : DType::Int64;
+    dt = dtype_arg(ctx, "dtype", dt);
+    if (is_integral(dt, true) && any_float) return std::nullopt;  // truncation rules differ by version
+    double a = start.as_double(), b = end.as_double(), st = step.as_double();
+    if (st == 0) throw MetaError("step must be nonzero");
+    if (!std::isfinite(a) || !std::isfinite(b)) throw MetaError("unsupported range: " + std::to_string(a) + " -> " + std::to_string(b));
+    if (!((st > 0 && b >= a) || (st < 0 && b <= a)))
+      throw MetaError("upper bound and larger bound inconsistent with step sign");
+    int64_t len;
+    if (!any_float) {
+      int64_t ia = start.i, ib = end.i, is = step.i, sgn = is > 0 ? 1 : -1;
+      len = (ib - ia + is - sgn) / is;
+    } else {
+      len = static_cast<int64_t>(std::ceil((b - a) / st));
+    }
+    sizes = {len};
+  } else if (like) {
+    sizes = base->sizes;
+  } else {
+    const Value& sv = ctx.arg("size");
+    if (!all_ints(sv)) return std::nullopt;
+    sizes = int_list(sv);
+    for (int64_t s : sizes)
+      if (s < 0) throw MetaError("Trying to create tensor with negative dimension " + std::to_string(s) + ": " + shape_str(sizes));
+  }
+  if (n != "arange") dt = dtype_arg(ctx, "dtype", dt);
+  if (random && !is_floating(dt)) return std::nullopt;
+  auto dev = device_arg(ctx, base ? base->device : Device{});
+  if (!dev) return std::nullopt;
+  bool requires_grad = ctx.arg("requires_grad").b;
+  if (requires_grad && !is_float_like(dt))
+    throw MetaError("Only Tensors of floating point and complex dtype can require gradients");
+  TensorMeta out = TensorMeta::contiguous(sizes, dt, *dev);
+  out.requires_grad = requires_grad;
+  int mf_i = ctx.op.schema.index_of("memory_format");
+  std::string mf = mf_i < 0 ? "contiguous_format" : ctx.args[static_cast<size_t>(mf_i)].s;
+  if (mf == "channels_last") {
+    if (out.dim() != 4) throw MetaError("required rank 4 tensor to use channels_last format");
+    out.strides = channels_last_strides(sizes);
+  } else if (mf == "preserve_format") {
+    auto s = preserve_format_strides(*base);
+    if (!s) return std::nullopt;
+    out.strides = *s;
+  } else if (mf != "contiguous_format") {
+    return std::nullopt;
+  }
+  return ValueMeta::of_tensor(std::move(out));
+}
+
+}  // namespace ff

@@ -1,0 +1,81 @@
+// Helpers shared by the meta rule files (graph/meta_rules_*.cpp). Not part of the public
+// meta-rule interface (graph/meta_rules.h).
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "graph/meta_rules.h"
+
+namespace ff::meta_util {
+
+std::string shape_str(const std::vector<int64_t>& s);
+
+// The tensor metadata a value refers to, or nullptr (constants, scalar nodes, tuples).
+const TensorMeta* tensor_or_null(const Value& v, const Graph& g);
+
+// A Python number known at trace time or a node producing an int/float/bool.
+bool is_scalar_value(const Value& v, const Graph& g);
+
+// Every operand is a tensor or a Python number (None, strings, lists... are not).
+bool all_tensor_or_scalar(const std::vector<Value>& operands, const Graph& g);
+bool has_tensor(const std::vector<Value>& operands, const Graph& g);
+
+// Device of a result: the first tensor's that is not a 0-dim CPU tensor (those may mix with
+// any device). Throws MetaError when two devices disagree.
+Device common_device(const std::vector<const TensorMeta*>& ts);
+
+// Autograd records a result when any tensor input requires grad and the result can carry a
+// gradient (floating or complex dtype).
+bool grad_result(const std::vector<const TensorMeta*>& ts, DType result);
+
+// The tensors among `operands`.
+std::vector<const TensorMeta*> tensors_of(const std::vector<Value>& operands, const Graph& g);
+
+// A pointwise (TensorIterator) result over `operands`, in TensorIterator's operand order.
+ValueMeta pointwise_result(const std::vector<Value>& operands, const Graph& g, DType dtype);
+
+// A view of `base` with new sizes and strides (dtype, device and requires_grad are kept).
+ValueMeta view_of(const TensorMeta& base, std::vector<int64_t> sizes, std::vector<int64_t> strides);
+
+// A fresh contiguous tensor.
+ValueMeta fresh(std::vector<int64_t> sizes, DType dtype, Device device, bool requires_grad);
+
+// torch's computeStride: strides that view `base` as `shape` without a copy, or nullopt.
+std::optional<std::vector<int64_t>> view_strides(const TensorMeta& base, const std::vector<int64_t>& shape);
+
+// Resolves one -1 in a view/reshape shape; throws MetaError when the numel does not match.
+std::vector<int64_t> infer_size(const std::vector<int64_t>& shape, int64_t numel);
+
+// Ints of a List/Tuple of Int (or Bool) constants. `all_ints` first says whether it is one.
+bool all_ints(const Value& v);
+std::vector<int64_t> int_list(const Value& v);
+// An int constant (not a symbolic node, not a bool).
+bool is_int(const Value& v);
+
+// Wrapped, de-duplicated reduction dims; None or [] means every dim. Throws MetaError on a
+// repeated dim.
+std::vector<int64_t> reduction_dims(const Value& dim, int64_t ndim);
+std::vector<int64_t> reduced_shape(const std::vector<int64_t>& sizes, const std::vector<int64_t>& dims, bool keepdim);
+
+// Memory layout queries, as torch defines them.
+bool is_non_overlapping_and_dense(const TensorMeta& t);
+bool is_channels_last(const TensorMeta& t);  // 4-d, strides exactly channels-last (and not contiguous)
+bool is_channels_last_contiguous(const TensorMeta& t);  // torch's is_contiguous(channels_last)
+bool strides_like_channels_last(const TensorMeta& t);   // what suggest_memory_format() looks at
+std::vector<int64_t> channels_last_strides(const std::vector<int64_t>& sizes);
+// torch's has_internal_overlap == Yes: a dimension of size > 1 with stride 0.
+bool has_internal_overlap(const TensorMeta& t);
+
+// Strides a `*_like(preserve_format)` / `.to(dtype)` / clone copy of `t` gets, or nullopt where
+// this is not modelled (non-dense inputs with no elements).
+std::optional<std::vector<int64_t>> preserve_format_strides(const TensorMeta& t);
+
+// The DType argument named `name` if given (not None), else `fallback`.
+DType dtype_arg(const MetaContext& ctx, std::string_view name, DType fallback);
+
+// A bool argument that may be absent from the schema.
+bool bool_arg(const MetaContext& ctx, std::string_view name, bool fallback);
+
+}  // namespace ff::meta_util
