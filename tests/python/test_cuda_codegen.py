@@ -22,8 +22,10 @@ def _need_nvrtc():
     st = cuda.nvrtc_status()
     if st["available"]:
         return
-    if os.environ.get("CI"):
-        pytest.fail("NVRTC is required in CI (pip install nvidia-cuda-nvrtc): " + st["error"])
+    # The main lane installs nvidia-cuda-nvrtc (scripts/requirements-main.txt): there a missing
+    # NVRTC is a failure, not a skip.
+    if os.environ.get("FRAMEFUSE_TEST_LANE") == "main":
+        pytest.fail("NVRTC is required in the main lane (pip install nvidia-cuda-nvrtc): " + st["error"])
     pytest.skip("NVRTC not installed: " + st["error"].splitlines()[0])
 
 

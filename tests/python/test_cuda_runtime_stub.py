@@ -93,8 +93,8 @@ def stub_dir(tmp_path_factory):
 
 def test_runtime_host_side_with_driver_stand_in(stub_dir, tmp_path):
     if not cuda.nvrtc_status()["available"]:
-        if os.environ.get("CI"):
-            pytest.fail("NVRTC is required in CI (pip install nvidia-cuda-nvrtc)")
+        if os.environ.get("FRAMEFUSE_TEST_LANE") == "main":
+            pytest.fail("NVRTC is required in the main lane (pip install nvidia-cuda-nvrtc)")
         pytest.skip("NVRTC not installed")
     env = dict(os.environ)
     env["LD_LIBRARY_PATH"] = str(stub_dir) + os.pathsep + env.get("LD_LIBRARY_PATH", "")
