@@ -38,8 +38,6 @@ def _nvrtc_dirs():
     return dirs
 
 
-_C.cuda.set_nvrtc_dir_provider(_nvrtc_dirs)
-
 
 def nvrtc_status():
     """{'available', 'path', 'version', 'error'} of the runtime compiler (loads it on first call)."""

@@ -15,6 +15,18 @@ void define_cuda(py::module_& m) {
   py::module_ c = m.def_submodule("cuda", "CUDA code generation through NVRTC");
   using cuda::CudaGraphModule;
 
+  // Where pip wheels put libnvrtc: asked of framefuse.cuda._nvrtc_dirs only when the usual places
+  // fail, whichever way the first compile was reached. NB: captures no Python object, so nothing
+  // is released after the interpreter has gone.
+  cuda::set_nvrtc_dir_provider([]() -> std::vector<std::string> {
+    py::gil_scoped_acquire gil;
+    try {
+      return py::module_::import("framefuse.cuda").attr("_nvrtc_dirs")().cast<std::vector<std::string>>();
+    } catch (py::error_already_set&) {
+      return {};
+    }
+  });
+
   c.def("set_nvrtc_dir_provider", [](py::function fn) {
     // NB: the provider object is leaked on purpose: the loader's std::function is destroyed with
     // the process's statics, after the interpreter is gone, when a decref would crash.
