@@ -464,6 +464,11 @@ std::optional<LT> Lowerer::lower_node(NodeId id) {
   FF_CHECK(n.kind == NodeKind::Call, "unexpected node kind");
   const OpDef& op = op_def(n.op);
   if (op.has(kInplace)) throw Unsupported("in-place op " + op.target + " (" + n.name + ") is not compiled by inductor");
+  // NB: an in-place variant (inplace=True) as an extern call would mutate a tensor that inlined
+  // expressions may still read later; the whole graph runs eagerly instead.
+  if (int i = op.schema.index_of("inplace"); i >= 0 && n.args[static_cast<size_t>(i)].kind == Value::Kind::Bool &&
+                                             n.args[static_cast<size_t>(i)].b)
+    throw Unsupported(op.target + "(inplace=True) (" + n.name + ") is not compiled by inductor");
   std::string reason;
   if (!n.meta.is_tensor()) {
     reason = "its result is not a tensor";

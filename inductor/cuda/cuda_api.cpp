@@ -48,8 +48,8 @@ NvrtcState& nvrtc_state() {
 void load_driver(DriverState& s) {
   s.tried = true;
   // NB: RTLD_NOLOAD first: when torch already loaded a driver, use exactly that one.
-  void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL | RTLD_NOLOAD);
-  if (!lib) lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL);
+  void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL | RTLD_NOLOAD);
+  if (!lib) lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
   if (!lib) {
     const char* err = dlerror();
     s.why = std::string("the CUDA driver (libcuda.so.1) could not be loaded") + (err ? std::string(": ") + err : "") +

@@ -38,8 +38,6 @@ def _nvrtc_dirs():
     return dirs
 
 
-_C.cuda.set_nvrtc_dir_provider(_nvrtc_dirs)
-
 
 def nvrtc_status():
     """{'available', 'path', 'version', 'error'} of the runtime compiler (loads it on first call)."""
@@ -91,6 +89,11 @@ class CompiledCudaGraph:
             return self._mod.run(*inputs)
         except _C.UserError as e:
             _hint(f"CUDA graph ran eagerly: {e}")
+            return self._graph.run(*inputs)
+        except _C.InternalError as e:
+            if _C.config.get("raise_on_internal_error"):
+                raise
+            _hint(f"CUDA graph ran eagerly after an internal error: {e}")
             return self._graph.run(*inputs)
 
 
@@ -154,6 +157,26 @@ def _clone_out(out):
     if isinstance(out, (tuple, list)):
         return type(out)(_clone_out(o) for o in out)
     return out
+
+
+def backend(graph, example_inputs, mode=None, **options):
+    """A framefuse.compile backend for graphs of CUDA tensors:
+    `framefuse.compile(fn, backend=framefuse.cuda.backend)`. Graphs with CPU tensors, and graphs
+    the code generator cannot compile, run on the reference runner (with a perf_hints line)."""
+    tensors = [t for t in example_inputs if isinstance(t, torch.Tensor)]
+    if not tensors or not all(t.is_cuda for t in tensors):
+        _hint("CUDA backend: the graph's inputs are not all CUDA tensors; running it eagerly")
+        return graph.run
+    try:
+        return compile_graph(graph, mode=mode or "default")
+    except (_C.Unsupported, _C.UserError) as e:
+        _hint(f"CUDA backend: running the graph eagerly: {e}")
+        return graph.run
+    except _C.InternalError as e:
+        if _C.config.get("raise_on_internal_error"):
+            raise
+        _hint(f"CUDA backend: internal error, running the graph eagerly: {e}")
+        return graph.run
 
 
 def compile_graph(graph, mode="default", arch=""):

@@ -114,3 +114,52 @@ TEST(Fusion, LinearIsExternPlusEpilogue) {
 
 }  // namespace
 }  // namespace ff
+
+namespace ff {
+namespace {
+
+// Independent reductions over the same rows share one loop (horizontal fusion).
+TEST(Fusion, HorizontalReductionsShareTheOuterLoop) {
+  Graph g;
+  NodeId x = input(g, "x", {16, 32});
+  NodeId s = call(g, "sum", {N(x), Value::list({Value::of_int(1)})});
+  NodeId m = call(g, "amax", {N(x), Value::list({Value::of_int(1)})});
+  g.set_output(Value::tuple({N(s), N(m)}));
+  auto p = inductor::compile_to_loop_ir(g);
+  ASSERT_EQ(p.kernels.size(), 1u) << loop::program_str(p);
+  EXPECT_EQ(p.kernels[0].stored_buffers().size(), 2u);
+}
+
+// An intermediate dead before another is created shares its storage (memory planning).
+TEST(Fusion, MemoryPlanReusesDeadIntermediates) {
+  loop::Program p;
+  auto buf = [&](loop::BufferRole role) {
+    loop::Buffer b;
+    b.sizes = {64};
+    b.strides = {1};
+    b.role = role;
+    b.input = role == loop::BufferRole::Input ? 0 : -1;
+    p.buffers.push_back(b);
+  };
+  buf(loop::BufferRole::Input);         // buf0
+  buf(loop::BufferRole::Intermediate);  // buf1: k0 -> k1
+  buf(loop::BufferRole::Intermediate);  // buf2: k1 -> k2
+  buf(loop::BufferRole::Intermediate);  // buf3: k2 -> k3 (buf1 is dead by then)
+  buf(loop::BufferRole::Output);        // buf4
+  for (int k = 0; k < 4; ++k) {
+    loop::Kernel kern;
+    kern.num_vars = 1;
+    kern.root = loop::loop_stmt(0, 64, {loop::store_stmt(k + 1, loop::var(0), loop::load(k, loop::var(0), loop::ScalarType::F32))}, true);
+    p.kernels.push_back(kern);
+    p.steps.push_back({loop::Step::Kind::Kernel, k});
+  }
+  std::vector<std::string> log;
+  auto planned = inductor::plan_memory(p, &log);
+  EXPECT_EQ(planned.slot, (std::vector<int>{-1, 0, 1, 0, -1}));
+  EXPECT_EQ(planned.slot_bytes, (std::vector<int64_t>{256, 256}));
+  ASSERT_EQ(log.size(), 1u);
+  EXPECT_EQ(log[0], "buf3 reuses the storage of slot 0");
+}
+
+}  // namespace
+}  // namespace ff

@@ -43,8 +43,13 @@ def check(fn, inputs, compiled=True, scale=1.0):
     cg = compile_graph(g, inputs)
     if compiled:
         assert isinstance(cg, _C.inductor.CompiledGraph), "the graph fell back to the reference runner"
+    try:
+        ref = g.run(*inputs)
+    except RuntimeError as e:
+        if "not implemented for" in str(e):  # older torch lacks this kernel for the dtype
+            __import__("pytest").skip(str(e))
+        raise
     got = cg(*inputs)
-    ref = g.run(*inputs)
     assert len(got) == len(ref)
     for a, b in zip(got, ref):
         assert a.dtype == b.dtype

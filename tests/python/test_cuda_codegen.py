@@ -22,8 +22,10 @@ def _need_nvrtc():
     st = cuda.nvrtc_status()
     if st["available"]:
         return
-    if os.environ.get("CI"):
-        pytest.fail("NVRTC is required in CI (pip install nvidia-cuda-nvrtc): " + st["error"])
+    # The main lane installs nvidia-cuda-nvrtc (scripts/requirements-main.txt): there a missing
+    # NVRTC is a failure, not a skip.
+    if os.environ.get("FRAMEFUSE_TEST_LANE") == "main":
+        pytest.fail("NVRTC is required in the main lane (pip install nvidia-cuda-nvrtc): " + st["error"])
     pytest.skip("NVRTC not installed: " + st["error"].splitlines()[0])
 
 
@@ -192,3 +194,19 @@ def test_gpu_wrong_input_layout_runs_eagerly():
     fn = cuda.compile_graph(g)
     y = torch.randn(1000, 64, device="cuda").t()  # same shape, other strides
     _check(fn(y), g.run(y), 1e-6)
+
+
+def test_backend_runs_cpu_graphs_eagerly():
+    g, (x,) = _pointwise("cpu")
+    fn = cuda.backend(g, [x])
+    (out,) = fn(x)
+    assert torch.equal(out, torch.sin(x) + torch.cos(x))
+
+
+@gpu
+@pytest.mark.cuda
+def test_gpu_backend_compiles_cuda_graphs():
+    g, (x,) = _softmax("cuda")
+    fn = cuda.backend(g, [x], mode="max-autotune")
+    assert isinstance(fn, cuda.CompiledCudaGraph)
+    _check(fn(x), g.run(x), 1e-5)

@@ -15,6 +15,18 @@ void define_cuda(py::module_& m) {
   py::module_ c = m.def_submodule("cuda", "CUDA code generation through NVRTC");
   using cuda::CudaGraphModule;
 
+  // Where pip wheels put libnvrtc: asked of framefuse.cuda._nvrtc_dirs only when the usual places
+  // fail, whichever way the first compile was reached. NB: captures no Python object, so nothing
+  // is released after the interpreter has gone.
+  cuda::set_nvrtc_dir_provider([]() -> std::vector<std::string> {
+    py::gil_scoped_acquire gil;
+    try {
+      return py::module_::import("framefuse.cuda").attr("_nvrtc_dirs")().cast<std::vector<std::string>>();
+    } catch (py::error_already_set&) {
+      return {};
+    }
+  });
+
   c.def("set_nvrtc_dir_provider", [](py::function fn) {
     // NB: the provider object is leaked on purpose: the loader's std::function is destroyed with
     // the process's statics, after the interpreter is gone, when a decref would crash.
@@ -66,15 +78,17 @@ void define_cuda(py::module_& m) {
   // graph: a framefuse._C.graph.Graph (its `_address`); the C++ graph is copied.
   c.def(
       "compile",
-      [](py::handle graph, const std::string& mode, const std::string& arch, bool assume_cuda) {
+      [](py::handle graph, const std::string& mode, const std::string& arch, bool assume_cuda, bool host_emulation) {
         const Graph* g = reinterpret_cast<const Graph*>(graph.attr("_address")().cast<uintptr_t>());
         cuda::CudaCompileOptions opts;
         opts.mode = mode;
         opts.arch = arch;
         opts.assume_cuda = assume_cuda;
+        opts.host_emulation = host_emulation;
         return std::make_unique<CudaGraphModule>(*g, opts);
       },
-      py::arg("graph"), py::arg("mode") = "default", py::arg("arch") = "", py::arg("assume_cuda") = false);
+      py::arg("graph"), py::arg("mode") = "default", py::arg("arch") = "", py::arg("assume_cuda") = false,
+      py::arg("_host_emulation") = false);
 }
 
 }  // namespace ff

@@ -63,6 +63,7 @@ CudaGraphModule::CudaGraphModule(const Graph& g, const CudaCompileOptions& opts)
   Graph neutral = device_neutral(g, &device_, opts.assume_cuda);
   prog_ = inductor::compile_to_loop_ir(neutral);
   autotune_ = opts.mode == "max-autotune";
+  host_emulation_ = opts.host_emulation;
   RenderOptions ro;
   ro.all_variants = autotune_;
   src_ = render_module(prog_, ro);
@@ -136,7 +137,7 @@ void CudaGraphModule::ensure_module() {
   empty_strided_ = torch_.attr("empty_strided");
   py::object c = torch_.attr("_C");
   if (py::hasattr(c, "_cuda_getCurrentRawStream")) raw_stream_ = c.attr("_cuda_getCurrentRawStream");
-  device_obj_ = torch_.attr("device")("cuda", device_);
+  device_obj_ = host_emulation_ ? torch_.attr("device")("cpu") : torch_.attr("device")("cuda", device_);
   for (const loop::Buffer& b : prog_.buffers) dtype_objs_.push_back(torch_.attr(std::string(dtype_name(b.dtype)).c_str()));
   module_ = std::make_unique<CudaModule>(cubin_, src_.kernels, hash_, autotune_);
 }
@@ -174,7 +175,9 @@ py::object CudaGraphModule::run(const std::vector<py::object>& inputs) {
     if (buf.role != loop::BufferRole::Input) continue;
     const py::object& t = inputs.at(static_cast<size_t>(buf.input));
     TensorMeta m = meta_from_tensor(t.ptr());
-    if (m.device.type != Device::Type::CUDA || std::max(0, m.device.index) != device_ || m.dtype != buf.dtype ||
+    bool device_ok = host_emulation_ ? m.device.type == Device::Type::CPU
+                                     : m.device.type == Device::Type::CUDA && std::max(0, m.device.index) == device_;
+    if (!device_ok || m.dtype != buf.dtype ||
         m.sizes != buf.sizes || m.strides != buf.strides)
       throw UserError("input " + buf.name + " is " + std::string(dtype_name(m.dtype)) + layout_str(m.sizes, m.strides) +
                       " on " + m.device.str() + "; the graph was compiled for " + std::string(dtype_name(buf.dtype)) +
@@ -183,7 +186,7 @@ py::object CudaGraphModule::run(const std::vector<py::object>& inputs) {
     ptrs_[b] = reinterpret_cast<void*>(t.attr("data_ptr")().cast<uintptr_t>());
   }
   CUstream stream = nullptr;
-  if (raw_stream_ && !src_.kernels.empty()) stream = reinterpret_cast<CUstream>(raw_stream_(device_).cast<uintptr_t>());
+  if (raw_stream_ && !src_.kernels.empty() && !host_emulation_) stream = reinterpret_cast<CUstream>(raw_stream_(device_).cast<uintptr_t>());
   for (size_t s = 0; s < prog_.steps.size(); ++s) {
     for (int b : alloc_at_[s]) {
       bufs_[static_cast<size_t>(b)] = alloc(b);

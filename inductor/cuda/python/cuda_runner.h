@@ -23,6 +23,10 @@ struct CudaCompileOptions {
   // Compile-only (inspection, CI without a GPU): a graph of CPU or meta tensors is compiled as if
   // its tensors were on cuda:0. Running it then rejects non-CUDA inputs.
   bool assume_cuda = false;
+  // Tests only: inputs and buffers are CPU tensors and launches go to whatever libcuda.so.1 is
+  // loaded (a recording stub in the tests), so the runtime's host side runs on machines without
+  // a GPU. Kernels do not really run: results are meaningless.
+  bool host_emulation = false;
 };
 
 class CudaGraphModule {
@@ -57,6 +61,7 @@ class CudaGraphModule {
   CompileStats stats_;
   double compile_ms_ = 0;
   bool autotune_ = false;
+  bool host_emulation_ = false;
   int device_ = 0;
   std::unique_ptr<CudaModule> module_;
   // Per run: each buffer's tensor and pointer; buffers first/last used at each step.

@@ -1,0 +1,116 @@
+"""The CUDA runtime's host side without a GPU: a recording stand-in for libcuda.so.1 (built here with
+the C compiler) receives module loads and launches, while buffers are CPU tensors. This checks
+allocation, extern calls, output assembly, variant choice by pointer alignment and max-autotune's
+bookkeeping on every machine; the kernels themselves are checked on the GPU (test_cuda_codegen.py).
+"""
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from framefuse import cuda
+
+STUB = r"""
+#include <stdio.h>
+typedef int CUresult;
+static int dummy;
+static void* cur = 0;
+CUresult cuInit(unsigned f) { return 0; }
+CUresult cuDriverGetVersion(int* v) { *v = 13000; return 0; }
+CUresult cuDeviceGet(int* d, int i) { *d = i; return 0; }
+CUresult cuDeviceGetAttribute(int* v, int a, int d) { *v = a == 75 ? 9 : a == 76 ? 0 : a == 16 ? 132 : 1 << 20; return 0; }
+CUresult cuDevicePrimaryCtxRetain(void** c, int d) { *c = &dummy; return 0; }
+CUresult cuCtxGetCurrent(void** c) { *c = cur; return 0; }
+CUresult cuCtxSetCurrent(void* c) { cur = c; return 0; }
+CUresult cuModuleLoadData(void** m, const void* img) { printf("stub: load %.3s\n", (const char*)img + 1); *m = &dummy; return 0; }
+CUresult cuModuleUnload(void* m) { return 0; }
+CUresult cuModuleGetFunction(void** f, void* m, const char* name) { *f = (void*)name; return 0; }
+CUresult cuFuncSetAttribute(void* f, int a, int v) { return 0; }
+CUresult cuLaunchKernel(void* f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+                        unsigned sh, void* s, void** args, void** extra) {
+  printf("stub: launch grid %u block %ux%u\n", gx, bx, by); fflush(stdout); return 0; }
+CUresult cuGetErrorName(CUresult r, const char** s) { *s = "STUB_ERROR"; return 0; }
+CUresult cuGetErrorString(CUresult r, const char** s) { *s = "stub"; return 0; }
+CUresult cuEventCreate(void** e, unsigned f) { *e = &dummy; return 0; }
+CUresult cuEventRecord(void* e, void* s) { return 0; }
+CUresult cuEventSynchronize(void* e) { return 0; }
+CUresult cuEventElapsedTime_v2(float* ms, void* a, void* b) { *ms = 1.0f; return 0; }
+CUresult cuEventDestroy_v2(void* e) { return 0; }
+CUresult cuStreamIsCapturing(void* s, int* c) { *c = 0; return 0; }
+CUresult cuGetExportTable(const void** t, const void* id) { *t = 0; return 1; }  /* NVRTC asks */
+"""
+
+SCRIPT = r"""
+import sys, torch, framefuse, framefuse.cuda
+from framefuse import _C
+sys.path.insert(0, {tests!r})
+from test_cuda_codegen import CASES
+
+def same_structure(out, ref):
+    if isinstance(ref, torch.Tensor):
+        assert isinstance(out, torch.Tensor), type(out)
+        assert out.shape == ref.shape and out.dtype == ref.dtype, (out.shape, ref.shape, out.dtype, ref.dtype)
+        return
+    assert len(out) == len(ref)
+    for o, r in zip(out, ref):
+        same_structure(o, r)
+
+with framefuse.config.patch(cache_dir={cache!r}):
+    for name in sorted(CASES):
+        for mode in ("default", "max-autotune"):
+            g, inputs = CASES[name][0]("cpu")
+            m = _C.cuda.compile(g._g, mode, "", True, True)
+            out = m.run(*inputs)
+            same_structure(out, g.run(*inputs))
+            print("case", name, mode, "|".join(m.kernels()), flush=True)
+    # A misaligned input: the scalar variant is chosen.
+    g, (x,) = CASES["pointwise"][0]("cpu")
+    m = _C.cuda.compile(g._g, "default", "", True, True)
+    base = torch.randn(x.numel() + 1)
+    m.run(base[1:])
+    print("misaligned", "|".join(m.kernels()), flush=True)
+    # A wrong layout is a UserError naming the input.
+    try:
+        m.run(torch.randn(x.numel() * 2)[::2])
+    except framefuse.UserError as e:
+        print("layout error:", e, flush=True)
+"""
+
+
+@pytest.fixture(scope="module")
+def stub_dir(tmp_path_factory):
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if not cc:
+        pytest.skip("no C compiler to build the driver stand-in")
+    d = tmp_path_factory.mktemp("cudastub")
+    (d / "stub.c").write_text(STUB)
+    subprocess.run([cc, "-shared", "-fPIC", "-o", str(d / "libcuda.so.1"), str(d / "stub.c")], check=True)
+    return d
+
+
+def test_runtime_host_side_with_driver_stand_in(stub_dir, tmp_path):
+    if not cuda.nvrtc_status()["available"]:
+        if os.environ.get("FRAMEFUSE_TEST_LANE") == "main":
+            pytest.fail("NVRTC is required in the main lane (pip install nvidia-cuda-nvrtc)")
+        pytest.skip("NVRTC not installed")
+    env = dict(os.environ)
+    env["LD_LIBRARY_PATH"] = str(stub_dir) + os.pathsep + env.get("LD_LIBRARY_PATH", "")
+    env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+    script = SCRIPT.format(tests=os.path.dirname(__file__), cache=str(tmp_path / "cache"))
+    r = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    out = r.stdout
+    assert "stub: load ELF" in out
+    cases = [line for line in out.splitlines() if line.startswith("case ")]
+    assert len(cases) == 2 * 7, out[-2000:]
+    assert all("launched" in c for c in cases), cases
+    softmax = [c for c in cases if c.startswith("case softmax default")][0]
+    assert "RowBlock" in softmax and "_t128v block 128x2" in softmax, softmax
+    # max-autotune timed several block sizes: more launches than kernels.
+    assert out.count("stub: launch") > 4 * len(cases)
+    misaligned = [line for line in out.splitlines() if line.startswith("misaligned")][0]
+    assert "ff_k0 block" in misaligned and "_v block" not in misaligned, misaligned
+    assert "layout error: input x is float32[65536] strides [2] on cpu; the graph was compiled for float32[65536] strides [1]" in out, out[-2000:]
