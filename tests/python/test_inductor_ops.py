@@ -220,3 +220,14 @@ def test_shape_change_falls_back_to_reference():
     other = randn(3, 5)
     (out,) = fn(other)
     assert torch.equal(out, torch.sin(other))
+
+
+@pytest.mark.parametrize("red", [torch.sum, torch.mean, torch.amax])
+def test_large_full_reduction_in_two_stages(red):
+    x = randn(512, 384)
+    x[100, 7] = 40.0
+    if red is torch.amax:
+        cg = check(lambda g, a: g.call(red, a, [0, 1]), [x])
+    else:
+        cg = check(lambda g, a: g.call(red, a), [x], scale=10)
+    assert cg.num_kernels == 2  # partial results in parallel, then their reduction
