@@ -231,3 +231,21 @@ def test_large_full_reduction_in_two_stages(red):
     else:
         cg = check(lambda g, a: g.call(red, a), [x], scale=10)
     assert cg.num_kernels == 2  # partial results in parallel, then their reduction
+
+
+def test_inplace_graph_falls_back_with_a_perf_hint(caplog):
+    import logging
+    import framefuse
+    from framefuse.inductor import compile_graph
+    x = randn(4, 4)
+    g = inductor_util.build(lambda g, a: g.call(F.relu, g.call(torch.add, a, 1.0), inplace=True), [x])
+    framefuse.set_logs("perf_hints")
+    try:
+        with caplog.at_level(logging.INFO, logger="framefuse"):
+            fn = compile_graph(g, [x])
+    finally:
+        framefuse.set_logs("")
+    assert not isinstance(fn, _C.inductor.CompiledGraph)
+    assert any("reference runner" in r.getMessage() and "inplace=True" in r.getMessage() for r in caplog.records)
+    (out,) = fn(x)
+    assert torch.equal(out, torch.relu(x + 1.0))
