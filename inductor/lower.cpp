@@ -361,6 +361,17 @@ LT Lowerer::reduce(const LT& x, std::vector<int64_t> dims, bool keepdim, loop::R
     else if (keepdim) out_sizes.push_back(1);
   }
   auto out_strides = TensorMeta::contiguous_strides(out_sizes);
+  {
+    // NB: a full reduction has an outer loop of one iteration, so it would run on one thread.
+    // Large ones reduce in two stages: kParts partial results in parallel, then those.
+    constexpr int64_t kParts = 64;
+    int64_t total = 1, kept = 1;
+    for (int64_t d = 0; d < nd; ++d) (reduced(d) ? total : kept) *= x.sizes[static_cast<size_t>(d)];
+    if (kept == 1 && total >= (int64_t{1} << 16) && total % kParts == 0) {
+      LT parts = reduce(reshape(x, {kParts, total / kParts}), {1}, false, op, acc);
+      return reshape(reduce(parts, {0}, false, op, acc), out_sizes);
+    }
+  }
   int b = new_buffer(acc, out_sizes, out_strides, BufferRole::Intermediate, -1);
   loop::TensorRef ref{b, out_sizes, out_strides, 0};
   int64_t out_numel = 1;

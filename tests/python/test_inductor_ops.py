@@ -220,3 +220,32 @@ def test_shape_change_falls_back_to_reference():
     other = randn(3, 5)
     (out,) = fn(other)
     assert torch.equal(out, torch.sin(other))
+
+
+@pytest.mark.parametrize("red", [torch.sum, torch.mean, torch.amax])
+def test_large_full_reduction_in_two_stages(red):
+    x = randn(512, 384)
+    x[100, 7] = 40.0
+    if red is torch.amax:
+        cg = check(lambda g, a: g.call(red, a, [0, 1]), [x])
+    else:
+        cg = check(lambda g, a: g.call(red, a), [x], scale=10)
+    assert cg.num_kernels == 2  # partial results in parallel, then their reduction
+
+
+def test_inplace_graph_falls_back_with_a_perf_hint(caplog):
+    import logging
+    import framefuse
+    from framefuse.inductor import compile_graph
+    x = randn(4, 4)
+    g = inductor_util.build(lambda g, a: g.call(F.relu, g.call(torch.add, a, 1.0), inplace=True), [x])
+    framefuse.set_logs("perf_hints")
+    try:
+        with caplog.at_level(logging.INFO, logger="framefuse"):
+            fn = compile_graph(g, [x])
+    finally:
+        framefuse.set_logs("")
+    assert not isinstance(fn, _C.inductor.CompiledGraph)
+    assert any("reference runner" in r.getMessage() and "inplace=True" in r.getMessage() for r in caplog.records)
+    (out,) = fn(x)
+    assert torch.equal(out, torch.relu(x + 1.0))
