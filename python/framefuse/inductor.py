@@ -62,3 +62,20 @@ class _ReferenceFallback:
 
     def __call__(self, *inputs):
         return self._g.run(*inputs)
+
+
+def backend(graph, example_inputs, mode=None, **options):
+    """The `backend="inductor"` of framefuse.compile: CPU graphs go to the LLVM code generator,
+    graphs of CUDA tensors to the CUDA code generator (framefuse.cuda); anything else (mixed
+    devices, no tensors) runs on the reference runner with a `perf_hints` line."""
+    import torch  # noqa: PLC0415  (imported by framefuse already; keeps module import light)
+
+    tensors = [t for t in example_inputs if isinstance(t, torch.Tensor)]
+    devices = {t.device.type for t in tensors}
+    if devices == {"cuda"}:
+        from . import cuda  # noqa: PLC0415
+        return cuda.backend(graph, example_inputs, mode=mode, **options)
+    if devices <= {"cpu"}:
+        return compile_graph(graph, example_inputs)
+    _hint(f"inductor: graph inputs on devices {sorted(devices)}; running the graph on the reference runner")
+    return _ReferenceFallback(_graph_handle(graph))
