@@ -171,7 +171,8 @@ def _explain(rec, wl, device, scale, contender):
 def _detach(out):
     import torch
     if isinstance(out, torch.Tensor):
-        return out.detach().clone()
+        # NB: kept on the CPU, so the reference does not count in the next contender's GPU peak.
+        return out.detach().to("cpu", copy=True)
     if isinstance(out, dict):
         return {k: _detach(v) for k, v in out.items()}
     if isinstance(out, (list, tuple)):
