@@ -55,7 +55,9 @@ MEASURED = {
     "cold proc / warm disk": "with --isolate only: compile() + first call in a new process with empty cache "
                              "directories, then in a second new process that finds the first one's disk "
                              "caches. Nothing pre-warmed: includes the compiler's lazy imports.",
-    "steady": "median seconds per call after warm-up, from batched samples (CUDA events on GPU).",
+    "steady": "median seconds per call after warm-up, from batched samples (CUDA events on GPU). glibc "
+              "malloc's thresholds are fixed for the run (see environment.malloc): left dynamic, the "
+              "allocations of one contender changed the speed of the next.",
     "vs eager": "eager's steady median divided by the contender's, same run.",
     "overhead": "tiny workloads only: median per-call time above eager, sampled interleaved with eager.",
     "GB/s": "minimum bytes a fused kernel must move (inputs read once, outputs written once) / steady time; "
@@ -248,6 +250,7 @@ def measure_all(args, argv, jr):
     st = journal.state(jr.read())
     header, done = st.header, st.done
 
+    malloc_note = measure.fix_malloc()
     import torch
     threads = args.threads or preset.get("threads") or (
         len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count())
@@ -255,7 +258,8 @@ def measure_all(args, argv, jr):
     if header is None:
         header = dict(command=_command(argv), preset=args.preset, scale=scale, devices=devices,
                       started=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M"),
-                      environment=environment(threads), measured=MEASURED,
+                      environment=dict(environment(threads), malloc=malloc_note or "glibc defaults"),
+                      measured=MEASURED,
                       contenders=[dict(name=c.name, status="set-up not finished") for c in contenders],
                       workloads=[dict(name=w.name, family=w.family, kind=w.kind, description=w.description)
                                  for w in workloads])
