@@ -99,9 +99,27 @@ def describe_exit(rc):
     return f"exit status {rc}"
 
 
-def supervise(argv, repo, max_restarts=50):
-    """Runs the measuring child until it finishes, restarting it after each crash. Returns
-    (exit status, journal entries)."""
+def _wait(proc, path, timeout):
+    """The child's exit status; kills it when one contender's work has run past `timeout` seconds
+    (a hang is a failure like a crash). Returns (status, True if it was killed for time)."""
+    import time
+    last, since = None, time.monotonic()
+    while True:
+        try:
+            return proc.wait(timeout=1.0), False
+        except subprocess.TimeoutExpired:
+            pass
+        pending = state(Journal(path).read()).pending
+        if pending != last:
+            last, since = pending, time.monotonic()
+        elif pending is not None and time.monotonic() - since > timeout:
+            proc.kill()
+            return proc.wait(), True
+
+
+def supervise(argv, repo, timeout=1800, max_restarts=50):
+    """Runs the measuring child until it finishes, restarting it after each crash or hang (one
+    contender on one workload past `timeout` seconds). Returns (exit status, journal entries)."""
     fd, path = tempfile.mkstemp(prefix="framefuse-bench-", suffix=".jsonl")
     os.close(fd)
     caches = tempfile.mkdtemp(prefix="framefuse-bench-")
@@ -109,8 +127,9 @@ def supervise(argv, repo, max_restarts=50):
     try:
         restarts = 0
         while True:
-            rc = subprocess.call([sys.executable, "-m", "benchmarks.run", *argv, "--child", path], cwd=repo,
-                                 env=env)
+            proc = subprocess.Popen([sys.executable, "-m", "benchmarks.run", *argv, "--child", path], cwd=repo,
+                                    env=env)
+            rc, hung = _wait(proc, path, timeout)
             entries = Journal(path).read()
             if rc == 0:
                 return 0, entries
@@ -118,7 +137,7 @@ def supervise(argv, repo, max_restarts=50):
             pending = st.pending
             if st.header is None or pending is None or restarts >= max_restarts:
                 return rc, entries
-            how = describe_exit(rc)
+            how = f"no result within {timeout:g} s, killed" if hung else describe_exit(rc)
             if "setup" in pending:
                 what = f"{pending['setup']} (set-up)"
                 Journal(path).write("setup", dict(name=pending["setup"], status=f"set-up crashed: {how}"))

@@ -122,6 +122,9 @@ def parse_args(argv):
                    help="a Python file that registers extra contenders or workloads (repeatable)")
     p.add_argument("--in-process", action="store_true",
                    help="measure in this process (no crash containment: a crash ends the run)")
+    p.add_argument("--timeout", type=float, default=1800,
+                   help="seconds one contender may spend on one workload before it is killed and recorded as "
+                        "failed (default 1800; not with --in-process)")
     p.add_argument("--child", metavar="JOURNAL", help=argparse.SUPPRESS)  # the supervised measuring process
     return p.parse_args(argv)
 
@@ -230,7 +233,7 @@ def main(argv=None):
         rc = measure_all(args, argv, j)
         entries = j.read()
     else:
-        rc, entries = journal.supervise(argv, REPO)
+        rc, entries = journal.supervise(argv, REPO, timeout=args.timeout)
     st = journal.state(entries)
     if rc != 0 or st.header is None:
         print(f"benchmark run failed ({journal.describe_exit(rc)}) before any result", file=sys.stderr)

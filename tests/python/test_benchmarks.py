@@ -196,19 +196,25 @@ def crash_on_workloads(target):
 contenders.register(contenders.Contender("test-crash-setup", "test", segfault))
 contenders.register(contenders.Contender("test-crash", "test", crash_on_workloads))
 contenders.register(contenders.Contender("test-same", "test", lambda target: target))
+
+def hang(target):
+    import time
+    return lambda *args: target(*args) if args[0].numel() == 16 else time.sleep(3600)
+
+contenders.register(contenders.Contender("test-hang", "test", hang))
 """
 
 
-def test_a_contender_that_kills_the_process_is_recorded_and_the_run_goes_on(tmp_path):
+def test_a_contender_that_kills_or_hangs_the_process_is_recorded_and_the_run_goes_on(tmp_path):
     plugin = tmp_path / "crash_plugin.py"
     plugin.write_text(PLUGIN)
     rc = run.main(["--preset", "tiny", "--plugin", str(plugin), "--workloads", "add_one",
-                   "--contenders", "eager,test-crash-setup,test-crash,test-same", "--no-demo", "--no-charts",
-                   "--no-explain", "--out", str(tmp_path / "out")])
+                   "--contenders", "eager,test-crash-setup,test-crash,test-hang,test-same", "--no-demo",
+                   "--no-charts", "--no-explain", "--timeout", "20", "--out", str(tmp_path / "out")])
     assert rc == 0
     result = json.loads((tmp_path / "out" / "results.json").read_text())
     assert [(r["workload"], r["contender"]) for r in result["records"]] == [
-        ("add_one", c) for c in ("eager", "test-crash-setup", "test-crash", "test-same")]
+        ("add_one", c) for c in ("eager", "test-crash-setup", "test-crash", "test-hang", "test-same")]
     setups = {c["name"]: c["status"] for c in result["contenders"]}
     assert setups["test-crash-setup"] == "set-up crashed: killed by SIGSEGV"
     assert setups["test-crash"] == "ok"
@@ -219,6 +225,9 @@ def test_a_contender_that_kills_the_process_is_recorded_and_the_run_goes_on(tmp_
         elif r["contender"] == "test-crash":
             assert r["status"] == "failed"
             assert r["reason"].startswith("the benchmark process died (killed by SIGSEGV)")
+        elif r["contender"] == "test-hang":
+            assert r["status"] == "failed"
+            assert r["reason"].startswith("the benchmark process died (no result within 20 s, killed)")
         else:
             assert r["status"] == "ok", r.get("reason")
             assert r["steady_s"] > 0
