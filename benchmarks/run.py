@@ -201,6 +201,10 @@ def _machine():
 
 
 def _command(argv):
+    argv = list(argv)
+    if "--child" in argv:  # the supervised child's internal argument is no part of the user's command
+        i = argv.index("--child")
+        del argv[i:i + 2]
     return "python -m benchmarks.run" + ("" if not argv else " " + " ".join(shlex.quote(a) for a in argv))
 
 
