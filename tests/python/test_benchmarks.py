@@ -215,6 +215,7 @@ def test_a_contender_that_kills_or_hangs_the_process_is_recorded_and_the_run_goe
     result = json.loads((tmp_path / "out" / "results.json").read_text())
     assert [(r["workload"], r["contender"]) for r in result["records"]] == [
         ("add_one", c) for c in ("eager", "test-crash-setup", "test-crash", "test-hang", "test-same")]
+    assert "--child" not in result["command"] and "--timeout 20" in result["command"]
     setups = {c["name"]: c["status"] for c in result["contenders"]}
     assert setups["test-crash-setup"] == "set-up crashed: killed by SIGSEGV"
     assert setups["test-crash"] == "ok"
