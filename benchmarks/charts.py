@@ -42,6 +42,7 @@ COLORS = {"framefuse-eager": "#6baed6", "framefuse": "#2171b5", "framefuse-ro": 
 
 
 def _chart(plt, records, key, title, unit, skip_eager, path, log):
+    from matplotlib.patches import Patch
     if key == "overhead_s":
         records = [r for r in records if r["kind"] == "overhead"]
     workloads, contenders, val, status = _series(records, key, skip_eager)
@@ -52,6 +53,7 @@ def _chart(plt, records, key, title, unit, skip_eager, path, log):
     n = len(contenders)
     height = 0.8 / n
     fig, ax = plt.subplots(figsize=(10, 0.5 + 0.32 * len(workloads) * max(n, 2)))
+    handles = []
     spare = iter(plt.get_cmap("tab10").colors[7:] + plt.get_cmap("Dark2").colors)
     for i, c in enumerate(contenders):
         ys, xs = [], []
@@ -59,7 +61,11 @@ def _chart(plt, records, key, title, unit, skip_eager, path, log):
             if (w, c) in val:
                 ys.append(j + (i - (n - 1) / 2) * height)
                 xs.append(val[(w, c)] * scale)
-        ax.barh(ys, xs, height=height, label=c, color=COLORS.get(c) or next(spare, "gray"))
+        color = COLORS.get(c) or next(spare, "gray")
+        if xs:
+            ax.barh(ys, xs, height=height, label=c, color=color)
+        else:  # NB: an empty bar series would put a default-coloured patch in the legend
+            handles.append(Patch(color=color, label=f"{c} (no result)"))
         for y, x in zip(ys, xs):
             ax.text(x, y, f" {x:.3g}", va="center", fontsize=6)
         for j, w in enumerate(workloads):
@@ -76,7 +82,7 @@ def _chart(plt, records, key, title, unit, skip_eager, path, log):
     ax.invert_yaxis()
     ax.set_xlabel(unit)
     ax.set_title(title)
-    ax.legend(fontsize=8, loc="best")
+    ax.legend(handles=ax.get_legend_handles_labels()[0] + handles, fontsize=8, loc="best")
     ax.grid(axis="x", alpha=0.3)
     fig.tight_layout()
     fig.savefig(path, dpi=110)

@@ -43,12 +43,16 @@ class CacheDirs:
     """A fresh cache directory per (workload, contender), removed at the end of the run."""
 
     def __init__(self):
-        self.root = tempfile.mkdtemp(prefix="framefuse-bench-")
+        # A supervised child uses its parent's directory: a child that crashes cannot clean up.
+        self.root = os.environ.get("FRAMEFUSE_BENCH_CACHE_ROOT")
+        self.owned = self.root is None
+        if self.owned:
+            self.root = tempfile.mkdtemp(prefix="framefuse-bench-")
         self.n = 0
 
     def fresh(self):
         self.n += 1
-        d = os.path.join(self.root, str(self.n))
+        d = os.path.join(self.root, f"{os.getpid()}-{self.n}")
         os.makedirs(d)
         os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(d, "inductor")
         os.environ["FRAMEFUSE_CACHE_DIR"] = os.path.join(d, "framefuse")
@@ -56,7 +60,8 @@ class CacheDirs:
         return d
 
     def cleanup(self):
-        shutil.rmtree(self.root, ignore_errors=True)
+        if self.owned:
+            shutil.rmtree(self.root, ignore_errors=True)
 
 
 def _base_record(wl, device, contender):
@@ -166,7 +171,8 @@ def _explain(rec, wl, device, scale, contender):
 def _detach(out):
     import torch
     if isinstance(out, torch.Tensor):
-        return out.detach().clone()
+        # NB: kept on the CPU, so the reference does not count in the next contender's GPU peak.
+        return out.detach().to("cpu", copy=True)
     if isinstance(out, dict):
         return {k: _detach(v) for k, v in out.items()}
     if isinstance(out, (list, tuple)):
@@ -185,34 +191,44 @@ def _settle(wl, device, scale, budget):
         pass  # eager's own measured run reports the failure
 
 
-def run_workload(wl, device, scale, contenders, budget, caches, do_explain=True, on_stage=None):
-    """Eager first (its output is the reference), then every other contender. Returns records."""
+def run_workload(wl, device, scale, contenders, budget, caches, do_explain=True, on_stage=None, done=()):
+    """Eager first (its output is the reference), then every other contender; yields their records.
+    `done`: contenders already recorded for this workload (by an earlier process that crashed): not
+    run again, though eager still runs unrecorded when others need its output."""
     from .contenders import CONTENDERS
     ref_runner = CONTENDERS["eager"]  # always measured: it is both the reference and the baseline
-    others = [c for c in contenders if c.name != "eager"]
-    records, ref = [], None
+    others = [c for c in contenders if c.name != "eager" and c.name not in done]
+    if "eager" in done and not others:
+        return
+    stage = on_stage or (lambda c, s: None)
+    stage(ref_runner.name, "start")
+    if done.get("eager", "ok") != "ok":  # eager itself did not finish: nothing to compare against
+        for c in others:
+            rec = _base_record(wl, device, c)
+            rec.update(status="failed", reason="eager reference did not run (see eager's row)")
+            yield rec
+        return
     _settle(wl, device, scale, budget)
     r = run_one(wl, device, scale, ref_runner, budget, None, caches, do_explain,
-                on_stage and (lambda s: on_stage(ref_runner.name, s)))
-    if r["status"] == "ok":
-        ref = dict(out=r.pop("out"))
-    records.append(r)
+                lambda s: stage(ref_runner.name, s))
+    ref = dict(out=r.pop("out")) if r["status"] == "ok" else None
+    if "eager" not in done:
+        yield r
     for c in others:
-        if ref is None and r["status"] != "ok":
+        stage(c.name, "start")
+        if ref is None:
             rec = _base_record(wl, device, c)
             rec.update(status=r["status"], reason=f"eager reference: {r['reason']}")
-            records.append(rec)
+            yield rec
             continue
-        rec = run_one(wl, device, scale, c, budget, ref, caches, do_explain,
-                      on_stage and (lambda s, c=c: on_stage(c.name, s)))
-        records.append(rec)
-    _relative(records)
-    return records
+        yield run_one(wl, device, scale, c, budget, ref, caches, do_explain, lambda s, c=c: stage(c.name, s))
 
 
-def _relative(records):
-    """speedup = eager steady / contender steady, from this same run."""
-    base = next((r for r in records if r["contender"] == "eager" and r["status"] == "ok"), None)
+def add_speedups(records):
+    """speedup = eager's steady time / the contender's, same workload and device, same run."""
+    base = {(r["workload"], r["device"]): r["steady_s"] for r in records
+            if r["contender"] == "eager" and r["status"] == "ok" and r.get("steady_s")}
     for r in records:
-        if base and r["status"] == "ok" and r.get("steady_s"):
-            r["speedup"] = base["steady_s"] / r["steady_s"]
+        b = base.get((r["workload"], r["device"]))
+        if b and r["status"] == "ok" and r.get("steady_s"):
+            r["speedup"] = b / r["steady_s"]

@@ -4,7 +4,6 @@ its charts in a folder of the same name), so a GPU run adds its section without 
 import glob
 import json
 import os
-import re
 import shutil
 import tempfile
 
@@ -30,7 +29,6 @@ def _scrub(obj):
     for path, name in ((REPO, "."), (tempfile.gettempdir(), "$TMPDIR"), (os.path.expanduser("~"), "~")):
         if path and path not in ("/", "."):
             text = text.replace(path, name)
-    text = re.sub(r"/(?:work|root|home)/[^\s\"']*", "<path>", text)
     return json.loads(text)
 
 
@@ -41,8 +39,8 @@ def publish(result, charts, out_dir, name):
     for c in charts:
         shutil.copy(os.path.join(out_dir, c["file"]), os.path.join(RESULTS, name, c["file"]))
         stored.append(dict(c, file=f"results/{name}/{c['file']}"))
-    from .run import _jsonable
-    result = _scrub(_jsonable(dict(result, charts=stored)))
+    from .journal import jsonable
+    result = _scrub(jsonable(dict(result, charts=stored)))
     for r in result["records"]:
         r.pop("traceback", None)  # kept in benchmarks/out/results.json, too long for the record
     with open(os.path.join(RESULTS, f"{name}.json"), "w") as f:

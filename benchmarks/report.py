@@ -163,6 +163,7 @@ def markdown_report(result, charts, title="framefuse benchmarks", level=1):
              f"- Python {env['python']}, torch {env['torch']}" + (f", torchvision {env['torchvision']}"
                                                                  if env.get("torchvision") else ""),
              f"- framefuse: {env['framefuse']}",
+             f"- malloc: {env.get('malloc', 'glibc defaults')}",
              f"- torch threads: {env['threads']}; devices: {', '.join(result['devices'])}; "
              f"preset `{result['preset']}` (scale `{result['scale']}`)",
              f"- Run at {result['started']} UTC, {result['wall_s']:.0f} s; 1-minute load average "

@@ -7,7 +7,6 @@ and writes results.json, results.md and PNG charts to the output directory (defa
 import argparse
 import datetime
 import json
-import math
 import os
 import platform
 import shlex
@@ -16,7 +15,7 @@ import subprocess
 import sys
 import time
 
-from . import core, measure, report
+from . import core, journal, measure, report
 from .contenders import CONTENDERS, Unavailable, first_line, prewarm
 from .worker import isolated_first_calls
 
@@ -56,7 +55,9 @@ MEASURED = {
     "cold proc / warm disk": "with --isolate only: compile() + first call in a new process with empty cache "
                              "directories, then in a second new process that finds the first one's disk "
                              "caches. Nothing pre-warmed: includes the compiler's lazy imports.",
-    "steady": "median seconds per call after warm-up, from batched samples (CUDA events on GPU).",
+    "steady": "median seconds per call after warm-up, from batched samples (CUDA events on GPU). glibc "
+              "malloc's thresholds are fixed for the run (see environment.malloc): left dynamic, the "
+              "allocations of one contender changed the speed of the next.",
     "vs eager": "eager's steady median divided by the contender's, same run.",
     "overhead": "tiny workloads only: median per-call time above eager, sampled interleaved with eager.",
     "GB/s": "minimum bytes a fused kernel must move (inputs read once, outputs written once) / steady time; "
@@ -117,6 +118,14 @@ def parse_args(argv):
                    help="also store this run as benchmarks/results/NAME.json (+ charts; NAME defaults to the "
                         "preset) and rebuild benchmarks/RESULTS.md from every stored run")
     p.add_argument("--list", action="store_true", help="list workloads and contenders, then exit")
+    p.add_argument("--plugin", action="append", default=[], metavar="FILE.py",
+                   help="a Python file that registers extra contenders or workloads (repeatable)")
+    p.add_argument("--in-process", action="store_true",
+                   help="measure in this process (no crash containment: a crash ends the run)")
+    p.add_argument("--timeout", type=float, default=1800,
+                   help="seconds one contender may spend on one workload before it is killed and recorded as "
+                        "failed (default 1800; not with --in-process)")
+    p.add_argument("--child", metavar="JOURNAL", help=argparse.SUPPRESS)  # the supervised measuring process
     return p.parse_args(argv)
 
 
@@ -192,45 +201,92 @@ def _machine():
 
 
 def _command(argv):
+    argv = list(argv)
+    if "--child" in argv:  # the supervised child's internal argument is no part of the user's command
+        i = argv.index("--child")
+        del argv[i:i + 2]
     return "python -m benchmarks.run" + ("" if not argv else " " + " ".join(shlex.quote(a) for a in argv))
+
+
+def load_plugins(paths):
+    """Python files that register extra contenders or workloads (`contenders.register`, `@workload`)."""
+    import importlib.util
+    for i, path in enumerate(paths):
+        spec = importlib.util.spec_from_file_location(f"benchmarks_plugin_{i}", path)
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
 
 
 def main(argv=None):
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parse_args(argv)
-    from .workloads import all_workloads
-    registry = all_workloads()
+    load_plugins(args.plugin)
     if args.list:
-        for w in registry.values():
+        from .workloads import all_workloads
+        for w in all_workloads().values():
             print(f"{w.name:28} {w.family:9} {w.kind:9} {w.description}")
         print()
         for c in CONTENDERS.values():
             print(f"{c.name:28} {c.family:14} {c.description}")
         return 0
+    if args.child:
+        return measure_all(args, argv, journal.Journal(args.child))
+    t_start = time.perf_counter()
+    if args.in_process:
+        j = journal.Journal()
+        rc = measure_all(args, argv, j)
+        entries = j.read()
+    else:
+        rc, entries = journal.supervise(argv, REPO, timeout=args.timeout)
+    st = journal.state(entries)
+    if rc != 0 or st.header is None:
+        print(f"benchmark run failed ({journal.describe_exit(rc)}) before any result", file=sys.stderr)
+        return rc or 1
+    contenders = [st.setups.get(c["name"], c) for c in st.header["contenders"]]
+    return finish(args, dict(st.header, contenders=contenders, records=st.records), t_start)
+
+
+def measure_all(args, argv, jr):
+    """The measuring half: selects, prewarms, runs every workload with every contender and writes each
+    record to the journal `jr`. Resumes after the pairs `jr` already holds."""
+    from .workloads import all_workloads
+    registry = all_workloads()
     preset = PRESETS[args.preset]
     workloads, contenders, devices = select(args, registry)
     scale = args.scale or preset["scale"]
+    st = journal.state(jr.read())
+    header, done = st.header, st.done
 
+    malloc_note = measure.fix_malloc()
     import torch
     threads = args.threads or preset.get("threads") or (
         len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count())
     torch.set_num_threads(threads)
-    started = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M")
-    t_start = time.perf_counter()
-    result = dict(command=_command(argv), preset=args.preset, scale=scale, devices=devices, started=started,
-                  environment=environment(threads), measured=MEASURED, contenders=[], records=[],
-                  workloads=[dict(name=w.name, family=w.family, kind=w.kind, description=w.description)
-                             for w in workloads])
-
-    if preset["demo"] and not args.no_demo:
-        from .demo import graph_demo
-        result["graph_demo"] = graph_demo()
-        print()
+    if header is None:
+        header = dict(command=_command(argv), preset=args.preset, scale=scale, devices=devices,
+                      started=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M"),
+                      environment=dict(environment(threads), malloc=malloc_note or "glibc defaults"),
+                      measured=MEASURED,
+                      contenders=[dict(name=c.name, status="set-up not finished") for c in contenders],
+                      workloads=[dict(name=w.name, family=w.family, kind=w.kind, description=w.description)
+                                 for w in workloads])
+        if preset["demo"] and not args.no_demo:
+            from .demo import graph_demo
+            header["graph_demo"] = graph_demo()
+            print()
+        jr.write("header", header)
 
     cuda_missing = [d for d in devices if d.startswith("cuda") and not torch.cuda.is_available()]
     usable = [d for d in devices if d not in cuda_missing]
-    live = []
+    crashed = {}  # contender -> how its set-up took a process down
     for c in contenders:
+        if c.name in st.setups:  # set up (or crashed setting up) in an earlier process
+            if st.setups[c.name]["status"].startswith("set-up crashed"):
+                crashed[c.name] = st.setups[c.name]["status"]
+            elif c.family != "eager":
+                _quiet_prewarm(c, usable)
+            continue
+        jr.write("start", {"setup": c.name})
         info = dict(name=c.name, family=c.family, backend=c.backend, mode=c.mode, description=c.description)
         try:
             c.check()
@@ -241,46 +297,77 @@ def main(argv=None):
             info["status"] = f"unavailable: {e}"
         except Exception as e:
             info["status"] = f"setup failed: {type(e).__name__}: {first_line(e)}"
-        result["contenders"].append(info)
-        live.append(c)
+        jr.write("setup", info)
 
     caches = core.CacheDirs()
-    total = sum(1 for _ in workloads for _ in devices) * len(live)
-    prog = Progress(total)
+    prog = Progress(len(workloads) * len(devices) * len(contenders))
+    prog.done = sum(len(v) for v in done.values())
     try:
         for wl in workloads:
             for dev in devices:
+                done_here = dict(done.get((wl.name, dev), {}))
+                for name, how in crashed.items():
+                    if name not in done_here:
+                        jr.write("record", dict(workload=wl.name, family=wl.family, kind=wl.kind, device=dev,
+                                                contender=name, status="failed",
+                                                reason=f"not run: its set-up took the process down ({how})"))
+                        done_here[name] = "failed"
+                        prog.step()
                 if dev.startswith("cuda") and cuda_missing or dev.split(":")[0] not in wl.devices:
                     reason = "no CUDA device" if dev.startswith("cuda") and cuda_missing else f"not a {dev} workload"
-                    for c in live:
-                        result["records"].append(dict(workload=wl.name, family=wl.family, kind=wl.kind, device=dev,
-                                                      contender=c.name, status="skipped", reason=reason))
-                        prog.step()
+                    for c in contenders:
+                        if c.name not in done_here:
+                            jr.write("record", dict(workload=wl.name, family=wl.family, kind=wl.kind, device=dev,
+                                                    contender=c.name, status="skipped", reason=reason))
+                            prog.step()
                     continue
 
                 def on_stage(cname, stage, wl=wl, dev=dev):
+                    if stage == "start":
+                        jr.write("start", dict(workload=wl.name, family=wl.family, kind=wl.kind, device=dev,
+                                               contender=cname))
                     prog.show(f"{wl.name} [{dev}] · {cname} · {stage}")
 
-                recs = core.run_workload(wl, dev, scale, live, preset["budget"], caches,
-                                         do_explain=not args.no_explain, on_stage=on_stage)
-                for r in recs:
+                for r in core.run_workload(wl, dev, scale, contenders, preset["budget"], caches,
+                                           do_explain=not args.no_explain, on_stage=on_stage, done=done_here):
                     if args.isolate and r["status"] == "ok" and r["contender"] != "eager":
                         prog.show(f"{wl.name} [{dev}] · {r['contender']} · fresh processes")
                         spec = dict(workload=wl.name, device=dev, scale=scale, contender=r["contender"],
                                     threads=threads)
                         r.update(isolated_first_calls(spec, caches.fresh(), REPO, args.isolate_timeout))
                     prog.step()
-                    result["records"].append(r)
+                    jr.write("record", r)
     finally:
         prog.close()
         caches.cleanup()
+    return 0
+
+
+def _quiet_prewarm(c, usable):
+    """After a restart: the new process pays the contender's one-time costs again, unrecorded."""
+    try:
+        c.check()
+        if usable and any(d.split(":")[0] in c.devices for d in usable):
+            prewarm(c, next(d for d in usable if d.split(":")[0] in c.devices))
+    except Exception:
+        pass
+
+
+def finish(args, result, t_start):
+    """The reporting half: speedups, the terminal tables, JSON, markdown, charts."""
+    order = {k: {n: i for i, n in enumerate(v)} for k, v in (
+        ("workload", [w["name"] for w in result["workloads"]]), ("device", result["devices"]),
+        ("contender", [c["name"] for c in result["contenders"]]))}
+    # Restarts after a crash can write records out of order: the table follows the selection's order.
+    result["records"].sort(key=lambda r: tuple(order[k].get(r[k], len(order[k])) for k in order))
+    core.add_speedups(result["records"])
     result["wall_s"] = time.perf_counter() - t_start
     result["environment"]["load_end"] = _load()
-    busy = max(result["environment"]["load_start"] or 0, result["environment"]["load_end"] or 0)
-    if busy > len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else False:
-        print(f"NB: the machine was busy (1-minute load average up to {busy:.1f} on "
-              f"{len(os.sched_getaffinity(0))} CPUs): timings are noisy; the ±% marks show how much.\n")
-
+    busy = max(result["environment"].get("load_start") or 0, result["environment"]["load_end"] or 0)
+    ncpu = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    if busy > ncpu:
+        print(f"NB: the machine was busy (1-minute load average up to {busy:.1f} on {ncpu} CPUs): "
+              "timings are noisy; the ±% marks show how much.\n")
     print(report.terminal_table(result["records"]))
     vs = report.versus_table(result["records"], markdown=False)
     if vs:
@@ -328,20 +415,9 @@ def make_charts(results_json, out_dir):
     return res["charts"], f"made with {'this interpreter' if py == sys.executable else os.path.basename(py)}"
 
 
-def _jsonable(x):
-    """Strict JSON: non-finite floats (an infinite error for a wrong shape) become strings."""
-    if isinstance(x, float) and not math.isfinite(x):
-        return str(x)
-    if isinstance(x, dict):
-        return {k: _jsonable(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [_jsonable(v) for v in x]
-    return x
-
-
 def _dump(result, path):
     with open(path, "w") as f:
-        json.dump(_jsonable(result), f, indent=1, default=str, allow_nan=False)
+        json.dump(journal.jsonable(result), f, indent=1, default=str, allow_nan=False)
 
 
 def write_outputs(result, args):

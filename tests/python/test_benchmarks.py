@@ -39,7 +39,7 @@ def tiny_run(tmp_path_factory):
     contenders.register(contenders.Contender("test-fails", "test", _deliberate_failure))
     contenders.register(contenders.Contender("test-wrong", "test", _off_by_one))
     try:
-        rc = run.main(["--preset", "tiny", "--out", str(out),
+        rc = run.main(["--preset", "tiny", "--in-process", "--out", str(out),
                        "--contenders", "eager,test-fails,torch.compile-eager,framefuse-eager,test-wrong"])
     finally:
         contenders.unregister("test-fails")
@@ -177,9 +177,62 @@ def test_every_workload_builds_and_runs_eagerly_at_tiny_scale():
 
 def test_unknown_names_are_refused():
     with pytest.raises(SystemExit, match="unknown contender"):
-        run.main(["--preset", "tiny", "--contenders", "nope"])
+        run.main(["--preset", "tiny", "--in-process", "--contenders", "nope"])
     with pytest.raises(SystemExit, match="unknown workload"):
-        run.main(["--preset", "tiny", "--workloads", "nope"])
+        run.main(["--preset", "tiny", "--in-process", "--workloads", "nope"])
+
+
+PLUGIN = """
+import os, signal
+from benchmarks import contenders
+
+def segfault(*args):
+    os.kill(os.getpid(), signal.SIGSEGV)
+
+def crash_on_workloads(target):
+    # The set-up's throwaway call has 16 elements and passes; the workloads' calls crash.
+    return lambda *args: target(*args) if args[0].numel() == 16 else segfault()
+
+contenders.register(contenders.Contender("test-crash-setup", "test", segfault))
+contenders.register(contenders.Contender("test-crash", "test", crash_on_workloads))
+contenders.register(contenders.Contender("test-same", "test", lambda target: target))
+
+def hang(target):
+    import time
+    return lambda *args: target(*args) if args[0].numel() == 16 else time.sleep(3600)
+
+contenders.register(contenders.Contender("test-hang", "test", hang))
+"""
+
+
+def test_a_contender_that_kills_or_hangs_the_process_is_recorded_and_the_run_goes_on(tmp_path):
+    plugin = tmp_path / "crash_plugin.py"
+    plugin.write_text(PLUGIN)
+    rc = run.main(["--preset", "tiny", "--plugin", str(plugin), "--workloads", "add_one",
+                   "--contenders", "eager,test-crash-setup,test-crash,test-hang,test-same", "--no-demo",
+                   "--no-charts", "--no-explain", "--timeout", "20", "--out", str(tmp_path / "out")])
+    assert rc == 0
+    result = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert [(r["workload"], r["contender"]) for r in result["records"]] == [
+        ("add_one", c) for c in ("eager", "test-crash-setup", "test-crash", "test-hang", "test-same")]
+    assert "--child" not in result["command"] and "--timeout 20" in result["command"]
+    setups = {c["name"]: c["status"] for c in result["contenders"]}
+    assert setups["test-crash-setup"] == "set-up crashed: killed by SIGSEGV"
+    assert setups["test-crash"] == "ok"
+    for r in result["records"]:
+        if r["contender"] == "test-crash-setup":
+            assert r["status"] == "failed"
+            assert r["reason"] == "not run: its set-up took the process down (set-up crashed: killed by SIGSEGV)"
+        elif r["contender"] == "test-crash":
+            assert r["status"] == "failed"
+            assert r["reason"].startswith("the benchmark process died (killed by SIGSEGV)")
+        elif r["contender"] == "test-hang":
+            assert r["status"] == "failed"
+            assert r["reason"].startswith("the benchmark process died (no result within 20 s, killed)")
+        else:
+            assert r["status"] == "ok", r.get("reason")
+            assert r["steady_s"] > 0
+    assert all(r.get("speedup") for r in result["records"] if r["contender"] == "test-same")
 
 
 def test_cli_lists_workloads():
@@ -207,7 +260,7 @@ def test_versus_table_pairs_framefuse_with_torch_compile():
 @pytest.mark.torch2
 def test_isolated_first_calls_run_in_fresh_processes(tmp_path):
     rc = run.main(["--preset", "tiny", "--workloads", "add_one", "--contenders", "eager,torch.compile-eager",
-                   "--isolate", "--no-demo", "--no-explain", "--no-charts", "--out", str(tmp_path)])
+                   "--isolate", "--in-process", "--no-demo", "--no-explain", "--no-charts", "--out", str(tmp_path)])
     assert rc == 0
     result = json.loads((tmp_path / "results.json").read_text())
     r = _records(result, "torch.compile-eager")["add_one"]
