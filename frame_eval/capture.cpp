@@ -1,5 +1,7 @@
 #include "frame_eval/capture.h"
 
+#include <cstdio>
+
 namespace ff {
 
 namespace {
@@ -36,7 +38,15 @@ std::string Guard::str() const {
   switch (kind) {
     case Kind::TypeMatch:
       return "type(" + s + ") is " + (expected ? reinterpret_cast<PyTypeObject*>(expected)->tp_name : "?");
-    case Kind::IdMatch: return s + " is " + repr_of(expected);
+    case Kind::IdMatch: {
+      // NB: objects print as <type at address>: the repr of an nn.Module is its whole tree.
+      if (!expected || PyType_Check(expected) || PyFunction_Check(expected) || PyCFunction_Check(expected) ||
+          PyModule_Check(expected) || expected == Py_None || PyBool_Check(expected))
+        return s + " is " + repr_of(expected);
+      char buf[64];
+      std::snprintf(buf, sizeof(buf), " at %p>", static_cast<void*>(expected));
+      return s + " is <" + Py_TYPE(expected)->tp_name + buf;
+    }
     case Kind::EqualsMatch: return s + " == " + repr_of(expected);
     case Kind::TensorMatch: {
       std::string sizes, strides;

@@ -86,16 +86,25 @@ const Known& known() {
   static Known* k = [] {
     auto* k = new Known();  // NB: leaked on purpose; outlives interpreter teardown
     k->torch = PyImport_ImportModule("torch");
-    FF_CHECK(k->torch, "cannot import torch");
-    k->tensor_type = import_attr("torch", "Tensor");
-    k->module_type = import_attr("torch.nn", "Module");
+    if (k->torch) {
+      k->tensor_type = import_attr("torch", "Tensor");
+      k->module_type = import_attr("torch.nn", "Module");
+      k->no_grad = import_attr("torch", "no_grad");
+      k->enable_grad = import_attr("torch", "enable_grad");
+      k->set_grad_enabled = import_attr("torch", "set_grad_enabled");
+      k->size_type = import_attr("torch", "Size");
+    } else {
+      // NB: without torch (pure-Python tracing tests) the torch types are a fresh class that no
+      // object is an instance of, so every torch-specific path is simply never taken.
+      PyErr_Clear();
+      PyObject* absent = PyObject_CallFunction(reinterpret_cast<PyObject*>(&PyType_Type), "s()N", "_framefuse_no_torch", PyDict_New());
+      FF_CHECK(absent, "cannot create the no-torch sentinel type");
+      k->tensor_type = k->module_type = k->size_type = absent;
+    }
     k->module_call = PyObject_GetAttrString(k->module_type, "__call__");
     k->module_getattr = PyObject_GetAttrString(k->module_type, "__getattr__");
     k->module_setattr = PyObject_GetAttrString(k->module_type, "__setattr__");
-    k->no_grad = import_attr("torch", "no_grad");
-    k->enable_grad = import_attr("torch", "enable_grad");
-    k->set_grad_enabled = import_attr("torch", "set_grad_enabled");
-    k->size_type = import_attr("torch", "Size");
+    PyErr_Clear();
     k->partial_type = import_attr("functools", "partial");
     k->operator_mod = PyImport_ImportModule("operator");
     k->builtins = PyImport_ImportModule("builtins");
@@ -103,7 +112,7 @@ const Known& known() {
     k->object_setattr = PyObject_GetAttrString(reinterpret_cast<PyObject*>(&PyBaseObject_Type), "__setattr__");
     k->object_init = PyObject_GetAttrString(reinterpret_cast<PyObject*>(&PyBaseObject_Type), "__init__");
     k->object_new = PyObject_GetAttrString(reinterpret_cast<PyObject*>(&PyBaseObject_Type), "__new__");
-    PyObject* mm = PyImport_ImportModule("torch.nn.modules.module");
+    PyObject* mm = k->torch ? PyImport_ImportModule("torch.nn.modules.module") : nullptr;
     std::vector<PyObject*> hooks;
     for (const char* name : {"_global_forward_hooks", "_global_forward_pre_hooks", "_global_backward_hooks",
                              "_global_backward_pre_hooks", "_global_forward_hooks_always_called"}) {
@@ -121,7 +130,7 @@ const Known& known() {
     }
     PyErr_Clear();
     for (int i = 0; i < kNumDTypes; ++i) {
-      PyObject* d = PyObject_GetAttrString(k->torch, std::string(dtype_name(static_cast<DType>(i))).c_str());
+      PyObject* d = k->torch ? PyObject_GetAttrString(k->torch, std::string(dtype_name(static_cast<DType>(i))).c_str()) : nullptr;
       if (!d) PyErr_Clear();
       k->dtypes.push_back(d);
     }
@@ -836,11 +845,12 @@ Sym SymbolicTracer::tensor_sym(NodeId node) {
 }
 
 CaptureResult SymbolicTracer::trace() {
-  init_op_callables();
   const Known& k = known();
-  (void)k;
-  grad_enabled_ = PyObject_IsTrue(PyRef::steal(PyObject_CallMethod(known().torch, "is_grad_enabled", nullptr)).get());
-  {
+  if (k.torch) {
+    init_op_callables();
+    grad_enabled_ = PyObject_IsTrue(PyRef::steal(PyObject_CallMethod(known().torch, "is_grad_enabled", nullptr)).get());
+  }
+  if (k.torch) {
     Guard g;
     g.kind = Guard::Kind::GlobalState;
     g.grad_enabled = grad_enabled_;

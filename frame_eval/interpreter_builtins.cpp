@@ -192,6 +192,7 @@ Sym SymbolicTracer::call_const(const Sym& fn, std::vector<Sym>& args, KwArgs& kw
     }
     PyErr_Clear();
     std::string mod = module_of(o);
+    if (PyExceptionClass_Check(o) && !any_tensor) return fold(o, args, kwargs, qualname(o));
     if (mod == "builtins") return call_builtin(o, reinterpret_cast<PyTypeObject*>(o)->tp_name, args, kwargs);
     if (!any_tensor && (starts_with(mod, "torch") || mod == "math" || mod == "enum")) {
       if (auto op = op_for_callable(o)) return torch_call(o, args, kwargs, qualname(o));

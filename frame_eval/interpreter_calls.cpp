@@ -76,7 +76,10 @@ bool is_module_walker(PyObject* fn, std::string* which) {
   static PyObject* walkers[4] = {nullptr, nullptr, nullptr, nullptr};
   static const char* names[4] = {"modules", "named_modules", "children", "named_children"};
   if (!walkers[0])
-    for (int i = 0; i < 4; ++i) walkers[i] = PyObject_GetAttrString(known().module_type, names[i]);
+    for (int i = 0; i < 4; ++i) {
+      walkers[i] = PyObject_GetAttrString(known().module_type, names[i]);
+      if (!walkers[i]) PyErr_Clear();
+    }
   for (int i = 0; i < 4; ++i)
     if (fn == walkers[i]) {
       *which = names[i];

@@ -19,9 +19,32 @@ const char* kCmpNames[] = {"lt", "le", "eq", "ne", "gt", "ge"};
 
 PyRef operator_fn(const char* name) { return PyRef::steal(PyObject_GetAttrString(known().operator_mod, name)); }
 
+PyObject* nn_type(const char* name) {
+  PyObject* nn = PyImport_ImportModule("torch.nn");
+  PyObject* t = nn ? PyObject_GetAttrString(nn, name) : nullptr;
+  Py_XDECREF(nn);
+  if (!t) PyErr_Clear();
+  return t;  // NB: kept for the process lifetime
+}
+
+// Sequential / ModuleList / ModuleDict and their subclasses whose iteration protocol is the base
+// class's (a subclass overriding __iter__/__getitem__/__len__ is inlined instead).
 bool is_module_container(PyObject* o) {
-  std::string_view n = Py_TYPE(o)->tp_name;
-  return n == "Sequential" || n == "ModuleList" || n == "ModuleDict";
+  static PyObject* types[3] = {nn_type("Sequential"), nn_type("ModuleList"), nn_type("ModuleDict")};
+  for (PyObject* t : types) {
+    if (!t || !PyObject_TypeCheck(o, reinterpret_cast<PyTypeObject*>(t))) continue;
+    for (const char* m : {"__iter__", "__getitem__", "__len__"}) {
+      PyRef n = PyRef::steal(PyUnicode_FromString(m));
+      if (_PyType_Lookup(Py_TYPE(o), n.get()) != _PyType_Lookup(reinterpret_cast<PyTypeObject*>(t), n.get())) return false;
+    }
+    return true;
+  }
+  return false;
+}
+
+bool is_module_dict(PyObject* o) {
+  static PyObject* t = nn_type("ModuleDict");
+  return t && PyObject_TypeCheck(o, reinterpret_cast<PyTypeObject*>(t));
 }
 
 bool const_int(const Sym& s, int64_t* out) {
@@ -344,7 +367,7 @@ Sym SymbolicTracer::subscript(const Sym& c, const Sym& index) {
         guard(Guard::Kind::DictKeys, attr_source(c->source, "_modules"), keys.get());
         int64_t i;
         std::string key;
-        if (std::string_view(Py_TYPE(o)->tp_name) == "ModuleDict") {
+        if (is_module_dict(o)) {
           if (!index->is(SymKind::Const) || !PyUnicode_Check(index->obj.get())) break;
           key = PyUnicode_AsUTF8(index->obj.get());
         } else if (const_int(index, &i)) {
@@ -473,7 +496,7 @@ std::vector<Sym> SymbolicTracer::iterate(const Sym& v) {
         PyRef keys = PyRef::steal(PySequence_Tuple(PyRef::steal(PyDict_Keys(modules)).get()));
         guard(Guard::Kind::DictKeys, attr_source(v->source, "_modules"), keys.get());
         std::vector<Sym> out;
-        bool is_dict = std::string_view(Py_TYPE(o)->tp_name) == "ModuleDict";
+        bool is_dict = is_module_dict(o);
         PyObject *k, *m;
         Py_ssize_t pos = 0;
         while (PyDict_Next(modules, &pos, &k, &m)) {

@@ -84,7 +84,15 @@ PyObject* SymbolicTracer::dtype_object(DType t) { return known().dtypes[static_c
 
 void SymbolicTracer::guard(Guard::Kind kind, const SourcePtr& src, PyObject* expected, int64_t length) {
   if (!src) return;
-  std::string key = std::to_string(static_cast<int>(kind)) + src->str();
+  // NB: keyed by source object (an attribute source by its base and name), not by the printed
+  // expression: building strings for every guard dominated capture time on large models.
+  const void* base = src->kind == Source::Kind::Attr ? static_cast<const void*>(src->base.get()) : src.get();
+  std::string key;
+  key.reserve(sizeof(void*) + 2 + src->name.size());
+  key.append(reinterpret_cast<const char*>(&base), sizeof(void*));
+  key.push_back(static_cast<char>(kind));
+  key.push_back(static_cast<char>(src->kind));
+  if (src->kind == Source::Kind::Attr) key += src->name;
   if (!guard_keys_.insert(key).second) return;
   Guard g;
   g.kind = kind;

@@ -56,7 +56,7 @@ ff_apt_ensure() {
 
 # Packages every build needs (the compiler, LLVM for the CPU code generator,
 # GoogleTest for ctest) and the Debian lane's interpreter with its torch 1.13.
-FF_APT_BUILD=(g++ "llvm-dev|llvm-14-dev" libgtest-dev)
+FF_APT_BUILD=(g++ "llvm-dev|llvm-14-dev" libgtest-dev ccache)
 FF_APT_DEBIAN_LANE=(python3-dev python3-torch python3-pytest python3-numpy python3-pybind11
                     python3-torchvision python3-matplotlib)
 
@@ -115,7 +115,15 @@ ff_build_lane() {
   local cmake="$FF_VENV/bin/cmake" ninja="$FF_VENV/bin/ninja"
   [ -x "$cmake" ] || ff_die "no cmake in $FF_VENV (run ff_main_venv first)"
   local args=(-G Ninja "-DCMAKE_MAKE_PROGRAM=$ninja" -DCMAKE_BUILD_TYPE=Release
-              "-DPython_EXECUTABLE=$py" "-DFRAMEFUSE_MODULE_DIR=$site/framefuse" "$@")
+              "-DPython_EXECUTABLE=$py" "-DFRAMEFUSE_MODULE_DIR=$site/framefuse")
+  # NB: ccache lets the second lane reuse every object that does not include
+  # Python headers (the graph IR, the code generator: most of the build), and
+  # CCACHE_BASEDIR makes hits work across clones at different paths (CI).
+  if [ "${FRAMEFUSE_CCACHE:-1}" = 1 ] && command -v ccache >/dev/null; then
+    args+=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache)
+    export CCACHE_BASEDIR="$FF_ROOT" CCACHE_NOHASHDIR=1
+  fi
+  args+=("$@")
   local want
   want="$("$py" -c 'import sys; print(sys.executable, sys.version)' 2>&1) ${args[*]}"
   mkdir -p "$bdir"

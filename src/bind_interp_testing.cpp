@@ -4,6 +4,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <chrono>
 #include <sstream>
 
 #include "frame_eval/break_registry.h"
@@ -299,6 +300,24 @@ void define_interp_testing(py::module_& m) {
       py::arg("fn"), py::arg("args") = py::tuple(), py::arg("kwargs") = py::dict(),
       "Trace fn and run the capture on the reference runner (fetch inputs by source, run the graph, "
       "build the result, replay side effects). Returns (result, capture info).");
+  t.def(
+      "capture_seconds",
+      [](py::handle fn, py::tuple args, py::dict kwargs, int repeat) -> double {
+        BoundFrame b = bind_frame(fn, args, kwargs);
+        double best = 1e30;
+        for (int i = 0; i < repeat; ++i) {
+          auto t0 = std::chrono::steady_clock::now();
+          try {
+            CaptureResult cr = trace_frame(b.view);
+          } catch (const GraphBreak& e) {
+            throw py::value_error(std::string("graph break: ") + e.what());
+          }
+          best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+        }
+        return best;
+      },
+      py::arg("fn"), py::arg("args") = py::tuple(), py::arg("kwargs") = py::dict(), py::arg("repeat") = 1,
+      "Best wall time in seconds of trace_frame on fn(*args, **kwargs) over `repeat` runs (capture only).");
   t.def("unsupported_opcodes", &unsupported_opcodes_report);
   t.def("opcode_table", [] {
     py::list out;
