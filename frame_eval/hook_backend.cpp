@@ -45,16 +45,21 @@ bool has_prefix(std::string_view s, const std::string& prefix) {
 
 bool is_internal_code(PyCodeObject* code) {
   // Resolved once the packages are imported (torch may be imported after framefuse's extension).
-  static std::string torch_dir, framefuse_dir;
+  // The standard library counts too: a user frame that runs natively calls into it all the time,
+  // and tracing `copy` or `logging` on their own captures nothing. Installed packages do not.
+  static std::string torch_dir, framefuse_dir, stdlib_dir;
   if (torch_dir.empty()) torch_dir = package_dir("torch");
   if (framefuse_dir.empty()) framefuse_dir = package_dir("framefuse");
+  if (stdlib_dir.empty()) stdlib_dir = package_dir("os");
   const char* file = PyUnicode_AsUTF8(code->co_filename);
   if (!file) {
     PyErr_Clear();
     return false;
   }
   std::string_view f(file);
-  return has_prefix(f, torch_dir) || has_prefix(f, framefuse_dir);
+  if (f.substr(0, 8) == "<frozen ") return true;  // frozen standard-library modules
+  if (has_prefix(f, torch_dir) || has_prefix(f, framefuse_dir)) return true;
+  return has_prefix(f, stdlib_dir) && f.find("-packages/") == std::string_view::npos;
 }
 
 std::string graph_code_text(const Graph& g) {
