@@ -93,6 +93,7 @@ void reset_caches() {
     s->entries.clear();
     s->strategy = CodeStrategy::Compile;
     s->skip_reason.clear();
+    s->skipped_for_break = false;
     s->compiles = 0;
   }
   doomed.clear();

@@ -39,6 +39,7 @@ struct ExtraState {
   std::vector<std::shared_ptr<CacheEntry>> entries;  // most recently used first
   CodeStrategy strategy = CodeStrategy::Compile;
   std::string skip_reason;
+  bool skipped_for_break = false;  // Skip because of an unsupported construct (fullgraph=True retraces)
   bool torch_internal = false;  // code of torch or framefuse itself: compiled only as a root
   int frame_id = -1;            // assigned at the first compile
   int compiles = 0;

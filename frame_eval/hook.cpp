@@ -57,9 +57,8 @@ inline PyObject* finish_without_evaluator(PyThreadState* tstate, struct _PyInter
   return result;
 }
 
-inline PyObject* run_entry(PyThreadState* tstate, struct _PyInterpreterFrame* frame, const CacheEntry& entry,
-                           const FrameValues& values, Slots& slots) {
-  ThreadState& st = thread_state();
+inline PyObject* run_entry(ThreadState& st, PyThreadState* tstate, struct _PyInterpreterFrame* frame,
+                           const CacheEntry& entry, const FrameValues& values, Slots& slots) {
   // NB: frames the graph's ops run (torch's Python functions) are not ours to compile.
   ++st.disabled;
   PyObject* result = entry.runner->run(values, slots);
@@ -86,8 +85,9 @@ std::string break_text(const BreakInfo& b) {
   return out;
 }
 
+// NB: only graph calls count: a frame that just mutates Python objects runs natively faster than
+// any replay of it.
 bool has_tensor_work(const CaptureResult& cap) {
-  if (!cap.side_effects.empty()) return true;
   for (const Node& n : cap.graph.nodes())
     if (n.kind == NodeKind::Call) return true;
   return false;
@@ -191,6 +191,10 @@ CompileOutcome compile_frame(ExtraState& extra, const ff_frame_info& info, const
     }
     if (log_enabled(LogArtifact::graph_breaks))
       log_emit(LogArtifact::graph_breaks, "Graph break in " + code_location(info.code) + " (the frame runs eagerly): " + break_text(b.info()));
+    // NB: code that raises while traced (FF0008) is not remembered: the next call, with other
+    // arguments, may well be capturable. Eager reproduces the exception now.
+    if (b.info().id == "FF0008") return CompileOutcome::Native;
+    extra.skipped_for_break = true;
     return mark_native("graph break: " + b.info().reason);
   } catch (const Unsupported& u) {
     PyErr_Clear();
@@ -202,6 +206,7 @@ CompileOutcome compile_frame(ExtraState& extra, const ff_frame_info& info, const
     }
     if (log_enabled(LogArtifact::graph_breaks))
       log_emit(LogArtifact::graph_breaks, "Graph break in " + code_location(info.code) + " (the frame runs eagerly): " + u.what());
+    extra.skipped_for_break = true;
     return mark_native(std::string("unsupported: ") + u.what());
   } catch (const std::exception& e) {
     // InternalError and anything else: a framefuse bug. Never the user's problem.
@@ -241,7 +246,8 @@ PyObject* eval_frame_hook(PyThreadState* tstate, struct _PyInterpreterFrame* fra
     --st.disabled;
     if (extra == nullptr) return run_native(tstate, frame, throwflag);
   }
-  if (extra->strategy != CodeStrategy::Compile ||
+  // NB: fullgraph=True retraces a frame another compile remembered as a graph break, to raise.
+  if ((extra->strategy != CodeStrategy::Compile && !(extra->skipped_for_break && st.options->fullgraph)) ||
       (extra->torch_internal && reinterpret_cast<PyObject*>(info.code) != st.root_code)) {
     ++g_stats.eager_frames;
     return run_native(tstate, frame, throwflag);
@@ -268,7 +274,7 @@ PyObject* eval_frame_hook(PyThreadState* tstate, struct _PyInterpreterFrame* fra
       entries.insert(entries.begin(), entry);
     }
     ++g_stats.cache_hits;
-    return run_entry(tstate, frame, *entry, values, slots);
+    return run_entry(st, tstate, frame, *entry, values, slots);
   }
 
   // Miss.
@@ -319,7 +325,7 @@ PyObject* eval_frame_hook(PyThreadState* tstate, struct _PyInterpreterFrame* fra
     extra->strategy = CodeStrategy::Skip;
     return run_native(tstate, frame, throwflag);
   }
-  return run_entry(tstate, frame, *entry, values, slots);
+  return run_entry(st, tstate, frame, *entry, values, slots);
 }
 
 }  // namespace
@@ -331,13 +337,11 @@ ThreadState& thread_state() {
   return state;
 }
 
-void thread_enter_compiled() {
-  ThreadState& st = thread_state();
+void thread_enter_compiled(ThreadState& st) {
   if (st.active++ == 0 && g_threads_active++ == 0) install_hook();
 }
 
-void thread_exit_compiled() {
-  ThreadState& st = thread_state();
+void thread_exit_compiled(ThreadState& st) {
   if (--st.active == 0 && --g_threads_active == 0) uninstall_hook();
 }
 

@@ -45,16 +45,21 @@ bool has_prefix(std::string_view s, const std::string& prefix) {
 
 bool is_internal_code(PyCodeObject* code) {
   // Resolved once the packages are imported (torch may be imported after framefuse's extension).
-  static std::string torch_dir, framefuse_dir;
+  // The standard library counts too: a user frame that runs natively calls into it all the time,
+  // and tracing `copy` or `logging` on their own captures nothing. Installed packages do not.
+  static std::string torch_dir, framefuse_dir, stdlib_dir;
   if (torch_dir.empty()) torch_dir = package_dir("torch");
   if (framefuse_dir.empty()) framefuse_dir = package_dir("framefuse");
+  if (stdlib_dir.empty()) stdlib_dir = package_dir("os");
   const char* file = PyUnicode_AsUTF8(code->co_filename);
   if (!file) {
     PyErr_Clear();
     return false;
   }
   std::string_view f(file);
-  return has_prefix(f, torch_dir) || has_prefix(f, framefuse_dir);
+  if (f.substr(0, 8) == "<frozen ") return true;  // frozen standard-library modules
+  if (has_prefix(f, torch_dir) || has_prefix(f, framefuse_dir)) return true;
+  return has_prefix(f, stdlib_dir) && f.find("-packages/") == std::string_view::npos;
 }
 
 std::string graph_code_text(const Graph& g) {
@@ -68,15 +73,12 @@ std::string graph_code_text(const Graph& g) {
 
 void compile_backend(const CompileOptions& options, CaptureRunner& runner, const FrameValues& values, bool training) {
   if (options.backend_name == "eager") return;
-  if (options.backend_name == "inductor") {
+  if (options.backend_name == "inductor" && training) {
     if (log_enabled(LogArtifact::perf_hints))
-      log_emit(LogArtifact::perf_hints,
-               training ? "backend=inductor: graphs that need autograd run on the reference runner (eager torch ops)"
-                        : "backend=inductor: the fusing code generator is not connected to the frontend in this build; "
-                          "the graph runs on the reference runner (eager torch ops)");
+      log_emit(LogArtifact::perf_hints, "backend=inductor: graphs that need autograd run on the reference runner (eager torch ops)");
     return;
   }
-  // A Python callable: backend(graph, example_inputs) -> callable, through framefuse.backends,
+  // "inductor" or a Python callable: backend(graph, example_inputs) -> callable, through framefuse.backends,
   // which wraps the graph in the public framefuse.graph.Graph.
   PyRef examples = PyRef::steal(runner.example_inputs(values));
   if (!examples) throw InternalError("could not read the example inputs: " + fetch_py_error_text());
@@ -84,6 +86,8 @@ void compile_backend(const CompileOptions& options, CaptureRunner& runner, const
   try {
     py::object graph = wrap_graph_for_python(runner.capture().graph);
     py::object call_backend = py::module_::import("framefuse.backends").attr("_call_backend");
+    // "inductor" is resolved in Python (framefuse.backends) so that builds without the code
+    // generator fall back there, with their perf_hints line.
     py::object result = call_backend(py::handle(options.backend), graph, py::handle(examples.get()),
                                      py::handle(options.mode ? options.mode : Py_None),
                                      py::handle(options.options ? options.options : Py_None));

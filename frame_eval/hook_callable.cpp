@@ -40,9 +40,9 @@ PyObject* callable_vectorcall(PyObject* self, PyObject* const* args, size_t narg
   st.options_owner = c->options;
   st.root_code = c->root_code;
   st.disabled = 0;
-  thread_enter_compiled();
+  thread_enter_compiled(st);
   PyObject* r = PyObject_Vectorcall(c->fn, args, nargsf, kwnames);
-  thread_exit_compiled();
+  thread_exit_compiled(st);
   st.options = saved_options;
   st.options_owner = saved_owner;
   st.root_code = saved_root;

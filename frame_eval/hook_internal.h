@@ -20,8 +20,10 @@ struct ThreadState {
   PyObject* root_code = nullptr;                                     // borrowed
 };
 ThreadState& thread_state();
-void thread_enter_compiled();
-void thread_exit_compiled();
+// NB: callers pass the ThreadState they already hold: each thread_state() call from a shared
+// library is a __tls_get_addr call, and this is the hot path.
+void thread_enter_compiled(ThreadState& st);
+void thread_exit_compiled(ThreadState& st);
 
 // Code of torch or framefuse itself (compiled only when it is the compiled callable's root).
 bool is_internal_code(PyCodeObject* code);

@@ -47,10 +47,22 @@ def lookup_backend(backend):
     raise TypeError(f"framefuse.compile: backend must be a str or a callable, not {type(backend).__name__}")
 
 
+def _inductor(graph, example_inputs, mode=None, **options):
+    from . import inductor  # noqa: PLC0415
+    if hasattr(inductor, "backend"):
+        return inductor.backend(graph, example_inputs, mode=mode, **options)
+    from ._C import logging as _log  # noqa: PLC0415
+    _log.emit("perf_hints", "backend=inductor: the code generator is not available in this build; "
+                            "the graph runs on the reference runner (eager torch ops)")
+    return graph.run
+
+
 def _call_backend(backend, cgraph, example_inputs, mode, options):
     # Called by the frontend (frame_eval/hook_backend.cpp) once per captured graph.
     graph = Graph.__new__(Graph)
     graph._g = cgraph
+    if backend == "inductor":
+        return _inductor(graph, example_inputs, mode, **(options or {}))
     compiled = backend(graph, example_inputs, **options) if options else backend(graph, example_inputs)
     if not callable(compiled):
         name = getattr(backend, "__name__", repr(backend))

@@ -64,8 +64,8 @@ def main():
         dyn_t = None
         if hasattr(torch, "compile"):
             try:
-                import torch._dynamo
-                torch._dynamo.reset()
+                import torch._dynamo as dynamo
+                dynamo.reset()
                 dyn = torch.compile(fn, backend="eager")
                 dyn_t = timeit(dyn, args)
             except Exception as e:  # noqa: BLE001
