@@ -178,14 +178,16 @@ def _prewarm_fn(x):
     return (x * 2.0).relu() + 1.0
 
 
-def prewarm(c: Contender):
-    """Compiles and runs a throwaway function once, so a contender's one-time imports and setup are
-    not charged to whichever workload happens to come first. Returns the seconds it took."""
+def prewarm(c: Contender, device="cpu"):
+    """Compiles and runs a throwaway function once on `device`, so a contender's one-time imports and
+    setup are not charged to whichever workload happens to come first. Returns the seconds it took."""
     import time
 
     import torch
     t0 = time.perf_counter()
     fn = c.compile(lambda x: _prewarm_fn(x))
-    fn(torch.randn(16))
+    fn(torch.randn(16, device=device))
+    if str(device).startswith("cuda"):
+        torch.cuda.synchronize()
     c.reset()
     return time.perf_counter() - t0

@@ -107,7 +107,8 @@ def _summary(per_call, inner):
     per_call = sorted(per_call)
     q1 = per_call[len(per_call) // 4]
     q3 = per_call[(3 * len(per_call)) // 4]
-    return dict(median_s=statistics.median(per_call), samples=len(per_call), inner=inner, iqr_s=q3 - q1)
+    return dict(median_s=statistics.median(per_call), min_s=per_call[0], samples=len(per_call), inner=inner,
+                iqr_s=q3 - q1)
 
 
 # --- memory -----------------------------------------------------------------------------------------

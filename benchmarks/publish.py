@@ -41,7 +41,8 @@ def publish(result, charts, out_dir, name):
     for c in charts:
         shutil.copy(os.path.join(out_dir, c["file"]), os.path.join(RESULTS, name, c["file"]))
         stored.append(dict(c, file=f"results/{name}/{c['file']}"))
-    result = _scrub(dict(result, charts=stored))
+    from .run import _jsonable
+    result = _scrub(_jsonable(dict(result, charts=stored)))
     for r in result["records"]:
         r.pop("traceback", None)  # kept in benchmarks/out/results.json, too long for the record
     with open(os.path.join(RESULTS, f"{name}.json"), "w") as f:

@@ -29,6 +29,8 @@ def fmt_time(s):
 def fmt_err(e):
     if e is None:
         return ""
+    if isinstance(e, str):  # "inf"/"nan" as stored in JSON
+        return e
     if isinstance(e, float) and (math.isinf(e) or math.isnan(e)):
         return str(e)
     return "0" if e == 0 else f"{e:.1e}"
@@ -95,6 +97,54 @@ def contender_table(contenders_info):
     return "\n".join(out)
 
 
+# framefuse contender -> its torch.compile counterpart, for the head-to-head ratios.
+PAIRS = (("framefuse-eager", "torch.compile-eager"), ("framefuse", "torch.compile"),
+         ("framefuse-ro", "torch.compile-ro"), ("framefuse-max-autotune", "torch.compile-max-autotune"))
+
+
+def versus_rows(records):
+    """Per workload and pair: framefuse's first call and overhead as a fraction of torch.compile's
+    (lower is better), and torch.compile's steady time over framefuse's (higher is better). Only where
+    both ran and matched eager."""
+    ok = {(r["workload"], r["device"], r["contender"]): r for r in records
+          if r["status"] == "ok" and r.get("within_tol", True)}
+    rows = []
+    for (w, d, c), ff in ok.items():
+        for ffc, tcc in PAIRS:
+            tc = ok.get((w, d, tcc))
+            if c != ffc or tc is None:
+                continue
+            first = ff.get("first_call_s") / tc["first_call_s"] if tc.get("first_call_s") else None
+            steady = tc["steady_s"] / ff["steady_s"] if ff.get("steady_s") else None
+            over = None
+            if ff.get("overhead_s") is not None and tc.get("overhead_s"):
+                over = ff["overhead_s"] / tc["overhead_s"]
+            rows.append((w, f"{ffc} / {tcc}", _ratio(first), "" if steady is None else f"{steady:.2f}x",
+                         _ratio(over)))
+    return rows
+
+
+def _ratio(r):
+    """0.0012 reads as "1/830", the form the targets are written in."""
+    if r is None:
+        return ""
+    if 0 < r < 1:
+        return f"1/{1 / r:.0f}" if r < 0.1 else f"{r:.2f} (1/{1 / r:.1f})"
+    return f"{r:.2f}"
+
+
+def versus_table(records, markdown=True):
+    rows = versus_rows(records)
+    if not rows:
+        return ""
+    head = ("workload", "framefuse / torch.compile", "first-call ratio", "steady speedup", "overhead ratio")
+    if markdown:
+        return "\n".join(["| " + " | ".join(head) + " |", "|" + "---|" * len(head)] +
+                         ["| " + " | ".join(r) + " |" for r in rows])
+    widths = [max(len(x[i]) for x in [head] + rows) for i in range(len(head))]
+    return "\n".join("  ".join(x[i].ljust(widths[i]) for i in range(len(head))).rstrip() for x in [head] + rows)
+
+
 def workload_table(result):
     notes = {r["workload"]: r.get("note", "") for r in result["records"] if r["contender"] == "eager"}
     out = ["| workload | kind | what | this run |", "|---|---|---|---|"]
@@ -115,7 +165,8 @@ def markdown_report(result, charts, title="framefuse benchmarks", level=1):
              f"- framefuse: {env['framefuse']}",
              f"- torch threads: {env['threads']}; devices: {', '.join(result['devices'])}; "
              f"preset `{result['preset']}` (scale `{result['scale']}`)",
-             f"- Run at {result['started']} UTC, {result['wall_s']:.0f} s", ""]
+             f"- Run at {result['started']} UTC, {result['wall_s']:.0f} s; 1-minute load average "
+             f"{env.get('load_start')} at the start, {env.get('load_end')} at the end", ""]
     demo = result.get("graph_demo")
     if demo:
         what = {"ok": "built from Python, ran on the reference runner, matched eager",
@@ -128,6 +179,12 @@ def markdown_report(result, charts, title="framefuse benchmarks", level=1):
               "Speedups (`vs eager`) are ratios of steady-state medians measured in this one run; absolute "
               "times hold only for the machine above.", "",
               markdown_table(result["records"]), ""]
+    vs = versus_table(result["records"])
+    lines += [f"{h} framefuse against torch.compile", "",
+              "first-call ratio: framefuse's first call (capture + compile) over torch.compile's, lower is better; "
+              "steady speedup: torch.compile's steady time over framefuse's; overhead ratio: framefuse's "
+              "per-call overhead over torch.compile's. Only where both ran and matched eager.", "",
+              vs or "No workload has results from both yet.", ""]
     if charts:
         lines += [f"{h} Charts", ""] + [f"![{c['title']}]({c['file']})" for c in charts] + [""]
     else:

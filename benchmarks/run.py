@@ -7,6 +7,7 @@ and writes results.json, results.md and PNG charts to the output directory (defa
 import argparse
 import datetime
 import json
+import math
 import os
 import platform
 import shlex
@@ -82,7 +83,7 @@ class Progress:
         if self.tty:
             cols = shutil.get_terminal_size((100, 20)).columns
             self.stream.write("\r\x1b[K" + line[:cols - 1])
-        elif text.endswith(" start") or text.endswith(" build"):  # one line per contender, not per stage
+        elif text.endswith(" build"):  # one line per contender, not one per stage
             self.stream.write(line + "\n")
         self.stream.flush()
 
@@ -148,7 +149,7 @@ def select(args, registry):
 def environment(threads):
     import torch
     env = dict(python=platform.python_version(), torch=torch.__version__, threads=threads,
-               machine=_machine(), platform=platform.platform(terse=True))
+               machine=_machine(), platform=platform.platform(terse=True), load_start=_load())
     try:
         import torchvision
         env["torchvision"] = torchvision.__version__
@@ -161,6 +162,13 @@ def environment(threads):
     except Unavailable as e:
         env["framefuse"] = f"unavailable ({e})"
     return env
+
+
+def _load():
+    try:
+        return round(os.getloadavg()[0], 2)
+    except (OSError, AttributeError):
+        return None
 
 
 def _machine():
@@ -220,13 +228,14 @@ def main(argv=None):
         print()
 
     cuda_missing = [d for d in devices if d.startswith("cuda") and not torch.cuda.is_available()]
+    usable = [d for d in devices if d not in cuda_missing]
     live = []
     for c in contenders:
         info = dict(name=c.name, family=c.family, backend=c.backend, mode=c.mode, description=c.description)
         try:
             c.check()
-            if c.family != "eager":
-                info["prewarm_s"] = prewarm(c)
+            if c.family != "eager" and usable and any(d.split(":")[0] in c.devices for d in usable):
+                info["prewarm_s"] = prewarm(c, next(d for d in usable if d.split(":")[0] in c.devices))
             info["status"] = "ok"
         except Unavailable as e:
             info["status"] = f"unavailable: {e}"
@@ -250,7 +259,7 @@ def main(argv=None):
                     continue
 
                 def on_stage(cname, stage, wl=wl, dev=dev):
-                    prog.show(f"{wl.name} [{dev}] · {cname} · {stage or 'start'}")
+                    prog.show(f"{wl.name} [{dev}] · {cname} · {stage}")
 
                 recs = core.run_workload(wl, dev, scale, live, preset["budget"], caches,
                                          do_explain=not args.no_explain, on_stage=on_stage)
@@ -266,8 +275,16 @@ def main(argv=None):
         prog.close()
         caches.cleanup()
     result["wall_s"] = time.perf_counter() - t_start
+    result["environment"]["load_end"] = _load()
+    busy = max(result["environment"]["load_start"] or 0, result["environment"]["load_end"] or 0)
+    if busy > len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else False:
+        print(f"NB: the machine was busy (1-minute load average up to {busy:.1f} on "
+              f"{len(os.sched_getaffinity(0))} CPUs): timings are noisy; the ±% marks show how much.\n")
 
     print(report.terminal_table(result["records"]))
+    vs = report.versus_table(result["records"], markdown=False)
+    if vs:
+        print("\nframefuse against torch.compile (first-call and overhead ratios: lower is better)\n" + vs)
     write_outputs(result, args)
     return 0
 
@@ -311,20 +328,34 @@ def make_charts(results_json, out_dir):
     return res["charts"], f"made with {'this interpreter' if py == sys.executable else os.path.basename(py)}"
 
 
+def _jsonable(x):
+    """Strict JSON: non-finite floats (an infinite error for a wrong shape) become strings."""
+    if isinstance(x, float) and not math.isfinite(x):
+        return str(x)
+    if isinstance(x, dict):
+        return {k: _jsonable(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_jsonable(v) for v in x]
+    return x
+
+
+def _dump(result, path):
+    with open(path, "w") as f:
+        json.dump(_jsonable(result), f, indent=1, default=str, allow_nan=False)
+
+
 def write_outputs(result, args):
     out = os.path.abspath(args.out)
     os.makedirs(out, exist_ok=True)
     path = os.path.join(out, "results.json")
-    with open(path, "w") as f:
-        json.dump(result, f, indent=1, default=str)
+    _dump(result, path)
     charts = []
     if args.no_charts:
         result["charts_note"] = "not requested (--no-charts)"
     else:
         charts, result["charts_note"] = make_charts(path, out)
         result["charts"] = charts
-        with open(path, "w") as f:
-            json.dump(result, f, indent=1, default=str)
+        _dump(result, path)
     with open(os.path.join(out, "results.md"), "w") as f:
         f.write(report.markdown_report(result, charts))
     shown = os.path.relpath(path) if path.startswith(os.getcwd() + os.sep) else path

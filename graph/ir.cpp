@@ -77,10 +77,13 @@ std::string Graph::unique_name(const std::string& hint) {
   if (std::isdigit(static_cast<unsigned char>(base[0]))) base = "_" + base;
   std::string name = base;
   auto taken = [&](const std::string& n) {
-    return is_reserved_name(n) || std::find(used_names_.begin(), used_names_.end(), n) != used_names_.end();
+    return is_reserved_name(n) || used_names_.count(n) != 0;
   };
-  for (int k = 1; taken(name); ++k) name = base + "_" + std::to_string(k);
-  used_names_.push_back(name);
+  // NB: resume from the last suffix handed out for this base: a graph with n `add` nodes would
+  // otherwise try n names for the next one.
+  int& k = next_suffix_[base];
+  while (taken(name)) name = base + "_" + std::to_string(++k);
+  used_names_.insert(name);
   return name;
 }
 

@@ -77,7 +77,12 @@ std::string call_expr(const Graph& g, const Node& n) {
                value_str(*pos[1], g);
       break;
     case PrintStyle::Prefix:
-      if (plain && pos.size() == 1) return op.symbol + tight(value_str(*pos[0], g));
+      if (plain && pos.size() == 1) {
+        // -(2) and -(-2): bare, `-2` would read back as the constant, not the op.
+        std::string operand = value_str(*pos[0], g);
+        bool numeric = !operand.empty() && (std::isdigit(static_cast<unsigned char>(operand[0])) || operand[0] == '-');
+        return op.symbol + (numeric ? "(" + operand + ")" : tight(operand));
+      }
       break;
     case PrintStyle::Subscript:
       if (plain && pos.size() == 2) return tight(value_str(*pos[0], g)) + "[" + subscript_index(*pos[1], g) + "]";
@@ -109,11 +114,30 @@ std::string seq_str(const std::vector<Value>& items, const Graph& g, char open, 
 std::string float_str(double f) {
   if (std::isnan(f)) return "float('nan')";
   if (std::isinf(f)) return f > 0 ? "float('inf')" : "float('-inf')";
+  // The shortest digits that round-trip, laid out as Python's repr does: positional notation for
+  // decimal exponents -4 .. 15, scientific otherwise (1e-05, 1e+16).
   char buf[64];
-  auto res = std::to_chars(buf, buf + sizeof buf, f);  // shortest text that round-trips
-  std::string s(buf, res.ptr);
-  if (s.find_first_of(".e") == std::string::npos) s += ".0";
-  return s;
+  auto res = std::to_chars(buf, buf + sizeof buf, f, std::chars_format::scientific);
+  std::string sci(buf, res.ptr);  // "-1.2345e+16"
+  std::string sign = sci[0] == '-' ? "-" : "";
+  if (!sign.empty()) sci.erase(0, 1);
+  size_t e = sci.find('e');
+  int exp = std::stoi(sci.substr(e + 1));
+  std::string digits = sci.substr(0, e);
+  if (digits.size() > 1) digits.erase(1, 1);  // drop the '.'
+  std::string out;
+  if (exp < -4 || exp >= 16) {
+    out = digits.substr(0, 1) + (digits.size() > 1 ? "." + digits.substr(1) : "") + "e" + (exp < 0 ? "-" : "+");
+    std::string mag = std::to_string(std::abs(exp));
+    out += (mag.size() < 2 ? "0" : "") + mag;
+  } else if (exp >= 0) {
+    size_t int_digits = static_cast<size_t>(exp) + 1;
+    if (digits.size() <= int_digits) out = digits + std::string(int_digits - digits.size(), '0') + ".0";
+    else out = digits.substr(0, int_digits) + "." + digits.substr(int_digits);
+  } else {
+    out = "0." + std::string(static_cast<size_t>(-exp - 1), '0') + digits;
+  }
+  return sign + out;
 }
 
 std::string string_literal(const std::string& s) {

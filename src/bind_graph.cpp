@@ -95,6 +95,13 @@ py::list traits_list(uint32_t traits) {
 
 }  // namespace
 
+// The C++ graph behind a _C.graph.Graph object, for other areas' bindings (inductor); nullptr
+// when `obj` is not one. The graph stays owned by the Python object.
+const Graph* graph_from_py(py::handle obj) {
+  if (!py::isinstance<PyGraph>(obj)) return nullptr;
+  return &obj.cast<PyGraph&>().g;
+}
+
 void define_graph(py::module_& m) {
   py::module_ g = m.def_submodule("graph", "graph IR bindings");
 
@@ -196,6 +203,9 @@ void define_graph(py::module_& m) {
                     return out;
                   },
                   "Parse graph code (the printer's output) back into a graph.")
+      // For C++ consumers in this module (framefuse._C.cuda.compile): the graph's address, valid
+      // while this object is alive.
+      .def("_address", [](const PyGraph& self) { return reinterpret_cast<uintptr_t>(&self.g); })
       .def("run", [](PyGraph& self, py::args inputs) -> py::object {
         if (!self.runner) self.runner = std::make_unique<ReferenceRunner>(self.g);
         std::vector<PyObject*> in;
@@ -204,6 +214,27 @@ void define_graph(py::module_& m) {
         if (!r) throw py::error_already_set();
         return py::reinterpret_steal<py::object>(r);
       }, "Run the graph on the reference runner (eager torch ops).");
+}
+
+}  // namespace ff
+
+namespace ff {
+
+// The frontend hands captured graphs to Python backends through this (frame_eval/hook_backend.cpp).
+py::object wrap_graph_for_python(const Graph& g) {
+  auto pg = std::make_shared<PyGraph>();
+  pg->g = g;
+  return py::cast(pg);
+}
+
+}  // namespace ff
+
+namespace ff {
+
+// The C++ graph inside a _C.graph.Graph (test-only captures are built from Python graphs).
+const Graph* graph_from_python(py::handle obj) {
+  if (!py::isinstance<PyGraph>(obj)) return nullptr;
+  return &obj.cast<PyGraph&>().g;
 }
 
 }  // namespace ff

@@ -16,9 +16,12 @@ namespace {
 
 // ---- Python scalar arithmetic, exactly as CPython computes it (or not at all) ----------------
 
-constexpr double kExactIntLimit = 9007199254740992.0;  // 2**53: ints up to here convert exactly
-
-bool exact_as_double(int64_t v) { return std::fabs(static_cast<double>(v)) <= kExactIntLimit; }
+// Ints of magnitude up to 2**53 convert to double exactly. NB: compare as ints: 2**53 + 1 rounds
+// to 2**53 as a double and would pass a floating-point check.
+bool exact_as_double(int64_t v) {
+  constexpr int64_t kLimit = int64_t{1} << 53;
+  return v >= -kLimit && v <= kLimit;
+}
 
 // int/bool operands as ints (True + True == 2), or nullopt.
 std::optional<int64_t> as_int(const Value& v) {
@@ -75,9 +78,11 @@ std::optional<Value> int_arith(std::string_view op, int64_t a, int64_t b) {
 }
 
 std::optional<Value> float_arith(std::string_view op, const Value& va, const Value& vb) {
-  // Python compares int with float exactly; through doubles only while the int converts exactly.
+  // Python's arithmetic converts an int operand to the nearest float, as the cast does; its
+  // comparisons compare exactly, which doubles do only while the int converts exactly.
+  bool comparison = op == "lt" || op == "le" || op == "gt" || op == "ge" || op == "eq" || op == "ne";
   for (const Value* v : {&va, &vb})
-    if (auto i = as_int(*v); i && !exact_as_double(*i)) return std::nullopt;
+    if (auto i = as_int(*v); comparison && i && !exact_as_double(*i)) return std::nullopt;
   double a = va.as_double(), b = vb.as_double();
   if (op == "add") return Value::of_float(a + b);
   if (op == "sub") return Value::of_float(a - b);

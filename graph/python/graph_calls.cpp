@@ -2,7 +2,11 @@
 
 #include <pybind11/pybind11.h>
 
+#include <cstdio>
+
+#include "graph/meta_rules.h"
 #include "graph/op_registry.h"
+#include "src/config.h"
 #include "src/errors.h"
 
 namespace py = pybind11;
@@ -264,12 +268,28 @@ std::optional<NodeId> add_op_call(Graph& g, OpId op, const std::vector<Value>& a
   if (!bound) return std::nullopt;
   std::optional<ValueMeta> meta;
   try {
+    static const bool version_set = [] {
+      std::string v = py::str(torch_types().torch.attr("__version__")).cast<std::string>();
+      int major = 0, minor = 0;
+      if (std::sscanf(v.c_str(), "%d.%d", &major, &minor) == 2) set_torch_version(major, minor);
+      return true;
+    }();
+    (void)version_set;
+    // The rules promote Python floats and integer math to torch's default dtype.
+    auto default_dtype = dtype_from_name(strip_torch(py::str(torch_types().torch.attr("get_default_dtype")()).cast<std::string>()));
+    if (default_dtype && is_floating(*default_dtype)) set_default_float_dtype(*default_dtype);
     meta = infer_meta(def, *bound, g);
   } catch (MetaError& e) {
     *reason = def.target + ": " + e.what();
     return std::nullopt;
   }
-  if (!meta) meta = meta_by_fallback(def, *bound, g, reason);
+  if (!meta) {
+    if (!config().meta_fallback) {
+      *reason = def.target + " has no C++ meta rule for these operands (config.meta_fallback is off)";
+      return std::nullopt;
+    }
+    meta = meta_by_fallback(def, *bound, g, reason);
+  }
   if (!meta) return std::nullopt;
   if (!grad_enabled) clear_requires_grad(*meta);
   return g.add_call(op, std::move(*bound), std::move(*meta), def.schema.name);

@@ -65,6 +65,15 @@ TEST(Printer, Constants) {
   EXPECT_EQ(value_str(F(-2.5e300), g), "-2.5e+300");
   EXPECT_EQ(value_str(F(1.0 / 3.0), g), "0.3333333333333333");
   EXPECT_EQ(value_str(F(-0.0), g), "-0.0");
+  // Laid out as Python's repr: positional for exponents -4 .. 15, scientific otherwise.
+  EXPECT_EQ(value_str(F(123.0), g), "123.0");
+  EXPECT_EQ(value_str(F(0.0001), g), "0.0001");
+  EXPECT_EQ(value_str(F(0.00001), g), "1e-05");
+  EXPECT_EQ(value_str(F(1234567890123456.0), g), "1234567890123456.0");
+  EXPECT_EQ(value_str(F(1e16), g), "1e+16");
+  EXPECT_EQ(value_str(F(-1.5e16), g), "-1.5e+16");
+  EXPECT_EQ(value_str(F(5e-324), g), "5e-324");
+  EXPECT_EQ(value_str(F(1.7976931348623157e308), g), "1.7976931348623157e+308");
   EXPECT_EQ(value_str(F(HUGE_VAL), g), "float('inf')");
   EXPECT_EQ(value_str(F(-HUGE_VAL), g), "float('-inf')");
   EXPECT_EQ(value_str(F(NAN), g), "float('nan')");
@@ -150,6 +159,16 @@ TEST(Printer, ReservedNamesAreNeverHandedOut) {
   EXPECT_EQ(g.node(x).name, "input_1");
   EXPECT_EQ(g.node(s).name, "sum_1");
   EXPECT_EQ(g.node(torch_named).name, "torch_1");
+}
+
+TEST(Printer, UniqueNamesCountUpPastTakenOnes) {
+  Graph g;
+  NodeId x = g.add_placeholder("x", T({2}));
+  OpId relu = *op_by_name("relu");
+  std::vector<std::string> names;
+  for (const char* hint : {"relu", "relu", "relu_3", "relu", "relu", "relu_1_1", "relu_1", ""})
+    names.push_back(g.node(g.add_call(relu, {N(x)}, T({2}), hint)).name);
+  EXPECT_EQ(names, (std::vector<std::string>{"relu", "relu_1", "relu_3", "relu_2", "relu_4", "relu_1_1", "relu_1_2", "v"}));
 }
 
 TEST(Printer, Table) {

@@ -44,8 +44,10 @@ def tiny_run(tmp_path_factory):
     finally:
         contenders.unregister("test-fails")
         contenders.unregister("test-wrong")
+    def no_constants(name):
+        raise ValueError(f"results.json is not strict JSON: {name}")
     with open(out / "results.json") as f:
-        result = json.load(f)
+        result = json.load(f, parse_constant=no_constants)
     return rc, out, result
 
 
@@ -186,3 +188,29 @@ def test_cli_lists_workloads():
     assert r.returncode == 0, r.stderr
     for name in TINY + ("resnet18", "nanogpt", "torch.compile", "framefuse-eager"):
         assert name in r.stdout
+
+
+def test_versus_table_pairs_framefuse_with_torch_compile():
+    def rec(contender, **kw):
+        return dict(workload="w", device="cpu", contender=contender, status="ok", within_tol=True, **kw)
+    records = [rec("framefuse-eager", first_call_s=0.01, steady_s=2e-6, overhead_s=1e-6),
+               rec("torch.compile-eager", first_call_s=0.5, steady_s=8e-6, overhead_s=5e-6),
+               rec("framefuse", first_call_s=0.2, steady_s=1.0),
+               dict(rec("torch.compile", first_call_s=2.0, steady_s=1.0), status="failed")]
+    rows = run.report.versus_rows(records)
+    assert rows == [("w", "framefuse-eager / torch.compile-eager", "1/50", "4.00x", "0.20 (1/5.0)")]
+    # A framefuse result that differs from eager is never compared.
+    records[0]["within_tol"] = False
+    assert run.report.versus_rows(records) == []
+
+
+@pytest.mark.torch2
+def test_isolated_first_calls_run_in_fresh_processes(tmp_path):
+    rc = run.main(["--preset", "tiny", "--workloads", "add_one", "--contenders", "eager,torch.compile-eager",
+                   "--isolate", "--no-demo", "--no-explain", "--no-charts", "--out", str(tmp_path)])
+    assert rc == 0
+    result = json.loads((tmp_path / "results.json").read_text())
+    r = _records(result, "torch.compile-eager")["add_one"]
+    assert r["status"] == "ok", r.get("reason")
+    assert r["cold_process_first_call_s"] > 0 and r["warm_disk_first_call_s"] > 0, r
+    assert "cold proc" in (tmp_path / "results.md").read_text()
