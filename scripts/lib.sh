@@ -56,8 +56,10 @@ ff_apt_ensure() {
 }
 
 # Packages every build needs (the compiler, LLVM for the CPU code generator,
-# GoogleTest for ctest) and the Debian lane's interpreter with its torch 1.13.
-FF_APT_BUILD=(g++ "llvm-dev|llvm-14-dev" libgtest-dev ccache)
+# GoogleTest for ctest, ccache) and the Debian lane's interpreter with its torch 1.13.
+# NB: zlib1g-dev: LLVM's CMake package refers to ZLIB::ZLIB, and llvm-14-dev
+# does not depend on it.
+FF_APT_BUILD=(g++ "llvm-dev|llvm-14-dev" zlib1g-dev libgtest-dev ccache)
 FF_APT_DEBIAN_LANE=(python3-dev python3-torch python3-pytest python3-numpy python3-pybind11
                     python3-torchvision python3-matplotlib)
 

@@ -12,7 +12,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 cd "$FF_ROOT"
 
 LANES=" ${FRAMEFUSE_LANES:-cpp main debian pure} "
-LANE_TIMEOUT="${FRAMEFUSE_TEST_TIMEOUT:-1500}"
+LANE_TIMEOUT="${FRAMEFUSE_TEST_TIMEOUT:-900}"
 RESULTS="$FF_ROOT/build/test-results"
 rm -rf "$RESULTS"
 mkdir -p "$RESULTS"
@@ -72,7 +72,7 @@ run_pytest() {
       FRAMEFUSE_TEST_LANE="$lane" FRAMEFUSE_TEST_PURE="$pure" \
       FRAMEFUSE_EXPECT_MODULE_DIR="$([ "$pure" = 1 ] || echo "$site/framefuse")" \
       timeout --kill-after=30 "$LANE_TIMEOUT" \
-      "$py" -m pytest tests/python -ra -o faulthandler_timeout=600 --junitxml="$xml" "$@" \
+      "$py" -m pytest tests/python -ra -o faulthandler_timeout=300 --junitxml="$xml" "$@" \
       2>&1 | tee "$log"
   local rc=${PIPESTATUS[0]}
   case $rc in
