@@ -89,6 +89,12 @@ if lane_on main && [ $MAIN_BUILT = 1 ]; then
   run_pytest main "$FF_VENV/bin/python" "$(ff_lane_pythonpath main)" 0 "$@"
 fi
 if lane_on debian && [ $DEBIAN_BUILT = 1 ]; then
+  # The Debian interpreter cannot import the venv's nvidia-cuda-nvrtc wheel;
+  # point framefuse at its library instead.
+  if [ -z "${FRAMEFUSE_NVRTC_PATH:-}" ]; then
+    nvrtc="$(ls "$FF_VENV"/lib/python3*/site-packages/nvidia/*/lib/libnvrtc.so.* 2>/dev/null | grep -v builtins | head -n 1)"
+    [ -n "$nvrtc" ] && export FRAMEFUSE_NVRTC_PATH="$nvrtc"
+  fi
   run_pytest debian "$FF_DEBIAN_PYTHON" "$(ff_lane_pythonpath debian)" 0 "$@"
 fi
 
