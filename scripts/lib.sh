@@ -16,6 +16,7 @@ FF_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 FF_VENV="${FRAMEFUSE_VENV:-$FF_ROOT/.venv}"
 FF_JOBS="${FRAMEFUSE_JOBS:-$(nproc 2>/dev/null || echo 2)}"
 FF_DEBIAN_PYTHON="${FRAMEFUSE_DEBIAN_PYTHON:-/usr/bin/python3}"
+FF_BUILD_RECIPE=2
 
 ff_log() { printf '[framefuse %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 ff_die() { printf '[framefuse] ERROR: %s\n' "$*" >&2; exit 1; }
@@ -55,8 +56,10 @@ ff_apt_ensure() {
 }
 
 # Packages every build needs (the compiler, LLVM for the CPU code generator,
-# GoogleTest for ctest) and the Debian lane's interpreter with its torch 1.13.
-FF_APT_BUILD=(g++ "llvm-dev|llvm-14-dev" libgtest-dev ccache)
+# GoogleTest for ctest, ccache) and the Debian lane's interpreter with its torch 1.13.
+# NB: zlib1g-dev: LLVM's CMake package refers to ZLIB::ZLIB, and llvm-14-dev
+# does not depend on it.
+FF_APT_BUILD=(g++ "llvm-dev|llvm-14-dev" zlib1g-dev libgtest-dev ccache)
 FF_APT_DEBIAN_LANE=(python3-dev python3-torch python3-pytest python3-numpy python3-pybind11
                     python3-torchvision python3-matplotlib)
 
@@ -117,20 +120,29 @@ ff_build_lane() {
   local args=(-G Ninja "-DCMAKE_MAKE_PROGRAM=$ninja" -DCMAKE_BUILD_TYPE=Release
               "-DPython_EXECUTABLE=$py" "-DFRAMEFUSE_MODULE_DIR=$site/framefuse")
   # NB: ccache lets the second lane reuse every object that does not include
-  # Python headers (the graph IR, the code generator: most of the build), and
-  # CCACHE_BASEDIR makes hits work across clones at different paths (CI).
+  # Python headers (the graph IR, the code generator: most of the build): both
+  # lanes compile them with the same command. No CCACHE_BASEDIR: it would turn
+  # __FILE__ into a path relative to the build folder, which tests use to find
+  # their golden files and error messages use to name our sources.
   if [ "${FRAMEFUSE_CCACHE:-1}" = 1 ] && command -v ccache >/dev/null; then
     args+=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache)
-    export CCACHE_BASEDIR="$FF_ROOT" CCACHE_NOHASHDIR=1
+    export CCACHE_NOHASHDIR=1
   fi
   args+=("$@")
+  # The stamp names the interpreter, the arguments and FF_BUILD_RECIPE (bump it
+  # when objects built by an older version of this script must not be reused).
   local want
-  want="$("$py" -c 'import sys; print(sys.executable, sys.version)' 2>&1) ${args[*]}"
-  mkdir -p "$bdir"
+  want="recipe $FF_BUILD_RECIPE; $("$py" -c 'import sys; print(sys.executable, sys.version)' 2>&1) ${args[*]}"
   if [ ! -f "$bdir/CMakeCache.txt" ] || [ ! -f "$bdir/build.ninja" ] \
      || [ "$(cat "$bdir/.framefuse-configure" 2>/dev/null)" != "$want" ]; then
+    # NB: a fresh folder, not a reconfigure: CMake keeps what FindPython found
+    # in its cache, so a changed interpreter could leave stale paths behind.
+    if [ -e "$bdir" ]; then
+      ff_log "build[$lane]: interpreter or build settings changed; rebuilding build/$lane from scratch"
+      rm -rf "$bdir"
+    fi
+    mkdir -p "$bdir"
     ff_log "build[$lane]: configuring build/$lane for $py"
-    rm -f "$bdir/.framefuse-configure"
     "$cmake" -S "$FF_ROOT" -B "$bdir" "${args[@]}" >"$bdir/configure.log" 2>&1 || {
       tail -n 40 "$bdir/configure.log" >&2
       ff_log "build[$lane]: configure FAILED (full log: build/$lane/configure.log)"

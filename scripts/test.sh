@@ -12,7 +12,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 cd "$FF_ROOT"
 
 LANES=" ${FRAMEFUSE_LANES:-cpp main debian pure} "
-LANE_TIMEOUT="${FRAMEFUSE_TEST_TIMEOUT:-1500}"
+LANE_TIMEOUT="${FRAMEFUSE_TEST_TIMEOUT:-900}"
 RESULTS="$FF_ROOT/build/test-results"
 rm -rf "$RESULTS"
 mkdir -p "$RESULTS"
@@ -72,7 +72,7 @@ run_pytest() {
       FRAMEFUSE_TEST_LANE="$lane" FRAMEFUSE_TEST_PURE="$pure" \
       FRAMEFUSE_EXPECT_MODULE_DIR="$([ "$pure" = 1 ] || echo "$site/framefuse")" \
       timeout --kill-after=30 "$LANE_TIMEOUT" \
-      "$py" -m pytest tests/python -ra -o faulthandler_timeout=600 --junitxml="$xml" "$@" \
+      "$py" -m pytest tests/python -ra -o faulthandler_timeout=300 --junitxml="$xml" "$@" \
       2>&1 | tee "$log"
   local rc=${PIPESTATUS[0]}
   case $rc in
@@ -89,6 +89,12 @@ if lane_on main && [ $MAIN_BUILT = 1 ]; then
   run_pytest main "$FF_VENV/bin/python" "$(ff_lane_pythonpath main)" 0 "$@"
 fi
 if lane_on debian && [ $DEBIAN_BUILT = 1 ]; then
+  # The Debian interpreter cannot import the venv's nvidia-cuda-nvrtc wheel;
+  # point framefuse at its library instead.
+  if [ -z "${FRAMEFUSE_NVRTC_PATH:-}" ]; then
+    nvrtc="$(ls "$FF_VENV"/lib/python3*/site-packages/nvidia/*/lib/libnvrtc.so.* 2>/dev/null | grep -v builtins | head -n 1)"
+    [ -n "$nvrtc" ] && export FRAMEFUSE_NVRTC_PATH="$nvrtc"
+  fi
   run_pytest debian "$FF_DEBIAN_PYTHON" "$(ff_lane_pythonpath debian)" 0 "$@"
 fi
 
