@@ -421,6 +421,11 @@ std::optional<std::vector<int64_t>> preserve_format_strides(const TensorMeta& t)
   return pointwise_output_strides(t.sizes, {&t}, /*scalar_operand=*/true);
 }
 
+bool missing_cpu_kernel(const TensorMeta& t, bool bfloat16_too) {
+  if (t.device.type != Device::Type::CPU || torch_at_least(2, 0)) return false;
+  return t.dtype == DType::Float16 || (bfloat16_too && t.dtype == DType::BFloat16);
+}
+
 DType dtype_arg(const MetaContext& ctx, std::string_view name, DType fallback) {
   int i = ctx.op.schema.index_of(name);
   if (i < 0) return fallback;

@@ -12,10 +12,7 @@ namespace {
 
 bool is_float_like(DType t) { return is_floating(t) || is_complex(t); }
 
-// Reduced precision matrix kernels on CPU exist in newer torch versions only.
-bool unsupported_cpu_half(const TensorMeta& t) {
-  return t.dtype == DType::Float16 && t.device.type == Device::Type::CPU;
-}
+bool unsupported_cpu_half(const TensorMeta& t) { return missing_cpu_kernel(t); }
 
 void check_same_dtype(const TensorMeta& a, const TensorMeta& b) {
   if (a.dtype != b.dtype)

@@ -76,12 +76,13 @@ bool is_pow(const MetaContext& ctx) { return name_is(ctx, {"pow", "op_pow", "op_
 std::optional<ValueMeta> meta_unary(const MetaContext& ctx) {
   const TensorMeta* x = tensor_or_null(ctx.args[0], ctx.graph);
   if (!x || x->dtype == DType::Bool || is_complex(x->dtype)) return std::nullopt;
+  if (missing_cpu_kernel(*x) && !name_is(ctx, {"neg", "op_neg", "abs", "sign", "square"})) return std::nullopt;
   return unary_result(*x, x->dtype);
 }
 
 std::optional<ValueMeta> meta_unary_float(const MetaContext& ctx) {
   const TensorMeta* x = tensor_or_null(ctx.args[0], ctx.graph);
-  if (!x || is_complex(x->dtype)) return std::nullopt;
+  if (!x || (missing_cpu_kernel(*x) && !name_is(ctx, {"exp2", "reciprocal"})) || is_complex(x->dtype)) return std::nullopt;
   return unary_result(*x, is_integral(x->dtype, true) ? default_float_dtype() : x->dtype);
 }
 
@@ -107,6 +108,7 @@ std::optional<ValueMeta> meta_activation(const MetaContext& ctx) {
   const TensorMeta& x = ctx.tensor("input");
   bool int_ok = ctx.op.name == "f_relu";
   if (!is_floating(x.dtype) && !(int_ok && is_integral(x.dtype, false))) return std::nullopt;
+  if (missing_cpu_kernel(x, /*bfloat16_too=*/ctx.op.name == "mish")) return std::nullopt;
   if (bool_arg(ctx, "inplace", false)) {
     if (has_internal_overlap(x)) return std::nullopt;
     return ValueMeta::of_tensor(x);
@@ -128,6 +130,7 @@ std::optional<ValueMeta> meta_dropout(const MetaContext& ctx) {
     throw MetaError("dropout probability has to be between 0 and 1, but got " + std::to_string(p));
   if (!is_floating(x.dtype)) return std::nullopt;
   // Eval mode, p == 0 and in-place dropout all return the input itself.
+  if (training && p > 0 && missing_cpu_kernel(x)) return std::nullopt;
   if (!training || p == 0 || x.numel() == 0 || bool_arg(ctx, "inplace", false)) return ValueMeta::of_tensor(x);
   if (x.device.type != Device::Type::CPU) return std::nullopt;  // fused kernels allocate differently
   TensorMeta out = x;
@@ -183,6 +186,7 @@ std::optional<ValueMeta> meta_binary_float(const MetaContext& ctx) {
     throw MetaError("div expected rounding_mode to be one of None, 'trunc', or 'floor' but found '" + rounding->s + "'");
   auto dt = binary_dtype(ctx, operands, !rounds);
   if (!dt) return std::nullopt;
+  if (ctx.op.name == "atan2" && *dt == DType::Float16 && !torch_at_least(2, 0)) return std::nullopt;
   const TensorMeta* rhs = tensor_or_null(ctx.args[1], ctx.graph);
   if (!tensor_or_null(ctx.args[0], ctx.graph)) {
     // 2 / x is x.reciprocal() * 2.
@@ -221,7 +225,7 @@ std::optional<ValueMeta> meta_clamp(const MetaContext& ctx) {
   const Value& lov = lo ? *lo : none;
   const Value& hiv = hi ? *hi : none;
   if (lov.is_none() && hiv.is_none()) throw MetaError("torch.clamp: At least one of 'min' or 'max' must not be None");
-  if (x.dtype == DType::Bool || is_complex(x.dtype)) return std::nullopt;
+  if (x.dtype == DType::Bool || is_complex(x.dtype) || missing_cpu_kernel(x)) return std::nullopt;
   const TensorMeta* tlo = tensor_or_null(lov, ctx.graph);
   const TensorMeta* thi = tensor_or_null(hiv, ctx.graph);
   if (tlo || thi) {
@@ -246,6 +250,8 @@ std::optional<ValueMeta> meta_ternary(const MetaContext& ctx) {
   if (operands.size() != (ctx.op.name == "lerp" ? operands.size() : 3u) || operands.size() < 2) return std::nullopt;
   std::vector<const TensorMeta*> ts = tensors_of(operands, ctx.graph);
   DType dt = result_type(operands, ctx.graph);
+  for (const TensorMeta* t : ts)
+    if (missing_cpu_kernel(*t)) return std::nullopt;
   if (ctx.op.name == "lerp") {
     for (const TensorMeta* t : ts)
       if (t->dtype != ts[0]->dtype) return std::nullopt;
@@ -316,6 +322,7 @@ std::optional<ValueMeta> meta_inplace(const MetaContext& ctx) {
   };
   if (n == "zero_") return ValueMeta::of_tensor(out);
   if (n == "relu_" || n == "sigmoid_" || n == "tanh_") {
+    if (missing_cpu_kernel(*self)) return std::nullopt;
     if (self->dtype == DType::Bool || (n != "relu_" && !is_floating(self->dtype))) return std::nullopt;
     return ValueMeta::of_tensor(out);
   }
@@ -357,7 +364,7 @@ std::optional<ValueMeta> meta_inplace(const MetaContext& ctx) {
       if (v->is_none()) continue;
       if (!v->is_number()) return std::nullopt;  // tensor bounds: fallback
     }
-    if (self->dtype == DType::Bool || is_complex(self->dtype)) return std::nullopt;
+    if (self->dtype == DType::Bool || is_complex(self->dtype) || missing_cpu_kernel(*self)) return std::nullopt;
     DType rt = is_floating(self->dtype) ? self->dtype : result_type({ctx.args[0], lo, hi}, ctx.graph);
     if (rt != self->dtype)
       throw MetaError("result type " + std::string(dtype_name(rt)) + " can't be cast to the desired inplace output type " +

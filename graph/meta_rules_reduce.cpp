@@ -56,6 +56,7 @@ std::optional<ValueMeta> meta_reduce(const MetaContext& ctx) {
   bool all_dims = dim_v.is_none() || (dim_v.is_sequence() && dim_v.items.empty());
   DType dt = x.dtype;
   bool grad = true;
+  if ((n == "prod" && missing_cpu_kernel(x, true)) || (n == "logsumexp" && missing_cpu_kernel(x))) return std::nullopt;
   if (n == "sum" || n == "prod") {
     if (n == "prod" && dim_v.is_none() && keepdim) return std::nullopt;  // no such overload
     dt = dtype_arg(ctx, "dtype", is_integral(x.dtype, true) ? DType::Int64 : x.dtype);
@@ -119,7 +120,7 @@ std::optional<ValueMeta> meta_max_min(const MetaContext& ctx) {
 
 std::optional<ValueMeta> meta_topk(const MetaContext& ctx) {
   const TensorMeta& x = ctx.tensor("input");
-  if (x.dim() == 0 || x.dtype == DType::Bool || is_complex(x.dtype)) return std::nullopt;
+  if (x.dim() == 0 || x.dtype == DType::Bool || is_complex(x.dtype) || missing_cpu_kernel(x)) return std::nullopt;
   if (!is_int(ctx.arg("k"))) return std::nullopt;
   int64_t k = ctx.arg("k").i;
   int64_t d = wrap_dim(ctx.arg("dim").i, x.dim());
@@ -133,7 +134,7 @@ std::optional<ValueMeta> meta_topk(const MetaContext& ctx) {
 
 std::optional<ValueMeta> meta_cumulative(const MetaContext& ctx) {
   const TensorMeta& x = ctx.tensor("input");
-  if (is_complex(x.dtype)) return std::nullopt;
+  if (is_complex(x.dtype) || missing_cpu_kernel(x)) return std::nullopt;
   wrap_dim(ctx.arg("dim").i, x.dim());
   DType dt = dtype_arg(ctx, "dtype", is_integral(x.dtype, true) ? DType::Int64 : x.dtype);
   return fresh(x.sizes, dt, x.device, x.requires_grad && is_floating(dt));
@@ -147,7 +148,9 @@ std::optional<ValueMeta> meta_softmax(const MetaContext& ctx) {
   DType dt = dtype_arg(ctx, "dtype", x.dtype);
   if (!is_floating(dt)) return std::nullopt;
   // Reduced-precision CPU kernels exist in newer torch versions only.
-  if (dt == DType::Float16 && x.device.type == Device::Type::CPU) return std::nullopt;
+  TensorMeta computed = x;  // softmax(x, dim, dtype) converts x first
+  computed.dtype = dt;
+  if (missing_cpu_kernel(computed)) return std::nullopt;
   return fresh(x.sizes, dt, x.device, x.requires_grad);
 }
 
@@ -155,7 +158,7 @@ std::optional<ValueMeta> meta_norm(const MetaContext& ctx) {
   const TensorMeta& x = ctx.tensor("input");
   const std::string& n = ctx.op.name;
   if (!is_floating(x.dtype)) return std::nullopt;
-  if (x.dtype == DType::Float16 && x.device.type == Device::Type::CPU) return std::nullopt;
+  if (missing_cpu_kernel(x)) return std::nullopt;
   bool grad = x.requires_grad;
   for (const char* p : {"weight", "bias"}) {
     if (ctx.op.schema.index_of(p) < 0) continue;
@@ -233,7 +236,9 @@ std::optional<ValueMeta> meta_loss(const MetaContext& ctx) {
   const std::string& reduction = ctx.arg("reduction").s;
   if (reduction != "mean" && reduction != "sum" && reduction != "none")
     throw MetaError(reduction + " is not a valid value for reduction");
-  if (!is_floating(x.dtype) || (x.dtype == DType::Float16 && x.device.type == Device::Type::CPU)) return std::nullopt;
+  if (!is_floating(x.dtype)) return std::nullopt;
+  if (ctx.op.name == "mse_loss" ? missing_cpu_kernel(x, true) && x.dtype == DType::BFloat16 : missing_cpu_kernel(x))
+    return std::nullopt;
   if (ctx.op.name == "mse_loss") {
     if (target.dtype != x.dtype) return std::nullopt;
     std::vector<Value> operands = {ctx.args[0], ctx.args[1]};

@@ -72,6 +72,10 @@ bool has_internal_overlap(const TensorMeta& t);
 // this is not modelled (non-dense inputs with no elements).
 std::optional<std::vector<int64_t>> preserve_format_strides(const TensorMeta& t);
 
+// Torch before 2.0 lacks most CPU kernels for float16 (and a few for bfloat16): a rule declines
+// such calls there, so that the call raises as eager does instead of being typed.
+bool missing_cpu_kernel(const TensorMeta& t, bool bfloat16_too = false);
+
 // The DType argument named `name` if given (not None), else `fallback`.
 DType dtype_arg(const MetaContext& ctx, std::string_view name, DType fallback);
 
