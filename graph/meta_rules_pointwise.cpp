@@ -24,10 +24,14 @@ bool can_cast(DType from, DType to) {
   return true;
 }
 
-// A unary TensorIterator op over one tensor: the result layout.
-ValueMeta unary_result(const TensorMeta& x, DType dtype) {
+// A unary TensorIterator op over one tensor: the result layout. `promote`: how an input of
+// another dtype than `dtype` reaches it (see Promote).
+ValueMeta unary_result(const TensorMeta& x, DType dtype, Promote promote = Promote::None) {
   TensorMeta out = x;
-  out.strides = pointwise_output_strides(x.sizes, {&x});
+  bool convert = dtype != x.dtype && x.dim() > 0 &&
+                 (promote == Promote::Always || (promote == Promote::OnCpu && x.device.type == Device::Type::CPU));
+  TensorMeta in = convert ? converted(x, dtype) : x;
+  out.strides = pointwise_output_strides(x.sizes, {&in});
   out.dtype = dtype;
   out.requires_grad = grad_result({&x}, dtype);
   return ValueMeta::of_tensor(std::move(out));
@@ -53,6 +57,12 @@ bool alpha_ok(const MetaContext& ctx, DType result) {
 std::optional<DType> binary_dtype(const MetaContext& ctx, const std::vector<Value>& operands, bool true_divide) {
   DType dt = result_type(operands, ctx.graph);
   if (is_complex(dt)) return std::nullopt;
+  // Subtraction rejects a bool operand even when the other one is not.
+  if (name_is(ctx, {"sub", "rsub", "op_sub", "op_isub", "sub_"}))
+    for (const Value& v : operands) {
+      const TensorMeta* t = tensor_or_null(v, ctx.graph);
+      if ((t && t->dtype == DType::Bool) || v.kind == Value::Kind::Bool) return std::nullopt;
+    }
   if (true_divide && is_integral(dt, true)) dt = default_float_dtype();
   if (dt == DType::Bool && !name_is(ctx, {"add", "mul", "op_add", "op_mul", "op_iadd", "op_imul", "add_", "mul_", "maximum", "minimum"}))
     return std::nullopt;  // sub/div/pow/remainder ... of bools raise or promote specially
@@ -83,7 +93,7 @@ std::optional<ValueMeta> meta_unary(const MetaContext& ctx) {
 std::optional<ValueMeta> meta_unary_float(const MetaContext& ctx) {
   const TensorMeta* x = tensor_or_null(ctx.args[0], ctx.graph);
   if (!x || (missing_cpu_kernel(*x) && !name_is(ctx, {"exp2", "reciprocal"})) || is_complex(x->dtype)) return std::nullopt;
-  return unary_result(*x, is_integral(x->dtype, true) ? default_float_dtype() : x->dtype);
+  return unary_result(*x, is_integral(x->dtype, true) ? default_float_dtype() : x->dtype, Promote::OnCpu);
 }
 
 std::optional<ValueMeta> meta_unary_float_only(const MetaContext& ctx) {
@@ -160,7 +170,8 @@ std::optional<ValueMeta> meta_binary(const MetaContext& ctx) {
     check_int_pow(ctx, *dt);
     const TensorMeta* base = tensor_or_null(ctx.args[0], ctx.graph);
     const TensorMeta* exp = tensor_or_null(ctx.args[1], ctx.graph);
-    if (base && !exp) return unary_result(*base, *dt);  // pow(Tensor, Scalar): the scalar is no operand
+    // pow(Tensor, Scalar): the scalar is no operand; the base is converted to the result dtype.
+    if (base && !exp) return unary_result(*base, *dt, Promote::Always);
     if (!base) {
       // torch.pow(Scalar, Tensor) allocates a contiguous result. `2 ** x` is that call from
       // torch 2.0 on; before, it was torch.tensor(2) ** x, a pointwise op keeping x's layout.
@@ -174,7 +185,7 @@ std::optional<ValueMeta> meta_binary(const MetaContext& ctx) {
       return fresh(exp->sizes, *dt, exp->device, grad_result({exp}, *dt));
     }
   }
-  return pointwise_result(operands, ctx.graph, *dt);
+  return pointwise_result(operands, ctx.graph, *dt, *dt, Promote::OnCpu);
 }
 
 std::optional<ValueMeta> meta_binary_float(const MetaContext& ctx) {
@@ -193,18 +204,21 @@ std::optional<ValueMeta> meta_binary_float(const MetaContext& ctx) {
     if (ctx.op.name != "op_truediv") return std::nullopt;
     DType r = is_integral(rhs->dtype, true) ? default_float_dtype() : rhs->dtype;
     // A floating tensor times a Python number keeps the tensor's dtype.
-    TensorMeta out = unary_result(*rhs, r).tensor;
+    TensorMeta out = unary_result(*rhs, r, Promote::OnCpu).tensor;
     out.strides = pointwise_output_strides(out.sizes, {&out}, /*scalar_operand=*/true);
     return ValueMeta::of_tensor(std::move(out));
   }
-  return pointwise_result(operands, ctx.graph, *dt);
+  return pointwise_result(operands, ctx.graph, *dt, *dt, Promote::OnCpu);
 }
 
 std::optional<ValueMeta> meta_compare(const MetaContext& ctx) {
   std::vector<Value> operands = {ctx.args[0], ctx.args[1]};
   if (!all_tensor_or_scalar(operands, ctx.graph) || !has_tensor(operands, ctx.graph)) return std::nullopt;
-  if (is_complex(result_type(operands, ctx.graph))) return std::nullopt;
-  ValueMeta m = pointwise_result(operands, ctx.graph, DType::Bool);
+  DType common = result_type(operands, ctx.graph);
+  if (is_complex(common)) return std::nullopt;
+  // logical_and & co. read each operand in its own dtype; comparisons promote to the common one.
+  bool logical = ctx.op.name.starts_with("logical_");
+  ValueMeta m = pointwise_result(operands, ctx.graph, DType::Bool, common, logical ? Promote::None : Promote::OnCpu);
   m.tensor.requires_grad = false;
   return m;
 }
@@ -214,7 +228,7 @@ std::optional<ValueMeta> meta_bitwise(const MetaContext& ctx) {
   if (!all_tensor_or_scalar(operands, ctx.graph) || !tensor_or_null(ctx.args[0], ctx.graph)) return std::nullopt;
   DType dt = result_type(operands, ctx.graph);
   if (!is_integral(dt, true)) return std::nullopt;
-  return pointwise_result(operands, ctx.graph, dt);
+  return pointwise_result(operands, ctx.graph, dt, dt, Promote::OnCpu);
 }
 
 std::optional<ValueMeta> meta_clamp(const MetaContext& ctx) {
@@ -234,13 +248,14 @@ std::optional<ValueMeta> meta_clamp(const MetaContext& ctx) {
     std::vector<Value> operands = {ctx.args[0]};
     if (tlo) operands.push_back(lov);
     if (thi) operands.push_back(hiv);
-    return pointwise_result(operands, ctx.graph, result_type(operands, ctx.graph));
+    DType dt = result_type(operands, ctx.graph);
+    return pointwise_result(operands, ctx.graph, dt, dt, Promote::OnCpu);
   }
   for (const Value* v : {&lov, &hiv})
     if (!v->is_none() && !v->is_number()) return std::nullopt;
   DType dt = x.dtype;
   if (!is_floating(dt)) dt = result_type({ctx.args[0], lov, hiv}, ctx.graph);
-  return unary_result(x, dt);
+  return unary_result(x, dt, Promote::Always);  // clamp converts self.to(result_type) first
 }
 
 std::optional<ValueMeta> meta_ternary(const MetaContext& ctx) {
@@ -263,7 +278,7 @@ std::optional<ValueMeta> meta_ternary(const MetaContext& ctx) {
     const Value& value = ctx.arg("value");
     if (!value.is_number()) return std::nullopt;
   }
-  return pointwise_result(operands, ctx.graph, dt);
+  return pointwise_result(operands, ctx.graph, dt, dt, Promote::OnCpu);
 }
 
 std::optional<ValueMeta> meta_where(const MetaContext& ctx) {
@@ -273,7 +288,26 @@ std::optional<ValueMeta> meta_where(const MetaContext& ctx) {
   if (!all_tensor_or_scalar(values, ctx.graph)) return std::nullopt;
   DType dt = result_type(values, ctx.graph);
   if (is_complex(dt)) return std::nullopt;
-  ValueMeta m = pointwise_result({ctx.args[0], ctx.args[1], ctx.args[2]}, ctx.graph, dt);
+  // where converts input and other to the result dtype first (the condition stays bool).
+  std::vector<Value> all = {ctx.args[0], ctx.args[1], ctx.args[2]};
+  std::vector<TensorMeta> copies;
+  copies.reserve(3);
+  std::vector<const TensorMeta*> ts;
+  bool scalar = false;
+  for (size_t i = 0; i < all.size(); ++i) {
+    const TensorMeta* t = tensor_or_null(all[i], ctx.graph);
+    if (!t) {
+      scalar = true;
+      continue;
+    }
+    if (i > 0 && t->dtype != dt && t->dim() > 0) {
+      copies.push_back(converted(*t, dt));
+      t = &copies.back();
+    }
+    ts.push_back(t);
+  }
+  ValueMeta m = pointwise_result(all, ctx.graph, dt);
+  m.tensor.strides = pointwise_output_strides(m.tensor.sizes, ts, scalar);
   m.tensor.requires_grad = grad_result(tensors_of(values, ctx.graph), dt);
   return m;
 }

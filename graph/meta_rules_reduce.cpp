@@ -108,7 +108,7 @@ std::optional<ValueMeta> meta_max_min(const MetaContext& ctx) {
     std::vector<Value> operands = {ctx.args[0], dim_v};
     DType dt = result_type(operands, ctx.graph);
     (void)other;
-    return pointwise_result(operands, ctx.graph, dt);
+    return pointwise_result(operands, ctx.graph, dt, dt, Promote::OnCpu);
   }
   if (!is_int(dim_v)) return std::nullopt;
   int64_t d = wrap_dim(dim_v.i, x.dim());
