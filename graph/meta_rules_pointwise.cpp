@@ -216,9 +216,8 @@ std::optional<ValueMeta> meta_compare(const MetaContext& ctx) {
   if (!all_tensor_or_scalar(operands, ctx.graph) || !has_tensor(operands, ctx.graph)) return std::nullopt;
   DType common = result_type(operands, ctx.graph);
   if (is_complex(common)) return std::nullopt;
-  // logical_and & co. read each operand in its own dtype; comparisons promote to the common one.
-  bool logical = ctx.op.name.starts_with("logical_");
-  ValueMeta m = pointwise_result(operands, ctx.graph, DType::Bool, common, logical ? Promote::None : Promote::OnCpu);
+  // Comparisons and logical ops promote both operands to the common dtype first.
+  ValueMeta m = pointwise_result(operands, ctx.graph, DType::Bool, common, Promote::OnCpu);
   m.tensor.requires_grad = false;
   return m;
 }

@@ -29,12 +29,16 @@ int64_t reduced_numel(const TensorMeta& x, const std::vector<int64_t>& dims) {
   return n;
 }
 
-// CPU batch_norm / group_norm allocate in the input's suggest_memory_format(); other devices
-// pick their own.
+// CPU batch_norm / group_norm: contiguous for a contiguous input, channels-last for a
+// channels-last-contiguous one, contiguous for other layouts unless they merely look
+// channels-last (left to the fallback). Other devices pick their own.
 std::optional<ValueMeta> suggested_layout(const TensorMeta& x, bool grad) {
   if (x.device.type != Device::Type::CPU && !x.is_contiguous()) return std::nullopt;
   TensorMeta out = TensorMeta::contiguous(x.sizes, x.dtype, x.device);
-  if (x.dim() == 4 && strides_like_channels_last(x)) out.strides = channels_last_strides(x.sizes);
+  if (!x.is_contiguous()) {
+    if (is_channels_last_contiguous(x)) out.strides = channels_last_strides(x.sizes);
+    else if (x.dim() == 4 && strides_like_channels_last(x)) return std::nullopt;
+  }
   out.requires_grad = grad;
   return ValueMeta::of_tensor(std::move(out));
 }
@@ -211,7 +215,15 @@ std::optional<ValueMeta> meta_norm(const MetaContext& ctx) {
                       shape_str(x.sizes) + " and num_groups=" + std::to_string(groups));
     for (const char* p : {"weight", "bias"})
       if (const TensorMeta* t = tensor_or_null(ctx.arg(p), ctx.graph); t && t->numel() != x.sizes[1]) return std::nullopt;
-    return suggested_layout(x, grad);
+    // F.group_norm checks the batch like batch_norm in training, over [N * C / G, G, *spatial].
+    if (x.numel() / std::max<int64_t>(groups, 1) == 1)
+      throw MetaError("Expected more than 1 value per channel when training, got input size " + shape_str(x.sizes));
+    // CPU group_norm allocates in the input's suggest_memory_format().
+    if (x.device.type != Device::Type::CPU && !x.is_contiguous()) return std::nullopt;
+    TensorMeta out = TensorMeta::contiguous(x.sizes, x.dtype, x.device);
+    if (x.dim() == 4 && strides_like_channels_last(x)) out.strides = channels_last_strides(x.sizes);
+    out.requires_grad = grad;
+    return ValueMeta::of_tensor(std::move(out));
   }
   if (n == "normalize") {
     if (x.dim() == 0) return std::nullopt;

@@ -100,9 +100,9 @@ def check(fn, *args, **kwargs):
     return 1
 
 
-BINARY = [torch.add, torch.mul, torch.sub, torch.div, torch.maximum, torch.eq, torch.lt, torch.where, operator.add,
+BINARY = [torch.remainder, torch.fmod, torch.atan2, torch.ne, torch.bitwise_xor, torch.logical_and, torch.clamp, torch.add, torch.mul, torch.sub, torch.div, torch.maximum, torch.eq, torch.lt, torch.where, operator.add,
           operator.mul, operator.truediv, operator.floordiv, operator.pow, torch.bitwise_and, torch.logical_or]
-UNARY = [torch.neg, torch.abs, torch.exp, torch.sigmoid, torch.floor, torch.isnan, torch.relu, torch.Tensor.float,
+UNARY = [torch.neg, torch.logical_not, torch.sin, torch.Tensor.double, torch.ones_like, torch.empty_like, operator.invert, torch.abs, torch.exp, torch.sigmoid, torch.floor, torch.isnan, torch.relu, torch.Tensor.float,
          torch.Tensor.half, torch.Tensor.long, torch.Tensor.bool, torch.clone, torch.zeros_like, torch.Tensor.contiguous]
 
 
@@ -157,3 +157,50 @@ def test_random_views_and_reductions(seed):
         fn, args, kwargs = rng.choice(calls)
         typed_by_rule += check(fn, *args, **kwargs)
     assert typed_by_rule > 80
+
+
+def random_4d(rng, c, dtype=torch.float32):
+    t = random_tensor(rng, [rng.choice([1, 2]), c, rng.choice([1, 5, 6]), rng.choice([1, 4, 7])], dtype)
+    return t.contiguous(memory_format=torch.channels_last) if rng.random() < 0.3 else t
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_random_nn(seed):
+    rng = random.Random(200 + seed)
+    torch.manual_seed(seed)
+    F = torch.nn.functional
+    typed_by_rule = 0
+    for _ in range(80):
+        dt = rng.choice([torch.float32, torch.float64])
+        c = rng.choice([1, 2, 4])
+        x = random_4d(rng, c, dt)
+        w = random_tensor(rng, [rng.choice([1, 3]), c, rng.choice([1, 3]), rng.choice([1, 2])], dt)
+        if rng.random() < 0.3:
+            w = w.contiguous(memory_format=torch.channels_last)
+        k = rng.choice([1, 2, 3])
+        m = random_tensor(rng, [rng.choice([2, 3]), rng.choice([1, 4])], dt)
+        calls = [
+            (F.conv2d, (x, w), {"padding": rng.choice([0, 1])}),
+            (F.max_pool2d, (x, k), {"ceil_mode": rng.random() < 0.5}),
+            (F.avg_pool2d, (x, k), {}),
+            (F.adaptive_avg_pool2d, (x, rng.choice([1, 2, (3, 1)])), {}),
+            (F.batch_norm, (x, None, None), {"training": True}),
+            (F.group_norm, (x, 1), {}),
+            (F.layer_norm, (x, list(x.shape[-1:])), {}),
+            (F.pad, (x, (1, 0, 0, 2)), {}),
+            (torch.softmax, (x, rng.randint(-4, 3)), {}),
+            (F.normalize, (x,), {"dim": rng.randint(-4, 3)}),
+            (torch.matmul, (m, random_tensor(rng, [m.shape[-1], 3], dt)), {}),
+            (torch.matmul, (random_tensor(rng, [2, 1, *m.shape], dt), random_tensor(rng, [3, m.shape[-1], 2], dt)), {}),
+            (F.linear, (random_tensor(rng, [2, 3, m.shape[-1]], dt), m), {}),
+            (torch.cat, ([x, random_4d(rng, c, dt)], rng.choice([0, 1])), {}) if x.shape[0] == 2 else (torch.t, (m,), {}),
+            (torch.Tensor.to, (x, rng.choice([torch.float16, torch.int64])), {}),
+            (torch.Tensor.contiguous, (x,), {"memory_format": torch.channels_last}),
+            (torch.clone, (x,), {}),
+            (torch.where, (x > 0, x, random_4d(rng, c, dt)), {}) if x.shape[0] == 2 else (torch.t, (m,), {}),
+            (torch.masked_fill, (x, x > 0, 1.0), {}),
+            (torch.sum, (x, (1, 2)), {"keepdim": rng.random() < 0.5}),
+        ]
+        fn, args, kwargs = rng.choice(calls)
+        typed_by_rule += check(fn, *args, **kwargs)
+    assert typed_by_rule > 40
