@@ -17,6 +17,24 @@
 
 namespace ff {
 
+// An owning PyObject reference (new reference held; released with the GIL held). Copying increfs.
+class PyRef {
+ public:
+  PyRef() = default;
+  static PyRef steal(PyObject* o) { PyRef r; r.p_ = o; return r; }
+  static PyRef borrow(PyObject* o) { Py_XINCREF(o); return steal(o); }
+  PyRef(const PyRef& o) : p_(o.p_) { Py_XINCREF(p_); }
+  PyRef(PyRef&& o) noexcept : p_(o.p_) { o.p_ = nullptr; }
+  PyRef& operator=(PyRef o) noexcept { std::swap(p_, o.p_); return *this; }
+  ~PyRef() { Py_XDECREF(p_); }
+  PyObject* get() const { return p_; }
+  PyObject* release() { PyObject* r = p_; p_ = nullptr; return r; }
+  explicit operator bool() const { return p_ != nullptr; }
+
+ private:
+  PyObject* p_ = nullptr;
+};
+
 // ---- sources: how to re-fetch a value from a frame ---------------------------------------------
 
 struct Source;
@@ -31,7 +49,8 @@ struct Source {
   X(Builtin, "name", "G['__builtins__'].name")                              \
   X(Attr, "base, name", "base.name")                                        \
   X(Item, "base, key (a constant: int or str)", "base[key]")               \
-  X(TypeOf, "base", "type(base)")
+  X(TypeOf, "base", "type(base)")                                          \
+  X(Object, "object: a fixed object the capture holds (e.g. another module's globals dict)", "name")
   enum class Kind : uint8_t {
 #define FF_SOURCE_ENUM(k, fields, printed) k,
     FF_SOURCE_KINDS(FF_SOURCE_ENUM)
@@ -45,6 +64,7 @@ struct Source {
   int64_t int_key = 0;
   std::string str_key;
   bool key_is_str = false;
+  PyRef object;  // Object: strong reference; `name` says what it is (printed form)
 
   std::string str() const;  // Python-like expression, as in the `guards` log
 };
@@ -126,6 +146,18 @@ struct CaptureResult {
   std::vector<Guard> guards;
   OutputPlan output;
   std::vector<SideEffect> side_effects;
+  // Counters for tests and logs: what the trace did.
+  struct Stats {
+    int instructions = 0;   // bytecode instructions interpreted, inlined frames included
+    int inlined_calls = 0;  // user functions / methods / forwards inlined
+    int frames = 0;         // code objects interpreted (the root included)
+  } stats;
+  CaptureResult() = default;
+  // NB: guards and plans hold raw strong references, so a CaptureResult moves (the source is left
+  // empty) and never copies.
+  CaptureResult(CaptureResult&& o) noexcept;
+  CaptureResult& operator=(CaptureResult&&) = delete;
+  CaptureResult(const CaptureResult&) = delete;
   ~CaptureResult();  // releases the strong references held in guards / plans
 };
 

@@ -8,6 +8,8 @@ void define_common(py::module_& m);      // src/bind_common.cpp: logging, config
 void define_graph(py::module_& m);       // src/bind_graph.cpp: graph IR, op registry, runner
 void define_frame_eval(py::module_& m);  // src/bind_frame_eval.cpp: hook, caches, guards
 void define_inductor(py::module_& m);    // src/bind_inductor.cpp: code generation
+void define_interp_testing(py::module_& m);  // src/bind_interp_testing.cpp: interpreter internals (_testing)
+void define_cuda(py::module_& m);        // inductor/cuda/python/bind_cuda.cpp: CUDA code generation
 }  // namespace ff
 
 PYBIND11_MODULE(_C, m) {
@@ -27,4 +29,6 @@ PYBIND11_MODULE(_C, m) {
   ff::define_graph(m);
   ff::define_frame_eval(m);
   ff::define_inductor(m);
+  ff::define_interp_testing(m);
+  ff::define_cuda(m);
 }

@@ -1,0 +1,103 @@
+#include "frame_eval/cache.h"
+
+#include <unordered_set>
+
+#include "frame_eval/py_util.h"
+#include "src/errors.h"
+
+// NB: 3.12 renamed the co_extra API (the old names remain as deprecated aliases).
+#if PY_VERSION_HEX >= 0x030C0000
+#define FF_REQUEST_CODE_EXTRA_INDEX PyUnstable_Eval_RequestCodeExtraIndex
+#define FF_CODE_GET_EXTRA PyUnstable_Code_GetExtra
+#define FF_CODE_SET_EXTRA PyUnstable_Code_SetExtra
+#else
+#define FF_REQUEST_CODE_EXTRA_INDEX _PyEval_RequestCodeExtraIndex
+#define FF_CODE_GET_EXTRA _PyCode_GetExtra
+#define FF_CODE_SET_EXTRA _PyCode_SetExtra
+#endif
+
+namespace ff {
+namespace {
+
+// Every live ExtraState, for reset(). Guarded by the GIL.
+std::unordered_set<ExtraState*>& registry() {
+  static auto* r = new std::unordered_set<ExtraState*>();
+  return *r;
+}
+
+// co_extra's free function: runs when the code object dies (GIL held).
+void free_extra(void* p) {
+  auto* state = static_cast<ExtraState*>(p);
+  if (!state) return;
+  registry().erase(state);
+  // NB: destroying entries releases Python objects, which may free other code objects and
+  // re-enter free_extra for them; the state is already out of the registry.
+  delete state;
+}
+
+Py_ssize_t extra_index() {
+  static Py_ssize_t index = FF_REQUEST_CODE_EXTRA_INDEX(free_extra);
+  return index;
+}
+
+}  // namespace
+
+CompileOptions::~CompileOptions() {
+  if (!Py_IsInitialized()) return;
+  Py_CLEAR(backend);
+  Py_CLEAR(mode);
+  Py_CLEAR(options);
+}
+
+bool CompileOptions::same_as(const CompileOptions& o) const {
+  if (this == &o) return true;
+  if (fullgraph != o.fullgraph || backend_name != o.backend_name) return false;
+  if (backend != o.backend && !(PyUnicode_Check(backend) && PyUnicode_Check(o.backend))) return false;
+  int mode_eq = mode == o.mode ? 1 : PyObject_RichCompareBool(mode, o.mode, Py_EQ);
+  int opt_eq = options == o.options ? 1 : PyObject_RichCompareBool(options, o.options, Py_EQ);
+  if (mode_eq < 0 || opt_eq < 0) PyErr_Clear();
+  return mode_eq == 1 && opt_eq == 1;
+}
+
+ExtraState* extra_state(PyCodeObject* code) {
+  Py_ssize_t idx = extra_index();
+  if (idx < 0) return nullptr;
+  void* p = nullptr;
+  if (FF_CODE_GET_EXTRA(reinterpret_cast<PyObject*>(code), idx, &p) < 0) {
+    PyErr_Clear();
+    return nullptr;
+  }
+  return static_cast<ExtraState*>(p);
+}
+
+ExtraState* ensure_extra_state(PyCodeObject* code) {
+  if (ExtraState* s = extra_state(code)) return s;
+  Py_ssize_t idx = extra_index();
+  FF_CHECK(idx >= 0, "no co_extra slot available (255 users already)");
+  auto* state = new ExtraState();
+  if (FF_CODE_SET_EXTRA(reinterpret_cast<PyObject*>(code), idx, state) < 0) {
+    PyErr_Clear();
+    delete state;
+    FF_CHECK(false, "could not store framefuse state on a code object");
+  }
+  registry().insert(state);
+  return state;
+}
+
+void reset_caches() {
+  // Move every entry out first, then release them: releasing runs Python deallocators that may
+  // free code objects and edit the registry.
+  std::vector<std::shared_ptr<CacheEntry>> doomed;
+  for (ExtraState* s : registry()) {
+    for (auto& e : s->entries) doomed.push_back(std::move(e));
+    s->entries.clear();
+    s->strategy = CodeStrategy::Compile;
+    s->skip_reason.clear();
+    s->compiles = 0;
+  }
+  doomed.clear();
+}
+
+size_t num_extra_states() { return registry().size(); }
+
+}  // namespace ff

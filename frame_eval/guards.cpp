@@ -1,0 +1,543 @@
+#include "frame_eval/guards.h"
+
+#include <unordered_map>
+
+#include "frame_eval/py_util.h"
+#include "frame_eval/torch_refs.h"
+#include "src/errors.h"
+
+namespace ff {
+
+// ---- instructions ----------------------------------------------------------------------------
+
+struct GuardProgram::Fetch {
+  Source::Kind kind = Source::Kind::Local;
+  int out = -1;
+  int base = -1;              // Attr, Item, TypeOf
+  int index = -1;             // Local (localsplus slot), Closure (cell index)
+  PyObject* name = nullptr;   // Global, Builtin, Attr: interned str (strong)
+  PyObject* key = nullptr;    // Item: int or str; Object: the object (strong)
+  Py_ssize_t int_key = 0;
+  bool key_is_str = false;
+};
+
+struct GuardProgram::Check {
+  Guard::Kind kind = Guard::Kind::TypeMatch;
+  int slot = -1;
+  int guard_index = -1;
+  std::string text;             // the guard as Python source (cold path)
+  std::string source_text;      // its source as Python source
+  PyObject* expected = nullptr;  // strong; TypeMatch: a type; Id/Equals: the object; DictKeys: keys
+  Py_ssize_t length = 0;         // LenMatch
+  // TensorMatch
+  PyTypeObject* tensor_type = nullptr;  // strong
+  const TensorReaders* readers = nullptr;
+  PyObject* dtype = nullptr;            // borrowed (torch keeps dtypes alive)
+  std::vector<int64_t> sizes, strides;
+  bool requires_grad = false;
+  Device device;
+  // GlobalState
+  bool grad_enabled = true;
+  PyObject* default_dtype = nullptr;  // borrowed
+};
+
+// ---- Slots -----------------------------------------------------------------------------------
+
+Slots::Slots(size_t n) : n_(n) {
+  if (n <= kInline) {
+    data_ = inline_;
+  } else {
+    heap_.reset(new PyObject*[n]);
+    data_ = heap_.get();
+  }
+  for (size_t i = 0; i < n; ++i) data_[i] = nullptr;
+}
+
+Slots::~Slots() { clear(); }
+
+void Slots::clear() {
+  for (size_t i = 0; i < n_; ++i) Py_CLEAR(data_[i]);
+}
+
+// ---- compile ---------------------------------------------------------------------------------
+
+namespace {
+
+// Evaluates a source on the cold path (compile time) to read expected values from the frame.
+PyRef eval_source_cold(const SourcePtr& s, const FrameValues& fr) {
+  switch (s->kind) {
+    case Source::Kind::Local:
+      if (s->index < 0 || s->index >= fr.nlocalsplus) return {};
+      return PyRef::borrow(fr.localsplus[s->index]);
+    case Source::Kind::Closure:
+      if (!fr.closure || s->index < 0 || s->index >= PyTuple_GET_SIZE(fr.closure)) return {};
+      return PyRef::borrow(PyCell_GET(PyTuple_GET_ITEM(fr.closure, s->index)));
+    case Source::Kind::Global: {
+      PyObject* v = PyDict_GetItemString(fr.globals, s->name.c_str());
+      return PyRef::borrow(v);
+    }
+    case Source::Kind::Builtin: {
+      PyObject* v = PyDict_Check(fr.builtins) ? PyDict_GetItemString(fr.builtins, s->name.c_str()) : nullptr;
+      return PyRef::borrow(v);
+    }
+    case Source::Kind::Attr: {
+      PyRef b = eval_source_cold(s->base, fr);
+      if (!b) return {};
+      PyRef r = PyRef::steal(PyObject_GetAttrString(b.get(), s->name.c_str()));
+      if (!r) PyErr_Clear();
+      return r;
+    }
+    case Source::Kind::Item: {
+      PyRef b = eval_source_cold(s->base, fr);
+      if (!b) return {};
+      PyRef k = PyRef::steal(s->key_is_str ? PyUnicode_FromString(s->str_key.c_str()) : PyLong_FromLongLong(s->int_key));
+      PyRef r = PyRef::steal(PyObject_GetItem(b.get(), k.get()));
+      if (!r) PyErr_Clear();
+      return r;
+    }
+    case Source::Kind::TypeOf: {
+      PyRef b = eval_source_cold(s->base, fr);
+      if (!b) return {};
+      return PyRef::borrow(reinterpret_cast<PyObject*>(Py_TYPE(b.get())));
+    }
+    case Source::Kind::Object:
+      return s->object;
+  }
+  return {};
+}
+
+std::string ints_str(const std::vector<int64_t>& v) {
+  std::string out = "[";
+  for (size_t i = 0; i < v.size(); ++i) out += (i ? ", " : "") + std::to_string(v[i]);
+  return out + "]";
+}
+
+}  // namespace
+
+int GuardProgram::slot_of(const SourcePtr& s) const {
+  if (!s) return -1;
+  std::string key = s->str();
+  for (size_t i = 0; i < slot_names_.size(); ++i)
+    if (slot_names_[i] == key) return static_cast<int>(i);
+  return -1;
+}
+
+int GuardProgram::add_source(const SourcePtr& s) {
+  FF_CHECK(s != nullptr, "guard or input without a source");
+  int existing = slot_of(s);
+  if (existing >= 0) return existing;
+  Fetch f;
+  f.kind = s->kind;
+  switch (s->kind) {
+    case Source::Kind::Local:
+    case Source::Kind::Closure:
+      FF_CHECK(s->index >= 0, "local/closure source without an index: " + s->str());
+      f.index = s->index;
+      break;
+    case Source::Kind::Global:
+    case Source::Kind::Builtin:
+      f.name = PyUnicode_InternFromString(s->name.c_str());
+      break;
+    case Source::Kind::Attr:
+      f.base = add_source(s->base);
+      f.name = PyUnicode_InternFromString(s->name.c_str());
+      break;
+    case Source::Kind::Item:
+      f.base = add_source(s->base);
+      f.key_is_str = s->key_is_str;
+      f.int_key = static_cast<Py_ssize_t>(s->int_key);
+      f.key = s->key_is_str ? PyUnicode_InternFromString(s->str_key.c_str()) : PyLong_FromLongLong(s->int_key);
+      break;
+    case Source::Kind::TypeOf:
+      f.base = add_source(s->base);
+      break;
+    case Source::Kind::Object:
+      FF_CHECK(s->object, "object source without an object: " + s->str());
+      f.key = s->object.get();
+      Py_INCREF(f.key);
+      break;
+  }
+  f.out = static_cast<int>(slot_sources_.size());
+  slot_sources_.push_back(s);
+  slot_names_.push_back(s->str());
+  fetches_.push_back(f);
+  program_.push_back({true, static_cast<int>(fetches_.size() - 1)});
+  return f.out;
+}
+
+GuardProgram::GuardProgram(const std::vector<Guard>& guards, const std::vector<SourcePtr>& extra_sources,
+                           const FrameValues& frame) {
+  for (size_t gi = 0; gi < guards.size(); ++gi) {
+    const Guard& g = guards[gi];
+    Check c;
+    c.kind = g.kind;
+    c.guard_index = static_cast<int>(gi);
+    c.text = g.str();
+    if (g.kind != Guard::Kind::GlobalState) {
+      c.slot = add_source(g.source);
+      c.source_text = g.source->str();
+    }
+    switch (g.kind) {
+      case Guard::Kind::TypeMatch:
+      case Guard::Kind::IdMatch:
+      case Guard::Kind::EqualsMatch:
+      case Guard::Kind::DictKeys:
+        FF_CHECK(g.expected != nullptr, "guard without an expected value: " + c.text);
+        FF_CHECK(g.kind != Guard::Kind::TypeMatch || PyType_Check(g.expected), "TypeMatch needs a type: " + c.text);
+        c.expected = g.expected;
+        Py_INCREF(c.expected);
+        break;
+      case Guard::Kind::LenMatch:
+        c.length = static_cast<Py_ssize_t>(g.length);
+        break;
+      case Guard::Kind::TensorMatch: {
+        // The exact tensor type (Tensor, Parameter, a subclass) comes from the traced frame.
+        PyRef live = eval_source_cold(g.source, frame);
+        FF_CHECK(live && is_tensor(live.get()), "TensorMatch on a value that is not a tensor: " + c.text);
+        c.tensor_type = Py_TYPE(live.get());
+        Py_INCREF(reinterpret_cast<PyObject*>(c.tensor_type));
+        c.readers = &tensor_readers(c.tensor_type);
+        c.dtype = torch_dtype_object(g.tensor_meta.dtype);
+        FF_CHECK(c.dtype != nullptr, "torch lacks dtype " + std::string(dtype_name(g.tensor_meta.dtype)));
+        c.sizes = g.tensor_meta.sizes;
+        c.strides = g.tensor_meta.strides;
+        FF_CHECK(c.sizes.size() == c.strides.size(), "sizes and strides differ in rank: " + c.text);
+        c.requires_grad = g.tensor_meta.requires_grad;
+        c.device = g.tensor_meta.device;
+        break;
+      }
+      case Guard::Kind::GlobalState:
+        c.grad_enabled = g.grad_enabled;
+        c.default_dtype = torch_dtype_object(g.default_dtype);
+        FF_CHECK(c.default_dtype != nullptr, "unknown default dtype");
+        break;
+    }
+    checks_.push_back(std::move(c));
+    program_.push_back({false, static_cast<int>(checks_.size() - 1)});
+  }
+  for (const SourcePtr& s : extra_sources) add_source(s);
+}
+
+GuardProgram::~GuardProgram() {
+  if (!Py_IsInitialized()) return;
+  for (Fetch& f : fetches_) {
+    Py_CLEAR(f.name);
+    Py_CLEAR(f.key);
+  }
+  for (Check& c : checks_) {
+    Py_CLEAR(c.expected);
+    Py_XDECREF(reinterpret_cast<PyObject*>(c.tensor_type));
+  }
+}
+
+// ---- hot path --------------------------------------------------------------------------------
+
+namespace {
+
+// A dict lookup that never leaves an error set: new reference or null.
+inline PyObject* dict_get(PyObject* d, PyObject* key) {
+  PyObject* v = PyDict_GetItemWithError(d, key);
+  if (!v) {
+    PyErr_Clear();
+    return nullptr;
+  }
+  Py_INCREF(v);
+  return v;
+}
+
+// Compares a sequence of Python ints (tuple or torch.Size) with `expected`. On mismatch, *at is
+// the first differing index (or -1 for a length difference) and *got the actual value.
+inline bool ints_equal(PyObject* seq, const std::vector<int64_t>& expected, int* at, int64_t* got) {
+  if (!PyTuple_Check(seq)) return false;
+  Py_ssize_t n = PyTuple_GET_SIZE(seq);
+  if (n != static_cast<Py_ssize_t>(expected.size())) {
+    if (at) *at = -1, *got = n;
+    return false;
+  }
+  for (Py_ssize_t i = 0; i < n; ++i) {
+    long long v = PyLong_AsLongLong(PyTuple_GET_ITEM(seq, i));
+    if (v != expected[static_cast<size_t>(i)]) {
+      if (v == -1 && PyErr_Occurred()) PyErr_Clear();
+      if (at) *at = static_cast<int>(i), *got = v;
+      return false;
+    }
+  }
+  return true;
+}
+
+inline int bool_getter(const AttrGetter& g, PyObject* obj) {
+  PyObject* r = g.get(obj);
+  if (!r) {
+    PyErr_Clear();
+    return -1;
+  }
+  int v = r == Py_True;
+  Py_DECREF(r);
+  return v;
+}
+
+}  // namespace
+
+bool GuardProgram::run_fetch(const Fetch& f, const FrameValues& fr, Slots& slots) const {
+  PyObject* v = nullptr;
+  switch (f.kind) {
+    case Source::Kind::Local:
+      if (f.index < fr.nlocalsplus) {
+        v = fr.localsplus[f.index];
+        Py_XINCREF(v);
+      }
+      break;
+    case Source::Kind::Closure:
+      if (fr.closure && f.index < PyTuple_GET_SIZE(fr.closure)) {
+        v = PyCell_GET(PyTuple_GET_ITEM(fr.closure, f.index));
+        Py_XINCREF(v);
+      }
+      break;
+    case Source::Kind::Global:
+      v = dict_get(fr.globals, f.name);
+      break;
+    case Source::Kind::Builtin:
+      if (PyDict_Check(fr.builtins)) {
+        v = dict_get(fr.builtins, f.name);
+      } else {
+        v = PyObject_GetAttr(fr.builtins, f.name);
+        if (!v) PyErr_Clear();
+      }
+      break;
+    case Source::Kind::Attr:
+      v = PyObject_GetAttr(slots[f.base], f.name);
+      if (!v) PyErr_Clear();
+      break;
+    case Source::Kind::Item: {
+      PyObject* b = slots[f.base];
+      if (!f.key_is_str && (PyList_CheckExact(b) || PyTuple_CheckExact(b))) {
+        Py_ssize_t n = PySequence_Fast_GET_SIZE(b);
+        Py_ssize_t i = f.int_key < 0 ? f.int_key + n : f.int_key;
+        if (i >= 0 && i < n) {
+          v = PySequence_Fast_GET_ITEM(b, i);
+          Py_INCREF(v);
+        }
+      } else if (PyDict_CheckExact(b)) {
+        v = dict_get(b, f.key);
+      } else {
+        v = PyObject_GetItem(b, f.key);
+        if (!v) PyErr_Clear();
+      }
+      break;
+    }
+    case Source::Kind::TypeOf:
+      v = reinterpret_cast<PyObject*>(Py_TYPE(slots[f.base]));
+      Py_INCREF(v);
+      break;
+    case Source::Kind::Object:
+      v = f.key;
+      Py_INCREF(v);
+      break;
+  }
+  slots[static_cast<size_t>(f.out)] = v;
+  return v != nullptr;
+}
+
+bool GuardProgram::run_check(const Check& c, const Slots& slots, std::string* why) const {
+  PyObject* v = c.slot >= 0 ? slots[static_cast<size_t>(c.slot)] : nullptr;
+  switch (c.kind) {
+    case Guard::Kind::TypeMatch:
+      if (reinterpret_cast<PyObject*>(Py_TYPE(v)) == c.expected) return true;
+      if (why) *why = "type(" + c.source_text + ") is " + py_type_name(c.expected) + " (got " + py_type_name(v) + ")";
+      return false;
+    case Guard::Kind::IdMatch:
+      if (v == c.expected) return true;
+      if (why) *why = c.source_text + " is " + py_short_repr(c.expected) + " (got " + py_short_repr(v) + ")";
+      return false;
+    case Guard::Kind::EqualsMatch: {
+      if (v == c.expected) return true;
+      if (Py_TYPE(v) == Py_TYPE(c.expected)) {
+        int eq = PyObject_RichCompareBool(v, c.expected, Py_EQ);
+        if (eq == 1) return true;
+        if (eq < 0) PyErr_Clear();
+      }
+      if (why) *why = c.source_text + " == " + py_short_repr(c.expected) + " (got " + py_short_repr(v) + ")";
+      return false;
+    }
+    case Guard::Kind::LenMatch: {
+      Py_ssize_t n;
+      if (PyList_Check(v)) n = PyList_GET_SIZE(v);
+      else if (PyTuple_Check(v)) n = PyTuple_GET_SIZE(v);
+      else if (PyDict_Check(v)) n = PyDict_GET_SIZE(v);
+      else {
+        n = PyObject_Length(v);
+        if (n < 0) PyErr_Clear();
+      }
+      if (n == c.length) return true;
+      if (why) *why = "len(" + c.source_text + ") == " + std::to_string(c.length) + " (got " + std::to_string(n) + ")";
+      return false;
+    }
+    case Guard::Kind::DictKeys: {
+      bool ok = PyDict_Check(v) && PyTuple_Check(c.expected) && PyDict_GET_SIZE(v) == PyTuple_GET_SIZE(c.expected);
+      Py_ssize_t pos = 0, i = 0;
+      PyObject *key, *val;
+      while (ok && PyDict_Next(v, &pos, &key, &val)) {
+        PyObject* want = PyTuple_GET_ITEM(c.expected, i++);
+        if (key == want) continue;
+        int eq = PyObject_RichCompareBool(key, want, Py_EQ);
+        if (eq < 0) PyErr_Clear();
+        ok = eq == 1;
+      }
+      if (ok) return true;
+      if (why) {
+        PyRef keys = PyRef::steal(PyDict_Check(v) ? PyDict_Keys(v) : nullptr);
+        *why = "list(" + c.source_text + ".keys()) == " + py_short_repr(c.expected) + " (got " +
+               (keys ? py_short_repr(keys.get()) : py_type_name(v)) + ")";
+      }
+      return false;
+    }
+    case Guard::Kind::TensorMatch: {
+      const std::string& s = c.source_text;
+      if (Py_TYPE(v) != c.tensor_type) {
+        if (why) *why = "type(" + s + ") is " + py_type_name(reinterpret_cast<PyObject*>(c.tensor_type)) + " (got " + py_type_name(v) + ")";
+        return false;
+      }
+      const TensorReaders& r = *c.readers;
+      PyObject* dt = r.dtype.get(v);
+      if (!dt) PyErr_Clear();
+      bool dtype_ok = dt == c.dtype;
+      if (!dtype_ok && why) *why = s + ".dtype == " + py_short_repr(c.dtype) + " (got " + py_short_repr(dt) + ")";
+      Py_XDECREF(dt);
+      if (!dtype_ok) return false;
+      // Device.
+      bool dev_ok;
+      switch (c.device.type) {
+        case Device::Type::CPU: dev_ok = bool_getter(r.is_cpu, v) == 1; break;
+        case Device::Type::Meta: dev_ok = bool_getter(r.is_meta, v) == 1; break;
+        case Device::Type::CUDA: {
+          dev_ok = bool_getter(r.is_cuda, v) == 1;
+          if (dev_ok && c.device.index >= 0) {
+            PyObject* idx = PyObject_Vectorcall(r.get_device, &v, 1, nullptr);
+            dev_ok = idx && PyLong_AsLong(idx) == c.device.index;
+            if (!idx || PyErr_Occurred()) PyErr_Clear();
+            Py_XDECREF(idx);
+          }
+          break;
+        }
+        default: dev_ok = false;
+      }
+      if (!dev_ok) {
+        if (why) {
+          PyRef d = PyRef::steal(r.device.get(v));
+          if (!d) PyErr_Clear();
+          *why = s + ".device == " + c.device.str() + " (got " + py_short_repr(d.get()) + ")";
+        }
+        return false;
+      }
+      int rg = bool_getter(r.requires_grad, v);
+      if (rg != static_cast<int>(c.requires_grad)) {
+        if (why) *why = s + ".requires_grad == " + (c.requires_grad ? "True" : "False") + " (got " + (rg == 1 ? "True" : "False") + ")";
+        return false;
+      }
+      PyObject* layout = r.layout.get(v);
+      if (!layout) PyErr_Clear();
+      bool layout_ok = layout == torch_refs().strided;
+      if (!layout_ok && why) *why = s + ".layout == torch.strided (got " + py_short_repr(layout) + ")";
+      Py_XDECREF(layout);
+      if (!layout_ok) return false;
+      int at = 0;
+      int64_t got = 0;
+      PyObject* shape = r.shape.get(v);
+      if (!shape) PyErr_Clear();
+      bool sizes_ok = shape && ints_equal(shape, c.sizes, &at, &got);
+      Py_XDECREF(shape);
+      if (!sizes_ok) {
+        if (why) {
+          if (at < 0) *why = s + ".dim() == " + std::to_string(c.sizes.size()) + " (got " + std::to_string(got) + ")";
+          else *why = s + ".size()[" + std::to_string(at) + "] == " + std::to_string(c.sizes[static_cast<size_t>(at)]) + " (got " + std::to_string(got) + ")";
+        }
+        return false;
+      }
+      PyObject* stride = PyObject_Vectorcall(r.stride, &v, 1, nullptr);
+      if (!stride) PyErr_Clear();
+      bool strides_ok = stride && ints_equal(stride, c.strides, &at, &got);
+      Py_XDECREF(stride);
+      if (!strides_ok) {
+        if (why) *why = s + ".stride()[" + std::to_string(at < 0 ? 0 : at) + "] == " +
+                        std::to_string(at < 0 || c.strides.empty() ? 0 : c.strides[static_cast<size_t>(at)]) + " (got " + std::to_string(got) + ")";
+        return false;
+      }
+      return true;
+    }
+    case Guard::Kind::GlobalState: {
+      int ge = grad_enabled_now();
+      if (ge < 0) PyErr_Clear();
+      if (ge != static_cast<int>(c.grad_enabled)) {
+        if (why) *why = std::string("torch.is_grad_enabled() == ") + (c.grad_enabled ? "True" : "False") + " (got " + (ge == 1 ? "True" : "False") + ")";
+        return false;
+      }
+      PyObject* dd = PyObject_Vectorcall(torch_refs().get_default_dtype, nullptr, 0, nullptr);
+      if (!dd) PyErr_Clear();
+      bool ok = dd == c.default_dtype;
+      if (!ok && why) *why = "torch.get_default_dtype() == " + py_short_repr(c.default_dtype) + " (got " + py_short_repr(dd) + ")";
+      Py_XDECREF(dd);
+      return ok;
+    }
+  }
+  return false;
+}
+
+bool GuardProgram::check(const FrameValues& frame, Slots& slots) const {
+  for (const Instr& ins : program_) {
+    bool ok = ins.is_fetch ? run_fetch(fetches_[static_cast<size_t>(ins.index)], frame, slots)
+                           : run_check(checks_[static_cast<size_t>(ins.index)], slots, nullptr);
+    if (!ok) {
+      slots.clear();
+      return false;
+    }
+  }
+  return true;
+}
+
+std::vector<std::string> GuardProgram::explain(const FrameValues& frame, bool first_only) const {
+  std::vector<std::string> out;
+  Slots slots(num_slots());
+  std::vector<bool> fetched_ok(num_slots(), false);
+  for (const Instr& ins : program_) {
+    if (ins.is_fetch) {
+      const Fetch& f = fetches_[static_cast<size_t>(ins.index)];
+      bool base_ok = f.base < 0 || fetched_ok[static_cast<size_t>(f.base)];
+      fetched_ok[static_cast<size_t>(f.out)] = base_ok && run_fetch(f, frame, slots);
+      if (!fetched_ok[static_cast<size_t>(f.out)] && base_ok) {
+        out.push_back(slot_names_[static_cast<size_t>(f.out)] + " exists (it could not be read)");
+        if (first_only) return out;
+      }
+      continue;
+    }
+    const Check& c = checks_[static_cast<size_t>(ins.index)];
+    if (c.slot >= 0 && !fetched_ok[static_cast<size_t>(c.slot)]) continue;
+    std::string why;
+    if (!run_check(c, slots, &why)) {
+      out.push_back(why);
+      if (first_only) return out;
+    }
+  }
+  return out;
+}
+
+std::vector<std::string> GuardProgram::describe() const {
+  std::vector<std::string> out;
+  for (const Check& c : checks_) out.push_back(c.text);
+  return out;
+}
+
+Guard current_global_state_guard() {
+  Guard g;
+  g.kind = Guard::Kind::GlobalState;
+  int ge = grad_enabled_now();
+  if (ge < 0) PyErr_Clear();
+  g.grad_enabled = ge == 1;
+  PyRef dd = PyRef::steal(PyObject_Vectorcall(torch_refs().get_default_dtype, nullptr, 0, nullptr));
+  if (!dd) PyErr_Clear();
+  DType t = DType::Float32;
+  if (dd) dtype_from_object(dd.get(), &t);
+  g.default_dtype = t;
+  return g;
+}
+
+}  // namespace ff

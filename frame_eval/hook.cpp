@@ -1,0 +1,352 @@
+// The eval-frame hook: dispatch between the native evaluator, a cached capture and a compile.
+#include "frame_eval/hook.h"
+
+#include <chrono>
+#include <string>
+
+#include "frame_eval/frame_access.h"
+#include "frame_eval/hook_internal.h"
+#include "frame_eval/interpreter.h"
+#include "frame_eval/py_util.h"
+#include "frame_eval/torch_refs.h"
+#include "src/config.h"
+#include "src/logging.h"
+
+namespace ff {
+
+namespace {
+
+_PyFrameEvalFunction g_previous_eval = nullptr;  // the evaluator we replaced (null: the default)
+int g_threads_active = 0;                         // threads with ThreadState::active > 0 (GIL)
+bool g_installed = false;
+Tracer g_tracer;
+bool g_tracer_torch_free = false;  // tests without torch: keep empty captures, no global-state guard
+PyObject* g_unsupported_type = nullptr;  // borrowed (module attribute)
+int g_next_frame_id = 0;
+FrameEvalStats g_stats;
+
+PyObject* eval_frame_hook(PyThreadState* tstate, struct _PyInterpreterFrame* frame, int throwflag);
+
+void install_hook() {
+  PyInterpreterState* interp = PyInterpreterState_Get();
+  _PyFrameEvalFunction current = _PyInterpreterState_GetEvalFrameFunc(interp);
+  if (current == eval_frame_hook) return;
+  g_previous_eval = current == _PyEval_EvalFrameDefault ? nullptr : current;
+  _PyInterpreterState_SetEvalFrameFunc(interp, eval_frame_hook);
+  g_installed = true;
+}
+
+void uninstall_hook() {
+  PyInterpreterState* interp = PyInterpreterState_Get();
+  // NB: restore only our own replacement; a tool that installed its hook after us keeps it.
+  if (_PyInterpreterState_GetEvalFrameFunc(interp) == eval_frame_hook)
+    _PyInterpreterState_SetEvalFrameFunc(interp, g_previous_eval ? g_previous_eval : _PyEval_EvalFrameDefault);
+  g_installed = false;
+}
+
+// ---- the three exits -------------------------------------------------------------------------
+
+inline PyObject* run_native(PyThreadState* tstate, struct _PyInterpreterFrame* frame, int throwflag) {
+  return g_previous_eval ? g_previous_eval(tstate, frame, throwflag) : _PyEval_EvalFrameDefault(tstate, frame, throwflag);
+}
+
+// A capture ran instead of the frame (result may be null with an exception set): the frame is
+// released here because the evaluator never saw it (3.12+; nothing on 3.11).
+inline PyObject* finish_without_evaluator(PyThreadState* tstate, struct _PyInterpreterFrame* frame, PyObject* result) {
+  ff_frame_release(tstate, frame);
+  return result;
+}
+
+inline PyObject* run_entry(PyThreadState* tstate, struct _PyInterpreterFrame* frame, const CacheEntry& entry,
+                           const FrameValues& values, Slots& slots) {
+  ThreadState& st = thread_state();
+  // NB: frames the graph's ops run (torch's Python functions) are not ours to compile.
+  ++st.disabled;
+  PyObject* result = entry.runner->run(values, slots);
+  --st.disabled;
+  return finish_without_evaluator(tstate, frame, result);
+}
+
+// ---- cold path: compile on a miss ------------------------------------------------------------
+
+std::string code_location(PyCodeObject* code) {
+  const char* name = PyUnicode_AsUTF8(code->co_qualname ? code->co_qualname : code->co_name);
+  const char* file = PyUnicode_AsUTF8(code->co_filename);
+  if (!name || !file) PyErr_Clear();
+  return std::string(name ? name : "?") + " (" + (file ? file : "?") + ":" + std::to_string(code->co_firstlineno) + ")";
+}
+
+std::string break_text(const BreakInfo& b) {
+  std::string out = b.reason.empty() ? std::string("unsupported construct") : b.reason;
+  if (!b.id.empty()) out = "[" + b.id + "] " + out;
+  if (!b.explanation.empty()) out += "\n  " + b.explanation;
+  if (!b.hint.empty()) out += "\n  Hint: " + b.hint;
+  if (!b.filename.empty()) out += "\n  at " + b.filename + ":" + std::to_string(b.lineno);
+  for (const std::string& frame : b.user_stack) out += "\n    " + frame;
+  return out;
+}
+
+bool has_tensor_work(const CaptureResult& cap) {
+  if (!cap.side_effects.empty()) return true;
+  for (const Node& n : cap.graph.nodes())
+    if (n.kind == NodeKind::Call) return true;
+  return false;
+}
+
+void log_recompile(ExtraState& extra, PyCodeObject* code, const FrameValues& values) {
+  bool brief = log_enabled(LogArtifact::recompiles);
+  bool verbose = log_enabled(LogArtifact::recompiles_verbose);
+  if (!brief && !verbose) return;
+  std::string msg = "Recompiling function " + code_location(code) + "\n    triggered by the following guard failure(s):";
+  for (size_t i = 0; i < extra.entries.size(); ++i) {
+    std::vector<std::string> fails = extra.entries[i]->runner->guards().explain(values, !verbose);
+    if (fails.empty()) fails.push_back("(compiled with other framefuse.compile options)");
+    for (const std::string& f : fails) msg += "\n    - " + std::to_string(i) + "/" + std::to_string(extra.entries[i]->compile_id) + ": " + f;
+    if (!verbose) break;
+  }
+  log_emit(verbose ? LogArtifact::recompiles_verbose : LogArtifact::recompiles, msg);
+}
+
+double ms_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+enum class CompileOutcome { Compiled, Native, Raise };
+
+// Traces the frame and builds a cache entry. On Native the frame runs eagerly (remembered as
+// skip); on Raise a Python exception is set (fullgraph=True).
+CompileOutcome compile_frame(ExtraState& extra, const ff_frame_info& info, const FrameValues& values,
+                             const std::shared_ptr<CompileOptions>& options, std::shared_ptr<CacheEntry>* out) {
+  auto t0 = std::chrono::steady_clock::now();
+  if (extra.frame_id < 0) extra.frame_id = g_next_frame_id++;
+  int compile_id = extra.compiles++;
+  CompileTag saved_tag = current_compile_tag();
+  set_compile_tag({extra.frame_id, compile_id});
+  struct RestoreTag {
+    CompileTag tag;
+    ~RestoreTag() { set_compile_tag(tag); }
+  } restore_tag{saved_tag};
+
+  auto mark_native = [&](const std::string& why) {
+    extra.strategy = CodeStrategy::Skip;
+    extra.skip_reason = why;
+    return CompileOutcome::Native;
+  };
+  try {
+    FrameView view;
+    view.code = info.code;
+    view.globals = info.globals;
+    view.builtins = info.builtins;
+    view.closure = info.closure;
+    view.localsplus.assign(info.localsplus, info.localsplus + info.nlocalsplus);
+    CaptureResult cap = g_tracer ? g_tracer(view) : trace_frame(view);
+    double capture_ms = ms_since(t0);
+    if (PyErr_Occurred()) throw InternalError("the tracer left a Python exception set: " + fetch_py_error_text());
+    if (!has_tensor_work(cap) && !g_tracer_torch_free) {
+      if (log_enabled(LogComponent::frontend, LogLevel::Debug))
+        log_emit(LogComponent::frontend, LogLevel::Debug, "skipping " + code_location(info.code) + ": no tensor operations");
+      return mark_native("no tensor operations");
+    }
+    bool has_global_state = false;
+    bool any_requires_grad = false;
+    for (const Guard& g : cap.guards) {
+      has_global_state |= g.kind == Guard::Kind::GlobalState;
+      any_requires_grad |= g.kind == Guard::Kind::TensorMatch && g.tensor_meta.requires_grad;
+    }
+    if (!has_global_state && !g_tracer_torch_free) cap.guards.push_back(current_global_state_guard());
+    bool grad_on = false;
+    for (const Guard& g : cap.guards)
+      if (g.kind == Guard::Kind::GlobalState) grad_on = g.grad_enabled;
+    std::string graph_text = log_enabled(LogArtifact::graph_code) ? graph_code_text(cap.graph) : std::string();
+    auto t1 = std::chrono::steady_clock::now();
+    auto runner = std::make_unique<CaptureRunner>(std::move(cap), values, nullptr);
+    compile_backend(*options, *runner, values, /*training=*/grad_on && any_requires_grad);
+    double backend_ms = ms_since(t1);
+
+    auto entry = std::make_shared<CacheEntry>();
+    entry->options = options;
+    entry->compile_id = compile_id;
+    entry->runner = std::move(runner);
+    ++g_stats.frames_compiled;
+    if (!graph_text.empty()) log_emit(LogArtifact::graph_code, "GRAPH for " + code_location(info.code) + "\n" + graph_text);
+    if (log_enabled(LogArtifact::guards)) {
+      std::string msg = "GUARDS for " + code_location(info.code) + ":";
+      for (const std::string& g : entry->runner->guards().describe()) msg += "\n    " + g;
+      log_emit(LogArtifact::guards, msg);
+    }
+    if (log_enabled(LogArtifact::compile_times))
+      log_emit(LogArtifact::compile_times, code_location(info.code) + ": capture " + std::to_string(capture_ms) +
+                                               " ms, backend " + std::to_string(backend_ms) + " ms, total " +
+                                               std::to_string(ms_since(t0)) + " ms");
+    *out = std::move(entry);
+    return CompileOutcome::Compiled;
+  } catch (const PythonErrorPending&) {
+    return CompileOutcome::Raise;  // the user's backend raised: their exception, unchanged
+  } catch (const GraphBreak& b) {
+    PyErr_Clear();
+    ++g_stats.graph_breaks;
+    if (options->fullgraph) {
+      PyErr_SetString(g_unsupported_type ? g_unsupported_type : PyExc_RuntimeError, break_text(b.info()).c_str());
+      return CompileOutcome::Raise;
+    }
+    if (log_enabled(LogArtifact::graph_breaks))
+      log_emit(LogArtifact::graph_breaks, "Graph break in " + code_location(info.code) + " (the frame runs eagerly): " + break_text(b.info()));
+    return mark_native("graph break: " + b.info().reason);
+  } catch (const Unsupported& u) {
+    PyErr_Clear();
+    ++g_stats.graph_breaks;
+    if (options->fullgraph) {
+      PyErr_SetString(g_unsupported_type ? g_unsupported_type : PyExc_RuntimeError,
+                      (std::string(u.what()) + "\n  in " + code_location(info.code)).c_str());
+      return CompileOutcome::Raise;
+    }
+    if (log_enabled(LogArtifact::graph_breaks))
+      log_emit(LogArtifact::graph_breaks, "Graph break in " + code_location(info.code) + " (the frame runs eagerly): " + u.what());
+    return mark_native(std::string("unsupported: ") + u.what());
+  } catch (const std::exception& e) {
+    // InternalError and anything else: a framefuse bug. Never the user's problem.
+    std::string py_err = fetch_py_error_text();
+    std::string what = std::string(e.what()) + (py_err.empty() ? "" : " (" + py_err + ")");
+    ++g_stats.internal_errors;
+    if (config().raise_on_internal_error) {
+      PyErr_SetString(PyExc_RuntimeError, ("framefuse internal error while compiling " + code_location(info.code) + ": " + what).c_str());
+      return CompileOutcome::Raise;
+    }
+    log_emit(LogComponent::frontend, LogLevel::Warning,
+             "internal error while compiling " + code_location(info.code) + "; the frame runs eagerly: " + what);
+    return mark_native("internal error: " + what);
+  }
+}
+
+// ---- the hook --------------------------------------------------------------------------------
+
+PyObject* eval_frame_hook(PyThreadState* tstate, struct _PyInterpreterFrame* frame, int throwflag) {
+  ThreadState& st = thread_state();
+  if (st.active == 0 || st.disabled > 0) return run_native(tstate, frame, throwflag);
+  ff_frame_info info;
+  if (!ff_frame_inspect(tstate, frame, throwflag, &info)) return run_native(tstate, frame, throwflag);
+
+  ExtraState* extra = extra_state(info.code);
+  if (extra == nullptr) {
+    // NB: cold work inside the hook runs with the hook disabled: anything it calls that runs
+    // Python frames must not re-enter here.
+    ++st.disabled;
+    try {
+      extra = ensure_extra_state(info.code);
+      extra->torch_internal = is_internal_code(info.code);
+    } catch (const std::exception&) {
+      PyErr_Clear();
+      extra = nullptr;
+    }
+    --st.disabled;
+    if (extra == nullptr) return run_native(tstate, frame, throwflag);
+  }
+  if (extra->strategy != CodeStrategy::Compile ||
+      (extra->torch_internal && reinterpret_cast<PyObject*>(info.code) != st.root_code)) {
+    ++g_stats.eager_frames;
+    return run_native(tstate, frame, throwflag);
+  }
+
+  FrameValues values;
+  values.localsplus = info.localsplus;
+  values.nlocalsplus = info.nlocalsplus;
+  values.closure = info.closure;
+  values.globals = info.globals;
+  values.builtins = info.builtins;
+
+  // Hot path: the first entry compiled with these options whose guards pass.
+  CompileOptions* opts = st.options;
+  auto& entries = extra->entries;
+  for (size_t i = 0; i < entries.size(); ++i) {
+    if (entries[i]->options.get() != opts && !entries[i]->options->same_as(*opts)) continue;
+    Slots slots(entries[i]->runner->guards().num_slots());
+    if (!entries[i]->runner->guards().check(values, slots)) continue;
+    // NB: keep the entry alive while it runs, even if reset() drops it from the cache.
+    std::shared_ptr<CacheEntry> entry = entries[i];
+    if (i != 0) {
+      entries.erase(entries.begin() + static_cast<std::ptrdiff_t>(i));
+      entries.insert(entries.begin(), entry);
+    }
+    ++g_stats.cache_hits;
+    return run_entry(tstate, frame, *entry, values, slots);
+  }
+
+  // Miss.
+  if (static_cast<int64_t>(entries.size()) >= config().recompile_limit) {
+    extra->strategy = CodeStrategy::CacheLimit;
+    ++g_stats.cache_limit_hits;
+    ++st.disabled;  // cold: explaining the guards may run Python code
+    std::string last = "none";
+    if (!entries.empty()) {
+      auto fails = entries.front()->runner->guards().explain(values, true);
+      if (!fails.empty()) last = fails.front();
+    }
+    log_emit(LogComponent::frontend, LogLevel::Warning,
+             code_location(info.code) + " reached config.recompile_limit (" + std::to_string(config().recompile_limit) +
+                 "): it runs eagerly from now on. Last guard failure: " + last);
+    --st.disabled;
+    ++g_stats.eager_frames;
+    return run_native(tstate, frame, throwflag);
+  }
+  if (!entries.empty()) {
+    ++g_stats.recompiles;
+    ++st.disabled;
+    CompileTag saved = current_compile_tag();
+    set_compile_tag({extra->frame_id, extra->compiles});
+    log_recompile(*extra, info.code, values);
+    set_compile_tag(saved);
+    --st.disabled;
+  }
+  std::shared_ptr<CacheEntry> entry;
+  std::shared_ptr<CompileOptions> options = *st.options_owner;
+  ++st.disabled;  // NB: frames the tracer and the backend run are not intercepted
+  CompileOutcome outcome = compile_frame(*extra, info, values, options, &entry);
+  --st.disabled;
+  if (outcome == CompileOutcome::Raise) return finish_without_evaluator(tstate, frame, nullptr);
+  if (outcome == CompileOutcome::Native) {
+    ++g_stats.eager_frames;
+    return run_native(tstate, frame, throwflag);
+  }
+  extra->entries.insert(extra->entries.begin(), entry);
+  Slots slots(entry->runner->guards().num_slots());
+  if (!entry->runner->guards().check(values, slots)) {
+    // The guards of a fresh capture must hold on the frame it was traced on.
+    ++g_stats.internal_errors;
+    log_emit(LogComponent::frontend, LogLevel::Warning,
+             "internal error: the guards of a fresh capture fail on its own frame in " + code_location(info.code) +
+                 "; the frame runs eagerly");
+    extra->entries.erase(extra->entries.begin());
+    extra->strategy = CodeStrategy::Skip;
+    return run_native(tstate, frame, throwflag);
+  }
+  return run_entry(tstate, frame, *entry, values, slots);
+}
+
+}  // namespace
+
+// ---- shared with hook_callable.cpp -----------------------------------------------------------
+
+ThreadState& thread_state() {
+  static thread_local ThreadState state;
+  return state;
+}
+
+void thread_enter_compiled() {
+  ThreadState& st = thread_state();
+  if (st.active++ == 0 && g_threads_active++ == 0) install_hook();
+}
+
+void thread_exit_compiled() {
+  ThreadState& st = thread_state();
+  if (--st.active == 0 && --g_threads_active == 0) uninstall_hook();
+}
+
+void set_tracer(Tracer tracer, bool torch_free) {
+  g_tracer = std::move(tracer);
+  g_tracer_torch_free = g_tracer && torch_free;
+}
+void set_unsupported_exception(PyObject* type) { g_unsupported_type = type; }
+FrameEvalStats& frame_eval_stats() { return g_stats; }
+bool hook_installed() { return g_installed; }
+
+}  // namespace ff

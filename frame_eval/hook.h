@@ -1,0 +1,53 @@
+// The PEP 523 frame hook and the callables that turn it on.
+//
+// The hook is installed only while some thread runs inside a compiled callable (a per-thread
+// entry count; the previous evaluation function is restored when the last thread leaves). On each
+// frame it decides one of three outcomes, each with one exit: run the frame natively, run a cached
+// capture, or fail (raise). See docs/cpython-frames.md §1 for the CPython rules it follows.
+#pragma once
+
+#include <Python.h>
+
+#include <functional>
+#include <memory>
+
+#include "frame_eval/cache.h"
+#include "frame_eval/capture.h"
+
+namespace ff {
+
+// What the hook calls on a cache miss; trace_frame by default. Tests install hand-built captures.
+using Tracer = std::function<CaptureResult(const FrameView&)>;
+// An empty function restores trace_frame. `torch_free` (tests on interpreters without torch):
+// captures without tensor work are kept and no global-state guard is added.
+void set_tracer(Tracer tracer, bool torch_free = false);
+
+// A callable that runs `fn` with the hook active (mode Compile) or with framefuse disabled for
+// everything `fn` runs (mode Disable). `root_code` (may be null): a code object compiled even if it
+// belongs to torch itself (nn.Linear.forward when the module itself is compiled).
+enum class CallableMode : uint8_t { Compile, Disable };
+PyObject* make_frame_eval_callable(PyObject* fn, std::shared_ptr<CompileOptions> options, PyObject* root_code,
+                                   CallableMode mode);
+// The Python type of those callables (ready after init_frame_eval_types).
+PyTypeObject* frame_eval_callable_type();
+void init_frame_eval_types();
+
+// The exception class raised for fullgraph=True violations (framefuse.Unsupported; borrowed).
+void set_unsupported_exception(PyObject* type);
+
+// Counters for tests and explain().
+struct FrameEvalStats {
+  int64_t frames_compiled = 0;   // captures built
+  int64_t cache_hits = 0;        // calls served by a cached capture
+  int64_t recompiles = 0;        // compiles after a guard failure
+  int64_t graph_breaks = 0;      // frames that fell back because of an unsupported construct
+  int64_t internal_errors = 0;   // frames that fell back because of a framefuse bug
+  int64_t cache_limit_hits = 0;  // code objects that reached config.recompile_limit
+  int64_t eager_frames = 0;      // frames handed to the default evaluator while the hook was on
+};
+FrameEvalStats& frame_eval_stats();
+
+// True while the hook is installed (some thread is inside a compiled callable).
+bool hook_installed();
+
+}  // namespace ff

@@ -1,0 +1,98 @@
+// Cold-path helpers of the hook: which code is framefuse's or torch's own, graph text for logs,
+// and handing a capture to its backend.
+#include <pybind11/pybind11.h>
+
+#include <string>
+
+#include "frame_eval/hook_internal.h"
+#include "frame_eval/py_util.h"
+#include "src/errors.h"
+#include "src/logging.h"
+
+#if __has_include("graph/printer.h")
+#include "graph/printer.h"
+#define FF_HAVE_GRAPH_PRINTER 1
+#endif
+
+namespace py = pybind11;
+
+namespace ff {
+
+// Defined with the graph bindings (src/bind_graph.cpp): a copy of `g` as a _C.graph.Graph.
+py::object wrap_graph_for_python(const Graph& g);
+
+namespace {
+
+// The directory of an already imported package ("" if it is not imported). NB: never imports: this
+// runs inside the frame hook, and an import would run Python frames.
+std::string package_dir(const char* module) {
+  PyRef name = PyRef::steal(PyUnicode_FromString(module));
+  PyRef m = name ? PyRef::steal(PyImport_GetModule(name.get())) : PyRef();
+  PyRef file = m ? PyRef::steal(PyObject_GetAttrString(m.get(), "__file__")) : PyRef();
+  const char* f = file && PyUnicode_Check(file.get()) ? PyUnicode_AsUTF8(file.get()) : nullptr;
+  PyErr_Clear();
+  if (!f) return "";
+  std::string path = f;
+  size_t slash = path.find_last_of('/');
+  return slash == std::string::npos ? "" : path.substr(0, slash + 1);
+}
+
+bool has_prefix(std::string_view s, const std::string& prefix) {
+  return !prefix.empty() && s.substr(0, prefix.size()) == prefix;
+}
+
+}  // namespace
+
+bool is_internal_code(PyCodeObject* code) {
+  // Resolved once the packages are imported (torch may be imported after framefuse's extension).
+  static std::string torch_dir, framefuse_dir;
+  if (torch_dir.empty()) torch_dir = package_dir("torch");
+  if (framefuse_dir.empty()) framefuse_dir = package_dir("framefuse");
+  const char* file = PyUnicode_AsUTF8(code->co_filename);
+  if (!file) {
+    PyErr_Clear();
+    return false;
+  }
+  std::string_view f(file);
+  return has_prefix(f, torch_dir) || has_prefix(f, framefuse_dir);
+}
+
+std::string graph_code_text(const Graph& g) {
+#ifdef FF_HAVE_GRAPH_PRINTER
+  return graph_code(g);
+#else
+  (void)g;
+  return "";
+#endif
+}
+
+void compile_backend(const CompileOptions& options, CaptureRunner& runner, const FrameValues& values, bool training) {
+  if (options.backend_name == "eager") return;
+  if (options.backend_name == "inductor") {
+    if (log_enabled(LogArtifact::perf_hints))
+      log_emit(LogArtifact::perf_hints,
+               training ? "backend=inductor: graphs that need autograd run on the reference runner (eager torch ops)"
+                        : "backend=inductor: the fusing code generator is not connected to the frontend in this build; "
+                          "the graph runs on the reference runner (eager torch ops)");
+    return;
+  }
+  // A Python callable: backend(graph, example_inputs) -> callable, through framefuse.backends,
+  // which wraps the graph in the public framefuse.graph.Graph.
+  PyRef examples = PyRef::steal(runner.example_inputs(values));
+  if (!examples) throw InternalError("could not read the example inputs: " + fetch_py_error_text());
+  PyObject* compiled = nullptr;
+  try {
+    py::object graph = wrap_graph_for_python(runner.capture().graph);
+    py::object call_backend = py::module_::import("framefuse.backends").attr("_call_backend");
+    py::object result = call_backend(py::handle(options.backend), graph, py::handle(examples.get()),
+                                     py::handle(options.mode ? options.mode : Py_None),
+                                     py::handle(options.options ? options.options : Py_None));
+    compiled = result.release().ptr();
+  } catch (py::error_already_set& e) {
+    e.restore();
+    throw PythonErrorPending();
+  }
+  runner.set_compiled(compiled);
+}
+
+}  // namespace ff

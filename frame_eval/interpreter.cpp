@@ -1,0 +1,937 @@
+// The frame loop of the symbolic interpreter: decoding, the per-instruction handlers, and turning
+// the traced frame into a CaptureResult. Values, calls and builtins live in interpreter_*.cpp.
+#include <Python.h>
+
+#include <functional>
+#include <memory>
+#include <unordered_map>
+
+#include "frame_eval/interpreter_impl.h"
+#include "graph/python/graph_calls.h"
+
+namespace ff {
+
+GraphBreak::GraphBreak(BreakInfo info)
+    : Unsupported(info.reason + (info.filename.empty() ? "" : " (" + info.filename + ":" + std::to_string(info.lineno) + ")")),
+      info_(std::move(info)) {}
+
+// ---- decoding -----------------------------------------------------------------------------------
+
+const DecodedCode& decode_code(PyCodeObject* code) {
+  // NB: keyed by pointer and holding a strong reference, so an address is never reused while cached.
+  static auto* cache = new std::unordered_map<PyCodeObject*, std::unique_ptr<DecodedCode>>();
+  auto it = cache->find(code);
+  if (it != cache->end()) return *it->second;
+  auto dc = std::make_unique<DecodedCode>();
+  dc->code = PyRef::borrow(reinterpret_cast<PyObject*>(code));
+  PyRef bytes = PyRef::steal(PyCode_GetCode(code));
+  FF_CHECK(bytes, "PyCode_GetCode failed");
+  const auto* units = reinterpret_cast<const uint8_t*>(PyBytes_AS_STRING(bytes.get()));
+  int n = static_cast<int>(PyBytes_GET_SIZE(bytes.get()) / 2);
+  const OpcodeInfo* table = opcode_table();
+  dc->index_at_offset.assign(static_cast<size_t>(n) + 2, -1);
+  std::vector<int> next_offset;
+  int ext = 0, start = -1;
+  for (int u = 0; u < n;) {
+    int op = units[2 * u], arg = units[2 * u + 1];
+    if (start < 0) start = u;
+    if (op == 144) {  // EXTENDED_ARG (same number in 3.11 and 3.12)
+      ext = (ext | arg) << 8;
+      ++u;
+      continue;
+    }
+    const OpcodeInfo& info = table[op];
+    Instr ins;
+    ins.opcode = static_cast<uint8_t>(op);
+    ins.handler = info.name ? info.handler : Handler::Unsupported;
+    ins.flags = info.flags;
+    ins.arg = ext | arg;
+    ins.offset = u;
+    int index = static_cast<int>(dc->instrs.size());
+    for (int k = start; k <= u; ++k) dc->index_at_offset[static_cast<size_t>(k)] = index;
+    dc->instrs.push_back(ins);
+    next_offset.push_back(u + 1 + info.caches);
+    u += 1 + info.caches;
+    ext = 0;
+    start = -1;
+  }
+  for (size_t i = 0; i < dc->instrs.size(); ++i) {
+    Instr& ins = dc->instrs[i];
+    if (ins.flags & (kJumpForward | kJumpBackward)) {
+      int target = (ins.flags & kJumpForward) ? next_offset[i] + ins.arg : next_offset[i] - ins.arg;
+      FF_CHECK(target >= 0 && target < n, "jump target out of range");
+      ins.jump = dc->index_at_offset[static_cast<size_t>(target)];
+    }
+  }
+  dc->nlocalsplus = static_cast<int>(PyTuple_GET_SIZE(code->co_localsplusnames));
+  const DecodedCode& ref = *dc;
+  cache->emplace(code, std::move(dc));
+  return ref;
+}
+
+// ---- known objects ------------------------------------------------------------------------------
+
+namespace {
+PyObject* import_attr(const char* module, const char* attr) {
+  PyObject* m = PyImport_ImportModule(module);
+  FF_CHECK(m, std::string("cannot import ") + module);
+  PyObject* a = PyObject_GetAttrString(m, attr);
+  Py_DECREF(m);
+  if (!a) PyErr_Clear();
+  return a;
+}
+}  // namespace
+
+const Known& known() {
+  static Known* k = [] {
+    auto* k = new Known();  // NB: leaked on purpose; outlives interpreter teardown
+    k->torch = PyImport_ImportModule("torch");
+    if (k->torch) {
+      k->tensor_type = import_attr("torch", "Tensor");
+      k->module_type = import_attr("torch.nn", "Module");
+      k->no_grad = import_attr("torch", "no_grad");
+      k->enable_grad = import_attr("torch", "enable_grad");
+      k->set_grad_enabled = import_attr("torch", "set_grad_enabled");
+      k->size_type = import_attr("torch", "Size");
+    } else {
+      // NB: without torch (pure-Python tracing tests) the torch types are a fresh class that no
+      // object is an instance of, so every torch-specific path is simply never taken.
+      PyErr_Clear();
+      PyObject* absent = PyObject_CallFunction(reinterpret_cast<PyObject*>(&PyType_Type), "s()N", "_framefuse_no_torch", PyDict_New());
+      FF_CHECK(absent, "cannot create the no-torch sentinel type");
+      k->tensor_type = k->module_type = k->size_type = absent;
+    }
+    k->module_call = PyObject_GetAttrString(k->module_type, "__call__");
+    k->module_getattr = PyObject_GetAttrString(k->module_type, "__getattr__");
+    k->module_setattr = PyObject_GetAttrString(k->module_type, "__setattr__");
+    PyErr_Clear();
+    k->partial_type = import_attr("functools", "partial");
+    k->operator_mod = PyImport_ImportModule("operator");
+    k->builtins = PyImport_ImportModule("builtins");
+    k->object_getattribute = PyObject_GetAttrString(reinterpret_cast<PyObject*>(&PyBaseObject_Type), "__getattribute__");
+    k->object_setattr = PyObject_GetAttrString(reinterpret_cast<PyObject*>(&PyBaseObject_Type), "__setattr__");
+    k->object_init = PyObject_GetAttrString(reinterpret_cast<PyObject*>(&PyBaseObject_Type), "__init__");
+    k->object_new = PyObject_GetAttrString(reinterpret_cast<PyObject*>(&PyBaseObject_Type), "__new__");
+    PyObject* mm = k->torch ? PyImport_ImportModule("torch.nn.modules.module") : nullptr;
+    std::vector<PyObject*> hooks;
+    for (const char* name : {"_global_forward_hooks", "_global_forward_pre_hooks", "_global_backward_hooks",
+                             "_global_backward_pre_hooks", "_global_forward_hooks_always_called"}) {
+      PyObject* d = mm ? PyObject_GetAttrString(mm, name) : nullptr;
+      if (d) hooks.push_back(d);
+      else PyErr_Clear();
+    }
+    Py_XDECREF(mm);
+    k->global_hook_dicts = PyTuple_New(static_cast<Py_ssize_t>(hooks.size()));
+    for (size_t i = 0; i < hooks.size(); ++i) PyTuple_SET_ITEM(k->global_hook_dicts, i, hooks[i]);
+    PyObject* ff_mod = PyImport_GetModule(PyUnicode_FromString("framefuse"));
+    if (ff_mod) {
+      k->graph_break_fn = PyObject_GetAttrString(ff_mod, "graph_break");
+      Py_DECREF(ff_mod);
+    }
+    PyErr_Clear();
+    for (int i = 0; i < kNumDTypes; ++i) {
+      PyObject* d = k->torch ? PyObject_GetAttrString(k->torch, std::string(dtype_name(static_cast<DType>(i))).c_str()) : nullptr;
+      if (!d) PyErr_Clear();
+      k->dtypes.push_back(d);
+    }
+    return k;
+  }();
+  return *k;
+}
+
+// ---- the tracer ---------------------------------------------------------------------------------
+
+SymbolicTracer::SymbolicTracer(const FrameView& view, const TraceOptions& options) : view_(view), options_(options) {}
+
+void SymbolicTracer::brk(BreakKind kind, const std::string& detail) {
+  BreakInfo info = make_break_info(kind, detail);
+  for (const Frame* f : frames_) {
+    const Instr& ins = f->dc->instrs[static_cast<size_t>(f->ip)];
+    int line = PyCode_Addr2Line(f->code, ins.offset * 2);
+    std::string file = PyUnicode_AsUTF8(f->code->co_filename);
+    std::string func = PyUnicode_AsUTF8(f->code->co_name);
+    info.user_stack.push_back(file + ":" + std::to_string(line) + " in " + func);
+    info.filename = file;
+    info.lineno = line;
+  }
+  throw GraphBreak(std::move(info));
+}
+
+namespace {
+
+struct FramePush {
+  std::vector<Frame*>& frames;
+  FramePush(std::vector<Frame*>& fs, Frame* f) : frames(fs) { frames.push_back(f); }
+  ~FramePush() { frames.pop_back(); }
+};
+
+PyObject* co_const(const Frame& f, int i) { return PyTuple_GET_ITEM(f.code->co_consts, i); }
+PyObject* co_name(const Frame& f, int i) { return PyTuple_GET_ITEM(f.code->co_names, i); }
+std::string str_of(PyObject* s) { return PyUnicode_AsUTF8(s); }
+
+}  // namespace
+
+Sym SymbolicTracer::run_frame(Frame& f) {
+  FramePush push(frames_, &f);
+  ++out_.stats.frames;
+  const std::vector<Instr>& instrs = f.dc->instrs;
+  for (;;) {
+    FF_CHECK(f.ip >= 0 && static_cast<size_t>(f.ip) < instrs.size(), "instruction pointer out of range");
+    const Instr& ins = instrs[static_cast<size_t>(f.ip)];
+    ++out_.stats.instructions;
+    if (ins.handler == Handler::ReturnValue) {
+      FF_CHECK(!f.stack.empty(), "RETURN_VALUE on an empty stack");
+      return f.stack.back();
+    }
+    if (ins.handler == Handler::ReturnConst) return make_const(co_const(f, ins.arg));
+    size_t depth_before = f.stack.size();
+    int ip_before = f.ip;
+    step(f, ins);
+    bool jumped = f.ip != ip_before + 1;
+    bool check = !(ins.flags & kNoStackCheck) && ins.handler != Handler::ReturnGenerator &&
+                 !(ins.handler == Handler::ForIter && jumped);
+    if (check) {
+      int expected = PyCompile_OpcodeStackEffectWithJump(ins.opcode, ins.arg, jumped ? 1 : 0);
+      int actual = static_cast<int>(f.stack.size()) - static_cast<int>(depth_before);
+      FF_CHECK(expected == actual, std::string("stack effect of ") + opcode_table()[ins.opcode].name + " is " +
+                                       std::to_string(actual) + ", CPython says " + std::to_string(expected));
+    }
+  }
+}
+
+void SymbolicTracer::step(Frame& f, const Instr& ins) {
+  std::vector<Sym>& st = f.stack;
+  auto pop = [&]() {
+    FF_CHECK(!st.empty(), "pop from an empty stack");
+    Sym v = std::move(st.back());
+    st.pop_back();
+    return v;
+  };
+  auto push = [&](Sym v) { st.push_back(std::move(v)); };
+  auto peek = [&](int n) -> Sym& {
+    FF_CHECK(static_cast<int>(st.size()) >= n, "stack underflow");
+    return st[st.size() - static_cast<size_t>(n)];
+  };
+  int next = f.ip + 1;
+  const int arg = ins.arg;
+
+  switch (ins.handler) {
+    case Handler::Nop:
+    case Handler::Precall:
+      break;
+    case Handler::Unsupported:
+      brk(BreakKind::UnsupportedOpcode, std::string(opcode_table()[ins.opcode].name ? opcode_table()[ins.opcode].name : "unknown opcode"));
+    case Handler::PopTop: pop(); break;
+    case Handler::PushNull: push(make_null()); break;
+    case Handler::Copy: push(peek(arg)); break;
+    case Handler::Swap: std::swap(peek(1), peek(arg)); break;
+    case Handler::LoadConst: push(make_const(co_const(f, arg))); break;
+    case Handler::LoadFast: {
+      const Sym& v = f.locals[static_cast<size_t>(arg)];
+      if (!v) brk(BreakKind::RaisesInTrace, "local variable '" + str_of(PyTuple_GET_ITEM(f.code->co_localsplusnames, arg)) + "' is unbound");
+      push(v);
+      break;
+    }
+    case Handler::LoadFastAndClear: {
+      Sym& slot = f.locals[static_cast<size_t>(arg)];
+      push(slot ? slot : make_null());
+      slot = nullptr;
+      break;
+    }
+    case Handler::StoreFast: {
+      Sym v = pop();
+      f.locals[static_cast<size_t>(arg)] = v->is(SymKind::Null) ? nullptr : std::move(v);
+      break;
+    }
+    case Handler::DeleteFast: f.locals[static_cast<size_t>(arg)] = nullptr; break;
+    case Handler::LoadGlobal: {
+      Sym v = load_global(f, co_name(f, arg >> 1));
+      if (arg & 1) push(make_null());
+      push(std::move(v));
+      break;
+    }
+    case Handler::StoreGlobal: store_global(f, co_name(f, arg), pop()); break;
+    case Handler::LoadAttr: push(load_attr(pop(), str_of(co_name(f, arg)))); break;
+    case Handler::LoadMethod: {
+      Sym obj = pop();
+      Sym attr = load_attr(obj, str_of(co_name(f, ins.arg)));
+      push(make_null());
+      push(std::move(attr));
+      break;
+    }
+    case Handler::LoadAttrMethodBit: {
+      Sym obj = pop();
+      Sym attr = load_attr(obj, str_of(co_name(f, arg >> 1)));
+      if (arg & 1) push(make_null());
+      push(std::move(attr));
+      break;
+    }
+    case Handler::StoreAttr: {
+      Sym obj = pop();
+      Sym value = pop();
+      store_attr(obj, str_of(co_name(f, arg)), std::move(value));
+      break;
+    }
+    case Handler::LoadSuperAttr: {
+      Sym self = pop();
+      Sym cls = pop();
+      Sym super_fn = pop();
+      if (!super_fn->is(SymKind::Const) || super_fn->obj.get() != reinterpret_cast<PyObject*>(&PySuper_Type) ||
+          !cls->is(SymKind::Const) || !PyType_Check(cls->obj.get()))
+        brk(BreakKind::UnsupportedCall, "super() with a shadowed super or a non-class first argument");
+      Sym sup = make_sym(SymKind::Super);
+      sup->obj = cls->obj;
+      sup->items = {self};
+      Sym attr = load_attr(sup, str_of(co_name(f, arg >> 2)));
+      if (arg & 1) push(make_null());
+      push(std::move(attr));
+      break;
+    }
+    case Handler::LoadDeref: push(cell_contents(f.locals[static_cast<size_t>(arg)])); break;
+    case Handler::StoreDeref: {
+      Sym v = pop();
+      const Sym& cell = f.locals[static_cast<size_t>(arg)];
+      FF_CHECK(cell && cell->is(SymKind::Cell), "STORE_DEREF on a slot without a cell");
+      if (cell->obj) brk(BreakKind::ClosureWrite, "nonlocal " + str_of(PyTuple_GET_ITEM(f.code->co_localsplusnames, arg)));
+      cell->items = {std::move(v)};
+      break;
+    }
+    case Handler::LoadClosure: {
+      const Sym& cell = f.locals[static_cast<size_t>(arg)];
+      FF_CHECK(cell && cell->is(SymKind::Cell), "LOAD_CLOSURE of a slot without a cell");
+      push(cell);
+      break;
+    }
+    case Handler::MakeCell: {
+      Sym cell = make_sym(SymKind::Cell);
+      Sym& slot = f.locals[static_cast<size_t>(arg)];
+      if (slot) cell->items = {slot};
+      slot = std::move(cell);
+      break;
+    }
+    case Handler::CopyFreeVars: {
+      FF_CHECK(f.closure && static_cast<int>(f.closure->items.size()) == arg, "closure size mismatch");
+      for (int i = 0; i < arg; ++i)
+        f.locals[static_cast<size_t>(f.dc->nlocalsplus - arg + i)] = f.closure->items[static_cast<size_t>(i)];
+      break;
+    }
+    case Handler::BinaryOp: {
+      Sym b = pop();
+      Sym a = pop();
+      push(binary_op(arg, a, b));
+      break;
+    }
+    case Handler::UnaryNegative: push(unary_op("neg", pop())); break;
+    case Handler::UnaryPositive: push(unary_op("pos", pop())); break;
+    case Handler::UnaryInvert: push(unary_op("invert", pop())); break;
+    case Handler::UnaryNot: push(make_const(truth(pop()) ? Py_False : Py_True)); break;
+    case Handler::CompareOp: {
+      Sym b = pop();
+      Sym a = pop();
+      push(compare_op(compare_op_index(arg), a, b));
+      break;
+    }
+    case Handler::IsOp: {
+      Sym b = pop();
+      Sym a = pop();
+      Sym r = is_same(a, b);
+      if (arg) r = make_const(r->obj.get() == Py_True ? Py_False : Py_True);
+      push(std::move(r));
+      break;
+    }
+    case Handler::ContainsOp: {
+      Sym container = pop();
+      Sym item = pop();
+      Sym r = contains(container, item);
+      if (arg) r = make_const(truth(r) ? Py_False : Py_True);
+      push(std::move(r));
+      break;
+    }
+    case Handler::BinarySubscr: {
+      Sym index = pop();
+      Sym container = pop();
+      push(subscript(container, index));
+      break;
+    }
+    case Handler::StoreSubscr: {
+      Sym key = pop();
+      Sym container = pop();
+      Sym value = pop();
+      store_subscript(container, key, std::move(value));
+      break;
+    }
+    case Handler::DeleteSubscr: {
+      Sym key = pop();
+      Sym container = pop();
+      if (!container->is(SymKind::Dict) || container->obj) brk(BreakKind::UnsupportedOperand, "del of an item");
+      PyRef k = PyRef::steal(sym_to_const(key));
+      for (size_t i = 0; k && i < container->keys.size(); ++i) {
+        int eq = PyObject_RichCompareBool(container->keys[i]->obj.get(), k.get(), Py_EQ);
+        if (eq == 1) {
+          container->keys.erase(container->keys.begin() + static_cast<long>(i));
+          container->items.erase(container->items.begin() + static_cast<long>(i));
+          k = PyRef();
+          break;
+        }
+        PyErr_Clear();
+      }
+      if (k) brk(BreakKind::RaisesInTrace, "KeyError in del");
+      break;
+    }
+    case Handler::BinarySlice: {
+      Sym stop = pop();
+      Sym start = pop();
+      Sym container = pop();
+      Sym slice = make_sym(SymKind::Slice);
+      slice->items = {start, stop, make_const(Py_None)};
+      push(subscript(container, slice));
+      break;
+    }
+    case Handler::StoreSlice: {
+      Sym stop = pop();
+      Sym start = pop();
+      Sym container = pop();
+      Sym value = pop();
+      Sym slice = make_sym(SymKind::Slice);
+      slice->items = {start, stop, make_const(Py_None)};
+      store_subscript(container, slice, std::move(value));
+      break;
+    }
+    case Handler::BuildTuple:
+    case Handler::BuildList:
+    case Handler::BuildSet: {
+      std::vector<Sym> items(st.end() - arg, st.end());
+      st.resize(st.size() - static_cast<size_t>(arg));
+      if (ins.handler == Handler::BuildTuple) push(make_tuple(std::move(items)));
+      else if (ins.handler == Handler::BuildList) push(make_list(std::move(items)));
+      else {
+        Sym set = make_sym(SymKind::Set);
+        for (Sym& i : items) {
+          if (!i->is(SymKind::Const)) brk(BreakKind::UnsupportedValue, "set of non-constant values");
+          set->items.push_back(std::move(i));
+        }
+        push(std::move(set));
+      }
+      break;
+    }
+    case Handler::BuildMap: {
+      Sym d = make_sym(SymKind::Dict);
+      std::vector<Sym> kv(st.end() - 2 * arg, st.end());
+      st.resize(st.size() - 2 * static_cast<size_t>(arg));
+      for (int i = 0; i < arg; ++i) store_subscript(d, kv[2 * static_cast<size_t>(i)], kv[2 * static_cast<size_t>(i) + 1]);
+      push(std::move(d));
+      break;
+    }
+    case Handler::BuildConstKeyMap: {
+      Sym keys = pop();
+      std::vector<Sym> values(st.end() - arg, st.end());
+      st.resize(st.size() - static_cast<size_t>(arg));
+      Sym d = make_sym(SymKind::Dict);
+      std::vector<Sym> key_syms = iterate(keys);
+      for (int i = 0; i < arg; ++i) store_subscript(d, key_syms[static_cast<size_t>(i)], values[static_cast<size_t>(i)]);
+      push(std::move(d));
+      break;
+    }
+    case Handler::BuildString: {
+      std::vector<Sym> parts(st.end() - arg, st.end());
+      st.resize(st.size() - static_cast<size_t>(arg));
+      PyRef joined = PyRef::steal(PyUnicode_FromString(""));
+      for (const Sym& p : parts) {
+        if (!p->is(SymKind::Const) || !PyUnicode_Check(p->obj.get()))
+          brk(BreakKind::UnsupportedOperand, "string building from a non-constant value");
+        joined = PyRef::steal(PyUnicode_Concat(joined.get(), p->obj.get()));
+      }
+      push(make_const(joined.get()));
+      break;
+    }
+    case Handler::BuildSlice: {
+      Sym step_v = arg == 3 ? pop() : make_const(Py_None);
+      Sym stop = pop();
+      Sym start = pop();
+      Sym slice = make_sym(SymKind::Slice);
+      slice->items = {start, stop, step_v};
+      push(std::move(slice));
+      break;
+    }
+    case Handler::ListAppend: {
+      Sym v = pop();
+      Sym& list = peek(arg);
+      FF_CHECK(list->is(SymKind::List), "LIST_APPEND to a non-list");
+      list->items.push_back(std::move(v));
+      break;
+    }
+    case Handler::SetAdd: {
+      Sym v = pop();
+      Sym& set = peek(arg);
+      if (!v->is(SymKind::Const)) brk(BreakKind::UnsupportedValue, "set of non-constant values");
+      set->items.push_back(std::move(v));
+      break;
+    }
+    case Handler::MapAdd: {
+      Sym value = pop();
+      Sym key = pop();
+      store_subscript(peek(arg), key, std::move(value));
+      break;
+    }
+    case Handler::ListExtend: {
+      Sym seq = pop();
+      Sym& list = peek(arg);
+      FF_CHECK(list->is(SymKind::List), "LIST_EXTEND to a non-list");
+      for (Sym& i : iterate(seq)) list->items.push_back(std::move(i));
+      break;
+    }
+    case Handler::SetUpdate: {
+      Sym seq = pop();
+      Sym& set = peek(arg);
+      for (Sym& i : iterate(seq)) {
+        if (!i->is(SymKind::Const)) brk(BreakKind::UnsupportedValue, "set of non-constant values");
+        set->items.push_back(std::move(i));
+      }
+      break;
+    }
+    case Handler::DictUpdate:
+    case Handler::DictMerge: {
+      Sym other = pop();
+      Sym& d = peek(arg);
+      if (other->is(SymKind::Const) && PyDict_Check(other->obj.get())) other = wrap(other->obj.get(), nullptr);
+      if (!other->is(SymKind::Dict)) brk(BreakKind::UnsupportedValue, "** of a value that is not a dict");
+      for (size_t i = 0; i < other->keys.size(); ++i) store_subscript(d, other->keys[i], other->items[i]);
+      break;
+    }
+    case Handler::ListToTuple: {
+      Sym list = pop();
+      push(make_tuple(iterate(list)));
+      break;
+    }
+    case Handler::CallIntrinsic1: {
+      if (arg == 5) push(unary_op("pos", pop()));
+      else if (arg == 6) push(make_tuple(iterate(pop())));
+      else brk(BreakKind::UnsupportedOpcode, "CALL_INTRINSIC_1 " + std::to_string(arg));
+      break;
+    }
+    case Handler::UnpackSequence: {
+      Sym seq = pop();
+      std::vector<Sym> items = iterate(seq);
+      if (static_cast<int>(items.size()) != arg)
+        brk(BreakKind::RaisesInTrace, "cannot unpack " + std::to_string(items.size()) + " values into " + std::to_string(arg));
+      for (auto it = items.rbegin(); it != items.rend(); ++it) push(*it);
+      break;
+    }
+    case Handler::UnpackEx: {
+      int before = arg & 0xFF, after = arg >> 8;
+      std::vector<Sym> items = iterate(pop());
+      if (static_cast<int>(items.size()) < before + after) brk(BreakKind::RaisesInTrace, "not enough values to unpack");
+      std::vector<Sym> rest(items.begin() + before, items.end() - after);
+      for (int i = static_cast<int>(items.size()) - 1; i >= static_cast<int>(items.size()) - after; --i) push(items[static_cast<size_t>(i)]);
+      push(make_list(std::move(rest)));
+      for (int i = before - 1; i >= 0; --i) push(items[static_cast<size_t>(i)]);
+      break;
+    }
+    case Handler::GetIter: push(get_iter(pop())); break;
+    case Handler::ForIter: {
+      Sym v = iter_next(peek(1));
+      if (v) {
+        push(std::move(v));
+      } else {
+        pop();
+        int target = f.dc->instrs[static_cast<size_t>(ins.jump)].offset + for_iter_exhausted_skip();
+        next = f.dc->index_at_offset[static_cast<size_t>(target)];
+      }
+      break;
+    }
+    case Handler::EndFor: pop(); pop(); break;
+    case Handler::JumpForward:
+    case Handler::JumpBackward:
+      next = ins.jump;
+      break;
+    case Handler::PopJumpIfFalse:
+      if (!truth(pop())) next = ins.jump;
+      break;
+    case Handler::PopJumpIfTrue:
+      if (truth(pop())) next = ins.jump;
+      break;
+    case Handler::PopJumpIfNone:
+    case Handler::PopJumpIfNotNone: {
+      Sym v = pop();
+      bool is_none = v->is(SymKind::Const) && v->obj.get() == Py_None;
+      if (is_none == (ins.handler == Handler::PopJumpIfNone)) next = ins.jump;
+      break;
+    }
+    case Handler::JumpIfFalseOrPop:
+      if (!truth(peek(1))) next = ins.jump;
+      else pop();
+      break;
+    case Handler::JumpIfTrueOrPop:
+      if (truth(peek(1))) next = ins.jump;
+      else pop();
+      break;
+    case Handler::KwNames: f.kw_names = PyRef::borrow(co_const(f, arg)); break;
+    case Handler::Call: {
+      std::vector<Sym> args(st.end() - arg, st.end());
+      st.resize(st.size() - static_cast<size_t>(arg));
+      Sym second = pop();
+      Sym first = pop();
+      Sym fn;
+      if (first->is(SymKind::Null)) {
+        fn = std::move(second);
+      } else {
+        fn = std::move(first);
+        args.insert(args.begin(), std::move(second));
+      }
+      KwArgs kwargs;
+      if (f.kw_names) {
+        Py_ssize_t nkw = PyTuple_GET_SIZE(f.kw_names.get());
+        size_t first_kw = args.size() - static_cast<size_t>(nkw);
+        for (Py_ssize_t i = 0; i < nkw; ++i)
+          kwargs.emplace_back(str_of(PyTuple_GET_ITEM(f.kw_names.get(), i)), args[first_kw + static_cast<size_t>(i)]);
+        args.resize(first_kw);
+        f.kw_names = PyRef();
+      }
+      push(call(fn, std::move(args), std::move(kwargs)));
+      break;
+    }
+    case Handler::CallFunctionEx: {
+      Sym kw = (arg & 1) ? pop() : nullptr;
+      Sym args = pop();
+      Sym fn = pop();
+      Sym null = pop();
+      FF_CHECK(null->is(SymKind::Null), "CALL_FUNCTION_EX without NULL below the callable");
+      KwArgs kwargs;
+      if (kw) {
+        if (kw->is(SymKind::Const) && PyDict_Check(kw->obj.get())) kw = wrap(kw->obj.get(), nullptr);
+        if (!kw->is(SymKind::Dict)) brk(BreakKind::UnsupportedValue, "** of a value that is not a dict");
+        for (size_t i = 0; i < kw->keys.size(); ++i) {
+          PyObject* k = kw->keys[i]->obj.get();
+          if (!PyUnicode_Check(k)) brk(BreakKind::WrongArguments, "keywords must be strings");
+          kwargs.emplace_back(str_of(k), kw->items[i]);
+        }
+      }
+      push(call(fn, iterate(args), std::move(kwargs)));
+      break;
+    }
+    case Handler::MakeFunction: {
+      Sym code = pop();
+      Sym fn = make_sym(SymKind::Function);
+      fn->obj = code->obj;
+      fn->globals = PyRef::borrow(f.globals);
+      fn->source = f.globals_source;
+      fn->flag = f.guard_globals;
+      fn->items = {nullptr, nullptr, nullptr};
+      if (arg & 8) fn->items[2] = pop();
+      if (arg & 4) pop();
+      if (arg & 2) fn->items[1] = pop();
+      if (arg & 1) fn->items[0] = pop();
+      push(std::move(fn));
+      break;
+    }
+    case Handler::BeforeWith: {
+      Sym mgr = pop();
+      if (mgr->is(SymKind::GradCtx)) {
+        Sym exit = make_sym(SymKind::Method);
+        exit->name = "__exit__";
+        exit->items = {mgr};
+        mgr->flag = mgr->flag;  // grad mode inside the block
+        Sym enter = make_sym(SymKind::Method);
+        enter->name = "__enter__";
+        enter->items = {mgr};
+        std::vector<Sym> no_args;
+        KwArgs no_kw;
+        Sym entered = call_method(enter, no_args, no_kw);
+        push(std::move(exit));
+        push(std::move(entered));
+        break;
+      }
+      if (mgr->is(SymKind::Object) || mgr->is(SymKind::NewObject)) {
+        Sym enter = try_load_attr(mgr, "__enter__");
+        Sym exit = try_load_attr(mgr, "__exit__");
+        if (enter && exit && enter->is(SymKind::BoundMethod) && exit->is(SymKind::BoundMethod)) {
+          Sym entered = call(enter, {}, {});
+          push(std::move(exit));
+          push(std::move(entered));
+          break;
+        }
+      }
+      brk(BreakKind::UnsupportedContextManager, describe_sym(mgr));
+    }
+    case Handler::FormatValue: {
+      Sym spec = (arg & 4) ? pop() : nullptr;
+      Sym v = pop();
+      PyRef value = PyRef::steal(sym_to_const(v));
+      if (!value || (spec && !spec->is(SymKind::Const)))
+        brk(BreakKind::UnsupportedOperand, "formatting " + describe_sym(v) + " into a string");
+      int conv = arg & 3;
+      if (conv == 1) value = PyRef::steal(PyObject_Str(value.get()));
+      else if (conv == 2) value = PyRef::steal(PyObject_Repr(value.get()));
+      else if (conv == 3) value = PyRef::steal(PyObject_ASCII(value.get()));
+      if (!value) { PyErr_Clear(); brk(BreakKind::RaisesInTrace, "string conversion failed"); }
+      PyObject* r = PyObject_Format(value.get(), spec ? spec->obj.get() : nullptr);
+      if (!r) { PyErr_Clear(); brk(BreakKind::RaisesInTrace, "format() failed"); }
+      push(make_const_steal(r));
+      break;
+    }
+    case Handler::ReturnGenerator:
+      if (!f.yields) brk(BreakKind::GeneratorFrame, "generator frame");
+      push(make_const(Py_None));
+      break;
+    case Handler::YieldValue:
+      if (!f.yields) brk(BreakKind::GeneratorFrame, "yield");
+      f.yields->push_back(pop());
+      push(make_const(Py_None));
+      break;
+    case Handler::LoadAssertionError: push(make_const(PyExc_AssertionError)); break;
+    case Handler::RaiseVarargs: brk(BreakKind::RaisesInTrace, "raise statement reached");
+    case Handler::ImportName: {
+      Sym fromlist = pop();
+      Sym level = pop();
+      PyObject* name = co_name(f, arg);
+      PyObject* modules = PyImport_GetModuleDict();
+      if (!level->is(SymKind::Const) || PyLong_AsLong(level->obj.get()) != 0 || !PyDict_GetItem(modules, name))
+        brk(BreakKind::UnsupportedCall, "import of a module that is not loaded yet: " + str_of(name));
+      PyObject* m = PyImport_ImportModuleLevelObject(name, f.globals, nullptr, fromlist->obj.get(), 0);
+      if (!m) { PyErr_Clear(); brk(BreakKind::RaisesInTrace, "import failed"); }
+      push(make_const_steal(m));
+      break;
+    }
+    case Handler::ImportFrom: push(load_attr(peek(1), str_of(co_name(f, arg)))); break;
+    case Handler::GetLen: push(len_of(peek(1))); break;
+    case Handler::ReturnValue:
+    case Handler::ReturnConst:
+      FF_CHECK(false, "returns are handled by run_frame");
+  }
+  f.ip = next;
+}
+
+// ---- the root frame and the result --------------------------------------------------------------
+
+namespace {
+
+struct OutputBuilder {
+  SymbolicTracer& t;
+  std::vector<Value> outputs;
+  std::unordered_map<NodeId, int> index_of;
+
+  OutputPlan plan(const Sym& v) {
+    OutputPlan p;
+    switch (v->kind) {
+      case SymKind::Tensor: {
+        auto it = index_of.find(v->node);
+        int idx;
+        if (it != index_of.end()) {
+          idx = it->second;
+        } else {
+          idx = static_cast<int>(outputs.size());
+          outputs.push_back(Value::of_node(v->node));
+          index_of.emplace(v->node, idx);
+        }
+        p.kind = OutputPlan::Kind::GraphOutput;
+        p.index = idx;
+        return p;
+      }
+      case SymKind::Const:
+        if (v->source && !is_plain_const(v->obj.get())) {
+          p.kind = OutputPlan::Kind::Source;
+          p.source = v->source;
+        } else {
+          p.kind = OutputPlan::Kind::Constant;
+          p.constant = v->obj.get();
+          Py_INCREF(p.constant);
+        }
+        return p;
+      case SymKind::Tuple:
+        p.kind = OutputPlan::Kind::Tuple;
+        for (const Sym& i : v->items) p.items.push_back(plan(i));
+        p.tuple_type = v->obj.get();
+        Py_XINCREF(p.tuple_type);
+        return p;
+      case SymKind::List:
+      case SymKind::Dict:
+      case SymKind::Object:
+        if (v->source && v->obj) {
+          p.kind = OutputPlan::Kind::Source;
+          p.source = v->source;
+          return p;
+        }
+        if (v->is(SymKind::List)) {
+          p.kind = OutputPlan::Kind::List;
+          for (const Sym& i : v->items) p.items.push_back(plan(i));
+          return p;
+        }
+        if (v->is(SymKind::Dict)) {
+          p.kind = OutputPlan::Kind::Dict;
+          for (size_t i = 0; i < v->keys.size(); ++i) {
+            p.items.push_back(plan(v->items[i]));
+            p.keys.push_back(v->keys[i]->obj.get());
+            Py_INCREF(p.keys.back());
+          }
+          return p;
+        }
+        break;
+      case SymKind::Set:
+      case SymKind::Slice: {
+        PyObject* c = sym_to_const(v);
+        if (c) {
+          p.kind = OutputPlan::Kind::Constant;
+          p.constant = c;
+          return p;
+        }
+        break;
+      }
+      default:
+        break;
+    }
+    t.brk(BreakKind::EscapingObject, describe_sym(v));
+  }
+};
+
+std::string placeholder_name(const Source& s) {
+  std::string text = s.str();
+  std::string out;
+  for (char c : text) {
+    char l = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    if (std::isalnum(static_cast<unsigned char>(l))) out += l;
+    else if (!out.empty() && out.back() != '_') out += '_';
+  }
+  while (!out.empty() && out.back() == '_') out.pop_back();
+  return out.empty() ? "input" : out;
+}
+
+// NB: the working graph holds placeholders where they were discovered (parameters are found
+// mid-trace); the result graph is rebuilt with every placeholder first, as the IR requires.
+Graph placeholders_first(const Graph& g, std::vector<NodeId>* remap) {
+  Graph out;
+  remap->assign(g.size(), -1);
+  for (size_t i = 0; i < g.size(); ++i) {
+    const Node& n = g.node(static_cast<NodeId>(i));
+    if (n.kind == NodeKind::Placeholder) (*remap)[i] = out.add_placeholder(n.name, n.meta);
+  }
+  std::function<Value(const Value&)> fix = [&](const Value& v) {
+    Value r = v;
+    if (r.kind == Value::Kind::Node) r.node = (*remap)[static_cast<size_t>(v.node)];
+    for (Value& item : r.items) item = fix(item);
+    return r;
+  };
+  for (size_t i = 0; i < g.size(); ++i) {
+    const Node& n = g.node(static_cast<NodeId>(i));
+    if (n.kind == NodeKind::Call) {
+      std::vector<Value> args;
+      args.reserve(n.args.size());
+      for (const Value& a : n.args) args.push_back(fix(a));
+      (*remap)[i] = out.add_call(n.op, std::move(args), n.meta, n.name);
+    } else if (n.kind == NodeKind::GetItem) {
+      (*remap)[i] = out.add_getitem((*remap)[static_cast<size_t>(n.args[0].node)], n.args[1].i);
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+Sym SymbolicTracer::tensor_sym(NodeId node) {
+  const ValueMeta& m = out_.graph.node(node).meta;
+  if (m.kind == ValueMeta::Kind::Tensor) {
+    Sym s = make_sym(SymKind::Tensor);
+    s->node = node;
+    s->meta = m.tensor;
+    s->obj = PyRef::borrow(known().tensor_type);
+    return s;
+  }
+  if (m.kind == ValueMeta::Kind::Tuple) {
+    std::vector<Sym> items;
+    for (size_t i = 0; i < m.items.size(); ++i) items.push_back(tensor_sym(out_.graph.add_getitem(node, static_cast<int64_t>(i))));
+    return make_tuple(std::move(items));
+  }
+  if (m.kind == ValueMeta::Kind::None) return make_const(Py_None);
+  brk(BreakKind::DataDependentShape, "op returns a Python scalar computed from tensor data");
+}
+
+CaptureResult SymbolicTracer::trace() {
+  const Known& k = known();
+  if (k.torch) {
+    init_op_callables();
+    grad_enabled_ = PyObject_IsTrue(PyRef::steal(PyObject_CallMethod(known().torch, "is_grad_enabled", nullptr)).get());
+  }
+  if (k.torch) {
+    Guard g;
+    g.kind = Guard::Kind::GlobalState;
+    g.grad_enabled = grad_enabled_;
+    PyRef dt = PyRef::steal(PyObject_CallMethod(known().torch, "get_default_dtype", nullptr));
+    PyRef name = PyRef::steal(PyObject_Str(dt.get()));
+    auto d = dtype_from_name(PyUnicode_AsUTF8(name.get()));
+    g.default_dtype = d ? *d : DType::Float32;
+    out_.guards.push_back(std::move(g));
+  }
+  Frame root;
+  root.code = view_.code;
+  root.dc = &decode_code(view_.code);
+  root.globals = view_.globals;
+  root.builtins = view_.builtins;
+  root.depth = 0;
+  int n = root.dc->nlocalsplus;
+  root.locals.resize(static_cast<size_t>(n));
+  PyObject* names = view_.code->co_localsplusnames;
+  for (int i = 0; i < n && static_cast<size_t>(i) < view_.localsplus.size(); ++i) {
+    PyObject* v = view_.localsplus[static_cast<size_t>(i)];
+    if (!v) continue;
+    auto src = std::make_shared<Source>();
+    src->kind = Source::Kind::Local;
+    src->index = i;
+    src->name = PyUnicode_AsUTF8(PyTuple_GET_ITEM(names, i));
+    root.locals[static_cast<size_t>(i)] = wrap(v, src);
+  }
+  if (view_.closure) {
+    Py_ssize_t nfree = PyTuple_GET_SIZE(view_.closure);
+    std::vector<Sym> cells;
+    for (Py_ssize_t i = 0; i < nfree; ++i) {
+      Sym cell = make_sym(SymKind::Cell);
+      cell->obj = PyRef::borrow(PyTuple_GET_ITEM(view_.closure, i));
+      auto src = std::make_shared<Source>();
+      src->kind = Source::Kind::Closure;
+      src->index = static_cast<int>(i);
+      src->name = PyUnicode_AsUTF8(PyTuple_GET_ITEM(names, n - nfree + i));
+      cell->source = src;
+      cells.push_back(cell);
+    }
+    root.closure = make_tuple(std::move(cells));
+  }
+  Sym result = run_frame(root);
+
+  OutputBuilder ob{*this, {}, {}};
+  OutputPlan output = ob.plan(result);
+  std::vector<SideEffect> effects;
+  for (PendingEffect& e : effects_) {
+    SideEffect s;
+    s.kind = e.kind;
+    s.target = e.target;
+    s.name = e.name;
+    s.key = e.key.release();
+    s.value = ob.plan(e.value);
+    effects.push_back(std::move(s));
+  }
+  for (const Sym& list : mutated_containers_) {
+    SideEffect s;
+    s.kind = SideEffect::Kind::ReplaceList;
+    s.target = list->source;
+    s.value.kind = OutputPlan::Kind::List;
+    for (const Sym& i : list->items) s.value.items.push_back(ob.plan(i));
+    effects.push_back(std::move(s));
+  }
+  std::vector<NodeId> remap;
+  Graph g = placeholders_first(out_.graph, &remap);
+  std::vector<Value> outs;
+  for (const Value& v : ob.outputs) outs.push_back(Value::of_node(remap[static_cast<size_t>(v.node)]));
+  g.set_output(Value::tuple(std::move(outs)));
+  out_.graph = std::move(g);
+  out_.output = std::move(output);
+  output = OutputPlan{};
+  out_.side_effects = std::move(effects);
+  return std::move(out_);
+}
+
+CaptureResult trace_frame(const FrameView& frame, const TraceOptions& options) {
+  SymbolicTracer t(frame, options);
+  return t.trace();
+}
+
+std::string placeholder_name_for(const Source& s) { return placeholder_name(s); }
+
+}  // namespace ff

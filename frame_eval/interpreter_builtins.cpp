@@ -1,0 +1,710 @@
+// Calls of Python objects known at capture time: torch ops (graph nodes), Python builtins and pure
+// functions (evaluated at capture time on constants), tensor methods and builtin container methods.
+#include <Python.h>
+
+#include <string_view>
+
+#include "frame_eval/interpreter_impl.h"
+#include "graph/op_registry.h"
+#include "graph/python/graph_calls.h"
+
+namespace ff {
+
+namespace {
+
+bool has_tensor(const Sym& s) {
+  if (s->is(SymKind::Tensor)) return true;
+  if (s->is(SymKind::Tuple) || s->is(SymKind::List) || s->is(SymKind::Slice) || s->is(SymKind::Dict))
+    for (const Sym& i : s->items)
+      if (i && has_tensor(i)) return true;
+  return false;
+}
+
+std::string qualname(PyObject* fn) {
+  PyObject* q = PyObject_GetAttrString(fn, "__qualname__");
+  if (!q) q = PyObject_GetAttrString(fn, "__name__");
+  std::string r = q && PyUnicode_Check(q) ? PyUnicode_AsUTF8(q) : Py_TYPE(fn)->tp_name;
+  Py_XDECREF(q);
+  PyErr_Clear();
+  return r;
+}
+
+std::string module_of(PyObject* fn) {
+  PyObject* m = PyObject_GetAttrString(fn, "__module__");
+  std::string r = m && PyUnicode_Check(m) ? PyUnicode_AsUTF8(m) : "";
+  Py_XDECREF(m);
+  PyErr_Clear();
+  if (r.empty() && PyCFunction_Check(fn)) {
+    PyObject* self = PyCFunction_GET_SELF(fn);
+    if (self && PyModule_Check(self)) {
+      const char* n = PyModule_GetName(self);
+      if (n) r = n;
+      PyErr_Clear();
+    }
+  }
+  return r;
+}
+
+bool starts_with(std::string_view s, std::string_view p) { return s.rfind(p, 0) == 0; }
+
+// Builtins that are pure functions of their (constant) arguments.
+bool is_pure_builtin(std::string_view n) {
+  for (std::string_view p : {"abs", "all", "any", "ascii", "bin", "bool", "callable", "chr", "complex", "divmod",
+                             "float", "format", "frozenset", "hash", "hex", "int", "isinstance", "issubclass", "len",
+                             "max", "min", "oct", "ord", "pow", "range", "repr", "round", "slice", "sorted", "str",
+                             "sum", "tuple", "type", "bytes"})
+    if (n == p) return true;
+  return false;
+}
+
+}  // namespace
+
+PyObject* SymbolicTracer::type_of(const Sym& v) {
+  switch (v->kind) {
+    case SymKind::Const: return reinterpret_cast<PyObject*>(Py_TYPE(v->obj.get()));
+    case SymKind::Tensor: return v->obj ? v->obj.get() : known().tensor_type;
+    case SymKind::Tuple: return v->obj ? v->obj.get() : reinterpret_cast<PyObject*>(&PyTuple_Type);
+    case SymKind::List: return v->obj ? reinterpret_cast<PyObject*>(Py_TYPE(v->obj.get())) : reinterpret_cast<PyObject*>(&PyList_Type);
+    case SymKind::Dict: return v->obj ? reinterpret_cast<PyObject*>(Py_TYPE(v->obj.get())) : reinterpret_cast<PyObject*>(&PyDict_Type);
+    case SymKind::Set: return reinterpret_cast<PyObject*>(&PySet_Type);
+    case SymKind::Object: return reinterpret_cast<PyObject*>(Py_TYPE(v->obj.get()));
+    case SymKind::NewObject: return v->obj.get();
+    case SymKind::Function: return reinterpret_cast<PyObject*>(&PyFunction_Type);
+    case SymKind::BoundMethod: return reinterpret_cast<PyObject*>(&PyMethod_Type);
+    case SymKind::Slice: return reinterpret_cast<PyObject*>(&PySlice_Type);
+    case SymKind::Partial: return known().partial_type;
+    case SymKind::Super: return reinterpret_cast<PyObject*>(&PySuper_Type);
+    default: return nullptr;
+  }
+}
+
+Value SymbolicTracer::to_value(const Sym& v) {
+  switch (v->kind) {
+    case SymKind::Tensor: return Value::of_node(v->node);
+    case SymKind::Const: {
+      auto c = constant_from_py(v->obj.get());
+      if (!c) brk(BreakKind::UnsupportedValue, describe_sym(v) + " as an argument of a torch op");
+      return *c;
+    }
+    case SymKind::Tuple:
+    case SymKind::List: {
+      std::vector<Value> items;
+      items.reserve(v->items.size());
+      for (const Sym& i : v->items) items.push_back(to_value(i));
+      return v->is(SymKind::List) ? Value::list(std::move(items)) : Value::tuple(std::move(items));
+    }
+    case SymKind::Slice: return Value::slice(to_value(v->items[0]), to_value(v->items[1]), to_value(v->items[2]));
+    default: brk(BreakKind::UnsupportedValue, describe_sym(v) + " as an argument of a torch op");
+  }
+}
+
+Sym SymbolicTracer::torch_call(PyObject* fn, const std::vector<Sym>& args, const KwArgs& kwargs, const std::string& what) {
+  std::vector<Value> vals;
+  vals.reserve(args.size());
+  for (const Sym& a : args) vals.push_back(to_value(a));
+  std::vector<std::pair<std::string, Value>> kw;
+  for (const auto& [k, v] : kwargs) kw.emplace_back(k, to_value(v));
+  std::string reason;
+  std::optional<NodeId> node;
+  try {
+    node = add_torch_call(out_.graph, fn, vals, kw, &reason, grad_enabled_);
+  } catch (const UserError& e) {
+    reason = e.what();
+  }
+  if (PyErr_Occurred()) PyErr_Clear();
+  if (!node) brk(BreakKind::UnsupportedTorchOp, what + ": " + reason);
+  return tensor_sym(*node);
+}
+
+Sym SymbolicTracer::fold(PyObject* fn, const std::vector<Sym>& args, const KwArgs& kwargs, const std::string& what) {
+  PyRef tuple = PyRef::steal(PyTuple_New(static_cast<Py_ssize_t>(args.size())));
+  for (size_t i = 0; i < args.size(); ++i) {
+    PyObject* c = sym_to_const(args[i]);
+    if (!c) brk(BreakKind::UnsupportedOperand, what + " of " + describe_sym(args[i]));
+    PyTuple_SET_ITEM(tuple.get(), static_cast<Py_ssize_t>(i), c);
+  }
+  PyRef kw;
+  if (!kwargs.empty()) {
+    kw = PyRef::steal(PyDict_New());
+    for (const auto& [k, v] : kwargs) {
+      PyRef c = PyRef::steal(sym_to_const(v));
+      if (!c) brk(BreakKind::UnsupportedOperand, what + " of " + describe_sym(v));
+      PyDict_SetItemString(kw.get(), k.c_str(), c.get());
+    }
+  }
+  PyObject* r = PyObject_Call(fn, tuple.get(), kw.get());
+  if (!r) {
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    std::string msg = type ? reinterpret_cast<PyTypeObject*>(type)->tp_name : "error";
+    PyRef s = PyRef::steal(value ? PyObject_Str(value) : nullptr);
+    if (s) msg += std::string(": ") + PyUnicode_AsUTF8(s.get());
+    Py_XDECREF(type); Py_XDECREF(value); Py_XDECREF(tb);
+    PyErr_Clear();
+    brk(BreakKind::RaisesInTrace, what + " raises " + msg);
+  }
+  PyRef hold = PyRef::steal(r);
+  if (PyObject_TypeCheck(r, reinterpret_cast<PyTypeObject*>(known().tensor_type)))
+    brk(BreakKind::UnknownCFunction, what + " returns a tensor");
+  return wrap(r, nullptr);
+}
+
+Sym SymbolicTracer::call_const(const Sym& fn, std::vector<Sym>& args, KwArgs& kwargs) {
+  PyObject* o = fn->obj.get();
+  const Known& k = known();
+  bool any_tensor = false;
+  for (const Sym& a : args) any_tensor = any_tensor || has_tensor(a);
+  for (const auto& kv : kwargs) any_tensor = any_tensor || has_tensor(kv.second);
+
+  if (o == k.graph_break_fn && o) brk(BreakKind::ExplicitBreak, "");
+  if (PyType_Check(o)) {
+    if (o == k.no_grad || o == k.enable_grad) {
+      Sym g = make_sym(SymKind::GradCtx);
+      g->flag = o == k.enable_grad;
+      return g;
+    }
+    if (o == k.set_grad_enabled) {
+      if (args.size() != 1 || !args[0]->is(SymKind::Const)) brk(BreakKind::GradModeChange, "set_grad_enabled with a non-constant mode");
+      Sym g = make_sym(SymKind::GradCtx);
+      g->flag = PyObject_IsTrue(args[0]->obj.get());
+      if (g->flag != grad_enabled_) brk(BreakKind::GradModeChange, "torch.set_grad_enabled");
+      return g;
+    }
+    if (o == k.size_type) {
+      Sym r = make_tuple(args.empty() ? std::vector<Sym>{} : iterate(args[0]), k.size_type);
+      for (const Sym& i : r->items)
+        if (!i->is(SymKind::Const)) brk(BreakKind::UnsupportedValue, "torch.Size of non-constant sizes");
+      return r;
+    }
+    if (o == k.partial_type) {
+      if (args.empty()) brk(BreakKind::WrongArguments, "partial() needs a function");
+      Sym p = make_sym(SymKind::Partial);
+      Sym d = make_sym(SymKind::Dict);
+      for (auto& [key, v] : kwargs) {
+        d->keys.push_back(make_const_steal(PyUnicode_FromString(key.c_str())));
+        d->items.push_back(v);
+      }
+      p->items = {args[0], make_tuple(std::vector<Sym>(args.begin() + 1, args.end())), d};
+      return p;
+    }
+    if (PyObject_GetAttrString(o, "__module__") && (PyErr_Clear(), true)) {
+      // fallthrough to the checks below
+    }
+    PyErr_Clear();
+    std::string mod = module_of(o);
+    if (PyExceptionClass_Check(o) && !any_tensor) return fold(o, args, kwargs, qualname(o));
+    if (mod == "builtins") return call_builtin(o, reinterpret_cast<PyTypeObject*>(o)->tp_name, args, kwargs);
+    if (!any_tensor && (starts_with(mod, "torch") || mod == "math" || mod == "enum")) {
+      if (auto op = op_for_callable(o)) return torch_call(o, args, kwargs, qualname(o));
+      return fold(o, args, kwargs, qualname(o));
+    }
+    if (auto op = op_for_callable(o)) return torch_call(o, args, kwargs, qualname(o));
+    return construct(o, std::move(args), std::move(kwargs));
+  }
+  std::string mod = module_of(o);
+  if (mod == "builtins" && PyCFunction_Check(o)) return call_builtin(o, qualname(o), args, kwargs);
+  if (auto op = op_for_callable(o)) {
+    bool pure_python_op = mod == "_operator" || mod == "operator" || mod == "builtins";
+    if (!(pure_python_op && !any_tensor)) return torch_call(o, args, kwargs, qualname(o));
+  }
+  if (PyFunction_Check(o)) return call_python_function(o, fn->source, std::move(args), std::move(kwargs));
+  std::string name = qualname(o);
+  if (starts_with(mod, "torch") || starts_with(name, "_has_torch_function") || starts_with(name, "has_torch_function")) {
+    if (starts_with(name, "_has_torch_function") || starts_with(name, "has_torch_function")) {
+      for (const Sym& a : args)
+        for (const Sym& item : iterate_or_self(a))
+          if (item->is(SymKind::Object) || item->is(SymKind::NewObject)) {
+            PyObject* tf = PyObject_GetAttrString(type_of(item), "__torch_function__");
+            bool has = tf != nullptr;
+            Py_XDECREF(tf);
+            PyErr_Clear();
+            if (has) brk(BreakKind::UnsupportedCall, "an argument overrides __torch_function__");
+          }
+      return make_const(Py_False);
+    }
+    if (name == "is_grad_enabled") return make_const(grad_enabled_ ? Py_True : Py_False);
+    for (std::string_view n : {"_get_tracing_state", "is_autocast_enabled", "is_autocast_cpu_enabled",
+                               "is_inference_mode_enabled", "get_default_dtype", "is_scripting", "is_tracing",
+                               "_is_torch_function_mode_enabled", "_is_any_autocast_enabled", "is_compiling",
+                               "is_fx_tracing", "is_available", "is_built", "_get_cudnn_enabled", "is_tensor",
+                               "is_floating_point", "is_complex", "_jit_internal", "annotate"})
+      if (name == n || (starts_with(name, "_") && name.substr(1) == n)) {
+        if (name == "is_tensor") return make_const(args.size() == 1 && args[0]->is(SymKind::Tensor) ? Py_True : Py_False);
+        if ((name == "is_floating_point" || name == "is_complex") && args.size() == 1 && args[0]->is(SymKind::Tensor)) {
+          std::vector<Sym> rest;
+          return call_tensor_method(args[0], name, rest, kwargs);
+        }
+        if (name == "annotate" && args.size() == 2) return args[1];
+        if (!any_tensor) return fold(o, args, kwargs, name);
+      }
+    if (!any_tensor && PyType_Check(o)) return fold(o, args, kwargs, name);
+    if (Py_TYPE(o) == &PyMethodDescr_Type && !args.empty() && args[0]->is(SymKind::Tensor)) {
+      std::vector<Sym> rest(args.begin() + 1, args.end());
+      return call_tensor_method(args[0], PyUnicode_AsUTF8(reinterpret_cast<PyDescrObject*>(o)->d_name), rest, kwargs, o);
+    }
+    brk(BreakKind::UnsupportedTorchOp, mod + "." + name + " is not in framefuse's op registry");
+  }
+  if (mod == "math" || mod == "_operator" || mod == "operator" || mod == "builtins" || mod == "_functools" ||
+      Py_TYPE(o) == &PyMethodDescr_Type || Py_TYPE(o) == &PyWrapperDescr_Type ||
+      (PyCFunction_Check(o) && PyCFunction_GET_SELF(o) && is_plain_const(PyCFunction_GET_SELF(o)))) {
+    if (o == k.object_setattr && args.size() == 3 && args[0]->is(SymKind::NewObject) && args[1]->is(SymKind::Const)) {
+      store_attr(args[0], PyUnicode_AsUTF8(args[1]->obj.get()), args[2]);
+      return make_const(Py_None);
+    }
+    if ((mod == "_operator" || mod == "operator") && !any_tensor) {
+      if (name == "getitem" && args.size() == 2) return subscript(args[0], args[1]);
+      if (name == "contains" && args.size() == 2) return contains(args[0], args[1]);
+      if (name == "is_" && args.size() == 2) return is_same(args[0], args[1]);
+      if (name == "not_" && args.size() == 1) return make_const(truth(args[0]) ? Py_False : Py_True);
+      if (name == "truth" && args.size() == 1) return make_const(truth(args[0]) ? Py_True : Py_False);
+      if (name == "index" && args.size() == 1 && args[0]->is(SymKind::Const)) return args[0];
+    }
+    if (Py_TYPE(o) == &PyMethodDescr_Type && !args.empty() && args[0]->is(SymKind::Tensor)) {
+      std::vector<Sym> rest(args.begin() + 1, args.end());
+      return call_tensor_method(args[0], PyUnicode_AsUTF8(reinterpret_cast<PyDescrObject*>(o)->d_name), rest, kwargs, o);
+    }
+    if ((Py_TYPE(o) == &PyMethodDescr_Type || Py_TYPE(o) == &PyWrapperDescr_Type) && !args.empty() &&
+        (args[0]->is(SymKind::List) || args[0]->is(SymKind::Dict) || args[0]->is(SymKind::Tuple))) {
+      Sym m = make_sym(SymKind::Method);
+      m->name = PyUnicode_AsUTF8(reinterpret_cast<PyDescrObject*>(o)->d_name);
+      m->items = {args[0]};
+      std::vector<Sym> rest(args.begin() + 1, args.end());
+      return call_method(m, rest, kwargs);
+    }
+    if (o == k.object_init && !args.empty() && args[0]->is(SymKind::NewObject)) return make_const(Py_None);
+    if (!any_tensor) return fold(o, args, kwargs, name);
+    brk(BreakKind::UnsupportedOperand, name + " on a tensor");
+  }
+  if (o == k.graph_break_fn) brk(BreakKind::ExplicitBreak, "");
+  brk(BreakKind::UnknownCFunction, (mod.empty() ? "" : mod + ".") + name);
+}
+
+std::vector<Sym> SymbolicTracer::iterate_or_self(const Sym& s) {
+  if (s->is(SymKind::Tuple) || s->is(SymKind::List)) return s->items;
+  return {s};
+}
+
+Sym SymbolicTracer::call_builtin(PyObject* fn, const std::string& name, std::vector<Sym>& args, KwArgs& kwargs) {
+  auto arg_count = [&](size_t lo, size_t hi) {
+    if (args.size() < lo || args.size() > hi) brk(BreakKind::WrongArguments, name + "() with " + std::to_string(args.size()) + " arguments");
+  };
+  if (name == "print") brk(BreakKind::Print, "");
+  if (name == "isinstance" || name == "issubclass") {
+    arg_count(2, 2);
+    PyObject* t = name == "isinstance" ? type_of(args[0]) : (args[0]->is(SymKind::Const) ? args[0]->obj.get() : nullptr);
+    PyRef cls = PyRef::steal(sym_to_const(args[1]));
+    if (!t || !cls) brk(BreakKind::UnsupportedOperand, name + " of " + describe_sym(args[0]));
+    int r = PyObject_IsSubclass(t, cls.get());
+    if (r < 0) { PyErr_Clear(); brk(BreakKind::RaisesInTrace, name + "() arg 2 is not a type"); }
+    return make_const(r ? Py_True : Py_False);
+  }
+  if (name == "len") { arg_count(1, 1); return len_of(args[0]); }
+  if (name == "getattr" || name == "hasattr") {
+    arg_count(2, 3);
+    if (!args[1]->is(SymKind::Const) || !PyUnicode_Check(args[1]->obj.get())) brk(BreakKind::UnsupportedOperand, name + " with a non-constant name");
+    Sym r = try_load_attr(args[0], PyUnicode_AsUTF8(args[1]->obj.get()));
+    if (name == "hasattr") return make_const(r ? Py_True : Py_False);
+    if (r) return r;
+    if (args.size() == 3) return args[2];
+    brk(BreakKind::RaisesInTrace, "AttributeError in getattr");
+  }
+  if (name == "setattr") {
+    arg_count(3, 3);
+    if (!args[1]->is(SymKind::Const) || !PyUnicode_Check(args[1]->obj.get())) brk(BreakKind::UnsupportedOperand, "setattr with a non-constant name");
+    store_attr(args[0], PyUnicode_AsUTF8(args[1]->obj.get()), args[2]);
+    return make_const(Py_None);
+  }
+  if (name == "type" && args.size() == 1) {
+    PyObject* t = type_of(args[0]);
+    if (!t) brk(BreakKind::UnsupportedOperand, "type() of " + describe_sym(args[0]));
+    return make_const(t);
+  }
+  if (name == "enumerate") {
+    arg_count(1, 2);
+    int64_t start = 0;
+    if (args.size() == 2) start = PyLong_AsLongLong(args[1]->obj.get());
+    for (auto& [key, v] : kwargs)
+      if (key == "start") start = PyLong_AsLongLong(v->obj.get());
+    Sym it = make_sym(SymKind::Iterator);
+    for (Sym& item : iterate(args[0])) it->items.push_back(make_tuple({make_const_steal(PyLong_FromLongLong(start++)), item}));
+    return it;
+  }
+  if (name == "zip") {
+    std::vector<std::vector<Sym>> seqs;
+    size_t n = SIZE_MAX;
+    for (const Sym& a : args) {
+      seqs.push_back(iterate(a));
+      n = std::min(n, seqs.back().size());
+    }
+    Sym it = make_sym(SymKind::Iterator);
+    for (size_t i = 0; i < n && !seqs.empty(); ++i) {
+      std::vector<Sym> t;
+      for (auto& s : seqs) t.push_back(s[i]);
+      it->items.push_back(make_tuple(std::move(t)));
+    }
+    return it;
+  }
+  if (name == "reversed") {
+    arg_count(1, 1);
+    std::vector<Sym> items = iterate(args[0]);
+    Sym it = make_sym(SymKind::Iterator);
+    it->items.assign(items.rbegin(), items.rend());
+    return it;
+  }
+  if (name == "map") {
+    if (args.size() < 2) brk(BreakKind::WrongArguments, "map()");
+    std::vector<std::vector<Sym>> seqs;
+    size_t n = SIZE_MAX;
+    for (size_t i = 1; i < args.size(); ++i) {
+      seqs.push_back(iterate(args[i]));
+      n = std::min(n, seqs.back().size());
+    }
+    Sym it = make_sym(SymKind::Iterator);
+    for (size_t i = 0; i < n; ++i) {
+      std::vector<Sym> a;
+      for (auto& s : seqs) a.push_back(s[i]);
+      it->items.push_back(call(args[0], std::move(a), {}));
+    }
+    return it;
+  }
+  if (name == "list" || name == "tuple") {
+    arg_count(0, 1);
+    std::vector<Sym> items = args.empty() ? std::vector<Sym>{} : iterate(args[0]);
+    return name == "list" ? make_list(std::move(items)) : make_tuple(std::move(items));
+  }
+  if (name == "dict") {
+    Sym d = make_sym(SymKind::Dict);
+    if (args.size() == 1) {
+      Sym src = args[0];
+      if (src->is(SymKind::Dict)) {
+        for (size_t i = 0; i < src->keys.size(); ++i) store_subscript(d, src->keys[i], src->items[i]);
+      } else {
+        for (Sym& pair : iterate(src)) {
+          std::vector<Sym> kv = iterate(pair);
+          if (kv.size() != 2) brk(BreakKind::RaisesInTrace, "dict() sequence element is not a pair");
+          store_subscript(d, kv[0], kv[1]);
+        }
+      }
+    }
+    for (auto& [key, v] : kwargs) store_subscript(d, make_const_steal(PyUnicode_FromString(key.c_str())), v);
+    return d;
+  }
+  if (name == "set" || name == "frozenset") {
+    Sym s = make_sym(SymKind::Set);
+    if (!args.empty())
+      for (Sym& i : iterate(args[0])) {
+        if (!i->is(SymKind::Const)) brk(BreakKind::UnsupportedValue, "set of non-constant values");
+        s->items.push_back(i);
+      }
+    if (name == "frozenset") {
+      PyRef c = PyRef::steal(sym_to_const(s));
+      return make_const_steal(PyFrozenSet_New(c.get()));
+    }
+    return s;
+  }
+  if (name == "iter") { arg_count(1, 1); return get_iter(args[0]); }
+  if (name == "next") {
+    arg_count(1, 2);
+    Sym v = iter_next(args[0]);
+    if (v) return v;
+    if (args.size() == 2) return args[1];
+    brk(BreakKind::RaisesInTrace, "StopIteration from next()");
+  }
+  if (name == "slice") {
+    arg_count(1, 3);
+    Sym s = make_sym(SymKind::Slice);
+    Sym none = make_const(Py_None);
+    if (args.size() == 1) s->items = {none, args[0], none};
+    else s->items = {args[0], args[1], args.size() == 3 ? args[2] : none};
+    return s;
+  }
+  if (name == "super") {
+    Sym sup = make_sym(SymKind::Super);
+    if (args.size() == 2) {
+      if (!args[0]->is(SymKind::Const) || !PyType_Check(args[0]->obj.get())) brk(BreakKind::UnsupportedCall, "super() with a non-class");
+      sup->obj = args[0]->obj;
+      sup->items = {args[1]};
+      return sup;
+    }
+    arg_count(0, 0);
+    Frame& f = *frames_.back();
+    PyObject* names = f.code->co_localsplusnames;
+    Sym cls;
+    for (int i = 0; i < f.dc->nlocalsplus; ++i)
+      if (std::string_view(PyUnicode_AsUTF8(PyTuple_GET_ITEM(names, i))) == "__class__" && f.locals[static_cast<size_t>(i)])
+        cls = cell_contents(f.locals[static_cast<size_t>(i)]);
+    if (!cls || !cls->is(SymKind::Const) || f.code->co_argcount < 1 || !f.locals[0]) brk(BreakKind::UnsupportedCall, "super() outside a method");
+    Sym self = f.locals[0];
+    if (self->is(SymKind::Cell)) self = cell_contents(self);
+    sup->obj = cls->obj;
+    sup->items = {self};
+    return sup;
+  }
+  if (name == "bool") {
+    arg_count(0, 1);
+    return make_const(!args.empty() && truth(args[0]) ? Py_True : Py_False);
+  }
+  if ((name == "int" || name == "float" || name == "complex") && args.size() == 1 && args[0]->is(SymKind::Tensor))
+    brk(BreakKind::TensorToPython, name + "() of a tensor");
+  if (name == "abs" && args.size() == 1 && args[0]->is(SymKind::Tensor)) {
+    std::vector<Sym> none;
+    return call_tensor_method(args[0], "abs", none, kwargs);
+  }
+  if (name == "any" || name == "all") {
+    arg_count(1, 1);
+    bool want = name == "any";
+    for (Sym& i : iterate(args[0]))
+      if (truth(i) == want) return make_const(want ? Py_True : Py_False);
+    return make_const(want ? Py_False : Py_True);
+  }
+  if (name == "sum") {
+    arg_count(1, 2);
+    std::vector<Sym> items = iterate(args[0]);
+    Sym acc = args.size() == 2 ? args[1] : make_const_steal(PyLong_FromLong(0));
+    for (Sym& i : items) acc = binary_op(0, acc, i);
+    return acc;
+  }
+  if ((name == "min" || name == "max") && args.size() == 1 && kwargs.empty()) {
+    std::vector<Sym> items = iterate(args[0]);
+    std::vector<Sym> a = {make_tuple(std::move(items))};
+    return fold(fn, a, kwargs, name);
+  }
+  if (name == "callable") {
+    arg_count(1, 1);
+    SymKind kd = args[0]->kind;
+    if (kd == SymKind::Const) return make_const(PyCallable_Check(args[0]->obj.get()) ? Py_True : Py_False);
+    bool c = kd == SymKind::Function || kd == SymKind::BoundMethod || kd == SymKind::Method || kd == SymKind::Partial;
+    if (kd == SymKind::Object) c = PyCallable_Check(args[0]->obj.get());
+    return make_const(c ? Py_True : Py_False);
+  }
+  if (name == "id" || name == "vars" || name == "globals" || name == "locals" || name == "exec" || name == "eval" ||
+      name == "open" || name == "input" || name == "compile" || name == "delattr" || name == "__import__" ||
+      name == "breakpoint" || name == "help")
+    brk(BreakKind::UnknownCFunction, name);
+  if (is_pure_builtin(name) || name == "object") {
+    for (const Sym& a : args)
+      if (a->is(SymKind::Tensor)) brk(BreakKind::TensorToPython, name + "() of a tensor");
+    return fold(fn, args, kwargs, name);
+  }
+  brk(BreakKind::UnknownCFunction, name);
+}
+
+// ---- tensor methods -----------------------------------------------------------------------------
+
+Sym SymbolicTracer::call_tensor_method(const Sym& self, const std::string& name, std::vector<Sym>& args, KwArgs& kwargs,
+                               PyObject* descr) {
+  const TensorMeta& m = self->meta;
+  auto int_arg = [&](size_t i) -> int64_t {
+    if (i >= args.size() || !args[i]->is(SymKind::Const) || !PyLong_Check(args[i]->obj.get()))
+      brk(BreakKind::UnsupportedOperand, "tensor." + name + " with a non-constant dim");
+    int64_t d = PyLong_AsLongLong(args[i]->obj.get());
+    if (d < -m.dim() || d >= std::max<int64_t>(m.dim(), 1)) brk(BreakKind::RaisesInTrace, "dimension out of range in tensor." + name);
+    return d < 0 ? d + m.dim() : d;
+  };
+  if (name == "size" || name == "stride") {
+    const std::vector<int64_t>& v = name == "size" ? m.sizes : m.strides;
+    if (args.empty() && kwargs.empty()) {
+      std::vector<Sym> items;
+      for (int64_t d : v) items.push_back(make_const_steal(PyLong_FromLongLong(d)));
+      return make_tuple(std::move(items), name == "size" ? known().size_type : nullptr);
+    }
+    if (!kwargs.empty() && args.empty()) args.push_back(kwargs[0].second);
+    return make_const_steal(PyLong_FromLongLong(v[static_cast<size_t>(int_arg(0))]));
+  }
+  if (name == "dim" || name == "ndimension") return make_const_steal(PyLong_FromLongLong(m.dim()));
+  if (name == "numel" || name == "nelement") return make_const_steal(PyLong_FromLongLong(m.numel()));
+  if (name == "element_size") return make_const_steal(PyLong_FromLong(dtype_size(m.dtype)));
+  if (name == "is_floating_point") return make_const(is_floating(m.dtype) ? Py_True : Py_False);
+  if (name == "is_complex") return make_const(is_complex(m.dtype) ? Py_True : Py_False);
+  if (name == "is_contiguous" && args.empty() && kwargs.empty()) return make_const(m.is_contiguous() ? Py_True : Py_False);
+  if (name == "get_device") return make_const_steal(PyLong_FromLong(m.device.type == Device::Type::CUDA ? std::max(m.device.index, 0) : -1));
+  if (name == "item" || name == "tolist" || name == "numpy" || name == "__bool__" || name == "__int__" ||
+      name == "__float__" || name == "__index__" || name == "__len__")
+    brk(BreakKind::TensorToPython, "tensor." + name + "()");
+  if (name == "nonzero" || name == "unique" || name == "masked_select")
+    brk(BreakKind::DataDependentShape, "tensor." + name + "()");
+  if (name == "backward" || name == "register_hook" || name == "retain_grad" || name == "requires_grad_" ||
+      name == "data_ptr" || name == "storage")
+    brk(BreakKind::UnsupportedTorchOp, "tensor." + name + "()");
+  PyObject* desc = descr ? (Py_INCREF(descr), descr) : PyObject_GetAttrString(known().tensor_type, name.c_str());
+  if (!desc) {
+    PyErr_Clear();
+    brk(BreakKind::RaisesInTrace, "AttributeError: tensor has no attribute '" + name + "'");
+  }
+  PyRef hold = PyRef::steal(desc);
+  if (PyFunction_Check(desc) && !op_for_callable(desc)) {
+    // torch.Tensor methods written in Python (e.g. Tensor.split, __rsub__) are inlined.
+    std::vector<Sym> all = {self};
+    for (Sym& a : args) all.push_back(a);
+    return call_python_function(desc, nullptr, std::move(all), kwargs);
+  }
+  std::vector<Sym> all;
+  all.reserve(args.size() + 1);
+  all.push_back(self);
+  for (Sym& a : args) all.push_back(a);
+  if (!op_for_callable(desc)) {
+    // NB: a tensor method and the torch function of the same name are the same ATen op (self is
+    // `input`); use the function when only it is registered.
+    PyRef fn = PyRef::steal(PyObject_GetAttrString(known().torch, name.c_str()));
+    if (!fn) PyErr_Clear();
+    if (fn && PyCFunction_Check(fn.get()) && op_for_callable(fn.get()))
+      return torch_call(fn.get(), all, kwargs, "Tensor." + name);
+  }
+  return torch_call(desc, all, kwargs, "Tensor." + name);
+}
+
+// ---- builtin methods of containers and context managers -----------------------------------------
+
+void SymbolicTracer::note_list_mutation(const Sym& list) {
+  if (!list->obj) return;
+  if (!list->source) brk(BreakKind::UnsupportedValue, "mutation of a list that cannot be fetched again");
+  for (const Sym& s : mutated_containers_)
+    if (s == list) return;
+  mutated_containers_.push_back(list);
+}
+
+Sym SymbolicTracer::call_method(const Sym& method, std::vector<Sym>& args, KwArgs& kwargs) {
+  const Sym& self = method->items[0];
+  const std::string& name = method->name;
+  Sym none = make_const(Py_None);
+  switch (self->kind) {
+    case SymKind::Tensor:
+      return call_tensor_method(self, name, args, kwargs);
+    case SymKind::GradCtx:
+      if (name == "__enter__" || name == "__exit__") {
+        if (self->flag != grad_enabled_)
+          brk(BreakKind::GradModeChange, self->flag ? "torch.enable_grad()" : "torch.no_grad()");
+        return none;
+      }
+      brk(BreakKind::UnsupportedContextManager, "grad-mode object used as " + name);
+    case SymKind::List: {
+      auto& items = self->items;
+      if (name == "append") {
+        items.push_back(args.at(0));
+        note_list_mutation(self);
+        return none;
+      }
+      if (name == "extend") {
+        for (Sym& i : iterate(args.at(0))) items.push_back(i);
+        note_list_mutation(self);
+        return none;
+      }
+      if (name == "insert") {
+        int64_t i = PyLong_AsLongLong(args.at(0)->obj.get());
+        int64_t n = static_cast<int64_t>(items.size());
+        if (i < 0) i = std::max<int64_t>(0, i + n);
+        i = std::min(i, n);
+        items.insert(items.begin() + i, args.at(1));
+        note_list_mutation(self);
+        return none;
+      }
+      if (name == "pop") {
+        if (items.empty()) brk(BreakKind::RaisesInTrace, "pop from empty list");
+        int64_t n = static_cast<int64_t>(items.size());
+        int64_t i = args.empty() ? n - 1 : PyLong_AsLongLong(args[0]->obj.get());
+        if (i < 0) i += n;
+        if (i < 0 || i >= n) brk(BreakKind::RaisesInTrace, "pop index out of range");
+        Sym r = items[static_cast<size_t>(i)];
+        items.erase(items.begin() + i);
+        note_list_mutation(self);
+        return r;
+      }
+      if (name == "copy") return make_list(items);
+      if (name == "reverse") {
+        std::reverse(items.begin(), items.end());
+        note_list_mutation(self);
+        return none;
+      }
+      if (name == "clear") {
+        items.clear();
+        note_list_mutation(self);
+        return none;
+      }
+      break;
+    }
+    case SymKind::Dict: {
+      auto find = [&](const Sym& key) -> int {
+        PyRef k = PyRef::steal(sym_to_const(key));
+        if (!k) brk(BreakKind::UnsupportedValue, "dict key " + describe_sym(key));
+        for (size_t i = 0; i < self->keys.size(); ++i) {
+          int eq = PyObject_RichCompareBool(self->keys[i]->obj.get(), k.get(), Py_EQ);
+          if (eq < 0) PyErr_Clear();
+          if (eq == 1) return static_cast<int>(i);
+        }
+        return -1;
+      };
+      if (name == "get" || name == "__getitem__") {
+        int i = find(args.at(0));
+        if (i >= 0) return self->items[static_cast<size_t>(i)];
+        if (name == "__getitem__") brk(BreakKind::RaisesInTrace, "KeyError");
+        return args.size() > 1 ? args[1] : none;
+      }
+      if (name == "__contains__") return make_const(find(args.at(0)) >= 0 ? Py_True : Py_False);
+      if (name == "keys" || name == "__iter__") return make_list(self->keys);
+      if (name == "values") return make_list(self->items);
+      if (name == "items") {
+        std::vector<Sym> pairs;
+        for (size_t i = 0; i < self->keys.size(); ++i) pairs.push_back(make_tuple({self->keys[i], self->items[i]}));
+        return make_list(std::move(pairs));
+      }
+      if (name == "copy") {
+        Sym d = make_sym(SymKind::Dict);
+        d->keys = self->keys;
+        d->items = self->items;
+        return d;
+      }
+      if (name == "update") {
+        std::vector<Sym> none_args;
+        if (!args.empty()) {
+          Sym other = args[0];
+          if (!other->is(SymKind::Dict)) brk(BreakKind::UnsupportedValue, "dict.update with " + describe_sym(other));
+          for (size_t i = 0; i < other->keys.size(); ++i) store_subscript(self, other->keys[i], other->items[i]);
+        }
+        for (auto& [key, v] : kwargs) store_subscript(self, make_const_steal(PyUnicode_FromString(key.c_str())), v);
+        return none;
+      }
+      if (name == "setdefault") {
+        int i = find(args.at(0));
+        if (i >= 0) return self->items[static_cast<size_t>(i)];
+        Sym v = args.size() > 1 ? args[1] : none;
+        store_subscript(self, args[0], v);
+        return v;
+      }
+      if (name == "pop" && !self->obj) {
+        int i = find(args.at(0));
+        if (i < 0) {
+          if (args.size() > 1) return args[1];
+          brk(BreakKind::RaisesInTrace, "KeyError in dict.pop");
+        }
+        Sym v = self->items[static_cast<size_t>(i)];
+        self->keys.erase(self->keys.begin() + i);
+        self->items.erase(self->items.begin() + i);
+        return v;
+      }
+      break;
+    }
+    case SymKind::Tuple:
+      if (name == "count" || name == "index") {
+        PyRef me = PyRef::steal(sym_to_const(self));
+        if (!me) break;
+        PyRef fn = PyRef::steal(PyObject_GetAttrString(me.get(), name.c_str()));
+        return fold(fn.get(), args, kwargs, "tuple." + name);
+      }
+      if (name == "_replace" || name == "_asdict") brk(BreakKind::UnsupportedCall, "namedtuple." + name);
+      break;
+    case SymKind::Set:
+      if (name == "add" && !self->obj) {
+        const Sym& v = args.at(0);
+        if (!(v->is(SymKind::Const) || v->is(SymKind::Object) || v->is(SymKind::NewObject)))
+          brk(BreakKind::UnsupportedValue, "set of " + describe_sym(v));
+        if (contains(self, v)->obj.get() == Py_False) self->items.push_back(v);
+        return none;
+      }
+      break;
+    default:
+      break;
+  }
+  brk(BreakKind::UnsupportedCall, std::string(sym_kind_name(self->kind)) + "." + name + "()");
+}
+
+}  // namespace ff

@@ -1,0 +1,355 @@
+// Calls: dispatch on the callee, inlining of Python functions (argument binding, defaults,
+// closures, generators), nn.Module calls and object construction.
+#include <Python.h>
+
+#include "frame_eval/interpreter_impl.h"
+
+namespace ff {
+
+namespace {
+
+bool is_module(PyObject* o) { return PyObject_TypeCheck(o, reinterpret_cast<PyTypeObject*>(known().module_type)); }
+
+PyObject* type_lookup(PyTypeObject* t, const char* name) {
+  PyRef n = PyRef::steal(PyUnicode_InternFromString(name));
+  return _PyType_Lookup(t, n.get());
+}
+
+}  // namespace
+
+Sym SymbolicTracer::call(const Sym& fn, std::vector<Sym> args, KwArgs kwargs) {
+  switch (fn->kind) {
+    case SymKind::Const:
+      return call_const(fn, args, kwargs);
+    case SymKind::BoundMethod: {
+      args.insert(args.begin(), fn->items[0]);
+      return call(fn->items[1], std::move(args), std::move(kwargs));
+    }
+    case SymKind::Function:
+      return inline_call(reinterpret_cast<PyCodeObject*>(fn->obj.get()), fn->globals.get(),
+                         fn->source ? fn->source : nullptr, fn->items[0], fn->items[1], fn->items[2],
+                         std::move(args), std::move(kwargs));
+    case SymKind::Method:
+      return call_method(fn, args, kwargs);
+    case SymKind::Partial: {
+      std::vector<Sym> all = iterate(fn->items[1]);
+      for (Sym& a : args) all.push_back(std::move(a));
+      KwArgs kw;
+      const Sym& d = fn->items[2];
+      if (d->is(SymKind::Dict))
+        for (size_t i = 0; i < d->keys.size(); ++i) kw.emplace_back(PyUnicode_AsUTF8(d->keys[i]->obj.get()), d->items[i]);
+      for (auto& [k, v] : kwargs) {
+        bool replaced = false;
+        for (auto& [k2, v2] : kw)
+          if (k2 == k) { v2 = v; replaced = true; }
+        if (!replaced) kw.emplace_back(k, v);
+      }
+      return call(fn->items[0], std::move(all), std::move(kw));
+    }
+    case SymKind::Object: {
+      if (is_module(fn->obj.get())) return call_module(fn, std::move(args), std::move(kwargs));
+      PyObject* call_attr = type_lookup(Py_TYPE(fn->obj.get()), "__call__");
+      if (call_attr && PyFunction_Check(call_attr)) {
+        args.insert(args.begin(), fn);
+        return call_python_function(call_attr, nullptr, std::move(args), std::move(kwargs));
+      }
+      break;
+    }
+    case SymKind::NewObject: {
+      PyObject* call_attr = type_lookup(reinterpret_cast<PyTypeObject*>(fn->obj.get()), "__call__");
+      if (call_attr && PyFunction_Check(call_attr)) {
+        args.insert(args.begin(), fn);
+        return call_python_function(call_attr, nullptr, std::move(args), std::move(kwargs));
+      }
+      break;
+    }
+    default:
+      break;
+  }
+  brk(BreakKind::UnsupportedCall, "calling " + describe_sym(fn));
+}
+
+namespace {
+// nn.Module's tree walkers are generators with `yield from`; they are evaluated natively on the
+// real module tree, each submodule fetched through its parent's _modules (and guarded).
+bool is_module_walker(PyObject* fn, std::string* which) {
+  static PyObject* walkers[4] = {nullptr, nullptr, nullptr, nullptr};
+  static const char* names[4] = {"modules", "named_modules", "children", "named_children"};
+  if (!walkers[0])
+    for (int i = 0; i < 4; ++i) {
+      walkers[i] = PyObject_GetAttrString(known().module_type, names[i]);
+      if (!walkers[i]) PyErr_Clear();
+    }
+  for (int i = 0; i < 4; ++i)
+    if (fn == walkers[i]) {
+      *which = names[i];
+      return true;
+    }
+  return false;
+}
+}  // namespace
+
+void SymbolicTracer::walk_modules(const Sym& module, const std::string& prefix, bool recurse, std::vector<Sym>* seen,
+                          std::vector<std::pair<std::string, Sym>>* out) {
+  for (const Sym& s : *seen)
+    if (s->obj.get() == module->obj.get()) return;
+  seen->push_back(module);
+  out->emplace_back(prefix, module);
+  PyObject** dictptr = _PyObject_GetDictPtr(module->obj.get());
+  PyObject* modules = dictptr && *dictptr ? PyDict_GetItemString(*dictptr, "_modules") : nullptr;
+  if (!modules) return;
+  PyRef keys = PyRef::steal(PySequence_Tuple(PyRef::steal(PyDict_Keys(modules)).get()));
+  guard(Guard::Kind::DictKeys, attr_source(module->source, "_modules"), keys.get());
+  PyObject *k, *m;
+  Py_ssize_t pos = 0;
+  while (PyDict_Next(modules, &pos, &k, &m)) {
+    if (m == Py_None) continue;
+    std::string name = PyUnicode_AsUTF8(k);
+    Sym child = module_child(module, "_modules", m, name);
+    std::string child_prefix = prefix.empty() ? name : prefix + "." + name;
+    if (recurse) walk_modules(child, child_prefix, true, seen, out);
+    else out->emplace_back(name, child);
+  }
+}
+
+Sym SymbolicTracer::call_python_function(PyObject* fn, const SourcePtr& fn_source, std::vector<Sym> args, KwArgs kwargs) {
+  std::string walker;
+  if (is_module_walker(fn, &walker) && args.size() == 1 && kwargs.empty() && args[0]->is(SymKind::Object)) {
+    std::vector<Sym> seen;
+    std::vector<std::pair<std::string, Sym>> found;
+    bool recurse = walker == "modules" || walker == "named_modules";
+    if (recurse) {
+      walk_modules(args[0], "", true, &seen, &found);
+    } else {
+      walk_modules(args[0], "", false, &seen, &found);
+      found.erase(found.begin());
+    }
+    Sym it = make_sym(SymKind::Iterator);
+    bool named = walker.rfind("named_", 0) == 0;
+    for (auto& [name, m] : found)
+      it->items.push_back(named ? make_tuple({make_const_steal(PyUnicode_FromString(name.c_str())), m}) : m);
+    return it;
+  }
+  auto* f = reinterpret_cast<PyFunctionObject*>(fn);
+  Sym defaults = f->func_defaults ? wrap(f->func_defaults, nullptr) : nullptr;
+  Sym kwdefaults;
+  if (f->func_kwdefaults) {
+    kwdefaults = make_sym(SymKind::Dict);
+    PyObject *k, *v;
+    Py_ssize_t pos = 0;
+    while (PyDict_Next(f->func_kwdefaults, &pos, &k, &v)) {
+      kwdefaults->keys.push_back(make_const(k));
+      kwdefaults->items.push_back(make_const(v));
+    }
+  }
+  Sym closure;
+  if (f->func_closure) {
+    std::vector<Sym> cells;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(f->func_closure); ++i) {
+      PyObject* c = PyTuple_GET_ITEM(f->func_closure, i);
+      auto it = by_identity_.find(c);
+      if (it != by_identity_.end()) {
+        cells.push_back(it->second);
+        continue;
+      }
+      Sym cell = make_sym(SymKind::Cell);
+      cell->obj = PyRef::borrow(c);
+      if (fn_source) {
+        PyRef idx = PyRef::steal(PyLong_FromSsize_t(i));
+        cell->source = attr_source(item_source(attr_source(fn_source, "__closure__"), idx.get()), "cell_contents");
+      }
+      by_identity_.emplace(c, cell);
+      cells.push_back(cell);
+    }
+    closure = make_tuple(std::move(cells));
+  }
+  return inline_call(reinterpret_cast<PyCodeObject*>(f->func_code), f->func_globals, nullptr, defaults, kwdefaults,
+                     closure, std::move(args), std::move(kwargs));
+}
+
+Sym SymbolicTracer::inline_call(PyCodeObject* code, PyObject* globals, const SourcePtr& globals_source, const Sym& defaults,
+                        const Sym& kwdefaults, const Sym& closure, std::vector<Sym> args, KwArgs kwargs) {
+  if (static_cast<int>(frames_.size()) > options_.max_inline_depth)
+    brk(BreakKind::InlineDepth, "more than " + std::to_string(options_.max_inline_depth) + " nested calls");
+  int flags = code->co_flags;
+  if (flags & (CO_COROUTINE | CO_ASYNC_GENERATOR | CO_ITERABLE_COROUTINE))
+    brk(BreakKind::GeneratorFrame, "coroutine or async generator");
+  const DecodedCode& dc = decode_code(code);
+  Frame f;
+  f.dc = &dc;
+  f.code = code;
+  f.globals = globals;
+  f.builtins = PyEval_GetBuiltins();
+  f.globals_source = globals_source;
+  {
+    PyObject* modname = PyDict_GetItemString(globals, "__name__");
+    std::string_view m = modname && PyUnicode_Check(modname) ? PyUnicode_AsUTF8(modname) : "";
+    f.guard_globals = !(m == "torch" || m.rfind("torch.", 0) == 0);
+  }
+  f.depth = static_cast<int>(frames_.size());
+  f.locals.resize(static_cast<size_t>(dc.nlocalsplus));
+  f.closure = closure;
+
+  // Bind arguments as CPython does: positional, then keywords, then defaults.
+  int argcount = code->co_argcount, posonly = code->co_posonlyargcount, kwonly = code->co_kwonlyargcount;
+  PyObject* names = code->co_localsplusnames;
+  auto name_at = [&](int i) { return std::string(PyUnicode_AsUTF8(PyTuple_GET_ITEM(names, i))); };
+  int slot_varargs = (flags & CO_VARARGS) ? argcount + kwonly : -1;
+  int slot_varkw = (flags & CO_VARKEYWORDS) ? argcount + kwonly + ((flags & CO_VARARGS) ? 1 : 0) : -1;
+  std::string fname = PyUnicode_AsUTF8(code->co_name);
+  size_t npos = std::min(args.size(), static_cast<size_t>(argcount));
+  for (size_t i = 0; i < npos; ++i) f.locals[i] = args[i];
+  if (args.size() > static_cast<size_t>(argcount)) {
+    if (slot_varargs < 0)
+      brk(BreakKind::WrongArguments, fname + "() takes " + std::to_string(argcount) + " positional arguments but " +
+                                         std::to_string(args.size()) + " were given");
+    f.locals[static_cast<size_t>(slot_varargs)] = make_tuple(std::vector<Sym>(args.begin() + argcount, args.end()));
+  } else if (slot_varargs >= 0) {
+    f.locals[static_cast<size_t>(slot_varargs)] = make_tuple({});
+  }
+  Sym varkw;
+  if (slot_varkw >= 0) {
+    varkw = make_sym(SymKind::Dict);
+    f.locals[static_cast<size_t>(slot_varkw)] = varkw;
+  }
+  for (auto& [k, v] : kwargs) {
+    int slot = -1;
+    for (int i = posonly; i < argcount + kwonly; ++i)
+      if (name_at(i) == k) { slot = i; break; }
+    if (slot < 0) {
+      if (!varkw) brk(BreakKind::WrongArguments, fname + "() got an unexpected keyword argument '" + k + "'");
+      varkw->keys.push_back(make_const_steal(PyUnicode_FromString(k.c_str())));
+      varkw->items.push_back(v);
+      continue;
+    }
+    if (f.locals[static_cast<size_t>(slot)]) brk(BreakKind::WrongArguments, fname + "() got multiple values for argument '" + k + "'");
+    f.locals[static_cast<size_t>(slot)] = v;
+  }
+  std::vector<Sym> defs = defaults ? iterate(defaults) : std::vector<Sym>{};
+  int first_default = argcount - static_cast<int>(defs.size());
+  for (int i = 0; i < argcount; ++i) {
+    if (f.locals[static_cast<size_t>(i)]) continue;
+    if (i >= first_default) f.locals[static_cast<size_t>(i)] = defs[static_cast<size_t>(i - first_default)];
+    else brk(BreakKind::WrongArguments, fname + "() missing required argument '" + name_at(i) + "'");
+  }
+  for (int i = argcount; i < argcount + kwonly; ++i) {
+    if (f.locals[static_cast<size_t>(i)]) continue;
+    Sym d;
+    if (kwdefaults && kwdefaults->is(SymKind::Dict)) {
+      std::string n = name_at(i);
+      for (size_t j = 0; j < kwdefaults->keys.size(); ++j)
+        if (n == PyUnicode_AsUTF8(kwdefaults->keys[j]->obj.get())) d = kwdefaults->items[j];
+    }
+    if (!d) brk(BreakKind::WrongArguments, fname + "() missing required keyword-only argument '" + name_at(i) + "'");
+    f.locals[static_cast<size_t>(i)] = d;
+  }
+  ++out_.stats.inlined_calls;
+  if (flags & CO_GENERATOR) {
+    // A generator is run to completion and its values materialized; the traced code can only
+    // consume it (for loops, list(), any() ...), which is equivalent because tracing has no
+    // observable effects between items.
+    std::vector<Sym> yields;
+    f.yields = &yields;
+    run_frame(f);
+    Sym it = make_sym(SymKind::Iterator);
+    it->items = std::move(yields);
+    return it;
+  }
+  return run_frame(f);
+}
+
+Sym SymbolicTracer::call_module(const Sym& module, std::vector<Sym> args, KwArgs kwargs) {
+  PyObject* m = module->obj.get();
+  PyTypeObject* t = Py_TYPE(m);
+  PyObject* call_impl = type_lookup(t, "__call__");
+  PyObject* base_call = type_lookup(reinterpret_cast<PyTypeObject*>(known().module_type), "__call__");
+  if (call_impl != base_call) {
+    if (!call_impl || !PyFunction_Check(call_impl)) brk(BreakKind::UnsupportedCall, "module with a C __call__");
+    args.insert(args.begin(), module);
+    return call_python_function(call_impl, nullptr, std::move(args), std::move(kwargs));
+  }
+  // NB: nn.Module.__call__ runs hooks; with none registered it is exactly forward(). Global hook
+  // dicts are checked at capture time only.
+  PyObject* gh = known().global_hook_dicts;
+  for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(gh); ++i)
+    if (PyObject_Length(PyTuple_GET_ITEM(gh, i)) > 0) brk(BreakKind::ModuleHooks, "global module hooks are registered");
+  PyObject** dictptr = _PyObject_GetDictPtr(m);
+  PyObject* d = dictptr ? *dictptr : nullptr;
+  if (!d) brk(BreakKind::UnsupportedCall, "module without __dict__");
+  for (const char* hooks : {"_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks"}) {
+    PyObject* h = PyDict_GetItemString(d, hooks);
+    if (!h) continue;
+    Py_ssize_t n = PyObject_Length(h);
+    if (n != 0) brk(BreakKind::ModuleHooks, std::string(t->tp_name) + "." + hooks);
+    guard(Guard::Kind::LenMatch, attr_source(module->source, hooks), nullptr, 0);
+  }
+  PyObject* forward = nullptr;
+  PyObject* inst_forward = PyDict_GetItemString(d, "forward");
+  if (inst_forward) brk(BreakKind::UnsupportedCall, "module with an instance attribute 'forward'");
+  forward = type_lookup(t, "forward");
+  if (!forward || !PyFunction_Check(forward)) brk(BreakKind::UnsupportedCall, std::string(t->tp_name) + ".forward is not a Python function");
+  args.insert(args.begin(), module);
+  return call_python_function(forward, nullptr, std::move(args), std::move(kwargs));
+}
+
+Sym SymbolicTracer::construct(PyObject* cls, std::vector<Sym> args, KwArgs kwargs) {
+  auto* t = reinterpret_cast<PyTypeObject*>(cls);
+  if (is_module(cls) || PyType_IsSubtype(t, reinterpret_cast<PyTypeObject*>(known().module_type)))
+    brk(BreakKind::UnsupportedCall, std::string("constructing ") + t->tp_name + " inside compiled code");
+  if (PyType_IsSubtype(t, &PyTuple_Type) && PyObject_HasAttrString(cls, "_fields")) {
+    // namedtuple: bind like its __new__ would.
+    PyObject* new_fn = type_lookup(t, "__new__");
+    if (new_fn && Py_TYPE(new_fn) == &PyStaticMethod_Type) {
+      PyRef fn = PyRef::steal(PyObject_GetAttrString(new_fn, "__func__"));
+      if (fn && PyFunction_Check(fn.get())) {
+        PyCodeObject* code = reinterpret_cast<PyCodeObject*>(PyFunction_GET_CODE(fn.get()));
+        int n = code->co_argcount;
+        // Bind through a throwaway frame-less path: positional then keywords then defaults.
+        std::vector<Sym> values(static_cast<size_t>(n - 1));
+        for (size_t i = 0; i < args.size(); ++i) {
+          if (i >= values.size()) brk(BreakKind::WrongArguments, std::string(t->tp_name) + "() takes too many arguments");
+          values[i] = args[i];
+        }
+        for (auto& [k, v] : kwargs) {
+          bool found = false;
+          for (int i = 1; i < n; ++i)
+            if (k == PyUnicode_AsUTF8(PyTuple_GET_ITEM(code->co_localsplusnames, i))) {
+              values[static_cast<size_t>(i - 1)] = v;
+              found = true;
+            }
+          if (!found) brk(BreakKind::WrongArguments, std::string(t->tp_name) + "() got an unexpected keyword argument '" + k + "'");
+        }
+        PyObject* defaults = PyFunction_GET_DEFAULTS(fn.get());
+        Py_ssize_t nd = defaults ? PyTuple_GET_SIZE(defaults) : 0;
+        for (size_t i = 0; i < values.size(); ++i) {
+          if (values[i]) continue;
+          Py_ssize_t di = static_cast<Py_ssize_t>(i) - (static_cast<Py_ssize_t>(values.size()) - nd);
+          if (di < 0) brk(BreakKind::WrongArguments, std::string(t->tp_name) + "() missing a required argument");
+          values[i] = make_const(PyTuple_GET_ITEM(defaults, di));
+        }
+        return make_tuple(std::move(values), cls);
+      }
+    }
+    brk(BreakKind::UnsupportedCall, std::string("constructing ") + t->tp_name);
+  }
+  // A plain Python class: object.__new__ then an inlined __init__.
+  PyObject* new_fn = type_lookup(t, "__new__");
+  PyObject* base_new = type_lookup(&PyBaseObject_Type, "__new__");
+  PyObject* meta_call = type_lookup(Py_TYPE(cls), "__call__");
+  if (new_fn != base_new || meta_call != type_lookup(&PyType_Type, "__call__") || !(t->tp_flags & Py_TPFLAGS_HEAPTYPE) ||
+      t->tp_base->tp_init != PyBaseObject_Type.tp_init && type_lookup(t, "__init__") && !PyFunction_Check(type_lookup(t, "__init__")))
+    brk(BreakKind::UnsupportedCall, std::string("constructing ") + t->tp_name + " (custom __new__, metaclass or C base)");
+  Sym obj = make_sym(SymKind::NewObject);
+  obj->obj = PyRef::borrow(cls);
+  PyObject* init = type_lookup(t, "__init__");
+  if (init && PyFunction_Check(init)) {
+    args.insert(args.begin(), obj);
+    Sym r = call_python_function(init, nullptr, std::move(args), std::move(kwargs));
+    if (!(r->is(SymKind::Const) && r->obj.get() == Py_None)) brk(BreakKind::RaisesInTrace, "__init__() should return None");
+  } else if (!args.empty() || !kwargs.empty()) {
+    brk(BreakKind::WrongArguments, std::string(t->tp_name) + "() takes no arguments");
+  }
+  return obj;
+}
+
+}  // namespace ff

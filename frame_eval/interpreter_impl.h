@@ -1,0 +1,167 @@
+// Internals of the symbolic interpreter, shared by interpreter*.cpp. Not part of the contract.
+#pragma once
+
+#include <Python.h>
+
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <utility>
+#include <vector>
+
+#include "frame_eval/break_registry.h"
+#include "frame_eval/interpreter.h"
+#include "frame_eval/opcodes.h"
+#include "frame_eval/symbolic.h"
+
+namespace ff {
+
+// One decoded instruction. Offsets are in code units; EXTENDED_ARG prefixes are folded into `arg`
+// and CACHE units skipped.
+struct Instr {
+  uint8_t opcode = 0;
+  Handler handler = Handler::Unsupported;
+  uint8_t flags = 0;
+  int arg = 0;
+  int offset = 0;  // of the instruction itself (after its EXTENDED_ARG prefixes)
+  int jump = -1;   // index of the jump target instruction, for jumps
+};
+
+// A code object decoded once per process (cached; holds a strong reference to the code).
+struct DecodedCode {
+  PyRef code;
+  std::vector<Instr> instrs;
+  std::vector<int> index_at_offset;  // code unit offset -> instruction index (-1 inside caches)
+  int nlocalsplus = 0;
+};
+const DecodedCode& decode_code(PyCodeObject* code);
+
+// Python objects the interpreter compares against, resolved once (never released).
+struct Known {
+  PyObject* torch = nullptr;
+  PyObject* tensor_type = nullptr;      // torch.Tensor
+  PyObject* module_type = nullptr;      // torch.nn.Module
+  PyObject* module_call = nullptr;      // torch.nn.Module.__call__
+  PyObject* module_getattr = nullptr;   // torch.nn.Module.__getattr__
+  PyObject* module_setattr = nullptr;
+  PyObject* no_grad = nullptr;
+  PyObject* enable_grad = nullptr;
+  PyObject* set_grad_enabled = nullptr;
+  PyObject* size_type = nullptr;        // torch.Size
+  PyObject* partial_type = nullptr;     // functools.partial
+  PyObject* operator_mod = nullptr;
+  PyObject* builtins = nullptr;
+  PyObject* object_getattribute = nullptr;
+  PyObject* object_setattr = nullptr;
+  PyObject* object_init = nullptr;
+  PyObject* object_new = nullptr;
+  PyObject* global_hook_dicts = nullptr;  // tuple of torch.nn.modules.module._global_*hooks dicts
+  PyObject* graph_break_fn = nullptr;     // framefuse.graph_break, when importable
+  std::vector<PyObject*> dtypes;          // DType -> torch.dtype
+};
+const Known& known();
+
+struct Frame {
+  const DecodedCode* dc = nullptr;
+  PyCodeObject* code = nullptr;     // borrowed (dc holds it)
+  PyObject* globals = nullptr;      // borrowed (kept alive by the function / frame)
+  PyObject* builtins = nullptr;     // borrowed
+  SourcePtr globals_source;         // null: the root frame's globals (Source Global)
+  bool guard_globals = true;        // false for torch's own modules (treated as constant)
+  std::vector<Sym> locals;          // localsplus; null: unbound
+  std::vector<Sym> stack;
+  Sym closure;                      // Tuple of Cell syms (COPY_FREE_VARS)
+  PyRef kw_names;                   // pending KW_NAMES (3.11/3.12)
+  std::vector<Sym>* yields = nullptr;  // generator frames: values passed to YIELD_VALUE
+  int ip = 0;                       // index of the instruction being interpreted
+  int depth = 0;
+};
+
+struct PendingEffect {
+  SideEffect::Kind kind;
+  SourcePtr target;
+  std::string name;
+  PyRef key;
+  Sym value;
+};
+
+using KwArgs = std::vector<std::pair<std::string, Sym>>;
+
+class SymbolicTracer {
+ public:
+  SymbolicTracer(const FrameView& view, const TraceOptions& options);
+  CaptureResult trace();
+
+  // ---- interpreter.cpp: the frame loop ----
+  Sym run_frame(Frame& f);
+  void step(Frame& f, const Instr& ins);
+  [[noreturn]] void brk(BreakKind kind, const std::string& detail);
+
+  // ---- interpreter_values.cpp: wrapping real state, guards, attributes, globals ----
+  Sym wrap(PyObject* obj, SourcePtr src);  // obj borrowed
+  void guard(Guard::Kind kind, const SourcePtr& src, PyObject* expected = nullptr, int64_t length = 0);
+  Sym load_attr(const Sym& base, const std::string& name);
+  Sym try_load_attr(const Sym& base, const std::string& name);  // nullptr: AttributeError
+  void store_attr(const Sym& base, const std::string& name, Sym value);
+  Sym load_global(Frame& f, PyObject* name);
+  void store_global(Frame& f, PyObject* name, Sym value);
+  Sym cell_contents(const Sym& cell);
+  Sym tensor_sym(NodeId node);
+  PyObject* dtype_object(DType t);
+  Sym module_child(const Sym& module, const char* dict_name, PyObject* value, const std::string& key);
+
+  // ---- interpreter_calls.cpp: calls and inlining ----
+  Sym call(const Sym& fn, std::vector<Sym> args, KwArgs kwargs);
+  Sym inline_call(PyCodeObject* code, PyObject* globals, const SourcePtr& fn_source, const Sym& defaults,
+                  const Sym& kwdefaults, const Sym& closure, std::vector<Sym> args, KwArgs kwargs);
+  Sym call_python_function(PyObject* fn, const SourcePtr& fn_source, std::vector<Sym> args, KwArgs kwargs);
+  Sym call_module(const Sym& module, std::vector<Sym> args, KwArgs kwargs);
+  Sym construct(PyObject* cls, std::vector<Sym> args, KwArgs kwargs);
+  void walk_modules(const Sym& module, const std::string& prefix, bool recurse, std::vector<Sym>* seen,
+                    std::vector<std::pair<std::string, Sym>>* out);
+
+  // ---- interpreter_builtins.cpp: builtins, torch calls, operators ----
+  Sym call_const(const Sym& fn, std::vector<Sym>& args, KwArgs& kwargs);
+  Sym call_builtin(PyObject* fn, const std::string& name, std::vector<Sym>& args, KwArgs& kwargs);
+  Sym call_method(const Sym& method, std::vector<Sym>& args, KwArgs& kwargs);
+  Sym call_tensor_method(const Sym& self, const std::string& name, std::vector<Sym>& args, KwArgs& kwargs,
+                         PyObject* descr = nullptr);  // descr: the C method to call (borrowed), else looked up
+  Sym torch_call(PyObject* fn, const std::vector<Sym>& args, const KwArgs& kwargs, const std::string& what);
+  Sym fold(PyObject* fn, const std::vector<Sym>& args, const KwArgs& kwargs, const std::string& what);
+  Sym binary_op(int nb_op, const Sym& a, const Sym& b);
+  Sym compare_op(int cmp, const Sym& a, const Sym& b);
+  Sym unary_op(const char* op_name, const Sym& a);
+  Sym subscript(const Sym& container, const Sym& index);
+  void store_subscript(const Sym& container, const Sym& index, Sym value);
+  bool truth(const Sym& v);
+  Sym contains(const Sym& container, const Sym& item);
+  Sym is_same(const Sym& a, const Sym& b);
+  std::vector<Sym> iterate(const Sym& v);   // all items of an iterable
+  Sym get_iter(const Sym& v);
+  Sym iter_next(const Sym& it);             // nullptr when exhausted
+  PyObject* type_of(const Sym& v);          // borrowed; nullptr when unknown
+  Value to_value(const Sym& v);             // a graph operand
+  Sym len_of(const Sym& v);
+  std::vector<Sym> iterate_or_self(const Sym& s);
+
+  void note_list_mutation(const Sym& list);
+
+  // ---- state ----
+  FrameView view_;
+  TraceOptions options_;
+  CaptureResult out_;
+  std::vector<Frame*> frames_;
+  bool grad_enabled_ = true;
+  std::vector<PendingEffect> effects_;
+  std::vector<Sym> mutated_containers_;  // real lists whose contents changed (ReplaceList at the end)
+  std::unordered_map<PyObject*, Sym> by_identity_;  // Objects / Lists / Dicts / Cells of real state
+  std::unordered_set<std::string> guard_keys_;      // dedup of installed guards
+  std::unordered_map<PyObject*, Sym> globals_cache_;  // root globals by name object
+};
+
+// Source helpers.
+SourcePtr attr_source(const SourcePtr& base, const std::string& name);
+SourcePtr item_source(const SourcePtr& base, PyObject* key);  // int or str key; nullptr otherwise
+SourcePtr object_source(PyObject* obj, const std::string& printed);
+
+}  // namespace ff

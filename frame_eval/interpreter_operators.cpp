@@ -1,0 +1,548 @@
+// Python operators, truth tests, subscripts and iteration on symbolic values.
+#include <Python.h>
+
+#include "frame_eval/interpreter_impl.h"
+#include "graph/python/graph_calls.h"
+
+namespace ff {
+
+namespace {
+
+const char* kNbNames[] = {"add", "and_", "floordiv", "lshift", "matmul", "mul", "mod", "or_", "pow",
+                          "rshift", "sub", "truediv", "xor"};
+const char* kNbInplace[] = {"iadd", "iand", "ifloordiv", "ilshift", "imatmul", "imul", "imod", "ior", "ipow",
+                            "irshift", "isub", "itruediv", "ixor"};
+const char* kTensorInplace[] = {"add_", "bitwise_and_", "floor_divide_", "bitwise_left_shift_", nullptr, "mul_",
+                                "remainder_", "bitwise_or_", "pow_", "bitwise_right_shift_", "sub_", "div_",
+                                "bitwise_xor_"};
+const char* kCmpNames[] = {"lt", "le", "eq", "ne", "gt", "ge"};
+
+PyRef operator_fn(const char* name) { return PyRef::steal(PyObject_GetAttrString(known().operator_mod, name)); }
+
+PyObject* nn_type(const char* name) {
+  PyObject* nn = PyImport_ImportModule("torch.nn");
+  PyObject* t = nn ? PyObject_GetAttrString(nn, name) : nullptr;
+  Py_XDECREF(nn);
+  if (!t) PyErr_Clear();
+  return t;  // NB: kept for the process lifetime
+}
+
+// Sequential / ModuleList / ModuleDict and their subclasses whose iteration protocol is the base
+// class's (a subclass overriding __iter__/__getitem__/__len__ is inlined instead).
+bool is_module_container(PyObject* o) {
+  static PyObject* types[3] = {nn_type("Sequential"), nn_type("ModuleList"), nn_type("ModuleDict")};
+  for (PyObject* t : types) {
+    if (!t || !PyObject_TypeCheck(o, reinterpret_cast<PyTypeObject*>(t))) continue;
+    for (const char* m : {"__iter__", "__getitem__", "__len__"}) {
+      PyRef n = PyRef::steal(PyUnicode_FromString(m));
+      if (_PyType_Lookup(Py_TYPE(o), n.get()) != _PyType_Lookup(reinterpret_cast<PyTypeObject*>(t), n.get())) return false;
+    }
+    return true;
+  }
+  return false;
+}
+
+bool is_module_dict(PyObject* o) {
+  static PyObject* t = nn_type("ModuleDict");
+  return t && PyObject_TypeCheck(o, reinterpret_cast<PyTypeObject*>(t));
+}
+
+bool const_int(const Sym& s, int64_t* out) {
+  if (!s->is(SymKind::Const) || !PyLong_Check(s->obj.get())) return false;
+  *out = PyLong_AsLongLong(s->obj.get());
+  return true;
+}
+
+PyObject* dict_of(PyObject* o) {
+  PyObject** p = _PyObject_GetDictPtr(o);
+  return p ? *p : nullptr;
+}
+
+}  // namespace
+
+Sym SymbolicTracer::binary_op(int nb, const Sym& a, const Sym& b) {
+  bool inplace = nb >= 13;
+  int base = inplace ? nb - 13 : nb;
+  FF_CHECK(base >= 0 && base < 13, "unknown BINARY_OP");
+  if (a->is(SymKind::Tensor) || b->is(SymKind::Tensor)) {
+    if (inplace && a->is(SymKind::Tensor)) {
+      PyRef fn = operator_fn(kNbInplace[base]);
+      if (op_for_callable(fn.get())) return torch_call(fn.get(), {a, b}, {}, std::string("operator.") + kNbInplace[base]);
+      if (kTensorInplace[base]) {
+        std::vector<Sym> args = {b};
+        KwArgs kw;
+        return call_tensor_method(a, kTensorInplace[base], args, kw);
+      }
+    }
+    PyRef fn = operator_fn(kNbNames[base]);
+    return torch_call(fn.get(), {a, b}, {}, std::string("operator.") + kNbNames[base]);
+  }
+  // Sequences: concatenation and repetition build new symbolic containers.
+  bool a_seq = a->is(SymKind::List) || a->is(SymKind::Tuple);
+  if (a_seq && (base == 0 || base == 5)) {
+    if (base == 0) {
+      std::vector<Sym> rhs = iterate(b);
+      if (inplace && a->is(SymKind::List)) {
+        for (Sym& i : rhs) a->items.push_back(i);
+        note_list_mutation(a);
+        return a;
+      }
+      if ((a->is(SymKind::List) && !(b->is(SymKind::List) || (b->is(SymKind::Const) && PyList_Check(b->obj.get())))) ||
+          (a->is(SymKind::Tuple) && !(b->is(SymKind::Tuple) || (b->is(SymKind::Const) && PyTuple_Check(b->obj.get())))))
+        brk(BreakKind::RaisesInTrace, "can only concatenate sequences of the same type");
+      std::vector<Sym> items = a->items;
+      for (Sym& i : rhs) items.push_back(i);
+      return a->is(SymKind::List) ? make_list(std::move(items)) : make_tuple(std::move(items));
+    }
+    int64_t n;
+    if (const_int(b, &n)) {
+      std::vector<Sym> items;
+      for (int64_t k = 0; k < n; ++k)
+        for (const Sym& i : a->items) items.push_back(i);
+      return a->is(SymKind::List) ? make_list(std::move(items)) : make_tuple(std::move(items));
+    }
+  }
+  if ((b->is(SymKind::List) || b->is(SymKind::Tuple)) && base == 0 && a->is(SymKind::Const)) {
+    std::vector<Sym> items = iterate(a);
+    for (const Sym& i : b->items) items.push_back(i);
+    return b->is(SymKind::List) ? make_list(std::move(items)) : make_tuple(std::move(items));
+  }
+  PyRef a_c = PyRef::steal(sym_to_const(a));
+  PyRef b_c = PyRef::steal(sym_to_const(b));
+  if (a_c && b_c && (is_plain_const(a_c.get()) || PyList_Check(a_c.get()) || PyDict_Check(a_c.get())) &&
+      (is_plain_const(b_c.get()) || PyList_Check(b_c.get()) || PyDict_Check(b_c.get()))) {
+    PyRef fn = operator_fn(inplace ? kNbInplace[base] : kNbNames[base]);
+    return fold(fn.get(), {make_const(a_c.get()), make_const(b_c.get())}, {}, std::string("operator ") + kNbNames[base]);
+  }
+  brk(BreakKind::UnsupportedOperand, std::string(kNbNames[base]) + " of " + describe_sym(a) + " and " + describe_sym(b));
+}
+
+Sym SymbolicTracer::compare_op(int cmp, const Sym& a, const Sym& b) {
+  FF_CHECK(cmp >= 0 && cmp < 6, "unknown COMPARE_OP");
+  if (a->is(SymKind::Tensor) || b->is(SymKind::Tensor)) {
+    PyRef fn = operator_fn(kCmpNames[cmp]);
+    return torch_call(fn.get(), {a, b}, {}, std::string("operator.") + kCmpNames[cmp]);
+  }
+  PyRef a_c = PyRef::steal(sym_to_const(a));
+  PyRef b_c = PyRef::steal(sym_to_const(b));
+  if (a_c && b_c) {
+    bool plain_a = is_plain_const(a_c.get()) || PyList_Check(a_c.get()) || PyType_Check(a_c.get());
+    bool plain_b = is_plain_const(b_c.get()) || PyList_Check(b_c.get()) || PyType_Check(b_c.get());
+    bool identity_eq = (cmp == 2 || cmp == 3) &&
+                       Py_TYPE(a_c.get())->tp_richcompare == PyBaseObject_Type.tp_richcompare;
+    if ((plain_a && plain_b) || identity_eq || PyObject_HasAttrString(reinterpret_cast<PyObject*>(Py_TYPE(a_c.get())), "_member_map_")) {
+      PyErr_Clear();
+      PyRef fn = operator_fn(kCmpNames[cmp]);
+      return fold(fn.get(), {make_const(a_c.get()), make_const(b_c.get())}, {}, std::string("comparison ") + kCmpNames[cmp]);
+    }
+    PyErr_Clear();
+  }
+  if ((cmp == 2 || cmp == 3) && (a->is(SymKind::Object) || b->is(SymKind::Object))) {
+    PyObject* ta = type_of(a);
+    if (ta && reinterpret_cast<PyTypeObject*>(ta)->tp_richcompare == PyBaseObject_Type.tp_richcompare) {
+      Sym same = is_same(a, b);
+      bool eq = same->obj.get() == Py_True;
+      return make_const((eq == (cmp == 2)) ? Py_True : Py_False);
+    }
+  }
+  brk(BreakKind::UnsupportedOperand, std::string("comparison ") + kCmpNames[cmp] + " of " + describe_sym(a) + " and " + describe_sym(b));
+}
+
+Sym SymbolicTracer::unary_op(const char* op_name, const Sym& a) {
+  PyRef fn = operator_fn(op_name);
+  if (a->is(SymKind::Tensor)) return torch_call(fn.get(), {a}, {}, std::string("operator.") + op_name);
+  if (a->is(SymKind::Const) && is_plain_const(a->obj.get())) return fold(fn.get(), {a}, {}, op_name);
+  brk(BreakKind::UnsupportedOperand, std::string(op_name) + " of " + describe_sym(a));
+}
+
+bool SymbolicTracer::truth(const Sym& v) {
+  switch (v->kind) {
+    case SymKind::Const: {
+      PyObject* o = v->obj.get();
+      PyTypeObject* t = Py_TYPE(o);
+      bool safe = is_plain_const(o) || PyType_Check(o) || PyFunction_Check(o) || PyCFunction_Check(o) ||
+                  PyModule_Check(o) || PyList_Check(o) || PyDict_Check(o) || PySet_Check(o) ||
+                  (t->tp_as_number == nullptr || t->tp_as_number->nb_bool == nullptr) &&
+                      (t->tp_as_mapping == nullptr || t->tp_as_mapping->mp_length == nullptr) &&
+                      (t->tp_as_sequence == nullptr || t->tp_as_sequence->sq_length == nullptr);
+      if (!safe) brk(BreakKind::UnsupportedOperand, "truth value of " + describe_sym(v));
+      int r = PyObject_IsTrue(o);
+      if (r < 0) { PyErr_Clear(); brk(BreakKind::RaisesInTrace, "bool() raises"); }
+      return r == 1;
+    }
+    case SymKind::Tensor: brk(BreakKind::DataDependentBranch, "bool() of a tensor");
+    case SymKind::Tuple:
+    case SymKind::List:
+    case SymKind::Dict:
+    case SymKind::Set:
+      return !v->items.empty();
+    case SymKind::Object:
+    case SymKind::NewObject: {
+      PyTypeObject* t = reinterpret_cast<PyTypeObject*>(type_of(v));
+      PyRef bool_name = PyRef::steal(PyUnicode_FromString("__bool__"));
+      PyRef len_name = PyRef::steal(PyUnicode_FromString("__len__"));
+      PyObject* b = _PyType_Lookup(t, bool_name.get());
+      PyObject* l = _PyType_Lookup(t, len_name.get());
+      if (b && PyFunction_Check(b)) return truth(call(make_const(b), {v}, {}));
+      if (l) {
+        Sym n = len_of(v);
+        return truth(n);
+      }
+      if (b) brk(BreakKind::UnsupportedOperand, "truth value of " + describe_sym(v));
+      return true;
+    }
+    case SymKind::Null: FF_CHECK(false, "truth of NULL");
+    default:
+      return true;
+  }
+}
+
+Sym SymbolicTracer::len_of(const Sym& v) {
+  switch (v->kind) {
+    case SymKind::Tuple:
+    case SymKind::List:
+    case SymKind::Set:
+    case SymKind::Dict:
+      return make_const_steal(PyLong_FromSize_t(v->is(SymKind::Dict) ? v->keys.size() : v->items.size()));
+    case SymKind::Tensor:
+      if (v->meta.dim() == 0) brk(BreakKind::RaisesInTrace, "len() of a 0-d tensor");
+      return make_const_steal(PyLong_FromLongLong(v->meta.sizes[0]));
+    case SymKind::Const: {
+      Py_ssize_t n = PyObject_Length(v->obj.get());
+      if (n < 0) { PyErr_Clear(); brk(BreakKind::RaisesInTrace, "len() of " + describe_sym(v)); }
+      return make_const_steal(PyLong_FromSsize_t(n));
+    }
+    case SymKind::Iterator:
+      brk(BreakKind::RaisesInTrace, "len() of an iterator");
+    case SymKind::Object: {
+      PyObject* o = v->obj.get();
+      if (is_module_container(o)) {
+        PyObject* modules = dict_of(o) ? PyDict_GetItemString(dict_of(o), "_modules") : nullptr;
+        if (modules) {
+          PyRef keys = PyRef::steal(PySequence_Tuple(PyRef::steal(PyDict_Keys(modules)).get()));
+          guard(Guard::Kind::DictKeys, attr_source(v->source, "_modules"), keys.get());
+          return make_const_steal(PyLong_FromSsize_t(PyDict_Size(modules)));
+        }
+      }
+      [[fallthrough]];
+    }
+    case SymKind::NewObject: {
+      PyRef len_name = PyRef::steal(PyUnicode_FromString("__len__"));
+      PyObject* l = _PyType_Lookup(reinterpret_cast<PyTypeObject*>(type_of(v)), len_name.get());
+      if (l && PyFunction_Check(l)) return call(make_const(l), {v}, {});
+      break;
+    }
+    default:
+      break;
+  }
+  brk(BreakKind::UnsupportedOperand, "len() of " + describe_sym(v));
+}
+
+Sym SymbolicTracer::contains(const Sym& container, const Sym& item) {
+  if (container->is(SymKind::Dict)) {
+    PyRef k = PyRef::steal(sym_to_const(item));
+    if (!k) brk(BreakKind::UnsupportedOperand, "`in` with key " + describe_sym(item));
+    for (const Sym& key : container->keys) {
+      int eq = PyObject_RichCompareBool(key->obj.get(), k.get(), Py_EQ);
+      if (eq < 0) PyErr_Clear();
+      if (eq == 1) return make_const(Py_True);
+    }
+    return make_const(Py_False);
+  }
+  if (container->is(SymKind::Set) && !container->obj) {
+    // Sets hold constants (compared by value) and objects (compared by identity, e.g. the memo
+    // set of nn.Module.named_modules).
+    PyRef i = PyRef::steal(item->is(SymKind::Const) ? sym_to_const(item) : nullptr);
+    for (const Sym& e : container->items) {
+      if (i && e->is(SymKind::Const)) {
+        int eq = PyObject_RichCompareBool(e->obj.get(), i.get(), Py_EQ);
+        if (eq < 0) PyErr_Clear();
+        if (eq == 1) return make_const(Py_True);
+      } else if (!item->is(SymKind::Tensor) && !e->is(SymKind::Tensor) && (e->is(SymKind::Object) || item->is(SymKind::Object) || e->is(SymKind::NewObject) || item->is(SymKind::NewObject))) {
+        if (is_same(e, item)->obj.get() == Py_True) return make_const(Py_True);
+      } else {
+        brk(BreakKind::UnsupportedOperand, "`in` of " + describe_sym(item) + " in a set");
+      }
+    }
+    return make_const(Py_False);
+  }
+  if (container->is(SymKind::Tensor) || item->is(SymKind::Tensor))
+    brk(BreakKind::DataDependentBranch, "`in` with a tensor");
+  PyRef c = PyRef::steal(sym_to_const(container));
+  PyRef i = PyRef::steal(sym_to_const(item));
+  if (c && i) {
+    int r = PySequence_Contains(c.get(), i.get());
+    if (r < 0) { PyErr_Clear(); brk(BreakKind::RaisesInTrace, "`in` raises"); }
+    return make_const(r ? Py_True : Py_False);
+  }
+  if ((container->is(SymKind::List) || container->is(SymKind::Tuple)) && i) {
+    // Items that are not constants (tensors, objects) are never equal to a constant here only
+    // if comparing them would not run user code; be conservative.
+    brk(BreakKind::UnsupportedOperand, "`in` over a sequence with non-constant items");
+  }
+  if (container->is(SymKind::Object) && is_module_container(container->obj.get()) && i && PyUnicode_Check(i.get())) {
+    PyObject* modules = dict_of(container->obj.get()) ? PyDict_GetItemString(dict_of(container->obj.get()), "_modules") : nullptr;
+    if (modules) {
+      PyRef keys = PyRef::steal(PySequence_Tuple(PyRef::steal(PyDict_Keys(modules)).get()));
+      guard(Guard::Kind::DictKeys, attr_source(container->source, "_modules"), keys.get());
+      return make_const(PyDict_GetItem(modules, i.get()) ? Py_True : Py_False);
+    }
+  }
+  brk(BreakKind::UnsupportedOperand, "`in` of " + describe_sym(item) + " in " + describe_sym(container));
+}
+
+Sym SymbolicTracer::is_same(const Sym& a, const Sym& b) {
+  auto yes = [] { return make_const(Py_True); };
+  auto no = [] { return make_const(Py_False); };
+  if (a == b) return yes();
+  auto has_identity = [](const Sym& s) {
+    return s->is(SymKind::Const) || s->is(SymKind::Object) || ((s->is(SymKind::List) || s->is(SymKind::Dict)) && s->obj);
+  };
+  if (has_identity(a) && has_identity(b)) return a->obj.get() == b->obj.get() ? yes() : no();
+  bool a_none = a->is(SymKind::Const) && a->obj.get() == Py_None;
+  bool b_none = b->is(SymKind::Const) && b->obj.get() == Py_None;
+  if (a_none != b_none && !a->is(SymKind::Null) && !b->is(SymKind::Null)) return no();
+  if (a->is(SymKind::Tensor) && b->is(SymKind::Tensor)) {
+    if (a->node == b->node) return yes();
+    if (a->source && b->source) brk(BreakKind::UnsupportedOperand, "`is` between two input tensors");
+    return no();
+  }
+  if (a->kind != b->kind) {
+    if (a->is(SymKind::Tensor) || b->is(SymKind::Tensor)) return no();
+    if (a->is(SymKind::NewObject) || b->is(SymKind::NewObject)) return no();
+  }
+  if (a->is(SymKind::NewObject) && b->is(SymKind::NewObject)) return no();
+  brk(BreakKind::UnsupportedOperand, "`is` between " + describe_sym(a) + " and " + describe_sym(b));
+}
+
+Sym SymbolicTracer::subscript(const Sym& c, const Sym& index) {
+  switch (c->kind) {
+    case SymKind::Tensor: {
+      PyRef fn = operator_fn("getitem");
+      return torch_call(fn.get(), {c, index}, {}, "tensor indexing");
+    }
+    case SymKind::Tuple:
+    case SymKind::List: {
+      Py_ssize_t n = static_cast<Py_ssize_t>(c->items.size());
+      int64_t i;
+      if (const_int(index, &i)) {
+        if (i < 0) i += n;
+        if (i < 0 || i >= n) brk(BreakKind::RaisesInTrace, "IndexError: index out of range");
+        return c->items[static_cast<size_t>(i)];
+      }
+      PyRef sl = PyRef::steal(index->is(SymKind::Slice) ? sym_to_const(index) : nullptr);
+      if (sl) {
+        Py_ssize_t start, stop, step;
+        if (PySlice_Unpack(sl.get(), &start, &stop, &step) < 0) { PyErr_Clear(); brk(BreakKind::RaisesInTrace, "bad slice"); }
+        Py_ssize_t len = PySlice_AdjustIndices(n, &start, &stop, step);
+        std::vector<Sym> items;
+        for (Py_ssize_t k = 0; k < len; ++k) items.push_back(c->items[static_cast<size_t>(start + k * step)]);
+        if (c->is(SymKind::List)) return make_list(std::move(items));
+        return make_tuple(std::move(items), c->obj.get() == known().size_type ? known().size_type : nullptr);
+      }
+      break;
+    }
+    case SymKind::Dict: {
+      Sym m = make_sym(SymKind::Method);
+      m->name = "__getitem__";
+      m->items = {c};
+      std::vector<Sym> args = {index};
+      KwArgs kw;
+      return call_method(m, args, kw);
+    }
+    case SymKind::Const: {
+      PyRef i = PyRef::steal(sym_to_const(index));
+      if (!i) break;
+      PyObject* o = c->obj.get();
+      if (!(is_plain_const(o) || PyList_Check(o) || PyDict_Check(o))) break;
+      PyRef fn = operator_fn("getitem");
+      return fold(fn.get(), {c, make_const(i.get())}, {}, "subscript");
+    }
+    case SymKind::Object: {
+      PyObject* o = c->obj.get();
+      if (is_module_container(o)) {
+        PyObject* modules = dict_of(o) ? PyDict_GetItemString(dict_of(o), "_modules") : nullptr;
+        if (!modules) break;
+        PyRef keys = PyRef::steal(PySequence_Tuple(PyRef::steal(PyDict_Keys(modules)).get()));
+        guard(Guard::Kind::DictKeys, attr_source(c->source, "_modules"), keys.get());
+        int64_t i;
+        std::string key;
+        if (is_module_dict(o)) {
+          if (!index->is(SymKind::Const) || !PyUnicode_Check(index->obj.get())) break;
+          key = PyUnicode_AsUTF8(index->obj.get());
+        } else if (const_int(index, &i)) {
+          Py_ssize_t n = PyDict_Size(modules);
+          if (i < 0) i += n;
+          if (i < 0 || i >= n) brk(BreakKind::RaisesInTrace, "IndexError: module index out of range");
+          PyObject* k = PyTuple_GET_ITEM(keys.get(), i);
+          key = PyUnicode_AsUTF8(k);
+        } else {
+          break;
+        }
+        PyObject* m = PyDict_GetItemString(modules, key.c_str());
+        if (!m) brk(BreakKind::RaisesInTrace, "KeyError: " + key);
+        return module_child(c, "_modules", m, key);
+      }
+      [[fallthrough]];
+    }
+    case SymKind::NewObject: {
+      PyRef name = PyRef::steal(PyUnicode_FromString("__getitem__"));
+      PyObject* gi = _PyType_Lookup(reinterpret_cast<PyTypeObject*>(type_of(c)), name.get());
+      if (gi && PyFunction_Check(gi)) return call(make_const(gi), {c, index}, {});
+      break;
+    }
+    default:
+      break;
+  }
+  brk(BreakKind::UnsupportedOperand, "subscript of " + describe_sym(c) + " with " + describe_sym(index));
+}
+
+void SymbolicTracer::store_subscript(const Sym& c, const Sym& index, Sym value) {
+  switch (c->kind) {
+    case SymKind::Dict: {
+      PyRef k = PyRef::steal(sym_to_const(index));
+      if (!k || PyObject_Hash(k.get()) == -1) {
+        PyErr_Clear();
+        brk(BreakKind::UnsupportedValue, "dict key " + describe_sym(index));
+      }
+      if (c->obj) {
+        if (!c->source) brk(BreakKind::UnsupportedValue, "mutation of a dict that cannot be fetched again");
+        effects_.push_back({SideEffect::Kind::DictSetItem, c->source, "", k, value});
+      }
+      for (size_t i = 0; i < c->keys.size(); ++i) {
+        int eq = PyObject_RichCompareBool(c->keys[i]->obj.get(), k.get(), Py_EQ);
+        if (eq < 0) PyErr_Clear();
+        if (eq == 1) {
+          c->items[i] = std::move(value);
+          return;
+        }
+      }
+      c->keys.push_back(make_const(k.get()));
+      c->items.push_back(std::move(value));
+      return;
+    }
+    case SymKind::List: {
+      int64_t i;
+      if (const_int(index, &i)) {
+        int64_t n = static_cast<int64_t>(c->items.size());
+        if (i < 0) i += n;
+        if (i < 0 || i >= n) brk(BreakKind::RaisesInTrace, "IndexError: list assignment index out of range");
+        c->items[static_cast<size_t>(i)] = std::move(value);
+        note_list_mutation(c);
+        return;
+      }
+      break;
+    }
+    case SymKind::Tensor: {
+      PyRef fn = operator_fn("setitem");
+      torch_call(fn.get(), {c, index, value}, {}, "tensor item assignment");
+      return;
+    }
+    case SymKind::Object:
+    case SymKind::NewObject: {
+      PyRef name = PyRef::steal(PyUnicode_FromString("__setitem__"));
+      PyObject* si = _PyType_Lookup(reinterpret_cast<PyTypeObject*>(type_of(c)), name.get());
+      if (si && PyFunction_Check(si)) {
+        call(make_const(si), {c, index, value}, {});
+        return;
+      }
+      break;
+    }
+    default:
+      break;
+  }
+  brk(BreakKind::UnsupportedOperand, "item assignment on " + describe_sym(c));
+}
+
+std::vector<Sym> SymbolicTracer::iterate(const Sym& v) {
+  switch (v->kind) {
+    case SymKind::Tuple:
+    case SymKind::List:
+    case SymKind::Set:
+      return v->items;
+    case SymKind::Dict:
+      return v->keys;
+    case SymKind::Iterator: {
+      std::vector<Sym> out;
+      while (Sym s = iter_next(v)) out.push_back(std::move(s));
+      return out;
+    }
+    case SymKind::Const: {
+      PyObject* o = v->obj.get();
+      if (!(is_plain_const(o) || PyList_CheckExact(o) || PyDict_CheckExact(o) || PySet_CheckExact(o) ||
+            PyFrozenSet_CheckExact(o)))
+        break;
+      PyRef it = PyRef::steal(PyObject_GetIter(o));
+      if (!it) { PyErr_Clear(); brk(BreakKind::RaisesInTrace, describe_sym(v) + " is not iterable"); }
+      std::vector<Sym> out;
+      while (PyObject* item = PyIter_Next(it.get())) {
+        out.push_back(wrap(item, nullptr));
+        Py_DECREF(item);
+      }
+      if (PyErr_Occurred()) { PyErr_Clear(); brk(BreakKind::RaisesInTrace, "iteration raises"); }
+      return out;
+    }
+    case SymKind::Tensor: {
+      if (v->meta.dim() == 0) brk(BreakKind::RaisesInTrace, "iteration over a 0-d tensor");
+      std::vector<Sym> out;
+      for (int64_t i = 0; i < v->meta.sizes[0]; ++i) out.push_back(subscript(v, make_const_steal(PyLong_FromLongLong(i))));
+      return out;
+    }
+    case SymKind::Object: {
+      PyObject* o = v->obj.get();
+      if (is_module_container(o)) {
+        PyObject* modules = dict_of(o) ? PyDict_GetItemString(dict_of(o), "_modules") : nullptr;
+        if (!modules) break;
+        PyRef keys = PyRef::steal(PySequence_Tuple(PyRef::steal(PyDict_Keys(modules)).get()));
+        guard(Guard::Kind::DictKeys, attr_source(v->source, "_modules"), keys.get());
+        std::vector<Sym> out;
+        bool is_dict = is_module_dict(o);
+        PyObject *k, *m;
+        Py_ssize_t pos = 0;
+        while (PyDict_Next(modules, &pos, &k, &m)) {
+          if (is_dict) out.push_back(make_const(k));
+          else out.push_back(module_child(v, "_modules", m, PyUnicode_AsUTF8(k)));
+        }
+        return out;
+      }
+      break;
+    }
+    default:
+      break;
+  }
+  brk(BreakKind::UnsupportedIteration, describe_sym(v));
+}
+
+Sym SymbolicTracer::get_iter(const Sym& v) {
+  if (v->is(SymKind::Iterator)) return v;
+  Sym it = make_sym(SymKind::Iterator);
+  if (v->is(SymKind::Const) && PyRange_Check(v->obj.get())) {
+    PyObject* r = v->obj.get();
+    PyRef start = PyRef::steal(PyObject_GetAttrString(r, "start"));
+    PyRef stop = PyRef::steal(PyObject_GetAttrString(r, "stop"));
+    PyRef step = PyRef::steal(PyObject_GetAttrString(r, "step"));
+    it->flag = true;
+    it->start = it->pos = PyLong_AsLongLong(start.get());
+    it->stop = PyLong_AsLongLong(stop.get());
+    it->step = PyLong_AsLongLong(step.get());
+    if (PyErr_Occurred()) { PyErr_Clear(); brk(BreakKind::UnsupportedIteration, "range with huge bounds"); }
+    return it;
+  }
+  it->items = iterate(v);
+  return it;
+}
+
+Sym SymbolicTracer::iter_next(const Sym& it) {
+  if (!it->is(SymKind::Iterator)) brk(BreakKind::UnsupportedIteration, "next() of " + describe_sym(it));
+  if (it->flag) {
+    bool more = it->step > 0 ? it->pos < it->stop : it->pos > it->stop;
+    if (!more) return nullptr;
+    int64_t v = it->pos;
+    it->pos += it->step;
+    return make_const_steal(PyLong_FromLongLong(v));
+  }
+  if (static_cast<size_t>(it->pos) >= it->items.size()) return nullptr;
+  return it->items[static_cast<size_t>(it->pos++)];
+}
+
+}  // namespace ff

@@ -1,0 +1,624 @@
+// Turning real Python state into symbolic values: sources, guards, attributes and globals.
+#include <Python.h>
+
+#include "frame_eval/interpreter_impl.h"
+#include "graph/op_registry.h"
+#include "graph/python/graph_calls.h"
+
+namespace ff {
+
+std::string placeholder_name_for(const Source& s);
+
+SourcePtr attr_source(const SourcePtr& base, const std::string& name) {
+  if (!base) return nullptr;
+  auto s = std::make_shared<Source>();
+  s->kind = Source::Kind::Attr;
+  s->base = base;
+  s->name = name;
+  return s;
+}
+
+SourcePtr item_source(const SourcePtr& base, PyObject* key) {
+  if (!base) return nullptr;
+  auto s = std::make_shared<Source>();
+  s->kind = Source::Kind::Item;
+  s->base = base;
+  if (PyUnicode_CheckExact(key)) {
+    s->key_is_str = true;
+    s->str_key = PyUnicode_AsUTF8(key);
+  } else if (PyLong_CheckExact(key)) {
+    s->int_key = PyLong_AsLongLong(key);
+  } else {
+    return nullptr;
+  }
+  return s;
+}
+
+SourcePtr object_source(PyObject* obj, const std::string& printed) {
+  auto s = std::make_shared<Source>();
+  s->kind = Source::Kind::Object;
+  s->object = PyRef::borrow(obj);
+  s->name = printed;
+  return s;
+}
+
+namespace {
+
+bool is_tensor(PyObject* o) { return PyObject_TypeCheck(o, reinterpret_cast<PyTypeObject*>(known().tensor_type)); }
+bool is_module(PyObject* o) { return PyObject_TypeCheck(o, reinterpret_cast<PyTypeObject*>(known().module_type)); }
+
+// Objects of torch's own internals (torch.backends.cudnn, torch._VF, torch.finfo ...) whose
+// attributes are read for real and treated as constants.
+bool is_torch_internal(PyObject* o) {
+  PyObject* mod = PyObject_GetAttrString(reinterpret_cast<PyObject*>(Py_TYPE(o)), "__module__");
+  bool r = false;
+  if (mod && PyUnicode_Check(mod)) {
+    std::string_view m = PyUnicode_AsUTF8(mod);
+    r = m == "torch" || m.rfind("torch.", 0) == 0;
+  }
+  Py_XDECREF(mod);
+  PyErr_Clear();
+  return r;
+}
+
+// Modules whose attributes never need guards (the stdlib pieces model code uses, and torch).
+bool is_stable_module(PyObject* m) {
+  const char* name = PyModule_GetName(m);
+  if (!name) { PyErr_Clear(); return false; }
+  std::string_view n = name;
+  if (n == "torch" || n.rfind("torch.", 0) == 0) return true;
+  for (std::string_view s : {"math", "operator", "functools", "builtins", "typing", "collections", "itertools",
+                             "warnings", "numbers", "enum", "dataclasses", "numpy", "copy", "inspect"})
+    if (n == s) return true;
+  return false;
+}
+
+PyObject* type_lookup(PyTypeObject* t, const char* name) {
+  PyRef n = PyRef::steal(PyUnicode_InternFromString(name));
+  return _PyType_Lookup(t, n.get());  // borrowed, no error set
+}
+
+}  // namespace
+
+PyObject* SymbolicTracer::dtype_object(DType t) { return known().dtypes[static_cast<size_t>(t)]; }
+
+void SymbolicTracer::guard(Guard::Kind kind, const SourcePtr& src, PyObject* expected, int64_t length) {
+  if (!src) return;
+  // NB: keyed by source object (an attribute source by its base and name), not by the printed
+  // expression: building strings for every guard dominated capture time on large models.
+  const void* base = src->kind == Source::Kind::Attr ? static_cast<const void*>(src->base.get()) : src.get();
+  std::string key;
+  key.reserve(sizeof(void*) + 2 + src->name.size());
+  key.append(reinterpret_cast<const char*>(&base), sizeof(void*));
+  key.push_back(static_cast<char>(kind));
+  key.push_back(static_cast<char>(src->kind));
+  if (src->kind == Source::Kind::Attr) key += src->name;
+  if (!guard_keys_.insert(key).second) return;
+  Guard g;
+  g.kind = kind;
+  g.source = src;
+  g.expected = expected;
+  Py_XINCREF(expected);
+  g.length = length;
+  out_.guards.push_back(std::move(g));
+}
+
+Sym SymbolicTracer::wrap(PyObject* obj, SourcePtr src) {
+  PyTypeObject* t = Py_TYPE(obj);
+  if (is_plain_const(obj)) {
+    if (t == &PyTuple_Type || t == &PyFrozenSet_Type || t == &PyRange_Type || t == &PySlice_Type ||
+        std::string_view(t->tp_name) == "torch.Size") {
+      guard(Guard::Kind::TypeMatch, src, reinterpret_cast<PyObject*>(t));
+    }
+    if (std::string_view(t->tp_name) == "torch.dtype") guard(Guard::Kind::IdMatch, src, obj);
+    else guard(Guard::Kind::EqualsMatch, src, obj);
+    if (std::string_view(t->tp_name) == "torch.Size") {
+      std::vector<Sym> items;
+      for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(obj); ++i) items.push_back(make_const(PyTuple_GET_ITEM(obj, i)));
+      Sym s = make_tuple(std::move(items), known().size_type);
+      s->source = src;
+      return s;
+    }
+    return make_const(obj, src);
+  }
+  if (is_tensor(obj)) {
+    if (!src) brk(BreakKind::UnsupportedValue, "a tensor that the compiled code cannot fetch again (no source)");
+    TensorMeta meta;
+    try {
+      meta = meta_from_tensor(obj);
+    } catch (const std::exception& e) {
+      PyErr_Clear();
+      brk(BreakKind::UnsupportedValue, std::string("tensor: ") + e.what());
+    }
+    Guard g;
+    g.kind = Guard::Kind::TensorMatch;
+    g.source = src;
+    g.tensor_meta = meta;
+    g.expected = reinterpret_cast<PyObject*>(t);
+    Py_INCREF(g.expected);
+    out_.guards.push_back(std::move(g));
+    // NB: placeholders are appended where found; trace() moves them to the front.
+    NodeId id = out_.graph.add_call(0, {}, ValueMeta::of_tensor(meta), placeholder_name_for(*src));
+    Node& n = out_.graph.mutable_node(id);
+    n.kind = NodeKind::Placeholder;
+    n.op = kNoOp;
+    out_.inputs.push_back(src);
+    Sym s = make_sym(SymKind::Tensor);
+    s->node = id;
+    s->meta = std::move(meta);
+    s->obj = PyRef::borrow(reinterpret_cast<PyObject*>(t));
+    s->source = src;
+    return s;
+  }
+  auto cached = by_identity_.find(obj);
+  if (cached != by_identity_.end()) return cached->second;
+  if (t == &PyList_Type || t == &PyTuple_Type) {
+    guard(Guard::Kind::TypeMatch, src, reinterpret_cast<PyObject*>(t));
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(obj);
+    guard(Guard::Kind::LenMatch, src, nullptr, n);
+    std::vector<Sym> items;
+    for (Py_ssize_t i = 0; i < n; ++i) {
+      PyRef idx = PyRef::steal(PyLong_FromSsize_t(i));
+      items.push_back(wrap(PySequence_Fast_GET_ITEM(obj, i), item_source(src, idx.get())));
+    }
+    Sym s = t == &PyList_Type ? make_list(std::move(items)) : make_tuple(std::move(items));
+    s->source = src;
+    if (t == &PyList_Type) {
+      s->obj = PyRef::borrow(obj);
+      by_identity_.emplace(obj, s);
+    }
+    return s;
+  }
+  if (PyTuple_Check(obj) && PyObject_HasAttrString(reinterpret_cast<PyObject*>(t), "_fields")) {
+    guard(Guard::Kind::TypeMatch, src, reinterpret_cast<PyObject*>(t));
+    std::vector<Sym> items;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(obj); ++i) {
+      PyRef idx = PyRef::steal(PyLong_FromSsize_t(i));
+      items.push_back(wrap(PyTuple_GET_ITEM(obj, i), item_source(src, idx.get())));
+    }
+    Sym s = make_tuple(std::move(items), reinterpret_cast<PyObject*>(t));
+    s->source = src;
+    return s;
+  }
+  if (t == &PyDict_Type || (PyDict_Check(obj) && std::string_view(t->tp_name) == "collections.OrderedDict")) {
+    guard(Guard::Kind::TypeMatch, src, reinterpret_cast<PyObject*>(t));
+    PyRef keys = PyRef::steal(PySequence_Tuple(PyRef::steal(PyDict_Keys(obj)).get()));
+    guard(Guard::Kind::DictKeys, src, keys.get());
+    Sym s = make_sym(SymKind::Dict);
+    PyObject *k, *v;
+    Py_ssize_t pos = 0;
+    while (PyDict_Next(obj, &pos, &k, &v)) {
+      if (src && !PyUnicode_CheckExact(k) && !PyLong_CheckExact(k))
+        brk(BreakKind::UnsupportedValue, "a dict with keys that are not str or int");
+      s->keys.push_back(make_const(k));
+      s->items.push_back(wrap(v, item_source(src, k)));
+    }
+    s->source = src;
+    s->obj = PyRef::borrow(obj);
+    by_identity_.emplace(obj, s);
+    return s;
+  }
+  if (PyCell_Check(obj)) brk(BreakKind::UnsupportedValue, "a cell object");
+  if (t == reinterpret_cast<PyTypeObject*>(known().partial_type)) {
+    Sym s = make_sym(SymKind::Partial);
+    PyRef fn = PyRef::steal(PyObject_GetAttrString(obj, "func"));
+    PyRef args = PyRef::steal(PyObject_GetAttrString(obj, "args"));
+    PyRef kw = PyRef::steal(PyObject_GetAttrString(obj, "keywords"));
+    guard(Guard::Kind::TypeMatch, src, reinterpret_cast<PyObject*>(t));
+    s->items = {wrap(fn.get(), attr_source(src, "func")), wrap(args.get(), attr_source(src, "args")),
+                wrap(kw.get(), attr_source(src, "keywords"))};
+    if (s->items[1]->is(SymKind::Const)) s->items[1] = make_tuple(iterate(s->items[1]));
+    return s;
+  }
+  if (PyMethod_Check(obj)) {
+    Sym s = make_sym(SymKind::BoundMethod);
+    s->items = {wrap(PyMethod_GET_SELF(obj), attr_source(src, "__self__")),
+                wrap(PyMethod_GET_FUNCTION(obj), attr_source(src, "__func__"))};
+    return s;
+  }
+  if (is_module(obj)) {
+    guard(Guard::Kind::IdMatch, src, obj);
+    Sym s = make_sym(SymKind::Object);
+    s->obj = PyRef::borrow(obj);
+    s->source = src;
+    by_identity_.emplace(obj, s);
+    return s;
+  }
+  if (PyFunction_Check(obj) || PyCFunction_Check(obj) || PyType_Check(obj) || PyModule_Check(obj) ||
+      Py_TYPE(obj) == &PyMethodDescr_Type || Py_TYPE(obj) == &PyWrapperDescr_Type ||
+      PyObject_TypeCheck(obj, &PyBaseObject_Type) == 0) {
+    guard(Guard::Kind::IdMatch, src, obj);
+    return make_const(obj, src);
+  }
+  if (PyObject_IsInstance(obj, reinterpret_cast<PyObject*>(&PyBaseObject_Type)) &&
+      PyObject_HasAttrString(reinterpret_cast<PyObject*>(t), "_member_map_")) {  // enum members
+    guard(Guard::Kind::IdMatch, src, obj);
+    return make_const(obj, src);
+  }
+  if (is_torch_internal(obj) || t == &PySet_Type) {
+    guard(Guard::Kind::IdMatch, src, obj);
+    return make_const(obj, src);
+  }
+  // A user object: its type is guarded, attributes are guarded as they are read.
+  guard(Guard::Kind::TypeMatch, src, reinterpret_cast<PyObject*>(t));
+  Sym s = make_sym(SymKind::Object);
+  s->obj = PyRef::borrow(obj);
+  s->source = src;
+  by_identity_.emplace(obj, s);
+  return s;
+}
+
+Sym SymbolicTracer::cell_contents(const Sym& cell) {
+  FF_CHECK(cell && cell->is(SymKind::Cell), "LOAD_DEREF of a slot without a cell");
+  if (cell->items.empty()) {
+    if (!cell->obj) brk(BreakKind::RaisesInTrace, "free variable referenced before assignment");
+    PyObject* v = PyCell_GET(cell->obj.get());
+    if (!v) brk(BreakKind::RaisesInTrace, "free variable referenced before assignment");
+    cell->items = {wrap(v, cell->source)};
+  }
+  return cell->items[0];
+}
+
+Sym SymbolicTracer::load_global(Frame& f, PyObject* name) {
+  bool root = f.globals == view_.globals;
+  if (root) {
+    auto it = globals_cache_.find(name);
+    if (it != globals_cache_.end()) return it->second;
+  }
+  PyObject* v = PyDict_GetItemWithError(f.globals, name);
+  if (v) {
+    SourcePtr src;
+    if (root) {
+      auto s = std::make_shared<Source>();
+      s->kind = Source::Kind::Global;
+      s->name = PyUnicode_AsUTF8(name);
+      src = s;
+    } else if (f.guard_globals) {
+      if (!f.globals_source) {
+        PyObject* modname = PyDict_GetItemString(f.globals, "__name__");
+        f.globals_source = object_source(f.globals, std::string("globals of ") + (modname && PyUnicode_Check(modname) ? PyUnicode_AsUTF8(modname) : "?"));
+      }
+      src = item_source(f.globals_source, name);
+    }
+    Sym s = wrap(v, src);
+    if (root) globals_cache_.emplace(name, s);
+    return s;
+  }
+  PyErr_Clear();
+  PyObject* b = PyDict_Check(f.builtins) ? PyDict_GetItemWithError(f.builtins, name) : PyObject_GetAttr(f.builtins, name);
+  if (!PyDict_Check(f.builtins)) Py_XDECREF(b);  // borrowed enough: builtins module keeps it alive
+  if (!b) {
+    PyErr_Clear();
+    brk(BreakKind::RaisesInTrace, std::string("name '") + PyUnicode_AsUTF8(name) + "' is not defined");
+  }
+  return make_const(b);
+}
+
+void SymbolicTracer::store_global(Frame& f, PyObject* name, Sym value) {
+  if (f.globals != view_.globals) brk(BreakKind::UnsupportedAttribute, "assignment to a global of another module");
+  auto s = std::make_shared<Source>();
+  s->kind = Source::Kind::Global;
+  s->name = PyUnicode_AsUTF8(name);
+  effects_.push_back({SideEffect::Kind::StoreGlobal, s, s->name, PyRef(), value});
+  globals_cache_[name] = std::move(value);
+}
+
+Sym SymbolicTracer::module_child(const Sym& module, const char* dict_name, PyObject* value, const std::string& key) {
+  PyRef k = PyRef::steal(PyUnicode_FromString(key.c_str()));
+  SourcePtr src = item_source(attr_source(module->source, dict_name), k.get());
+  return wrap(value, src);
+}
+
+namespace {
+Sym find_attr(std::vector<std::pair<std::string, Sym>>& attrs, const std::string& name) {
+  for (auto& [n, v] : attrs)
+    if (n == name) return v;
+  return nullptr;
+}
+void set_attr(std::vector<std::pair<std::string, Sym>>& attrs, const std::string& name, Sym v) {
+  for (auto& [n, old] : attrs)
+    if (n == name) {
+      old = std::move(v);
+      return;
+    }
+  attrs.emplace_back(name, std::move(v));
+}
+}  // namespace
+
+Sym SymbolicTracer::load_attr(const Sym& base, const std::string& name) {
+  Sym r = try_load_attr(base, name);
+  if (!r) brk(BreakKind::RaisesInTrace, "AttributeError: " + describe_sym(base) + " has no attribute '" + name + "'");
+  return r;
+}
+
+Sym SymbolicTracer::try_load_attr(const Sym& base, const std::string& name) {
+  switch (base->kind) {
+    case SymKind::Tensor: {
+      const TensorMeta& m = base->meta;
+      if (name == "shape") {
+        std::vector<Sym> items;
+        for (int64_t d : m.sizes) items.push_back(make_const_steal(PyLong_FromLongLong(d)));
+        return make_tuple(std::move(items), known().size_type);
+      }
+      if (name == "dtype") return make_const(dtype_object(m.dtype));
+      if (name == "device") {
+        PyRef dev = PyRef::steal(PyObject_CallMethod(known().torch, "device", "s", m.device.str().c_str()));
+        return make_const(dev.get());
+      }
+      if (name == "ndim") return make_const_steal(PyLong_FromLong(static_cast<long>(m.dim())));
+      if (name == "requires_grad") return make_const(m.requires_grad ? Py_True : Py_False);
+      if (name == "is_cuda") return make_const(m.device.type == Device::Type::CUDA ? Py_True : Py_False);
+      if (name == "is_meta") return make_const(m.device.type == Device::Type::Meta ? Py_True : Py_False);
+      if (name == "is_sparse" || name == "is_quantized" || name == "is_nested") return make_const(Py_False);
+      if (name == "T" || name == "mT") {
+        if (name == "T" && m.dim() != 2) {
+          std::vector<Sym> dims;
+          for (int64_t d = m.dim() - 1; d >= 0; --d) dims.push_back(make_const_steal(PyLong_FromLongLong(d)));
+          std::vector<Sym> args = {make_list(std::move(dims))};
+          KwArgs kw;
+          return call_tensor_method(base, "permute", args, kw);
+        }
+        std::vector<Sym> args = {make_const_steal(PyLong_FromLong(-2)), make_const_steal(PyLong_FromLong(-1))};
+        KwArgs kw;
+        return call_tensor_method(base, "transpose", args, kw);
+      }
+      if (name == "data" || name == "grad" || name == "grad_fn" || name == "_version")
+        brk(BreakKind::UnsupportedAttribute, "tensor." + name);
+      PyObject* desc = type_lookup(reinterpret_cast<PyTypeObject*>(known().tensor_type), name.c_str());
+      if (desc && (PyObject_TypeCheck(desc, &PyMethodDescr_Type) || PyFunction_Check(desc) ||
+                   Py_TYPE(desc) == &PyWrapperDescr_Type || PyCFunction_Check(desc))) {
+        Sym m2 = make_sym(SymKind::Method);
+        m2->name = name;
+        m2->items = {base};
+        return m2;
+      }
+      if (!desc) return nullptr;
+      brk(BreakKind::UnsupportedAttribute, "tensor." + name);
+    }
+    case SymKind::Const: {
+      PyObject* o = base->obj.get();
+      if (PyModule_Check(o)) {
+        PyObject* v = PyObject_GetAttrString(o, name.c_str());
+        if (!v) { PyErr_Clear(); return nullptr; }
+        PyRef hold = PyRef::steal(v);
+        return wrap(v, is_stable_module(o) ? nullptr : attr_source(base->source, name));
+      }
+      if (PyType_Check(o)) {
+        PyObject* v = PyObject_GetAttrString(o, name.c_str());
+        if (!v) { PyErr_Clear(); return nullptr; }
+        PyRef hold = PyRef::steal(v);
+        if (PyMethod_Check(v)) {  // a classmethod bound to the class
+          Sym s = make_sym(SymKind::BoundMethod);
+          s->items = {base, make_const(PyMethod_GET_FUNCTION(v))};
+          return s;
+        }
+        return wrap(v, attr_source(base->source, name));
+      }
+      if (is_plain_const(o) || PyFunction_Check(o) || PyCFunction_Check(o) || is_torch_internal(o) ||
+          PyObject_HasAttrString(reinterpret_cast<PyObject*>(Py_TYPE(o)), "_member_map_")) {
+        PyObject* v = PyObject_GetAttrString(o, name.c_str());
+        if (!v) { PyErr_Clear(); return nullptr; }
+        PyRef hold = PyRef::steal(v);
+        if (is_tensor(v)) brk(BreakKind::UnsupportedValue, "a tensor attribute of a constant object");
+        return wrap(v, nullptr);
+      }
+      brk(BreakKind::UnsupportedAttribute, "attribute '" + name + "' of " + describe_sym(base));
+    }
+    case SymKind::Tuple:
+      if (base->obj && base->obj.get() != known().size_type) {
+        PyObject* fields = PyObject_GetAttrString(base->obj.get(), "_fields");
+        PyRef hold = PyRef::steal(fields);
+        if (fields && PyTuple_Check(fields)) {
+          for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(fields); ++i)
+            if (name == PyUnicode_AsUTF8(PyTuple_GET_ITEM(fields, i))) return base->items[static_cast<size_t>(i)];
+        }
+        PyErr_Clear();
+        PyObject* attr = type_lookup(reinterpret_cast<PyTypeObject*>(base->obj.get()), name.c_str());
+        if (attr && PyFunction_Check(attr)) {
+          Sym s = make_sym(SymKind::BoundMethod);
+          s->items = {base, make_const(attr)};
+          return s;
+        }
+        if (attr && PyObject_TypeCheck(attr, &PyProperty_Type)) {
+          PyRef fget = PyRef::steal(PyObject_GetAttrString(attr, "fget"));
+          return call(make_const(fget.get()), {base}, {});
+        }
+      }
+      [[fallthrough]];
+    case SymKind::List:
+    case SymKind::Dict:
+    case SymKind::Set: {
+      Sym m = make_sym(SymKind::Method);
+      m->name = name;
+      m->items = {base};
+      return m;
+    }
+    case SymKind::Super: {
+      // super(cls, self).name: search the MRO of type(self) after cls.
+      PyObject* self_type = type_of(base->items[0]);
+      if (!self_type) brk(BreakKind::UnsupportedAttribute, "super() of an unknown type");
+      PyObject* mro = reinterpret_cast<PyTypeObject*>(self_type)->tp_mro;
+      Py_ssize_t n = PyTuple_GET_SIZE(mro), i = 0;
+      while (i < n && PyTuple_GET_ITEM(mro, i) != base->obj.get()) ++i;
+      PyRef key = PyRef::steal(PyUnicode_FromString(name.c_str()));
+      for (++i; i < n; ++i) {
+        PyObject* dict = reinterpret_cast<PyTypeObject*>(PyTuple_GET_ITEM(mro, i))->tp_dict;
+        PyObject* v = PyDict_GetItem(dict, key.get());
+        if (!v) continue;
+        if (PyFunction_Check(v) || PyObject_TypeCheck(v, &PyMethodDescr_Type) || Py_TYPE(v) == &PyWrapperDescr_Type) {
+          Sym s = make_sym(SymKind::BoundMethod);
+          s->items = {base->items[0], make_const(v)};
+          return s;
+        }
+        if (Py_TYPE(v) == &PyClassMethod_Type) {
+          PyRef fn = PyRef::steal(PyObject_GetAttrString(v, "__func__"));
+          Sym s = make_sym(SymKind::BoundMethod);
+          s->items = {make_const(self_type), make_const(fn.get())};
+          return s;
+        }
+        if (Py_TYPE(v) == &PyStaticMethod_Type) {
+          PyRef fn = PyRef::steal(PyObject_GetAttrString(v, "__func__"));
+          return make_const(fn.get());
+        }
+        if (PyObject_TypeCheck(v, &PyProperty_Type)) {
+          PyRef fget = PyRef::steal(PyObject_GetAttrString(v, "fget"));
+          return call(make_const(fget.get()), {base->items[0]}, {});
+        }
+        return wrap(v, nullptr);
+      }
+      return nullptr;
+    }
+    case SymKind::NewObject: {
+      if (Sym v = find_attr(base->attrs, name)) return v;
+      PyTypeObject* cls = reinterpret_cast<PyTypeObject*>(base->obj.get());
+      PyObject* v = type_lookup(cls, name.c_str());
+      if (!v) return nullptr;
+      if (PyFunction_Check(v)) {
+        Sym s = make_sym(SymKind::BoundMethod);
+        s->items = {base, make_const(v)};
+        return s;
+      }
+      if (PyObject_TypeCheck(v, &PyProperty_Type)) {
+        PyRef fget = PyRef::steal(PyObject_GetAttrString(v, "fget"));
+        return call(make_const(fget.get()), {base}, {});
+      }
+      if (Py_TYPE(v) == &PyClassMethod_Type) {
+        PyRef fn = PyRef::steal(PyObject_GetAttrString(v, "__func__"));
+        Sym s = make_sym(SymKind::BoundMethod);
+        s->items = {make_const(base->obj.get()), make_const(fn.get())};
+        return s;
+      }
+      if (Py_TYPE(v) == &PyStaticMethod_Type) {
+        PyRef fn = PyRef::steal(PyObject_GetAttrString(v, "__func__"));
+        return make_const(fn.get());
+      }
+      return wrap(v, nullptr);
+    }
+    case SymKind::Object: {
+      if (Sym v = find_attr(base->attrs, name)) return v;
+      PyObject* o = base->obj.get();
+      PyTypeObject* t = Py_TYPE(o);
+      PyObject* getattribute = type_lookup(t, "__getattribute__");
+      if (getattribute != type_lookup(&PyBaseObject_Type, "__getattribute__"))
+        brk(BreakKind::UnsupportedAttribute, "an object with a custom __getattribute__");
+      PyObject* desc = type_lookup(t, name.c_str());
+      SourcePtr src = attr_source(base->source, name);
+      Sym result;
+      if (desc && PyObject_TypeCheck(desc, &PyProperty_Type)) {
+        PyRef fget = PyRef::steal(PyObject_GetAttrString(desc, "fget"));
+        if (!fget || fget.get() == Py_None) brk(BreakKind::UnsupportedAttribute, "a write-only property");
+        return call(make_const(fget.get()), {base}, {});
+      }
+      bool data_descr = desc && Py_TYPE(desc)->tp_descr_set != nullptr;
+      if (data_descr) {
+        if (Py_TYPE(desc) == &PyMemberDescr_Type || Py_TYPE(desc) == &PyGetSetDescr_Type) {
+          PyObject* v = PyObject_GetAttrString(o, name.c_str());
+          if (!v) { PyErr_Clear(); return nullptr; }
+          PyRef hold = PyRef::steal(v);
+          result = wrap(v, src);
+          base->attrs.emplace_back(name, result);
+          return result;
+        }
+        brk(BreakKind::UnsupportedAttribute, "attribute '" + name + "' is a descriptor written in Python");
+      }
+      PyObject** dictptr = _PyObject_GetDictPtr(o);
+      PyObject* inst = nullptr;
+      PyRef managed;
+      if (dictptr && *dictptr) {
+        inst = PyDict_GetItemString(*dictptr, name.c_str());
+      } else if (t->tp_flags & Py_TPFLAGS_MANAGED_DICT) {
+        managed = PyRef::steal(PyObject_GenericGetDict(o, nullptr));
+        if (managed) inst = PyDict_GetItemString(managed.get(), name.c_str());
+        PyErr_Clear();
+      }
+      if (inst) {
+        result = wrap(inst, src);
+      } else if (desc) {
+        if (PyFunction_Check(desc)) {
+          result = make_sym(SymKind::BoundMethod);
+          result->items = {base, make_const(desc)};
+        } else if (Py_TYPE(desc) == &PyClassMethod_Type) {
+          PyRef fn = PyRef::steal(PyObject_GetAttrString(desc, "__func__"));
+          result = make_sym(SymKind::BoundMethod);
+          result->items = {make_const(reinterpret_cast<PyObject*>(t)), make_const(fn.get())};
+        } else if (Py_TYPE(desc) == &PyStaticMethod_Type) {
+          PyRef fn = PyRef::steal(PyObject_GetAttrString(desc, "__func__"));
+          result = make_const(fn.get());
+        } else if (PyObject_TypeCheck(desc, &PyMethodDescr_Type) || Py_TYPE(desc) == &PyWrapperDescr_Type) {
+          result = make_sym(SymKind::BoundMethod);
+          result->items = {base, make_const(desc)};
+        } else if (Py_TYPE(desc)->tp_descr_get) {
+          brk(BreakKind::UnsupportedAttribute, "attribute '" + name + "' is a descriptor");
+        } else {
+          // A class attribute (e.g. `expansion = 4`): read through the instance so it is guarded.
+          result = wrap(desc, src);
+        }
+      } else if (is_module(o)) {
+        for (const char* dict_name : {"_parameters", "_buffers", "_modules"}) {
+          PyObject* d = nullptr;
+          if (dictptr && *dictptr) d = PyDict_GetItemString(*dictptr, dict_name);
+          if (!d || !PyDict_Check(d)) continue;
+          PyObject* v = PyDict_GetItemString(d, name.c_str());
+          if (!v) continue;
+          result = module_child(base, dict_name, v, name);
+          break;
+        }
+        if (!result) return nullptr;
+      } else {
+        PyObject* ga = type_lookup(t, "__getattr__");
+        if (!ga) return nullptr;
+        if (!PyFunction_Check(ga)) brk(BreakKind::UnsupportedAttribute, "__getattr__ implemented in C");
+        PyRef n = PyRef::steal(PyUnicode_FromString(name.c_str()));
+        return call(make_const(ga), {base, make_const(n.get())}, {});
+      }
+      base->attrs.emplace_back(name, result);
+      return result;
+    }
+    case SymKind::Function:
+    case SymKind::BoundMethod:
+      if (name == "__self__" && base->is(SymKind::BoundMethod)) return base->items[0];
+      if (name == "__func__" && base->is(SymKind::BoundMethod)) return base->items[1];
+      brk(BreakKind::UnsupportedAttribute, "attribute '" + name + "' of a function");
+    case SymKind::Partial:
+      if (name == "func") return base->items[0];
+      if (name == "args") return base->items[1];
+      if (name == "keywords") return base->items[2];
+      return nullptr;
+    case SymKind::Slice:
+      if (name == "start") return base->items[0];
+      if (name == "stop") return base->items[1];
+      if (name == "step") return base->items[2];
+      return nullptr;
+    default:
+      brk(BreakKind::UnsupportedAttribute, "attribute '" + name + "' of " + describe_sym(base));
+  }
+}
+
+void SymbolicTracer::store_attr(const Sym& base, const std::string& name, Sym value) {
+  if (base->is(SymKind::NewObject)) {
+    set_attr(base->attrs, name, std::move(value));
+    return;
+  }
+  if (base->is(SymKind::Object) && base->source) {
+    PyTypeObject* t = Py_TYPE(base->obj.get());
+    PyObject* setattr = type_lookup(t, "__setattr__");
+    bool plain = setattr == type_lookup(&PyBaseObject_Type, "__setattr__") || setattr == type_lookup(reinterpret_cast<PyTypeObject*>(known().module_type), "__setattr__");
+    PyObject* desc = type_lookup(t, name.c_str());
+    if (!plain || (desc && Py_TYPE(desc)->tp_descr_set))
+      brk(BreakKind::UnsupportedAttribute, "assignment to '" + name + "' runs custom code");
+    if (value->is(SymKind::Tensor) && is_module(base->obj.get())) {
+      // Module.__setattr__ registers Parameters and checks buffers; only plain attributes and
+      // registered buffers are replayed.
+      PyObject** dictptr = _PyObject_GetDictPtr(base->obj.get());
+      PyObject* params = dictptr && *dictptr ? PyDict_GetItemString(*dictptr, "_parameters") : nullptr;
+      if (params && PyDict_GetItemString(params, name.c_str()))
+        brk(BreakKind::UnsupportedAttribute, "assignment to a parameter");
+    }
+    effects_.push_back({SideEffect::Kind::SetAttr, base->source, name, PyRef(), value});
+    set_attr(base->attrs, name, std::move(value));
+    return;
+  }
+  brk(BreakKind::UnsupportedAttribute, "assignment to attribute '" + name + "' of " + describe_sym(base));
+}
+
+}  // namespace ff

@@ -1,0 +1,68 @@
+// One opcode table per CPython version (opcodes_311.cpp, opcodes_312.cpp; only the one matching
+// the Python this module is built for is compiled in). Each entry declares an opcode once: its
+// name, the version-independent handler that interprets it, its inline CACHE units, how its jump
+// is encoded and whether it may graph-break. The stack effect comes from CPython itself
+// (PyCompile_OpcodeStackEffectWithJump) and is checked after every instruction; the
+// "unsupported opcodes" report is derived from the table.
+#pragma once
+
+#include <Python.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace ff {
+
+// Version-independent handlers. Several opcodes of one version may share a handler; an opcode
+// whose handler is Unsupported graph-breaks when reached.
+#define FF_HANDLERS(X)                                                                           \
+  X(Unsupported) X(Nop) X(PopTop) X(PushNull) X(Copy) X(Swap) X(LoadConst) X(LoadFast)          \
+  X(LoadFastAndClear) X(StoreFast) X(DeleteFast) X(LoadGlobal) X(StoreGlobal) X(LoadAttr)       \
+  X(LoadMethod) X(LoadAttrMethodBit) X(StoreAttr) X(LoadSuperAttr) X(LoadDeref) X(StoreDeref) X(LoadClosure)         \
+  X(MakeCell) X(CopyFreeVars) X(BinaryOp) X(UnaryNegative) X(UnaryNot) X(UnaryInvert)            \
+  X(UnaryPositive) X(CompareOp) X(IsOp) X(ContainsOp) X(BinarySubscr) X(StoreSubscr)            \
+  X(DeleteSubscr) X(BinarySlice) X(StoreSlice) X(BuildTuple) X(BuildList) X(BuildSet)          \
+  X(BuildMap) X(BuildConstKeyMap) X(BuildString) X(BuildSlice) X(ListAppend) X(SetAdd)          \
+  X(MapAdd) X(ListExtend) X(SetUpdate) X(DictUpdate) X(DictMerge) X(ListToTuple)                \
+  X(CallIntrinsic1) X(UnpackSequence) X(UnpackEx) X(GetIter) X(ForIter) X(EndFor)               \
+  X(JumpForward) X(JumpBackward) X(PopJumpIfFalse) X(PopJumpIfTrue) X(PopJumpIfNone)            \
+  X(PopJumpIfNotNone) X(JumpIfFalseOrPop) X(JumpIfTrueOrPop) X(KwNames) X(Precall) X(Call)      \
+  X(CallFunctionEx) X(MakeFunction) X(BeforeWith) X(FormatValue) X(ReturnValue)                 \
+  X(ReturnConst) X(ReturnGenerator) X(YieldValue) X(LoadAssertionError) X(RaiseVarargs)         \
+  X(ImportName) X(ImportFrom) X(GetLen)
+
+enum class Handler : uint8_t {
+#define FF_HANDLER_ENUM(h) h,
+  FF_HANDLERS(FF_HANDLER_ENUM)
+#undef FF_HANDLER_ENUM
+};
+const char* handler_name(Handler h);
+
+enum OpcodeFlag : uint8_t {
+  kJumpForward = 1u << 0,   // oparg is a forward jump from the instruction after the caches
+  kJumpBackward = 1u << 1,  // oparg is a backward jump
+  kMayBreak = 1u << 2,      // the handler may graph-break (calls, branches, attribute writes ...)
+  kNoStackCheck = 1u << 3,  // CPython's stack effect does not match the handler's (3.11 PRECALL/CALL split)
+};
+
+struct OpcodeInfo {
+  const char* name = nullptr;  // null: not an opcode of this version
+  Handler handler = Handler::Unsupported;
+  uint8_t caches = 0;
+  uint8_t flags = 0;
+};
+
+// The table for the running CPython version, indexed by opcode number (256 entries).
+const OpcodeInfo* opcode_table();
+int opcode_table_version();  // 311 or 312
+
+// COMPARE_OP's operator index (0..5: < <= == != > >=) from its oparg.
+int compare_op_index(int oparg);
+// FOR_ITER: code units from the jump target to where the exhausted loop resumes (3.12 skips END_FOR).
+int for_iter_exhausted_skip();
+
+// Opcodes of this version whose handler is Unsupported, as "NAME (number)" lines.
+std::vector<std::string> unsupported_opcodes_report();
+
+}  // namespace ff

@@ -1,0 +1,88 @@
+// Symbolic values: what the interpreter's stack and locals hold while tracing.
+//
+// A Sym is either a Python object known at capture time (Const; guarded through its Source when it
+// came from frame state), a graph value (Tensor), a container of Syms, or one of the few kinds of
+// objects whose behaviour the interpreter models itself (objects with pending attribute writes,
+// functions and cells made during tracing, iterators, bound methods, context managers ...).
+#pragma once
+
+#include <Python.h>
+
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "frame_eval/capture.h"
+#include "graph/ir.h"
+
+namespace ff {
+
+struct SymValue;
+using Sym = std::shared_ptr<SymValue>;
+
+// X(kind, fields used)
+#define FF_SYM_KINDS(X)                                                                          \
+  X(Null, "the NULL CPython pushes below callables / an unbound local (LOAD_FAST_AND_CLEAR)")    \
+  X(Const, "obj: a Python object known at capture time; source: where it was read, if anywhere") \
+  X(Tensor, "node, meta; obj: the tensor's Python type (torch.Tensor / nn.Parameter)")          \
+  X(Tuple, "items; obj: the namedtuple / torch.Size type or null for a plain tuple")              \
+  X(List, "items; obj: the real list when read from frame state (mutations become side effects)") \
+  X(Dict, "keys (Const) and items; obj: the real dict when read from frame state")               \
+  X(Set, "items (Const)")                                                                        \
+  X(Object, "obj: a real object (user object, nn.Module); attribute writes overlay in the tracer") \
+  X(NewObject, "obj: the class; attrs: attributes of an object created while tracing")          \
+  X(Function, "a function made by MAKE_FUNCTION: obj code, globals, items[0] defaults, items[1] kwdefaults, items[2] closure") \
+  X(BoundMethod, "items[0] self, items[1] function")                                             \
+  X(Cell, "items[0] contents (absent: empty); obj: the real cell, source: of the contents")       \
+  X(Iterator, "items from pos; or a range (start, stop, step) when is_range")                    \
+  X(Slice, "items: start, stop, step")                                                           \
+  X(Method, "items[0] self, name: a builtin method of a symbolic value (list.append, t.size ...)") \
+  X(Super, "items[0] self; obj: the class to start the MRO search after")                        \
+  X(GradCtx, "torch.no_grad()/enable_grad()/set_grad_enabled(b): flag = grad mode inside")      \
+  X(Partial, "functools.partial: items[0] func, items[1] args (Tuple), items[2] kwargs (Dict)")
+
+enum class SymKind : uint8_t {
+#define FF_SYM_ENUM(k, doc) k,
+  FF_SYM_KINDS(FF_SYM_ENUM)
+#undef FF_SYM_ENUM
+};
+const char* sym_kind_name(SymKind k);
+
+struct SymValue {
+  SymKind kind = SymKind::Null;
+  bool flag = false;       // GradCtx: grad mode inside; Iterator: is_range; List/Dict: mutated
+  PyRef obj;
+  SourcePtr source;
+  NodeId node = -1;
+  TensorMeta meta;         // Tensor
+  std::vector<Sym> items;
+  std::vector<Sym> keys;   // Dict keys
+  std::string name;        // Method name
+  PyRef globals;           // Function
+  int64_t pos = 0, start = 0, stop = 0, step = 1;  // Iterator
+  std::vector<std::pair<std::string, Sym>> attrs;  // NewObject attributes, in assignment order
+
+  explicit SymValue(SymKind k) : kind(k) {}
+  bool is(SymKind k) const { return kind == k; }
+};
+
+inline Sym make_sym(SymKind k) { return std::make_shared<SymValue>(k); }
+Sym make_const(PyObject* borrowed, SourcePtr source = nullptr);
+Sym make_const_steal(PyObject* new_ref);  // nullptr in: throws InternalError with the Python error
+Sym make_tuple(std::vector<Sym> items, PyObject* tuple_type = nullptr);
+Sym make_list(std::vector<Sym> items);
+Sym make_null();
+
+// A Python object for a Sym built only from constants (Const, and Tuple/List/Dict/Set/Slice of
+// constants). New reference, or nullptr (no Python error set) when the Sym is not constant.
+PyObject* sym_to_const(const Sym& s);
+
+// Plain constants: values whose operations are pure and cheap (numbers, str, bytes, None,
+// Ellipsis, ranges, slices, dtypes, devices, and tuples / frozensets of these).
+bool is_plain_const(PyObject* o);
+
+// A short description for error messages: "a tensor", "list", "int 3", "function f" ...
+std::string describe_sym(const Sym& s);
+
+}  // namespace ff

@@ -1,0 +1,111 @@
+#include "frame_eval/torch_refs.h"
+
+#include <unordered_map>
+
+#include "frame_eval/py_util.h"
+#include "src/errors.h"
+
+namespace ff {
+
+void AttrGetter::resolve(PyTypeObject* type, const char* attr) {
+  name = PyUnicode_InternFromString(attr);
+  PyObject* d = _PyType_Lookup(type, name);  // borrowed
+  if (d && Py_TYPE(d) == &PyGetSetDescr_Type) {
+    auto* gd = reinterpret_cast<PyGetSetDescrObject*>(d);
+    fn = gd->d_getset->get;
+    closure = gd->d_getset->closure;
+  }
+}
+
+namespace {
+
+PyObject* attr_or_null(PyObject* o, const char* name) {
+  PyObject* r = PyObject_GetAttrString(o, name);
+  if (!r) PyErr_Clear();
+  return r;
+}
+
+TorchRefs* load_torch_refs() {
+  auto* refs = new TorchRefs();  // NB: lives for the process; nothing here may be freed at exit
+  refs->torch = PyImport_ImportModule("torch");
+  if (!refs->torch) {
+    std::string err = fetch_py_error_text();
+    delete refs;
+    throw InternalError("framefuse needs torch: import torch failed: " + err);
+  }
+  PyRef c = PyRef::steal(PyObject_GetAttrString(refs->torch, "_C"));
+  PyObject* base = c ? attr_or_null(c.get(), "TensorBase") : nullptr;
+  if (!base && c) base = attr_or_null(c.get(), "_TensorBase");
+  if (!base || !PyType_Check(base)) {
+    PyErr_Clear();
+    throw InternalError("torch._C.TensorBase not found");
+  }
+  refs->tensor_base = reinterpret_cast<PyTypeObject*>(base);
+  refs->is_grad_enabled = attr_or_null(refs->torch, "is_grad_enabled");
+  refs->get_default_dtype = attr_or_null(refs->torch, "get_default_dtype");
+  refs->strided = attr_or_null(refs->torch, "strided");
+  for (int i = 0; i < kNumDTypes; ++i)
+    refs->dtypes[i] = attr_or_null(refs->torch, std::string(dtype_name(static_cast<DType>(i))).c_str());
+  FF_CHECK(refs->is_grad_enabled && refs->get_default_dtype && refs->strided, "torch API missing");
+  return refs;
+}
+
+}  // namespace
+
+const TorchRefs& torch_refs() {
+  static TorchRefs* refs = load_torch_refs();
+  return *refs;
+}
+
+const TensorReaders& tensor_readers(PyTypeObject* type) {
+  static auto* cache = new std::unordered_map<PyTypeObject*, TensorReaders*>();
+  auto it = cache->find(type);
+  if (it != cache->end()) return *it->second;
+  auto* r = new TensorReaders();
+  r->shape.resolve(type, "shape");
+  r->dtype.resolve(type, "dtype");
+  r->requires_grad.resolve(type, "requires_grad");
+  r->layout.resolve(type, "layout");
+  r->is_cpu.resolve(type, "is_cpu");
+  r->is_cuda.resolve(type, "is_cuda");
+  r->is_meta.resolve(type, "is_meta");
+  r->device.resolve(type, "device");
+  PyRef stride_name = PyRef::steal(PyUnicode_InternFromString("stride"));
+  PyRef get_device_name = PyRef::steal(PyUnicode_InternFromString("get_device"));
+  r->stride = _PyType_Lookup(type, stride_name.get());
+  r->get_device = _PyType_Lookup(type, get_device_name.get());
+  FF_CHECK(r->stride && r->get_device, "tensor type without stride()/get_device()");
+  Py_INCREF(r->stride);
+  Py_INCREF(r->get_device);
+  // NB: the type is kept alive by the cache, so the pointer key cannot be reused.
+  Py_INCREF(reinterpret_cast<PyObject*>(type));
+  cache->emplace(type, r);
+  return *r;
+}
+
+bool is_tensor(PyObject* obj) {
+  return PyObject_TypeCheck(obj, torch_refs().tensor_base) != 0;
+}
+
+PyObject* torch_dtype_object(DType t) { return torch_refs().dtypes[static_cast<int>(t)]; }
+
+bool dtype_from_object(PyObject* dtype_obj, DType* out) {
+  const TorchRefs& refs = torch_refs();
+  for (int i = 0; i < kNumDTypes; ++i) {
+    if (refs.dtypes[i] && refs.dtypes[i] == dtype_obj) {
+      *out = static_cast<DType>(i);
+      return true;
+    }
+  }
+  return false;
+}
+
+int grad_enabled_now() {
+  PyObject* r = PyObject_Vectorcall(torch_refs().is_grad_enabled, nullptr, 0, nullptr);
+  if (!r) return -1;
+  int v = r == Py_True;
+  Py_DECREF(r);
+  return v;
+}
+
+}  // namespace ff

@@ -1,0 +1,55 @@
+// Torch objects the frontend's hot path needs, resolved once on the cold path (the first compile):
+// C getters of the tensor type's attributes, and the global-state functions. framefuse does not
+// link libtorch; it reads tensors through the same C getters Python's attribute access would use,
+// minus the attribute lookup.
+#pragma once
+
+#include <Python.h>
+
+#include <string>
+
+#include "graph/dtype.h"
+
+namespace ff {
+
+// A resolved attribute read: the type's C getter when the attribute is a getset descriptor, else
+// a generic getattr. get() returns a new reference or null with an error set.
+struct AttrGetter {
+  getter fn = nullptr;
+  void* closure = nullptr;
+  PyObject* name = nullptr;  // interned; strong
+
+  void resolve(PyTypeObject* type, const char* attr);
+  PyObject* get(PyObject* obj) const { return fn ? fn(obj, closure) : PyObject_GetAttr(obj, name); }
+};
+
+// How to read one tensor type's metadata quickly (resolved per exact tensor type).
+struct TensorReaders {
+  AttrGetter shape, dtype, requires_grad, layout, is_cpu, is_cuda, is_meta, device;
+  PyObject* stride = nullptr;      // method descriptor (strong)
+  PyObject* get_device = nullptr;  // method descriptor (strong)
+};
+
+struct TorchRefs {
+  PyObject* torch = nullptr;              // the torch module
+  PyTypeObject* tensor_base = nullptr;    // torch._C.TensorBase (torch._C._TensorBase on 1.x)
+  PyObject* is_grad_enabled = nullptr;    // torch.is_grad_enabled
+  PyObject* get_default_dtype = nullptr;  // torch.get_default_dtype
+  PyObject* strided = nullptr;            // torch.strided
+  PyObject* dtypes[kNumDTypes] = {};      // torch.float32 ... (null where torch lacks one)
+};
+
+// Resolves on first use (imports torch). Throws InternalError if torch cannot be imported.
+const TorchRefs& torch_refs();
+// The readers for `type` (a tensor type); cached per type. Cold path.
+const TensorReaders& tensor_readers(PyTypeObject* type);
+// True if `obj` is a torch tensor (any subclass). Cold path.
+bool is_tensor(PyObject* obj);
+// torch.<dtype_name(t)> (borrowed; null if the installed torch lacks it).
+PyObject* torch_dtype_object(DType t);
+// The DType of a torch.dtype object, if framefuse knows it.
+bool dtype_from_object(PyObject* dtype_obj, DType* out);
+// Hot path: torch.is_grad_enabled(); -1 on error (set).
+int grad_enabled_now();
+
+}  // namespace ff

@@ -1,0 +1,59 @@
+"""Backends of framefuse.compile: "eager", "inductor", or a callable `(graph, example_inputs) -> callable`.
+
+A callable backend receives a framefuse.graph.Graph (print it with `graph.code()`, run it with
+`graph.run(*inputs)`) and the example inputs (the tensors of the first call), and returns the
+callable to run on later calls; it is called with the graph inputs and returns the graph outputs:
+
+    def my_backend(graph, example_inputs):
+        print(graph.code())
+        return graph.run
+
+    fn = framefuse.compile(fn, backend=my_backend)
+"""
+from .graph import Graph
+
+_BUILTIN = ("eager", "inductor")
+_registered = {}
+
+
+def register_backend(name, compiler_fn):
+    """Make `compiler_fn` available as framefuse.compile(..., backend=name)."""
+    if not isinstance(name, str) or not name:
+        raise TypeError("register_backend: the name must be a non-empty str")
+    if name in _BUILTIN:
+        raise ValueError(f"register_backend: {name!r} is a built-in backend")
+    if not callable(compiler_fn):
+        raise TypeError(f"register_backend: the backend {name!r} must be callable")
+    _registered[name] = compiler_fn
+    return compiler_fn
+
+
+def list_backends():
+    """Names accepted by framefuse.compile(backend=...)."""
+    return list(_BUILTIN) + sorted(_registered)
+
+
+def lookup_backend(backend):
+    """The backend framefuse.compile stores: a built-in name or a callable."""
+    if isinstance(backend, str):
+        if backend in _BUILTIN:
+            return backend
+        if backend in _registered:
+            return _registered[backend]
+        raise ValueError(f"framefuse.compile: unknown backend {backend!r}. "
+                         f"Valid backends: {', '.join(list_backends())}, or a callable (graph, example_inputs) -> callable.")
+    if callable(backend):
+        return backend
+    raise TypeError(f"framefuse.compile: backend must be a str or a callable, not {type(backend).__name__}")
+
+
+def _call_backend(backend, cgraph, example_inputs, mode, options):
+    # Called by the frontend (frame_eval/hook_backend.cpp) once per captured graph.
+    graph = Graph.__new__(Graph)
+    graph._g = cgraph
+    compiled = backend(graph, example_inputs, **options) if options else backend(graph, example_inputs)
+    if not callable(compiled):
+        name = getattr(backend, "__name__", repr(backend))
+        raise TypeError(f"framefuse backend {name} returned {type(compiled).__name__}; "
+                        "a backend must return a callable taking the graph inputs")
+    return compiled

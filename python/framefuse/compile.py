@@ -1,0 +1,97 @@
+"""framefuse.compile, framefuse.disable, framefuse.reset, framefuse.graph_break."""
+import functools
+
+import torch
+
+from . import _C
+from .backends import lookup_backend
+
+__all__ = ["compile", "disable", "reset", "graph_break"]
+
+_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+
+graph_break = _C.graph_break
+
+
+def compile(model=None, *, fullgraph=False, dynamic=None, backend="inductor", mode=None, options=None,  # noqa: A001
+            disable=False):
+    """Compile a function, method or nn.Module, as torch.compile does.
+
+    Usable as `framefuse.compile(fn)`, `@framefuse.compile` and `@framefuse.compile(backend="eager")`.
+    A compiled nn.Module behaves like the original (attributes, parameters(), state_dict() keys,
+    train()/eval(), repr) and shares its parameters.
+    """
+    if mode is not None and options is not None:
+        raise RuntimeError("framefuse.compile: give either mode or options, not both")
+    if mode is not None and mode not in _MODES:
+        raise ValueError(f"framefuse.compile: unknown mode {mode!r}. Valid modes: {', '.join(_MODES)}.")
+    if options is not None:
+        if not isinstance(options, dict) or not all(isinstance(k, str) for k in options):
+            raise TypeError("framefuse.compile: options must be a dict with str keys")
+    if dynamic:
+        raise NotImplementedError(
+            "framefuse.compile(dynamic=True): dynamic shapes are not supported yet. Use dynamic=None "
+            "(the default) or dynamic=False: each new input shape compiles a specialized graph.")
+    if not isinstance(fullgraph, bool):
+        raise TypeError("framefuse.compile: fullgraph must be a bool")
+    backend = lookup_backend(backend)
+
+    def apply(m):
+        if disable:
+            return m
+        if isinstance(m, torch.nn.Module):
+            return _compile_module(m, backend, fullgraph, mode, options)
+        if not callable(m):
+            raise TypeError(f"framefuse.compile expects a function, a method or an nn.Module, not {type(m).__name__}")
+        wrapper = _C._compile_callable(m, backend, fullgraph, mode, options, _root_code(m))
+        return _wraps(wrapper, m)
+
+    return apply if model is None else apply(model)
+
+
+def disable(fn=None, recursive=True):
+    """Run `fn`, and everything it calls, natively (as a decorator or a function)."""
+    if not recursive:
+        raise NotImplementedError("framefuse.disable(recursive=False) is not supported yet")
+    if fn is None:
+        return disable
+    if not callable(fn):
+        raise TypeError(f"framefuse.disable expects a callable, not {type(fn).__name__}")
+    return _wraps(_C._disable_callable(fn), fn)
+
+
+def reset():
+    """Forget every compiled frame (the next call of a compiled function compiles again)."""
+    _C._reset()
+
+
+def _root_code(fn):
+    fn = getattr(fn, "__func__", fn)
+    return getattr(fn, "__code__", None)
+
+
+def _wraps(wrapper, fn):
+    try:
+        functools.update_wrapper(wrapper, fn)
+    except (AttributeError, TypeError):
+        pass
+    return wrapper
+
+
+def _compile_module(mod, backend, fullgraph, mode, options):
+    # The compiled module is an instance of a subclass of the module's class that shares the
+    # module's __dict__: parameters, buffers, submodules and `training` are the same objects, so
+    # state_dict() keys stay the original ones and checkpoints load both ways. Only __call__ differs.
+    cls = type(mod)
+    forward = getattr(cls, "forward", None)
+    call = _C._compile_callable(cls.__call__, backend, fullgraph, mode, options, _root_code(forward))
+    compiled_cls = type(cls.__name__, (cls,), {
+        "__call__": call,
+        "__module__": cls.__module__,
+        "__qualname__": cls.__qualname__,
+        "_orig_mod": property(lambda self: mod),
+        "__doc__": cls.__doc__,
+    })
+    compiled = object.__new__(compiled_cls)
+    object.__setattr__(compiled, "__dict__", mod.__dict__)
+    return compiled

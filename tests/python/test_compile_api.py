@@ -1,0 +1,263 @@
+"""framefuse.compile / disable / reset / graph_break: the user-facing API."""
+import pytest
+import torch
+
+import framefuse
+from framefuse import _C
+from capture_specs import stats, tensor_args_capture, tracer
+
+
+def double(x):
+    return x * 2
+
+
+def test_decorator_forms():
+    with tracer(tensor_args_capture(torch.relu)):
+        @framefuse.compile
+        def a(x):
+            return torch.relu(x)
+
+        @framefuse.compile()
+        def b(x):
+            return torch.relu(x)
+
+        @framefuse.compile(backend="eager", fullgraph=True)
+        def c(x):
+            return torch.relu(x)
+        x = torch.randn(5)
+        for fn in (a, b, c):
+            assert torch.equal(fn(x), torch.relu(x))
+        assert a.__name__ == "a" and a.__wrapped__.__name__ == "a"
+        assert stats()["frames_compiled"] == 3
+
+
+def test_unknown_mode_lists_valid_modes():
+    with pytest.raises(ValueError) as e:
+        framefuse.compile(double, mode="fastest")
+    assert str(e.value) == ("framefuse.compile: unknown mode 'fastest'. Valid modes: default, reduce-overhead, "
+                            "max-autotune, max-autotune-no-cudagraphs.")
+
+
+def test_mode_and_options_together_is_an_error():
+    with pytest.raises(RuntimeError, match="either mode or options"):
+        framefuse.compile(double, mode="default", options={"a": 1})
+
+
+def test_options_must_be_a_dict():
+    with pytest.raises(TypeError, match="options must be a dict with str keys"):
+        framefuse.compile(double, options=[1])
+
+
+def test_unknown_backend_lists_valid_ones():
+    with pytest.raises(ValueError) as e:
+        framefuse.compile(double, backend="tvm")
+    assert str(e.value).startswith("framefuse.compile: unknown backend 'tvm'. Valid backends: eager, inductor")
+
+
+def test_dynamic_true_is_not_implemented():
+    with pytest.raises(NotImplementedError, match="dynamic shapes are not supported yet"):
+        framefuse.compile(double, dynamic=True)
+
+
+def test_compile_rejects_non_callables():
+    with pytest.raises(TypeError, match="expects a function, a method or an nn.Module, not int"):
+        framefuse.compile(3)
+
+
+def test_disable_true_returns_the_model():
+    assert framefuse.compile(double, disable=True) is double
+
+
+def test_inductor_backend_falls_back_with_a_perf_hint(caplog):
+    import logging
+    framefuse.set_logs("perf_hints")
+    caplog.set_level(logging.INFO, logger="framefuse")
+    try:
+        with tracer(tensor_args_capture(torch.relu)):
+            f = framefuse.compile(torch.relu.__call__ if False else (lambda x: torch.relu(x)))
+            x = torch.randn(3)
+            assert torch.equal(f(x), torch.relu(x))
+    finally:
+        framefuse.set_logs("")
+    assert "backend=inductor" in caplog.text and "reference runner" in caplog.text
+
+
+def test_callable_backend_gets_graph_and_example_inputs():
+    seen = []
+
+    def my_backend(graph, example_inputs):
+        seen.append((len(graph), [tuple(t.shape) for t in example_inputs]))
+        return graph.run
+    with tracer(tensor_args_capture(torch.add)):
+        f = framefuse.compile(lambda x, y: x + y, backend=my_backend)
+        x, y = torch.randn(2, 3), torch.randn(2, 3)
+        assert torch.equal(f(x, y), x + y)
+        assert torch.equal(f(x, y), x + y)
+    assert seen == [(4, [(2, 3), (2, 3)])]  # two placeholders, add, output
+
+
+def test_callable_backend_error_reaches_the_user():
+    def broken(graph, example_inputs):
+        raise KeyError("backend exploded")
+    with tracer(tensor_args_capture(torch.relu)):
+        f = framefuse.compile(lambda x: torch.relu(x), backend=broken)
+        with pytest.raises(KeyError, match="backend exploded"):
+            f(torch.randn(2))
+
+
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(3, 2)
+        self.register_buffer("scale", torch.ones(2))
+
+    def forward(self, x):
+        return self.lin(x) * self.scale
+
+
+def test_compiled_module_behaves_like_the_original():
+    net = Net()
+    c = framefuse.compile(net, backend="eager")
+    assert isinstance(c, Net) and isinstance(c, torch.nn.Module)
+    assert list(c.state_dict().keys()) == ["scale", "lin.weight", "lin.bias"] == list(net.state_dict().keys())
+    assert [p is q for p, q in zip(c.parameters(), net.parameters())] == [True, True]
+    assert c.lin is net.lin
+    assert repr(c) == repr(net)
+    c.eval()
+    assert not net.training and not net.lin.training
+    c.train()
+    assert net.training
+    # Checkpoints load both ways.
+    other = Net()
+    other.load_state_dict(c.state_dict())
+    c.load_state_dict(other.state_dict())
+    assert c._orig_mod is net
+
+
+def test_compiled_module_runs_forward_through_the_hook():
+    def capture(code, locals_):
+        from framefuse.graph import Graph
+        self, x = locals_[0], locals_[1]
+        g = Graph()
+        px = g.placeholder("x", x)
+        out = g.call(torch.relu, px)
+        g.output((out,))
+        return {"graph": g, "inputs": [("local", 1, "x")],
+                "guards": [("tensor", ("local", 1, "x"), x), ("id", ("local", 0, "self"), self)],
+                "output": ("out", 0)}
+    with tracer(capture):
+        lin = torch.nn.ReLU()
+        c = framefuse.compile(lin, backend="eager")
+        x = torch.randn(4)
+        assert torch.equal(c(x), torch.relu(x))
+        assert stats()["frames_compiled"] == 1
+        assert _C._code_cache_info(torch.nn.ReLU.forward.__code__)["entries"] == 1
+
+
+def test_method_decorator():
+    class M:
+        def __init__(self):
+            self.k = 3
+
+        @framefuse.compile(backend="eager")
+        def f(self, x):
+            return torch.relu(x)
+
+    def capture(code, locals_):
+        from framefuse.graph import Graph
+        x = locals_[1]
+        g = Graph()
+        g.output((g.call(torch.relu, g.placeholder("x", x)),))
+        return {"graph": g, "inputs": [("local", 1, "x")], "guards": [("tensor", ("local", 1, "x"), x)],
+                "output": ("out", 0)}
+    with tracer(capture):
+        m = M()
+        x = torch.randn(3)
+        assert torch.equal(m.f(x), torch.relu(x))
+        assert torch.equal(M.f(m, x), torch.relu(x))
+        assert stats()["frames_compiled"] == 1
+
+
+def test_disable_runs_natively_under_a_compiled_function():
+    traced = []
+
+    def capture(code, locals_):
+        traced.append(code.co_name)
+        return {"unsupported": "calls a disabled function"}
+
+    @framefuse.disable
+    def helper(x):
+        return x - 1
+
+    def outer(x):
+        return helper(x) * 2
+    with tracer(capture):
+        f = framefuse.compile(outer, backend="eager")
+        x = torch.randn(3)
+        assert torch.equal(f(x), (x - 1) * 2)
+        # outer fell back; helper ran under disable, so it was never traced.
+        assert traced == ["outer"]
+        assert helper.__name__ == "helper"
+
+
+def test_graph_break_is_a_c_function():
+    assert type(framefuse.graph_break).__name__ == "builtin_function_or_method"
+    assert framefuse.graph_break() is None
+
+
+def test_reset_forgets_compiled_frames():
+    with tracer(tensor_args_capture(torch.relu)):
+        f = framefuse.compile(lambda x: torch.relu(x), backend="eager")
+        f(torch.randn(2))
+        framefuse.reset()
+        f(torch.randn(2))
+        assert stats()["frames_compiled"] == 1  # reset also zeroes the counters
+        assert stats()["cache_hits"] == 0
+
+
+def test_fullgraph_raises_unsupported_with_the_reason():
+    with tracer(lambda code, locals_: {"unsupported": "call to print"}):
+        f = framefuse.compile(lambda x: torch.relu(x), backend="eager", fullgraph=True)
+        with pytest.raises(framefuse.Unsupported, match="call to print"):
+            f(torch.randn(2))
+        # Still usable (raises again, never crashes).
+        with pytest.raises(framefuse.Unsupported):
+            f(torch.randn(2))
+
+
+def test_unsupported_frame_falls_back_and_is_not_retraced(caplog):
+    import logging
+    calls = []
+
+    def capture(code, locals_):
+        calls.append(1)
+        return {"unsupported": "call to print"}
+    framefuse.set_logs("graph_breaks")
+    caplog.set_level(logging.INFO, logger="framefuse")
+    try:
+        with tracer(capture):
+            f = framefuse.compile(lambda x: torch.relu(x), backend="eager")
+            for _ in range(3):
+                x = torch.randn(2)
+                assert torch.equal(f(x), torch.relu(x))
+            assert calls == [1]
+            assert stats()["graph_breaks"] == 1
+    finally:
+        framefuse.set_logs("")
+    assert "call to print" in caplog.text and "the frame runs eagerly" in caplog.text
+
+
+def test_internal_error_falls_back_or_raises_when_configured():
+    with tracer(lambda code, locals_: {"internal_error": "boom"}):
+        f = framefuse.compile(lambda x: torch.relu(x), backend="eager")
+        x = torch.randn(2)
+        assert torch.equal(f(x), torch.relu(x))
+        assert stats()["internal_errors"] == 1
+    framefuse.config.raise_on_internal_error = True
+    try:
+        with tracer(lambda code, locals_: {"internal_error": "boom"}):
+            f = framefuse.compile(lambda x: torch.relu(x), backend="eager")
+            with pytest.raises(RuntimeError, match="framefuse internal error while compiling .*boom"):
+                f(torch.randn(2))
+    finally:
+        framefuse.config.raise_on_internal_error = False
