@@ -219,8 +219,29 @@ std::vector<const TensorMeta*> tensors_of(const std::vector<Value>& operands, co
   return ts;
 }
 
-ValueMeta pointwise_result(const std::vector<Value>& operands, const Graph& g, DType dtype) {
-  std::vector<const TensorMeta*> ts = tensors_of(operands, g);
+TensorMeta converted(const TensorMeta& t, DType dtype) {
+  TensorMeta out = t;
+  out.dtype = dtype;
+  out.strides = *preserve_format_strides(t);
+  return out;
+}
+
+ValueMeta pointwise_result(const std::vector<Value>& operands, const Graph& g, DType dtype, std::optional<DType> compute,
+                           Promote promote) {
+  std::vector<const TensorMeta*> originals = tensors_of(operands, g);
+  std::vector<TensorMeta> copies;
+  copies.reserve(originals.size());
+  std::vector<const TensorMeta*> ts;
+  for (const TensorMeta* t : originals) {
+    bool convert = compute && t->dtype != *compute && t->dim() > 0 &&
+                   (promote == Promote::Always || (promote == Promote::OnCpu && t->device.type == Device::Type::CPU));
+    if (convert) {
+      copies.push_back(converted(*t, *compute));
+      ts.push_back(&copies.back());
+    } else {
+      ts.push_back(t);
+    }
+  }
   std::vector<int64_t> shape;
   for (const TensorMeta* t : ts) shape = broadcast_shapes(shape, t->sizes);
   bool scalar_operand = false;
@@ -229,8 +250,8 @@ ValueMeta pointwise_result(const std::vector<Value>& operands, const Graph& g, D
   out.sizes = shape;
   out.strides = pointwise_output_strides(shape, ts, scalar_operand);
   out.dtype = dtype;
-  out.device = common_device(ts);
-  out.requires_grad = grad_result(ts, dtype);
+  out.device = common_device(originals);
+  out.requires_grad = grad_result(originals, dtype);
   return ValueMeta::of_tensor(std::move(out));
 }
 
@@ -347,6 +368,8 @@ std::vector<int64_t> reduced_shape(const std::vector<int64_t>& sizes, const std:
 }
 
 bool is_non_overlapping_and_dense(const TensorMeta& t) {
+  // torch ORs the contiguity flags in (an empty tensor is contiguous whatever its strides).
+  if (t.is_contiguous() || is_channels_last_contiguous(t)) return true;
   if (t.dim() == 1) return t.sizes[0] < 2 || t.strides[0] == 1;
   std::vector<int64_t> perm(static_cast<size_t>(t.dim()));
   std::iota(perm.begin(), perm.end(), 0);
@@ -413,12 +436,49 @@ bool has_internal_overlap(const TensorMeta& t) {
   return false;
 }
 
+// c10's infer_dense_strides: a dense layout in the stride order of `t` (TensorIterator's
+// ordering), sizes 0 and 1 counting as 1.
+std::vector<int64_t> infer_dense_strides(const TensorMeta& t) {
+  const int64_t ndim = t.dim();
+  std::vector<int64_t> perm(static_cast<size_t>(ndim));
+  for (int64_t i = 0; i < ndim; ++i) perm[i] = ndim - 1 - i;
+  auto should_swap = [&](int64_t d0, int64_t d1) -> int {
+    int64_t s0 = t.strides[d0], s1 = t.strides[d1];
+    if (s0 == 0 || s1 == 0) return 0;
+    if (s0 < s1) return -1;
+    if (s0 > s1) return 1;
+    return t.sizes[d0] > t.sizes[d1] ? 1 : 0;
+  };
+  for (int64_t i = 1; i < ndim; ++i) {
+    int64_t dim1 = i;
+    for (int64_t j = 1; j <= i; ++j) {
+      int64_t dim0 = i - j;
+      int cmp = should_swap(perm[dim0], perm[dim1]);
+      if (cmp > 0) {
+        std::swap(perm[dim0], perm[dim1]);
+        dim1 = dim0;
+      } else if (cmp < 0) {
+        break;
+      }
+    }
+  }
+  std::vector<int64_t> out(static_cast<size_t>(ndim));
+  int64_t cur = 1;
+  for (int64_t i = 0; i < ndim; ++i) {
+    out[perm[i]] = cur;
+    if (t.sizes[perm[i]] > 1) cur *= t.sizes[perm[i]];
+  }
+  return out;
+}
+
 std::optional<std::vector<int64_t>> preserve_format_strides(const TensorMeta& t) {
   if (is_non_overlapping_and_dense(t)) return t.strides;
-  // Non-dense inputs get a dense layout in the input's stride order (infer_dense_strides, the
-  // same ordering TensorIterator computes).
-  if (t.numel() == 0) return std::nullopt;
-  return pointwise_output_strides(t.sizes, {&t}, /*scalar_operand=*/true);
+  return infer_dense_strides(t);
+}
+
+bool missing_cpu_kernel(const TensorMeta& t, bool bfloat16_too) {
+  if (t.device.type != Device::Type::CPU || torch_at_least(2, 0)) return false;
+  return t.dtype == DType::Float16 || (bfloat16_too && t.dtype == DType::BFloat16);
 }
 
 DType dtype_arg(const MetaContext& ctx, std::string_view name, DType fallback) {

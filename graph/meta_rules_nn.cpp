@@ -12,10 +12,7 @@ namespace {
 
 bool is_float_like(DType t) { return is_floating(t) || is_complex(t); }
 
-// Reduced precision matrix kernels on CPU exist in newer torch versions only.
-bool unsupported_cpu_half(const TensorMeta& t) {
-  return t.dtype == DType::Float16 && t.device.type == Device::Type::CPU;
-}
+bool unsupported_cpu_half(const TensorMeta& t) { return missing_cpu_kernel(t); }
 
 void check_same_dtype(const TensorMeta& a, const TensorMeta& b) {
   if (a.dtype != b.dtype)
@@ -173,11 +170,19 @@ std::optional<ValueMeta> meta_conv(const MetaContext& ctx) {
   if (x.dim() != batched_dims && x.dim() != batched_dims - 1) return std::nullopt;
   if (w.dim() != batched_dims) return std::nullopt;
   if (!is_floating(x.dtype) || x.dtype != w.dtype || unsupported_cpu_half(x)) return std::nullopt;
-  // On CPU the result is channels-last when the input or the weight suggests it (2-d convs;
-  // oneDNN and the slow path agree), else contiguous. GPU backends choose for themselves, and an
-  // unbatched input goes through an unsqueeze whose layout is left to the fallback.
+  // On CPU the result is channels-last when the input or the weight is laid out channels-last
+  // (2-d convs; oneDNN and the slow path agree), else contiguous. Strides that only resemble
+  // channels-last (size-1 dims with other strides) are left to the fallback, as are GPU backends
+  // and unbatched inputs (which go through an unsqueeze).
   bool batched = x.dim() == batched_dims;
-  bool cl = spatial == 2 && batched && (strides_like_channels_last(x) || strides_like_channels_last(w));
+  bool cl = false;
+  if (spatial == 2 && batched) {
+    for (const TensorMeta* t : {&x, &w}) {
+      if (!strides_like_channels_last(*t)) continue;
+      if (t->strides != channels_last_strides(t->sizes)) return std::nullopt;
+      cl = true;
+    }
+  }
   if (x.device.type != Device::Type::CPU || !batched) {
     if (!x.is_contiguous() || !w.is_contiguous()) return std::nullopt;
   }

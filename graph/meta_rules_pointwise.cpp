@@ -24,10 +24,14 @@ bool can_cast(DType from, DType to) {
   return true;
 }
 
-// A unary TensorIterator op over one tensor: the result layout.
-ValueMeta unary_result(const TensorMeta& x, DType dtype) {
+// A unary TensorIterator op over one tensor: the result layout. `promote`: how an input of
+// another dtype than `dtype` reaches it (see Promote).
+ValueMeta unary_result(const TensorMeta& x, DType dtype, Promote promote = Promote::None) {
   TensorMeta out = x;
-  out.strides = pointwise_output_strides(x.sizes, {&x});
+  bool convert = dtype != x.dtype && x.dim() > 0 &&
+                 (promote == Promote::Always || (promote == Promote::OnCpu && x.device.type == Device::Type::CPU));
+  TensorMeta in = convert ? converted(x, dtype) : x;
+  out.strides = pointwise_output_strides(x.sizes, {&in});
   out.dtype = dtype;
   out.requires_grad = grad_result({&x}, dtype);
   return ValueMeta::of_tensor(std::move(out));
@@ -53,6 +57,12 @@ bool alpha_ok(const MetaContext& ctx, DType result) {
 std::optional<DType> binary_dtype(const MetaContext& ctx, const std::vector<Value>& operands, bool true_divide) {
   DType dt = result_type(operands, ctx.graph);
   if (is_complex(dt)) return std::nullopt;
+  // Subtraction rejects a bool operand even when the other one is not.
+  if (name_is(ctx, {"sub", "rsub", "op_sub", "op_isub", "sub_"}))
+    for (const Value& v : operands) {
+      const TensorMeta* t = tensor_or_null(v, ctx.graph);
+      if ((t && t->dtype == DType::Bool) || v.kind == Value::Kind::Bool) return std::nullopt;
+    }
   if (true_divide && is_integral(dt, true)) dt = default_float_dtype();
   if (dt == DType::Bool && !name_is(ctx, {"add", "mul", "op_add", "op_mul", "op_iadd", "op_imul", "add_", "mul_", "maximum", "minimum"}))
     return std::nullopt;  // sub/div/pow/remainder ... of bools raise or promote specially
@@ -76,13 +86,14 @@ bool is_pow(const MetaContext& ctx) { return name_is(ctx, {"pow", "op_pow", "op_
 std::optional<ValueMeta> meta_unary(const MetaContext& ctx) {
   const TensorMeta* x = tensor_or_null(ctx.args[0], ctx.graph);
   if (!x || x->dtype == DType::Bool || is_complex(x->dtype)) return std::nullopt;
+  if (missing_cpu_kernel(*x) && !name_is(ctx, {"neg", "op_neg", "abs", "sign", "square"})) return std::nullopt;
   return unary_result(*x, x->dtype);
 }
 
 std::optional<ValueMeta> meta_unary_float(const MetaContext& ctx) {
   const TensorMeta* x = tensor_or_null(ctx.args[0], ctx.graph);
-  if (!x || is_complex(x->dtype)) return std::nullopt;
-  return unary_result(*x, is_integral(x->dtype, true) ? default_float_dtype() : x->dtype);
+  if (!x || (missing_cpu_kernel(*x) && !name_is(ctx, {"exp2", "reciprocal"})) || is_complex(x->dtype)) return std::nullopt;
+  return unary_result(*x, is_integral(x->dtype, true) ? default_float_dtype() : x->dtype, Promote::OnCpu);
 }
 
 std::optional<ValueMeta> meta_unary_float_only(const MetaContext& ctx) {
@@ -107,6 +118,7 @@ std::optional<ValueMeta> meta_activation(const MetaContext& ctx) {
   const TensorMeta& x = ctx.tensor("input");
   bool int_ok = ctx.op.name == "f_relu";
   if (!is_floating(x.dtype) && !(int_ok && is_integral(x.dtype, false))) return std::nullopt;
+  if (missing_cpu_kernel(x, /*bfloat16_too=*/ctx.op.name == "mish")) return std::nullopt;
   if (bool_arg(ctx, "inplace", false)) {
     if (has_internal_overlap(x)) return std::nullopt;
     return ValueMeta::of_tensor(x);
@@ -128,6 +140,7 @@ std::optional<ValueMeta> meta_dropout(const MetaContext& ctx) {
     throw MetaError("dropout probability has to be between 0 and 1, but got " + std::to_string(p));
   if (!is_floating(x.dtype)) return std::nullopt;
   // Eval mode, p == 0 and in-place dropout all return the input itself.
+  if (training && p > 0 && missing_cpu_kernel(x)) return std::nullopt;
   if (!training || p == 0 || x.numel() == 0 || bool_arg(ctx, "inplace", false)) return ValueMeta::of_tensor(x);
   if (x.device.type != Device::Type::CPU) return std::nullopt;  // fused kernels allocate differently
   TensorMeta out = x;
@@ -157,7 +170,8 @@ std::optional<ValueMeta> meta_binary(const MetaContext& ctx) {
     check_int_pow(ctx, *dt);
     const TensorMeta* base = tensor_or_null(ctx.args[0], ctx.graph);
     const TensorMeta* exp = tensor_or_null(ctx.args[1], ctx.graph);
-    if (base && !exp) return unary_result(*base, *dt);  // pow(Tensor, Scalar): the scalar is no operand
+    // pow(Tensor, Scalar): the scalar is no operand; the base is converted to the result dtype.
+    if (base && !exp) return unary_result(*base, *dt, Promote::Always);
     if (!base) {
       // torch.pow(Scalar, Tensor) allocates a contiguous result. `2 ** x` is that call from
       // torch 2.0 on; before, it was torch.tensor(2) ** x, a pointwise op keeping x's layout.
@@ -171,7 +185,7 @@ std::optional<ValueMeta> meta_binary(const MetaContext& ctx) {
       return fresh(exp->sizes, *dt, exp->device, grad_result({exp}, *dt));
     }
   }
-  return pointwise_result(operands, ctx.graph, *dt);
+  return pointwise_result(operands, ctx.graph, *dt, *dt, Promote::OnCpu);
 }
 
 std::optional<ValueMeta> meta_binary_float(const MetaContext& ctx) {
@@ -183,24 +197,27 @@ std::optional<ValueMeta> meta_binary_float(const MetaContext& ctx) {
     throw MetaError("div expected rounding_mode to be one of None, 'trunc', or 'floor' but found '" + rounding->s + "'");
   auto dt = binary_dtype(ctx, operands, !rounds);
   if (!dt) return std::nullopt;
+  if (ctx.op.name == "atan2" && *dt == DType::Float16 && !torch_at_least(2, 0)) return std::nullopt;
   const TensorMeta* rhs = tensor_or_null(ctx.args[1], ctx.graph);
   if (!tensor_or_null(ctx.args[0], ctx.graph)) {
     // 2 / x is x.reciprocal() * 2.
     if (ctx.op.name != "op_truediv") return std::nullopt;
     DType r = is_integral(rhs->dtype, true) ? default_float_dtype() : rhs->dtype;
     // A floating tensor times a Python number keeps the tensor's dtype.
-    TensorMeta out = unary_result(*rhs, r).tensor;
+    TensorMeta out = unary_result(*rhs, r, Promote::OnCpu).tensor;
     out.strides = pointwise_output_strides(out.sizes, {&out}, /*scalar_operand=*/true);
     return ValueMeta::of_tensor(std::move(out));
   }
-  return pointwise_result(operands, ctx.graph, *dt);
+  return pointwise_result(operands, ctx.graph, *dt, *dt, Promote::OnCpu);
 }
 
 std::optional<ValueMeta> meta_compare(const MetaContext& ctx) {
   std::vector<Value> operands = {ctx.args[0], ctx.args[1]};
   if (!all_tensor_or_scalar(operands, ctx.graph) || !has_tensor(operands, ctx.graph)) return std::nullopt;
-  if (is_complex(result_type(operands, ctx.graph))) return std::nullopt;
-  ValueMeta m = pointwise_result(operands, ctx.graph, DType::Bool);
+  DType common = result_type(operands, ctx.graph);
+  if (is_complex(common)) return std::nullopt;
+  // Comparisons and logical ops promote both operands to the common dtype first.
+  ValueMeta m = pointwise_result(operands, ctx.graph, DType::Bool, common, Promote::OnCpu);
   m.tensor.requires_grad = false;
   return m;
 }
@@ -210,7 +227,7 @@ std::optional<ValueMeta> meta_bitwise(const MetaContext& ctx) {
   if (!all_tensor_or_scalar(operands, ctx.graph) || !tensor_or_null(ctx.args[0], ctx.graph)) return std::nullopt;
   DType dt = result_type(operands, ctx.graph);
   if (!is_integral(dt, true)) return std::nullopt;
-  return pointwise_result(operands, ctx.graph, dt);
+  return pointwise_result(operands, ctx.graph, dt, dt, Promote::OnCpu);
 }
 
 std::optional<ValueMeta> meta_clamp(const MetaContext& ctx) {
@@ -221,7 +238,7 @@ std::optional<ValueMeta> meta_clamp(const MetaContext& ctx) {
   const Value& lov = lo ? *lo : none;
   const Value& hiv = hi ? *hi : none;
   if (lov.is_none() && hiv.is_none()) throw MetaError("torch.clamp: At least one of 'min' or 'max' must not be None");
-  if (x.dtype == DType::Bool || is_complex(x.dtype)) return std::nullopt;
+  if (x.dtype == DType::Bool || is_complex(x.dtype) || missing_cpu_kernel(x)) return std::nullopt;
   const TensorMeta* tlo = tensor_or_null(lov, ctx.graph);
   const TensorMeta* thi = tensor_or_null(hiv, ctx.graph);
   if (tlo || thi) {
@@ -230,13 +247,14 @@ std::optional<ValueMeta> meta_clamp(const MetaContext& ctx) {
     std::vector<Value> operands = {ctx.args[0]};
     if (tlo) operands.push_back(lov);
     if (thi) operands.push_back(hiv);
-    return pointwise_result(operands, ctx.graph, result_type(operands, ctx.graph));
+    DType dt = result_type(operands, ctx.graph);
+    return pointwise_result(operands, ctx.graph, dt, dt, Promote::OnCpu);
   }
   for (const Value* v : {&lov, &hiv})
     if (!v->is_none() && !v->is_number()) return std::nullopt;
   DType dt = x.dtype;
   if (!is_floating(dt)) dt = result_type({ctx.args[0], lov, hiv}, ctx.graph);
-  return unary_result(x, dt);
+  return unary_result(x, dt, Promote::Always);  // clamp converts self.to(result_type) first
 }
 
 std::optional<ValueMeta> meta_ternary(const MetaContext& ctx) {
@@ -246,6 +264,8 @@ std::optional<ValueMeta> meta_ternary(const MetaContext& ctx) {
   if (operands.size() != (ctx.op.name == "lerp" ? operands.size() : 3u) || operands.size() < 2) return std::nullopt;
   std::vector<const TensorMeta*> ts = tensors_of(operands, ctx.graph);
   DType dt = result_type(operands, ctx.graph);
+  for (const TensorMeta* t : ts)
+    if (missing_cpu_kernel(*t)) return std::nullopt;
   if (ctx.op.name == "lerp") {
     for (const TensorMeta* t : ts)
       if (t->dtype != ts[0]->dtype) return std::nullopt;
@@ -257,7 +277,7 @@ std::optional<ValueMeta> meta_ternary(const MetaContext& ctx) {
     const Value& value = ctx.arg("value");
     if (!value.is_number()) return std::nullopt;
   }
-  return pointwise_result(operands, ctx.graph, dt);
+  return pointwise_result(operands, ctx.graph, dt, dt, Promote::OnCpu);
 }
 
 std::optional<ValueMeta> meta_where(const MetaContext& ctx) {
@@ -267,7 +287,26 @@ std::optional<ValueMeta> meta_where(const MetaContext& ctx) {
   if (!all_tensor_or_scalar(values, ctx.graph)) return std::nullopt;
   DType dt = result_type(values, ctx.graph);
   if (is_complex(dt)) return std::nullopt;
-  ValueMeta m = pointwise_result({ctx.args[0], ctx.args[1], ctx.args[2]}, ctx.graph, dt);
+  // where converts input and other to the result dtype first (the condition stays bool).
+  std::vector<Value> all = {ctx.args[0], ctx.args[1], ctx.args[2]};
+  std::vector<TensorMeta> copies;
+  copies.reserve(3);
+  std::vector<const TensorMeta*> ts;
+  bool scalar = false;
+  for (size_t i = 0; i < all.size(); ++i) {
+    const TensorMeta* t = tensor_or_null(all[i], ctx.graph);
+    if (!t) {
+      scalar = true;
+      continue;
+    }
+    if (i > 0 && t->dtype != dt && t->dim() > 0) {
+      copies.push_back(converted(*t, dt));
+      t = &copies.back();
+    }
+    ts.push_back(t);
+  }
+  ValueMeta m = pointwise_result(all, ctx.graph, dt);
+  m.tensor.strides = pointwise_output_strides(m.tensor.sizes, ts, scalar);
   m.tensor.requires_grad = grad_result(tensors_of(values, ctx.graph), dt);
   return m;
 }
@@ -316,6 +355,7 @@ std::optional<ValueMeta> meta_inplace(const MetaContext& ctx) {
   };
   if (n == "zero_") return ValueMeta::of_tensor(out);
   if (n == "relu_" || n == "sigmoid_" || n == "tanh_") {
+    if (missing_cpu_kernel(*self)) return std::nullopt;
     if (self->dtype == DType::Bool || (n != "relu_" && !is_floating(self->dtype))) return std::nullopt;
     return ValueMeta::of_tensor(out);
   }
@@ -357,7 +397,7 @@ std::optional<ValueMeta> meta_inplace(const MetaContext& ctx) {
       if (v->is_none()) continue;
       if (!v->is_number()) return std::nullopt;  // tensor bounds: fallback
     }
-    if (self->dtype == DType::Bool || is_complex(self->dtype)) return std::nullopt;
+    if (self->dtype == DType::Bool || is_complex(self->dtype) || missing_cpu_kernel(*self)) return std::nullopt;
     DType rt = is_floating(self->dtype) ? self->dtype : result_type({ctx.args[0], lo, hi}, ctx.graph);
     if (rt != self->dtype)
       throw MetaError("result type " + std::string(dtype_name(rt)) + " can't be cast to the desired inplace output type " +

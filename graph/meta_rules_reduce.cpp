@@ -29,12 +29,16 @@ int64_t reduced_numel(const TensorMeta& x, const std::vector<int64_t>& dims) {
   return n;
 }
 
-// CPU batch_norm / group_norm allocate in the input's suggest_memory_format(); other devices
-// pick their own.
+// CPU batch_norm / group_norm: contiguous for a contiguous input, channels-last for a
+// channels-last-contiguous one, contiguous for other layouts unless they merely look
+// channels-last (left to the fallback). Other devices pick their own.
 std::optional<ValueMeta> suggested_layout(const TensorMeta& x, bool grad) {
   if (x.device.type != Device::Type::CPU && !x.is_contiguous()) return std::nullopt;
   TensorMeta out = TensorMeta::contiguous(x.sizes, x.dtype, x.device);
-  if (x.dim() == 4 && strides_like_channels_last(x)) out.strides = channels_last_strides(x.sizes);
+  if (!x.is_contiguous()) {
+    if (is_channels_last_contiguous(x)) out.strides = channels_last_strides(x.sizes);
+    else if (x.dim() == 4 && strides_like_channels_last(x)) return std::nullopt;
+  }
   out.requires_grad = grad;
   return ValueMeta::of_tensor(std::move(out));
 }
@@ -56,6 +60,7 @@ std::optional<ValueMeta> meta_reduce(const MetaContext& ctx) {
   bool all_dims = dim_v.is_none() || (dim_v.is_sequence() && dim_v.items.empty());
   DType dt = x.dtype;
   bool grad = true;
+  if ((n == "prod" && missing_cpu_kernel(x, true)) || (n == "logsumexp" && missing_cpu_kernel(x))) return std::nullopt;
   if (n == "sum" || n == "prod") {
     if (n == "prod" && dim_v.is_none() && keepdim) return std::nullopt;  // no such overload
     dt = dtype_arg(ctx, "dtype", is_integral(x.dtype, true) ? DType::Int64 : x.dtype);
@@ -107,7 +112,7 @@ std::optional<ValueMeta> meta_max_min(const MetaContext& ctx) {
     std::vector<Value> operands = {ctx.args[0], dim_v};
     DType dt = result_type(operands, ctx.graph);
     (void)other;
-    return pointwise_result(operands, ctx.graph, dt);
+    return pointwise_result(operands, ctx.graph, dt, dt, Promote::OnCpu);
   }
   if (!is_int(dim_v)) return std::nullopt;
   int64_t d = wrap_dim(dim_v.i, x.dim());
@@ -119,7 +124,7 @@ std::optional<ValueMeta> meta_max_min(const MetaContext& ctx) {
 
 std::optional<ValueMeta> meta_topk(const MetaContext& ctx) {
   const TensorMeta& x = ctx.tensor("input");
-  if (x.dim() == 0 || x.dtype == DType::Bool || is_complex(x.dtype)) return std::nullopt;
+  if (x.dim() == 0 || x.dtype == DType::Bool || is_complex(x.dtype) || missing_cpu_kernel(x)) return std::nullopt;
   if (!is_int(ctx.arg("k"))) return std::nullopt;
   int64_t k = ctx.arg("k").i;
   int64_t d = wrap_dim(ctx.arg("dim").i, x.dim());
@@ -133,7 +138,7 @@ std::optional<ValueMeta> meta_topk(const MetaContext& ctx) {
 
 std::optional<ValueMeta> meta_cumulative(const MetaContext& ctx) {
   const TensorMeta& x = ctx.tensor("input");
-  if (is_complex(x.dtype)) return std::nullopt;
+  if (is_complex(x.dtype) || missing_cpu_kernel(x)) return std::nullopt;
   wrap_dim(ctx.arg("dim").i, x.dim());
   DType dt = dtype_arg(ctx, "dtype", is_integral(x.dtype, true) ? DType::Int64 : x.dtype);
   return fresh(x.sizes, dt, x.device, x.requires_grad && is_floating(dt));
@@ -147,7 +152,9 @@ std::optional<ValueMeta> meta_softmax(const MetaContext& ctx) {
   DType dt = dtype_arg(ctx, "dtype", x.dtype);
   if (!is_floating(dt)) return std::nullopt;
   // Reduced-precision CPU kernels exist in newer torch versions only.
-  if (dt == DType::Float16 && x.device.type == Device::Type::CPU) return std::nullopt;
+  TensorMeta computed = x;  // softmax(x, dim, dtype) converts x first
+  computed.dtype = dt;
+  if (missing_cpu_kernel(computed)) return std::nullopt;
   return fresh(x.sizes, dt, x.device, x.requires_grad);
 }
 
@@ -155,7 +162,7 @@ std::optional<ValueMeta> meta_norm(const MetaContext& ctx) {
   const TensorMeta& x = ctx.tensor("input");
   const std::string& n = ctx.op.name;
   if (!is_floating(x.dtype)) return std::nullopt;
-  if (x.dtype == DType::Float16 && x.device.type == Device::Type::CPU) return std::nullopt;
+  if (missing_cpu_kernel(x)) return std::nullopt;
   bool grad = x.requires_grad;
   for (const char* p : {"weight", "bias"}) {
     if (ctx.op.schema.index_of(p) < 0) continue;
@@ -208,7 +215,15 @@ std::optional<ValueMeta> meta_norm(const MetaContext& ctx) {
                       shape_str(x.sizes) + " and num_groups=" + std::to_string(groups));
     for (const char* p : {"weight", "bias"})
       if (const TensorMeta* t = tensor_or_null(ctx.arg(p), ctx.graph); t && t->numel() != x.sizes[1]) return std::nullopt;
-    return suggested_layout(x, grad);
+    // F.group_norm checks the batch like batch_norm in training, over [N * C / G, G, *spatial].
+    if (x.numel() / std::max<int64_t>(groups, 1) == 1)
+      throw MetaError("Expected more than 1 value per channel when training, got input size " + shape_str(x.sizes));
+    // CPU group_norm allocates in the input's suggest_memory_format().
+    if (x.device.type != Device::Type::CPU && !x.is_contiguous()) return std::nullopt;
+    TensorMeta out = TensorMeta::contiguous(x.sizes, x.dtype, x.device);
+    if (x.dim() == 4 && strides_like_channels_last(x)) out.strides = channels_last_strides(x.sizes);
+    out.requires_grad = grad;
+    return ValueMeta::of_tensor(std::move(out));
   }
   if (n == "normalize") {
     if (x.dim() == 0) return std::nullopt;
@@ -233,7 +248,9 @@ std::optional<ValueMeta> meta_loss(const MetaContext& ctx) {
   const std::string& reduction = ctx.arg("reduction").s;
   if (reduction != "mean" && reduction != "sum" && reduction != "none")
     throw MetaError(reduction + " is not a valid value for reduction");
-  if (!is_floating(x.dtype) || (x.dtype == DType::Float16 && x.device.type == Device::Type::CPU)) return std::nullopt;
+  if (!is_floating(x.dtype)) return std::nullopt;
+  if (ctx.op.name == "mse_loss" ? missing_cpu_kernel(x, true) && x.dtype == DType::BFloat16 : missing_cpu_kernel(x))
+    return std::nullopt;
   if (ctx.op.name == "mse_loss") {
     if (target.dtype != x.dtype) return std::nullopt;
     std::vector<Value> operands = {ctx.args[0], ctx.args[1]};

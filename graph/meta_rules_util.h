@@ -33,8 +33,18 @@ bool grad_result(const std::vector<const TensorMeta*>& ts, DType result);
 // The tensors among `operands`.
 std::vector<const TensorMeta*> tensors_of(const std::vector<Value>& operands, const Graph& g);
 
+// How TensorIterator's inputs reach the common dtype `compute` before it lays out the result:
+// CPU TensorIterator copies an input of another dtype (`x.to(compute)`, which keeps x's layout
+// only where x is dense); some ops convert explicitly on every device; GPU kernels read mixed
+// dtypes in place.
+enum class Promote { None, OnCpu, Always };
+
 // A pointwise (TensorIterator) result over `operands`, in TensorIterator's operand order.
-ValueMeta pointwise_result(const std::vector<Value>& operands, const Graph& g, DType dtype);
+ValueMeta pointwise_result(const std::vector<Value>& operands, const Graph& g, DType dtype,
+                           std::optional<DType> compute = std::nullopt, Promote promote = Promote::None);
+
+// The layout `t.to(other dtype)` has: torch's infer_dense_strides for non-dense `t`.
+TensorMeta converted(const TensorMeta& t, DType dtype);
 
 // A view of `base` with new sizes and strides (dtype, device and requires_grad are kept).
 ValueMeta view_of(const TensorMeta& base, std::vector<int64_t> sizes, std::vector<int64_t> strides);
@@ -71,6 +81,10 @@ bool has_internal_overlap(const TensorMeta& t);
 // Strides a `*_like(preserve_format)` / `.to(dtype)` / clone copy of `t` gets, or nullopt where
 // this is not modelled (non-dense inputs with no elements).
 std::optional<std::vector<int64_t>> preserve_format_strides(const TensorMeta& t);
+
+// Torch before 2.0 lacks most CPU kernels for float16 (and a few for bfloat16): a rule declines
+// such calls there, so that the call raises as eager does instead of being typed.
+bool missing_cpu_kernel(const TensorMeta& t, bool bfloat16_too = false);
 
 // The DType argument named `name` if given (not None), else `fallback`.
 DType dtype_arg(const MetaContext& ctx, std::string_view name, DType fallback);

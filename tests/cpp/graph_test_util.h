@@ -110,6 +110,7 @@ inline Graph random_graph(std::mt19937& rng) {
         for (NodeId t : tensors)
           if (g.node(t).meta.tensor.sizes == g.node(a).meta.tensor.sizes) same.push_back(t);
         Value other = op == "maximum" || pick(2) ? N(same[pick(same.size())]) : scalar();
+        if (op.find("sub") != std::string::npos && other.kind == Value::Kind::Bool) other = I(1);  // x - True raises
         bool swap = op.starts_with("op_") && !other.is_node() && pick(2);
         out = swap ? try_call(g, op, {other, N(a)}) : try_call(g, op, {N(a), other});
         break;
@@ -125,11 +126,7 @@ inline Graph random_graph(std::mt19937& rng) {
       }
       case 4: {
         if (!is_2d) continue;
-        const TensorMeta& t = g.node(a).meta.tensor;
-        TensorMeta r = TensorMeta::contiguous({t.sizes[0]}, t.dtype);
-        r.requires_grad = t.requires_grad;
-        out = try_call(g, "op_getitem", {N(a), Value::tuple({Value::slice(Value::none(), Value::none(), Value::none()), I(0)})},
-                   {}, ValueMeta::of_tensor(r));
+        out = try_call(g, "op_getitem", {N(a), Value::tuple({Value::slice(Value::none(), Value::none(), Value::none()), I(0)})});
         break;
       }
       case 5:

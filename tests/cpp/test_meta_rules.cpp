@@ -188,6 +188,26 @@ TEST(PointwiseStrides, NonDenseInputGetsDenseOutput) {
   EXPECT_EQ(c.tensor("to_double", {y}).strides, (Sizes{1, 3}));
 }
 
+TEST(PointwiseStrides, CpuPromotionCopiesTheInputFirst) {
+  // torch.empty_strided((1, 4, 1, 3), (8, 1, 48, 8), dtype=torch.int64): sigmoid converts it to
+  // float32 (dense, channels-last contiguous) before laying out the result.
+  Calls c;
+  Value x = c.input({1, 4, 1, 3}, {8, 1, 48, 8}, DType::Int64);
+  EXPECT_EQ(c.tensor("sigmoid", {x}).strides, (Sizes{12, 1, 12, 4}));
+  EXPECT_EQ(c.tensor("neg", {x}).strides, (Sizes{4, 1, 12, 4}));  // no conversion: infer-dense order
+}
+
+TEST(PointwiseStrides, ReflectedPowDependsOnTorchVersion) {
+  Calls c;
+  Value xt = c.input({3, 4}, {1, 3});
+  EXPECT_EQ(c.tensor("op_pow", {i(2), xt}).strides, (Sizes{4, 1}));  // torch.pow(2, x) from torch 2.0
+  set_torch_version(1, 13);
+  EXPECT_EQ(c.tensor("op_pow", {i(2), xt}).strides, (Sizes{1, 3}));  // torch.tensor(2) ** x before
+  EXPECT_FALSE(c.meta("relu", {c.input({3}, {}, DType::Float16)}));   // no float16 CPU kernel in 1.13
+  set_torch_version(2, 0);
+  EXPECT_TRUE(c.meta("relu", {c.input({3}, {}, DType::Float16)}));
+}
+
 // ---- pointwise dtypes and errors ---------------------------------------------------------------
 
 TEST(Pointwise, Dtypes) {
@@ -377,6 +397,20 @@ TEST(Reductions, ShapesAndDtypes) {
   EXPECT_EQ(c.tensor("var", {x, i(0)}, {{"correction", i(0)}}).sizes, (Sizes{3, 4}));
 }
 
+TEST(Norms, CpuLayouts) {
+  Calls c;
+  Value cl = c.input({2, 3, 4, 5}, {60, 1, 15, 3}), t = c.input({4, 3, 5}, {15, 1, 3});
+  EXPECT_EQ(c.tensor("batch_norm", {cl, Value::none(), Value::none()}, {{"training", Value::of_bool(true)}}).strides,
+            (Sizes{60, 1, 15, 3}));
+  EXPECT_EQ(c.tensor("batch_norm", {t, Value::none(), Value::none()}, {{"training", Value::of_bool(true)}}).strides,
+            (Sizes{15, 5, 1}));
+  EXPECT_EQ(c.tensor("group_norm", {cl, i(3)}).strides, (Sizes{60, 1, 15, 3}));
+  Value one = c.input({1, 1, 1, 1});
+  EXPECT_THROW(c.meta("group_norm", {one, i(1)}), MetaError);  // one value per group
+  EXPECT_EQ(c.tensor("layer_norm", {t, ints({5})}).strides, (Sizes{15, 5, 1}));  // always contiguous
+  EXPECT_EQ(c.tensor("softmax", {t, i(0)}).strides, (Sizes{15, 5, 1}));
+}
+
 TEST(Norms, LayerNormChecksShape) {
   Calls c;
   Value x = c.input({2, 3, 4}), w = c.input({4}), w3 = c.input({3});
@@ -413,6 +447,19 @@ TEST(Conv, OutputShapes) {
   EXPECT_THROW(c.meta("conv2d", {x, wg}, {{"groups", i(2)}}), MetaError);
   Value x1 = c.input({3, 16}), w1 = c.input({4, 3, 5});
   EXPECT_EQ(c.tensor("conv1d", {x1, w1}, {{"dilation", i(2)}}).sizes, (Sizes{4, 8}));
+}
+
+TEST(Conv, ChannelsLastFollowsExactLayouts) {
+  Calls c;
+  Value x = c.input({2, 3, 8, 8}), xcl = c.input({2, 3, 8, 8}, {192, 1, 24, 3});
+  Value w = c.input({4, 3, 3, 3}), wcl = c.input({4, 3, 3, 3}, {27, 1, 9, 3});
+  EXPECT_EQ(c.tensor("conv2d", {xcl, w}).strides, (Sizes{144, 1, 24, 4}));
+  EXPECT_EQ(c.tensor("conv2d", {x, wcl}).strides, (Sizes{144, 1, 24, 4}));
+  EXPECT_EQ(c.tensor("conv2d", {c.input({2, 3, 8, 8}, {192, 64, 1, 8}), w}).strides, (Sizes{144, 36, 6, 1}));
+  // (3, 1, 1, 1) with strides (2, 1, 2, 2) merely resembles channels-last: eager stays contiguous
+  // for some backends; the rule leaves it to the fallback.
+  Value x1 = c.input({1, 1, 6, 7}), w1 = c.input({3, 1, 1, 1}, {2, 1, 2, 2});
+  EXPECT_FALSE(c.meta("conv2d", {x1, w1}));
 }
 
 TEST(Pool, CeilModeAndChannelsLast) {

@@ -139,7 +139,8 @@ Value sample_argument(const ParamSpec& p, NodeId x) {
   switch (p.type) {
     case ParamType::Tensor:
     case ParamType::Any: return N(x);
-    case ParamType::TensorList: return L({N(x), N(x)});
+    case ParamType::TensorList:
+    case ParamType::TensorVarargs: return L({N(x), N(x)});
     case ParamType::Scalar: return F(2.0);
     case ParamType::Int: return I(0);
     case ParamType::IntList:
@@ -235,9 +236,9 @@ TEST(Parser, ErrorMessages) {
             "line 2, column 12: unknown dtype 'q8'\n"
             "    relu: \"q8[4]\" = torch.relu(x)\n"
             "           ^");
-  EXPECT_EQ(parse_error(head + "    a: \"f32[4]\" = x = 2\n"),
-            "line 2, column 21: unknown operator '='\n"
-            "    a: \"f32[4]\" = x = 2\n"
+  EXPECT_EQ(parse_error(head + "    a: \"f32[4]\" = x << 2\n"),
+            "line 2, column 21: unknown operator '<<'\n"
+            "    a: \"f32[4]\" = x << 2\n"
             "                    ^");
   EXPECT_EQ(parse_error(head + "    a: \"f32[4]\" = x\n"),
             "line 2, column 20: expected an operator, a method call or a subscript after the operand\n"

@@ -550,3 +550,52 @@ for name in ["new_zeros", "new_ones", "new_empty"]:
           C(fn, T(3), 3, dtype=i32, values=vals), C(fn, T(3), [2, 2], requires_grad=True, values=vals))
 cases("new_full", C(torch.Tensor.new_full, T(3, 4), (2, 2), 3.0), C(torch.Tensor.new_full, T(3, dtype=i64), [3], 2),
       C(torch.Tensor.new_full, T(3, dtype=f64), (1,), 2, dtype=f32))
+
+# ---- reduced precision (torch 1.13 lacks many float16 CPU kernels: the rules must not type
+# those calls there) ---------------------------------------------------------------------------------
+H, BH = T(3, 4, dtype=f16), T(3, 4, dtype=bf16, layout="T")
+for name in ["neg", "abs", "sign", "square", "floor", "round", "relu"] + FLOAT_UNARY + ["frac", "isnan", "signbit"]:
+    cases(name, C(getattr(torch, name), H), C(getattr(torch, name), BH))
+for name, (fn, params) in ACT_PARAMS.items():
+    cases(name, C(fn, H), C(fn, BH, **params))
+for name in ["add", "sub", "mul", "div", "remainder", "fmod", "floor_divide", "pow", "atan2", "maximum", "eq", "lt"]:
+    fn = getattr(torch, name)
+    cases(name, C(fn, H, T(4, dtype=f16)), C(fn, BH, T((), dtype=f32)), C(fn, H, T(3, 4, dtype=bf16)))
+cases("op_add", C(operator.add, H, 1.5), C(operator.add, BH, T(3, 4, dtype=f16)))
+cases("clamp", C(torch.clamp, H, -0.5, 0.5), C(torch.clamp, BH, min=0.0))
+cases("where", C(torch.where, B(3, 4), H, 0.5), C(torch.where, B(3, 4), BH, T(3, 4)))
+cases("masked_fill", C(torch.masked_fill, H, B(4), 1.0), C(torch.masked_fill, BH, B(3, 4), 2))
+cases("lerp", C(torch.lerp, H, T(3, 4, dtype=f16), 0.5))
+cases("addcmul", C(torch.addcmul, H, H, H), C(torch.addcmul, BH, BH, BH, value=0.5))
+for name in ["sum", "mean", "amax", "prod", "var", "std", "argmax", "logsumexp", "norm"]:
+    fn = getattr(torch, name)
+    cases(name, C(fn, H, 1), C(fn, BH, 0))
+cases("max", C(torch.max, H, 1), C(torch.max, BH))
+cases("cumsum", C(torch.cumsum, H, 1), C(torch.cumsum, BH, 0))
+cases("topk", C(torch.topk, H, 2), C(torch.topk, BH, 1, dim=0))
+for name, fn in [("softmax", torch.softmax), ("log_softmax", torch.log_softmax), ("f_softmax", F.softmax)]:
+    cases(name, C(fn, H, 1), C(fn, BH, 0), C(fn, H, 1, dtype=f32))
+cases("layer_norm", C(F.layer_norm, H, [4]), C(F.layer_norm, BH, [4], T(4, dtype=bf16), T(4, dtype=bf16)))
+cases("rms_norm", C("torch.nn.functional.rms_norm", H, [4]), C("torch.nn.functional.rms_norm", T(3, 4, dtype=bf16), [4]))
+cases("batch_norm", C(F.batch_norm, T(4, 3, 5, dtype=f16), None, None, training=True),
+      C(F.batch_norm, T(4, 3, 5, dtype=bf16), None, None, training=True))
+cases("group_norm", C(F.group_norm, T(2, 4, 3, dtype=f16), 2), C(F.group_norm, T(2, 4, 3, dtype=bf16), 2))
+cases("normalize", C(F.normalize, H), C(F.normalize, BH))
+cases("dropout", C(torch.dropout, H, 0.5, True), C(torch.dropout, BH, 0.5, True))
+cases("f_dropout", C(F.dropout, H, 0.5, training=False))
+cases("matmul", C(torch.matmul, H, T(4, 5, dtype=f16)), C(torch.matmul, BH, T(4, 5, dtype=bf16)))
+cases("mm", C(torch.mm, H, T(4, 5, dtype=f16)), C(torch.mm, BH, T(4, 5, dtype=bf16)))
+cases("linear", C(F.linear, H, T(5, 4, dtype=f16)), C(F.linear, BH, T(5, 4, dtype=bf16), T(5, dtype=bf16)))
+cases("conv2d", C(F.conv2d, T(2, 3, 8, 8, dtype=f16), T(4, 3, 3, 3, dtype=f16)),
+      C(F.conv2d, T(2, 3, 8, 8, dtype=bf16), T(4, 3, 3, 3, dtype=bf16)))
+cases("max_pool2d", C(F.max_pool2d, T(2, 3, 8, 8, dtype=f16), 2), C(F.max_pool2d, T(2, 3, 8, 8, dtype=bf16), 2))
+cases("avg_pool2d", C(F.avg_pool2d, T(2, 3, 8, 8, dtype=f16), 2), C(F.avg_pool2d, T(2, 3, 8, 8, dtype=bf16), 2))
+cases("adaptive_avg_pool2d", C(F.adaptive_avg_pool2d, T(2, 3, 8, 8, dtype=f16), 2),
+      C(F.adaptive_avg_pool2d, T(2, 3, 8, 8, dtype=f16), 1, fallback=True))
+cases("mse_loss", C(F.mse_loss, H, H), C(F.mse_loss, BH, BH))
+cases("cross_entropy", C(F.cross_entropy, H, I(4, 3)), C(F.cross_entropy, BH, I(4, 3)))
+cases("cat", C(torch.cat, [H, T(1, 4, dtype=f16)]), C(torch.cat, [BH, H]))
+cases("to_float", C(torch.Tensor.float, H), C(torch.Tensor.float, BH))
+cases("to", C(torch.Tensor.to, H, bf16))
+cases("embedding", C(F.embedding, I(3, 4), H))
+cases("pad", C(F.pad, H, (1, 1)))
