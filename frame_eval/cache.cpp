@@ -5,6 +5,17 @@
 #include "frame_eval/py_util.h"
 #include "src/errors.h"
 
+// NB: 3.12 renamed the co_extra API (the old names remain as deprecated aliases).
+#if PY_VERSION_HEX >= 0x030C0000
+#define FF_REQUEST_CODE_EXTRA_INDEX PyUnstable_Eval_RequestCodeExtraIndex
+#define FF_CODE_GET_EXTRA PyUnstable_Code_GetExtra
+#define FF_CODE_SET_EXTRA PyUnstable_Code_SetExtra
+#else
+#define FF_REQUEST_CODE_EXTRA_INDEX _PyEval_RequestCodeExtraIndex
+#define FF_CODE_GET_EXTRA _PyCode_GetExtra
+#define FF_CODE_SET_EXTRA _PyCode_SetExtra
+#endif
+
 namespace ff {
 namespace {
 
@@ -25,7 +36,7 @@ void free_extra(void* p) {
 }
 
 Py_ssize_t extra_index() {
-  static Py_ssize_t index = _PyEval_RequestCodeExtraIndex(free_extra);
+  static Py_ssize_t index = FF_REQUEST_CODE_EXTRA_INDEX(free_extra);
   return index;
 }
 
@@ -52,7 +63,7 @@ ExtraState* extra_state(PyCodeObject* code) {
   Py_ssize_t idx = extra_index();
   if (idx < 0) return nullptr;
   void* p = nullptr;
-  if (_PyCode_GetExtra(reinterpret_cast<PyObject*>(code), idx, &p) < 0) {
+  if (FF_CODE_GET_EXTRA(reinterpret_cast<PyObject*>(code), idx, &p) < 0) {
     PyErr_Clear();
     return nullptr;
   }
@@ -64,7 +75,7 @@ ExtraState* ensure_extra_state(PyCodeObject* code) {
   Py_ssize_t idx = extra_index();
   FF_CHECK(idx >= 0, "no co_extra slot available (255 users already)");
   auto* state = new ExtraState();
-  if (_PyCode_SetExtra(reinterpret_cast<PyObject*>(code), idx, state) < 0) {
+  if (FF_CODE_SET_EXTRA(reinterpret_cast<PyObject*>(code), idx, state) < 0) {
     PyErr_Clear();
     delete state;
     FF_CHECK(false, "could not store framefuse state on a code object");

@@ -20,6 +20,7 @@ _PyFrameEvalFunction g_previous_eval = nullptr;  // the evaluator we replaced (n
 int g_threads_active = 0;                         // threads with ThreadState::active > 0 (GIL)
 bool g_installed = false;
 Tracer g_tracer;
+bool g_tracer_torch_free = false;  // tests without torch: keep empty captures, no global-state guard
 PyObject* g_unsupported_type = nullptr;  // borrowed (module attribute)
 int g_next_frame_id = 0;
 FrameEvalStats g_stats;
@@ -141,7 +142,7 @@ CompileOutcome compile_frame(ExtraState& extra, const ff_frame_info& info, const
     CaptureResult cap = g_tracer ? g_tracer(view) : trace_frame(view);
     double capture_ms = ms_since(t0);
     if (PyErr_Occurred()) throw InternalError("the tracer left a Python exception set: " + fetch_py_error_text());
-    if (!has_tensor_work(cap)) {
+    if (!has_tensor_work(cap) && !g_tracer_torch_free) {
       if (log_enabled(LogComponent::frontend, LogLevel::Debug))
         log_emit(LogComponent::frontend, LogLevel::Debug, "skipping " + code_location(info.code) + ": no tensor operations");
       return mark_native("no tensor operations");
@@ -152,7 +153,7 @@ CompileOutcome compile_frame(ExtraState& extra, const ff_frame_info& info, const
       has_global_state |= g.kind == Guard::Kind::GlobalState;
       any_requires_grad |= g.kind == Guard::Kind::TensorMatch && g.tensor_meta.requires_grad;
     }
-    if (!has_global_state) cap.guards.push_back(current_global_state_guard());
+    if (!has_global_state && !g_tracer_torch_free) cap.guards.push_back(current_global_state_guard());
     bool grad_on = false;
     for (const Guard& g : cap.guards)
       if (g.kind == Guard::Kind::GlobalState) grad_on = g.grad_enabled;
@@ -227,13 +228,18 @@ PyObject* eval_frame_hook(PyThreadState* tstate, struct _PyInterpreterFrame* fra
 
   ExtraState* extra = extra_state(info.code);
   if (extra == nullptr) {
+    // NB: cold work inside the hook runs with the hook disabled: anything it calls that runs
+    // Python frames must not re-enter here.
+    ++st.disabled;
     try {
       extra = ensure_extra_state(info.code);
       extra->torch_internal = is_internal_code(info.code);
     } catch (const std::exception&) {
       PyErr_Clear();
-      return run_native(tstate, frame, throwflag);
+      extra = nullptr;
     }
+    --st.disabled;
+    if (extra == nullptr) return run_native(tstate, frame, throwflag);
   }
   if (extra->strategy != CodeStrategy::Compile ||
       (extra->torch_internal && reinterpret_cast<PyObject*>(info.code) != st.root_code)) {
@@ -269,20 +275,26 @@ PyObject* eval_frame_hook(PyThreadState* tstate, struct _PyInterpreterFrame* fra
   if (static_cast<int64_t>(entries.size()) >= config().recompile_limit) {
     extra->strategy = CodeStrategy::CacheLimit;
     ++g_stats.cache_limit_hits;
+    ++st.disabled;  // cold: explaining the guards may run Python code
+    std::string last = "none";
+    if (!entries.empty()) {
+      auto fails = entries.front()->runner->guards().explain(values, true);
+      if (!fails.empty()) last = fails.front();
+    }
     log_emit(LogComponent::frontend, LogLevel::Warning,
              code_location(info.code) + " reached config.recompile_limit (" + std::to_string(config().recompile_limit) +
-                 "): it runs eagerly from now on. Last guard failure: " +
-                 (entries.empty() ? std::string("none") : [&] {
-                   auto f = entries.front()->runner->guards().explain(values, true);
-                   return f.empty() ? std::string("none") : f.front();
-                 }()));
+                 "): it runs eagerly from now on. Last guard failure: " + last);
+    --st.disabled;
     ++g_stats.eager_frames;
     return run_native(tstate, frame, throwflag);
   }
   if (!entries.empty()) {
     ++g_stats.recompiles;
     ++st.disabled;
+    CompileTag saved = current_compile_tag();
+    set_compile_tag({extra->frame_id, extra->compiles});
     log_recompile(*extra, info.code, values);
+    set_compile_tag(saved);
     --st.disabled;
   }
   std::shared_ptr<CacheEntry> entry;
@@ -329,7 +341,10 @@ void thread_exit_compiled() {
   if (--st.active == 0 && --g_threads_active == 0) uninstall_hook();
 }
 
-void set_tracer(Tracer tracer) { g_tracer = std::move(tracer); }
+void set_tracer(Tracer tracer, bool torch_free) {
+  g_tracer = std::move(tracer);
+  g_tracer_torch_free = g_tracer && torch_free;
+}
 void set_unsupported_exception(PyObject* type) { g_unsupported_type = type; }
 FrameEvalStats& frame_eval_stats() { return g_stats; }
 bool hook_installed() { return g_installed; }

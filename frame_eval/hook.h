@@ -18,7 +18,9 @@ namespace ff {
 
 // What the hook calls on a cache miss; trace_frame by default. Tests install hand-built captures.
 using Tracer = std::function<CaptureResult(const FrameView&)>;
-void set_tracer(Tracer tracer);  // an empty function restores trace_frame
+// An empty function restores trace_frame. `torch_free` (tests on interpreters without torch):
+// captures without tensor work are kept and no global-state guard is added.
+void set_tracer(Tracer tracer, bool torch_free = false);
 
 // A callable that runs `fn` with the hook active (mode Compile) or with framefuse disabled for
 // everything `fn` runs (mode Disable). `root_code` (may be null): a code object compiled even if it

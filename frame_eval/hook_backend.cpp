@@ -23,8 +23,11 @@ py::object wrap_graph_for_python(const Graph& g);
 
 namespace {
 
+// The directory of an already imported package ("" if it is not imported). NB: never imports: this
+// runs inside the frame hook, and an import would run Python frames.
 std::string package_dir(const char* module) {
-  PyRef m = PyRef::steal(PyImport_ImportModule(module));
+  PyRef name = PyRef::steal(PyUnicode_FromString(module));
+  PyRef m = name ? PyRef::steal(PyImport_GetModule(name.get())) : PyRef();
   PyRef file = m ? PyRef::steal(PyObject_GetAttrString(m.get(), "__file__")) : PyRef();
   const char* f = file && PyUnicode_Check(file.get()) ? PyUnicode_AsUTF8(file.get()) : nullptr;
   PyErr_Clear();
@@ -34,19 +37,24 @@ std::string package_dir(const char* module) {
   return slash == std::string::npos ? "" : path.substr(0, slash + 1);
 }
 
+bool has_prefix(std::string_view s, const std::string& prefix) {
+  return !prefix.empty() && s.substr(0, prefix.size()) == prefix;
+}
+
 }  // namespace
 
 bool is_internal_code(PyCodeObject* code) {
-  static const std::string torch_dir = package_dir("torch");
-  static const std::string framefuse_dir = package_dir("framefuse");
+  // Resolved once the packages are imported (torch may be imported after framefuse's extension).
+  static std::string torch_dir, framefuse_dir;
+  if (torch_dir.empty()) torch_dir = package_dir("torch");
+  if (framefuse_dir.empty()) framefuse_dir = package_dir("framefuse");
   const char* file = PyUnicode_AsUTF8(code->co_filename);
   if (!file) {
     PyErr_Clear();
     return false;
   }
   std::string_view f(file);
-  return (!torch_dir.empty() && f.substr(0, torch_dir.size()) == torch_dir) ||
-         (!framefuse_dir.empty() && f.substr(0, framefuse_dir.size()) == framefuse_dir);
+  return has_prefix(f, torch_dir) || has_prefix(f, framefuse_dir);
 }
 
 std::string graph_code_text(const Graph& g) {

@@ -54,6 +54,21 @@ const char* node_kind_name(NodeKind k) {
   return "?";
 }
 
+bool Graph::is_reserved_name(const std::string& name) {
+  // Python keywords, the names graph code uses (self, torch, operator, float, slice) and the
+  // builtins an op name could shadow (sum, abs, pow ...), as torch.fx avoids them too.
+  static const char* const kReserved[] = {
+      "False", "None", "True", "and", "as", "assert", "async", "await", "break", "class", "continue",
+      "def", "del", "elif", "else", "except", "finally", "for", "from", "global", "if", "import", "in",
+      "is", "lambda", "nonlocal", "not", "or", "pass", "raise", "return", "try", "while", "with", "yield",
+      "self", "torch", "operator", "math", "builtins", "float", "int", "bool", "str", "slice", "inf", "nan",
+      "abs", "all", "any", "divmod", "input", "len", "list", "map", "max", "min", "pow", "print",
+      "range", "round", "sorted", "sum", "tuple", "type", "zip", "dict", "set", "object", "id", "iter"};
+  for (const char* r : kReserved)
+    if (name == r) return true;
+  return false;
+}
+
 std::string Graph::unique_name(const std::string& hint) {
   std::string base = hint.empty() ? "v" : hint;
   // Names must be Python identifiers.
@@ -61,9 +76,14 @@ std::string Graph::unique_name(const std::string& hint) {
     if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_')) c = '_';
   if (std::isdigit(static_cast<unsigned char>(base[0]))) base = "_" + base;
   std::string name = base;
-  for (int k = 1; std::find(used_names_.begin(), used_names_.end(), name) != used_names_.end(); ++k)
-    name = base + "_" + std::to_string(k);
-  used_names_.push_back(name);
+  auto taken = [&](const std::string& n) {
+    return is_reserved_name(n) || used_names_.count(n) != 0;
+  };
+  // NB: resume from the last suffix handed out for this base: a graph with n `add` nodes would
+  // otherwise try n names for the next one.
+  int& k = next_suffix_[base];
+  while (taken(name)) name = base + "_" + std::to_string(++k);
+  used_names_.insert(name);
   return name;
 }
 
@@ -100,14 +120,14 @@ NodeId Graph::add_call(OpId op, std::vector<Value> args, ValueMeta meta, const s
   return static_cast<NodeId>(nodes_.size() - 1);
 }
 
-NodeId Graph::add_getitem(NodeId tuple_node, int64_t index) {
+NodeId Graph::add_getitem(NodeId tuple_node, int64_t index, const std::string& name_hint) {
   FF_CHECK(!output().has_value(), "node added after the output");
   const Node& src = node(tuple_node);
   FF_CHECK(src.meta.kind == ValueMeta::Kind::Tuple, "getitem on a node that does not produce a tuple");
   FF_CHECK(index >= 0 && static_cast<size_t>(index) < src.meta.items.size(), "getitem index out of range");
   Node n;
   n.kind = NodeKind::GetItem;
-  n.name = unique_name("getitem");
+  n.name = unique_name(name_hint);
   n.args = {Value::of_node(tuple_node), Value::of_int(index)};
   n.meta = src.meta.items[static_cast<size_t>(index)];
   nodes_.push_back(std::move(n));

@@ -16,6 +16,8 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <unordered_map>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -186,7 +188,7 @@ class Graph {
   NodeId add_placeholder(const std::string& name, ValueMeta meta);
   // `args` must already be bound to the op's schema (see op_registry.h bind_call).
   NodeId add_call(OpId op, std::vector<Value> args, ValueMeta meta, const std::string& name_hint = "");
-  NodeId add_getitem(NodeId tuple_node, int64_t index);
+  NodeId add_getitem(NodeId tuple_node, int64_t index, const std::string& name_hint = "getitem");
   NodeId set_output(Value result);
 
   const Node& node(NodeId id) const { return nodes_.at(static_cast<size_t>(id)); }
@@ -201,12 +203,16 @@ class Graph {
   // Metadata of a value: a node's meta, or the meta a constant has.
   ValueMeta meta_of(const Value& v) const;
 
-  // A fresh unique name derived from `hint` (`add`, `add_1`, ...).
+  // A fresh unique name derived from `hint` (`add`, `add_1`, ...). Python keywords and the
+  // builtins and modules printed graph code refers to (`sum`, `torch`, `float` ...) are never
+  // handed out, so graph code stays valid Python and parses back unambiguously.
   std::string unique_name(const std::string& hint);
+  static bool is_reserved_name(const std::string& name);
 
  private:
   std::vector<Node> nodes_;
-  std::vector<std::string> used_names_;
+  std::unordered_set<std::string> used_names_;
+  std::unordered_map<std::string, int> next_suffix_;
   friend class GraphBuilderAccess;
 };
 

@@ -13,7 +13,13 @@ namespace ff {
 
 namespace {
 std::atomic<DType> g_default_float{DType::Float32};
+std::atomic<int> g_torch_version{200};  // major * 100 + minor
 }  // namespace
+
+void set_torch_version(int major, int minor) { g_torch_version.store(major * 100 + minor, std::memory_order_relaxed); }
+bool torch_at_least(int major, int minor) {
+  return g_torch_version.load(std::memory_order_relaxed) >= major * 100 + minor;
+}
 
 DType default_float_dtype() { return g_default_float.load(std::memory_order_relaxed); }
 void set_default_float_dtype(DType t) {
@@ -245,6 +251,7 @@ std::optional<std::vector<int64_t>> view_strides(const TensorMeta& base, const s
   const auto& oldshape = base.sizes;
   const auto& oldstride = base.strides;
   std::vector<int64_t> newstride(shape.size());
+  if (oldshape.empty()) return std::vector<int64_t>(shape.size(), 1);
   if (base.numel() == 0) {
     if (oldshape == shape) return oldstride;
     return TensorMeta::contiguous_strides(shape);

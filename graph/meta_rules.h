@@ -37,6 +37,11 @@ int64_t wrap_dim(int64_t dim, int64_t ndim);
 DType default_float_dtype();
 void set_default_float_dtype(DType t);
 
+// The installed torch's version, for the few rules whose answer differs between versions (set by
+// the Python layer at import; 2.0 until then).
+void set_torch_version(int major, int minor);
+bool torch_at_least(int major, int minor);
+
 // Whether a bound call of `op` mutates its first operand: kInplace ops always, kInplaceFlag ops
 // (F.relu(x, inplace=True) ...) when their `inplace` argument is True.
 bool call_mutates_input(const OpDef& op, const std::vector<Value>& bound);

@@ -62,16 +62,13 @@ int64_t pooled_size(int64_t in, int64_t k, int64_t pad, int64_t stride, int64_t 
   return out;
 }
 
-// The layout of a pooled / padded result: the input's when contiguous or channels-last.
-std::optional<ValueMeta> same_format(const TensorMeta& x, std::vector<int64_t> sizes, DType dtype, bool grad) {
+// A result allocated in the input's suggest_memory_format(): channels-last when the input's
+// strides look channels-last, else contiguous (pooling, constant padding, norms on CPU).
+std::optional<ValueMeta> suggested_format(const TensorMeta& x, std::vector<int64_t> sizes, DType dtype, bool grad) {
   TensorMeta out = TensorMeta::contiguous(sizes, dtype, x.device);
   out.requires_grad = grad;
-  if (x.is_contiguous()) return ValueMeta::of_tensor(std::move(out));
-  if (is_channels_last(x)) {
-    out.strides = channels_last_strides(sizes);
-    return ValueMeta::of_tensor(std::move(out));
-  }
-  return std::nullopt;
+  if (x.dim() == 4 && sizes.size() == 4 && strides_like_channels_last(x)) out.strides = channels_last_strides(sizes);
+  return ValueMeta::of_tensor(std::move(out));
 }
 
 }  // namespace
@@ -172,12 +169,18 @@ std::optional<ValueMeta> meta_conv(const MetaContext& ctx) {
   const TensorMeta& x = ctx.tensor("input");
   const TensorMeta& w = ctx.tensor("weight");
   const size_t spatial = ctx.op.name == "conv1d" ? 1 : 2;
-  const int64_t batched = static_cast<int64_t>(spatial) + 2;
-  if (x.dim() != batched && x.dim() != batched - 1) return std::nullopt;
-  if (w.dim() != batched) return std::nullopt;
+  const int64_t batched_dims = static_cast<int64_t>(spatial) + 2;
+  if (x.dim() != batched_dims && x.dim() != batched_dims - 1) return std::nullopt;
+  if (w.dim() != batched_dims) return std::nullopt;
   if (!is_floating(x.dtype) || x.dtype != w.dtype || unsupported_cpu_half(x)) return std::nullopt;
-  // Channels-last and other layouts depend on the backend torch picks.
-  if (!x.is_contiguous() || !w.is_contiguous()) return std::nullopt;
+  // On CPU the result is channels-last when the input or the weight suggests it (2-d convs;
+  // oneDNN and the slow path agree), else contiguous. GPU backends choose for themselves, and an
+  // unbatched input goes through an unsqueeze whose layout is left to the fallback.
+  bool batched = x.dim() == batched_dims;
+  bool cl = spatial == 2 && batched && (strides_like_channels_last(x) || strides_like_channels_last(w));
+  if (x.device.type != Device::Type::CPU || !batched) {
+    if (!x.is_contiguous() || !w.is_contiguous()) return std::nullopt;
+  }
   if (!is_int(ctx.arg("groups"))) return std::nullopt;
   int64_t groups = ctx.arg("groups").i;
   auto stride = expand_param(ctx.arg("stride"), spatial);
@@ -225,7 +228,10 @@ std::optional<ValueMeta> meta_conv(const MetaContext& ctx) {
                       "). Kernel size: (" + std::to_string(eff) + "). Kernel size can't be greater than actual input size");
     sizes.push_back((in_spatial[i] + 2 * pad[i] - eff) / (*stride)[i] + 1);
   }
-  return fresh(sizes, x.dtype, x.device, grad);
+  TensorMeta out = TensorMeta::contiguous(sizes, x.dtype, x.device);
+  if (cl) out.strides = channels_last_strides(sizes);
+  out.requires_grad = grad;
+  return ValueMeta::of_tensor(std::move(out));
 }
 
 std::optional<ValueMeta> meta_pool(const MetaContext& ctx) {
@@ -246,7 +252,7 @@ std::optional<ValueMeta> meta_pool(const MetaContext& ctx) {
       else if (is_int(items[i]) && items[i].i >= 0) sizes.push_back(items[i].i);
       else return std::nullopt;
     }
-    return same_format(x, sizes, x.dtype, x.requires_grad);
+    return suggested_format(x, sizes, x.dtype, x.requires_grad);
   }
   bool is_max = n == "max_pool2d";
   auto k = expand_param(ctx.arg("kernel_size"), 2);
@@ -272,9 +278,9 @@ std::optional<ValueMeta> meta_pool(const MetaContext& ctx) {
                       std::to_string(i == 0 ? out : sizes.back()) + "x...). Output size is too small");
     sizes.push_back(out);
   }
-  auto values = same_format(x, sizes, x.dtype, x.requires_grad);
+  auto values = suggested_format(x, sizes, x.dtype, x.requires_grad);
   if (!values || !is_max || !ctx.arg("return_indices").b) return values;
-  auto indices = same_format(x, sizes, DType::Int64, false);
+  auto indices = suggested_format(x, sizes, DType::Int64, false);
   return ValueMeta::tuple({std::move(*values), std::move(*indices)});
 }
 
@@ -298,7 +304,7 @@ std::optional<ValueMeta> meta_pad(const MetaContext& ctx) {
                       "Check dimension " + std::to_string(d) + " of your input.");
     sizes[d] = out;
   }
-  return same_format(x, sizes, x.dtype, x.requires_grad);
+  return suggested_format(x, sizes, x.dtype, x.requires_grad);
 }
 
 std::optional<ValueMeta> meta_creation(const MetaContext& ctx) {

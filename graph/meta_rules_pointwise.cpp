@@ -158,7 +158,16 @@ std::optional<ValueMeta> meta_binary(const MetaContext& ctx) {
     const TensorMeta* base = tensor_or_null(ctx.args[0], ctx.graph);
     const TensorMeta* exp = tensor_or_null(ctx.args[1], ctx.graph);
     if (base && !exp) return unary_result(*base, *dt);  // pow(Tensor, Scalar): the scalar is no operand
-    if (!base) {  // pow(Scalar, Tensor) allocates a contiguous result
+    if (!base) {
+      // torch.pow(Scalar, Tensor) allocates a contiguous result. `2 ** x` is that call from
+      // torch 2.0 on; before, it was torch.tensor(2) ** x, a pointwise op keeping x's layout.
+      // NB: meta tensors keep x's layout in torch.pow(Scalar, Tensor) too, so the fallback is
+      // wrong here: the rule must answer.
+      if (ctx.op.name == "op_pow" && !torch_at_least(2, 0)) {
+        TensorMeta out = unary_result(*exp, *dt).tensor;
+        out.strides = pointwise_output_strides(exp->sizes, {exp}, /*scalar_operand=*/true);
+        return ValueMeta::of_tensor(std::move(out));
+      }
       return fresh(exp->sizes, *dt, exp->device, grad_result({exp}, *dt));
     }
   }
@@ -321,7 +330,7 @@ std::optional<ValueMeta> meta_inplace(const MetaContext& ctx) {
     return ValueMeta::of_tensor(out);
   }
   if (n == "copy_") {
-    const TensorMeta& src = ctx.tensor("src");
+    const TensorMeta& src = ctx.tensor("other");
     must_fit(src);
     if (is_complex(src.dtype) && !is_complex(self->dtype)) return std::nullopt;  // warns and discards imag
     add_grad(ctx.args[1]);

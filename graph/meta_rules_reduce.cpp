@@ -29,6 +29,16 @@ int64_t reduced_numel(const TensorMeta& x, const std::vector<int64_t>& dims) {
   return n;
 }
 
+// CPU batch_norm / group_norm allocate in the input's suggest_memory_format(); other devices
+// pick their own.
+std::optional<ValueMeta> suggested_layout(const TensorMeta& x, bool grad) {
+  if (x.device.type != Device::Type::CPU && !x.is_contiguous()) return std::nullopt;
+  TensorMeta out = TensorMeta::contiguous(x.sizes, x.dtype, x.device);
+  if (x.dim() == 4 && strides_like_channels_last(x)) out.strides = channels_last_strides(x.sizes);
+  out.requires_grad = grad;
+  return ValueMeta::of_tensor(std::move(out));
+}
+
 const TensorMeta* optional_tensor(const MetaContext& ctx, std::string_view name) {
   return tensor_or_null(ctx.arg(name), ctx.graph);
 }
@@ -57,7 +67,6 @@ std::optional<ValueMeta> meta_reduce(const MetaContext& ctx) {
   } else if (n == "logsumexp") {
     if (is_integral(dt, true)) dt = default_float_dtype();
   } else if (n == "all" || n == "any") {
-    if (dims.size() > 1 && !all_dims) return std::nullopt;  // dim tuples are newer than torch 1.13
     if (all_dims && keepdim) return std::nullopt;
     dt = x.dtype == DType::UInt8 ? DType::UInt8 : DType::Bool;
   } else if (n == "norm") {
@@ -66,7 +75,8 @@ std::optional<ValueMeta> meta_reduce(const MetaContext& ctx) {
     if (p.kind == Value::Kind::Str && (p.s != "fro" || (!all_dims && dims.size() > 2))) return std::nullopt;
     if (!p.is_none() && p.kind != Value::Kind::Str && !p.is_number()) return std::nullopt;
     if (all_dims && keepdim) return std::nullopt;
-    dt = dtype_arg(ctx, "dtype", to_real(x.dtype));
+    if (!ctx.arg("dtype").is_none()) return std::nullopt;  // torch 1.13 rejects dtype for some norms
+    dt = to_real(x.dtype);
   } else if (n == "var" || n == "std") {
     if (!is_floating(x.dtype)) return std::nullopt;
     if (!ctx.arg("unbiased").is_none() && !ctx.arg("correction").is_none()) return std::nullopt;
@@ -188,14 +198,7 @@ std::optional<ValueMeta> meta_norm(const MetaContext& ctx) {
       throw MetaError("Expected more than 1 value per channel when training, got input size " + shape_str(x.sizes));
     if (training && (ctx.arg("running_mean").is_none() != ctx.arg("running_var").is_none())) return std::nullopt;
     if (!training && (ctx.arg("running_mean").is_none() || ctx.arg("running_var").is_none())) return std::nullopt;
-    if (x.is_contiguous()) return fresh(x.sizes, x.dtype, x.device, grad);
-    if (is_channels_last(x)) {
-      TensorMeta out = TensorMeta::contiguous(x.sizes, x.dtype, x.device);
-      out.strides = channels_last_strides(x.sizes);
-      out.requires_grad = grad;
-      return ValueMeta::of_tensor(std::move(out));
-    }
-    return std::nullopt;
+    return suggested_layout(x, grad);
   }
   if (n == "group_norm") {
     if (x.dim() < 2 || !is_int(ctx.arg("num_groups"))) return std::nullopt;
@@ -205,8 +208,7 @@ std::optional<ValueMeta> meta_norm(const MetaContext& ctx) {
                       shape_str(x.sizes) + " and num_groups=" + std::to_string(groups));
     for (const char* p : {"weight", "bias"})
       if (const TensorMeta* t = tensor_or_null(ctx.arg(p), ctx.graph); t && t->numel() != x.sizes[1]) return std::nullopt;
-    if (!x.is_contiguous()) return std::nullopt;
-    return fresh(x.sizes, x.dtype, x.device, grad);
+    return suggested_layout(x, grad);
   }
   if (n == "normalize") {
     if (x.dim() == 0) return std::nullopt;
@@ -259,8 +261,7 @@ std::optional<ValueMeta> meta_loss(const MetaContext& ctx) {
     return std::nullopt;
   }
   if (reduction != "none") return fresh({}, x.dtype, x.device, grad);
-  if (target.dtype == DType::Int64 && x.dim() == 2) return fresh(no_class, x.dtype, x.device, grad);
-  return std::nullopt;
+  return fresh(no_class, x.dtype, x.device, grad);
 }
 
 }  // namespace ff

@@ -425,8 +425,11 @@ std::optional<ValueMeta> meta_cat(const MetaContext& ctx) {
         throw MetaError("stack expects each tensor to be equal size, but got " + shape_str(ts[0]->sizes) + " at entry 0 and " +
                         shape_str(ts[i]->sizes) + " at entry " + std::to_string(i));
     int64_t d = wrap_dim(ctx.arg("dim").i, ts[0]->dim() + 1);
-    for (const TensorMeta* t : ts)
-      if (!t->is_contiguous()) return std::nullopt;
+    // Stacking inputs of up to 2 dims gives a contiguous result whatever their layout; higher
+    // ranks can keep a layout of the inputs (channels-last ...): left to the fallback.
+    if (ts[0]->dim() >= 3)
+      for (const TensorMeta* t : ts)
+        if (!t->is_contiguous()) return std::nullopt;
     std::vector<int64_t> sizes = ts[0]->sizes;
     sizes.insert(sizes.begin() + d, static_cast<int64_t>(ts.size()));
     return fresh(sizes, dt, dev, grad);

@@ -217,7 +217,7 @@ void define_frame_eval(py::module_& m) {
 
   py::module_ t = m.def_submodule("_testing", "test-only access to frontend internals");
   t.def("set_tracer",
-        [](py::object fn) {
+        [](py::object fn, bool torch_free) {
           if (fn.is_none()) {
             set_tracer(nullptr);
             return;
@@ -229,8 +229,9 @@ void define_frame_eval(py::module_& m) {
             for (PyObject* v : view.localsplus) locals.append(v ? py::handle(v) : py::handle(Py_None));
             py::object spec = fn(py::handle(reinterpret_cast<PyObject*>(view.code)), locals);
             return capture_from_spec(spec);
-          });
+          }, torch_free);
         },
+        py::arg("fn"), py::arg("torch_free") = false,
         "Install a tracer returning hand-built capture specs (None restores the interpreter).");
   t.def("num_code_states", &num_extra_states);
 }

@@ -6,6 +6,10 @@
 #include <memory>
 
 #include "graph/op_registry.h"
+#include "graph/parser.h"
+#include "graph/pipeline.h"
+#include "graph/printer.h"
+#include "graph/verifier.h"
 #include "graph/python/graph_calls.h"
 #include "graph/python/reference_runner.h"
 #include "src/errors.h"
@@ -91,6 +95,13 @@ py::list traits_list(uint32_t traits) {
 
 }  // namespace
 
+// The C++ graph behind a _C.graph.Graph object, for other areas' bindings (inductor); nullptr
+// when `obj` is not one. The graph stays owned by the Python object.
+const Graph* graph_from_py(py::handle obj) {
+  if (!py::isinstance<PyGraph>(obj)) return nullptr;
+  return &obj.cast<PyGraph&>().g;
+}
+
 void define_graph(py::module_& m) {
   py::module_ g = m.def_submodule("graph", "graph IR bindings");
 
@@ -173,6 +184,28 @@ void define_graph(py::module_& m) {
              return out;
            })
       .def("__len__", [](const PyGraph& self) { return self.g.size(); })
+      .def("code", [](const PyGraph& self) { return graph_code(self.g); }, "The graph as Python-like code.")
+      .def("table", [](const PyGraph& self) { return graph_table(self.g); }, "The graph as a table.")
+      .def("verify", [](const PyGraph& self) { return verify(self.g); }, "Invariant violations (empty: valid).")
+      .def("optimized",
+           [](const PyGraph& self) {
+             auto out = std::make_shared<PyGraph>();
+             out->g = run_graph_passes(self.g);
+             return out;
+           },
+           "A new graph after the graph passes (dead code, CSE, constant folding).")
+      .def("pass_trace", [](const PyGraph& self) { return graph_pass_trace(self.g); },
+           "The IR after each graph pass, as text.")
+      .def_static("parse",
+                  [](const std::string& text) {
+                    auto out = std::make_shared<PyGraph>();
+                    out->g = parse_graph(text);
+                    return out;
+                  },
+                  "Parse graph code (the printer's output) back into a graph.")
+      // For C++ consumers in this module (framefuse._C.cuda.compile): the graph's address, valid
+      // while this object is alive.
+      .def("_address", [](const PyGraph& self) { return reinterpret_cast<uintptr_t>(&self.g); })
       .def("run", [](PyGraph& self, py::args inputs) -> py::object {
         if (!self.runner) self.runner = std::make_unique<ReferenceRunner>(self.g);
         std::vector<PyObject*> in;

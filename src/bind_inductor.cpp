@@ -1,11 +1,63 @@
+// Python bindings of the code generator: _C.inductor. python/framefuse/inductor.py wraps them in
+// framefuse.inductor.compile_graph (with the reference-runner fallback).
 #include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include "inductor/cpu_codegen.h"
+#include "inductor/loop_ir.h"
+#include "inductor/parallel.h"
+#include "inductor/python/compiled_graph.h"
+#include "inductor/schedule.h"
+#include "src/errors.h"
 
 namespace py = pybind11;
 
 namespace ff {
 
+const Graph* graph_from_py(py::handle obj);  // src/bind_graph.cpp
+
+namespace {
+
+const Graph& graph_arg(py::handle obj) {
+  py::handle h = obj;
+  if (py::hasattr(obj, "_g")) h = obj.attr("_g");  // framefuse.graph.Graph wraps _C.graph.Graph
+  const Graph* g = graph_from_py(h);
+  if (!g) throw py::type_error("expected a framefuse graph");
+  return *g;
+}
+
+}  // namespace
+
 void define_inductor(py::module_& m) {
-  (void)m;  // nothing bound yet
+  auto ind = m.def_submodule("inductor", "The fusing code generator (CPU: LLVM ORC JIT)");
+  ind.def("codegen_available", &inductor::cpu_codegen_available, "Whether the CPU code generator was built (LLVM found).");
+  ind.def("parallel_backend", &inductor::parallel_backend, "The threading runtime CPU kernels use.");
+  ind.def("cpu_target", [] { return inductor::cpu_codegen_available() ? inductor::cpu_target_description() : std::string(); });
+  ind.def("disk_cache_dir", &inductor::disk_cache_dir);
+  ind.def("clear_memory_cache", &inductor::clear_memory_cache);
+  ind.def("loop_ir", [](py::handle graph) { return loop::program_str(inductor::compile_to_loop_ir(graph_arg(graph))); },
+          "The scheduled loop IR of a graph (text form), without compiling it.");
+
+  py::class_<inductor::CompiledGraph>(ind, "CompiledGraph")
+      .def(py::init([](py::handle graph) { return std::make_unique<inductor::CompiledGraph>(graph_arg(graph)); }),
+           "Lower, fuse and JIT-compile a graph. Raises on failure.")
+      .def("__call__", [](inductor::CompiledGraph& self, py::args inputs) -> py::object {
+        std::vector<PyObject*> in;
+        for (py::handle h : inputs) in.push_back(h.ptr());
+        PyObject* r = self.run(in.data(), in.size());
+        if (!r) throw py::error_already_set();
+        return py::reinterpret_steal<py::object>(r);
+      })
+      .def_property_readonly("loop_ir", [](const inductor::CompiledGraph& self) { return loop::program_str(self.compiled().program); })
+      .def_property_readonly("num_kernels", [](const inductor::CompiledGraph& self) { return self.compiled().program.kernels.size(); })
+      .def_property_readonly("num_externs", [](const inductor::CompiledGraph& self) { return self.compiled().program.externs.size(); })
+      .def_property_readonly("from_memory_cache", &inductor::CompiledGraph::from_memory_cache)
+      .def_property_readonly("from_disk_cache", [](const inductor::CompiledGraph& self) {
+        return self.compiled().module && self.compiled().module->from_disk_cache;
+      })
+      .def_property_readonly("compile_ms", [](const inductor::CompiledGraph& self) {
+        return self.compiled().module ? self.compiled().module->compile_ms : 0.0;
+      });
 }
 
 }  // namespace ff

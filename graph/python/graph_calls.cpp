@@ -2,6 +2,8 @@
 
 #include <pybind11/pybind11.h>
 
+#include <cstdio>
+
 #include "graph/meta_rules.h"
 #include "graph/op_registry.h"
 #include "src/config.h"
@@ -266,6 +268,13 @@ std::optional<NodeId> add_op_call(Graph& g, OpId op, const std::vector<Value>& a
   if (!bound) return std::nullopt;
   std::optional<ValueMeta> meta;
   try {
+    static const bool version_set = [] {
+      std::string v = py::str(torch_types().torch.attr("__version__")).cast<std::string>();
+      int major = 0, minor = 0;
+      if (std::sscanf(v.c_str(), "%d.%d", &major, &minor) == 2) set_torch_version(major, minor);
+      return true;
+    }();
+    (void)version_set;
     // The rules promote Python floats and integer math to torch's default dtype.
     auto default_dtype = dtype_from_name(strip_torch(py::str(torch_types().torch.attr("get_default_dtype")()).cast<std::string>()));
     if (default_dtype && is_floating(*default_dtype)) set_default_float_dtype(*default_dtype);

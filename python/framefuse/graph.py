@@ -20,8 +20,14 @@ Node = _C.graph.Node
 class Graph:
     """A graph under construction (a thin wrapper over the C++ graph IR)."""
 
-    def __init__(self):
-        self._g = _C.graph.Graph()
+    def __init__(self, _impl=None):
+        self._g = _impl if _impl is not None else _C.graph.Graph()
+
+    @classmethod
+    def parse(cls, text):
+        """Parse graph code (what `code()` prints) back into a graph: print -> parse -> print is the
+        identity."""
+        return cls(_C.graph.Graph.parse(text))
 
     def placeholder(self, name, example):
         """Add an input named `name`, typed like the tensor `example`."""
@@ -48,6 +54,22 @@ class Graph:
     def code(self):
         """The graph as readable Python-like code (the `graph_code` log artifact)."""
         return self._g.code()
+
+    def table(self):
+        """The graph as a table (the `graph` log artifact)."""
+        return self._g.table()
+
+    def verify(self):
+        """The graph's invariant violations, as sentences (an empty list: the graph is valid)."""
+        return list(self._g.verify())
+
+    def optimized(self):
+        """A new graph after the graph passes (dead code, common subexpressions, constant folding)."""
+        return Graph(self._g.optimized())
+
+    def pass_trace(self):
+        """The graph after each pass of the pipeline, as text."""
+        return self._g.pass_trace()
 
     def run(self, *inputs):
         """Run the graph on the reference runner (eager torch ops) and return its result."""

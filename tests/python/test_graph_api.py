@@ -123,3 +123,51 @@ def test_requires_grad_propagates():
     x = g.placeholder("x", torch.randn(3))
     assert g.call(operator.mul, w, x).meta["requires_grad"] is True
     assert g.call(torch.gt, w, x).meta["requires_grad"] is False
+
+
+def _small_graph():
+    g = Graph()
+    x = g.placeholder("x", torch.randn(4, 8))
+    w = g.placeholder("w", torch.randn(16, 8))
+    y = g.call(torch.relu, g.call(operator.add, g.call(F.linear, x, w), 1.0))
+    g.output((y, g.call(torch.sum, y, 1, keepdim=True)))
+    return g
+
+
+def test_code_golden():
+    assert _small_graph().code() == '''\
+def forward(self, x: "f32[4, 8]", w: "f32[16, 8]"):
+    linear: "f32[4, 16]" = torch.nn.functional.linear(x, w)
+    add: "f32[4, 16]" = linear + 1.0
+    relu: "f32[4, 16]" = torch.relu(add)
+    sum_1: "f32[4, 1]" = torch.sum(relu, [1], True)
+    return (relu, sum_1)
+'''
+
+
+def test_parse_round_trip_and_run():
+    g = _small_graph()
+    h = Graph.parse(g.code())
+    assert h.code() == g.code()
+    X, W = torch.randn(4, 8), torch.randn(16, 8)
+    for a, b in zip(g.run(X, W), h.run(X, W)):
+        assert torch.equal(a, b)
+
+
+def test_parse_error_is_a_user_error_with_position():
+    with pytest.raises(framefuse.UserError, match="line 2"):
+        Graph.parse('def forward(self, x: "f32[4]"):\n    y: "f32[4]" = torch.no_such_op(x)\n    return (y,)\n')
+
+
+def test_optimized_removes_dead_and_duplicate_work():
+    g = Graph()
+    x = g.placeholder("x", torch.randn(8))
+    a = g.call(torch.sin, x)
+    b = g.call(torch.sin, x)  # duplicate of a
+    g.call(torch.cos, x)      # dead
+    g.output(g.call(operator.add, a, b))
+    assert g.verify() == []
+    opt = g.optimized()
+    assert [n.op for n in opt.nodes() if n.kind == "Call"] == ["sin", "op_add"]
+    X = torch.randn(8)
+    assert torch.equal(opt.run(X), g.run(X))

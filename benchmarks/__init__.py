@@ -1,0 +1,1 @@
+"""framefuse's benchmark suite. Run `python -m benchmarks.run --help` from the repository root."""

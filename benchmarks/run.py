@@ -1,0 +1,370 @@
+"""The benchmark runner: `python -m benchmarks.run [--preset quick|full|gpu|tiny] [flags]`.
+
+Runs every selected workload with every selected contender, prints a live progress line and a table,
+and writes results.json, results.md and PNG charts to the output directory (default benchmarks/out/).
+"""
+
+import argparse
+import datetime
+import json
+import math
+import os
+import platform
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+
+from . import core, measure, report
+from .contenders import CONTENDERS, Unavailable, first_line, prewarm
+from .worker import isolated_first_calls
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+
+QUICK_WORKLOADS = ("evaluate_features", "conv_feature_model", "mlp_train_step", "linear_10_5", "sin_cos",
+                   "copy", "pointwise_chain", "add_layernorm_gelu", "softmax_scaled", "nanogpt",
+                   "transformer_encoder_layer", "add_one", "add_one_3args", "one_graph_break")
+BASE_CONTENDERS = ("eager", "framefuse-eager", "framefuse", "torch.compile-eager", "torch.compile")
+
+PRESETS = {
+    # For the tests: seconds, not minutes. torch.compile's Inductor is left out (its cold compile is slow).
+    "tiny": dict(devices=("cpu",), scale="tiny", demo=True, threads=1,
+                 workloads=("sin_cos", "linear_10_5", "add_one", "one_graph_break"),
+                 contenders=("eager", "framefuse-eager", "framefuse", "torch.compile-eager"),
+                 budget=measure.Budget(warmup_s=0.02, min_sample_s=0.001, samples=5, max_s=0.05)),
+    # NB: one thread by default. On a 2-core machine that is busy with anything else, a 2-thread
+    # parallel region waits a whole scheduler slice (~24 ms measured) for its second core, which buries
+    # the small kernels this preset times. --threads 2 measures the multi-threaded case.
+    "quick": dict(devices=("cpu",), scale="quick", demo=True, threads=1, workloads=QUICK_WORKLOADS,
+                  contenders=BASE_CONTENDERS,
+                  budget=measure.Budget(warmup_s=0.05, min_sample_s=0.005, samples=9, max_s=0.3)),
+    "full": dict(devices=("cpu",), scale="full", demo=True, workloads=None, contenders=BASE_CONTENDERS,
+                 budget=measure.Budget(warmup_s=0.5, min_sample_s=0.02, samples=21, max_s=3.0)),
+    "gpu": dict(devices=("cuda",), scale="full", demo=True, workloads=None,
+                contenders=BASE_CONTENDERS + ("framefuse-ro", "framefuse-max-autotune", "torch.compile-ro"),
+                budget=measure.Budget(warmup_s=0.5, min_sample_s=0.02, samples=21, max_s=3.0)),
+}
+
+MEASURED = {
+    "first call": "compile() + first call, synchronized, with a fresh on-disk cache directory per workload "
+                  "and contender (TORCHINDUCTOR_CACHE_DIR, FRAMEFUSE_CACHE_DIR); each compiler's one-time "
+                  "imports are paid beforehand by a throwaway compile (the contenders' setup column). For "
+                  "the `-eager` backends this is capture time alone. Process-wide in-memory caches are "
+                  "cleared with reset() between workloads.",
+    "cold proc / warm disk": "with --isolate only: compile() + first call in a new process with empty cache "
+                             "directories, then in a second new process that finds the first one's disk "
+                             "caches. Nothing pre-warmed: includes the compiler's lazy imports.",
+    "steady": "median seconds per call after warm-up, from batched samples (CUDA events on GPU).",
+    "vs eager": "eager's steady median divided by the contender's, same run.",
+    "overhead": "tiny workloads only: median per-call time above eager, sampled interleaved with eager.",
+    "GB/s": "minimum bytes a fused kernel must move (inputs read once, outputs written once) / steady time; "
+            "compare with the `copy` workload's GB/s.",
+    "peak MB": "CPU: peak RSS growth from compile() through timing, compiler included; CUDA: "
+               "torch.cuda.max_memory_allocated over the same region.",
+    "graphs/breaks": "from the contender's explain() on a fresh copy, where it has one.",
+    "max err": "max abs difference of the first call's outputs from eager's (same seed, weights and inputs); "
+               "for training steps the first step's loss. MISMATCH means outside the workload's tolerance.",
+}
+
+
+class Progress:
+    """One live line on a terminal (stderr); plain lines when stderr is not a terminal."""
+
+    def __init__(self, total, stream=None):
+        self.total, self.done = total, 0
+        self.stream = stream or sys.stderr
+        self.tty = self.stream.isatty()
+        self.t0 = time.perf_counter()
+
+    def show(self, text):
+        line = f"[{self.done}/{self.total} {time.perf_counter() - self.t0:5.0f}s] {text}"
+        if self.tty:
+            cols = shutil.get_terminal_size((100, 20)).columns
+            self.stream.write("\r\x1b[K" + line[:cols - 1])
+        elif text.endswith(" build"):  # one line per contender, not one per stage
+            self.stream.write(line + "\n")
+        self.stream.flush()
+
+    def step(self):
+        self.done += 1
+
+    def close(self):
+        if self.tty:
+            self.stream.write("\r\x1b[K")
+            self.stream.flush()
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(prog="python -m benchmarks.run", description=__doc__.splitlines()[0])
+    p.add_argument("--preset", choices=sorted(PRESETS), default="quick")
+    p.add_argument("--workloads", help="comma list (default: the preset's); `all` for every registered one")
+    p.add_argument("--skip", default="", help="comma list of workloads to leave out")
+    p.add_argument("--contenders", help="comma list (default: the preset's); `all` for every registered one")
+    p.add_argument("--devices", help="comma list: cpu, cuda (default: the preset's)")
+    p.add_argument("--scale", choices=("tiny", "quick", "full"), help="workload sizes (default: the preset's)")
+    p.add_argument("--threads", type=int, help="torch.set_num_threads (default: 1 for quick/tiny, else the CPUs this process may use)")
+    p.add_argument("--out", default=os.path.join(HERE, "out"), help="output directory (default benchmarks/out)")
+    p.add_argument("--no-charts", action="store_true")
+    p.add_argument("--no-demo", action="store_true")
+    p.add_argument("--no-explain", action="store_true", help="skip graph/break counts (explain re-traces)")
+    p.add_argument("--isolate", action="store_true",
+                   help="also time each compiler's first call in fresh processes: cold (empty cache dirs) "
+                        "and warm disk cache (second process, same dirs)")
+    p.add_argument("--isolate-timeout", type=float, default=900, help="seconds per isolated process")
+    p.add_argument("--publish", nargs="?", const="", metavar="NAME",
+                   help="also store this run as benchmarks/results/NAME.json (+ charts; NAME defaults to the "
+                        "preset) and rebuild benchmarks/RESULTS.md from every stored run")
+    p.add_argument("--list", action="store_true", help="list workloads and contenders, then exit")
+    return p.parse_args(argv)
+
+
+def _csv(s):
+    return [x.strip() for x in s.split(",") if x.strip()]
+
+
+def select(args, registry):
+    preset = PRESETS[args.preset]
+    if args.workloads == "all" or (args.workloads is None and preset["workloads"] is None):
+        names = list(registry)
+    else:
+        names = _csv(args.workloads) if args.workloads else list(preset["workloads"])
+    names = [n for n in names if n not in set(_csv(args.skip))]
+    unknown = [n for n in names if n not in registry]
+    if unknown:
+        raise SystemExit(f"unknown workload(s): {', '.join(unknown)}; known: {', '.join(registry)}")
+    cnames = list(CONTENDERS) if args.contenders == "all" else (
+        _csv(args.contenders) if args.contenders else list(preset["contenders"]))
+    unknown = [n for n in cnames if n not in CONTENDERS]
+    if unknown:
+        raise SystemExit(f"unknown contender(s): {', '.join(unknown)}; known: {', '.join(CONTENDERS)}")
+    if "eager" in cnames:
+        cnames.remove("eager")
+    cnames.insert(0, "eager")  # always measured: it is the reference and the baseline
+    devices = _csv(args.devices) if args.devices else list(preset["devices"])
+    return [registry[n] for n in names], [CONTENDERS[n] for n in cnames], devices
+
+
+def environment(threads):
+    import torch
+    env = dict(python=platform.python_version(), torch=torch.__version__, threads=threads,
+               machine=_machine(), platform=platform.platform(terse=True), load_start=_load())
+    try:
+        import torchvision
+        env["torchvision"] = torchvision.__version__
+    except Exception:
+        env["torchvision"] = None
+    try:
+        from .contenders import import_framefuse
+        ff = import_framefuse()
+        env["framefuse"] = getattr(ff, "__version__", "importable")
+    except Unavailable as e:
+        env["framefuse"] = f"unavailable ({e})"
+    return env
+
+
+def _load():
+    try:
+        return round(os.getloadavg()[0], 2)
+    except (OSError, AttributeError):
+        return None
+
+
+def _machine():
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    cpu = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    text = f"{cpu}, {len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else os.cpu_count()} CPUs"
+    try:
+        import torch
+        if torch.cuda.is_available():
+            text += f"; GPU {torch.cuda.get_device_name(0)}"
+    except Exception:
+        pass
+    return text
+
+
+def _command(argv):
+    return "python -m benchmarks.run" + ("" if not argv else " " + " ".join(shlex.quote(a) for a in argv))
+
+
+def main(argv=None):
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = parse_args(argv)
+    from .workloads import all_workloads
+    registry = all_workloads()
+    if args.list:
+        for w in registry.values():
+            print(f"{w.name:28} {w.family:9} {w.kind:9} {w.description}")
+        print()
+        for c in CONTENDERS.values():
+            print(f"{c.name:28} {c.family:14} {c.description}")
+        return 0
+    preset = PRESETS[args.preset]
+    workloads, contenders, devices = select(args, registry)
+    scale = args.scale or preset["scale"]
+
+    import torch
+    threads = args.threads or preset.get("threads") or (
+        len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count())
+    torch.set_num_threads(threads)
+    started = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M")
+    t_start = time.perf_counter()
+    result = dict(command=_command(argv), preset=args.preset, scale=scale, devices=devices, started=started,
+                  environment=environment(threads), measured=MEASURED, contenders=[], records=[],
+                  workloads=[dict(name=w.name, family=w.family, kind=w.kind, description=w.description)
+                             for w in workloads])
+
+    if preset["demo"] and not args.no_demo:
+        from .demo import graph_demo
+        result["graph_demo"] = graph_demo()
+        print()
+
+    cuda_missing = [d for d in devices if d.startswith("cuda") and not torch.cuda.is_available()]
+    usable = [d for d in devices if d not in cuda_missing]
+    live = []
+    for c in contenders:
+        info = dict(name=c.name, family=c.family, backend=c.backend, mode=c.mode, description=c.description)
+        try:
+            c.check()
+            if c.family != "eager" and usable and any(d.split(":")[0] in c.devices for d in usable):
+                info["prewarm_s"] = prewarm(c, next(d for d in usable if d.split(":")[0] in c.devices))
+            info["status"] = "ok"
+        except Unavailable as e:
+            info["status"] = f"unavailable: {e}"
+        except Exception as e:
+            info["status"] = f"setup failed: {type(e).__name__}: {first_line(e)}"
+        result["contenders"].append(info)
+        live.append(c)
+
+    caches = core.CacheDirs()
+    total = sum(1 for _ in workloads for _ in devices) * len(live)
+    prog = Progress(total)
+    try:
+        for wl in workloads:
+            for dev in devices:
+                if dev.startswith("cuda") and cuda_missing or dev.split(":")[0] not in wl.devices:
+                    reason = "no CUDA device" if dev.startswith("cuda") and cuda_missing else f"not a {dev} workload"
+                    for c in live:
+                        result["records"].append(dict(workload=wl.name, family=wl.family, kind=wl.kind, device=dev,
+                                                      contender=c.name, status="skipped", reason=reason))
+                        prog.step()
+                    continue
+
+                def on_stage(cname, stage, wl=wl, dev=dev):
+                    prog.show(f"{wl.name} [{dev}] · {cname} · {stage}")
+
+                recs = core.run_workload(wl, dev, scale, live, preset["budget"], caches,
+                                         do_explain=not args.no_explain, on_stage=on_stage)
+                for r in recs:
+                    if args.isolate and r["status"] == "ok" and r["contender"] != "eager":
+                        prog.show(f"{wl.name} [{dev}] · {r['contender']} · fresh processes")
+                        spec = dict(workload=wl.name, device=dev, scale=scale, contender=r["contender"],
+                                    threads=threads)
+                        r.update(isolated_first_calls(spec, caches.fresh(), REPO, args.isolate_timeout))
+                    prog.step()
+                    result["records"].append(r)
+    finally:
+        prog.close()
+        caches.cleanup()
+    result["wall_s"] = time.perf_counter() - t_start
+    result["environment"]["load_end"] = _load()
+    busy = max(result["environment"]["load_start"] or 0, result["environment"]["load_end"] or 0)
+    if busy > len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else False:
+        print(f"NB: the machine was busy (1-minute load average up to {busy:.1f} on "
+              f"{len(os.sched_getaffinity(0))} CPUs): timings are noisy; the ±% marks show how much.\n")
+
+    print(report.terminal_table(result["records"]))
+    vs = report.versus_table(result["records"], markdown=False)
+    if vs:
+        print("\nframefuse against torch.compile (first-call and overhead ratios: lower is better)\n" + vs)
+    write_outputs(result, args)
+    return 0
+
+
+def find_chart_python():
+    """An interpreter that can import matplotlib: this one, $FRAMEFUSE_BENCH_PYTHON, or the system's."""
+    cands = [sys.executable, os.environ.get("FRAMEFUSE_BENCH_PYTHON"), "/usr/bin/python3", shutil.which("python3")]
+    seen = set()
+    for py in cands:
+        if not py or py in seen or not os.path.exists(py):
+            continue
+        seen.add(py)
+        if py == sys.executable:
+            try:
+                import matplotlib  # noqa: F401
+                return py
+            except ImportError:
+                continue
+        r = subprocess.run([py, "-c", "import matplotlib"], capture_output=True)
+        if r.returncode == 0:
+            return py
+    return None
+
+
+def make_charts(results_json, out_dir):
+    """Returns (charts, note). Runs benchmarks.charts under an interpreter that has matplotlib."""
+    py = find_chart_python()
+    if py is None:
+        return [], "no matplotlib found (tried this Python, $FRAMEFUSE_BENCH_PYTHON and the system python3)"
+    env = dict(os.environ, MPLBACKEND="Agg")
+    r = subprocess.run([py, "-m", "benchmarks.charts", results_json, "--out", out_dir], cwd=REPO, env=env,
+                       capture_output=True, text=True)
+    try:
+        res = json.loads(r.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        return [], f"chart step failed (exit {r.returncode}): {first_line(r.stderr[-2000:]) or r.stderr[-300:]}"
+    if "error" in res:
+        return [], res["error"]
+    if not res["charts"]:
+        return [], "no chart: no contender other than eager produced a result"
+    return res["charts"], f"made with {'this interpreter' if py == sys.executable else os.path.basename(py)}"
+
+
+def _jsonable(x):
+    """Strict JSON: non-finite floats (an infinite error for a wrong shape) become strings."""
+    if isinstance(x, float) and not math.isfinite(x):
+        return str(x)
+    if isinstance(x, dict):
+        return {k: _jsonable(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_jsonable(v) for v in x]
+    return x
+
+
+def _dump(result, path):
+    with open(path, "w") as f:
+        json.dump(_jsonable(result), f, indent=1, default=str, allow_nan=False)
+
+
+def write_outputs(result, args):
+    out = os.path.abspath(args.out)
+    os.makedirs(out, exist_ok=True)
+    path = os.path.join(out, "results.json")
+    _dump(result, path)
+    charts = []
+    if args.no_charts:
+        result["charts_note"] = "not requested (--no-charts)"
+    else:
+        charts, result["charts_note"] = make_charts(path, out)
+        result["charts"] = charts
+        _dump(result, path)
+    with open(os.path.join(out, "results.md"), "w") as f:
+        f.write(report.markdown_report(result, charts))
+    shown = os.path.relpath(path) if path.startswith(os.getcwd() + os.sep) else path
+    print(f"\nwrote {shown}, results.md" + (
+        ", " + ", ".join(c["file"] for c in charts) if charts else f" (charts: {result['charts_note']})"))
+    if args.publish is not None:
+        from .publish import publish
+        publish(result, charts, out, args.publish)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

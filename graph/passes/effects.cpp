@@ -1,0 +1,92 @@
+#include "graph/passes/effects.h"
+
+#include <algorithm>
+#include <optional>
+#include <string_view>
+
+#include "graph/op_registry.h"
+
+namespace ff {
+namespace {
+
+// Methods that return `self` unchanged when there is nothing to do (x.to(x.dtype) is x), so
+// their result may alias the operand even where their traits say pointwise.
+bool may_return_self(const OpDef& op) {
+  static constexpr std::string_view kMethods[] = {"to", "type", "type_as", "contiguous", "float", "double",
+                                                  "half", "bfloat16", "int", "long", "bool", "cpu", "cuda",
+                                                  "detach", "requires_grad_", "view_as", "expand_as", "reshape_as"};
+  std::string_view target = op.target;
+  size_t dot = target.rfind('.');
+  std::string_view last = dot == std::string_view::npos ? target : target.substr(dot + 1);
+  return std::find(std::begin(kMethods), std::end(kMethods), last) != std::end(kMethods);
+}
+
+bool returns_fresh_tensor(const Node& n) {
+  if (n.kind != NodeKind::Call || mutates_operand(n)) return false;
+  const OpDef& op = op_def(n.op);
+  if (op.has(kView) || op.has(kInplace) || may_return_self(op)) return false;
+  return (op.traits & (kPointwise | kReduction | kExtern | kComposite | kCreation)) != 0;
+}
+
+}  // namespace
+
+bool mutates_operand(const Node& n) {
+  if (n.kind != NodeKind::Call) return false;
+  const OpDef& op = op_def(n.op);
+  if (op.has(kInplace)) return true;
+  int inplace = op.schema.index_of("inplace");
+  if (inplace >= 0 && static_cast<size_t>(inplace) < n.args.size()) {
+    const Value& v = n.args[static_cast<size_t>(inplace)];
+    if (v.kind == Value::Kind::Bool && v.b) return true;
+  }
+  int out = op.schema.index_of("out");
+  return out >= 0 && static_cast<size_t>(out) < n.args.size() && !n.args[static_cast<size_t>(out)].is_none();
+}
+
+bool has_side_effects(const Node& n) {
+  return n.kind == NodeKind::Call && (mutates_operand(n) || op_def(n.op).has(kRandom));
+}
+
+bool is_pure_call(const Node& n) {
+  if (n.kind != NodeKind::Call) return false;
+  const OpDef& op = op_def(n.op);
+  return !op.has(kRandom) && !op.has(kNondeterministicOutput) && !mutates_operand(n);
+}
+
+AliasClasses::AliasClasses(const Graph& g) : parent_(g.size()) {
+  for (size_t i = 0; i < g.size(); ++i) parent_[i] = static_cast<int>(i);
+  // NB: inputs may alias each other (f(x, x), f(x, x[0])): one class for all of them.
+  std::optional<NodeId> first_input;
+  for (NodeId p : g.placeholders()) {
+    if (g.node(p).meta.kind != ValueMeta::Kind::Tensor && g.node(p).meta.kind != ValueMeta::Kind::Tuple) continue;
+    if (first_input) join(*first_input, p);
+    else first_input = p;
+  }
+  for (size_t i = 0; i < g.size(); ++i) {
+    const Node& n = g.nodes()[i];
+    if (n.kind == NodeKind::Placeholder || n.kind == NodeKind::Output || returns_fresh_tensor(n)) continue;
+    for (const Value& v : n.args)
+      v.for_each_node([&](NodeId id) {
+        ValueMeta::Kind k = g.node(id).meta.kind;
+        if (k == ValueMeta::Kind::Tensor || k == ValueMeta::Kind::Tuple) join(static_cast<NodeId>(i), id);
+      });
+  }
+}
+
+int AliasClasses::of(NodeId id) const {
+  int r = id;
+  while (parent_[r] != r) r = parent_[r];
+  while (parent_[id] != r) {  // path compression
+    int next = parent_[id];
+    parent_[id] = r;
+    id = next;
+  }
+  return r;
+}
+
+void AliasClasses::join(NodeId a, NodeId b) {
+  int ra = of(a), rb = of(b);
+  if (ra != rb) parent_[std::max(ra, rb)] = std::min(ra, rb);
+}
+
+}  // namespace ff

@@ -1,0 +1,37 @@
+// What passes must know about a node beyond its value: whether running it has effects other than
+// producing its result, and which results may share memory.
+#pragma once
+
+#include <vector>
+
+#include "graph/ir.h"
+
+namespace ff {
+
+// The call writes into its first operand: an in-place op (kInplace), or an `inplace=True` /
+// non-None `out=` argument (F.relu(x, inplace=True)).
+bool mutates_operand(const Node& n);
+
+// Removing or merging the call changes what the program does besides its result: a mutation, or
+// a draw from the RNG (kRandom).
+bool has_side_effects(const Node& n);
+
+// A call whose result depends only on its operands' values and that does nothing else: safe to
+// merge with an identical call or to evaluate early.
+bool is_pure_call(const Node& n);
+
+// Alias classes: two nodes in different classes never share memory. A call joins the classes of
+// its tensor operands unless it surely returns a fresh tensor; getitems join their tuple's class;
+// graph inputs share one class, since a caller may pass one tensor twice.
+// Over-approximate on purpose: an op the table does not know aliases its operands.
+class AliasClasses {
+ public:
+  explicit AliasClasses(const Graph& g);
+  int of(NodeId id) const;
+
+ private:
+  mutable std::vector<int> parent_;
+  void join(NodeId a, NodeId b);
+};
+
+}  // namespace ff

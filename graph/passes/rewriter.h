@@ -1,0 +1,40 @@
+// GraphRewriter: how passes build their result. Nodes of the source graph are copied in order;
+// each source node maps to the Value that stands for it in the result: its copy, another node
+// (CSE, no-op views) or a constant (folding). Operands are mapped on the way.
+#pragma once
+
+#include <optional>
+#include <vector>
+
+#include "graph/ir.h"
+
+namespace ff {
+
+class GraphRewriter {
+ public:
+  explicit GraphRewriter(const Graph& source);
+
+  const Graph& source() const { return src_; }
+  const Graph& result() const { return dst_; }
+
+  // What source node `id` became. InternalError if it was dropped and is still used.
+  const Value& mapped(NodeId id) const;
+  bool is_mapped(NodeId id) const { return map_.at(static_cast<size_t>(id)).has_value(); }
+  // A source operand as an operand of the result.
+  Value map(const Value& v) const;
+
+  // Copies source node `id` (same kind, op, name and meta) with its operands mapped, or with `args`.
+  NodeId copy(NodeId id);
+  NodeId copy_with(NodeId id, std::vector<Value> args);
+  // Uses of source node `id` become `with` (a result operand); the node itself is not copied.
+  void replace(NodeId id, Value with);
+
+  Graph finish() { return std::move(dst_); }
+
+ private:
+  const Graph& src_;
+  Graph dst_;
+  std::vector<std::optional<Value>> map_;
+};
+
+}  // namespace ff

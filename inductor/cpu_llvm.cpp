@@ -1,0 +1,647 @@
+// The CPU renderer (see cpu_codegen.h). The one translation unit that includes LLVM.
+//
+// What makes the kernels fast (docs: toolchain facts):
+//  - a vector-math mapping (libmvec, incl. the 16-wide AVX-512 entries) in TargetLibraryInfo, so
+//    sin/cos/exp/tanh/erf... vectorize;
+//  - reassoc on reduction adds/muls, and no-nans/no-signed-zeros function attributes where a
+//    kernel has float max/min reductions (NaNs are tracked by an integer flag instead, so results
+//    still propagate NaN like torch);
+//  - alignstack(64), noalias buffer parameters, host cpu/features on every function;
+//  - interleaving off in kernels with several inner loops (compile time).
+#include "inductor/cpu_codegen.h"
+
+#include <chrono>
+#include <cmath>
+#include <map>
+#include <mutex>
+#include <set>
+
+#include "src/errors.h"
+
+#ifdef FRAMEFUSE_HAVE_LLVM
+#include <llvm/Analysis/TargetLibraryInfo.h>
+#include <llvm/ExecutionEngine/Orc/ExecutionUtils.h>
+#include <llvm/ExecutionEngine/Orc/JITTargetMachineBuilder.h>
+#include <llvm/ExecutionEngine/Orc/LLJIT.h>
+#include <llvm/IR/IRBuilder.h>
+#include <llvm/IR/Intrinsics.h>
+#include <llvm/IR/LegacyPassManager.h>
+#include <llvm/IR/MDBuilder.h>
+#include <llvm/IR/Module.h>
+#include <llvm/IR/Verifier.h>
+#include <llvm/Passes/PassBuilder.h>
+#include <llvm/Support/DynamicLibrary.h>
+#include <llvm/Support/Host.h>
+#include <llvm/Support/TargetSelect.h>
+#include <llvm/Support/raw_ostream.h>
+#include <llvm/Target/TargetMachine.h>
+#endif
+
+namespace ff::inductor {
+
+#ifndef FRAMEFUSE_HAVE_LLVM
+
+bool cpu_codegen_available() { return false; }
+std::string cpu_target_description() { return "none"; }
+std::shared_ptr<CpuModule> compile_cpu(const loop::Program&, const CpuCompileOptions&) {
+  throw Unsupported("framefuse was built without LLVM: no CPU code generator");
+}
+
+#else
+
+namespace {
+
+using namespace llvm;
+using llvm::Value;  // NB: ff::Value is the graph IR operand
+using loop::BinaryOp;
+using loop::ExprKind;
+using loop::ReduceOp;
+using loop::ScalarType;
+using loop::StmtKind;
+using loop::UnaryOp;
+
+struct Jit {
+  std::unique_ptr<orc::LLJIT> lljit;
+  std::unique_ptr<TargetMachine> tm;
+  std::string cpu, features;
+  bool avx512 = false, avx2 = false;
+  std::mutex mu;
+  int modules = 0;
+};
+
+Jit& jit() {
+  static Jit* j = [] {
+    InitializeNativeTarget();
+    InitializeNativeTargetAsmPrinter();
+    auto* s = new Jit;
+    sys::DynamicLibrary::LoadLibraryPermanently("libmvec.so.1");
+    sys::DynamicLibrary::LoadLibraryPermanently("libm.so.6");
+    auto jtmb = cantFail(orc::JITTargetMachineBuilder::detectHost());
+    jtmb.setCodeGenOptLevel(CodeGenOpt::Aggressive);
+    jtmb.setRelocationModel(Reloc::PIC_);
+    s->cpu = jtmb.getCPU();
+    StringMap<bool> feats;
+    sys::getHostCPUFeatures(feats);
+    std::vector<std::string> fl;
+    for (auto& kv : feats) fl.push_back((kv.second ? "+" : "-") + kv.first().str());
+    std::sort(fl.begin(), fl.end());
+    for (auto& f : fl) s->features += (s->features.empty() ? "" : ",") + f;
+    s->avx512 = feats.lookup("avx512f");
+    s->avx2 = feats.lookup("avx2") && feats.lookup("fma");
+    s->tm = cantFail(jtmb.createTargetMachine());
+    s->lljit = cantFail(orc::LLJITBuilder().setJITTargetMachineBuilder(jtmb).create());
+    return s;
+  }();
+  return *j;
+}
+
+// libm functions without an LLVM intrinsic; f32 name, f64 name.
+struct MathFn { UnaryOp op; const char* f32; const char* f64; };
+const MathFn kMathFns[] = {
+    {UnaryOp::Tan, "tanf", "tan"},     {UnaryOp::Tanh, "tanhf", "tanh"},    {UnaryOp::Erf, "erff", "erf"},
+    {UnaryOp::Log1p, "log1pf", "log1p"}, {UnaryOp::Expm1, "expm1f", "expm1"},
+};
+
+// Vector variants in glibc's libmvec (x86_64): scalar name -> ISA letter + width + signature.
+void add_vector_math(TargetLibraryInfoImpl& tlii, bool avx512, bool avx2) {
+  static std::vector<std::string> names;  // VecDesc keeps StringRefs
+  static std::vector<VecDesc> descs;
+  if (descs.empty()) {
+    struct Fn { const char* scalar32; const char* scalar64; const char* base; const char* sig; };
+    const Fn fns[] = {
+        {"llvm.sin.f32", "llvm.sin.f64", "sin", "v"},   {"llvm.cos.f32", "llvm.cos.f64", "cos", "v"},
+        {"llvm.exp.f32", "llvm.exp.f64", "exp", "v"},   {"llvm.log.f32", "llvm.log.f64", "log", "v"},
+        {"llvm.pow.f32", "llvm.pow.f64", "pow", "vv"},  {"tanf", "tan", "tan", "v"},
+        {"tanhf", "tanh", "tanh", "v"},                  {"erff", "erf", "erf", "v"},
+        {"log1pf", "log1p", "log1p", "v"},               {"expm1f", "expm1", "expm1", "v"},
+        {"sinf", "sin", "sin", "v"},                     {"cosf", "cos", "cos", "v"},
+        {"expf", "exp", "exp", "v"},                     {"logf", "log", "log", "v"},
+    };
+    names.reserve(256);
+    auto add = [&](const char* scalar, const std::string& vec, unsigned width) {
+      names.push_back(vec);
+      descs.push_back({scalar, names.back(), ElementCount::getFixed(width)});
+    };
+    for (const Fn& f : fns) {
+      std::string b = f.base;
+      std::string s = f.sig;
+      add(f.scalar32, "_ZGVbN4" + s + "_" + b + "f", 4);
+      add(f.scalar64, "_ZGVbN2" + s + "_" + b, 2);
+      if (avx2) {
+        add(f.scalar32, "_ZGVdN8" + s + "_" + b + "f", 8);
+        add(f.scalar64, "_ZGVdN4" + s + "_" + b, 4);
+      }
+      if (avx512) {
+        add(f.scalar32, "_ZGVeN16" + s + "_" + b + "f", 16);
+        add(f.scalar64, "_ZGVeN8" + s + "_" + b, 8);
+      }
+    }
+  }
+  tlii.addVectorizableFunctions(descs);
+}
+
+class KernelEmitter {
+ public:
+  KernelEmitter(LLVMContext& ctx, Module& m, const loop::Program& p, const loop::Kernel& k)
+      : ctx_(ctx), m_(m), p_(p), k_(k), b_(ctx) {}
+
+  void emit(const std::string& name) {
+    bufs_ = k_.buffers();
+    bool has_minmax = false, inner_loops = false;
+    int loops = 0;
+    std::function<void(const loop::Stmt&)> scan = [&](const loop::Stmt& s) {
+      if (s.kind == StmtKind::Reduce && (s.rop == ReduceOp::Max || s.rop == ReduceOp::Min) && loop::is_float(k_.locals[static_cast<size_t>(s.local)]))
+        has_minmax = true;
+      if (s.kind == StmtKind::Loop) loops++;
+      for (auto& c : s.body) scan(c);
+    };
+    scan(k_.root);
+    inner_loops = loops > 2;
+    multi_loop_ = inner_loops;
+
+    Type* i64 = b_.getInt64Ty();
+    Type* i8p = b_.getInt8PtrTy();
+    std::vector<Type*> params{i64, i64};
+    for (size_t i = 0; i < bufs_.size(); ++i) params.push_back(i8p);
+    Function* body = Function::Create(FunctionType::get(b_.getVoidTy(), params, false), Function::InternalLinkage, name + "_body", m_);
+    for (size_t i = 0; i < bufs_.size(); ++i) {
+      body->addParamAttr(static_cast<unsigned>(2 + i), Attribute::NoAlias);
+      body->addParamAttr(static_cast<unsigned>(2 + i), Attribute::NoCapture);
+    }
+    set_attrs(body, has_minmax);
+    body->addFnAttr(Attribute::NoInline);
+    fn_ = body;
+    BasicBlock* entry = BasicBlock::Create(ctx_, "entry", body);
+    b_.SetInsertPoint(entry);
+    auto arg = body->arg_begin();
+    begin_ = &*arg++;
+    end_ = &*arg++;
+    for (size_t i = 0; i < bufs_.size(); ++i) {
+      int id = bufs_[i];
+      Type* et = storage_type(p_.buffers[static_cast<size_t>(id)].dtype);
+      ptrs_[id] = b_.CreateBitCast(&*arg++, et->getPointerTo());
+    }
+    for (size_t l = 0; l < k_.locals.size(); ++l) {
+      locals_.push_back(b_.CreateAlloca(compute_type(k_.locals[l]), nullptr, "t" + std::to_string(l)));
+      flags_.push_back(b_.CreateAlloca(b_.getInt8Ty(), nullptr, "nan" + std::to_string(l)));
+    }
+    vars_.assign(static_cast<size_t>(k_.num_vars), nullptr);
+    emit_stmt(k_.root, true);
+    b_.CreateRetVoid();
+
+    // The exported entry point: unpacks the buffer array.
+    Function* entry_fn = Function::Create(FunctionType::get(b_.getVoidTy(), {i8p->getPointerTo(), i64, i64}, false),
+                                          Function::ExternalLinkage, name, m_);
+    set_attrs(entry_fn, false);
+    b_.SetInsertPoint(BasicBlock::Create(ctx_, "entry", entry_fn));
+    auto ea = entry_fn->arg_begin();
+    Value* arr = &*ea++;
+    Value* lo = &*ea++;
+    Value* hi = &*ea++;
+    std::vector<Value*> args{lo, hi};
+    for (size_t i = 0; i < bufs_.size(); ++i)
+      args.push_back(b_.CreateLoad(i8p, b_.CreateConstGEP1_64(i8p, arr, i)));
+    b_.CreateCall(body, args);
+    b_.CreateRetVoid();
+  }
+
+ private:
+  void set_attrs(Function* f, bool no_nans) {
+    Jit& j = jit();
+    f->addFnAttr("target-cpu", j.cpu);
+    f->addFnAttr("target-features", j.features);
+    if (j.avx512) f->addFnAttr("prefer-vector-width", "512");
+    f->addFnAttr(Attribute::NoUnwind);
+    f->addFnAttr(Attribute::getWithStackAlignment(ctx_, Align(64)));
+    if (no_nans) {
+      // NB: needed for the vectorizer to accept float max/min reductions; NaNs are tracked by
+      // integer flags (see reduce), and isnan is computed on the bits, never by fcmp.
+      f->addFnAttr("no-nans-fp-math", "true");
+      f->addFnAttr("no-signed-zeros-fp-math", "true");
+    }
+  }
+
+  Type* compute_type(ScalarType t) {
+    switch (t) {
+      case ScalarType::Bool: return b_.getInt1Ty();
+      case ScalarType::I32: return b_.getInt32Ty();
+      case ScalarType::I64: return b_.getInt64Ty();
+      case ScalarType::F32: return b_.getFloatTy();
+      case ScalarType::F64: return b_.getDoubleTy();
+    }
+    return nullptr;
+  }
+  Type* storage_type(DType dt) {
+    switch (dt) {
+      case DType::Bool: case DType::UInt8: case DType::Int8: return b_.getInt8Ty();
+      case DType::Int16: case DType::BFloat16: return b_.getInt16Ty();
+      case DType::Float16: return b_.getHalfTy();
+      case DType::Int32: return b_.getInt32Ty();
+      case DType::Int64: return b_.getInt64Ty();
+      case DType::Float32: return b_.getFloatTy();
+      case DType::Float64: return b_.getDoubleTy();
+      default: FF_CHECK(false, "no storage type for " + std::string(dtype_name(dt)));
+    }
+    return nullptr;
+  }
+
+  Value* is_nan_bits(Value* v) {
+    if (v->getType()->isFloatTy()) {
+      Value* bits = b_.CreateAnd(b_.CreateBitCast(v, b_.getInt32Ty()), 0x7fffffffu);
+      return b_.CreateICmpUGT(bits, b_.getInt32(0x7f800000u));
+    }
+    Value* bits = b_.CreateAnd(b_.CreateBitCast(v, b_.getInt64Ty()), b_.getInt64(0x7fffffffffffffffull));
+    return b_.CreateICmpUGT(bits, b_.getInt64(0x7ff0000000000000ull));
+  }
+
+  Value* address(int buf, Value* index) {
+    Value* base = ptrs_.at(buf);
+    Type* et = storage_type(p_.buffers[static_cast<size_t>(buf)].dtype);
+    return b_.CreateInBoundsGEP(et, base, index);
+  }
+
+  Value* load(int buf, Value* index, ScalarType t) {
+    DType dt = p_.buffers[static_cast<size_t>(buf)].dtype;
+    Type* et = storage_type(dt);
+    Value* raw = b_.CreateAlignedLoad(et, address(buf, index), MaybeAlign(dtype_size(dt)));
+    switch (dt) {
+      case DType::Bool: return b_.CreateICmpNE(raw, b_.getInt8(0));
+      case DType::UInt8: return b_.CreateZExt(raw, b_.getInt32Ty());
+      case DType::Int8: case DType::Int16: return b_.CreateSExt(raw, b_.getInt32Ty());
+      case DType::BFloat16:
+        return b_.CreateBitCast(b_.CreateShl(b_.CreateZExt(raw, b_.getInt32Ty()), 16), b_.getFloatTy());
+      case DType::Float16: return b_.CreateFPExt(raw, b_.getFloatTy());
+      default: (void)t; return raw;
+    }
+  }
+
+  void store(int buf, Value* index, Value* v) {
+    DType dt = p_.buffers[static_cast<size_t>(buf)].dtype;
+    Value* raw = v;
+    switch (dt) {
+      case DType::Bool: raw = b_.CreateZExt(v, b_.getInt8Ty()); break;
+      case DType::UInt8: case DType::Int8: raw = b_.CreateTrunc(v, b_.getInt8Ty()); break;
+      case DType::Int16: raw = b_.CreateTrunc(v, b_.getInt16Ty()); break;
+      case DType::Float16: raw = b_.CreateFPTrunc(v, b_.getHalfTy()); break;
+      case DType::BFloat16: {
+        // Round to nearest even, NaN stays a (quiet) NaN.
+        Value* bits = b_.CreateBitCast(v, b_.getInt32Ty());
+        Value* lsb = b_.CreateAnd(b_.CreateLShr(bits, 16), 1);
+        Value* rounded = b_.CreateLShr(b_.CreateAdd(b_.CreateAdd(bits, b_.getInt32(0x7fff)), lsb), 16);
+        rounded = b_.CreateSelect(is_nan_bits(v), b_.getInt32(0x7fc0), rounded);
+        raw = b_.CreateTrunc(rounded, b_.getInt16Ty());
+        break;
+      }
+      default: break;
+    }
+    b_.CreateAlignedStore(raw, address(buf, index), MaybeAlign(dtype_size(dt)));
+  }
+
+  Value* fconst(double v, Type* t) { return ConstantFP::get(t, v); }
+
+  Value* call_intrinsic(Intrinsic::ID id, std::vector<Value*> args) {
+    Function* f = Intrinsic::getDeclaration(&m_, id, {args[0]->getType()});
+    return b_.CreateCall(f, args);
+  }
+  Value* call_libm(const char* name, Value* x) {
+    FunctionCallee fc = m_.getOrInsertFunction(name, FunctionType::get(x->getType(), {x->getType()}, false));
+    if (auto* f = dyn_cast<Function>(fc.getCallee())) {
+      f->setDoesNotAccessMemory();
+      f->setDoesNotThrow();
+      f->addFnAttr(Attribute::WillReturn);
+    }
+    CallInst* c = b_.CreateCall(fc, {x});
+    c->setDoesNotAccessMemory();
+    return c;
+  }
+
+  Value* unary(UnaryOp op, Value* x) {
+    Type* t = x->getType();
+    bool fl = t->isFloatingPointTy();
+    switch (op) {
+      case UnaryOp::Neg: return fl ? b_.CreateFNeg(x) : b_.CreateNeg(x);
+      case UnaryOp::Abs:
+        if (fl) return call_intrinsic(Intrinsic::fabs, {x});
+        return b_.CreateSelect(b_.CreateICmpSLT(x, ConstantInt::get(t, 0)), b_.CreateNeg(x), x);
+      case UnaryOp::Not: return b_.CreateNot(x);
+      case UnaryOp::Exp: return call_intrinsic(Intrinsic::exp, {x});
+      case UnaryOp::Log: return call_intrinsic(Intrinsic::log, {x});
+      case UnaryOp::Sin: return call_intrinsic(Intrinsic::sin, {x});
+      case UnaryOp::Cos: return call_intrinsic(Intrinsic::cos, {x});
+      case UnaryOp::Sqrt: return call_intrinsic(Intrinsic::sqrt, {x});
+      case UnaryOp::Rsqrt: return b_.CreateFDiv(fconst(1.0, t), call_intrinsic(Intrinsic::sqrt, {x}));
+      case UnaryOp::Floor: return call_intrinsic(Intrinsic::floor, {x});
+      case UnaryOp::Ceil: return call_intrinsic(Intrinsic::ceil, {x});
+      case UnaryOp::Reciprocal: return b_.CreateFDiv(fconst(1.0, t), x);
+      case UnaryOp::Sigmoid:
+        return b_.CreateFDiv(fconst(1.0, t), b_.CreateFAdd(fconst(1.0, t), call_intrinsic(Intrinsic::exp, {b_.CreateFNeg(x)})));
+      case UnaryOp::IsNan: return is_nan_bits(x);
+      default:
+        for (const MathFn& m : kMathFns)
+          if (m.op == op) return call_libm(t->isFloatTy() ? m.f32 : m.f64, x);
+    }
+    FF_CHECK(false, "unhandled unary op");
+    return nullptr;
+  }
+
+  Value* binary(BinaryOp op, Value* a, Value* c, ScalarType st) {
+    Type* t = a->getType();
+    bool fl = loop::is_float(st);
+    bool is_bool = st == ScalarType::Bool;
+    switch (op) {
+      case BinaryOp::Add: return fl ? b_.CreateFAdd(a, c) : b_.CreateAdd(a, c);
+      case BinaryOp::Sub: return fl ? b_.CreateFSub(a, c) : b_.CreateSub(a, c);
+      case BinaryOp::Mul: return fl ? b_.CreateFMul(a, c) : b_.CreateMul(a, c);
+      case BinaryOp::Div: return fl ? b_.CreateFDiv(a, c) : b_.CreateSDiv(a, c);
+      case BinaryOp::FloorDiv:
+      case BinaryOp::Mod: {
+        if (fl) {
+          Value* q = call_intrinsic(Intrinsic::floor, {b_.CreateFDiv(a, c)});
+          return op == BinaryOp::FloorDiv ? q : b_.CreateFSub(a, b_.CreateFMul(q, c));
+        }
+        Value* q = b_.CreateSDiv(a, c);
+        Value* r = b_.CreateSRem(a, c);
+        Value* adjust = b_.CreateAnd(b_.CreateICmpNE(r, ConstantInt::get(t, 0)),
+                                     b_.CreateICmpSLT(b_.CreateXor(r, c), ConstantInt::get(t, 0)));
+        if (op == BinaryOp::FloorDiv) return b_.CreateSub(q, b_.CreateZExt(adjust, t));
+        return b_.CreateSelect(adjust, b_.CreateAdd(r, c), r);
+      }
+      case BinaryOp::Max:
+      case BinaryOp::Min: {
+        bool mx = op == BinaryOp::Max;
+        if (!fl) return b_.CreateSelect(mx ? b_.CreateICmpSGT(a, c) : b_.CreateICmpSLT(a, c), a, c);
+        Value* m = call_intrinsic(mx ? Intrinsic::maxnum : Intrinsic::minnum, {a, c});
+        return b_.CreateSelect(b_.CreateOr(is_nan_bits(a), is_nan_bits(c)), b_.CreateFAdd(a, c), m);
+      }
+      case BinaryOp::Pow: return call_intrinsic(Intrinsic::pow, {a, c});
+      case BinaryOp::Eq: return fl ? b_.CreateFCmpOEQ(a, c) : b_.CreateICmpEQ(a, c);
+      case BinaryOp::Ne: return fl ? b_.CreateFCmpUNE(a, c) : b_.CreateICmpNE(a, c);
+      case BinaryOp::Lt: return fl ? b_.CreateFCmpOLT(a, c) : is_bool ? b_.CreateICmpULT(a, c) : b_.CreateICmpSLT(a, c);
+      case BinaryOp::Le: return fl ? b_.CreateFCmpOLE(a, c) : is_bool ? b_.CreateICmpULE(a, c) : b_.CreateICmpSLE(a, c);
+      case BinaryOp::Gt: return fl ? b_.CreateFCmpOGT(a, c) : is_bool ? b_.CreateICmpUGT(a, c) : b_.CreateICmpSGT(a, c);
+      case BinaryOp::Ge: return fl ? b_.CreateFCmpOGE(a, c) : is_bool ? b_.CreateICmpUGE(a, c) : b_.CreateICmpSGE(a, c);
+      case BinaryOp::And: return b_.CreateAnd(a, c);
+      case BinaryOp::Or: return b_.CreateOr(a, c);
+    }
+    return nullptr;
+  }
+
+  Value* convert(Value* v, ScalarType from, ScalarType to) {
+    if (from == to) return v;
+    Type* tt = compute_type(to);
+    bool ff = loop::is_float(from), ft = loop::is_float(to);
+    if (to == ScalarType::Bool) return ff ? b_.CreateFCmpUNE(v, fconst(0.0, v->getType())) : b_.CreateICmpNE(v, ConstantInt::get(v->getType(), 0));
+    if (ff && ft) return from == ScalarType::F32 ? b_.CreateFPExt(v, tt) : b_.CreateFPTrunc(v, tt);
+    if (ff) return b_.CreateFPToSI(v, tt);
+    if (ft) return from == ScalarType::Bool ? b_.CreateUIToFP(v, tt) : b_.CreateSIToFP(v, tt);
+    if (from == ScalarType::Bool) return b_.CreateZExt(v, tt);
+    return b_.CreateSExtOrTrunc(v, tt);
+  }
+
+  Value* expr(const loop::Expr& e) {
+    switch (e->kind) {
+      case ExprKind::Const:
+        if (loop::is_float(e->type)) return fconst(e->f, compute_type(e->type));
+        return ConstantInt::get(compute_type(e->type), static_cast<uint64_t>(e->i), true);
+      case ExprKind::Var: return vars_.at(static_cast<size_t>(e->id));
+      case ExprKind::Local: {
+        Value* v = b_.CreateLoad(compute_type(e->type), locals_[static_cast<size_t>(e->id)]);
+        if (nan_tracked_.count(e->id)) {
+          Value* flag = b_.CreateICmpNE(b_.CreateLoad(b_.getInt8Ty(), flags_[static_cast<size_t>(e->id)]), b_.getInt8(0));
+          v = b_.CreateSelect(flag, fconst(NAN, v->getType()), v);
+        }
+        return v;
+      }
+      case ExprKind::Load: return load(e->id, expr(e->args[0]), e->type);
+      case ExprKind::Unary: return unary(static_cast<UnaryOp>(e->op), expr(e->args[0]));
+      case ExprKind::Binary:
+        return binary(static_cast<BinaryOp>(e->op), expr(e->args[0]), expr(e->args[1]), e->args[0]->type);
+      case ExprKind::Select: {
+        Value* c = expr(e->args[0]);
+        Value* a = expr(e->args[1]);
+        Value* d = expr(e->args[2]);
+        return b_.CreateSelect(c, a, d);
+      }
+      case ExprKind::Cast: return convert(expr(e->args[0]), e->args[0]->type, e->type);
+    }
+    return nullptr;
+  }
+
+  Value* identity(ReduceOp op, ScalarType t) {
+    Type* ty = compute_type(t);
+    bool fl = loop::is_float(t);
+    switch (op) {
+      case ReduceOp::Sum: return fl ? fconst(0.0, ty) : ConstantInt::get(ty, 0);
+      case ReduceOp::Prod: return fl ? fconst(1.0, ty) : ConstantInt::get(ty, 1);
+      case ReduceOp::Max:
+        if (fl) return fconst(-INFINITY, ty);
+        return ConstantInt::get(ty, t == ScalarType::I32 ? APInt::getSignedMinValue(32) : APInt::getSignedMinValue(64));
+      case ReduceOp::Min:
+        if (fl) return fconst(INFINITY, ty);
+        return ConstantInt::get(ty, t == ScalarType::I32 ? APInt::getSignedMaxValue(32) : APInt::getSignedMaxValue(64));
+    }
+    return nullptr;
+  }
+
+  void reduce(const loop::Stmt& s) {
+    ScalarType t = k_.locals[static_cast<size_t>(s.local)];
+    Type* ty = compute_type(t);
+    Value* slot = locals_[static_cast<size_t>(s.local)];
+    Value* v = expr(s.value);
+    Value* acc = b_.CreateLoad(ty, slot);
+    bool fl = loop::is_float(t);
+    Value* r = nullptr;
+    FastMathFlags fmf;
+    fmf.setAllowReassoc();
+    switch (s.rop) {
+      case ReduceOp::Sum:
+        r = fl ? b_.CreateFAdd(acc, v) : b_.CreateAdd(acc, v);
+        break;
+      case ReduceOp::Prod:
+        r = fl ? b_.CreateFMul(acc, v) : b_.CreateMul(acc, v);
+        break;
+      case ReduceOp::Max:
+      case ReduceOp::Min: {
+        bool mx = s.rop == ReduceOp::Max;
+        if (fl) {
+          r = call_intrinsic(mx ? Intrinsic::maxnum : Intrinsic::minnum, {acc, v});
+          FastMathFlags mf = fmf;
+          mf.setNoNaNs();
+          mf.setNoSignedZeros();
+          cast<Instruction>(r)->setFastMathFlags(mf);
+          Value* fslot = flags_[static_cast<size_t>(s.local)];
+          Value* flag = b_.CreateOr(b_.CreateLoad(b_.getInt8Ty(), fslot), b_.CreateZExt(is_nan_bits(v), b_.getInt8Ty()));
+          b_.CreateStore(flag, fslot);
+        } else {
+          r = b_.CreateSelect(mx ? b_.CreateICmpSGT(v, acc) : b_.CreateICmpSLT(v, acc), v, acc);
+        }
+        break;
+      }
+    }
+    if (fl && (s.rop == ReduceOp::Sum || s.rop == ReduceOp::Prod)) cast<Instruction>(r)->setFastMathFlags(fmf);
+    b_.CreateStore(r, slot);
+  }
+
+  void emit_stmt(const loop::Stmt& s, bool root) {
+    switch (s.kind) {
+      case StmtKind::Loop: return emit_loop(s, root);
+      case StmtKind::Store: return store(s.buf, expr(s.index), expr(s.value));
+      case StmtKind::Let: {
+        Value* v = expr(s.value);
+        b_.CreateStore(v, locals_[static_cast<size_t>(s.local)]);
+        nan_tracked_.erase(s.local);
+        return;
+      }
+      case StmtKind::Init: {
+        ScalarType t = k_.locals[static_cast<size_t>(s.local)];
+        b_.CreateStore(identity(s.rop, t), locals_[static_cast<size_t>(s.local)]);
+        if ((s.rop == ReduceOp::Max || s.rop == ReduceOp::Min) && loop::is_float(t)) {
+          b_.CreateStore(b_.getInt8(0), flags_[static_cast<size_t>(s.local)]);
+          nan_tracked_.insert(s.local);
+        } else {
+          nan_tracked_.erase(s.local);
+        }
+        return;
+      }
+      case StmtKind::Reduce: return reduce(s);
+    }
+  }
+
+  void emit_loop(const loop::Stmt& s, bool root) {
+    Type* i64 = b_.getInt64Ty();
+    Value* lo = root ? begin_ : ConstantInt::get(i64, 0);
+    Value* hi = root ? end_ : ConstantInt::get(i64, static_cast<uint64_t>(s.extent));
+    BasicBlock* pre = b_.GetInsertBlock();
+    BasicBlock* header = BasicBlock::Create(ctx_, "loop", fn_);
+    BasicBlock* bodyb = BasicBlock::Create(ctx_, "body", fn_);
+    BasicBlock* exit = BasicBlock::Create(ctx_, "exit", fn_);
+    b_.CreateBr(header);
+    b_.SetInsertPoint(header);
+    PHINode* iv = b_.CreatePHI(i64, 2, "v" + std::to_string(s.var));
+    iv->addIncoming(lo, pre);
+    b_.CreateCondBr(b_.CreateICmpSLT(iv, hi), bodyb, exit);
+    b_.SetInsertPoint(bodyb);
+    vars_[static_cast<size_t>(s.var)] = iv;
+    for (const loop::Stmt& c : s.body) emit_stmt(c, false);
+    Value* next = b_.CreateAdd(iv, ConstantInt::get(i64, 1), "", /*HasNUW=*/true, /*HasNSW=*/true);
+    BranchInst* br = b_.CreateBr(header);
+    iv->addIncoming(next, b_.GetInsertBlock());
+    if (multi_loop_) {
+      // NB: interleaving doubles codegen time of kernels with several inner loops for no speed.
+      MDNode* il = MDNode::get(ctx_, {MDString::get(ctx_, "llvm.loop.interleave.count"),
+                                      ConstantAsMetadata::get(b_.getInt32(1))});
+      auto tmp = MDNode::getTemporary(ctx_, None);
+      MDNode* self = MDNode::get(ctx_, {tmp.get(), il});
+      self->replaceOperandWith(0, self);
+      br->setMetadata(LLVMContext::MD_loop, self);
+    }
+    b_.SetInsertPoint(exit);
+    vars_[static_cast<size_t>(s.var)] = nullptr;
+  }
+
+  LLVMContext& ctx_;
+  Module& m_;
+  const loop::Program& p_;
+  const loop::Kernel& k_;
+  IRBuilder<> b_;
+  Function* fn_ = nullptr;
+  Value* begin_ = nullptr;
+  Value* end_ = nullptr;
+  std::vector<int> bufs_;
+  std::map<int, Value*> ptrs_;
+  std::vector<Value*> locals_, flags_, vars_;
+  std::set<int> nan_tracked_;
+  bool multi_loop_ = false;
+};
+
+void optimize(Module& m, TargetMachine& tm) {
+  Jit& j = jit();
+  LoopAnalysisManager lam;
+  FunctionAnalysisManager fam;
+  CGSCCAnalysisManager cgam;
+  ModuleAnalysisManager mam;
+  PipelineTuningOptions pto;
+  pto.LoopVectorization = true;
+  pto.SLPVectorization = true;
+  PassBuilder pb(&tm, pto);
+  TargetLibraryInfoImpl tlii(Triple(m.getTargetTriple()));
+  add_vector_math(tlii, j.avx512, j.avx2);
+  // NB: must be registered before registerFunctionAnalyses: the first registration wins.
+  fam.registerPass([&] { return TargetLibraryAnalysis(tlii); });
+  pb.registerModuleAnalyses(mam);
+  pb.registerCGSCCAnalyses(cgam);
+  pb.registerFunctionAnalyses(fam);
+  pb.registerLoopAnalyses(lam);
+  pb.crossRegisterProxies(lam, fam, cgam, mam);
+  ModulePassManager mpm = pb.buildPerModuleDefaultPipeline(OptimizationLevel::O3);
+  mpm.run(m, mam);
+}
+
+std::string emit_object(Module& m, TargetMachine& tm) {
+  SmallVector<char, 0> buf;
+  raw_svector_ostream os(buf);
+  legacy::PassManager pm;
+  TargetLibraryInfoImpl tlii(Triple(m.getTargetTriple()));
+  pm.add(new TargetLibraryInfoWrapperPass(tlii));
+  FF_CHECK(!tm.addPassesToEmitFile(pm, os, nullptr, CGFT_ObjectFile), "the target cannot emit object files");
+  pm.run(m);
+  return std::string(buf.begin(), buf.end());
+}
+
+}  // namespace
+
+bool cpu_codegen_available() { return true; }
+
+std::string cpu_target_description() {
+  Jit& j = jit();
+  return j.cpu + " " + j.features;
+}
+
+std::shared_ptr<CpuModule> compile_cpu(const loop::Program& p, const CpuCompileOptions& options) {
+  auto t0 = std::chrono::steady_clock::now();
+  Jit& j = jit();
+  std::lock_guard<std::mutex> lock(j.mu);
+  auto mod = std::make_shared<CpuModule>();
+  std::string text = "framefuse-cpu-v1\nllvm " LLVM_VERSION_STRING "\n" + j.cpu + "\n" + j.features + "\n" + loop::program_str(p);
+  mod->cache_key = cache_key_hash(text);
+  std::string object;
+  bool cached = !options.want_llvm_ir && disk_cache_load(options.cache_dir, mod->cache_key, &object);
+  if (!cached) {
+    LLVMContext ctx;
+    Module m("ff_" + mod->cache_key, ctx);
+    m.setTargetTriple(j.tm->getTargetTriple().str());
+    m.setDataLayout(j.tm->createDataLayout());
+    for (size_t k = 0; k < p.kernels.size(); ++k) KernelEmitter(ctx, m, p, p.kernels[k]).emit("ff_kernel_" + std::to_string(k));
+    std::string err;
+    raw_string_ostream es(err);
+    FF_CHECK(!verifyModule(m, &es), "invalid LLVM IR: " + es.str());
+    optimize(m, *j.tm);
+    if (options.want_llvm_ir) {
+      raw_string_ostream os(mod->llvm_ir);
+      m.print(os, nullptr);
+    }
+    object = emit_object(m, *j.tm);
+    disk_cache_store(options.cache_dir, mod->cache_key, object);
+  }
+  mod->from_disk_cache = cached;
+  auto& jd = cantFail(j.lljit->createJITDylib("ff_module_" + std::to_string(j.modules++)));
+  jd.addGenerator(cantFail(orc::DynamicLibrarySearchGenerator::GetForCurrentProcess(j.lljit->getDataLayout().getGlobalPrefix())));
+  if (auto e = j.lljit->addObjectFile(jd, MemoryBuffer::getMemBufferCopy(object, "ff_" + mod->cache_key))) {
+    std::string msg = toString(std::move(e));
+    FF_CHECK(false, "cannot load kernel object: " + msg);
+  }
+  for (size_t k = 0; k < p.kernels.size(); ++k) {
+    auto sym = j.lljit->lookup(jd, "ff_kernel_" + std::to_string(k));
+    if (!sym) {
+      std::string msg = toString(sym.takeError());
+      FF_CHECK(false, "cannot resolve kernel: " + msg);
+    }
+    mod->kernels.push_back(reinterpret_cast<KernelFn>(sym->getAddress()));
+  }
+  mod->compile_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  return mod;
+}
+
+#endif  // FRAMEFUSE_HAVE_LLVM
+
+}  // namespace ff::inductor

@@ -1,0 +1,333 @@
+// Loop IR expressions and statements as CUDA C++.
+#include <cmath>
+#include <cstdio>
+#include <functional>
+#include <unordered_set>
+
+#include "inductor/cuda/cuda_codegen.h"
+#include "src/errors.h"
+
+namespace ff::cuda::detail {
+
+using loop::BinaryOp;
+using loop::Expr;
+using loop::ExprKind;
+using loop::ExprNode;
+using loop::ReduceOp;
+using loop::ScalarType;
+using loop::Stmt;
+using loop::StmtKind;
+using loop::UnaryOp;
+
+const char* c_type(ScalarType t) {
+  switch (t) {
+    case ScalarType::Bool: return "bool";
+    case ScalarType::I32: return "int";
+    case ScalarType::I64: return "long long";
+    case ScalarType::F32: return "float";
+    case ScalarType::F64: return "double";
+  }
+  return "?";
+}
+
+const char* storage_type(DType t) {
+  switch (t) {
+    case DType::UInt8: case DType::Bool: return "unsigned char";
+    case DType::Int8: return "signed char";
+    case DType::Int16: return "short";
+    case DType::Int32: return "int";
+    case DType::Int64: return "long long";
+    case DType::Float16: case DType::BFloat16: return "unsigned short";
+    case DType::Float32: return "float";
+    case DType::Float64: return "double";
+    default: break;
+  }
+  throw_internal(__FILE__, __LINE__, "the CUDA renderer has no storage type for " + std::string(dtype_name(t)));
+}
+
+void for_each_stmt(const Stmt& s, const std::function<void(const Stmt&)>& fn) {
+  fn(s);
+  for (const Stmt& c : s.body) for_each_stmt(c, fn);
+}
+
+void for_each_expr(const Expr& e, const std::function<void(const Expr&)>& fn) {
+  if (!e) return;
+  fn(e);
+  for (const Expr& a : e->args) for_each_expr(a, fn);
+}
+
+void for_each_expr_in(const Stmt& s, const std::function<void(const Expr&)>& fn) {
+  for_each_stmt(s, [&](const Stmt& x) {
+    for_each_expr(x.index, fn);
+    for_each_expr(x.value, fn);
+  });
+}
+
+namespace {
+
+std::string float_literal(double v, ScalarType t) {
+  bool f32 = t == ScalarType::F32;
+  if (std::isnan(v)) return f32 ? "FF_NAN_F" : "FF_NAN_D";
+  if (std::isinf(v)) return std::string(v < 0 ? "(-" : "(") + (f32 ? "FF_INF_F" : "FF_INF_D") + ")";
+  char buf[64];
+  if (f32) std::snprintf(buf, sizeof buf, "%.9gf", static_cast<double>(static_cast<float>(v)));
+  else std::snprintf(buf, sizeof buf, "%.17g", v);
+  std::string s = buf;
+  // "1f" is not a literal: make sure there is a decimal point or exponent.
+  if (s.find_first_of(".eEn") == std::string::npos) s.insert(f32 ? s.size() - 1 : s.size(), ".0");
+  if (s[0] == '-') s = "(" + s + ")";
+  return s;
+}
+
+std::string int_literal(int64_t v, ScalarType t) {
+  if (t == ScalarType::Bool) return v ? "true" : "false";
+  if (v == INT64_MIN) return "(-9223372036854775807LL - 1)";
+  std::string s = std::to_string(v);
+  if (t == ScalarType::I64 && (v > INT32_MAX || v < INT32_MIN)) s += "LL";
+  return v < 0 ? "(" + s + ")" : s;
+}
+
+std::string const_str(const ExprNode& e) {
+  if (loop::is_float(e.type)) return float_literal(e.f, e.type);
+  return int_literal(e.i, e.type);
+}
+
+const char* unary_fn(UnaryOp op) {
+  switch (op) {
+    case UnaryOp::Abs: return "ff_abs";
+    case UnaryOp::Exp: return "ff_exp";
+    case UnaryOp::Log: return "ff_log";
+    case UnaryOp::Sin: return "ff_sin";
+    case UnaryOp::Cos: return "ff_cos";
+    case UnaryOp::Tan: return "ff_tan";
+    case UnaryOp::Tanh: return "ff_tanh";
+    case UnaryOp::Sqrt: return "ff_sqrt";
+    case UnaryOp::Rsqrt: return "ff_rsqrt";
+    case UnaryOp::Erf: return "ff_erf";
+    case UnaryOp::Sigmoid: return "ff_sigmoid";
+    case UnaryOp::Floor: return "ff_floor";
+    case UnaryOp::Ceil: return "ff_ceil";
+    case UnaryOp::Reciprocal: return "ff_recip";
+    case UnaryOp::Log1p: return "ff_log1p";
+    case UnaryOp::Expm1: return "ff_expm1";
+    default: return nullptr;
+  }
+}
+
+const char* infix(BinaryOp op) {
+  switch (op) {
+    case BinaryOp::Add: return "+";
+    case BinaryOp::Sub: return "-";
+    case BinaryOp::Mul: return "*";
+    case BinaryOp::Div: return "/";
+    case BinaryOp::Eq: return "==";
+    case BinaryOp::Ne: return "!=";
+    case BinaryOp::Lt: return "<";
+    case BinaryOp::Le: return "<=";
+    case BinaryOp::Gt: return ">";
+    case BinaryOp::Ge: return ">=";
+    case BinaryOp::And: return "&&";
+    case BinaryOp::Or: return "||";
+    default: return nullptr;
+  }
+}
+
+bool trivial(const ExprNode& e) {
+  return e.kind == ExprKind::Const || e.kind == ExprKind::Var || e.kind == ExprKind::Local;
+}
+
+}  // namespace
+
+bool Emitter::nonneg(const Expr& e) const {
+  switch (e->kind) {
+    case ExprKind::Const: return !loop::is_float(e->type) && e->i >= 0;
+    case ExprKind::Var: return true;
+    case ExprKind::Binary: {
+      auto op = static_cast<BinaryOp>(e->op);
+      if (op == BinaryOp::Add || op == BinaryOp::Mul || op == BinaryOp::FloorDiv || op == BinaryOp::Mod ||
+          op == BinaryOp::Div)
+        return nonneg(e->args[0]) && nonneg(e->args[1]);
+      return false;
+    }
+    default: return false;
+  }
+}
+
+std::string Emitter::load_value(int buf, const std::string& element, ScalarType type) const {
+  DType dt = p_.buffers.at(static_cast<size_t>(buf)).dtype;
+  std::string v;
+  ScalarType have;
+  if (dt == DType::Float16) v = "ff_f16_to_f32(" + element + ")", have = ScalarType::F32;
+  else if (dt == DType::BFloat16) v = "ff_bf16_to_f32(" + element + ")", have = ScalarType::F32;
+  else if (dt == DType::Bool) v = "(" + element + " != 0)", have = ScalarType::Bool;
+  else v = element, have = loop::dtype_compute_type(dt);
+  if (dt == DType::Int64) have = ScalarType::I64;
+  if (dt == DType::Float64) have = ScalarType::F64;
+  if (have == type && (dt == DType::Int32 || dt == DType::Int64 || dt == DType::Float32 || dt == DType::Float64 ||
+                       dt == DType::Float16 || dt == DType::BFloat16 || dt == DType::Bool))
+    return v;
+  if (type == ScalarType::Bool) return "(" + v + " != 0)";
+  return std::string("((") + c_type(type) + ")" + v + ")";
+}
+
+std::string Emitter::store_value(int buf, const std::string& value) const {
+  DType dt = p_.buffers.at(static_cast<size_t>(buf)).dtype;
+  if (dt == DType::Float16) return "ff_f32_to_f16((float)(" + value + "))";
+  if (dt == DType::BFloat16) return "ff_f32_to_bf16((float)(" + value + "))";
+  if (dt == DType::Bool) return "(unsigned char)((" + value + ") != 0)";
+  return std::string("(") + storage_type(dt) + ")(" + value + ")";
+}
+
+std::string Emitter::expr(const Expr& e, int indent) {
+  // Count uses within this expression DAG so that shared nodes are computed once.
+  std::unordered_map<const ExprNode*, int> uses;
+  std::function<void(const Expr&)> count = [&](const Expr& x) {
+    if (uses[x.get()]++ > 0) return;
+    for (const Expr& a : x->args) count(a);
+  };
+  count(e);
+  std::unordered_map<const ExprNode*, std::string> temps;
+  return render(e, uses, temps, indent);
+}
+
+std::string Emitter::render(const Expr& e, const std::unordered_map<const ExprNode*, int>& uses,
+                            std::unordered_map<const ExprNode*, std::string>& temps, int indent) {
+  auto it = temps.find(e.get());
+  if (it != temps.end()) return it->second;
+  std::vector<std::string> a;
+  for (const Expr& x : e->args) a.push_back(render(x, uses, temps, indent));
+  std::string s;
+  switch (e->kind) {
+    case ExprKind::Const: s = const_str(*e); break;
+    case ExprKind::Var: {
+      auto v = vars_.find(e->id);
+      FF_CHECK(v != vars_.end(), "loop variable v" + std::to_string(e->id) + " used outside its loop");
+      s = v->second;
+      break;
+    }
+    case ExprKind::Local: s = "t" + std::to_string(e->id); break;
+    case ExprKind::Load: {
+      auto reg = vec_loads.find(e.get());
+      if (reg != vec_loads.end() && lane_ >= 0)
+        s = load_value(e->id, reg->second + ".v[" + std::to_string(lane_) + "]", e->type);
+      else
+        s = load_value(e->id, "b" + std::to_string(e->id) + "[" + a[0] + "]", e->type);
+      break;
+    }
+    case ExprKind::Unary: {
+      auto op = static_cast<UnaryOp>(e->op);
+      if (op == UnaryOp::Neg) s = "(-" + a[0] + ")";
+      else if (op == UnaryOp::Not) s = "(!" + a[0] + ")";
+      else if (op == UnaryOp::IsNan) s = "(" + a[0] + " != " + a[0] + ")";
+      else {
+        const char* fn = unary_fn(op);
+        FF_CHECK(fn, "unary op without a CUDA rendering");
+        s = std::string(fn) + "(" + a[0] + ")";
+      }
+      break;
+    }
+    case ExprKind::Binary: {
+      auto op = static_cast<BinaryOp>(e->op);
+      bool ints = !loop::is_float(e->args[0]->type);
+      if (const char* sym = infix(op)) {
+        s = "(" + a[0] + " " + sym + " " + a[1] + ")";
+      } else if ((op == BinaryOp::FloorDiv || op == BinaryOp::Mod) && ints && nonneg(e->args[0]) &&
+                 nonneg(e->args[1])) {
+        // NB: index arithmetic: both sides are non-negative, so C's / and % are Python's.
+        s = "(" + a[0] + (op == BinaryOp::FloorDiv ? " / " : " % ") + a[1] + ")";
+      } else {
+        const char* fn = op == BinaryOp::FloorDiv ? "ff_floordiv"
+                         : op == BinaryOp::Mod    ? "ff_mod"
+                         : op == BinaryOp::Max    ? "ff_max"
+                         : op == BinaryOp::Min    ? "ff_min"
+                                                  : "ff_pow";
+        s = std::string(fn) + "(" + a[0] + ", " + a[1] + ")";
+      }
+      break;
+    }
+    case ExprKind::Select: s = "(" + a[0] + " ? " + a[1] + " : " + a[2] + ")"; break;
+    case ExprKind::Cast:
+      if (e->type == ScalarType::Bool) s = "(" + a[0] + " != 0)";
+      else s = std::string("((") + c_type(e->type) + ")" + a[0] + ")";
+      break;
+  }
+  auto u = uses.find(e.get());
+  if (u != uses.end() && u->second > 1 && !trivial(*e)) {
+    std::string name = "e" + std::to_string(temp_counter_++);
+    line(indent, std::string("const ") + c_type(e->type) + " " + name + " = " + s + ";");
+    s = name;
+  }
+  temps.emplace(e.get(), s);
+  return s;
+}
+
+std::string Emitter::identity(ReduceOp op, ScalarType t) {
+  bool f = loop::is_float(t);
+  switch (op) {
+    case ReduceOp::Sum: return f ? float_literal(0.0, t) : int_literal(0, t);
+    case ReduceOp::Prod: return f ? float_literal(1.0, t) : int_literal(1, t);
+    case ReduceOp::Max:
+    case ReduceOp::Min: {
+      bool mx = op == ReduceOp::Max;
+      if (f) return float_literal(mx ? -INFINITY : INFINITY, t);
+      if (t == ScalarType::Bool) return mx ? "false" : "true";
+      if (t == ScalarType::I32) return mx ? "(-2147483647 - 1)" : "2147483647";
+      return mx ? "(-9223372036854775807LL - 1)" : "9223372036854775807LL";
+    }
+  }
+  return "0";
+}
+
+void Emitter::stmt(const Stmt& s, int indent) {
+  switch (s.kind) {
+    case StmtKind::Loop: {
+      std::string v = "v" + std::to_string(s.var);
+      bind_var(s.var, v);
+      line(indent, std::string("for (") + ix_ + " " + v + " = 0; " + v + " < " + std::to_string(s.extent) + "; ++" + v + ") {");
+      for (const Stmt& c : s.body) stmt(c, indent + 1);
+      line(indent, "}");
+      break;
+    }
+    case StmtKind::Store: {
+      std::string value = expr(s.value, indent);
+      auto reg = vec_stores.find(&s);
+      if (reg != vec_stores.end() && lane_ >= 0) {
+        line(indent, reg->second + ".v[" + std::to_string(lane_) + "] = " + store_value(s.buf, value) + ";");
+      } else {
+        std::string index = expr(s.index, indent);
+        line(indent, "b" + std::to_string(s.buf) + "[" + index + "] = " + store_value(s.buf, value) + ";");
+      }
+      break;
+    }
+    case StmtKind::Let: line(indent, "t" + std::to_string(s.local) + " = " + expr(s.value, indent) + ";"); break;
+    case StmtKind::Init:
+      line(indent, "t" + std::to_string(s.local) + " = " + identity(s.rop, k_.locals.at(static_cast<size_t>(s.local))) + ";");
+      break;
+    case StmtKind::Reduce: {
+      std::string v = expr(s.value, indent);
+      std::string t = "t" + std::to_string(s.local);
+      line(indent, t + " = ff_comb<" + std::to_string(reduce_code(s.rop)) + ">(" + t + ", (" +
+                       c_type(k_.locals.at(static_cast<size_t>(s.local))) + ")(" + v + "));");
+      break;
+    }
+  }
+}
+
+std::string Emitter::params() const {
+  std::string out;
+  std::vector<int> loaded = k_.loaded_buffers(), stored = k_.stored_buffers();
+  std::unordered_set<int> st(stored.begin(), stored.end());
+  for (int b : k_.buffers()) {
+    if (!out.empty()) out += ", ";
+    const loop::Buffer& buf = p_.buffers.at(static_cast<size_t>(b));
+    out += std::string(st.count(b) ? "" : "const ") + storage_type(buf.dtype) + "* __restrict__ b" + std::to_string(b);
+  }
+  return out;
+}
+
+void Emitter::declare_locals(int indent) {
+  for (size_t i = 0; i < k_.locals.size(); ++i)
+    line(indent, std::string(c_type(k_.locals[i])) + " t" + std::to_string(i) + ";");
+}
+
+}  // namespace ff::cuda::detail

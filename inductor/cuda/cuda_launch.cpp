@@ -1,0 +1,201 @@
+#include "inductor/cuda/cuda_launch.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "inductor/cuda/nvrtc_compiler.h"
+#include "src/config.h"
+#include "src/errors.h"
+#include "src/logging.h"
+
+namespace ff::cuda {
+
+LaunchConfig launch_config(const KernelPlan& plan, int v, int block, const DeviceInfo& dev) {
+  const KernelVariant& var = plan.variants.at(static_cast<size_t>(v));
+  LaunchConfig c;
+  c.variant = v;
+  if (var.fixed_block) {
+    c.block_x = static_cast<unsigned>(var.block_x);
+    c.block_y = static_cast<unsigned>(var.block_y);
+    c.grid = static_cast<unsigned>(plan.items / var.block_y);
+    return c;
+  }
+  c.block_x = static_cast<unsigned>(block > 0 ? block : var.block_x);
+  int64_t per_block = static_cast<int64_t>(c.block_x) * std::max(1, var.vec);
+  int64_t needed = (plan.items + per_block - 1) / per_block;
+  // NB: past a few dozen resident blocks per SM, a grid-stride loop beats more blocks.
+  int64_t cap = static_cast<int64_t>(std::max(1, dev.sm_count)) * 32;
+  c.grid = static_cast<unsigned>(std::max<int64_t>(1, std::min(needed, cap)));
+  return c;
+}
+
+CudaModule::CudaModule(std::string cubin, std::vector<KernelPlan> plans, std::string source_hash, bool autotune)
+    : cubin_(std::move(cubin)), plans_(std::move(plans)), hash_(std::move(source_hash)), autotune_(autotune) {
+  described_.resize(plans_.size());
+}
+
+CudaModule::~CudaModule() {
+  // NB: no cuModuleUnload at exit: the driver may already be shutting down with the process.
+}
+
+CudaModule::PerDevice& CudaModule::loaded(int device) {
+  auto it = devices_.find(device);
+  if (it != devices_.end()) return it->second;
+  const DriverApi& d = driver();
+  ensure_context(device);
+  PerDevice pd;
+  check_driver(d.cuModuleLoadData(&pd.module, cubin_.data()), "cuModuleLoadData");
+  for (const KernelPlan& plan : plans_) {
+    std::vector<CUfunction> fns;
+    for (const KernelVariant& v : plan.variants) {
+      CUfunction fn = nullptr;
+      check_driver(d.cuModuleGetFunction(&fn, pd.module, v.fn.c_str()), ("cuModuleGetFunction " + v.fn).c_str());
+      fns.push_back(fn);
+    }
+    pd.fns.push_back(std::move(fns));
+  }
+  pd.chosen.resize(plans_.size());
+  return devices_.emplace(device, std::move(pd)).first->second;
+}
+
+void CudaModule::raw_launch(CUfunction fn, const LaunchConfig& c, const KernelPlan& plan, const std::vector<void*>& ptrs,
+                            CUstream stream) {
+  constexpr size_t kInline = 32;
+  void* vals_inline[kInline];
+  void* args_inline[kInline];
+  std::vector<void*> vals_heap, args_heap;
+  void** vals = vals_inline;
+  void** args = args_inline;
+  size_t n = plan.buffers.size();
+  if (n > kInline) {
+    vals_heap.resize(n);
+    args_heap.resize(n);
+    vals = vals_heap.data();
+    args = args_heap.data();
+  }
+  for (size_t i = 0; i < n; ++i) {
+    vals[i] = ptrs.at(static_cast<size_t>(plan.buffers[i]));
+    args[i] = &vals[i];
+  }
+  check_driver(driver().cuLaunchKernel(fn, c.grid, 1, 1, c.block_x, c.block_y, 1, 0, stream, args, nullptr),
+               ("cuLaunchKernel " + plan.variants[static_cast<size_t>(c.variant)].fn).c_str());
+}
+
+namespace {
+
+bool variant_fits(const KernelVariant& v, const std::vector<void*>& ptrs) {
+  for (auto [buf, align] : v.aligned)
+    if (reinterpret_cast<uintptr_t>(ptrs.at(static_cast<size_t>(buf))) % static_cast<uintptr_t>(align) != 0) return false;
+  return true;
+}
+
+bool loads_what_it_stores(const KernelPlan& plan, const std::vector<void*>& ptrs) {
+  // Re-running a kernel while tuning must not change its result: buffers are distinct pointers.
+  std::vector<void*> seen;
+  for (int b : plan.buffers) seen.push_back(ptrs.at(static_cast<size_t>(b)));
+  std::sort(seen.begin(), seen.end());
+  return std::adjacent_find(seen.begin(), seen.end()) != seen.end();
+}
+
+}  // namespace
+
+LaunchConfig CudaModule::tune(PerDevice& pd, size_t k, const std::vector<void*>& ptrs, CUstream stream, int device,
+                              const std::vector<int>& variants) {
+  const KernelPlan& plan = plans_[k];
+  const DeviceInfo& dev = device_info(device);
+  std::vector<LaunchConfig> cands;
+  for (int v : variants) {
+    if (plan.variants[static_cast<size_t>(v)].fixed_block) cands.push_back(launch_config(plan, v, 0, dev));
+    else
+      for (int b : {128, 256, 512, 1024}) cands.push_back(launch_config(plan, v, b, dev));
+  }
+  std::string key = hash_ + "|" + std::to_string(k) + "|" + dev.arch() + "|" + std::to_string(dev.sm_count) + "|";
+  for (int v : variants) key += std::to_string(v) + ",";
+  std::string path = cuda_cache_dir() + "/tune-" + content_hash(key) + ".txt";
+  if (config().disk_cache) {
+    std::ifstream f(path);
+    size_t idx = 0;
+    if (f >> idx && idx < cands.size()) return cands[idx];
+  }
+  const DriverApi& d = driver();
+  CUevent start = nullptr, stop = nullptr;
+  check_driver(d.cuEventCreate(&start, 0), "cuEventCreate");
+  check_driver(d.cuEventCreate(&stop, 0), "cuEventCreate");
+  size_t best = 0;
+  float best_ms = 1e30f;
+  std::string report;
+  for (size_t i = 0; i < cands.size(); ++i) {
+    CUfunction fn = pd.fns[k][static_cast<size_t>(cands[i].variant)];
+    for (int w = 0; w < 2; ++w) raw_launch(fn, cands[i], plan, ptrs, stream);
+    constexpr int kReps = 10;
+    check_driver(d.cuEventRecord(start, stream), "cuEventRecord");
+    for (int r = 0; r < kReps; ++r) raw_launch(fn, cands[i], plan, ptrs, stream);
+    check_driver(d.cuEventRecord(stop, stream), "cuEventRecord");
+    check_driver(d.cuEventSynchronize(stop), "cuEventSynchronize");
+    float ms = 0;
+    check_driver(d.cuEventElapsedTime(&ms, start, stop), "cuEventElapsedTime");
+    ms /= kReps;
+    report += "  " + plan.variants[static_cast<size_t>(cands[i].variant)].fn + " block " + std::to_string(cands[i].block_x) +
+              "x" + std::to_string(cands[i].block_y) + " grid " + std::to_string(cands[i].grid) + ": " +
+              std::to_string(ms * 1000) + " us\n";
+    if (ms < best_ms) {
+      best_ms = ms;
+      best = i;
+    }
+  }
+  d.cuEventDestroy(start);
+  d.cuEventDestroy(stop);
+  if (log_enabled(LogArtifact::perf_hints))
+    log_emit(LogArtifact::perf_hints, "max-autotune " + plan.name + ":\n" + report);
+  if (config().disk_cache) {
+    std::error_code ec;
+    std::filesystem::create_directories(cuda_cache_dir(), ec);
+    std::ofstream f(path + ".tmp");
+    f << best << "\n";
+    f.close();
+    std::filesystem::rename(path + ".tmp", path, ec);
+  }
+  return cands[best];
+}
+
+LaunchConfig CudaModule::choose(PerDevice& pd, size_t k, const std::vector<void*>& ptrs, CUstream stream, int device) {
+  const KernelPlan& plan = plans_[k];
+  uint64_t mask = 0;
+  std::vector<int> fitting;
+  for (size_t v = 0; v < plan.variants.size(); ++v)
+    if (variant_fits(plan.variants[v], ptrs)) {
+      mask |= uint64_t(1) << std::min<size_t>(v, 63);
+      fitting.push_back(static_cast<int>(v));
+    }
+  auto& memo = pd.chosen[k];
+  auto it = memo.find(mask);
+  if (it != memo.end()) return it->second;
+  FF_CHECK(!fitting.empty(), "kernel " + plan.name + " has no variant for unaligned pointers");
+  LaunchConfig c;
+  int capturing = 0;
+  if (driver().cuStreamIsCapturing) driver().cuStreamIsCapturing(stream, &capturing);
+  if (autotune_ && !capturing && plan.rerunnable && !loads_what_it_stores(plan, ptrs))
+    c = tune(pd, k, ptrs, stream, device, fitting);
+  else
+    c = launch_config(plan, fitting.front(), 0, device_info(device));
+  memo.emplace(mask, c);
+  described_[k] = plan.name + ": " + plan.variants[static_cast<size_t>(c.variant)].fn + " block " + std::to_string(c.block_x) +
+                  "x" + std::to_string(c.block_y) + " grid " + std::to_string(c.grid);
+  return c;
+}
+
+void CudaModule::launch(size_t k, const std::vector<void*>& ptrs, CUstream stream, int device) {
+  std::lock_guard<std::mutex> lock(mu_);
+  FF_CHECK(k < plans_.size(), "kernel index out of range");
+  if (plans_[k].items == 0) return;
+  ensure_context(device);
+  PerDevice& pd = loaded(device);
+  LaunchConfig c = choose(pd, k, ptrs, stream, device);
+  raw_launch(pd.fns[k][static_cast<size_t>(c.variant)], c, plans_[k], ptrs, stream);
+}
+
+std::vector<std::string> CudaModule::describe() const { return described_; }
+
+}  // namespace ff::cuda

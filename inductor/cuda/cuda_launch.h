@@ -1,0 +1,61 @@
+// A compiled CUDA module: loads its cubin per device, picks each kernel's launch configuration
+// (from sizes, or timed on the device under max-autotune and cached on disk) and launches on the
+// caller's stream.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "inductor/cuda/cuda_api.h"
+#include "inductor/cuda/cuda_render.h"
+
+namespace ff::cuda {
+
+struct LaunchConfig {
+  int variant = 0;
+  unsigned grid = 1, block_x = 1, block_y = 1;
+};
+
+// The configuration for `plan`'s variant `v` with `block` threads (ignored for fixed blocks).
+LaunchConfig launch_config(const KernelPlan& plan, int v, int block, const DeviceInfo& dev);
+
+class CudaModule {
+ public:
+  CudaModule(std::string cubin, std::vector<KernelPlan> plans, std::string source_hash, bool autotune);
+  ~CudaModule();
+  CudaModule(const CudaModule&) = delete;
+  CudaModule& operator=(const CudaModule&) = delete;
+
+  // Launches kernel `k`; `buffer_ptrs` holds a device pointer per Program buffer id.
+  void launch(size_t k, const std::vector<void*>& buffer_ptrs, CUstream stream, int device);
+
+  // What was chosen for each kernel (after the first launch): "k0: ff_k0_v block 256 grid 1056".
+  std::vector<std::string> describe() const;
+  const std::vector<KernelPlan>& plans() const { return plans_; }
+
+ private:
+  struct PerDevice {
+    CUmodule module = nullptr;
+    std::vector<std::vector<CUfunction>> fns;        // [kernel][variant]
+    std::vector<std::map<uint64_t, LaunchConfig>> chosen;  // [kernel] alignment mask -> config
+  };
+  PerDevice& loaded(int device);
+  LaunchConfig choose(PerDevice& pd, size_t k, const std::vector<void*>& ptrs, CUstream stream, int device);
+  LaunchConfig tune(PerDevice& pd, size_t k, const std::vector<void*>& ptrs, CUstream stream, int device,
+                    const std::vector<int>& variants);
+  void raw_launch(CUfunction fn, const LaunchConfig& c, const KernelPlan& plan, const std::vector<void*>& ptrs,
+                  CUstream stream);
+
+  std::string cubin_;
+  std::vector<KernelPlan> plans_;
+  std::string hash_;
+  bool autotune_;
+  std::mutex mu_;
+  std::map<int, PerDevice> devices_;
+  std::vector<std::string> described_;
+};
+
+}  // namespace ff::cuda

@@ -1,0 +1,137 @@
+// The fixed part of every generated module. NB: it includes no header: NVRTC has no include path
+// by default and the `nvidia-cuda-nvrtc` wheel ships no cuda_fp16.h, so f16/bf16 conversions are
+// written here (bit manipulation for bf16, the PTX cvt instructions for f16).
+#include "inductor/cuda/cuda_render.h"
+
+namespace ff::cuda {
+
+const std::string& cuda_prelude() {
+  static const std::string text = R"CUDA(// ---- framefuse CUDA prelude ----
+#define FF_DEV __device__ __forceinline__
+#define FF_INF_F __int_as_float(0x7f800000)
+#define FF_INF_D __longlong_as_double(0x7ff0000000000000LL)
+#define FF_NAN_F __int_as_float(0x7fc00000)
+#define FF_NAN_D __longlong_as_double(0x7ff8000000000000LL)
+
+FF_DEV float ff_bf16_to_f32(unsigned short h) { return __uint_as_float(((unsigned)h) << 16); }
+FF_DEV unsigned short ff_f32_to_bf16(float f) {
+  unsigned u = __float_as_uint(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((u >> 16) | 0x40u);  // quiet NaN
+  u += 0x7fffu + ((u >> 16) & 1u);  // round to nearest even
+  return (unsigned short)(u >> 16);
+}
+FF_DEV float ff_f16_to_f32(unsigned short h) { float f; asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h)); return f; }
+FF_DEV unsigned short ff_f32_to_f16(float f) { unsigned short h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h; }
+
+#define FF_UNARY(name, f32, f64) \
+  FF_DEV float name(float x) { return f32; } \
+  FF_DEV double name(double x) { return f64; }
+FF_UNARY(ff_exp, expf(x), exp(x))
+FF_UNARY(ff_log, logf(x), log(x))
+FF_UNARY(ff_sin, sinf(x), sin(x))
+FF_UNARY(ff_cos, cosf(x), cos(x))
+FF_UNARY(ff_tan, tanf(x), tan(x))
+FF_UNARY(ff_tanh, tanhf(x), tanh(x))
+FF_UNARY(ff_sqrt, sqrtf(x), sqrt(x))
+FF_UNARY(ff_rsqrt, rsqrtf(x), rsqrt(x))
+FF_UNARY(ff_erf, erff(x), erf(x))
+FF_UNARY(ff_floor, floorf(x), floor(x))
+FF_UNARY(ff_ceil, ceilf(x), ceil(x))
+FF_UNARY(ff_log1p, log1pf(x), log1p(x))
+FF_UNARY(ff_expm1, expm1f(x), expm1(x))
+FF_UNARY(ff_sigmoid, 1.0f / (1.0f + expf(-x)), 1.0 / (1.0 + exp(-x)))
+FF_UNARY(ff_recip, 1.0f / x, 1.0 / x)
+FF_DEV float ff_abs(float x) { return fabsf(x); }
+FF_DEV double ff_abs(double x) { return fabs(x); }
+FF_DEV int ff_abs(int x) { return x < 0 ? -x : x; }
+FF_DEV long long ff_abs(long long x) { return x < 0 ? -x : x; }
+FF_DEV bool ff_abs(bool x) { return x; }
+
+// NaN-propagating max/min, like torch.maximum and amax.
+template <class T> FF_DEV T ff_max_(T a, T b) { return a > b ? a : b; }
+template <class T> FF_DEV T ff_min_(T a, T b) { return a < b ? a : b; }
+template <> FF_DEV float ff_max_(float a, float b) { return (a != a || b != b) ? a + b : fmaxf(a, b); }
+template <> FF_DEV float ff_min_(float a, float b) { return (a != a || b != b) ? a + b : fminf(a, b); }
+template <> FF_DEV double ff_max_(double a, double b) { return (a != a || b != b) ? a + b : fmax(a, b); }
+template <> FF_DEV double ff_min_(double a, double b) { return (a != a || b != b) ? a + b : fmin(a, b); }
+template <> FF_DEV bool ff_max_(bool a, bool b) { return a || b; }
+template <> FF_DEV bool ff_min_(bool a, bool b) { return a && b; }
+
+template <class T> FF_DEV T ff_pow_(T a, T b) {
+  if (b < 0) return (a == 1) ? T(1) : (a == -1) ? ((b % 2) ? T(-1) : T(1)) : T(0);
+  T r = 1;
+  while (b) { if (b & 1) r *= a; a *= a; b >>= 1; }
+  return r;
+}
+template <> FF_DEV float ff_pow_(float a, float b) { return powf(a, b); }
+template <> FF_DEV double ff_pow_(double a, double b) { return pow(a, b); }
+
+// Python semantics: the quotient rounds toward -inf, the remainder has the divisor's sign.
+template <class T> FF_DEV T ff_floordiv_(T a, T b) {
+  T q = a / b;
+  return ((a % b) != 0 && ((a < 0) != (b < 0))) ? q - 1 : q;
+}
+template <> FF_DEV float ff_floordiv_(float a, float b) { return floorf(a / b); }
+template <> FF_DEV double ff_floordiv_(double a, double b) { return floor(a / b); }
+template <class T> FF_DEV T ff_mod_(T a, T b) {
+  T r = a % b;
+  return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
+}
+template <> FF_DEV float ff_mod_(float a, float b) {
+  float r = fmodf(a, b);
+  return (r != 0.0f && ((r < 0.0f) != (b < 0.0f))) ? r + b : r;
+}
+template <> FF_DEV double ff_mod_(double a, double b) {
+  double r = fmod(a, b);
+  return (r != 0.0 && ((r < 0.0) != (b < 0.0))) ? r + b : r;
+}
+
+// NB: operands of one IR op have one IR type, but index literals render as int next to long long
+// values; these wrappers convert both to the common type first.
+#define FF_BINARY(name)                                                       \
+  template <class A, class B> FF_DEV auto name(A a, B b) {                    \
+    typedef decltype(a + b) C;                                                \
+    return name##_<C>(C(a), C(b));                                            \
+  }
+FF_BINARY(ff_max)
+FF_BINARY(ff_min)
+FF_BINARY(ff_pow)
+FF_BINARY(ff_floordiv)
+FF_BINARY(ff_mod)
+
+// Reductions: OP 0 sum, 1 prod, 2 max, 3 min.
+template <int OP, class T> FF_DEV T ff_comb(T a, T b) {
+  if constexpr (OP == 0) return a + b;
+  else if constexpr (OP == 1) return a * b;
+  else if constexpr (OP == 2) return ff_max_<T>(a, b);
+  else return ff_min_<T>(a, b);
+}
+template <int OP, class T> FF_DEV T ff_warp_reduce(T v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = ff_comb<OP>(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+// Reduces v over the TX threads of this row (threadIdx.y); every thread gets the result.
+// smem holds blockDim.y * TX / 32 values.
+template <int OP, int TX, class T> FF_DEV T ff_block_reduce(T v, T* smem) {
+  v = ff_warp_reduce<OP>(v);
+  if constexpr (TX > 32) {
+    constexpr int NW = TX / 32;
+    T* row = smem + threadIdx.y * NW;
+    __syncthreads();  // the previous reduction's readers are done with smem
+    if ((threadIdx.x & 31) == 0) row[threadIdx.x >> 5] = v;
+    __syncthreads();
+    v = row[0];
+#pragma unroll
+    for (int i = 1; i < NW; ++i) v = ff_comb<OP>(v, row[i]);
+  }
+  return v;
+}
+
+template <class T, int N> struct alignas(sizeof(T) * N) ff_vec { T v[N]; };
+// ---- end of prelude ----
+)CUDA";
+  return text;
+}
+
+}  // namespace ff::cuda

@@ -1,0 +1,625 @@
+// Kernel strategies: how a loop IR kernel's loops map onto the grid (see cuda_render.h).
+#include "inductor/cuda/cuda_render.h"
+
+#include <algorithm>
+#include <cctype>
+#include <map>
+#include <functional>
+#include <set>
+#include <sstream>
+
+#include "inductor/cuda/cuda_codegen.h"
+#include "src/errors.h"
+
+namespace ff::cuda {
+
+using loop::Expr;
+using loop::ExprKind;
+using loop::Kernel;
+using loop::Program;
+using loop::Stmt;
+using loop::StmtKind;
+using namespace detail;
+
+const char* strategy_name(Strategy s) {
+  switch (s) {
+#define FF_CUDA_STRATEGY_NAME(e) \
+  case Strategy::e:              \
+    return #e;
+    FF_CUDA_STRATEGIES(FF_CUDA_STRATEGY_NAME)
+#undef FF_CUDA_STRATEGY_NAME
+  }
+  return "?";
+}
+
+namespace {
+
+// The perfect nest under the kernel root, flattened into rows.
+struct Nest {
+  std::vector<const Stmt*> chain;  // root first
+  const std::vector<Stmt>* body = nullptr;
+  int64_t rows = 1;
+};
+
+Nest find_nest(const Stmt& root) {
+  Nest n;
+  const Stmt* cur = &root;
+  n.chain.push_back(cur);
+  while (cur->body.size() == 1 && cur->body[0].kind == StmtKind::Loop) {
+    cur = &cur->body[0];
+    n.chain.push_back(cur);
+  }
+  n.body = &cur->body;
+  for (const Stmt* l : n.chain) n.rows *= l->extent;
+  return n;
+}
+
+bool has_loop(const std::vector<Stmt>& body) {
+  for (const Stmt& s : body)
+    if (s.kind == StmtKind::Loop) return true;
+  return false;
+}
+
+int64_t pow2_at_least(int64_t v) {
+  int64_t p = 1;
+  while (p < v) p <<= 1;
+  return p;
+}
+
+// Whether any index can reach 2^30: then indices are 64-bit.
+bool needs_wide_index(const Program& p, const Kernel& k, const Nest& n) {
+  constexpr int64_t kLimit = int64_t(1) << 30;
+  if (n.rows >= kLimit) return true;
+  for (int b : k.buffers())
+    if (loop::buffer_bytes(p.buffers.at(static_cast<size_t>(b))) / dtype_size(p.buffers[static_cast<size_t>(b)].dtype) >= kLimit)
+      return true;
+  bool wide = false;
+  for_each_stmt(k.root, [&](const Stmt& s) { wide |= s.kind == StmtKind::Loop && s.extent >= kLimit; });
+  return wide;
+}
+
+// Assigns the chain's loop variables from a flat row index `flat` (last loop fastest).
+void bind_chain(Emitter& em, const Nest& n, const std::string& flat, int indent) {
+  int64_t inner = 1;
+  for (size_t i = n.chain.size(); i-- > 0;) {
+    const Stmt* l = n.chain[i];
+    std::string v = "v" + std::to_string(l->var);
+    std::string e;
+    if (l->extent == 1) e = "0";
+    else if (i == 0) e = inner == 1 ? flat : "(" + flat + " / " + std::to_string(inner) + ")";
+    else e = "((" + (inner == 1 ? flat : flat + " / " + std::to_string(inner)) + ") % " + std::to_string(l->extent) + ")";
+    em.line(indent, std::string("const ") + em.ix() + " " + v + " = " + e + ";");
+    em.bind_var(l->var, v);
+    inner *= l->extent;
+  }
+}
+
+// Affine index `a` is the vector lane index `lane_var` plus terms that keep VEC alignment.
+bool vector_index(const loop::Affine& a, int lane_var, int vec, const std::function<int64_t(int)>& other_coef_ok) {
+  bool has_lane = false;
+  for (auto [v, c] : a.terms) {
+    if (v == lane_var) {
+      if (c != 1) return false;
+      has_lane = true;
+    } else if (other_coef_ok(v) < 0 || c % vec != 0) {
+      return false;
+    }
+  }
+  return has_lane && a.offset % vec == 0;
+}
+
+struct VecPlan {
+  int vec = 1;
+  std::map<const loop::ExprNode*, std::pair<int, std::string>> loads;  // node -> (buf, index key)
+  std::map<const Stmt*, int> stores;                                    // stmt -> buf
+};
+
+// Which loads/stores of `stmts` (straight-line code, one vector lane per value of `lane_var`) can
+// move whole ff_vec registers, and the widest VEC (16 bytes) they allow with `extent`.
+VecPlan plan_vectors(const Program& p, const Kernel& k, const std::vector<const Stmt*>& stmts, int lane_var,
+                     int64_t extent, const std::set<int>& allowed_vars) {
+  VecPlan vp;
+  std::set<int> stored;
+  for (int b : k.stored_buffers()) stored.insert(b);
+  std::set<int> loaded;
+  for (int b : k.loaded_buffers()) loaded.insert(b);
+  auto ok_var = [&](int v) -> int64_t { return allowed_vars.count(v) ? 1 : -1; };
+  int max_size = 0;
+  std::vector<std::pair<const loop::ExprNode*, int>> loads;
+  std::vector<std::pair<const Stmt*, int>> stores;
+  for (const Stmt* s : stmts) {
+    auto visit = [&](const Expr& e) {
+      if (e->kind != ExprKind::Load || stored.count(e->id)) return;
+      loop::Affine a;
+      if (as_affine(e->args[0], &a) && vector_index(a, lane_var, 1, ok_var)) loads.push_back({e.get(), e->id});
+    };
+    if (s->value) for_each_expr(s->value, visit);
+    if (s->kind == StmtKind::Store && !loaded.count(s->buf)) {
+      loop::Affine a;
+      if (as_affine(s->index, &a) && vector_index(a, lane_var, 1, ok_var)) stores.push_back({s, s->buf});
+    }
+  }
+  for (auto& [n, b] : loads) max_size = std::max(max_size, dtype_size(p.buffers[static_cast<size_t>(b)].dtype));
+  for (auto& [s, b] : stores) max_size = std::max(max_size, dtype_size(p.buffers[static_cast<size_t>(b)].dtype));
+  if (max_size == 0) return vp;
+  int vec = std::min(8, 16 / max_size);
+  while (vec > 1 && extent % vec != 0) vec /= 2;
+  if (vec <= 1) return vp;
+  // Keep only accesses whose other terms and offset stay multiples of vec.
+  for (auto& [n, b] : loads) {
+    loop::Affine a;
+    as_affine(n->args[0], &a);
+    if (!vector_index(a, lane_var, vec, ok_var)) continue;
+    std::string key = "b" + std::to_string(b);
+    for (auto [v, c] : a.terms) key += "|" + std::to_string(v) + "*" + std::to_string(c);
+    key += "+" + std::to_string(a.offset);
+    vp.loads[n] = {b, key};
+  }
+  for (auto& [s, b] : stores) {
+    loop::Affine a;
+    as_affine(s->index, &a);
+    if (vector_index(a, lane_var, vec, ok_var)) vp.stores[s] = b;
+  }
+  if (vp.loads.empty() && vp.stores.empty()) return vp;
+  vp.vec = vec;
+  return vp;
+}
+
+// Emits the straight-line statements `stmts` for VEC lanes starting at lane variable value
+// `lane_base` (vector loads before, vector stores after). Returns the alignment requirements.
+std::vector<std::pair<int, int>> emit_vector_lanes(Emitter& em, const Program& p, const Kernel& k, const VecPlan& vp,
+                                                   const std::vector<const Stmt*>& stmts, int lane_var,
+                                                   const std::string& lane_base, int indent) {
+  std::vector<std::pair<int, int>> aligned;
+  std::map<std::string, std::string> regs;  // key -> register
+  em.bind_var(lane_var, lane_base);
+  em.vec_loads.clear();
+  em.vec_stores.clear();
+  std::string vec = std::to_string(vp.vec);
+  for (auto& [node, bk] : vp.loads) {
+    auto [b, key] = bk;
+    auto it = regs.find(key);
+    if (it == regs.end()) {
+      std::string reg = "ld" + std::to_string(regs.size());
+      std::string st = storage_type(p.buffers[static_cast<size_t>(b)].dtype);
+      std::string index = em.expr(node->args[0], indent);
+      em.line(indent, "const ff_vec<" + st + ", " + vec + "> " + reg + " = *reinterpret_cast<const ff_vec<" + st + ", " +
+                          vec + ">*>(b" + std::to_string(b) + " + " + index + ");");
+      it = regs.emplace(key, reg).first;
+      aligned.push_back({b, vp.vec * dtype_size(p.buffers[static_cast<size_t>(b)].dtype)});
+    }
+    em.vec_loads[node] = it->second;
+  }
+  int si = 0;
+  std::vector<std::pair<const Stmt*, std::string>> store_regs;
+  for (auto& [s, b] : vp.stores) {
+    std::string reg = "st" + std::to_string(si++);
+    em.line(indent, "ff_vec<" + std::string(storage_type(p.buffers[static_cast<size_t>(b)].dtype)) + ", " + vec + "> " + reg + ";");
+    em.vec_stores[s] = reg;
+    store_regs.push_back({s, reg});
+    aligned.push_back({b, vp.vec * dtype_size(p.buffers[static_cast<size_t>(b)].dtype)});
+  }
+  for (int lane = 0; lane < vp.vec; ++lane) {
+    em.line(indent, "{");
+    em.bind_var(lane_var, "(" + lane_base + " + " + std::to_string(lane) + ")");
+    em.set_lane(lane);
+    for (const Stmt* s : stmts) em.stmt(*s, indent + 1);
+    em.line(indent, "}");
+  }
+  em.set_lane(-1);
+  em.bind_var(lane_var, lane_base);
+  for (auto& [s, reg] : store_regs) {
+    std::string index = em.expr(s->index, indent);
+    std::string st = storage_type(p.buffers[static_cast<size_t>(s->buf)].dtype);
+    em.line(indent, "*reinterpret_cast<ff_vec<" + st + ", " + vec + ">*>(b" + std::to_string(s->buf) + " + " + index + ") = " + reg + ";");
+  }
+  em.vec_loads.clear();
+  em.vec_stores.clear();
+  return aligned;
+}
+
+std::string fn_name(const Kernel& k) {
+  std::string s = "ff_";
+  for (char c : k.name) s += (std::isalnum(static_cast<unsigned char>(c)) || c == '_') ? c : '_';
+  return s;
+}
+
+// ---- Pointwise -------------------------------------------------------------------------------
+
+void render_pointwise(const Program& p, const Kernel& k, const Nest& n, bool vectorize, bool wide, const std::string& fn,
+                      std::ostringstream& out, KernelPlan& plan) {
+  Emitter em(p, k, out, wide);
+  // The flat index acts as one loop variable (id -1 is never a real variable).
+  constexpr int kFlat = -1000;
+  std::vector<const Stmt*> stmts;
+  for (const Stmt& s : *n.body) stmts.push_back(&s);
+  // Express each chain variable's contribution through the flat index: a load is vectorizable when
+  // its affine index equals flat + offset, i.e. each chain var's coefficient is its flat stride.
+  VecPlan vp;
+  if (vectorize) {
+    // Rewrite test: build the flat-stride signature per chain var.
+    std::map<int, int64_t> flat_stride;
+    int64_t inner = 1;
+    for (size_t i = n.chain.size(); i-- > 0;) {
+      flat_stride[n.chain[i]->var] = inner;
+      inner *= n.chain[i]->extent;
+    }
+    std::map<int, int64_t> extent_of;
+    for (const Stmt* l : n.chain) extent_of[l->var] = l->extent;
+    // Collapse an affine index onto the flat variable when it matches the flat strides.
+    auto collapse = [&](const Expr& idx, loop::Affine* out) {
+      loop::Affine a;
+      if (!as_affine(idx, &a)) return false;
+      out->terms.clear();
+      out->offset = a.offset;
+      std::map<int, int64_t> coef;
+      for (auto [v, c] : a.terms) coef[v] = c;
+      for (auto [v, st] : flat_stride) {
+        int64_t c = coef.count(v) ? coef[v] : 0;
+        if (extent_of[v] > 1 && c != st) return false;
+        coef.erase(v);
+      }
+      if (!coef.empty()) return false;
+      out->terms.push_back({kFlat, 1});
+      return true;
+    };
+    std::set<int> stored, loaded;
+    for (int b : k.stored_buffers()) stored.insert(b);
+    for (int b : k.loaded_buffers()) loaded.insert(b);
+    int max_size = 0;
+    std::vector<std::pair<const loop::ExprNode*, int64_t>> loads;
+    std::vector<std::pair<const Stmt*, int64_t>> stores;
+    for (const Stmt* s : stmts) {
+      if (s->value)
+        for_each_expr(s->value, [&](const Expr& e) {
+          loop::Affine a;
+          if (e->kind == ExprKind::Load && !stored.count(e->id) && collapse(e->args[0], &a)) loads.push_back({e.get(), a.offset});
+        });
+      loop::Affine a;
+      if (s->kind == StmtKind::Store && !loaded.count(s->buf) && collapse(s->index, &a)) stores.push_back({s, a.offset});
+    }
+    for (auto& [e, off] : loads) max_size = std::max(max_size, dtype_size(p.buffers[static_cast<size_t>(e->id)].dtype));
+    for (auto& [s, off] : stores) max_size = std::max(max_size, dtype_size(p.buffers[static_cast<size_t>(s->buf)].dtype));
+    if (max_size > 0) {
+      vp.vec = std::min(8, 16 / max_size);
+      for (auto& [e, off] : loads)
+        if (off % vp.vec == 0) vp.loads[e] = {e->id, "b" + std::to_string(e->id) + "+" + std::to_string(off)};
+      for (auto& [s, off] : stores)
+        if (off % vp.vec == 0) vp.stores[s] = s->buf;
+      if (vp.loads.empty() && vp.stores.empty()) vp.vec = 1;
+    }
+  }
+  int vec = vp.vec;
+  em.line(0, "extern \"C\" __global__ void __launch_bounds__(1024) " + fn + "(" + em.params() + ") {");
+  em.declare_locals(1);
+  std::string ix = em.ix();
+  std::string N = std::to_string(n.rows);
+  std::string V = std::to_string(vec);
+  em.line(1, "for (" + ix + " base = ((" + ix + ")blockIdx.x * blockDim.x + threadIdx.x) * " + V + "; base < " + N +
+                 "; base += (" + ix + ")gridDim.x * blockDim.x * " + V + ") {");
+  KernelVariant var;
+  var.fn = fn;
+  if (vec > 1) {
+    em.line(2, "if (base + " + V + " <= " + N + ") {");
+    // Vector loads index through the chain variables of lane 0 (`base`).
+    bind_chain(em, n, "base", 3);
+    // Loads/stores were collapsed onto the flat index; render their index with lane 0's vars.
+    std::map<std::string, std::string> regs;
+    for (auto& [node, bk] : vp.loads) {
+      auto it = regs.find(bk.second);
+      if (it == regs.end()) {
+        std::string reg = "ld" + std::to_string(regs.size());
+        std::string st = storage_type(p.buffers[static_cast<size_t>(bk.first)].dtype);
+        std::string index = em.expr(node->args[0], 3);
+        em.line(3, "const ff_vec<" + st + ", " + V + "> " + reg + " = *reinterpret_cast<const ff_vec<" + st + ", " + V +
+                       ">*>(b" + std::to_string(bk.first) + " + " + index + ");");
+        it = regs.emplace(bk.second, reg).first;
+        var.aligned.push_back({bk.first, vec * dtype_size(p.buffers[static_cast<size_t>(bk.first)].dtype)});
+      }
+      em.vec_loads[node] = it->second;
+    }
+    std::vector<std::pair<const Stmt*, std::string>> store_regs;
+    for (auto& [s, b] : vp.stores) {
+      std::string reg = "st" + std::to_string(store_regs.size());
+      em.line(3, "ff_vec<" + std::string(storage_type(p.buffers[static_cast<size_t>(b)].dtype)) + ", " + V + "> " + reg + ";");
+      em.vec_stores[s] = reg;
+      store_regs.push_back({s, reg});
+      var.aligned.push_back({b, vec * dtype_size(p.buffers[static_cast<size_t>(b)].dtype)});
+    }
+    std::vector<std::string> store_index;
+    for (auto& [s, reg] : store_regs) store_index.push_back(em.expr(s->index, 3));
+    for (int lane = 0; lane < vec; ++lane) {
+      em.line(3, "{");
+      bind_chain(em, n, "(base + " + std::to_string(lane) + ")", 4);
+      em.set_lane(lane);
+      for (const Stmt* s : stmts) em.stmt(*s, 4);
+      em.set_lane(-1);
+      em.line(3, "}");
+    }
+    for (size_t i = 0; i < store_regs.size(); ++i) {
+      const Stmt* s = store_regs[i].first;
+      std::string st = storage_type(p.buffers[static_cast<size_t>(s->buf)].dtype);
+      em.line(3, "*reinterpret_cast<ff_vec<" + st + ", " + V + ">*>(b" + std::to_string(s->buf) + " + " + store_index[i] +
+                     ") = " + store_regs[i].second + ";");
+    }
+    em.vec_loads.clear();
+    em.vec_stores.clear();
+    em.line(2, "} else {");
+    em.line(3, "for (" + ix + " f = base; f < " + N + "; ++f) {");
+    bind_chain(em, n, "f", 4);
+    for (const Stmt* s : stmts) em.stmt(*s, 4);
+    em.line(3, "}");
+    em.line(2, "}");
+  } else {
+    bind_chain(em, n, "base", 2);
+    for (const Stmt* s : stmts) em.stmt(*s, 2);
+  }
+  em.line(1, "}");
+  em.line(0, "}");
+  plan.vec = std::max(plan.vec, vec);
+  var.vec = vec;
+  plan.variants.push_back(var);
+}
+
+// ---- Serial ----------------------------------------------------------------------------------
+
+void render_serial(const Program& p, const Kernel& k, const Nest& n, bool wide, const std::string& fn,
+                   std::ostringstream& out, KernelPlan& plan) {
+  Emitter em(p, k, out, wide);
+  em.line(0, "extern \"C\" __global__ void __launch_bounds__(1024) " + fn + "(" + em.params() + ") {");
+  em.declare_locals(1);
+  std::string ix = em.ix();
+  em.line(1, "for (" + ix + " row = (" + ix + ")blockIdx.x * blockDim.x + threadIdx.x; row < " + std::to_string(n.rows) +
+                 "; row += (" + ix + ")gridDim.x * blockDim.x) {");
+  bind_chain(em, n, "row", 2);
+  for (const Stmt& s : *n.body) em.stmt(s, 2);
+  em.line(1, "}");
+  em.line(0, "}");
+  KernelVariant v;
+  v.fn = fn;
+  plan.variants.push_back(v);
+}
+
+// ---- RowBlock --------------------------------------------------------------------------------
+
+struct LoopInfo {
+  std::set<int> set_inside;     // locals Let/Init inside the loop
+  std::set<int> reduced;        // locals Reduce'd inside, set outside (block-reduced after)
+  std::set<int> read_inside;    // locals read inside
+  std::map<int, loop::ReduceOp> rop;
+};
+
+LoopInfo loop_info(const Stmt& l) {
+  LoopInfo info;
+  for_each_stmt(l, [&](const Stmt& s) {
+    if (s.kind == StmtKind::Let || s.kind == StmtKind::Init) info.set_inside.insert(s.local);
+  });
+  for_each_stmt(l, [&](const Stmt& s) {
+    if (s.kind == StmtKind::Reduce && !info.set_inside.count(s.local)) {
+      info.reduced.insert(s.local);
+      info.rop[s.local] = s.rop;
+    }
+  });
+  for_each_expr_in(l, [&](const Expr& e) {
+    if (e->kind == ExprKind::Local) info.read_inside.insert(e->id);
+  });
+  return info;
+}
+
+// Whether the row body can be spread over threads (see cuda_render.h); *why says why not.
+bool row_block_ok(const Kernel& k, const Nest& n, std::string* why) {
+  std::set<int> private_locals;  // set inside a distributed loop: not valid outside it
+  for (const Stmt& s : *n.body) {
+    std::set<int> read;
+    for_each_expr_in(s, [&](const Expr& e) {
+      if (e->kind == ExprKind::Local) read.insert(e->id);
+    });
+    if (s.kind == StmtKind::Reduce) read.insert(s.local);
+    if (s.kind == StmtKind::Loop)
+      for (int l : loop_info(s).set_inside) read.erase(l);  // set before use in each iteration
+    for (int l : read)
+      if (private_locals.count(l)) {
+        *why = "local t" + std::to_string(l) + " is set inside a loop and read after it";
+        return false;
+      }
+    if (s.kind != StmtKind::Loop) {
+      if (s.kind == StmtKind::Let || s.kind == StmtKind::Init) private_locals.erase(s.local);
+      continue;
+    }
+    LoopInfo info = loop_info(s);
+    for (int l : info.reduced) {
+      if (info.read_inside.count(l)) {
+        *why = "reduction local t" + std::to_string(l) + " is read inside its loop";
+        return false;
+      }
+      loop::ScalarType t = k.locals.at(static_cast<size_t>(l));
+      if (t == loop::ScalarType::Bool) {
+        *why = "boolean reduction";
+        return false;
+      }
+    }
+    for (int l : info.set_inside) private_locals.insert(l);
+  }
+  return true;
+}
+
+// Loads in distributed loops contiguous along the loop (row-contiguous) vs across rows.
+bool prefers_row_block(const Nest& n) {
+  int innermost_chain = -1;
+  for (const Stmt* l : n.chain)
+    if (l->extent > 1) innermost_chain = l->var;
+  bool along = false, across = false;
+  int64_t max_extent = 0;
+  for (const Stmt& s : *n.body) {
+    if (s.kind != StmtKind::Loop) continue;
+    max_extent = std::max(max_extent, s.extent);
+    for_each_expr_in(s, [&](const Expr& e) {
+      if (e->kind != ExprKind::Load) return;
+      loop::Affine a;
+      if (!as_affine(e->args[0], &a)) return;
+      for (auto [v, c] : a.terms) {
+        if (v == s.var && c == 1) along = true;
+        if (v == innermost_chain && c == 1) across = true;
+      }
+    });
+  }
+  if (along) return true;
+  if (across) return false;
+  return !(max_extent <= 16 && n.rows >= 65536);
+}
+
+void render_row_block(const Program& p, const Kernel& k, const Nest& n, int tx, bool vectorize, bool wide,
+                      const std::string& fn, std::ostringstream& out, KernelPlan& plan) {
+  int r = 1;
+  while (tx * r * 2 <= 256 && n.rows % (r * 2) == 0) r *= 2;
+  Emitter em(p, k, out, wide);
+  em.line(0, "extern \"C\" __global__ void __launch_bounds__(" + std::to_string(tx * r) + ") " + fn + "(" + em.params() + ") {");
+  // Shared memory for block reductions, one array per reduced type.
+  std::set<loop::ScalarType> red_types;
+  for (const Stmt& s : *n.body)
+    if (s.kind == StmtKind::Loop)
+      for (int l : loop_info(s).reduced) red_types.insert(k.locals.at(static_cast<size_t>(l)));
+  if (tx > 32)
+    for (auto t : red_types)
+      em.line(1, std::string("__shared__ ") + c_type(t) + " sm_" + loop::scalar_type_name(t) + "[" + std::to_string(r * tx / 32) + "];");
+  em.declare_locals(1);
+  std::string ix = em.ix();
+  em.line(1, "const " + ix + " row = (" + ix + ")blockIdx.x * " + std::to_string(r) + " + threadIdx.y;");
+  em.line(1, "const int tid = threadIdx.x;");
+  bind_chain(em, n, "row", 1);
+  KernelVariant var;
+  var.fn = fn;
+  var.block_x = tx;
+  var.block_y = r;
+  var.fixed_block = true;
+  std::set<int> stored_so_far;
+  std::set<int> chain_vars;
+  for (const Stmt* l : n.chain) chain_vars.insert(l->var);
+  for (const Stmt& s : *n.body) {
+    // A value stored by one thread and loaded by another in a later statement needs a barrier.
+    bool reads_stored = false;
+    for_each_expr_in(s, [&](const Expr& e) { reads_stored |= e->kind == ExprKind::Load && stored_so_far.count(e->id); });
+    if (reads_stored) {
+      em.line(1, "__syncthreads();");
+      stored_so_far.clear();
+    }
+    for_each_stmt(s, [&](const Stmt& x) {
+      if (x.kind == StmtKind::Store) stored_so_far.insert(x.buf);
+    });
+    if (s.kind == StmtKind::Store) {
+      em.line(1, "if (tid == 0) {");
+      em.stmt(s, 2);
+      em.line(1, "}");
+      continue;
+    }
+    if (s.kind != StmtKind::Loop) {
+      em.stmt(s, 1);
+      continue;
+    }
+    std::string v = "v" + std::to_string(s.var);
+    VecPlan vp;
+    bool straight = !has_loop(s.body);
+    for (const Stmt& c : s.body) straight &= c.kind != StmtKind::Init;
+    std::vector<const Stmt*> body;
+    for (const Stmt& c : s.body) body.push_back(&c);
+    if (vectorize && straight) vp = plan_vectors(p, k, body, s.var, s.extent, chain_vars);
+    if (vp.vec > 1) {
+      std::string V = std::to_string(vp.vec);
+      em.line(1, "for (" + ix + " " + v + "b = tid * " + V + "; " + v + "b < " + std::to_string(s.extent) + "; " + v +
+                     "b += " + std::to_string(tx) + " * " + V + ") {");
+      auto al = emit_vector_lanes(em, p, k, vp, body, s.var, v + "b", 2);
+      var.aligned.insert(var.aligned.end(), al.begin(), al.end());
+      em.line(1, "}");
+    } else {
+      em.bind_var(s.var, v);
+      em.line(1, "for (" + ix + " " + v + " = tid; " + v + " < " + std::to_string(s.extent) + "; " + v + " += " +
+                     std::to_string(tx) + ") {");
+      for (const Stmt& c : s.body) em.stmt(c, 2);
+      em.line(1, "}");
+    }
+    LoopInfo info = loop_info(s);
+    for (int l : info.reduced) {
+      loop::ScalarType t = k.locals.at(static_cast<size_t>(l));
+      std::string tl = "t" + std::to_string(l);
+      std::string smem = tx > 32 ? std::string("sm_") + loop::scalar_type_name(t) : "nullptr";
+      em.line(1, tl + " = ff_block_reduce<" + std::to_string(Emitter::reduce_code(info.rop[l])) + ", " + std::to_string(tx) +
+                     ">(" + tl + ", (" + c_type(t) + "*)" + smem + ");");
+    }
+  }
+  em.line(0, "}");
+  plan.rows_per_block = r;
+  plan.variants.push_back(var);
+}
+
+int heuristic_tx(const Nest& n) {
+  int64_t max_extent = 1;
+  for (const Stmt& s : *n.body)
+    if (s.kind == StmtKind::Loop) max_extent = std::max(max_extent, s.extent);
+  // About 8 elements per thread per loop, 32 to 1024 threads per row.
+  return static_cast<int>(std::clamp<int64_t>(pow2_at_least((max_extent + 7) / 8), 32, 1024));
+}
+
+}  // namespace
+
+ModuleSource render_module(const Program& p, const RenderOptions& opts) {
+  ModuleSource m;
+  std::ostringstream out;
+  out << cuda_prelude() << "\n";
+  for (const Kernel& k : p.kernels) {
+    FF_CHECK(k.root.kind == StmtKind::Loop && k.root.parallel, "kernel " + k.name + " has no parallel root loop");
+    Nest n = find_nest(k.root);
+    bool wide = needs_wide_index(p, k, n);
+    KernelPlan plan;
+    plan.name = k.name;
+    plan.buffers = k.buffers();
+    plan.items = n.rows;
+    {
+      std::vector<int> ld = k.loaded_buffers(), st = k.stored_buffers();
+      for (int b : st) plan.rerunnable &= std::find(ld.begin(), ld.end(), b) == ld.end();
+    }
+    std::string base = fn_name(k);
+    out << "// kernel " << k.name << "\n";
+    std::string why;
+    if (!has_loop(*n.body)) {
+      plan.strategy = Strategy::Pointwise;
+      std::ostringstream vec_src;
+      KernelPlan probe = plan;
+      render_pointwise(p, k, n, true, wide, base + "_v", vec_src, probe);
+      if (probe.variants.back().aligned.empty()) {
+        // Nothing to vectorize: the scalar kernel is the only variant.
+        render_pointwise(p, k, n, false, wide, base, out, plan);
+      } else {
+        out << vec_src.str();
+        plan = probe;
+        plan.items = n.rows;
+        render_pointwise(p, k, n, false, wide, base, out, plan);
+      }
+    } else if (prefers_row_block(n) && row_block_ok(k, n, &why)) {
+      plan.strategy = Strategy::RowBlock;
+      int tx = heuristic_tx(n);
+      std::vector<int> txs = {tx};
+      if (opts.all_variants)
+        for (int t : {64, 128, 256, 512, 1024})
+          if (t != tx) txs.push_back(t);
+      for (int t : txs) render_row_block(p, k, n, t, true, wide, base + "_t" + std::to_string(t) + "v", out, plan);
+      // Drop vector variants that found nothing to vectorize (identical to the scalar one).
+      std::vector<KernelVariant> kept;
+      for (auto& v : plan.variants)
+        if (!v.aligned.empty()) kept.push_back(v);
+      plan.variants = kept;
+      KernelPlan scalar = plan;
+      render_row_block(p, k, n, tx, false, wide, base + "_t" + std::to_string(tx), out, scalar);
+      plan.variants.push_back(scalar.variants.back());
+      plan.rows_per_block = scalar.rows_per_block;
+    } else {
+      plan.strategy = Strategy::Serial;
+      render_serial(p, k, n, wide, base, out, plan);
+    }
+    out << "\n";
+    m.kernels.push_back(std::move(plan));
+  }
+  m.source = out.str();
+  return m;
+}
+
+}  // namespace ff::cuda

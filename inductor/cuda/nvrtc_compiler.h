@@ -1,0 +1,33 @@
+// CUDA C++ source -> cubin through NVRTC, with a cache on disk keyed by the source's hash, the
+// target architecture, the NVRTC version and the options (DESIGN.md decision 8).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace ff::cuda {
+
+struct CompileStats {
+  double nvrtc_ms = 0;     // time inside nvrtcCompileProgram (0 on a cache hit)
+  bool disk_hit = false;   // the cubin came from the disk cache
+  std::string cache_path;  // the cache file read or written ("" when the disk cache is off)
+};
+
+// Compiles `source` (a whole module) for `arch` ("sm_90"). Generated code that NVRTC rejects is a
+// framefuse bug: throws ff::InternalError with NVRTC's log and the numbered source. Throws
+// ff::UserError when NVRTC is not installed.
+std::string compile_cubin(const std::string& source, const std::string& arch, CompileStats* stats = nullptr);
+
+// The directory of cached cubins: config cache_dir (or $XDG_CACHE_HOME/framefuse, ~/.cache/framefuse)
+// + "/cuda".
+std::string cuda_cache_dir();
+
+// 128-bit content hash as 32 hex digits (stable across processes and builds).
+std::string content_hash(const std::string& data);
+
+// The cache file format, exposed for tests: header + payload, checked on read. A file that fails
+// the check (truncated, corrupt, foreign) reads as absent.
+std::string pack_cache_entry(const std::string& payload);
+bool unpack_cache_entry(const std::string& file, std::string* payload);
+
+}  // namespace ff::cuda

@@ -1,0 +1,80 @@
+// framefuse._C.cuda: compile graphs for CUDA and run them (python/framefuse/cuda.py wraps these).
+#include <pybind11/functional.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include "inductor/cuda/cuda_api.h"
+#include "inductor/cuda/python/cuda_runner.h"
+#include "src/logging.h"
+
+namespace py = pybind11;
+
+namespace ff {
+
+void define_cuda(py::module_& m) {
+  py::module_ c = m.def_submodule("cuda", "CUDA code generation through NVRTC");
+  using cuda::CudaGraphModule;
+
+  c.def("set_nvrtc_dir_provider", [](py::function fn) {
+    // NB: the provider object is leaked on purpose: the loader's std::function is destroyed with
+    // the process's statics, after the interpreter is gone, when a decref would crash.
+    PyObject* raw = fn.release().ptr();
+    cuda::set_nvrtc_dir_provider([raw]() {
+      py::gil_scoped_acquire gil;
+      return py::reinterpret_borrow<py::function>(raw)().cast<std::vector<std::string>>();
+    });
+  });
+  c.def("nvrtc_status", [] {
+    std::string why;
+    const cuda::NvrtcApi* api = cuda::nvrtc_api(&why);
+    py::dict d;
+    d["available"] = api != nullptr;
+    d["path"] = api ? api->path : "";
+    d["version"] = api ? std::to_string(api->major) + "." + std::to_string(api->minor) : "";
+    d["error"] = why;
+    return d;
+  });
+  c.def("driver_status", [] {
+    std::string why;
+    const cuda::DriverApi* api = cuda::driver_api(&why);
+    py::dict d;
+    d["available"] = api != nullptr;
+    d["version"] = api ? api->version : 0;
+    d["error"] = why;
+    return d;
+  });
+  c.def("perf_hint", [](const std::string& msg) {
+    if (log_enabled(LogArtifact::perf_hints)) log_emit(LogArtifact::perf_hints, msg);
+  });
+  c.def("cache_dir", &cuda::cuda_cache_dir);
+
+  py::class_<CudaGraphModule>(c, "CompiledGraph")
+      .def_property_readonly("source", &CudaGraphModule::source)
+      .def_property_readonly("program", &CudaGraphModule::program_text)
+      .def_property_readonly("arch", &CudaGraphModule::arch)
+      .def_property_readonly("device", &CudaGraphModule::device)
+      .def_property_readonly("compile_ms", &CudaGraphModule::compile_ms)
+      .def_property_readonly("nvrtc_ms", [](const CudaGraphModule& g) { return g.compile_stats().nvrtc_ms; })
+      .def_property_readonly("disk_hit", [](const CudaGraphModule& g) { return g.compile_stats().disk_hit; })
+      .def("kernels", &CudaGraphModule::kernels)
+      .def("run", [](CudaGraphModule& g, py::args args) {
+        std::vector<py::object> inputs;
+        for (py::handle a : args) inputs.push_back(py::reinterpret_borrow<py::object>(a));
+        return g.run(inputs);
+      });
+
+  // graph: a framefuse._C.graph.Graph (its `_address`); the C++ graph is copied.
+  c.def(
+      "compile",
+      [](py::handle graph, const std::string& mode, const std::string& arch, bool assume_cuda) {
+        const Graph* g = reinterpret_cast<const Graph*>(graph.attr("_address")().cast<uintptr_t>());
+        cuda::CudaCompileOptions opts;
+        opts.mode = mode;
+        opts.arch = arch;
+        opts.assume_cuda = assume_cuda;
+        return std::make_unique<CudaGraphModule>(*g, opts);
+      },
+      py::arg("graph"), py::arg("mode") = "default", py::arg("arch") = "", py::arg("assume_cuda") = false);
+}
+
+}  // namespace ff

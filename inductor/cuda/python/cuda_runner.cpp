@@ -1,0 +1,251 @@
+#include "inductor/cuda/python/cuda_runner.h"
+
+#include <pybind11/stl.h>
+
+#include <chrono>
+#include <functional>
+
+#include "graph/op_registry.h"
+#include "graph/python/graph_calls.h"
+#include "inductor/schedule.h"
+#include "src/errors.h"
+#include "src/logging.h"
+
+namespace py = pybind11;
+
+namespace ff::cuda {
+namespace {
+
+std::string layout_str(const std::vector<int64_t>& sizes, const std::vector<int64_t>& strides) {
+  auto join = [](const std::vector<int64_t>& v) {
+    std::string s;
+    for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
+    return "[" + s + "]";
+  };
+  return join(sizes) + " strides " + join(strides);
+}
+
+// The graph with every CUDA tensor's metadata moved to the CPU: lowering and fusion are
+// device-neutral and only see sizes, strides and dtypes. *device receives the CUDA device.
+Graph device_neutral(const Graph& g, int* device, bool assume_cuda) {
+  Graph out = g;
+  bool cuda = false, other = false;
+  *device = -1;
+  std::function<void(ValueMeta&)> fix = [&](ValueMeta& m) {
+    if (m.kind == ValueMeta::Kind::Tuple)
+      for (ValueMeta& item : m.items) fix(item);
+    if (m.kind != ValueMeta::Kind::Tensor) return;
+    if (m.tensor.device.type == Device::Type::CUDA) {
+      cuda = true;
+      int idx = std::max(0, m.tensor.device.index);
+      if (*device >= 0 && *device != idx) throw Unsupported("the graph uses tensors on several CUDA devices");
+      *device = idx;
+      m.tensor.device = Device{};
+    } else {
+      other = true;
+      m.tensor.device = Device{};
+    }
+  };
+  for (NodeId id = 0; id < static_cast<NodeId>(out.size()); ++id) fix(out.mutable_node(id).meta);
+  if (assume_cuda && !cuda) {
+    *device = 0;
+    return out;
+  }
+  if (!cuda) throw Unsupported("the graph has no CUDA tensor");
+  if (other) throw Unsupported("the graph mixes CUDA tensors with CPU or meta tensors");
+  return out;
+}
+
+}  // namespace
+
+CudaGraphModule::CudaGraphModule(const Graph& g, const CudaCompileOptions& opts) : graph_(g) {
+  auto t0 = std::chrono::steady_clock::now();
+  Graph neutral = device_neutral(g, &device_, opts.assume_cuda);
+  prog_ = inductor::compile_to_loop_ir(neutral);
+  autotune_ = opts.mode == "max-autotune";
+  RenderOptions ro;
+  ro.all_variants = autotune_;
+  src_ = render_module(prog_, ro);
+  arch_ = opts.arch;
+  if (arch_.empty()) {
+    std::string why;
+    arch_ = driver_api(&why) ? device_info(device_).arch() : "sm_90";
+  }
+  if (log_enabled(LogArtifact::output_code) && log_enabled(LogComponent::inductor, LogLevel::Debug))
+    log_emit(LogArtifact::output_code, "CUDA source (" + arch_ + "):\n" + src_.source);
+  if (!src_.kernels.empty()) cubin_ = compile_cubin(src_.source, arch_, &stats_);
+  hash_ = content_hash(src_.source);
+  compile_ms_ = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+
+  // Buffer lifetimes in steps: allocate before the first use, release after the last one.
+  size_t nsteps = prog_.steps.size();
+  std::vector<int> first(prog_.buffers.size(), -1), last(prog_.buffers.size(), -1);
+  auto touch = [&](int b, int step) {
+    if (first[static_cast<size_t>(b)] < 0) first[static_cast<size_t>(b)] = step;
+    last[static_cast<size_t>(b)] = step;
+  };
+  for (size_t s = 0; s < nsteps; ++s) {
+    const loop::Step& st = prog_.steps[s];
+    if (st.kind == loop::Step::Kind::Kernel) {
+      for (int b : src_.kernels[static_cast<size_t>(st.index)].buffers) touch(b, static_cast<int>(s));
+    } else {
+      const loop::ExternCall& e = prog_.externs[static_cast<size_t>(st.index)];
+      for (auto& [nid, ref] : e.operands) touch(ref.buf, static_cast<int>(s));
+      if (e.result >= 0) touch(e.result, static_cast<int>(s));
+    }
+  }
+  alloc_at_.assign(nsteps, {});
+  free_after_.assign(nsteps, {});
+  for (size_t b = 0; b < prog_.buffers.size(); ++b) {
+    loop::BufferRole role = prog_.buffers[b].role;
+    if (first[b] < 0) continue;
+    if (role == loop::BufferRole::Intermediate || role == loop::BufferRole::Output)
+      alloc_at_[static_cast<size_t>(first[b])].push_back(static_cast<int>(b));
+    if (role == loop::BufferRole::Intermediate || role == loop::BufferRole::ExternResult) {
+      bool is_output = false;
+      for (auto& [nid, ref] : prog_.outputs) is_output |= ref.buf == static_cast<int>(b);
+      if (!is_output) free_after_[static_cast<size_t>(last[b])].push_back(static_cast<int>(b));
+    }
+  }
+}
+
+std::string CudaGraphModule::program_text() const { return loop::program_str(prog_); }
+
+std::vector<std::string> CudaGraphModule::kernels() const {
+  std::vector<std::string> out;
+  std::vector<std::string> chosen = module_ ? module_->describe() : std::vector<std::string>{};
+  for (size_t i = 0; i < src_.kernels.size(); ++i) {
+    const KernelPlan& k = src_.kernels[i];
+    std::string s = k.name + ": " + strategy_name(k.strategy) + " over " + std::to_string(k.items) + " " +
+                    (k.strategy == Strategy::Pointwise ? "elements" : "rows") + ", " + std::to_string(k.variants.size()) +
+                    " variant(s)";
+    if (i < chosen.size() && !chosen[i].empty()) s += "; launched " + chosen[i];
+    out.push_back(s);
+  }
+  return out;
+}
+
+void CudaGraphModule::ensure_module() {
+  if (module_ || src_.kernels.empty()) return;
+  std::string why;
+  if (!driver_api(&why)) throw UserError(why);
+  const DeviceInfo& dev = device_info(device_);
+  if (dev.arch() != arch_)
+    throw UserError("this graph was compiled for " + arch_ + " but runs on " + dev.arch() + "; compile it again");
+  torch_ = py::module_::import("torch");
+  empty_strided_ = torch_.attr("empty_strided");
+  py::object c = torch_.attr("_C");
+  if (py::hasattr(c, "_cuda_getCurrentRawStream")) raw_stream_ = c.attr("_cuda_getCurrentRawStream");
+  device_obj_ = torch_.attr("device")("cuda", device_);
+  for (const loop::Buffer& b : prog_.buffers) dtype_objs_.push_back(torch_.attr(std::string(dtype_name(b.dtype)).c_str()));
+  module_ = std::make_unique<CudaModule>(cubin_, src_.kernels, hash_, autotune_);
+}
+
+py::object CudaGraphModule::alloc(int b) {
+  const loop::Buffer& buf = prog_.buffers[static_cast<size_t>(b)];
+  py::dict kw;
+  kw["dtype"] = dtype_objs_[static_cast<size_t>(b)];
+  kw["device"] = device_obj_;
+  return empty_strided_(py::cast(buf.sizes), py::cast(buf.strides), **kw);
+}
+
+py::object CudaGraphModule::view(int b, const loop::TensorRef& ref) {
+  const loop::Buffer& buf = prog_.buffers[static_cast<size_t>(b)];
+  py::object t = bufs_[static_cast<size_t>(b)];
+  FF_CHECK(t && !t.is_none(), "buffer " + buf.name + " used before it was produced");
+  if (ref.offset == 0 && ref.sizes == buf.sizes && ref.strides == buf.strides) return t;
+  int64_t base = t.attr("storage_offset")().cast<int64_t>();
+  return t.attr("as_strided")(py::cast(ref.sizes), py::cast(ref.strides), base + ref.offset);
+}
+
+py::object CudaGraphModule::run(const std::vector<py::object>& inputs) {
+  ensure_module();
+  size_t nbuf = prog_.buffers.size();
+  bufs_.assign(nbuf, py::none());
+  ptrs_.assign(nbuf, nullptr);
+  node_objs_.assign(graph_.size(), py::none());
+  std::vector<NodeId> placeholders = graph_.placeholders();
+  if (inputs.size() != placeholders.size())
+    throw UserError("the compiled graph takes " + std::to_string(placeholders.size()) + " inputs, got " +
+                    std::to_string(inputs.size()));
+  for (size_t i = 0; i < inputs.size(); ++i) node_objs_[static_cast<size_t>(placeholders[i])] = inputs[i];
+  for (size_t b = 0; b < nbuf; ++b) {
+    const loop::Buffer& buf = prog_.buffers[b];
+    if (buf.role != loop::BufferRole::Input) continue;
+    const py::object& t = inputs.at(static_cast<size_t>(buf.input));
+    TensorMeta m = meta_from_tensor(t.ptr());
+    if (m.device.type != Device::Type::CUDA || std::max(0, m.device.index) != device_ || m.dtype != buf.dtype ||
+        m.sizes != buf.sizes || m.strides != buf.strides)
+      throw UserError("input " + buf.name + " is " + std::string(dtype_name(m.dtype)) + layout_str(m.sizes, m.strides) +
+                      " on " + m.device.str() + "; the graph was compiled for " + std::string(dtype_name(buf.dtype)) +
+                      layout_str(buf.sizes, buf.strides) + " on cuda:" + std::to_string(device_));
+    bufs_[b] = t;
+    ptrs_[b] = reinterpret_cast<void*>(t.attr("data_ptr")().cast<uintptr_t>());
+  }
+  CUstream stream = nullptr;
+  if (raw_stream_ && !src_.kernels.empty()) stream = reinterpret_cast<CUstream>(raw_stream_(device_).cast<uintptr_t>());
+  for (size_t s = 0; s < prog_.steps.size(); ++s) {
+    for (int b : alloc_at_[s]) {
+      bufs_[static_cast<size_t>(b)] = alloc(b);
+      ptrs_[static_cast<size_t>(b)] = reinterpret_cast<void*>(bufs_[static_cast<size_t>(b)].attr("data_ptr")().cast<uintptr_t>());
+    }
+    const loop::Step& st = prog_.steps[s];
+    if (st.kind == loop::Step::Kind::Kernel) {
+      module_->launch(static_cast<size_t>(st.index), ptrs_, stream, device_);
+    } else {
+      const loop::ExternCall& e = prog_.externs[static_cast<size_t>(st.index)];
+      for (auto& [nid, ref] : e.operands) node_objs_[static_cast<size_t>(nid)] = view(ref.buf, ref);
+      std::vector<PyObject*> borrowed(node_objs_.size());
+      for (size_t i = 0; i < node_objs_.size(); ++i) borrowed[i] = node_objs_[i].ptr();
+      py::object result;
+      if (e.op == kNoOp) {
+        py::object seq = node_objs_.at(static_cast<size_t>(e.args.at(0).node));
+        result = seq[py::int_(e.args.at(1).i)];
+      } else {
+        CallArgs ca = call_args(op_def(e.op), e.args);
+        py::list pos;
+        for (const Value* v : ca.positional) {
+          PyObject* o = value_to_py(*v, borrowed.data());
+          if (!o) throw py::error_already_set();
+          pos.append(py::reinterpret_steal<py::object>(o));
+        }
+        py::dict kw;
+        for (auto& [name, v] : ca.keywords) {
+          PyObject* o = value_to_py(*v, borrowed.data());
+          if (!o) throw py::error_already_set();
+          kw[py::str(name)] = py::reinterpret_steal<py::object>(o);
+        }
+        PyObject* fn = op_callable(e.op);
+        FF_CHECK(fn, "extern op " + op_def(e.op).name + " is not available");
+        result = py::reinterpret_borrow<py::object>(fn)(*py::tuple(pos), **kw);
+      }
+      node_objs_[static_cast<size_t>(e.node)] = result;
+      if (e.result >= 0) {
+        const loop::Buffer& buf = prog_.buffers[static_cast<size_t>(e.result)];
+        TensorMeta m = meta_from_tensor(result.ptr());
+        if (m.sizes != buf.sizes || m.strides != buf.strides || m.dtype != buf.dtype) {
+          // Kernels were generated for the predicted layout: copy the result into it.
+          py::object t = alloc(e.result);
+          t.attr("copy_")(result);
+          result = t;
+        }
+        bufs_[static_cast<size_t>(e.result)] = result;
+        ptrs_[static_cast<size_t>(e.result)] = reinterpret_cast<void*>(result.attr("data_ptr")().cast<uintptr_t>());
+      }
+    }
+    for (int b : free_after_[s]) {
+      bufs_[static_cast<size_t>(b)] = py::none();
+      ptrs_[static_cast<size_t>(b)] = nullptr;
+    }
+  }
+  for (auto& [nid, ref] : prog_.outputs) node_objs_[static_cast<size_t>(nid)] = view(ref.buf, ref);
+  std::vector<PyObject*> borrowed(node_objs_.size());
+  for (size_t i = 0; i < node_objs_.size(); ++i) borrowed[i] = node_objs_[i].ptr();
+  PyObject* out = value_to_py(graph_.output_value(), borrowed.data());
+  if (!out) throw py::error_already_set();
+  bufs_.clear();
+  node_objs_.clear();
+  return py::reinterpret_steal<py::object>(out);
+}
+
+}  // namespace ff::cuda

@@ -1,0 +1,71 @@
+// A graph compiled for CUDA: lowered and fused loop IR rendered to one CUDA module, compiled by
+// NVRTC, run on torch's current stream with memory from torch's caching allocator and extern
+// calls (matmul, convolution, ops without a lowering) executed by torch.
+#pragma once
+
+#include <pybind11/pybind11.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "graph/ir.h"
+#include "inductor/cuda/cuda_launch.h"
+#include "inductor/cuda/cuda_render.h"
+#include "inductor/cuda/nvrtc_compiler.h"
+#include "inductor/loop_ir.h"
+
+namespace ff::cuda {
+
+struct CudaCompileOptions {
+  std::string mode = "default";  // "default" | "max-autotune" | "reduce-overhead" (handled in Python)
+  std::string arch;              // "" = the device's (sm_90 when no GPU is present)
+  // Compile-only (inspection, CI without a GPU): a graph of CPU or meta tensors is compiled as if
+  // its tensors were on cuda:0. Running it then rejects non-CUDA inputs.
+  bool assume_cuda = false;
+};
+
+class CudaGraphModule {
+ public:
+  // Lowers, fuses, renders and compiles `g` (all tensors on one CUDA device). Needs no GPU.
+  // Throws ff::Unsupported when the graph cannot be compiled for CUDA.
+  CudaGraphModule(const Graph& g, const CudaCompileOptions& opts);
+
+  // Runs on `inputs` (one tensor per placeholder). Throws ff::UserError when an input does not
+  // match what the graph was compiled for (device, dtype, sizes, strides).
+  pybind11::object run(const std::vector<pybind11::object>& inputs);
+
+  const std::string& source() const { return src_.source; }
+  std::string program_text() const;
+  const std::string& arch() const { return arch_; }
+  const CompileStats& compile_stats() const { return stats_; }
+  double compile_ms() const { return compile_ms_; }
+  std::vector<std::string> kernels() const;  // strategy and chosen launch per kernel
+  int device() const { return device_; }
+
+ private:
+  void ensure_module();
+  pybind11::object view(int buf, const loop::TensorRef& ref);
+  pybind11::object alloc(int buf);
+
+  Graph graph_;
+  loop::Program prog_;
+  ModuleSource src_;
+  std::string arch_;
+  std::string cubin_;
+  std::string hash_;
+  CompileStats stats_;
+  double compile_ms_ = 0;
+  bool autotune_ = false;
+  int device_ = 0;
+  std::unique_ptr<CudaModule> module_;
+  // Per run: each buffer's tensor and pointer; buffers first/last used at each step.
+  std::vector<pybind11::object> bufs_;
+  std::vector<void*> ptrs_;
+  std::vector<std::vector<int>> alloc_at_, free_after_;  // [step] -> buffers
+  std::vector<pybind11::object> node_objs_;
+  pybind11::object torch_, empty_strided_, raw_stream_, device_obj_;
+  std::vector<pybind11::object> dtype_objs_;  // per buffer
+};
+
+}  // namespace ff::cuda

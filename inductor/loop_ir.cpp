@@ -1,0 +1,585 @@
+#include "inductor/loop_ir.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <functional>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include "src/errors.h"
+
+namespace ff::loop {
+
+const char* scalar_type_name(ScalarType t) {
+  switch (t) {
+#define FF_LOOP_ST_NAME(e, s) \
+  case ScalarType::e:         \
+    return s;
+    FF_LOOP_SCALAR_TYPES(FF_LOOP_ST_NAME)
+#undef FF_LOOP_ST_NAME
+  }
+  return "?";
+}
+
+ScalarType dtype_compute_type(DType t) {
+  switch (t) {
+    case DType::Bool: return ScalarType::Bool;
+    case DType::UInt8: case DType::Int8: case DType::Int16: case DType::Int32: return ScalarType::I32;
+    case DType::Int64: return ScalarType::I64;
+    case DType::Float16: case DType::BFloat16: case DType::Float32: return ScalarType::F32;
+    case DType::Float64: return ScalarType::F64;
+    default: break;
+  }
+  FF_CHECK(false, "no loop IR type for dtype " + std::string(dtype_name(t)));
+  return ScalarType::F32;
+}
+
+bool is_comparison(BinaryOp op) {
+  return op == BinaryOp::Eq || op == BinaryOp::Ne || op == BinaryOp::Lt || op == BinaryOp::Le ||
+         op == BinaryOp::Gt || op == BinaryOp::Ge;
+}
+
+namespace {
+
+const char* unary_name(UnaryOp op) {
+  switch (op) {
+#define FF_LOOP_UN_NAME(e, s, f) \
+  case UnaryOp::e:               \
+    return s;
+    FF_LOOP_UNARY_OPS(FF_LOOP_UN_NAME)
+#undef FF_LOOP_UN_NAME
+  }
+  return "?";
+}
+bool unary_float_only(UnaryOp op) {
+  switch (op) {
+#define FF_LOOP_UN_FLOAT(e, s, f) \
+  case UnaryOp::e:                \
+    return f;
+    FF_LOOP_UNARY_OPS(FF_LOOP_UN_FLOAT)
+#undef FF_LOOP_UN_FLOAT
+  }
+  return false;
+}
+const char* binary_name(BinaryOp op) {
+  switch (op) {
+#define FF_LOOP_BIN_NAME(e, s) \
+  case BinaryOp::e:            \
+    return s;
+    FF_LOOP_BINARY_OPS(FF_LOOP_BIN_NAME)
+#undef FF_LOOP_BIN_NAME
+  }
+  return "?";
+}
+const char* reduce_name(ReduceOp op) {
+  switch (op) {
+#define FF_LOOP_RED_NAME(e, s) \
+  case ReduceOp::e:            \
+    return s;
+    FF_LOOP_REDUCE_OPS(FF_LOOP_RED_NAME)
+#undef FF_LOOP_RED_NAME
+  }
+  return "?";
+}
+const char* role_name(BufferRole r) {
+  switch (r) {
+#define FF_LOOP_ROLE_NAME(e, doc) \
+  case BufferRole::e:             \
+    return #e;
+    FF_LOOP_BUFFER_ROLES(FF_LOOP_ROLE_NAME)
+#undef FF_LOOP_ROLE_NAME
+  }
+  return "?";
+}
+
+Expr make(ExprKind k, ScalarType t, std::vector<Expr> args = {}) {
+  auto n = std::make_shared<ExprNode>();
+  n->kind = k;
+  n->type = t;
+  n->args = std::move(args);
+  return n;
+}
+
+bool is_const(const Expr& e, int64_t v) {
+  return e->kind == ExprKind::Const && !is_float(e->type) && e->i == v;
+}
+
+std::string fmt_float(double v) {
+  if (std::isnan(v)) return "nan";
+  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
+  char b[64];
+  std::snprintf(b, sizeof b, "%.9g", v);
+  std::string s = b;
+  if (s.find_first_of(".e") == std::string::npos) s += ".0";
+  return s;
+}
+
+}  // namespace
+
+Expr const_int(int64_t v, ScalarType t) {
+  FF_CHECK(!is_float(t), "const_int needs an integer or bool type");
+  auto n = make(ExprKind::Const, t);
+  std::const_pointer_cast<ExprNode>(n)->i = t == ScalarType::Bool ? (v != 0) : v;
+  return n;
+}
+Expr const_float(double v, ScalarType t) {
+  FF_CHECK(is_float(t), "const_float needs a float type");
+  auto n = std::make_shared<ExprNode>();
+  n->kind = ExprKind::Const;
+  n->type = t;
+  n->f = t == ScalarType::F32 ? static_cast<double>(static_cast<float>(v)) : v;
+  return n;
+}
+Expr const_of(double v, ScalarType t) {
+  return is_float(t) ? const_float(v, t) : const_int(static_cast<int64_t>(v), t);
+}
+Expr var(int id) {
+  FF_CHECK(id >= 0, "negative loop variable");
+  auto n = std::make_shared<ExprNode>();
+  n->kind = ExprKind::Var;
+  n->type = ScalarType::I64;
+  n->id = id;
+  return n;
+}
+Expr local(int id, ScalarType t) {
+  auto n = std::make_shared<ExprNode>();
+  n->kind = ExprKind::Local;
+  n->type = t;
+  n->id = id;
+  return n;
+}
+Expr load(int buffer, Expr index, ScalarType t) {
+  FF_CHECK(buffer >= 0, "load from no buffer");
+  FF_CHECK(index && index->type == ScalarType::I64, "load index must be i64");
+  auto n = std::make_shared<ExprNode>();
+  n->kind = ExprKind::Load;
+  n->type = t;
+  n->id = buffer;
+  n->args = {std::move(index)};
+  return n;
+}
+Expr unary(UnaryOp op, Expr a) {
+  FF_CHECK(a, "null operand");
+  if (unary_float_only(op)) FF_CHECK(is_float(a->type), std::string(unary_name(op)) + " needs a float operand");
+  if (op == UnaryOp::Not) FF_CHECK(a->type == ScalarType::Bool, "not needs a bool operand");
+  ScalarType t = op == UnaryOp::IsNan ? ScalarType::Bool : a->type;
+  auto n = std::make_shared<ExprNode>();
+  n->kind = ExprKind::Unary;
+  n->type = t;
+  n->op = static_cast<uint8_t>(op);
+  n->args = {std::move(a)};
+  return n;
+}
+Expr binary(BinaryOp op, Expr a, Expr b) {
+  FF_CHECK(a && b, "null operand");
+  FF_CHECK(a->type == b->type, std::string("binary ") + binary_name(op) + " operand types differ: " +
+                                   scalar_type_name(a->type) + " vs " + scalar_type_name(b->type));
+  if (op == BinaryOp::And || op == BinaryOp::Or) FF_CHECK(a->type == ScalarType::Bool, "and/or need bools");
+  ScalarType t = is_comparison(op) ? ScalarType::Bool : a->type;
+  auto n = std::make_shared<ExprNode>();
+  n->kind = ExprKind::Binary;
+  n->type = t;
+  n->op = static_cast<uint8_t>(op);
+  n->args = {std::move(a), std::move(b)};
+  return n;
+}
+Expr select(Expr c, Expr a, Expr b) {
+  FF_CHECK(c && a && b, "null operand");
+  FF_CHECK(c->type == ScalarType::Bool, "select condition must be bool");
+  FF_CHECK(a->type == b->type, "select branches differ in type");
+  ScalarType t = a->type;  // NB: read before the operands are moved
+  return make(ExprKind::Select, t, {std::move(c), std::move(a), std::move(b)});
+}
+Expr cast(Expr a, ScalarType t) {
+  FF_CHECK(a, "null operand");
+  if (a->type == t) return a;
+  if (a->kind == ExprKind::Const) {
+    double v = is_float(a->type) ? a->f : static_cast<double>(a->i);
+    if (t == ScalarType::Bool) return const_int(v != 0.0, t);
+    if (!is_float(t) && is_float(a->type)) return const_int(static_cast<int64_t>(std::trunc(v)), t);
+    if (!is_float(t)) return const_int(a->i, t);
+    return const_float(v, t);
+  }
+  auto n = std::make_shared<ExprNode>();
+  n->kind = ExprKind::Cast;
+  n->type = t;
+  n->args = {std::move(a)};
+  return n;
+}
+Expr index_add(Expr a, Expr b) {
+  if (is_const(a, 0)) return b;
+  if (is_const(b, 0)) return a;
+  if (a->kind == ExprKind::Const && b->kind == ExprKind::Const) return const_int(a->i + b->i);
+  return binary(BinaryOp::Add, std::move(a), std::move(b));
+}
+Expr index_mul(Expr a, int64_t c) {
+  if (c == 0 || is_const(a, 0)) return const_int(0);
+  if (c == 1) return a;
+  if (a->kind == ExprKind::Const) return const_int(a->i * c);
+  return binary(BinaryOp::Mul, std::move(a), const_int(c));
+}
+
+bool expr_equal(const Expr& a, const Expr& b) {
+  if (a == b) return true;
+  if (!a || !b) return false;
+  if (a->kind != b->kind || a->type != b->type || a->op != b->op || a->i != b->i || a->id != b->id ||
+      a->args.size() != b->args.size())
+    return false;
+  if (a->f != b->f && !(std::isnan(a->f) && std::isnan(b->f))) return false;
+  for (size_t k = 0; k < a->args.size(); ++k)
+    if (!expr_equal(a->args[k], b->args[k])) return false;
+  return true;
+}
+
+bool as_affine(const Expr& e, Affine* out) {
+  std::map<int, int64_t> terms;
+  int64_t offset = 0;
+  // Walks sums of (var * const), consts and vars.
+  std::vector<std::pair<Expr, int64_t>> work{{e, 1}};
+  while (!work.empty()) {
+    auto [x, scale] = work.back();
+    work.pop_back();
+    if (x->type != ScalarType::I64 && x->type != ScalarType::I32) return false;
+    switch (x->kind) {
+      case ExprKind::Const: offset += scale * x->i; break;
+      case ExprKind::Var: terms[x->id] += scale; break;
+      case ExprKind::Binary: {
+        auto op = static_cast<BinaryOp>(x->op);
+        if (op == BinaryOp::Add) {
+          work.push_back({x->args[0], scale});
+          work.push_back({x->args[1], scale});
+        } else if (op == BinaryOp::Sub) {
+          work.push_back({x->args[0], scale});
+          work.push_back({x->args[1], -scale});
+        } else if (op == BinaryOp::Mul && x->args[1]->kind == ExprKind::Const) {
+          work.push_back({x->args[0], scale * x->args[1]->i});
+        } else if (op == BinaryOp::Mul && x->args[0]->kind == ExprKind::Const) {
+          work.push_back({x->args[1], scale * x->args[0]->i});
+        } else {
+          return false;
+        }
+        break;
+      }
+      default: return false;
+    }
+  }
+  out->terms.clear();
+  for (auto [v, c] : terms)
+    if (c != 0) out->terms.push_back({v, c});
+  out->offset = offset;
+  return true;
+}
+
+namespace {
+// Index expressions print as `v0*16 + v1 + 3`.
+bool affine_str(const Expr& e, std::string* out) {
+  if (e->type != ScalarType::I64 || e->kind != ExprKind::Binary) return false;
+  Affine a;
+  if (!as_affine(e, &a)) return false;
+  std::string s;
+  for (auto [v, c] : a.terms) {
+    if (!s.empty()) s += c < 0 ? " - " : " + ";
+    else if (c < 0) s += "-";
+    int64_t m = c < 0 ? -c : c;
+    s += "v" + std::to_string(v) + (m == 1 ? "" : "*" + std::to_string(m));
+  }
+  if (a.offset != 0 || s.empty()) s += (s.empty() ? "" : a.offset < 0 ? " - " : " + ") + std::to_string(s.empty() ? a.offset : std::abs(a.offset));
+  *out = s;
+  return true;
+}
+}  // namespace
+
+std::string expr_str(const Expr& e) {
+  if (std::string s; affine_str(e, &s)) return s;
+  switch (e->kind) {
+    case ExprKind::Const:
+      if (is_float(e->type)) return fmt_float(e->f) + (e->type == ScalarType::F64 ? "d" : "");
+      if (e->type == ScalarType::Bool) return e->i ? "true" : "false";
+      return std::to_string(e->i) + (e->type == ScalarType::I32 ? "i" : "");
+    case ExprKind::Var: return "v" + std::to_string(e->id);
+    case ExprKind::Local: return "t" + std::to_string(e->id);
+    case ExprKind::Load: return "buf" + std::to_string(e->id) + "[" + expr_str(e->args[0]) + "]";
+    case ExprKind::Unary:
+      return std::string(unary_name(static_cast<UnaryOp>(e->op))) + "(" + expr_str(e->args[0]) + ")";
+    case ExprKind::Binary: {
+      auto op = static_cast<BinaryOp>(e->op);
+      std::string n = binary_name(op);
+      if (std::isalpha(static_cast<unsigned char>(n[0])) && op != BinaryOp::And && op != BinaryOp::Or)
+        return n + "(" + expr_str(e->args[0]) + ", " + expr_str(e->args[1]) + ")";
+      return "(" + expr_str(e->args[0]) + " " + n + " " + expr_str(e->args[1]) + ")";
+    }
+    case ExprKind::Select:
+      return "where(" + expr_str(e->args[0]) + ", " + expr_str(e->args[1]) + ", " + expr_str(e->args[2]) + ")";
+    case ExprKind::Cast: return std::string(scalar_type_name(e->type)) + "(" + expr_str(e->args[0]) + ")";
+  }
+  return "?";
+}
+
+Stmt loop_stmt(int v, int64_t extent, std::vector<Stmt> body, bool parallel) {
+  FF_CHECK(v >= 0 && extent >= 0, "bad loop");
+  Stmt s;
+  s.kind = StmtKind::Loop;
+  s.var = v;
+  s.extent = extent;
+  s.parallel = parallel;
+  s.body = std::move(body);
+  return s;
+}
+Stmt store_stmt(int buf, Expr index, Expr value) {
+  FF_CHECK(buf >= 0 && index && value, "bad store");
+  FF_CHECK(index->type == ScalarType::I64, "store index must be i64");
+  Stmt s;
+  s.kind = StmtKind::Store;
+  s.buf = buf;
+  s.index = std::move(index);
+  s.value = std::move(value);
+  return s;
+}
+Stmt let_stmt(int l, Expr value) {
+  FF_CHECK(l >= 0 && value, "bad let");
+  Stmt s;
+  s.kind = StmtKind::Let;
+  s.local = l;
+  s.value = std::move(value);
+  return s;
+}
+Stmt init_stmt(int l, ReduceOp rop) {
+  Stmt s;
+  s.kind = StmtKind::Init;
+  s.local = l;
+  s.rop = rop;
+  return s;
+}
+Stmt reduce_stmt(int l, ReduceOp rop, Expr value) {
+  FF_CHECK(l >= 0 && value, "bad reduce");
+  Stmt s;
+  s.kind = StmtKind::Reduce;
+  s.local = l;
+  s.rop = rop;
+  s.value = std::move(value);
+  return s;
+}
+
+namespace {
+
+template <class Fn>
+void walk_exprs(const Expr& e, Fn&& fn) {
+  fn(e);
+  for (const Expr& a : e->args) walk_exprs(a, fn);
+}
+template <class Fn>
+void walk_stmts(const Stmt& s, Fn&& fn) {
+  fn(s);
+  for (const Stmt& c : s.body) walk_stmts(c, fn);
+}
+
+}  // namespace
+
+std::vector<int> Kernel::buffers() const {
+  std::set<int> ids;
+  walk_stmts(root, [&](const Stmt& s) {
+    if (s.kind == StmtKind::Store) ids.insert(s.buf);
+    for (const Expr* e : {&s.index, &s.value})
+      if (*e) walk_exprs(*e, [&](const Expr& x) { if (x->kind == ExprKind::Load) ids.insert(x->id); });
+  });
+  return {ids.begin(), ids.end()};
+}
+std::vector<int> Kernel::stored_buffers() const {
+  std::set<int> ids;
+  walk_stmts(root, [&](const Stmt& s) { if (s.kind == StmtKind::Store) ids.insert(s.buf); });
+  return {ids.begin(), ids.end()};
+}
+std::vector<int> Kernel::loaded_buffers() const {
+  std::set<int> ids;
+  walk_stmts(root, [&](const Stmt& s) {
+    for (const Expr* e : {&s.index, &s.value})
+      if (*e) walk_exprs(*e, [&](const Expr& x) { if (x->kind == ExprKind::Load) ids.insert(x->id); });
+  });
+  return {ids.begin(), ids.end()};
+}
+double Kernel::work() const {
+  double total = 0;
+  std::function<void(const Stmt&, double)> rec = [&](const Stmt& s, double trip) {
+    if (s.kind == StmtKind::Loop) {
+      for (const Stmt& c : s.body) rec(c, trip * static_cast<double>(s.extent));
+    } else {
+      total += trip;
+    }
+  };
+  rec(root, 1.0);
+  return total;
+}
+
+int64_t buffer_bytes(const Buffer& b) {
+  int64_t span = 1;
+  for (size_t d = 0; d < b.sizes.size(); ++d) {
+    if (b.sizes[d] == 0) return 0;
+    span += (b.sizes[d] - 1) * std::abs(b.strides[d]);
+  }
+  return span * dtype_size(b.dtype);
+}
+
+std::string stmt_str(const Stmt& s, int indent) {
+  std::string pad(static_cast<size_t>(indent) * 2, ' ');
+  switch (s.kind) {
+    case StmtKind::Loop: {
+      std::string out = pad + "for v" + std::to_string(s.var) + " in 0.." + std::to_string(s.extent) +
+                        (s.parallel ? " parallel" : "") + ":\n";
+      for (const Stmt& c : s.body) out += stmt_str(c, indent + 1);
+      return out;
+    }
+    case StmtKind::Store:
+      return pad + "buf" + std::to_string(s.buf) + "[" + expr_str(s.index) + "] = " + expr_str(s.value) + "\n";
+    case StmtKind::Let: return pad + "t" + std::to_string(s.local) + " = " + expr_str(s.value) + "\n";
+    case StmtKind::Init:
+      return pad + "t" + std::to_string(s.local) + " = " + reduce_name(s.rop) + "_init\n";
+    case StmtKind::Reduce:
+      return pad + "t" + std::to_string(s.local) + " = " + reduce_name(s.rop) + "(t" + std::to_string(s.local) +
+             ", " + expr_str(s.value) + ")\n";
+  }
+  return pad + "?\n";
+}
+
+namespace {
+std::string list_str(const std::vector<int64_t>& v) {
+  std::string s = "[";
+  for (size_t k = 0; k < v.size(); ++k) s += (k ? ", " : "") + std::to_string(v[k]);
+  return s + "]";
+}
+}  // namespace
+
+std::string kernel_str(const Kernel& k, const Program& p) {
+  std::string out = "kernel " + k.name + " (";
+  auto stored = k.stored_buffers();
+  bool first = true;
+  for (int b : k.buffers()) {
+    const Buffer& buf = p.buffers.at(static_cast<size_t>(b));
+    out += (first ? "" : ", ") + std::string("buf") + std::to_string(b) + ": " +
+           std::string(dtype_short_name(buf.dtype)) + list_str(buf.sizes);
+    if (std::find(stored.begin(), stored.end(), b) != stored.end()) out += " out";
+    first = false;
+  }
+  out += ")\n";
+  for (size_t l = 0; l < k.locals.size(); ++l)
+    out += "  t" + std::to_string(l) + ": " + scalar_type_name(k.locals[l]) + "\n";
+  out += stmt_str(k.root, 1);
+  return out;
+}
+
+std::string program_str(const Program& p) {
+  std::string out;
+  for (size_t b = 0; b < p.buffers.size(); ++b) {
+    const Buffer& buf = p.buffers[b];
+    out += "buf" + std::to_string(b) + ": " + std::string(dtype_short_name(buf.dtype)) + list_str(buf.sizes) +
+           " strides " + list_str(buf.strides) + " " + role_name(buf.role);
+    if (buf.role == BufferRole::Input) out += " #" + std::to_string(buf.input);
+    if (!buf.name.empty()) out += " (" + buf.name + ")";
+    out += "\n";
+  }
+  for (const Step& s : p.steps) {
+    if (s.kind == Step::Kind::Kernel) {
+      out += kernel_str(p.kernels.at(static_cast<size_t>(s.index)), p);
+    } else {
+      const ExternCall& e = p.externs.at(static_cast<size_t>(s.index));
+      out += "extern node " + std::to_string(e.node);
+      if (e.result >= 0) out += " -> buf" + std::to_string(e.result);
+      if (!e.reason.empty()) out += "  # " + e.reason;
+      out += "\n";
+    }
+  }
+  return out;
+}
+
+std::string verify_kernel(const Kernel& k, const Program& p) {
+  const std::string where = "kernel " + k.name + ": ";
+  if (k.root.kind != StmtKind::Loop || !k.root.parallel) return where + "root_is_parallel_loop violated";
+  std::string err;
+  std::vector<bool> bound(static_cast<size_t>(k.num_vars), false);
+  std::vector<bool> defined(k.locals.size(), false);
+  auto check_expr = [&](const Expr& e) {
+    walk_exprs(e, [&](const Expr& x) {
+      if (!err.empty()) return;
+      if (x->kind == ExprKind::Var && (x->id >= k.num_vars || !bound[static_cast<size_t>(x->id)]))
+        err = where + "vars_bound_by_enclosing_loop violated by v" + std::to_string(x->id);
+      if (x->kind == ExprKind::Local) {
+        if (x->id < 0 || x->id >= static_cast<int>(k.locals.size()) || !defined[static_cast<size_t>(x->id)])
+          err = where + "locals_defined_before_use violated by t" + std::to_string(x->id);
+        else if (k.locals[static_cast<size_t>(x->id)] != x->type)
+          err = where + "local_types_match violated by t" + std::to_string(x->id);
+      }
+      if (x->kind == ExprKind::Load && (x->id < 0 || x->id >= static_cast<int>(p.buffers.size())))
+        err = where + "buffers_exist violated by buf" + std::to_string(x->id);
+    });
+  };
+  std::function<void(const Stmt&, bool)> rec = [&](const Stmt& s, bool is_root) {
+    if (!err.empty()) return;
+    switch (s.kind) {
+      case StmtKind::Loop:
+        if (s.var < 0 || s.var >= k.num_vars) { err = where + "loop_var_in_range violated"; return; }
+        if (bound[static_cast<size_t>(s.var)]) { err = where + "loop_vars_not_shadowed violated by v" + std::to_string(s.var); return; }
+        if (s.parallel && !is_root) { err = where + "only_root_is_parallel violated"; return; }
+        bound[static_cast<size_t>(s.var)] = true;
+        for (const Stmt& c : s.body) rec(c, false);
+        bound[static_cast<size_t>(s.var)] = false;
+        return;
+      case StmtKind::Store:
+        if (s.buf < 0 || s.buf >= static_cast<int>(p.buffers.size())) { err = where + "buffers_exist violated"; return; }
+        if (p.buffers[static_cast<size_t>(s.buf)].role == BufferRole::Input) { err = where + "inputs_read_only violated"; return; }
+        check_expr(s.index);
+        check_expr(s.value);
+        if (err.empty() && s.value->type != dtype_compute_type(p.buffers[static_cast<size_t>(s.buf)].dtype))
+          err = where + "store_type_matches_buffer violated for buf" + std::to_string(s.buf);
+        return;
+      case StmtKind::Let:
+      case StmtKind::Init:
+      case StmtKind::Reduce:
+        if (s.local < 0 || s.local >= static_cast<int>(k.locals.size())) { err = where + "local_in_range violated"; return; }
+        if (s.kind == StmtKind::Reduce && !defined[static_cast<size_t>(s.local)]) {
+          err = where + "reduce_after_init violated by t" + std::to_string(s.local);
+          return;
+        }
+        if (s.value) {
+          check_expr(s.value);
+          if (err.empty() && s.value->type != k.locals[static_cast<size_t>(s.local)])
+            err = where + "local_types_match violated by t" + std::to_string(s.local);
+        }
+        defined[static_cast<size_t>(s.local)] = true;
+        return;
+    }
+  };
+  rec(k.root, true);
+  return err;
+}
+
+std::string verify_program(const Program& p) {
+  std::vector<bool> written(p.buffers.size(), false);
+  for (size_t b = 0; b < p.buffers.size(); ++b) {
+    const Buffer& buf = p.buffers[b];
+    if (buf.sizes.size() != buf.strides.size()) return "buf" + std::to_string(b) + ": sizes_match_strides violated";
+    if (buf.role == BufferRole::Input || buffer_bytes(buf) == 0) written[b] = true;  // empty: nothing to write
+  }
+  for (const Step& s : p.steps) {
+    if (s.kind == Step::Kind::Kernel) {
+      const Kernel& k = p.kernels.at(static_cast<size_t>(s.index));
+      if (auto e = verify_kernel(k, p); !e.empty()) return e;
+      for (int b : k.loaded_buffers())
+        if (!written[static_cast<size_t>(b)] && std::find(k.stored_buffers().begin(), k.stored_buffers().end(), b) == k.stored_buffers().end())
+          return "kernel " + k.name + ": buffers_written_before_read violated by buf" + std::to_string(b);
+      for (int b : k.stored_buffers()) written[static_cast<size_t>(b)] = true;
+    } else {
+      const ExternCall& e = p.externs.at(static_cast<size_t>(s.index));
+      for (auto& [n, ref] : e.operands)
+        if (ref.buf >= 0 && !written[static_cast<size_t>(ref.buf)])
+          return "extern node " + std::to_string(e.node) + ": buffers_written_before_read violated by buf" + std::to_string(ref.buf);
+      if (e.result >= 0) written[static_cast<size_t>(e.result)] = true;
+    }
+  }
+  for (auto& [n, ref] : p.outputs)
+    if (ref.buf >= 0 && !written[static_cast<size_t>(ref.buf)])
+      return "output node " + std::to_string(n) + ": outputs_written violated by buf" + std::to_string(ref.buf);
+  return "";
+}
+
+}  // namespace ff::loop

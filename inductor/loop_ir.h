@@ -1,0 +1,251 @@
+// The loop IR: what a fused kernel computes, device-neutral. Both renderers (CPU: LLVM, CUDA:
+// NVRTC source) read it; lowering (lower.h) writes it; fusion (fusion.h) rewrites it.
+//
+// A Program is a list of Buffers and Steps (kernels and extern calls, in execution order).
+// A Kernel is a statement tree whose root is one Loop marked `parallel`: the runtime splits that
+// loop's range across threads (CPU) or blocks (CUDA). Inside, loops nest freely; each loop variable
+// is an i64 in [0, extent). Buffers are addressed in elements through index expressions (i64
+// expressions over loop variables: views are index maps, broadcasting is a stride of 0).
+//
+// Text form (stable; tests compare it):
+//
+//   kernel k0 (buf0: f32[4096, 4096], buf1: f32[4096, 4096] out)
+//     for v0 in 0..4096 parallel:
+//       t0: f32 = max_init
+//       for v1 in 0..4096:
+//         t0 = max(t0, buf0[v0*4096 + v1])
+//       ...
+//
+// NB: expressions are immutable and shared (shared_ptr<const>); rewrites build new trees.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "graph/dtype.h"
+#include "graph/ir.h"
+
+namespace ff::loop {
+
+// Types values have inside a kernel. Storage dtypes map onto them (dtype_compute_type): small
+// ints compute as i32, f16/bf16 as f32.
+#define FF_LOOP_SCALAR_TYPES(X) X(Bool, "b") X(I32, "i32") X(I64, "i64") X(F32, "f32") X(F64, "f64")
+enum class ScalarType : uint8_t {
+#define FF_LOOP_ST_ENUM(e, s) e,
+  FF_LOOP_SCALAR_TYPES(FF_LOOP_ST_ENUM)
+#undef FF_LOOP_ST_ENUM
+};
+const char* scalar_type_name(ScalarType t);
+ScalarType dtype_compute_type(DType t);
+inline bool is_float(ScalarType t) { return t == ScalarType::F32 || t == ScalarType::F64; }
+
+// Unary math. X(name, printed name, float only)
+#define FF_LOOP_UNARY_OPS(X)                                                                      \
+  X(Neg, "neg", false) X(Abs, "abs", false) X(Not, "not", false) /* Not: bool only */           \
+  X(Exp, "exp", true) X(Log, "log", true) X(Sin, "sin", true) X(Cos, "cos", true)                \
+  X(Tan, "tan", true) X(Tanh, "tanh", true) X(Sqrt, "sqrt", true) X(Rsqrt, "rsqrt", true)        \
+  X(Erf, "erf", true) X(Sigmoid, "sigmoid", true) X(Floor, "floor", true) X(Ceil, "ceil", true)  \
+  X(Reciprocal, "reciprocal", true) X(Log1p, "log1p", true) X(Expm1, "expm1", true)              \
+  X(IsNan, "isnan", true) /* result bool */
+enum class UnaryOp : uint8_t {
+#define FF_LOOP_UN_ENUM(e, s, f) e,
+  FF_LOOP_UNARY_OPS(FF_LOOP_UN_ENUM)
+#undef FF_LOOP_UN_ENUM
+};
+
+// Binary math; both operands have the same type. Comparisons give bool.
+// Max/Min propagate NaN like torch.maximum. Div on ints truncates; FloorDiv/Mod round toward -inf
+// (Python semantics; index expressions only ever divide non-negative values).
+#define FF_LOOP_BINARY_OPS(X)                                                                  \
+  X(Add, "+") X(Sub, "-") X(Mul, "*") X(Div, "/") X(FloorDiv, "//") X(Mod, "%")                 \
+  X(Max, "max") X(Min, "min") X(Pow, "pow")                                                     \
+  X(Eq, "==") X(Ne, "!=") X(Lt, "<") X(Le, "<=") X(Gt, ">") X(Ge, ">=")                         \
+  X(And, "and") X(Or, "or")
+enum class BinaryOp : uint8_t {
+#define FF_LOOP_BIN_ENUM(e, s) e,
+  FF_LOOP_BINARY_OPS(FF_LOOP_BIN_ENUM)
+#undef FF_LOOP_BIN_ENUM
+};
+bool is_comparison(BinaryOp op);
+
+// Reductions an accumulator can perform. Max/Min propagate NaN (torch.amax semantics).
+#define FF_LOOP_REDUCE_OPS(X) X(Sum, "sum") X(Prod, "prod") X(Max, "max") X(Min, "min")
+enum class ReduceOp : uint8_t {
+#define FF_LOOP_RED_ENUM(e, s) e,
+  FF_LOOP_REDUCE_OPS(FF_LOOP_RED_ENUM)
+#undef FF_LOOP_RED_ENUM
+};
+
+// ---- expressions ---------------------------------------------------------------------------
+
+// X(kind, semantics)
+#define FF_LOOP_EXPR_KINDS(X)                                                                   \
+  X(Const, "a literal of `type`: `f` for floats, `i` for ints and bools")                       \
+  X(Var, "loop variable `id` (i64)")                                                            \
+  X(Local, "the current value of kernel local `id` (set by Let / Reduce)")                      \
+  X(Load, "element args[0] (i64 index) of buffer `id`, converted to `type`")                    \
+  X(Unary, "op(args[0]); `op` is a UnaryOp")                                                    \
+  X(Binary, "op(args[0], args[1]); `op` is a BinaryOp")                                          \
+  X(Select, "args[0] ? args[1] : args[2] (both branches are evaluated: no side effects)")       \
+  X(Cast, "args[0] converted to `type` (float->int truncates; ->bool is != 0)")
+enum class ExprKind : uint8_t {
+#define FF_LOOP_EXPR_ENUM(e, doc) e,
+  FF_LOOP_EXPR_KINDS(FF_LOOP_EXPR_ENUM)
+#undef FF_LOOP_EXPR_ENUM
+};
+
+struct ExprNode;
+using Expr = std::shared_ptr<const ExprNode>;
+
+struct ExprNode {
+  ExprKind kind = ExprKind::Const;
+  ScalarType type = ScalarType::F32;
+  uint8_t op = 0;  // UnaryOp / BinaryOp
+  int64_t i = 0;
+  double f = 0.0;
+  int id = -1;  // Var / Local / Load (buffer id)
+  std::vector<Expr> args;
+};
+
+// Checked factories (throw InternalError on type errors). Index helpers fold constants.
+Expr const_int(int64_t v, ScalarType t = ScalarType::I64);
+Expr const_float(double v, ScalarType t);
+Expr const_of(double v, ScalarType t);  // a literal of any type
+Expr var(int id);
+Expr local(int id, ScalarType t);
+Expr load(int buffer, Expr index, ScalarType t);
+Expr unary(UnaryOp op, Expr a);
+Expr binary(BinaryOp op, Expr a, Expr b);
+Expr select(Expr c, Expr a, Expr b);
+Expr cast(Expr a, ScalarType t);  // identity when already `t`
+Expr index_add(Expr a, Expr b);
+Expr index_mul(Expr a, int64_t c);
+
+bool expr_equal(const Expr& a, const Expr& b);
+std::string expr_str(const Expr& e);
+
+// Affine view of an index expression: sum(coef[v] * var v) + offset. False if not affine.
+struct Affine {
+  std::vector<std::pair<int, int64_t>> terms;  // (var, coefficient), sorted by var, no zeros
+  int64_t offset = 0;
+};
+bool as_affine(const Expr& e, Affine* out);
+
+// ---- statements and kernels ----------------------------------------------------------------
+
+// X(kind, semantics)
+#define FF_LOOP_STMT_KINDS(X)                                                                    \
+  X(Loop, "for var `var` in [0, extent): body. The kernel root is the one `parallel` loop")      \
+  X(Store, "buffer `buf`[index] = value, converted to the buffer's dtype")                       \
+  X(Let, "local `local` = value (declares or overwrites it)")                                   \
+  X(Init, "local `local` = the identity of reduction `rop` for its type")                       \
+  X(Reduce, "local `local` = rop(local, value)")
+enum class StmtKind : uint8_t {
+#define FF_LOOP_STMT_ENUM(e, doc) e,
+  FF_LOOP_STMT_KINDS(FF_LOOP_STMT_ENUM)
+#undef FF_LOOP_STMT_ENUM
+};
+
+struct Stmt {
+  StmtKind kind = StmtKind::Loop;
+  int var = -1;
+  int64_t extent = 0;
+  bool parallel = false;
+  std::vector<Stmt> body;
+  int buf = -1;
+  Expr index;
+  Expr value;
+  int local = -1;
+  ReduceOp rop = ReduceOp::Sum;
+};
+
+Stmt loop_stmt(int var, int64_t extent, std::vector<Stmt> body, bool parallel = false);
+Stmt store_stmt(int buf, Expr index, Expr value);
+Stmt let_stmt(int local, Expr value);
+Stmt init_stmt(int local, ReduceOp rop);
+Stmt reduce_stmt(int local, ReduceOp rop, Expr value);
+
+// Where a buffer's memory comes from at run time.
+#define FF_LOOP_BUFFER_ROLES(X)                                                    \
+  X(Input, "a graph input (placeholder `input`)")                                   \
+  X(Intermediate, "allocated for one run, dead after its last use")                 \
+  X(Output, "allocated for one run and returned (part of the graph output)")         \
+  X(ExternResult, "the tensor an extern call returned (node `node`)")
+enum class BufferRole : uint8_t {
+#define FF_LOOP_ROLE_ENUM(e, doc) e,
+  FF_LOOP_BUFFER_ROLES(FF_LOOP_ROLE_ENUM)
+#undef FF_LOOP_ROLE_ENUM
+};
+
+struct Buffer {
+  std::string name;
+  DType dtype = DType::Float32;
+  std::vector<int64_t> sizes, strides;  // the layout kernels assume (elements)
+  BufferRole role = BufferRole::Intermediate;
+  int input = -1;     // Input: placeholder position
+  NodeId node = -1;   // the graph node it holds (when one does)
+};
+
+struct Kernel {
+  std::string name;
+  Stmt root;                       // a parallel Loop
+  int num_vars = 0;
+  std::vector<ScalarType> locals;  // local id -> type
+  std::vector<int> buffers() const;  // buffer ids referenced, ascending (the kernel ABI order)
+  std::vector<int> stored_buffers() const;
+  std::vector<int> loaded_buffers() const;
+  double work() const;             // element operations, to decide whether threading pays
+};
+
+// A view of a buffer (for passing to extern calls and returning outputs).
+struct TensorRef {
+  int buf = -1;
+  std::vector<int64_t> sizes, strides;
+  int64_t offset = 0;
+};
+
+// An extern call: graph node `node` (a Call or GetItem) is executed eagerly by torch, as op `op`
+// with `args` (usually the node's own; a decomposition may call a simpler op, e.g. linear without bias). Its tensor
+// operands are the views in `operands` (node id -> view); its result, when a tensor, lands in
+// buffer `result` (-1: the result is kept as a Python object for later GetItem / output).
+struct ExternCall {
+  NodeId node = -1;
+  OpId op = kNoOp;          // the op to call (kNoOp: `node` is a GetItem)
+  std::vector<Value> args;  // bound to op's schema; Node values name graph nodes
+  std::vector<std::pair<NodeId, TensorRef>> operands;
+  int result = -1;
+  std::string reason;  // why it is extern
+};
+
+struct Step {
+  enum class Kind : uint8_t { Kernel, Extern } kind = Kind::Kernel;
+  int index = 0;
+};
+
+struct Program {
+  std::vector<Buffer> buffers;
+  std::vector<Kernel> kernels;
+  std::vector<ExternCall> externs;
+  std::vector<Step> steps;
+  // Graph output: node id -> where its tensor lives. Non-tensor nodes come from extern results.
+  std::vector<std::pair<NodeId, TensorRef>> outputs;
+  // Memory plan (schedule.h plan_memory): buffers with slot >= 0 share storage slot `slot`
+  // (slot_bytes bytes) with others whose lifetimes do not overlap; -1: allocated on their own.
+  std::vector<int> slot;
+  std::vector<int64_t> slot_bytes;
+};
+
+// Bytes a buffer's layout spans (0 when empty).
+int64_t buffer_bytes(const Buffer& b);
+
+std::string stmt_str(const Stmt& s, int indent = 0);
+std::string kernel_str(const Kernel& k, const Program& p);
+std::string program_str(const Program& p);
+
+// The verifier: named invariants; returns the first violation ("" when valid).
+std::string verify_kernel(const Kernel& k, const Program& p);
+std::string verify_program(const Program& p);
+
+}  // namespace ff::loop

@@ -1,0 +1,539 @@
+// The lowering driver and the tensor algebra the op rules (lower_ops.cpp) are written in.
+#include "inductor/lower.h"
+
+#include <algorithm>
+#include <numeric>
+
+#include "graph/meta_rules.h"
+#include "inductor/lower_internal.h"
+#include "src/errors.h"
+
+namespace ff::inductor {
+
+using loop::BufferRole;
+using loop::ScalarType;
+using loop::Stmt;
+
+namespace {
+
+// NB: a value with several users is recomputed in each of them while it is cheap; past this
+// cost it is stored once. Bounds the expression blow-up of diamond-shaped graphs.
+constexpr int kInlineCostLimit = 40;
+
+bool supported_dtype(DType dt) {
+  return dt == DType::Bool || dt == DType::UInt8 || dt == DType::Int8 || dt == DType::Int16 || dt == DType::Int32 ||
+         dt == DType::Int64 || dt == DType::Float16 || dt == DType::BFloat16 || dt == DType::Float32 ||
+         dt == DType::Float64;
+}
+
+std::string node_desc(const Graph& g, NodeId id) {
+  const Node& n = g.node(id);
+  if (n.kind == NodeKind::Call) return n.name + " (" + op_def(n.op).target + ")";
+  return n.name;
+}
+
+}  // namespace
+
+int64_t LT::numel() const {
+  int64_t n = 1;
+  for (int64_t s : sizes) n *= s;
+  return n;
+}
+
+DType float_compute_dtype(DType dt) {
+  return (dt == DType::Float16 || dt == DType::BFloat16) ? DType::Float32 : dt;
+}
+
+// ---- operands ---------------------------------------------------------------------------------
+
+const Value& Lowerer::arg(const Node& n, const char* name) const {
+  int i = op_def(n.op).schema.index_of(name);
+  if (i < 0) throw NoLowering(std::string("op ") + op_def(n.op).name + " has no parameter " + name);
+  return n.args[static_cast<size_t>(i)];
+}
+bool Lowerer::has_arg(const Node& n, const char* name) const { return op_def(n.op).schema.index_of(name) >= 0; }
+
+const TensorMeta& Lowerer::out_meta(const Node& n) const {
+  if (!n.meta.is_tensor()) throw NoLowering("the result is not a tensor");
+  return n.meta.tensor;
+}
+
+LT Lowerer::tensor(const Value& v) {
+  switch (v.kind) {
+    case Value::Kind::Node: {
+      const auto& lt = values_.at(static_cast<size_t>(v.node));
+      if (!lt) throw NoLowering("operand " + g_.node(v.node).name + " is not a tensor the code generator holds");
+      return *lt;
+    }
+    case Value::Kind::Bool: return scalar(v.b ? 1.0 : 0.0, DType::Bool);
+    case Value::Kind::Int: return scalar(static_cast<double>(v.i), DType::Int64);
+    case Value::Kind::Float: return scalar(v.f, DType::Float64);
+    default: throw NoLowering("unsupported operand kind");
+  }
+}
+
+// ---- the algebra ------------------------------------------------------------------------------
+
+LT Lowerer::scalar(double v, DType dt) {
+  LT r;
+  r.dtype = dt;
+  ScalarType t = loop::dtype_compute_type(dt);
+  Expr c = loop::const_of(v, t);
+  r.at = [c](const Idx&) { return c; };
+  return r;
+}
+
+LT Lowerer::from_ref(const loop::TensorRef& ref, DType dt) const {
+  LT r;
+  r.sizes = ref.sizes;
+  r.dtype = dt;
+  r.ref = ref;
+  r.cost = 1;
+  r.at = [ref, dt](const Idx& idx) {
+    if (!supported_dtype(dt)) throw NoLowering("dtype " + std::string(dtype_name(dt)) + " is not supported in kernels");
+    Expr index = loop::const_int(ref.offset);
+    for (size_t d = 0; d < idx.size(); ++d) index = loop::index_add(index, loop::index_mul(idx[d], ref.strides[d]));
+    return loop::load(ref.buf, index, loop::dtype_compute_type(dt));
+  };
+  return r;
+}
+
+LT Lowerer::cast(const LT& x, DType dt) {
+  if (x.dtype == dt) return x;
+  if (!supported_dtype(dt)) throw NoLowering("dtype " + std::string(dtype_name(dt)) + " is not supported in kernels");
+  LT r = x;
+  r.dtype = dt;
+  r.ref.reset();
+  ScalarType t = loop::dtype_compute_type(dt);
+  auto inner = x.at;
+  // NB: a cast to a narrower integer type wraps like torch: compute in i32/i64, the store truncates.
+  r.at = [inner, t](const Idx& idx) { return loop::cast(inner(idx), t); };
+  r.cost = x.cost + 1;
+  return r;
+}
+
+LT Lowerer::broadcast(const LT& x, const std::vector<int64_t>& sizes) {
+  if (x.sizes == sizes) return x;
+  FF_CHECK(x.sizes.size() <= sizes.size(), "broadcast to fewer dims");
+  size_t lead = sizes.size() - x.sizes.size();
+  LT r = x;
+  r.sizes = sizes;
+  if (x.ref) {
+    loop::TensorRef ref = *x.ref;
+    ref.sizes = sizes;
+    ref.strides.assign(lead, 0);
+    for (size_t d = 0; d < x.sizes.size(); ++d)
+      ref.strides.push_back(x.sizes[d] == 1 && sizes[lead + d] != 1 ? 0 : x.ref->strides[d]);
+    r.ref = ref;
+  }
+  auto inner = x.at;
+  std::vector<int64_t> xs = x.sizes;
+  r.at = [inner, xs, lead](const Idx& idx) {
+    Idx sub(xs.size());
+    for (size_t d = 0; d < xs.size(); ++d) sub[d] = xs[d] == 1 ? loop::const_int(0) : idx[lead + d];
+    return inner(sub);
+  };
+  return r;
+}
+
+LT Lowerer::map(const std::vector<LT>& xs, DType compute, DType out, const std::function<Expr(const std::vector<Expr>&)>& fn) {
+  std::vector<int64_t> sizes;
+  for (const LT& x : xs) sizes = broadcast_shapes(sizes, x.sizes);
+  std::vector<LT> bs;
+  int cost = 1;
+  for (const LT& x : xs) {
+    bs.push_back(broadcast(x, sizes));
+    cost += x.cost;
+  }
+  if (!supported_dtype(compute) || !supported_dtype(out)) throw NoLowering("dtype not supported in kernels");
+  ScalarType ct = loop::dtype_compute_type(compute), ot = loop::dtype_compute_type(out);
+  LT r;
+  r.sizes = sizes;
+  r.dtype = out;
+  r.cost = cost;
+  r.at = [bs, ct, ot, fn](const Idx& idx) {
+    std::vector<Expr> vals;
+    vals.reserve(bs.size());
+    for (const LT& b : bs) vals.push_back(loop::cast(b.at(idx), ct));
+    return loop::cast(fn(vals), ot);
+  };
+  return r;
+}
+
+LT Lowerer::unary(loop::UnaryOp op, const LT& x, DType dt) {
+  return map({x}, dt, dt, [op](const std::vector<Expr>& v) { return loop::unary(op, v[0]); });
+}
+
+LT Lowerer::binary(loop::BinaryOp op, const LT& a, const LT& b, DType dt) {
+  DType out = loop::is_comparison(op) ? DType::Bool : dt;
+  return map({a, b}, dt, out, [op](const std::vector<Expr>& v) { return loop::binary(op, v[0], v[1]); });
+}
+
+LT Lowerer::permute(const LT& x, const std::vector<int64_t>& perm) {
+  LT r = x;
+  r.sizes.clear();
+  for (int64_t p : perm) r.sizes.push_back(x.sizes[static_cast<size_t>(p)]);
+  if (x.ref) {
+    loop::TensorRef ref = *x.ref;
+    ref.sizes = r.sizes;
+    ref.strides.clear();
+    for (int64_t p : perm) ref.strides.push_back(x.ref->strides[static_cast<size_t>(p)]);
+    r.ref = ref;
+  }
+  auto inner = x.at;
+  r.at = [inner, perm](const Idx& idx) {
+    Idx sub(perm.size());
+    for (size_t d = 0; d < perm.size(); ++d) sub[static_cast<size_t>(perm[d])] = idx[d];
+    return inner(sub);
+  };
+  return r;
+}
+
+namespace {
+
+// torch's stride computation for a view of (sizes, strides) as `shape`; nullopt when a copy is needed.
+std::optional<std::vector<int64_t>> view_strides(const std::vector<int64_t>& oldshape, const std::vector<int64_t>& oldstride,
+                                                 const std::vector<int64_t>& shape) {
+  int64_t numel = 1;
+  for (int64_t s : oldshape) numel *= s;
+  if (numel == 0) return std::nullopt;
+  std::vector<int64_t> newstride(shape.size());
+  int64_t view_d = static_cast<int64_t>(shape.size()) - 1;
+  int64_t chunk_base_stride = oldstride.empty() ? 1 : oldstride.back();
+  int64_t tensor_numel = 1, view_numel = 1;
+  for (int64_t td = static_cast<int64_t>(oldshape.size()) - 1; td >= 0; td--) {
+    tensor_numel *= oldshape[static_cast<size_t>(td)];
+    if (td == 0 || (oldshape[static_cast<size_t>(td - 1)] != 1 &&
+                    oldstride[static_cast<size_t>(td - 1)] != tensor_numel * chunk_base_stride)) {
+      while (view_d >= 0 && (view_numel < tensor_numel || shape[static_cast<size_t>(view_d)] == 1)) {
+        newstride[static_cast<size_t>(view_d)] = view_numel * chunk_base_stride;
+        view_numel *= shape[static_cast<size_t>(view_d)];
+        view_d--;
+      }
+      if (view_numel != tensor_numel) return std::nullopt;
+      if (td > 0) {
+        chunk_base_stride = oldstride[static_cast<size_t>(td - 1)];
+        tensor_numel = 1;
+        view_numel = 1;
+      }
+    }
+  }
+  if (view_d != -1) return std::nullopt;
+  return newstride;
+}
+
+}  // namespace
+
+LT Lowerer::reshape(const LT& x, const std::vector<int64_t>& sizes) {
+  if (x.sizes == sizes) return x;
+  if (x.ref) {
+    if (auto st = view_strides(x.ref->sizes, x.ref->strides, sizes)) {
+      loop::TensorRef ref = *x.ref;
+      ref.sizes = sizes;
+      ref.strides = *st;
+      return from_ref(ref, x.dtype);
+    }
+  }
+  // General case: match groups of dims with equal products; within a group the output index is
+  // linearized and split into the input dims (a division only where a group merges dims).
+  std::vector<int> in_dims, out_dims;  // dims of size != 1
+  for (size_t d = 0; d < x.sizes.size(); ++d)
+    if (x.sizes[d] != 1) in_dims.push_back(static_cast<int>(d));
+  for (size_t d = 0; d < sizes.size(); ++d)
+    if (sizes[d] != 1) out_dims.push_back(static_cast<int>(d));
+  for (int d : in_dims)
+    if (x.sizes[static_cast<size_t>(d)] == 0) throw NoLowering("reshape of an empty tensor");
+  struct Group { std::vector<int> in, out; };
+  std::vector<Group> groups;
+  size_t i = 0, j = 0;
+  while (i < in_dims.size()) {
+    FF_CHECK(j < out_dims.size(), "reshape sizes do not match");
+    Group gr;
+    int64_t pi = x.sizes[static_cast<size_t>(in_dims[i])], pj = sizes[static_cast<size_t>(out_dims[j])];
+    gr.in.push_back(in_dims[i++]);
+    gr.out.push_back(out_dims[j++]);
+    while (pi != pj) {
+      if (pi < pj) { FF_CHECK(i < in_dims.size(), "reshape"); pi *= x.sizes[static_cast<size_t>(in_dims[i])]; gr.in.push_back(in_dims[i++]); }
+      else { FF_CHECK(j < out_dims.size(), "reshape"); pj *= sizes[static_cast<size_t>(out_dims[j])]; gr.out.push_back(out_dims[j++]); }
+    }
+    groups.push_back(gr);
+  }
+  std::vector<int64_t> xs = x.sizes, os = sizes;
+  auto inner = x.at;
+  LT r;
+  r.sizes = sizes;
+  r.dtype = x.dtype;
+  r.cost = x.cost + 2;
+  r.at = [inner, xs, os, groups](const Idx& idx) {
+    Idx sub(xs.size(), loop::const_int(0));
+    for (const Group& gr : groups) {
+      Expr lin = loop::const_int(0);
+      int64_t st = 1;
+      for (auto it = gr.out.rbegin(); it != gr.out.rend(); ++it) {
+        lin = loop::index_add(lin, loop::index_mul(idx[static_cast<size_t>(*it)], st));
+        st *= os[static_cast<size_t>(*it)];
+      }
+      if (gr.in.size() == 1) {
+        sub[static_cast<size_t>(gr.in[0])] = lin;
+        continue;
+      }
+      int64_t cs = 1;
+      for (size_t k = gr.in.size(); k-- > 0;) {
+        int d = gr.in[k];
+        Expr e = cs == 1 ? lin : loop::binary(loop::BinaryOp::FloorDiv, lin, loop::const_int(cs));
+        if (k != 0) e = loop::binary(loop::BinaryOp::Mod, e, loop::const_int(xs[static_cast<size_t>(d)]));
+        sub[static_cast<size_t>(d)] = e;
+        cs *= xs[static_cast<size_t>(d)];
+      }
+    }
+    return inner(sub);
+  };
+  return r;
+}
+
+int Lowerer::new_buffer(DType dt, std::vector<int64_t> sizes, std::vector<int64_t> strides, BufferRole role, NodeId node) {
+  loop::Buffer b;
+  b.dtype = dt;
+  b.sizes = std::move(sizes);
+  b.strides = std::move(strides);
+  b.role = role;
+  b.node = node;
+  if (node >= 0) b.name = g_.node(node).name;
+  prog_.buffers.push_back(std::move(b));
+  return static_cast<int>(prog_.buffers.size()) - 1;
+}
+
+namespace {
+
+void add_kernel(loop::Program& p, loop::Kernel k) {
+  k.name = "k" + std::to_string(p.kernels.size());
+  p.kernels.push_back(std::move(k));
+  p.steps.push_back({loop::Step::Kind::Kernel, static_cast<int>(p.kernels.size()) - 1});
+}
+
+}  // namespace
+
+LT Lowerer::realize(const LT& x, const std::vector<int64_t>& strides, BufferRole role, NodeId node, const std::string& why) {
+  if (!supported_dtype(x.dtype)) throw NoLowering("dtype not supported in kernels");
+  int b = new_buffer(x.dtype, x.sizes, strides, role, node);
+  note("realize buf" + std::to_string(b) + (node >= 0 ? " (" + g_.node(node).name + ")" : "") + ": " + why);
+  loop::TensorRef ref{b, x.sizes, strides, 0};
+  if (x.numel() == 0) return from_ref(ref, x.dtype);
+  std::vector<int> order;
+  for (size_t d = 0; d < x.sizes.size(); ++d)
+    if (x.sizes[d] != 1) order.push_back(static_cast<int>(d));
+  std::stable_sort(order.begin(), order.end(), [&](int a, int c) { return strides[static_cast<size_t>(a)] > strides[static_cast<size_t>(c)]; });
+  Idx idx(x.sizes.size(), loop::const_int(0));
+  for (size_t k = 0; k < order.size(); ++k) idx[static_cast<size_t>(order[k])] = loop::var(static_cast<int>(k));
+  Expr index = loop::const_int(0);
+  for (size_t d = 0; d < idx.size(); ++d) index = loop::index_add(index, loop::index_mul(idx[d], strides[d]));
+  Stmt body = loop::store_stmt(b, index, x.at(idx));
+  loop::Kernel k;
+  if (order.empty()) {
+    k.root = loop::loop_stmt(0, 1, {body}, true);
+    k.num_vars = 1;
+  } else {
+    for (size_t kk = order.size(); kk-- > 0;)
+      body = loop::loop_stmt(static_cast<int>(kk), x.sizes[static_cast<size_t>(order[kk])], {body}, kk == 0);
+    k.root = body;
+    k.num_vars = static_cast<int>(order.size());
+  }
+  add_kernel(prog_, std::move(k));
+  return from_ref(ref, x.dtype);
+}
+
+LT Lowerer::realize_contiguous(const LT& x, const std::string& why) {
+  return realize(x, TensorMeta::contiguous_strides(x.sizes), BufferRole::Intermediate, -1, why);
+}
+
+LT Lowerer::reduce(const LT& x, std::vector<int64_t> dims, bool keepdim, loop::ReduceOp op, DType acc) {
+  if (!supported_dtype(acc)) throw NoLowering("dtype not supported in kernels");
+  int64_t nd = x.dim();
+  for (auto& d : dims) d = wrap_dim(d, std::max<int64_t>(nd, 1));
+  if (dims.empty()) {
+    dims.resize(static_cast<size_t>(nd));
+    std::iota(dims.begin(), dims.end(), 0);
+  }
+  auto reduced = [&](int64_t d) { return std::find(dims.begin(), dims.end(), d) != dims.end(); };
+  std::vector<int64_t> out_sizes;
+  for (int64_t d = 0; d < nd; ++d) {
+    if (!reduced(d)) out_sizes.push_back(x.sizes[static_cast<size_t>(d)]);
+    else if (keepdim) out_sizes.push_back(1);
+  }
+  auto out_strides = TensorMeta::contiguous_strides(out_sizes);
+  int b = new_buffer(acc, out_sizes, out_strides, BufferRole::Intermediate, -1);
+  loop::TensorRef ref{b, out_sizes, out_strides, 0};
+  int64_t out_numel = 1;
+  for (int64_t s : out_sizes) out_numel *= s;
+  if (out_numel == 0) return from_ref(ref, acc);
+
+  std::vector<int> outer, red;
+  for (int64_t d = 0; d < nd; ++d) {
+    if (x.sizes[static_cast<size_t>(d)] == 1) continue;
+    (reduced(d) ? red : outer).push_back(static_cast<int>(d));
+  }
+  Idx idx(static_cast<size_t>(nd), loop::const_int(0));
+  int v = 0;
+  for (int d : outer) idx[static_cast<size_t>(d)] = loop::var(v++);
+  for (int d : red) idx[static_cast<size_t>(d)] = loop::var(v++);
+  Expr out_index = loop::const_int(0);
+  size_t od = 0;
+  for (int64_t d = 0; d < nd; ++d) {
+    if (!reduced(d)) out_index = loop::index_add(out_index, loop::index_mul(idx[static_cast<size_t>(d)], out_strides[od++]));
+    else if (keepdim) od++;
+  }
+  ScalarType at = loop::dtype_compute_type(acc);
+  Stmt red_body = loop::reduce_stmt(0, op, loop::cast(x.at(idx), at));
+  for (size_t k = red.size(); k-- > 0;)
+    red_body = loop::loop_stmt(static_cast<int>(outer.size() + k), x.sizes[static_cast<size_t>(red[k])], {red_body});
+  std::vector<Stmt> inner{loop::init_stmt(0, op), red_body, loop::store_stmt(b, out_index, loop::local(0, at))};
+  loop::Kernel k;
+  k.locals = {at};
+  k.num_vars = v;
+  if (outer.empty()) {
+    k.root = loop::loop_stmt(v, 1, inner, true);
+    k.num_vars = v + 1;
+  } else {
+    Stmt body = loop::loop_stmt(static_cast<int>(outer.size() - 1), x.sizes[static_cast<size_t>(outer.back())], inner);
+    for (size_t kk = outer.size() - 1; kk-- > 0;)
+      body = loop::loop_stmt(static_cast<int>(kk), x.sizes[static_cast<size_t>(outer[kk])], {body});
+    body.parallel = true;
+    k.root = body;
+  }
+  add_kernel(prog_, std::move(k));
+  return from_ref(ref, acc);
+}
+
+loop::TensorRef Lowerer::ensure_ref(NodeId id, const std::string& why) {
+  auto& lt = values_.at(static_cast<size_t>(id));
+  FF_CHECK(lt.has_value(), "no lowered value for node " + g_.node(id).name);
+  if (lt->ref) return *lt->ref;
+  const TensorMeta& m = g_.node(id).meta.tensor;
+  LT r = realize(*lt, m.strides, BufferRole::Intermediate, id, why);
+  lt = r;
+  return *r.ref;
+}
+
+LT Lowerer::extern_call(const Node& n, NodeId id, OpId op, std::vector<Value> args, const std::string& reason) {
+  loop::ExternCall e;
+  e.node = id;
+  e.reason = reason;
+  e.op = op;
+  e.args = std::move(args);
+  std::vector<NodeId> operands;
+  for (const Value& v : e.args) v.for_each_node([&](NodeId o) { operands.push_back(o); });
+  if (n.kind == NodeKind::GetItem) operands = {n.args[0].node};
+  for (NodeId o : operands) {
+    if (!values_.at(static_cast<size_t>(o))) continue;  // a Python object at run time
+    bool seen = false;
+    for (auto& [nn, r] : e.operands) seen |= nn == o;
+    if (!seen) e.operands.push_back({o, ensure_ref(o, "operand of extern " + node_desc(g_, id))});
+  }
+  LT result;
+  if (n.meta.is_tensor()) {
+    const TensorMeta& m = n.meta.tensor;
+    e.result = new_buffer(m.dtype, m.sizes, m.strides, BufferRole::ExternResult, id);
+    result = from_ref(loop::TensorRef{e.result, m.sizes, m.strides, 0}, m.dtype);
+  }
+  note("extern " + node_desc(g_, id) + ": " + reason);
+  prog_.externs.push_back(std::move(e));
+  prog_.steps.push_back({loop::Step::Kind::Extern, static_cast<int>(prog_.externs.size()) - 1});
+  return result;
+}
+
+std::optional<LT> Lowerer::lower_node(NodeId id) {
+  const Node& n = g_.node(id);
+  current_ = id;
+  if (n.kind == NodeKind::Placeholder) {
+    if (!n.meta.is_tensor()) return std::nullopt;
+    const TensorMeta& m = n.meta.tensor;
+    int b = new_buffer(m.dtype, m.sizes, m.strides, BufferRole::Input, id);
+    int pos = 0;
+    for (NodeId p : g_.placeholders()) {
+      if (p == id) break;
+      ++pos;
+    }
+    prog_.buffers[static_cast<size_t>(b)].input = pos;
+    return from_ref(loop::TensorRef{b, m.sizes, m.strides, 0}, m.dtype);
+  }
+  if (n.kind == NodeKind::GetItem) {
+    LT r = extern_call(n, id, kNoOp, {}, "element of a tuple result");
+    if (!n.meta.is_tensor()) return std::nullopt;
+    return r;
+  }
+  FF_CHECK(n.kind == NodeKind::Call, "unexpected node kind");
+  const OpDef& op = op_def(n.op);
+  if (op.has(kInplace)) throw Unsupported("in-place op " + op.target + " (" + n.name + ") is not compiled by inductor");
+  std::string reason;
+  if (!n.meta.is_tensor()) {
+    reason = "its result is not a tensor";
+  } else if (!supported_dtype(n.meta.tensor.dtype)) {
+    reason = "dtype " + std::string(dtype_name(n.meta.tensor.dtype)) + " is not supported in kernels";
+  } else {
+    auto it = op_lowerings().find(op.name);
+    if (it == op_lowerings().end()) {
+      reason = op.has(kExtern) ? "matrix products and convolutions run in torch" : "no lowering for " + op.name;
+    } else {
+      try {
+        LT r = it->second(*this, n);
+        const TensorMeta& m = n.meta.tensor;
+        FF_CHECK(r.sizes == m.sizes, "lowering of " + op.name + " produced the wrong shape");
+        if (r.dtype != m.dtype) r = cast(r, m.dtype);
+        if (!r.ref && users_[static_cast<size_t>(id)] > 1 && r.cost > kInlineCostLimit)
+          r = realize(r, m.strides, BufferRole::Intermediate, id, "expensive value with several users");
+        return r;
+      } catch (const NoLowering& e) {
+        reason = e.what();
+      }
+    }
+  }
+  LT r = extern_call(n, id, n.op, n.args, reason);
+  if (!n.meta.is_tensor()) return std::nullopt;
+  return r;
+}
+
+loop::Program Lowerer::run() {
+  for (const Node& n : g_.nodes()) {
+    if (n.kind == NodeKind::Output) continue;
+    if (n.meta.is_tensor() && n.meta.tensor.device.type != Device::Type::CPU)
+      throw Unsupported("tensor " + n.name + " is on " + n.meta.tensor.device.str() + ": the CPU code generator only handles CPU tensors");
+  }
+  users_.assign(g_.size(), 0);
+  for (const Node& n : g_.nodes())
+    for (const Value& v : n.args) v.for_each_node([&](NodeId o) { users_[static_cast<size_t>(o)]++; });
+  values_.assign(g_.size(), std::nullopt);
+  for (NodeId id = 0; id < static_cast<NodeId>(g_.size()); ++id) {
+    if (g_.node(id).kind == NodeKind::Output) continue;
+    values_[static_cast<size_t>(id)] = lower_node(id);
+  }
+  if (auto out = g_.output()) {
+    std::vector<NodeId> outs;
+    g_.output_value().for_each_node([&](NodeId o) { outs.push_back(o); });
+    for (NodeId o : outs) {
+      if (!values_[static_cast<size_t>(o)]) continue;  // a Python object
+      bool seen = false;
+      for (auto& [nn, r] : prog_.outputs) seen |= nn == o;
+      if (seen) continue;
+      loop::TensorRef ref = ensure_ref(o, "graph output");
+      // Strides of size-1 dims do not address memory; report them as eager does.
+      const TensorMeta& m = g_.node(o).meta.tensor;
+      if (ref.sizes == m.sizes)
+        for (size_t d = 0; d < ref.sizes.size(); ++d)
+          if (ref.sizes[d] == 1) ref.strides[d] = m.strides[d];
+      auto& buf = prog_.buffers[static_cast<size_t>(ref.buf)];
+      if (buf.role == BufferRole::Intermediate) buf.role = BufferRole::Output;
+      prog_.outputs.push_back({o, ref});
+    }
+  }
+  return std::move(prog_);
+}
+
+loop::Program lower_graph(const Graph& g, std::vector<std::string>* notes) {
+  Lowerer L(g, notes);
+  loop::Program p = L.run();
+  std::string err = loop::verify_program(p);
+  FF_CHECK(err.empty(), "lowering produced an invalid program: " + err + "\n" + loop::program_str(p));
+  return p;
+}
+
+}  // namespace ff::inductor

@@ -1,0 +1,99 @@
+// Internals shared by lower.cpp (the lowering driver and the tensor algebra) and lower_ops.cpp
+// (the per-op rule table). Not a public interface.
+#pragma once
+
+#include <functional>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "graph/op_registry.h"
+#include "inductor/loop_ir.h"
+
+namespace ff::inductor {
+
+using loop::Expr;
+using Idx = std::vector<Expr>;
+
+// A lowered tensor: its value at any index as a loop IR expression (in the compute type of
+// `dtype`), and, when it lives in memory, the view of the buffer that holds it.
+struct LT {
+  std::vector<int64_t> sizes;
+  DType dtype = DType::Float32;
+  std::function<Expr(const Idx&)> at;
+  std::optional<loop::TensorRef> ref;
+  int cost = 0;  // loop IR nodes per element when inlined
+  int64_t dim() const { return static_cast<int64_t>(sizes.size()); }
+  int64_t numel() const;
+};
+
+// Thrown by an op lowering that cannot handle its operands: the node becomes an extern call.
+struct NoLowering : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+class Lowerer;
+using OpLowering = LT (*)(Lowerer& L, const Node& n);
+// name -> lowering (lower_ops.cpp, lower_ops_extra.cpp).
+using OpRules = std::unordered_map<std::string, OpLowering>;
+const OpRules& op_lowerings();
+void add_extra_rules(OpRules& rules);  // lower_ops_extra.cpp
+
+class Lowerer {
+ public:
+  explicit Lowerer(const Graph& g, std::vector<std::string>* notes) : g_(g), notes_(notes) {}
+  loop::Program run();
+
+  // ---- operands of the node being lowered ----
+  const Value& arg(const Node& n, const char* name) const;
+  bool has_arg(const Node& n, const char* name) const;
+  LT tensor(const Value& v);          // a node's LT or a Python scalar as a 0-d LT; NoLowering else
+  LT tensor_arg(const Node& n, const char* name) { return tensor(arg(n, name)); }
+  const TensorMeta& out_meta(const Node& n) const;
+
+  // ---- the algebra ----
+  static LT scalar(double v, DType dt);
+  static LT cast(const LT& x, DType dt);
+  static LT broadcast(const LT& x, const std::vector<int64_t>& sizes);
+  // Elementwise over broadcast operands, computed in `compute` (each operand cast to it); the
+  // result has dtype `out`. fn receives one expression per operand.
+  static LT map(const std::vector<LT>& xs, DType compute, DType out,
+                const std::function<Expr(const std::vector<Expr>&)>& fn);
+  static LT unary(loop::UnaryOp op, const LT& x, DType dt);
+  static LT binary(loop::BinaryOp op, const LT& a, const LT& b, DType dt);
+  static LT permute(const LT& x, const std::vector<int64_t>& perm);
+  LT reshape(const LT& x, const std::vector<int64_t>& sizes);
+  // Reduces `dims` of x (empty: all) with `op`, accumulating in `acc` (realizes a kernel).
+  LT reduce(const LT& x, std::vector<int64_t> dims, bool keepdim, loop::ReduceOp op, DType acc);
+  // Stores x into a new buffer with `strides` (a kernel), returns its view.
+  LT realize(const LT& x, const std::vector<int64_t>& strides, loop::BufferRole role, NodeId node,
+             const std::string& why);
+  LT realize_contiguous(const LT& x, const std::string& why);
+  // Runs node n (or `op` with `args`) through torch; tensors in args are realized first.
+  LT extern_call(const Node& n, NodeId id, OpId op, std::vector<Value> args, const std::string& reason);
+
+  NodeId current() const { return current_; }
+  const Graph& graph() const { return g_; }
+  void note(const std::string& s) {
+    if (notes_) notes_->push_back(s);
+  }
+
+ private:
+  std::optional<LT> lower_node(NodeId id);
+  loop::TensorRef ensure_ref(NodeId id, const std::string& why);
+  int new_buffer(DType dt, std::vector<int64_t> sizes, std::vector<int64_t> strides, loop::BufferRole role, NodeId node);
+  LT from_ref(const loop::TensorRef& r, DType dt) const;
+
+  const Graph& g_;
+  std::vector<std::string>* notes_;
+  loop::Program prog_;
+  std::vector<std::optional<LT>> values_;
+  std::vector<int> users_;
+  NodeId current_ = -1;
+};
+
+DType float_compute_dtype(DType dt);  // f16/bf16 -> f32; others unchanged
+
+}  // namespace ff::inductor

@@ -1,0 +1,468 @@
+// The rule table: one lowering per torch-level op name, written in the tensor algebra of
+// lower_internal.h. A rule throws NoLowering for operands it does not handle; the node then runs
+// in torch as an extern call.
+#include <cmath>
+
+#include "graph/meta_rules.h"
+#include "inductor/lower_internal.h"
+
+namespace ff::inductor {
+
+using loop::BinaryOp;
+using loop::ReduceOp;
+using loop::UnaryOp;
+using V = std::vector<Expr>;
+
+namespace {
+
+Expr fconst(double v, const Expr& like) { return loop::const_of(v, like->type); }
+
+DType common_dtype(Lowerer& L, const std::vector<Value>& operands) {
+  return result_type(operands, L.graph());
+}
+
+// out = fn(x) computed in the float compute type of the result dtype.
+LT unary_float(Lowerer& L, const Node& n, const std::function<Expr(const Expr&)>& fn) {
+  DType out = L.out_meta(n).dtype;
+  LT x = L.tensor(n.args[0]);
+  DType ct = float_compute_dtype(out);
+  if (!is_floating(ct)) throw NoLowering("integer input");
+  return Lowerer::map({x}, ct, out, [fn](const V& v) { return fn(v[0]); });
+}
+
+LT unary_op(Lowerer& L, const Node& n, UnaryOp op) {
+  return unary_float(L, n, [op](const Expr& x) { return loop::unary(op, x); });
+}
+
+Expr sigmoid(const Expr& x) {
+  return loop::binary(BinaryOp::Div, fconst(1, x), loop::binary(BinaryOp::Add, fconst(1, x), loop::unary(UnaryOp::Exp, loop::unary(UnaryOp::Neg, x))));
+}
+
+// a op b with torch's promotion; `alpha` scales b (add/sub).
+LT arith(Lowerer& L, const Node& n, const Value& a, const Value& b, BinaryOp op, const Value* alpha = nullptr) {
+  DType out = L.out_meta(n).dtype;
+  DType ct = float_compute_dtype(out);
+  LT x = L.tensor(a), y = L.tensor(b);
+  double al = 1.0;
+  if (alpha && !alpha->is_none()) {
+    if (!alpha->is_number()) throw NoLowering("alpha is not a constant");
+    al = alpha->as_double();
+  }
+  if (out == DType::Bool && op != BinaryOp::Mul) {
+    // bool + bool is logical or in torch.
+    if (op != BinaryOp::Add) throw NoLowering("bool arithmetic");
+    return Lowerer::map({x, y}, DType::Bool, DType::Bool, [](const V& v) { return loop::binary(BinaryOp::Or, v[0], v[1]); });
+  }
+  if (out == DType::Bool) return Lowerer::map({x, y}, DType::Bool, DType::Bool, [](const V& v) { return loop::binary(BinaryOp::And, v[0], v[1]); });
+  return Lowerer::map({x, y}, ct, out, [op, al](const V& v) {
+    Expr rhs = al == 1.0 ? v[1] : loop::binary(BinaryOp::Mul, v[1], fconst(al, v[1]));
+    return loop::binary(op, v[0], rhs);
+  });
+}
+
+LT div_rule(Lowerer& L, const Node& n, const Value& a, const Value& b, const Value* mode) {
+  DType out = L.out_meta(n).dtype;
+  if (mode && !mode->is_none()) {
+    if (mode->s != "trunc" || !is_floating(out)) throw NoLowering("rounding_mode " + mode->s);
+    return Lowerer::map({L.tensor(a), L.tensor(b)}, float_compute_dtype(out), out, [](const V& v) {
+      Expr q = loop::binary(BinaryOp::Div, v[0], v[1]);
+      // trunc(q): floor for q >= 0, ceil below.
+      return loop::select(loop::binary(BinaryOp::Lt, q, fconst(0, q)), loop::unary(UnaryOp::Ceil, q), loop::unary(UnaryOp::Floor, q));
+    });
+  }
+  if (!is_floating(out)) throw NoLowering("integer division");
+  return Lowerer::map({L.tensor(a), L.tensor(b)}, float_compute_dtype(out), out,
+                      [](const V& v) { return loop::binary(BinaryOp::Div, v[0], v[1]); });
+}
+
+LT pow_rule(Lowerer& L, const Node& n, const Value& a, const Value& b) {
+  DType out = L.out_meta(n).dtype;
+  if (!is_floating(out)) throw NoLowering("integer pow");
+  DType ct = float_compute_dtype(out);
+  if (b.is_number()) {
+    double e = b.as_double();
+    auto m = [&](std::function<Expr(const Expr&)> f) { return Lowerer::map({L.tensor(a)}, ct, out, [f](const V& v) { return f(v[0]); }); };
+    if (e == 1.0) return m([](const Expr& x) { return x; });
+    if (e == 2.0) return m([](const Expr& x) { return loop::binary(BinaryOp::Mul, x, x); });
+    if (e == 3.0) return m([](const Expr& x) { return loop::binary(BinaryOp::Mul, loop::binary(BinaryOp::Mul, x, x), x); });
+    if (e == 0.5) return m([](const Expr& x) { return loop::unary(UnaryOp::Sqrt, x); });
+    if (e == -0.5) return m([](const Expr& x) { return loop::unary(UnaryOp::Rsqrt, x); });
+    if (e == -1.0) return m([](const Expr& x) { return loop::unary(UnaryOp::Reciprocal, x); });
+  }
+  return Lowerer::map({L.tensor(a), L.tensor(b)}, ct, out, [](const V& v) { return loop::binary(BinaryOp::Pow, v[0], v[1]); });
+}
+
+LT compare(Lowerer& L, const Node& n, const Value& a, const Value& b, BinaryOp op) {
+  DType ct = common_dtype(L, {a, b});
+  if (is_floating(ct)) ct = float_compute_dtype(ct);
+  return Lowerer::map({L.tensor(a), L.tensor(b)}, ct, DType::Bool, [op](const V& v) { return loop::binary(op, v[0], v[1]); });
+}
+
+LT minmax(Lowerer& L, const Node& n, BinaryOp op) {
+  DType out = L.out_meta(n).dtype;
+  if (out == DType::Bool) throw NoLowering("bool maximum");
+  return Lowerer::map({L.tensor(n.args[0]), L.tensor(n.args[1])}, float_compute_dtype(out), out,
+                      [op](const V& v) { return loop::binary(op, v[0], v[1]); });
+}
+
+std::vector<int64_t> dims_of(const Value& v) {
+  std::vector<int64_t> dims;
+  if (v.is_none()) return dims;
+  if (v.kind == Value::Kind::Int) return {v.i};
+  if (!v.is_sequence()) throw NoLowering("dims are not constants");
+  for (const Value& d : v.items) {
+    if (d.kind != Value::Kind::Int) throw NoLowering("dims are not constants");
+    dims.push_back(d.i);
+  }
+  return dims;
+}
+
+DType sum_acc(DType out) { return is_floating(out) ? float_compute_dtype(out) : DType::Int64; }
+
+int64_t reduced_numel(const LT& x, std::vector<int64_t> dims) {
+  if (dims.empty()) return x.numel();
+  int64_t n = 1;
+  for (int64_t d : dims) n *= x.sizes[static_cast<size_t>(wrap_dim(d, x.dim()))];
+  return n;
+}
+
+LT sum_rule(Lowerer& L, const Node& n) {
+  DType out = L.out_meta(n).dtype;
+  LT x = L.tensor_arg(n, "input");
+  return L.reduce(x, dims_of(L.arg(n, "dim")), L.arg(n, "keepdim").b, ReduceOp::Sum, sum_acc(out));
+}
+
+LT mean_rule(Lowerer& L, const Node& n) {
+  DType out = L.out_meta(n).dtype;
+  if (!is_floating(out)) throw NoLowering("mean of a non-float");
+  LT x = L.tensor_arg(n, "input");
+  auto dims = dims_of(L.arg(n, "dim"));
+  double count = static_cast<double>(reduced_numel(x, dims));
+  DType acc = float_compute_dtype(out);
+  LT s = L.reduce(x, dims, L.arg(n, "keepdim").b, ReduceOp::Sum, acc);
+  return Lowerer::map({s}, acc, out, [count](const V& v) { return loop::binary(BinaryOp::Div, v[0], fconst(count, v[0])); });
+}
+
+LT extreme_rule(Lowerer& L, const Node& n, ReduceOp op) {
+  LT x = L.tensor_arg(n, "input");
+  if (x.dtype == DType::Bool) throw NoLowering("bool amax");
+  if (x.numel() == 0) throw NoLowering("empty input");
+  DType acc = is_floating(x.dtype) ? float_compute_dtype(x.dtype) : (x.dtype == DType::Int64 ? DType::Int64 : DType::Int32);
+  return L.reduce(x, dims_of(L.arg(n, "dim")), L.arg(n, "keepdim").b, op, acc);
+}
+
+LT prod_rule(Lowerer& L, const Node& n) {
+  DType out = L.out_meta(n).dtype;
+  LT x = L.tensor_arg(n, "input");
+  return L.reduce(x, dims_of(L.arg(n, "dim")), L.arg(n, "keepdim").b, ReduceOp::Prod, sum_acc(out));
+}
+
+// var/std as two passes (mean, then squared deviations): fused into one kernel by the scheduler.
+LT var_rule(Lowerer& L, const Node& n, bool is_std) {
+  DType out = L.out_meta(n).dtype;
+  if (!is_floating(out)) throw NoLowering("var of a non-float");
+  LT x = L.tensor_arg(n, "input");
+  auto dims = dims_of(L.arg(n, "dim"));
+  double correction = 1.0;
+  if (L.has_arg(n, "correction") && !L.arg(n, "correction").is_none()) correction = L.arg(n, "correction").as_double();
+  else if (L.has_arg(n, "unbiased") && L.arg(n, "unbiased").kind == Value::Kind::Bool) correction = L.arg(n, "unbiased").b ? 1.0 : 0.0;
+  bool keepdim = L.has_arg(n, "keepdim") && L.arg(n, "keepdim").b;
+  DType ct = float_compute_dtype(out);
+  double count = static_cast<double>(reduced_numel(x, dims));
+  LT xc = Lowerer::cast(x, ct);
+  LT mean = Lowerer::map({L.reduce(xc, dims, true, ReduceOp::Sum, ct)}, ct, ct, [count](const V& v) { return loop::binary(BinaryOp::Div, v[0], fconst(count, v[0])); });
+  LT sq = Lowerer::map({xc, mean}, ct, ct, [](const V& v) { Expr d = loop::binary(BinaryOp::Sub, v[0], v[1]); return loop::binary(BinaryOp::Mul, d, d); });
+  LT ss = L.reduce(sq, dims, keepdim, ReduceOp::Sum, ct);
+  double denom = std::max(0.0, count - correction);
+  return Lowerer::map({ss}, ct, out, [denom, is_std](const V& v) {
+    Expr r = loop::binary(BinaryOp::Div, v[0], fconst(denom, v[0]));
+    return is_std ? loop::unary(UnaryOp::Sqrt, r) : r;
+  });
+}
+
+int64_t dim_arg(Lowerer& L, const Node& n, const char* name, int64_t ndim) {
+  const Value& v = L.arg(n, name);
+  if (v.kind != Value::Kind::Int) throw NoLowering("dim is not a constant");
+  return wrap_dim(v.i, std::max<int64_t>(ndim, 1));
+}
+
+// softmax / log_softmax over one dim, computed in f32 for low-precision inputs.
+LT softmax_rule(Lowerer& L, const Node& n, bool log) {
+  DType out = L.out_meta(n).dtype;
+  if (!is_floating(out)) throw NoLowering("softmax of a non-float");
+  LT x = L.tensor_arg(n, "input");
+  if (x.numel() == 0) throw NoLowering("empty input");
+  int64_t dim = dim_arg(L, n, "dim", x.dim());
+  DType ct = float_compute_dtype(out);
+  LT xc = Lowerer::cast(x, ct);
+  std::vector<int64_t> dims = x.dim() == 0 ? std::vector<int64_t>{} : std::vector<int64_t>{dim};
+  LT m = L.reduce(xc, dims, true, ReduceOp::Max, ct);
+  LT e = Lowerer::map({xc, m}, ct, ct, [](const V& v) { return loop::unary(UnaryOp::Exp, loop::binary(BinaryOp::Sub, v[0], v[1])); });
+  LT s = L.reduce(e, dims, true, ReduceOp::Sum, ct);
+  if (log)
+    return Lowerer::map({xc, m, s}, ct, out, [](const V& v) {
+      return loop::binary(BinaryOp::Sub, loop::binary(BinaryOp::Sub, v[0], v[1]), loop::unary(UnaryOp::Log, v[2]));
+    });
+  return Lowerer::map({e, s}, ct, out, [](const V& v) { return loop::binary(BinaryOp::Div, v[0], v[1]); });
+}
+
+// (x - mean) * rsqrt(var + eps) over `dims` (kept), in `ct`.
+LT normalize(Lowerer& L, const LT& x, const std::vector<int64_t>& dims, double eps, DType ct) {
+  LT xc = Lowerer::cast(x, ct);
+  double count = static_cast<double>(reduced_numel(x, dims));
+  auto div_count = [count](const V& v) { return loop::binary(BinaryOp::Div, v[0], fconst(count, v[0])); };
+  LT mean = Lowerer::map({L.reduce(xc, dims, true, ReduceOp::Sum, ct)}, ct, ct, div_count);
+  LT d = Lowerer::map({xc, mean}, ct, ct, [](const V& v) { return loop::binary(BinaryOp::Sub, v[0], v[1]); });
+  LT sq = Lowerer::map({d}, ct, ct, [](const V& v) { return loop::binary(BinaryOp::Mul, v[0], v[0]); });
+  LT var = Lowerer::map({L.reduce(sq, dims, true, ReduceOp::Sum, ct)}, ct, ct, div_count);
+  return Lowerer::map({d, var}, ct, ct, [eps](const V& v) {
+    return loop::binary(BinaryOp::Mul, v[0], loop::unary(UnaryOp::Rsqrt, loop::binary(BinaryOp::Add, v[1], fconst(eps, v[1]))));
+  });
+}
+
+LT affine(Lowerer& L, LT y, const Value& w, const Value& b, DType ct) {
+  if (!w.is_none()) y = Lowerer::map({y, L.tensor(w)}, ct, ct, [](const V& v) { return loop::binary(BinaryOp::Mul, v[0], v[1]); });
+  if (!b.is_none()) y = Lowerer::map({y, L.tensor(b)}, ct, ct, [](const V& v) { return loop::binary(BinaryOp::Add, v[0], v[1]); });
+  return y;
+}
+
+LT layer_norm_rule(Lowerer& L, const Node& n) {
+  DType out = L.out_meta(n).dtype;
+  if (!is_floating(out)) throw NoLowering("layer_norm of a non-float");
+  LT x = L.tensor_arg(n, "input");
+  size_t k = dims_of(L.arg(n, "normalized_shape")).size();
+  if (k == 0 || k > x.sizes.size()) throw NoLowering("normalized_shape");
+  std::vector<int64_t> dims;
+  for (size_t d = x.sizes.size() - k; d < x.sizes.size(); ++d) dims.push_back(static_cast<int64_t>(d));
+  DType ct = float_compute_dtype(out);
+  LT y = normalize(L, x, dims, L.arg(n, "eps").as_double(), ct);
+  return Lowerer::cast(affine(L, y, L.arg(n, "weight"), L.arg(n, "bias"), ct), out);
+}
+
+// A per-channel parameter [C] as [C, 1, ...] so that it broadcasts against [N, C, *].
+LT per_channel(Lowerer& L, const Value& v, int64_t ndim) {
+  LT p = L.tensor(v);
+  std::vector<int64_t> s = p.sizes;
+  for (int64_t d = 2; d < ndim; ++d) s.push_back(1);
+  return L.reshape(p, s);
+}
+
+LT batch_norm_rule(Lowerer& L, const Node& n) {
+  DType out = L.out_meta(n).dtype;
+  if (!is_floating(out)) throw NoLowering("batch_norm of a non-float");
+  if (L.arg(n, "training").kind != Value::Kind::Bool || L.arg(n, "training").b)
+    throw NoLowering("training-mode batch_norm updates the running statistics in torch");
+  if (L.arg(n, "running_mean").is_none() || L.arg(n, "running_var").is_none()) throw NoLowering("no running statistics");
+  LT x = L.tensor_arg(n, "input");
+  if (x.dim() < 2) throw NoLowering("batch_norm input rank");
+  DType ct = float_compute_dtype(out);
+  double eps = L.arg(n, "eps").as_double();
+  LT rm = per_channel(L, L.arg(n, "running_mean"), x.dim()), rv = per_channel(L, L.arg(n, "running_var"), x.dim());
+  LT y = Lowerer::map({x, rm, rv}, ct, ct, [eps](const V& v) {
+    return loop::binary(BinaryOp::Mul, loop::binary(BinaryOp::Sub, v[0], v[1]),
+                        loop::unary(UnaryOp::Rsqrt, loop::binary(BinaryOp::Add, v[2], fconst(eps, v[2]))));
+  });
+  if (!L.arg(n, "weight").is_none()) y = Lowerer::binary(BinaryOp::Mul, y, per_channel(L, L.arg(n, "weight"), x.dim()), ct);
+  if (!L.arg(n, "bias").is_none()) y = Lowerer::binary(BinaryOp::Add, y, per_channel(L, L.arg(n, "bias"), x.dim()), ct);
+  return Lowerer::cast(y, out);
+}
+
+LT group_norm_rule(Lowerer& L, const Node& n) {
+  DType out = L.out_meta(n).dtype;
+  if (!is_floating(out)) throw NoLowering("group_norm of a non-float");
+  LT x = L.tensor_arg(n, "input");
+  const Value& gv = L.arg(n, "num_groups");
+  if (gv.kind != Value::Kind::Int || x.dim() < 2) throw NoLowering("num_groups");
+  int64_t G = gv.i, C = x.sizes[1];
+  if (G <= 0 || C % G != 0) throw NoLowering("channels not divisible by groups");
+  std::vector<int64_t> split{x.sizes[0], G, C / G};
+  std::vector<int64_t> dims{2};
+  for (size_t d = 2; d < x.sizes.size(); ++d) {
+    split.push_back(x.sizes[d]);
+    dims.push_back(static_cast<int64_t>(d + 1));
+  }
+  DType ct = float_compute_dtype(out);
+  LT y = normalize(L, L.reshape(x, split), dims, L.arg(n, "eps").as_double(), ct);
+  y = L.reshape(y, x.sizes);
+  if (!L.arg(n, "weight").is_none()) y = Lowerer::binary(BinaryOp::Mul, y, per_channel(L, L.arg(n, "weight"), x.dim()), ct);
+  if (!L.arg(n, "bias").is_none()) y = Lowerer::binary(BinaryOp::Add, y, per_channel(L, L.arg(n, "bias"), x.dim()), ct);
+  return Lowerer::cast(y, out);
+}
+
+LT gelu_rule(Lowerer& L, const Node& n) {
+  bool tanh_approx = L.has_arg(n, "approximate") && L.arg(n, "approximate").s == "tanh";
+  return unary_float(L, n, [tanh_approx](const Expr& x) {
+    Expr half_x = loop::binary(BinaryOp::Mul, x, fconst(0.5, x));
+    Expr inner;
+    if (tanh_approx) {
+      Expr x3 = loop::binary(BinaryOp::Mul, loop::binary(BinaryOp::Mul, x, x), x);
+      Expr poly = loop::binary(BinaryOp::Add, x, loop::binary(BinaryOp::Mul, x3, fconst(0.044715, x)));
+      inner = loop::unary(UnaryOp::Tanh, loop::binary(BinaryOp::Mul, poly, fconst(std::sqrt(2.0 / M_PI), x)));
+    } else {
+      inner = loop::unary(UnaryOp::Erf, loop::binary(BinaryOp::Mul, x, fconst(M_SQRT1_2, x)));
+    }
+    return loop::binary(BinaryOp::Mul, half_x, loop::binary(BinaryOp::Add, inner, fconst(1.0, x)));
+  });
+}
+
+LT relu_rule(Lowerer& L, const Node& n) {
+  DType out = L.out_meta(n).dtype;
+  if (out == DType::Bool) throw NoLowering("bool relu");
+  // NB: select rather than max so that NaN passes through, as in torch.
+  return Lowerer::map({L.tensor(n.args[0])}, float_compute_dtype(out), out, [](const V& v) {
+    return loop::select(loop::binary(BinaryOp::Lt, v[0], fconst(0, v[0])), fconst(0, v[0]), v[0]);
+  });
+}
+
+LT where_rule(Lowerer& L, const Node& n) {
+  DType out = L.out_meta(n).dtype;
+  LT c = Lowerer::cast(L.tensor_arg(n, "condition"), DType::Bool);
+  LT a = L.tensor_arg(n, "input"), b = L.tensor_arg(n, "other");
+  DType ct = float_compute_dtype(out);
+  LT ac = Lowerer::cast(a, ct), bc = Lowerer::cast(b, ct);
+  return Lowerer::map({c, ac, bc}, ct, out, [](const V& v) {
+    return loop::select(loop::cast(v[0], loop::ScalarType::Bool), v[1], v[2]);
+  });
+}
+
+LT linear_rule(Lowerer& L, const Node& n) {
+  const Value& bias = L.arg(n, "bias");
+  if (bias.is_none()) throw NoLowering("matrix products run in torch");
+  LT b = L.tensor(bias);
+  std::vector<Value> args = n.args;
+  args[static_cast<size_t>(op_def(n.op).schema.index_of("bias"))] = Value::none();
+  LT mm = L.extern_call(n, L.current(), n.op, std::move(args), "matrix product in torch; the bias is added in a fused epilogue");
+  DType out = L.out_meta(n).dtype;
+  return Lowerer::binary(BinaryOp::Add, mm, b, float_compute_dtype(out));
+}
+
+using Rules = OpRules;
+
+Rules make_rules() {
+  Rules r;
+  // pointwise: unary
+  r["neg"] = r["op_neg"] = [](Lowerer& L, const Node& n) {
+    DType out = L.out_meta(n).dtype;
+    if (out == DType::Bool) throw NoLowering("bool neg");
+    return Lowerer::unary(UnaryOp::Neg, L.tensor(n.args[0]), out);
+  };
+  r["abs"] = [](Lowerer& L, const Node& n) {
+    DType out = L.out_meta(n).dtype;
+    if (out == DType::Bool) return L.tensor(n.args[0]);
+    return Lowerer::map({L.tensor(n.args[0])}, float_compute_dtype(out), out, [](const V& v) { return loop::unary(UnaryOp::Abs, v[0]); });
+  };
+  r["sin"] = [](Lowerer& L, const Node& n) { return unary_op(L, n, UnaryOp::Sin); };
+  r["cos"] = [](Lowerer& L, const Node& n) { return unary_op(L, n, UnaryOp::Cos); };
+  r["tan"] = [](Lowerer& L, const Node& n) { return unary_op(L, n, UnaryOp::Tan); };
+  r["exp"] = [](Lowerer& L, const Node& n) { return unary_op(L, n, UnaryOp::Exp); };
+  r["log"] = [](Lowerer& L, const Node& n) { return unary_op(L, n, UnaryOp::Log); };
+  r["log1p"] = [](Lowerer& L, const Node& n) { return unary_op(L, n, UnaryOp::Log1p); };
+  r["expm1"] = [](Lowerer& L, const Node& n) { return unary_op(L, n, UnaryOp::Expm1); };
+  r["sqrt"] = [](Lowerer& L, const Node& n) { return unary_op(L, n, UnaryOp::Sqrt); };
+  r["rsqrt"] = [](Lowerer& L, const Node& n) { return unary_op(L, n, UnaryOp::Rsqrt); };
+  r["tanh"] = [](Lowerer& L, const Node& n) { return unary_op(L, n, UnaryOp::Tanh); };
+  r["erf"] = [](Lowerer& L, const Node& n) { return unary_op(L, n, UnaryOp::Erf); };
+  r["reciprocal"] = [](Lowerer& L, const Node& n) { return unary_op(L, n, UnaryOp::Reciprocal); };
+  r["sigmoid"] = [](Lowerer& L, const Node& n) { return unary_float(L, n, sigmoid); };
+  r["silu"] = [](Lowerer& L, const Node& n) {
+    if (L.has_arg(n, "inplace") && L.arg(n, "inplace").b) throw NoLowering("in-place silu");
+    return unary_float(L, n, [](const Expr& x) { return loop::binary(BinaryOp::Mul, x, sigmoid(x)); });
+  };
+  r["gelu"] = gelu_rule;
+  r["relu"] = r["f_relu"] = [](Lowerer& L, const Node& n) {
+    if (L.has_arg(n, "inplace") && L.arg(n, "inplace").b) throw NoLowering("in-place relu");
+    return relu_rule(L, n);
+  };
+  r["floor"] = [](Lowerer& L, const Node& n) {
+    if (!is_floating(L.out_meta(n).dtype)) return L.tensor(n.args[0]);
+    return unary_op(L, n, UnaryOp::Floor);
+  };
+  r["ceil"] = [](Lowerer& L, const Node& n) {
+    if (!is_floating(L.out_meta(n).dtype)) return L.tensor(n.args[0]);
+    return unary_op(L, n, UnaryOp::Ceil);
+  };
+  r["logical_not"] = [](Lowerer& L, const Node& n) {
+    return Lowerer::map({L.tensor(n.args[0])}, DType::Bool, DType::Bool, [](const V& v) { return loop::unary(UnaryOp::Not, v[0]); });
+  };
+  // pointwise: binary and ternary
+  r["add"] = [](Lowerer& L, const Node& n) { return arith(L, n, n.args[0], n.args[1], BinaryOp::Add, &L.arg(n, "alpha")); };
+  r["sub"] = [](Lowerer& L, const Node& n) { return arith(L, n, n.args[0], n.args[1], BinaryOp::Sub, &L.arg(n, "alpha")); };
+  r["mul"] = [](Lowerer& L, const Node& n) { return arith(L, n, n.args[0], n.args[1], BinaryOp::Mul); };
+  r["op_add"] = [](Lowerer& L, const Node& n) { return arith(L, n, n.args[0], n.args[1], BinaryOp::Add); };
+  r["op_sub"] = [](Lowerer& L, const Node& n) {
+    if (L.out_meta(n).dtype == DType::Bool) throw NoLowering("bool subtraction");
+    return arith(L, n, n.args[0], n.args[1], BinaryOp::Sub);
+  };
+  r["op_mul"] = [](Lowerer& L, const Node& n) { return arith(L, n, n.args[0], n.args[1], BinaryOp::Mul); };
+  r["div"] = [](Lowerer& L, const Node& n) { return div_rule(L, n, n.args[0], n.args[1], &L.arg(n, "rounding_mode")); };
+  r["op_truediv"] = [](Lowerer& L, const Node& n) { return div_rule(L, n, n.args[0], n.args[1], nullptr); };
+  r["pow"] = r["op_pow"] = [](Lowerer& L, const Node& n) { return pow_rule(L, n, n.args[0], n.args[1]); };
+  r["maximum"] = [](Lowerer& L, const Node& n) { return minmax(L, n, BinaryOp::Max); };
+  r["minimum"] = [](Lowerer& L, const Node& n) { return minmax(L, n, BinaryOp::Min); };
+  r["eq"] = [](Lowerer& L, const Node& n) { return compare(L, n, n.args[0], n.args[1], BinaryOp::Eq); };
+  r["ne"] = [](Lowerer& L, const Node& n) { return compare(L, n, n.args[0], n.args[1], BinaryOp::Ne); };
+  r["lt"] = r["op_lt"] = [](Lowerer& L, const Node& n) { return compare(L, n, n.args[0], n.args[1], BinaryOp::Lt); };
+  r["le"] = [](Lowerer& L, const Node& n) { return compare(L, n, n.args[0], n.args[1], BinaryOp::Le); };
+  r["gt"] = r["op_gt"] = [](Lowerer& L, const Node& n) { return compare(L, n, n.args[0], n.args[1], BinaryOp::Gt); };
+  r["ge"] = [](Lowerer& L, const Node& n) { return compare(L, n, n.args[0], n.args[1], BinaryOp::Ge); };
+  r["where"] = where_rule;
+  // reductions
+  r["sum"] = sum_rule;
+  r["mean"] = mean_rule;
+  r["amax"] = [](Lowerer& L, const Node& n) { return extreme_rule(L, n, ReduceOp::Max); };
+  r["amin"] = [](Lowerer& L, const Node& n) { return extreme_rule(L, n, ReduceOp::Min); };
+  r["prod"] = prod_rule;
+  r["var"] = [](Lowerer& L, const Node& n) { return var_rule(L, n, false); };
+  r["std"] = [](Lowerer& L, const Node& n) { return var_rule(L, n, true); };
+  // views and layout: index maps
+  OpLowering reshape = [](Lowerer& L, const Node& n) { return L.reshape(L.tensor(n.args[0]), L.out_meta(n).sizes); };
+  r["view"] = r["reshape"] = r["flatten"] = r["unsqueeze"] = r["squeeze"] = reshape;
+  r["expand"] = [](Lowerer& L, const Node& n) { return Lowerer::broadcast(L.tensor(n.args[0]), L.out_meta(n).sizes); };
+  r["permute"] = [](Lowerer& L, const Node& n) {
+    LT x = L.tensor(n.args[0]);
+    std::vector<int64_t> perm = dims_of(L.arg(n, "dims"));
+    for (auto& p : perm) p = wrap_dim(p, x.dim());
+    return Lowerer::permute(x, perm);
+  };
+  r["transpose"] = [](Lowerer& L, const Node& n) {
+    LT x = L.tensor(n.args[0]);
+    std::vector<int64_t> perm(static_cast<size_t>(x.dim()));
+    for (size_t d = 0; d < perm.size(); ++d) perm[d] = static_cast<int64_t>(d);
+    if (x.dim() > 0) std::swap(perm[static_cast<size_t>(dim_arg(L, n, "dim0", x.dim()))], perm[static_cast<size_t>(dim_arg(L, n, "dim1", x.dim()))]);
+    return Lowerer::permute(x, perm);
+  };
+  r["t"] = [](Lowerer& L, const Node& n) {
+    LT x = L.tensor(n.args[0]);
+    return x.dim() < 2 ? x : Lowerer::permute(x, {1, 0});
+  };
+  r["contiguous"] = [](Lowerer& L, const Node& n) {
+    LT x = L.tensor(n.args[0]);
+    if (x.ref && x.ref->strides != L.out_meta(n).strides) x.ref.reset();  // realized as eager lays it out
+    return x;
+  };
+  // composites
+  r["softmax"] = r["f_softmax"] = [](Lowerer& L, const Node& n) { return softmax_rule(L, n, false); };
+  r["log_softmax"] = r["f_log_softmax"] = [](Lowerer& L, const Node& n) { return softmax_rule(L, n, true); };
+  r["layer_norm"] = layer_norm_rule;
+  r["batch_norm"] = batch_norm_rule;
+  r["group_norm"] = group_norm_rule;
+  r["dropout"] = r["f_dropout"] = [](Lowerer& L, const Node& n) {
+    bool training = L.has_arg(n, "training") ? L.arg(n, "training").b : L.has_arg(n, "train") && L.arg(n, "train").b;
+    double p = L.has_arg(n, "p") ? L.arg(n, "p").as_double() : 0.5;
+    if (training && p != 0.0) throw NoLowering("training-mode dropout draws from torch's RNG");
+    if (L.has_arg(n, "inplace") && L.arg(n, "inplace").b) throw NoLowering("in-place dropout");
+    return L.tensor(n.args[0]);
+  };
+  r["linear"] = linear_rule;
+  add_extra_rules(r);
+  return r;
+}
+
+}  // namespace
+
+const OpRules& op_lowerings() {
+  static const Rules rules = make_rules();
+  return rules;
+}
+
+}  // namespace ff::inductor

@@ -1,0 +1,285 @@
+// More rules of the lowering table: activations, casts, clamps and the like, each a short
+// composition of loop IR primitives.
+#include <cmath>
+
+#include "graph/meta_rules.h"
+#include "inductor/lower_internal.h"
+
+namespace ff::inductor {
+
+using loop::BinaryOp;
+using loop::ReduceOp;
+using loop::UnaryOp;
+using V = std::vector<Expr>;
+
+namespace {
+
+Expr c(double v, const Expr& like) { return loop::const_of(v, like->type); }
+Expr bin(BinaryOp op, const Expr& a, const Expr& b) { return loop::binary(op, a, b); }
+Expr un(UnaryOp op, const Expr& a) { return loop::unary(op, a); }
+// NaN-preserving clamp of x to [lo, hi] (either may be absent).
+Expr clamp_expr(const Expr& x, const Expr* lo, const Expr* hi) {
+  Expr r = x;
+  if (lo) r = loop::select(bin(BinaryOp::Lt, r, *lo), *lo, r);
+  if (hi) r = loop::select(bin(BinaryOp::Gt, r, *hi), *hi, r);
+  return r;
+}
+
+void no_inplace(Lowerer& L, const Node& n) {
+  if (L.has_arg(n, "inplace") && L.arg(n, "inplace").kind == Value::Kind::Bool && L.arg(n, "inplace").b)
+    throw NoLowering("in-place variant");
+}
+
+double number(Lowerer& L, const Node& n, const char* name) {
+  const Value& v = L.arg(n, name);
+  if (!v.is_number()) throw NoLowering(std::string(name) + " is not a constant");
+  return v.as_double();
+}
+
+// Elementwise over the node's first operand in the float compute type of the result.
+LT float_map(Lowerer& L, const Node& n, const std::function<Expr(const Expr&)>& fn) {
+  DType out = L.out_meta(n).dtype;
+  DType ct = float_compute_dtype(out);
+  if (!is_floating(ct)) throw NoLowering("integer input");
+  return Lowerer::map({L.tensor(n.args[0])}, ct, out, [fn](const V& v) { return fn(v[0]); });
+}
+
+LT any_map(Lowerer& L, const Node& n, const std::function<Expr(const Expr&)>& fn) {
+  DType out = L.out_meta(n).dtype;
+  if (out == DType::Bool) throw NoLowering("bool input");
+  return Lowerer::map({L.tensor(n.args[0])}, float_compute_dtype(out), out, [fn](const V& v) { return fn(v[0]); });
+}
+
+LT cast_rule(Lowerer& L, const Node& n) {
+  LT x = L.tensor(n.args[0]);
+  DType out = L.out_meta(n).dtype;
+  if (x.dtype == out) return x;  // torch returns the input itself
+  return Lowerer::cast(x, out);
+}
+
+LT clamp_rule(Lowerer& L, const Node& n, const char* lo_name, const char* hi_name) {
+  DType out = L.out_meta(n).dtype;
+  if (out == DType::Bool) throw NoLowering("bool clamp");
+  std::vector<LT> ops{L.tensor(n.args[0])};
+  bool has_lo = lo_name && !L.arg(n, lo_name).is_none(), has_hi = hi_name && !L.arg(n, hi_name).is_none();
+  if (has_lo) ops.push_back(L.tensor(L.arg(n, lo_name)));
+  if (has_hi) ops.push_back(L.tensor(L.arg(n, hi_name)));
+  return Lowerer::map(ops, float_compute_dtype(out), out, [has_lo, has_hi](const V& v) {
+    // torch: min(max(x, lo), hi), NaN in x stays NaN.
+    Expr r = v[0];
+    size_t k = 1;
+    if (has_lo) { Expr lo = v[k++]; r = loop::select(bin(BinaryOp::Lt, r, lo), lo, r); }
+    if (has_hi) { Expr hi = v[k++]; r = loop::select(bin(BinaryOp::Gt, r, hi), hi, r); }
+    return r;
+  });
+}
+
+}  // namespace
+
+void add_extra_rules(OpRules& r) {
+  r["square"] = [](Lowerer& L, const Node& n) { return any_map(L, n, [](const Expr& x) { return bin(BinaryOp::Mul, x, x); }); };
+  r["trunc"] = [](Lowerer& L, const Node& n) {
+    if (!is_floating(L.out_meta(n).dtype)) return L.tensor(n.args[0]);
+    return float_map(L, n, [](const Expr& x) {
+      return loop::select(bin(BinaryOp::Lt, x, c(0, x)), un(UnaryOp::Ceil, x), un(UnaryOp::Floor, x));
+    });
+  };
+  r["exp2"] = [](Lowerer& L, const Node& n) { return float_map(L, n, [](const Expr& x) { return un(UnaryOp::Exp, bin(BinaryOp::Mul, x, c(M_LN2, x))); }); };
+  r["log2"] = [](Lowerer& L, const Node& n) { return float_map(L, n, [](const Expr& x) { return bin(BinaryOp::Mul, un(UnaryOp::Log, x), c(1.0 / M_LN2, x)); }); };
+  r["log10"] = [](Lowerer& L, const Node& n) { return float_map(L, n, [](const Expr& x) { return bin(BinaryOp::Mul, un(UnaryOp::Log, x), c(1.0 / M_LN10, x)); }); };
+  r["sign"] = [](Lowerer& L, const Node& n) {
+    return any_map(L, n, [](const Expr& x) {
+      Expr pos = loop::cast(bin(BinaryOp::Gt, x, c(0, x)), x->type), neg = loop::cast(bin(BinaryOp::Lt, x, c(0, x)), x->type);
+      Expr s = bin(BinaryOp::Sub, pos, neg);
+      return loop::is_float(x->type) ? loop::select(un(UnaryOp::IsNan, x), x, s) : s;
+    });
+  };
+  r["isnan"] = [](Lowerer& L, const Node& n) {
+    LT x = L.tensor(n.args[0]);
+    if (!is_floating(x.dtype)) return Lowerer::map({x}, DType::Bool, DType::Bool, [](const V& v) { return c(0, v[0]); });
+    return Lowerer::map({x}, float_compute_dtype(x.dtype), DType::Bool, [](const V& v) { return un(UnaryOp::IsNan, v[0]); });
+  };
+  r["leaky_relu"] = [](Lowerer& L, const Node& n) {
+    no_inplace(L, n);
+    double s = number(L, n, "negative_slope");
+    return float_map(L, n, [s](const Expr& x) { return loop::select(bin(BinaryOp::Lt, x, c(0, x)), bin(BinaryOp::Mul, x, c(s, x)), x); });
+  };
+  r["hardtanh"] = [](Lowerer& L, const Node& n) {
+    no_inplace(L, n);
+    double lo = number(L, n, "min_val"), hi = number(L, n, "max_val");
+    return float_map(L, n, [lo, hi](const Expr& x) { Expr a = c(lo, x), b = c(hi, x); return clamp_expr(x, &a, &b); });
+  };
+  r["relu6"] = [](Lowerer& L, const Node& n) {
+    no_inplace(L, n);
+    return float_map(L, n, [](const Expr& x) { Expr a = c(0, x), b = c(6, x); return clamp_expr(x, &a, &b); });
+  };
+  r["elu"] = [](Lowerer& L, const Node& n) {
+    no_inplace(L, n);
+    double alpha = number(L, n, "alpha");
+    return float_map(L, n, [alpha](const Expr& x) {
+      return loop::select(bin(BinaryOp::Gt, x, c(0, x)), x, bin(BinaryOp::Mul, c(alpha, x), un(UnaryOp::Expm1, x)));
+    });
+  };
+  r["hardsigmoid"] = [](Lowerer& L, const Node& n) {
+    no_inplace(L, n);
+    return float_map(L, n, [](const Expr& x) {
+      Expr a = c(0, x), b = c(1, x);
+      return clamp_expr(bin(BinaryOp::Add, bin(BinaryOp::Div, x, c(6, x)), c(0.5, x)), &a, &b);
+    });
+  };
+  r["hardswish"] = [](Lowerer& L, const Node& n) {
+    no_inplace(L, n);
+    return float_map(L, n, [](const Expr& x) {
+      Expr a = c(0, x), b = c(6, x);
+      return bin(BinaryOp::Div, bin(BinaryOp::Mul, x, clamp_expr(bin(BinaryOp::Add, x, c(3, x)), &a, &b)), c(6, x));
+    });
+  };
+  r["softplus"] = [](Lowerer& L, const Node& n) {
+    double beta = number(L, n, "beta"), th = number(L, n, "threshold");
+    return float_map(L, n, [beta, th](const Expr& x) {
+      Expr bx = bin(BinaryOp::Mul, x, c(beta, x));
+      Expr soft = bin(BinaryOp::Div, un(UnaryOp::Log1p, un(UnaryOp::Exp, bx)), c(beta, x));
+      return loop::select(bin(BinaryOp::Gt, bx, c(th, x)), x, soft);
+    });
+  };
+  r["mish"] = [](Lowerer& L, const Node& n) {
+    no_inplace(L, n);
+    return float_map(L, n, [](const Expr& x) {
+      Expr sp = loop::select(bin(BinaryOp::Gt, x, c(20, x)), x, un(UnaryOp::Log1p, un(UnaryOp::Exp, x)));
+      return bin(BinaryOp::Mul, x, un(UnaryOp::Tanh, sp));
+    });
+  };
+  r["rsub"] = [](Lowerer& L, const Node& n) {
+    DType out = L.out_meta(n).dtype;
+    if (out == DType::Bool) throw NoLowering("bool rsub");
+    const Value& al = L.arg(n, "alpha");
+    if (!al.is_number()) throw NoLowering("alpha");
+    double a = al.as_double();
+    return Lowerer::map({L.tensor(n.args[0]), L.tensor(n.args[1])}, float_compute_dtype(out), out, [a](const V& v) {
+      return bin(BinaryOp::Sub, v[1], a == 1.0 ? v[0] : bin(BinaryOp::Mul, v[0], c(a, v[0])));
+    });
+  };
+  r["true_divide"] = [](Lowerer& L, const Node& n) {
+    DType out = L.out_meta(n).dtype;
+    if (!is_floating(out)) throw NoLowering("integer division");
+    return Lowerer::map({L.tensor(n.args[0]), L.tensor(n.args[1])}, float_compute_dtype(out), out,
+                        [](const V& v) { return bin(BinaryOp::Div, v[0], v[1]); });
+  };
+  r["logical_and"] = [](Lowerer& L, const Node& n) {
+    return Lowerer::map({L.tensor(n.args[0]), L.tensor(n.args[1])}, DType::Bool, DType::Bool, [](const V& v) { return bin(BinaryOp::And, v[0], v[1]); });
+  };
+  r["logical_or"] = [](Lowerer& L, const Node& n) {
+    return Lowerer::map({L.tensor(n.args[0]), L.tensor(n.args[1])}, DType::Bool, DType::Bool, [](const V& v) { return bin(BinaryOp::Or, v[0], v[1]); });
+  };
+  r["clamp"] = [](Lowerer& L, const Node& n) { return clamp_rule(L, n, "min", "max"); };
+  r["clamp_min"] = [](Lowerer& L, const Node& n) {
+    DType out = L.out_meta(n).dtype;
+    return Lowerer::map({L.tensor(n.args[0]), L.tensor(n.args[1])}, float_compute_dtype(out), out,
+                        [](const V& v) { return loop::select(bin(BinaryOp::Lt, v[0], v[1]), v[1], v[0]); });
+  };
+  r["clamp_max"] = [](Lowerer& L, const Node& n) {
+    DType out = L.out_meta(n).dtype;
+    return Lowerer::map({L.tensor(n.args[0]), L.tensor(n.args[1])}, float_compute_dtype(out), out,
+                        [](const V& v) { return loop::select(bin(BinaryOp::Gt, v[0], v[1]), v[1], v[0]); });
+  };
+  r["masked_fill"] = [](Lowerer& L, const Node& n) {
+    DType out = L.out_meta(n).dtype;
+    LT mask = Lowerer::cast(L.tensor_arg(n, "mask"), DType::Bool);
+    LT x = Lowerer::cast(L.tensor_arg(n, "input"), float_compute_dtype(out));
+    LT val = Lowerer::cast(L.tensor(L.arg(n, "value")), float_compute_dtype(out));
+    return Lowerer::map({mask, x, val}, float_compute_dtype(out), out, [](const V& v) {
+      return loop::select(loop::cast(v[0], loop::ScalarType::Bool), v[2], v[1]);
+    });
+  };
+  r["lerp"] = [](Lowerer& L, const Node& n) {
+    DType out = L.out_meta(n).dtype;
+    if (!is_floating(out)) throw NoLowering("lerp of ints");
+    return Lowerer::map({L.tensor(n.args[0]), L.tensor(n.args[1]), L.tensor(n.args[2])}, float_compute_dtype(out), out,
+                        [](const V& v) { return bin(BinaryOp::Add, v[0], bin(BinaryOp::Mul, v[2], bin(BinaryOp::Sub, v[1], v[0]))); });
+  };
+  r["addcmul"] = [](Lowerer& L, const Node& n) {
+    DType out = L.out_meta(n).dtype;
+    double val = number(L, n, "value");
+    return Lowerer::map({L.tensor(n.args[0]), L.tensor(n.args[1]), L.tensor(n.args[2])}, float_compute_dtype(out), out, [val](const V& v) {
+      Expr p = bin(BinaryOp::Mul, v[1], v[2]);
+      return bin(BinaryOp::Add, v[0], val == 1.0 ? p : bin(BinaryOp::Mul, p, c(val, p)));
+    });
+  };
+  // casts
+  for (const char* name : {"to", "to_float", "to_double", "to_half", "to_bfloat16", "to_long", "to_int", "to_bool", "type_as"})
+    r[name] = cast_rule;
+  r["clone"] = [](Lowerer& L, const Node& n) {
+    LT x = L.tensor(n.args[0]);
+    x.ref.reset();  // a new tensor (realized with the layout eager gives it when needed)
+    return x;
+  };
+  // views
+  OpLowering reshape = [](Lowerer& L, const Node& n) { return L.reshape(L.tensor(n.args[0]), L.out_meta(n).sizes); };
+  r["tensor_reshape"] = r["view_as"] = r["reshape_as"] = reshape;
+  r["expand_as"] = [](Lowerer& L, const Node& n) { return Lowerer::broadcast(L.tensor(n.args[0]), L.out_meta(n).sizes); };
+  r["tensor_permute"] = [](Lowerer& L, const Node& n) {
+    LT x = L.tensor(n.args[0]);
+    const Value& dv = n.args[1];
+    std::vector<int64_t> perm;
+    const std::vector<Value>& items = dv.items.size() == 1 && dv.items[0].is_sequence() ? dv.items[0].items : dv.items;
+    for (const Value& d : items) {
+      if (d.kind != Value::Kind::Int) throw NoLowering("dims");
+      perm.push_back(wrap_dim(d.i, x.dim()));
+    }
+    if (static_cast<int64_t>(perm.size()) != x.dim()) throw NoLowering("dims");
+    return Lowerer::permute(x, perm);
+  };
+  // reductions
+  r["logsumexp"] = [](Lowerer& L, const Node& n) {
+    DType out = L.out_meta(n).dtype;
+    if (!is_floating(out)) throw NoLowering("logsumexp of ints");
+    LT x = L.tensor_arg(n, "input");
+    std::vector<int64_t> dims;
+    for (const Value& d : L.arg(n, "dim").items) {
+      if (d.kind != Value::Kind::Int) throw NoLowering("dims");
+      dims.push_back(d.i);
+    }
+    if (dims.empty() || x.numel() == 0) throw NoLowering("dims");
+    bool keepdim = L.arg(n, "keepdim").b;
+    DType ct = float_compute_dtype(out);
+    LT xc = Lowerer::cast(x, ct);
+    LT m = L.reduce(xc, dims, true, ReduceOp::Max, ct);
+    // torch: a row of -inf gives -inf (not NaN): shift by 0 where the max is infinite.
+    auto shift = [](const Expr& mx) {
+      Expr inf = bin(BinaryOp::Eq, un(UnaryOp::Abs, mx), c(INFINITY, mx));
+      return loop::select(inf, c(0, mx), mx);
+    };
+    LT e = Lowerer::map({xc, m}, ct, ct, [shift](const V& v) { return un(UnaryOp::Exp, bin(BinaryOp::Sub, v[0], shift(v[1]))); });
+    LT s = L.reduce(e, dims, true, ReduceOp::Sum, ct);
+    LT y = Lowerer::map({s, m}, ct, out, [shift](const V& v) { return bin(BinaryOp::Add, un(UnaryOp::Log, v[0]), shift(v[1])); });
+    if (keepdim) return y;
+    std::vector<int64_t> sizes = L.out_meta(n).sizes;
+    return L.reshape(y, sizes);
+  };
+  r["rms_norm"] = [](Lowerer& L, const Node& n) {
+    DType out = L.out_meta(n).dtype;
+    if (!is_floating(out)) throw NoLowering("rms_norm of ints");
+    LT x = L.tensor_arg(n, "input");
+    size_t k = L.arg(n, "normalized_shape").items.size();
+    if (k == 0 || k > x.sizes.size()) throw NoLowering("normalized_shape");
+    std::vector<int64_t> dims;
+    for (size_t d = x.sizes.size() - k; d < x.sizes.size(); ++d) dims.push_back(static_cast<int64_t>(d));
+    DType ct = float_compute_dtype(out);
+    const Value& ev = L.arg(n, "eps");
+    // torch's default eps is the machine epsilon of the input dtype.
+    double eps = ev.is_none() ? (x.dtype == DType::Float64 ? 2.220446049250313e-16 : x.dtype == DType::Float32 ? 1.1920928955078125e-07
+                                 : x.dtype == DType::BFloat16 ? 0.0078125 : 0.0009765625) : ev.as_double();
+    LT xc = Lowerer::cast(x, ct);
+    double count = 1;
+    for (int64_t d : dims) count *= static_cast<double>(x.sizes[static_cast<size_t>(d)]);
+    LT sq = Lowerer::map({xc}, ct, ct, [](const V& v) { return bin(BinaryOp::Mul, v[0], v[0]); });
+    LT ms = L.reduce(sq, dims, true, ReduceOp::Sum, ct);
+    LT y = Lowerer::map({xc, ms}, ct, ct, [count, eps](const V& v) {
+      return bin(BinaryOp::Mul, v[0], un(UnaryOp::Rsqrt, bin(BinaryOp::Add, bin(BinaryOp::Div, v[1], c(count, v[1])), c(eps, v[1]))));
+    });
+    if (!L.arg(n, "weight").is_none()) y = Lowerer::binary(BinaryOp::Mul, y, L.tensor(L.arg(n, "weight")), ct);
+    return Lowerer::cast(y, out);
+  };
+}
+
+}  // namespace ff::inductor

@@ -1,0 +1,61 @@
+// The runtime of a compiled graph: allocates outputs and intermediates through torch (with the
+// strides eager produces), runs kernels (threads follow torch.get_num_threads()) and extern
+// calls in order, and returns the graph's result. Inputs whose sizes, strides or dtypes differ
+// from the ones compiled for run on the reference runner instead (one perf_hints line).
+#pragma once
+
+#include <Python.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "graph/ir.h"
+#include "graph/python/reference_runner.h"
+#include "inductor/cpu_codegen.h"
+#include "inductor/loop_ir.h"
+
+namespace ff::inductor {
+
+// Lowered, scheduled and JIT-compiled code for one graph; shared by every CompiledGraph built
+// from a structurally equal graph (the in-memory cache).
+struct CompiledProgram {
+  Graph graph;
+  loop::Program program;
+  std::shared_ptr<CpuModule> module;
+  std::string key;
+};
+
+class CompiledGraph {
+ public:
+  // Compiles `g` (or takes it from the in-memory cache). Throws on any failure; the caller
+  // falls back to the reference runner.
+  explicit CompiledGraph(const Graph& g);
+  ~CompiledGraph();
+
+  // Runs on `inputs` (borrowed). New reference, or nullptr with a Python error set.
+  PyObject* run(PyObject* const* inputs, size_t n);
+
+  const CompiledProgram& compiled() const { return *prog_; }
+  bool from_memory_cache() const { return from_memory_cache_; }
+
+ private:
+  struct Plan;
+  std::shared_ptr<const CompiledProgram> prog_;
+  std::unique_ptr<Plan> plan_;
+  std::unique_ptr<ReferenceRunner> fallback_;
+  bool from_memory_cache_ = false;
+  bool warned_ = false;
+};
+
+// A structural hash of a graph (ops, constants, metadata): the in-memory cache key.
+std::string graph_structure_key(const Graph& g);
+
+// Where the disk cache lives: framefuse.config.cache_dir, else $XDG_CACHE_HOME/framefuse, else
+// ~/.cache/framefuse (empty when the disk cache is off).
+std::string disk_cache_dir();
+
+// Drops the in-memory cache (framefuse.reset()).
+void clear_memory_cache();
+
+}  // namespace ff::inductor

@@ -1,0 +1,436 @@
+#include "inductor/schedule.h"
+
+#include <algorithm>
+#include <functional>
+#include <map>
+#include <set>
+
+#include "inductor/lower.h"
+#include "src/errors.h"
+#include "src/logging.h"
+
+namespace ff::inductor {
+
+using loop::Expr;
+using loop::ExprKind;
+using loop::Kernel;
+using loop::Program;
+using loop::Step;
+using loop::Stmt;
+using loop::StmtKind;
+
+namespace {
+
+// ---- renaming -----------------------------------------------------------------------------
+
+struct Rename {
+  std::map<int, int> vars;
+  int local_offset = 0;
+  std::map<int, int> replace;  // loads of buffer -> that local (already in the target's numbering)
+};
+
+Expr rename(const Expr& e, const Rename& r) {
+  if (e->kind == ExprKind::Var) {
+    auto it = r.vars.find(e->id);
+    FF_CHECK(it != r.vars.end(), "unmapped loop variable v" + std::to_string(e->id));
+    return loop::var(it->second);
+  }
+  if (e->kind == ExprKind::Local) return loop::local(e->id + r.local_offset, e->type);
+  if (e->kind == ExprKind::Load) {
+    auto it = r.replace.find(e->id);
+    if (it != r.replace.end()) return loop::local(it->second, e->type);
+  }
+  if (e->args.empty()) return e;
+  auto n = std::make_shared<loop::ExprNode>(*e);
+  for (auto& a : n->args) a = rename(a, r);
+  return n;
+}
+
+Stmt rename(const Stmt& s, const Rename& r) {
+  Stmt o = s;
+  if (s.kind == StmtKind::Loop) {
+    auto it = r.vars.find(s.var);
+    FF_CHECK(it != r.vars.end(), "unmapped loop variable");
+    o.var = it->second;
+  }
+  if (s.local >= 0) o.local = s.local + r.local_offset;
+  if (s.index) o.index = rename(s.index, r);
+  if (s.value) o.value = rename(s.value, r);
+  for (auto& c : o.body) c = rename(c, r);
+  return o;
+}
+
+template <class Fn>
+void walk_exprs(const Expr& e, Fn&& fn) {
+  fn(e);
+  for (const Expr& a : e->args) walk_exprs(a, fn);
+}
+template <class Fn>
+void walk_stmts(const Stmt& s, Fn&& fn) {
+  fn(s);
+  for (const Stmt& c : s.body) walk_stmts(c, fn);
+}
+void collect_vars(const Stmt& s, std::set<int>* vars) {
+  walk_stmts(s, [&](const Stmt& x) { if (x.kind == StmtKind::Loop) vars->insert(x.var); });
+}
+
+// The loops enclosing the single Store to `buf` in k (root first), and that store; false when
+// the buffer is stored zero or several times.
+bool store_path(Stmt& root, int buf, std::vector<Stmt*>* path, Stmt** store) {
+  int count = 0;
+  std::vector<Stmt*> cur;
+  std::function<void(Stmt&)> rec = [&](Stmt& s) {
+    if (s.kind == StmtKind::Store && s.buf == buf) {
+      if (++count == 1) {
+        *path = cur;
+        *store = &s;
+      }
+      return;
+    }
+    if (s.kind != StmtKind::Loop) return;
+    cur.push_back(&s);
+    for (Stmt& c : s.body) rec(c);
+    cur.pop_back();
+  };
+  rec(root);
+  return count == 1;
+}
+
+// The perfect nest of k's first `depth` loops (each body a single loop), or empty.
+std::vector<const Stmt*> perfect_prefix(const Stmt& root, size_t depth) {
+  std::vector<const Stmt*> out;
+  const Stmt* s = &root;
+  while (out.size() < depth) {
+    if (s->kind != StmtKind::Loop) return {};
+    out.push_back(s);
+    if (out.size() == depth) break;
+    if (s->body.size() != 1) return {};
+    s = &s->body[0];
+  }
+  return out;
+}
+
+struct Fuser {
+  Program p;
+  std::vector<std::string>* log;
+
+  void say(const std::string& s) {
+    if (log) log->push_back(s);
+  }
+  Kernel& kernel_at(size_t step) { return p.kernels[static_cast<size_t>(p.steps[step].index)]; }
+
+  // Buffers that step `s` reads / writes.
+  std::vector<int> reads(size_t s) const {
+    const Step& st = p.steps[s];
+    if (st.kind == Step::Kind::Kernel) return p.kernels[static_cast<size_t>(st.index)].loaded_buffers();
+    std::vector<int> out;
+    for (auto& [n, ref] : p.externs[static_cast<size_t>(st.index)].operands) out.push_back(ref.buf);
+    return out;
+  }
+  std::vector<int> writes(size_t s) const {
+    const Step& st = p.steps[s];
+    if (st.kind == Step::Kind::Kernel) return p.kernels[static_cast<size_t>(st.index)].stored_buffers();
+    int r = p.externs[static_cast<size_t>(st.index)].result;
+    return r >= 0 ? std::vector<int>{r} : std::vector<int>{};
+  }
+  // Where the merged kernel of steps i < j may go: i when everything j reads (except what i
+  // writes) exists before i; j when nothing between reads what i writes. -1: nowhere.
+  int placement(size_t i, size_t j) const {
+    auto wi = writes(i);
+    std::set<int> before;
+    for (const auto& b : p.buffers)
+      if (b.role == loop::BufferRole::Input) before.insert(static_cast<int>(&b - p.buffers.data()));
+    for (size_t s = 0; s < i; ++s)
+      for (int b : writes(s)) before.insert(b);
+    bool at_i = true;
+    for (int b : reads(j))
+      if (!before.count(b) && std::find(wi.begin(), wi.end(), b) == wi.end()) at_i = false;
+    if (at_i) return static_cast<int>(i);
+    for (size_t s = i + 1; s < j; ++s)
+      for (int b : reads(s))
+        if (std::find(wi.begin(), wi.end(), b) != wi.end()) return -1;
+    return static_cast<int>(j);
+  }
+
+  void commit(size_t i, size_t j, int at, Kernel merged) {
+    size_t keep = static_cast<size_t>(at) == i ? i : j, drop = keep == i ? j : i;
+    merged.name = kernel_at(i).name + "_" + kernel_at(j).name;
+    kernel_at(keep) = std::move(merged);
+    p.steps.erase(p.steps.begin() + static_cast<long>(drop));
+  }
+
+  // Vertical: the kernel at step j reads buffers the kernel at step i stores. Every such buffer
+  // must be stored once, inside the same loops, and read by j only at the element stored.
+  bool try_vertical(size_t i, size_t j) {
+    Kernel a = kernel_at(i);
+    const Kernel& b = kernel_at(j);
+    auto stores = a.stored_buffers();
+    std::vector<int> shared;
+    for (int buf : b.loaded_buffers())
+      if (std::find(stores.begin(), stores.end(), buf) != stores.end()) shared.push_back(buf);
+    if (shared.empty()) return false;
+    auto refuse = [&](const std::string& why) {
+      say("no fusion " + a.name + " -> " + b.name + ": " + why);
+      return false;
+    };
+    std::vector<Stmt*> path;
+    std::vector<Stmt*> store_of(shared.size());
+    for (size_t k = 0; k < shared.size(); ++k) {
+      std::vector<Stmt*> pk;
+      if (!store_path(a.root, shared[k], &pk, &store_of[k])) return refuse("buf" + std::to_string(shared[k]) + " is stored more than once");
+      if (k == 0) path = pk;
+      else if (pk != path) return refuse("the buffers it reads are stored in different loops");
+    }
+    auto bnest = perfect_prefix(b.root, path.size());
+    if (bnest.size() != path.size()) return refuse(b.name + " has no perfect nest of " + std::to_string(path.size()) + " loops");
+    Rename r;
+    std::map<int, int> back;  // a var -> b var
+    for (size_t t = 0; t < path.size(); ++t) {
+      if (path[t]->extent != bnest[t]->extent) return refuse("loop extents differ");
+      r.vars[bnest[t]->var] = path[t]->var;
+      back[path[t]->var] = bnest[t]->var;
+    }
+    Rename to_b;
+    to_b.vars = back;
+    for (size_t k = 0; k < shared.size(); ++k) {
+      bool only_path = true;
+      walk_exprs(store_of[k]->index, [&](const Expr& e) { if (e->kind == ExprKind::Var && !back.count(e->id)) only_path = false; });
+      if (!only_path) return refuse("buf" + std::to_string(shared[k]) + " is stored inside an inner loop");
+      Expr want = rename(store_of[k]->index, to_b);
+      bool ok = true;
+      walk_stmts(b.root, [&](const Stmt& s) {
+        for (const Expr* e : {&s.index, &s.value})
+          if (*e) walk_exprs(*e, [&](const Expr& x) {
+            if (x->kind == ExprKind::Load && x->id == shared[k] && !loop::expr_equal(x->args[0], want)) ok = false;
+          });
+      });
+      if (!ok) return refuse(b.name + " reads buf" + std::to_string(shared[k]) + " at other elements than " + a.name + " writes");
+    }
+    int at = placement(i, j);
+    if (at < 0) return refuse("a step in between reads " + a.name + "'s results");
+    // Fresh ids for b's other loop variables and locals.
+    std::set<int> bvars;
+    collect_vars(b.root, &bvars);
+    int next = a.num_vars;
+    for (int v : bvars)
+      if (!r.vars.count(v)) r.vars[v] = next++;
+    r.local_offset = static_cast<int>(a.locals.size());
+    Kernel merged = a;
+    merged.num_vars = next;
+    merged.locals.insert(merged.locals.end(), b.locals.begin(), b.locals.end());
+    std::vector<int> value_local(shared.size());
+    for (size_t k = 0; k < shared.size(); ++k) {
+      if (store_of[k]->value->kind == ExprKind::Local) {  // already forwarded by an earlier fusion
+        value_local[k] = store_of[k]->value->id;
+        continue;
+      }
+      value_local[k] = static_cast<int>(merged.locals.size());
+      merged.locals.push_back(store_of[k]->value->type);
+      // Turn the store into Let + Store of the local, in the copy.
+      std::vector<Stmt*> mpath;
+      Stmt* mstore = nullptr;
+      FF_CHECK(store_path(merged.root, shared[k], &mpath, &mstore), "store vanished");
+      Stmt* parent = mpath.back();
+      auto pos = std::find_if(parent->body.begin(), parent->body.end(), [&](const Stmt& s) { return &s == mstore; });
+      FF_CHECK(pos != parent->body.end(), "store not in its loop");
+      Stmt st = *pos;
+      *pos = loop::let_stmt(value_local[k], st.value);
+      st.value = loop::local(value_local[k], st.value->type);
+      parent->body.insert(pos + 1, st);
+    }
+    std::vector<Stmt*> mpath;
+    Stmt* mstore = nullptr;
+    FF_CHECK(store_path(merged.root, shared[0], &mpath, &mstore), "store vanished");
+    for (size_t k = 0; k < shared.size(); ++k) r.replace[shared[k]] = value_local[k];
+    for (const Stmt& s : bnest.back()->body) mpath.back()->body.push_back(rename(s, r));
+    std::string bufs;
+    for (int buf : shared) bufs += (bufs.empty() ? "buf" : ", buf") + std::to_string(buf);
+    say("fused " + a.name + " -> " + b.name + ": " + b.name + " reads " + bufs + " where " + a.name +
+        " writes it, inside " + std::to_string(path.size()) + " shared loop(s)");
+    commit(i, j, at, std::move(merged));
+    return true;
+  }
+
+  bool try_horizontal(size_t i, size_t j) {
+    Kernel a = kernel_at(i);
+    const Kernel& b = kernel_at(j);
+    if (a.root.extent != b.root.extent) return false;
+    auto ra = a.loaded_buffers(), rb = b.loaded_buffers(), wa = a.stored_buffers(), wb = b.stored_buffers();
+    for (int x : rb)
+      if (std::find(wa.begin(), wa.end(), x) != wa.end()) return false;
+    for (int x : ra)
+      if (std::find(wb.begin(), wb.end(), x) != wb.end()) return false;
+    bool shared = false;
+    for (int x : ra) shared |= std::find(rb.begin(), rb.end(), x) != rb.end();
+    if (!shared) return false;
+    int at = placement(i, j);
+    if (at < 0) return false;
+    Rename r;
+    std::set<int> bvars;
+    collect_vars(b.root, &bvars);
+    int next = a.num_vars;
+    for (int v : bvars) r.vars[v] = v == b.root.var ? a.root.var : next++;
+    r.local_offset = static_cast<int>(a.locals.size());
+    Kernel merged = a;
+    merged.num_vars = next;
+    merged.locals.insert(merged.locals.end(), b.locals.begin(), b.locals.end());
+    for (const Stmt& s : b.root.body) merged.root.body.push_back(rename(s, r));
+    say("fused " + a.name + " + " + b.name + " horizontally: same outer loop (" + std::to_string(a.root.extent) +
+        ") and a common input");
+    commit(i, j, at, std::move(merged));
+    return true;
+  }
+
+  bool step_once() {
+    for (size_t j = 0; j < p.steps.size(); ++j) {
+      if (p.steps[j].kind != Step::Kind::Kernel) continue;
+      for (size_t i = 0; i < j; ++i)
+        if (p.steps[i].kind == Step::Kind::Kernel && try_vertical(i, j)) return true;
+    }
+    for (size_t j = 0; j < p.steps.size(); ++j) {
+      if (p.steps[j].kind != Step::Kind::Kernel) continue;
+      for (size_t i = 0; i < j; ++i)
+        if (p.steps[i].kind == Step::Kind::Kernel && try_horizontal(i, j)) return true;
+    }
+    return false;
+  }
+};
+
+// Drops Store statements to buffers not in `needed`.
+void drop_stores(Stmt& s, const std::vector<bool>& needed) {
+  auto& body = s.body;
+  body.erase(std::remove_if(body.begin(), body.end(), [&](const Stmt& c) {
+               return c.kind == StmtKind::Store && !needed[static_cast<size_t>(c.buf)];
+             }), body.end());
+  for (Stmt& c : body) drop_stores(c, needed);
+}
+
+}  // namespace
+
+Program fuse_kernels(const Program& p, std::vector<std::string>* log) {
+  Fuser f{p, log};
+  std::vector<std::string> scratch;
+  // NB: refusals are logged only once the pass settles, so that retries do not repeat them.
+  f.log = &scratch;
+  while (f.step_once()) {
+    for (auto& s : scratch)
+      if (log && s.rfind("fused", 0) == 0) log->push_back(s);
+    scratch.clear();
+    std::string err = loop::verify_program(f.p);
+    FF_CHECK(err.empty(), "fusion produced an invalid program: " + err + "\n" + loop::program_str(f.p));
+  }
+  if (log)
+    for (auto& s : scratch) log->push_back(s);
+  // Compact the kernel list to the ones still scheduled.
+  Program out = f.p;
+  out.kernels.clear();
+  for (Step& s : out.steps)
+    if (s.kind == Step::Kind::Kernel) {
+      out.kernels.push_back(f.p.kernels[static_cast<size_t>(s.index)]);
+      s.index = static_cast<int>(out.kernels.size()) - 1;
+    }
+  return out;
+}
+
+Program eliminate_dead_stores(const Program& p) {
+  std::vector<bool> needed(p.buffers.size(), false);
+  for (size_t b = 0; b < p.buffers.size(); ++b) needed[b] = p.buffers[b].role != loop::BufferRole::Intermediate;
+  for (const Kernel& k : p.kernels)
+    for (int b : k.loaded_buffers()) needed[static_cast<size_t>(b)] = true;
+  for (const auto& e : p.externs)
+    for (auto& [n, ref] : e.operands) needed[static_cast<size_t>(ref.buf)] = true;
+  for (auto& [n, ref] : p.outputs) needed[static_cast<size_t>(ref.buf)] = true;
+  Program out = p;
+  out.kernels.clear();
+  std::vector<Step> steps;
+  for (const Step& s : p.steps) {
+    if (s.kind == Step::Kind::Extern) {
+      steps.push_back(s);
+      continue;
+    }
+    Kernel k = p.kernels[static_cast<size_t>(s.index)];
+    drop_stores(k.root, needed);
+    if (k.stored_buffers().empty()) continue;
+    out.kernels.push_back(std::move(k));
+    steps.push_back({Step::Kind::Kernel, static_cast<int>(out.kernels.size()) - 1});
+  }
+  out.steps = std::move(steps);
+  return out;
+}
+
+Program plan_memory(const Program& p, std::vector<std::string>* log) {
+  Program out = p;
+  size_t nb = p.buffers.size();
+  std::vector<int> first(nb, -1), last(nb, -1);
+  std::vector<bool> eligible(nb, false);
+  for (size_t b = 0; b < nb; ++b) eligible[b] = p.buffers[b].role == loop::BufferRole::Intermediate;
+  for (const auto& e : p.externs)
+    for (auto& [n, ref] : e.operands) eligible[static_cast<size_t>(ref.buf)] = false;
+  for (auto& [n, ref] : p.outputs) eligible[static_cast<size_t>(ref.buf)] = false;
+  for (size_t s = 0; s < p.steps.size(); ++s) {
+    if (p.steps[s].kind != Step::Kind::Kernel) continue;
+    const Kernel& k = p.kernels[static_cast<size_t>(p.steps[s].index)];
+    for (int b : k.buffers()) {
+      if (first[static_cast<size_t>(b)] < 0) first[static_cast<size_t>(b)] = static_cast<int>(s);
+      last[static_cast<size_t>(b)] = static_cast<int>(s);
+    }
+  }
+  out.slot.assign(nb, -1);
+  out.slot_bytes.clear();
+  std::vector<int> slot_free_after;  // step after which the slot is free again
+  for (size_t s = 0; s < p.steps.size(); ++s) {
+    for (size_t b = 0; b < nb; ++b) {
+      if (!eligible[b] || first[b] != static_cast<int>(s)) continue;
+      int64_t bytes = loop::buffer_bytes(p.buffers[b]);
+      int chosen = -1;
+      for (size_t k = 0; k < out.slot_bytes.size(); ++k)
+        if (slot_free_after[k] < static_cast<int>(s) && (chosen < 0 || out.slot_bytes[k] > out.slot_bytes[static_cast<size_t>(chosen)]))
+          chosen = static_cast<int>(k);
+      if (chosen < 0) {
+        out.slot_bytes.push_back(bytes);
+        slot_free_after.push_back(last[b]);
+        chosen = static_cast<int>(out.slot_bytes.size()) - 1;
+      } else {
+        if (log) log->push_back("buf" + std::to_string(b) + " reuses the storage of slot " + std::to_string(chosen));
+        out.slot_bytes[static_cast<size_t>(chosen)] = std::max(out.slot_bytes[static_cast<size_t>(chosen)], bytes);
+        slot_free_after[static_cast<size_t>(chosen)] = last[b];
+      }
+      out.slot[b] = chosen;
+    }
+  }
+  return out;
+}
+
+Program compile_to_loop_ir(const Graph& g) {
+  std::vector<std::string> notes, fusion_log, mem_log;
+  Program p = lower_graph(g, &notes);
+  p = fuse_kernels(p, &fusion_log);
+  p = eliminate_dead_stores(p);
+  p = plan_memory(p, &mem_log);
+  std::string err = loop::verify_program(p);
+  FF_CHECK(err.empty(), "scheduling produced an invalid program: " + err + "\n" + loop::program_str(p));
+  if (log_enabled(LogArtifact::fusion)) {
+    std::string msg = "fusion decisions:\n";
+    for (auto& s : notes) msg += "  " + s + "\n";
+    for (auto& s : fusion_log) msg += "  " + s + "\n";
+    log_emit(LogArtifact::fusion, msg);
+  }
+  if (log_enabled(LogArtifact::schedule)) {
+    std::string msg = "schedule:\n";
+    for (const Step& s : p.steps) {
+      if (s.kind == Step::Kind::Kernel) {
+        const Kernel& k = p.kernels[static_cast<size_t>(s.index)];
+        msg += "  kernel " + k.name + " (outer loop " + std::to_string(k.root.extent) + ")\n";
+      } else {
+        const auto& e = p.externs[static_cast<size_t>(s.index)];
+        msg += "  extern node " + std::to_string(e.node) + ": " + e.reason + "\n";
+      }
+    }
+    for (auto& s : mem_log) msg += "  " + s + "\n";
+    log_emit(LogArtifact::schedule, msg);
+  }
+  if (log_enabled(LogArtifact::output_code)) log_emit(LogArtifact::output_code, "loop IR:\n" + loop::program_str(p));
+  return p;
+}
+
+}  // namespace ff::inductor

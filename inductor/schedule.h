@@ -1,0 +1,33 @@
+// The scheduler: passes over a lowered loop IR Program that decide which kernels run together
+// and where intermediates live. Pointwise chains are already fused by lowering (inlined
+// expressions); these passes fuse at kernel level.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "graph/ir.h"
+#include "inductor/loop_ir.h"
+
+namespace ff::inductor {
+
+// Vertical fusion: a kernel that reads buffer B only at the index where B's producer stores it,
+// inside loops that match the producer's enclosing loops, is appended to the producer's loop body
+// and reads the value from a local instead (reductions with their prologue and epilogue: softmax
+// and layer norm become one kernel per row block). Horizontal fusion: independent kernels over the
+// same outer loop that read a common buffer share one loop. Each decision (and each refusal, with
+// its reason) is appended to `log`.
+loop::Program fuse_kernels(const loop::Program& p, std::vector<std::string>* log);
+
+// Drops stores to intermediates nothing reads any more, and kernels left without stores.
+loop::Program eliminate_dead_stores(const loop::Program& p);
+
+// Assigns intermediates that only kernels touch to shared storage slots when their lifetimes
+// (first write .. last read, in steps) do not overlap.
+loop::Program plan_memory(const loop::Program& p, std::vector<std::string>* log);
+
+// The whole pipeline: lower, fuse, eliminate dead stores, plan memory; verifies after each pass
+// and logs (`schedule`, `fusion`, `output_code` artifacts) when enabled.
+loop::Program compile_to_loop_ir(const Graph& g);
+
+}  // namespace ff::inductor

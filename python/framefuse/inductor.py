@@ -1,0 +1,64 @@
+"""The `inductor` backend: compile a framefuse graph into fused CPU kernels.
+
+    from framefuse.graph import Graph
+    from framefuse.inductor import compile_graph
+    g = Graph(); x = g.placeholder("x", torch.randn(1024))
+    g.output((g.call(torch.add, g.call(torch.sin, x), g.call(torch.cos, x)),))
+    fn = compile_graph(g, [torch.randn(1024)])
+    (out,) = fn(torch.randn(1024))
+
+The graph is decomposed to primitives, fused into loop kernels and compiled in-process with LLVM
+(one kernel per fused group; matrix products and other ops without a lowering run in torch).
+Whenever lowering or code generation fails, or framefuse was built without LLVM, the graph runs on
+the reference runner (eager torch ops) and a `perf_hints` log line says why.
+"""
+from . import _C
+
+__all__ = ["compile_graph", "loop_ir", "codegen_available"]
+
+
+def codegen_available():
+    """Whether this build has the CPU code generator (LLVM was found at build time)."""
+    return _C.inductor.codegen_available()
+
+
+def _graph_handle(graph):
+    return getattr(graph, "_g", graph)
+
+
+def loop_ir(graph):
+    """The scheduled loop IR of `graph` as text (what the `output_code` log artifact prints)."""
+    return _C.inductor.loop_ir(_graph_handle(graph))
+
+
+def _hint(msg):
+    _C.logging.emit("perf_hints", msg)
+
+
+def compile_graph(graph, example_inputs=None):
+    """Compile `graph` (a framefuse.graph.Graph) for CPU; returns a callable taking the inputs.
+
+    `example_inputs` are accepted for the backend interface; shapes, strides and dtypes come from
+    the graph's metadata. Calls with inputs of other shapes/strides/dtypes run on the reference
+    runner.
+    """
+    handle = _graph_handle(graph)
+    try:
+        compiled = _C.inductor.CompiledGraph(handle)
+    except Exception as e:  # lowering/codegen failure: never the user's problem
+        if _C.config.get("raise_on_internal_error") and isinstance(e, _C.InternalError):
+            raise
+        _hint(f"inductor: running the graph on the reference runner: {type(e).__name__}: {e}")
+        return _ReferenceFallback(handle)
+    return compiled
+
+
+class _ReferenceFallback:
+    """The graph on the reference runner (eager torch ops)."""
+
+    def __init__(self, handle):
+        self._g = handle
+        self.num_kernels = 0
+
+    def __call__(self, *inputs):
+        return self._g.run(*inputs)

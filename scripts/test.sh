@@ -1,0 +1,128 @@
+#!/usr/bin/env bash
+# Sets up everything that is missing, builds incrementally and runs every test:
+#   cpp     ctest over the GoogleTest binaries (tests/cpp), built in the main lane
+#   main    pytest tests/python with the venv's Python and torch 2.13 (build/main)
+#   debian  pytest tests/python with /usr/bin/python3 and Debian's torch 1.13 (build/debian)
+#   pure    tests marked pure_python on pyenv's 3.12 / 3.13 where installed (no _C, no torch)
+# Extra arguments go to every pytest run (e.g. `bash scripts/test.sh -k printer`).
+# FRAMEFUSE_LANES="cpp main" picks lanes; FRAMEFUSE_JOBS sets build parallelism.
+# Exit status: 0 only when every lane that ran passed.
+set -uo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+cd "$FF_ROOT"
+
+LANES=" ${FRAMEFUSE_LANES:-cpp main debian pure} "
+LANE_TIMEOUT="${FRAMEFUSE_TEST_TIMEOUT:-1500}"
+RESULTS="$FF_ROOT/build/test-results"
+rm -rf "$RESULTS"
+mkdir -p "$RESULTS"
+START=$(date +%s)
+FAILED=0
+# One line per lane for the summary: "status|lane|description|junit xml|log".
+SUMMARY=()
+
+lane_on() { [[ "$LANES" == *" $1 "* ]]; }
+record() { SUMMARY+=("$1|$2|$3|${4:-}|${5:-}"); [ "$1" = ok ] || [ "$1" = none ] || FAILED=1; }
+has_pytests() { compgen -G "tests/python/test_*.py" >/dev/null || compgen -G "tests/python/**/test_*.py" >/dev/null; }
+
+# ---- set-up ------------------------------------------------------------------
+apt_specs=("${FF_APT_BUILD[@]}")
+lane_on debian && apt_specs+=("${FF_APT_DEBIAN_LANE[@]}")
+ff_apt_ensure "${apt_specs[@]}"
+ff_main_venv
+ff_log "set-up done after $(( $(date +%s) - START ))s"
+
+# ---- builds ------------------------------------------------------------------
+MAIN_BUILT=0 DEBIAN_BUILT=0
+if lane_on main || lane_on cpp; then
+  if ff_build_lane main "$FF_VENV/bin/python" -DFRAMEFUSE_BUILD_TESTS=ON; then MAIN_BUILT=1
+  else record fail main "build of build/main failed"; lane_on cpp && record fail cpp "not run: build/main failed"; fi
+fi
+if lane_on debian; then
+  # NB: the GoogleTest binaries do not depend on the interpreter; ctest runs
+  # them once, from the main lane's build.
+  if ff_build_lane debian "$FF_DEBIAN_PYTHON" -DFRAMEFUSE_BUILD_TESTS=OFF; then DEBIAN_BUILT=1
+  else record fail debian "build of build/debian failed"; fi
+fi
+ff_log "builds done after $(( $(date +%s) - START ))s"
+
+# ---- cpp: ctest ----------------------------------------------------------------
+if lane_on cpp && [ $MAIN_BUILT = 1 ]; then
+  if compgen -G "tests/cpp/test_*.cpp" >/dev/null; then
+    ff_log "cpp: ctest (build/main)"
+    "$FF_VENV/bin/ctest" --test-dir build/main --output-on-failure -j "$FF_JOBS" --timeout 300 \
+      --no-tests=error --output-junit "$RESULTS/cpp.xml" 2>&1 | tee "$RESULTS/cpp.log"
+    rc=${PIPESTATUS[0]}
+    [ $rc = 0 ] && record ok cpp "ctest, GoogleTest" "$RESULTS/cpp.xml" "$RESULTS/cpp.log" \
+                || record fail cpp "ctest exited $rc" "$RESULTS/cpp.xml" "$RESULTS/cpp.log"
+  else
+    record none cpp "no tests/cpp/test_*.cpp yet"
+  fi
+fi
+
+# run_pytest LANE PYTHON SITE PURE [pytest args...]
+run_pytest() {
+  local lane="$1" py="$2" site="$3" pure="$4"; shift 4
+  local xml="$RESULTS/$lane.xml" log="$RESULTS/$lane.log" desc
+  desc="$("$py" -c 'import sys; print("Python %d.%d.%d" % sys.version_info[:3])' 2>&1)"
+  ff_log "$lane: pytest with $py ($desc)"
+  # NB: PYTHONNOUSERSITE: pyenv's 3.11 and /usr/bin/python3 share ~/.local's
+  # site-packages folder, which would let one lane import the other's packages.
+  env PYTHONPATH="$site" PYTHONNOUSERSITE=1 \
+      FRAMEFUSE_TEST_LANE="$lane" FRAMEFUSE_TEST_PURE="$pure" \
+      FRAMEFUSE_EXPECT_MODULE_DIR="$([ "$pure" = 1 ] || echo "$site/framefuse")" \
+      timeout --kill-after=30 "$LANE_TIMEOUT" \
+      "$py" -m pytest tests/python -ra -o faulthandler_timeout=600 --junitxml="$xml" "$@" \
+      2>&1 | tee "$log"
+  local rc=${PIPESTATUS[0]}
+  case $rc in
+    0) record ok "$lane" "$desc" "$xml" "$log" ;;
+    5) if [ "$pure" = 1 ] || ! has_pytests; then record none "$lane" "$desc: no tests collected" "" "$log"
+       else record fail "$lane" "$desc: pytest collected no tests although tests/python has test files" "" "$log"; fi ;;
+    124|137) record fail "$lane" "$desc: timed out after ${LANE_TIMEOUT}s" "$xml" "$log" ;;
+    *) record fail "$lane" "$desc: pytest exited $rc" "$xml" "$log" ;;
+  esac
+}
+
+# ---- main and debian: pytest ---------------------------------------------------
+if lane_on main && [ $MAIN_BUILT = 1 ]; then
+  run_pytest main "$FF_VENV/bin/python" "$(ff_lane_pythonpath main)" 0 "$@"
+fi
+if lane_on debian && [ $DEBIAN_BUILT = 1 ]; then
+  run_pytest debian "$FF_DEBIAN_PYTHON" "$(ff_lane_pythonpath debian)" 0 "$@"
+fi
+
+# ---- pure: pyenv 3.12 / 3.13 ----------------------------------------------------
+# Tests marked pure_python need neither torch nor framefuse._C; they check the
+# Python-level code on the interpreters the C++ engine does not target here.
+if lane_on pure; then
+  pyenv_root="${PYENV_ROOT:-$HOME/.pyenv}"
+  for ver in 3.12 3.13; do
+    lane="py${ver/./}"
+    py="$(ls -d "$pyenv_root/versions/$ver".*/bin/python"$ver" 2>/dev/null | sort -V | tail -n 1)"
+    if [ -z "$py" ]; then
+      record none "$lane" "no pyenv Python $ver on this machine"; continue
+    fi
+    if ! grep -rqs --include='test_*.py' 'pure_python' tests/python; then
+      record none "$lane" "no tests marked pure_python yet"; continue
+    fi
+    venv="$FF_ROOT/build/$lane/venv"
+    pytest_pin="$(grep -E '^pytest==' scripts/requirements-main.txt)"
+    if [ "$(cat "$venv/.framefuse-requirements" 2>/dev/null)" != "$pytest_pin" ]; then
+      ff_log "$lane: creating $venv with $pytest_pin"
+      rm -rf "$venv"
+      { "$py" -m venv "$venv" && "$venv/bin/python" -m pip install -q --progress-bar off "$pytest_pin"; } \
+        || { record fail "$lane" "could not create its venv"; continue; }
+      printf '%s' "$pytest_pin" >"$venv/.framefuse-requirements"
+    fi
+    ff_sync_package "$FF_ROOT/build/$lane/site/framefuse"
+    run_pytest "$lane" "$venv/bin/python" "$FF_ROOT/build/$lane/site" 1 -m pure_python "$@"
+  done
+fi
+
+# ---- summary -------------------------------------------------------------------
+# Printed last: each runner's own closing line, then one total line.
+ff_log "all lanes done after $(( $(date +%s) - START ))s; logs and junit files in build/test-results/"
+echo
+"$FF_VENV/bin/python" "$FF_ROOT/scripts/summarize.py" "${SUMMARY[@]}" || FAILED=1
+exit $FAILED

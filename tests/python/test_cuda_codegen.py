@@ -1,0 +1,194 @@
+"""The CUDA code generator.
+
+Compile-only tests (every machine, CI included): each test graph's generated CUDA C++ is compiled by
+NVRTC for sm_90. GPU tests (marked `cuda`, skipped without a GPU): compiled graphs equal eager.
+"""
+import operator
+import os
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import framefuse
+from framefuse import cuda
+from framefuse.graph import Graph
+
+HAVE_GPU = torch.cuda.is_available()
+gpu = pytest.mark.skipif(not HAVE_GPU, reason="needs a CUDA GPU")
+
+
+def _need_nvrtc():
+    st = cuda.nvrtc_status()
+    if st["available"]:
+        return
+    if os.environ.get("CI"):
+        pytest.fail("NVRTC is required in CI (pip install nvidia-cuda-nvrtc): " + st["error"])
+    pytest.skip("NVRTC not installed: " + st["error"].splitlines()[0])
+
+
+# Each case: (name, builder(device) -> (Graph, inputs), eager(*inputs) -> outputs, tolerance).
+def _pointwise(dev):
+    x = torch.randn(1 << 16, device=dev)
+    g = Graph()
+    gx = g.placeholder("x", x)
+    g.output((g.call(torch.add, g.call(torch.sin, gx), g.call(torch.cos, gx)),))
+    return g, [x]
+
+
+def _softmax(dev):
+    x = torch.randn(64, 1000, device=dev)
+    g = Graph()
+    gx = g.placeholder("x", x)
+    g.output((g.call(torch.softmax, g.call(operator.mul, gx, 0.125), -1),))
+    return g, [x]
+
+
+def _layer_norm_gelu(dev, dtype=torch.float32):
+    x = torch.randn(48, 768, device=dev, dtype=dtype)
+    r = torch.randn(48, 768, device=dev, dtype=dtype)
+    w = torch.randn(768, device=dev, dtype=dtype)
+    b = torch.randn(768, device=dev, dtype=dtype)
+    g = Graph()
+    gx, gr, gw, gb = (g.placeholder(n, t) for n, t in zip("xrwb", (x, r, w, b)))
+    ln = g.call(F.layer_norm, g.call(operator.add, gx, gr), [768], gw, gb)
+    g.output((g.call(F.gelu, ln),))
+    return g, [x, r, w, b]
+
+
+def _reductions(dev):
+    x = torch.randn(96, 130, device=dev)
+    g = Graph()
+    gx = g.placeholder("x", x)
+    g.output((g.call(torch.sum, gx, 1), g.call(torch.sum, gx, 0), g.call(torch.amax, gx, [1], True),
+              g.call(torch.mean, gx, [0, 1])))
+    return g, [x]
+
+
+def _linear_relu(dev):
+    x, w, b = torch.randn(32, 64, device=dev), torch.randn(48, 64, device=dev), torch.randn(48, device=dev)
+    g = Graph()
+    gx, gw, gb = g.placeholder("x", x), g.placeholder("w", w), g.placeholder("b", b)
+    g.output((g.call(torch.relu, g.call(F.linear, gx, gw, gb)),))
+    return g, [x, w, b]
+
+
+def _broadcast_transpose(dev):
+    x = torch.randn(40, 24, device=dev)
+    y = torch.randn(24, 40, device=dev)
+    b = torch.randn(24, device=dev)
+    g = Graph()
+    gx, gy, gb = g.placeholder("x", x), g.placeholder("y", y), g.placeholder("b", b)
+    t = g.call(operator.mul, g.call(torch.t, gy), gb)
+    g.output((g.call(torch.sigmoid, g.call(operator.sub, gx, t)), g.call(torch.gt, gx, t)))
+    return g, [x, y, b]
+
+
+CASES = {
+    "pointwise": (_pointwise, 1e-5),
+    "softmax": (_softmax, 1e-5),
+    "layer_norm_gelu": (_layer_norm_gelu, 1e-4),
+    "layer_norm_gelu_bf16": (lambda d: _layer_norm_gelu(d, torch.bfloat16), 2e-2),
+    "reductions": (_reductions, 1e-4),
+    "linear_relu": (_linear_relu, 1e-4),
+    "broadcast_transpose": (_broadcast_transpose, 1e-5),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_generated_source_compiles_for_sm90(name, tmp_path):
+    _need_nvrtc()
+    build, _ = CASES[name]
+    g, _ = build("cpu")
+    with framefuse.config.patch(cache_dir=str(tmp_path)):
+        fn = cuda.compile_graph(g, arch="sm_90")
+    assert fn.arch == "sm_90"
+    assert "extern \"C\" __global__" in fn.source
+    assert fn.kernels(), fn.program
+
+
+def test_softmax_is_one_row_block_kernel():
+    _need_nvrtc()
+    g, _ = _softmax("cpu")
+    fn = cuda.compile_graph(g, arch="sm_90")
+    (k,) = fn.kernels()
+    assert "RowBlock over 64 rows" in k
+
+
+def test_cubin_disk_cache_hit_in_second_compile(tmp_path):
+    _need_nvrtc()
+    with framefuse.config.patch(cache_dir=str(tmp_path)):
+        first = cuda.compile_graph(_pointwise("cpu")[0], arch="sm_90")._mod
+        second = cuda.compile_graph(_pointwise("cpu")[0], arch="sm_90")._mod
+    assert not first.disk_hit and second.disk_hit
+    files = os.listdir(os.path.join(str(tmp_path), "cuda"))
+    assert any(f.endswith(".cubin") for f in files)
+    # A corrupted cache file is ignored and rebuilt.
+    for f in files:
+        with open(os.path.join(str(tmp_path), "cuda", f), "r+b") as fh:
+            fh.seek(30)
+            fh.write(b"\x00\xff\x00")
+    with framefuse.config.patch(cache_dir=str(tmp_path)):
+        third = cuda.compile_graph(_pointwise("cpu")[0], arch="sm_90")._mod
+    assert not third.disk_hit
+
+
+def test_unknown_mode_is_an_error():
+    g, _ = _pointwise("cpu")
+    with pytest.raises(ValueError, match="unknown mode 'fast'"):
+        cuda.compile_graph(g, mode="fast")
+
+
+# ---- on the GPU -------------------------------------------------------------------------------
+
+def _check(out, ref, tol):
+    if isinstance(ref, torch.Tensor):
+        assert out.shape == ref.shape and out.dtype == ref.dtype and out.device == ref.device
+        if ref.dtype == torch.bool:
+            assert torch.equal(out, ref)
+        else:
+            err = (out.double() - ref.double()).norm() / max(ref.double().norm().item(), 1e-30)
+            assert err <= tol and not torch.isnan(out).any(), f"relative error {err}"
+        return
+    assert len(out) == len(ref)
+    for o, r in zip(out, ref):
+        _check(o, r, tol)
+
+
+@gpu
+@pytest.mark.cuda
+@pytest.mark.parametrize("mode", ["default", "max-autotune", "reduce-overhead"])
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_gpu_equals_eager(name, mode, tmp_path):
+    build, tol = CASES[name]
+    torch.backends.cuda.matmul.allow_tf32 = False
+    g, inputs = build("cuda")
+    with framefuse.config.patch(cache_dir=str(tmp_path)):
+        fn = cuda.compile_graph(g, mode=mode)
+        for _ in range(3):  # fresh inputs each call (reduce-overhead records on the second)
+            fresh = [torch.randn_like(t) if t.is_floating_point() else t for t in inputs]
+            out = fn(*fresh)
+            _check(out, g.run(*fresh), tol)
+
+
+@gpu
+@pytest.mark.cuda
+def test_gpu_misaligned_input_uses_scalar_variant():
+    base = torch.randn((1 << 16) + 1, device="cuda")
+    x = base[1:]  # 4-byte offset: no 16-byte vectors
+    g = Graph()
+    gx = g.placeholder("x", x)
+    g.output((g.call(torch.add, g.call(torch.sin, gx), g.call(torch.cos, gx)),))
+    fn = cuda.compile_graph(g)
+    (out,) = fn(x)
+    _check(out, torch.sin(x) + torch.cos(x), 1e-5)
+    assert any("launched ff_" in k and "_v " not in k for k in fn.kernels()), fn.kernels()
+
+
+@gpu
+@pytest.mark.cuda
+def test_gpu_wrong_input_layout_runs_eagerly():
+    g, (x,) = _softmax("cuda")
+    fn = cuda.compile_graph(g)
+    y = torch.randn(1000, 64, device="cuda").t()  # same shape, other strides
+    _check(fn(y), g.run(y), 1e-6)
