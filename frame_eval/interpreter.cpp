@@ -406,10 +406,7 @@ void SymbolicTracer::step(Frame& f, const Instr& ins) {
       else if (ins.handler == Handler::BuildList) push(make_list(std::move(items)));
       else {
         Sym set = make_sym(SymKind::Set);
-        for (Sym& i : items) {
-          if (!i->is(SymKind::Const)) brk(BreakKind::UnsupportedValue, "set of non-constant values");
-          set->items.push_back(std::move(i));
-        }
+        for (Sym& i : items) set_add(set, i);
         push(std::move(set));
       }
       break;
@@ -462,9 +459,7 @@ void SymbolicTracer::step(Frame& f, const Instr& ins) {
     }
     case Handler::SetAdd: {
       Sym v = pop();
-      Sym& set = peek(arg);
-      if (!v->is(SymKind::Const)) brk(BreakKind::UnsupportedValue, "set of non-constant values");
-      set->items.push_back(std::move(v));
+      set_add(peek(arg), v);
       break;
     }
     case Handler::MapAdd: {
@@ -483,10 +478,7 @@ void SymbolicTracer::step(Frame& f, const Instr& ins) {
     case Handler::SetUpdate: {
       Sym seq = pop();
       Sym& set = peek(arg);
-      for (Sym& i : iterate(seq)) {
-        if (!i->is(SymKind::Const)) brk(BreakKind::UnsupportedValue, "set of non-constant values");
-        set->items.push_back(std::move(i));
-      }
+      for (Sym& i : iterate(seq)) set_add(set, i);
       break;
     }
     case Handler::DictUpdate:

@@ -146,6 +146,15 @@ Sym SymbolicTracer::fold(PyObject* fn, const std::vector<Sym>& args, const KwArg
   PyRef hold = PyRef::steal(r);
   if (PyObject_TypeCheck(r, reinterpret_cast<PyTypeObject*>(known().tensor_type)))
     brk(BreakKind::UnknownCFunction, what + " returns a tensor");
+  if (PyList_CheckExact(r) || PyDict_CheckExact(r)) {
+    // A fresh container the traced code owns: symbolic, so that mutating it needs no replay.
+    Sym s = wrap(r, nullptr);
+    Sym fresh = make_sym(s->kind);
+    fresh->items = s->items;
+    fresh->keys = s->keys;
+    by_identity_.erase(r);
+    return fresh;
+  }
   return wrap(r, nullptr);
 }
 
@@ -392,10 +401,7 @@ Sym SymbolicTracer::call_builtin(PyObject* fn, const std::string& name, std::vec
   if (name == "set" || name == "frozenset") {
     Sym s = make_sym(SymKind::Set);
     if (!args.empty())
-      for (Sym& i : iterate(args[0])) {
-        if (!i->is(SymKind::Const)) brk(BreakKind::UnsupportedValue, "set of non-constant values");
-        s->items.push_back(i);
-      }
+      for (Sym& i : iterate(args[0])) set_add(s, i);
     if (name == "frozenset") {
       PyRef c = PyRef::steal(sym_to_const(s));
       return make_const_steal(PyFrozenSet_New(c.get()));
@@ -555,6 +561,16 @@ Sym SymbolicTracer::call_tensor_method(const Sym& self, const std::string& name,
 
 // ---- builtin methods of containers and context managers -----------------------------------------
 
+void SymbolicTracer::set_add(const Sym& set, const Sym& v) {
+  if (!(v->is(SymKind::Const) || v->is(SymKind::Object) || v->is(SymKind::NewObject)))
+    brk(BreakKind::UnsupportedValue, "set of " + describe_sym(v));
+  if (v->is(SymKind::Const) && PyObject_Hash(v->obj.get()) == -1) {
+    PyErr_Clear();
+    brk(BreakKind::RaisesInTrace, "unhashable set element " + describe_sym(v));
+  }
+  if (contains(set, v)->obj.get() == Py_False) set->items.push_back(v);
+}
+
 void SymbolicTracer::note_list_mutation(const Sym& list) {
   if (!list->obj) return;
   if (!list->source) brk(BreakKind::UnsupportedValue, "mutation of a list that cannot be fetched again");
@@ -694,10 +710,7 @@ Sym SymbolicTracer::call_method(const Sym& method, std::vector<Sym>& args, KwArg
       break;
     case SymKind::Set:
       if (name == "add" && !self->obj) {
-        const Sym& v = args.at(0);
-        if (!(v->is(SymKind::Const) || v->is(SymKind::Object) || v->is(SymKind::NewObject)))
-          brk(BreakKind::UnsupportedValue, "set of " + describe_sym(v));
-        if (contains(self, v)->obj.get() == Py_False) self->items.push_back(v);
+        set_add(self, args.at(0));
         return none;
       }
       break;

@@ -250,7 +250,12 @@ Sym SymbolicTracer::inline_call(PyCodeObject* code, PyObject* globals, const Sou
     // observable effects between items.
     std::vector<Sym> yields;
     f.yields = &yields;
+    size_t effects_before = effects_.size(), mutations_before = mutated_containers_.size();
     run_frame(f);
+    // NB: materializing runs the generator past where a consumer may stop (any(), next()); that
+    // is only equivalent when the generator changes no program state.
+    if (effects_.size() != effects_before || mutated_containers_.size() != mutations_before)
+      brk(BreakKind::GeneratorFrame, "a generator with side effects");
     Sym it = make_sym(SymKind::Iterator);
     it->items = std::move(yields);
     return it;

@@ -145,6 +145,7 @@ class SymbolicTracer {
   std::vector<Sym> iterate_or_self(const Sym& s);
 
   void note_list_mutation(const Sym& list);
+  void set_add(const Sym& set, const Sym& v);  // dedups: constants by value, objects by identity
 
   // ---- state ----
   FrameView view_;

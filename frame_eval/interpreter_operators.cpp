@@ -458,8 +458,21 @@ std::vector<Sym> SymbolicTracer::iterate(const Sym& v) {
   switch (v->kind) {
     case SymKind::Tuple:
     case SymKind::List:
-    case SymKind::Set:
       return v->items;
+    case SymKind::Set: {
+      // NB: a set iterates in hash order, not insertion order: replay the real set's order.
+      PyRef real = PyRef::steal(PySet_New(nullptr));
+      for (const Sym& i : v->items) PySet_Add(real.get(), i->obj.get());
+      std::vector<Sym> out;
+      PyRef it = PyRef::steal(PyObject_GetIter(real.get()));
+      while (PyObject* o = PyIter_Next(it.get())) {
+        for (const Sym& i : v->items)
+          if (i->obj.get() == o) { out.push_back(i); break; }
+        Py_DECREF(o);
+      }
+      FF_CHECK(!PyErr_Occurred() && out.size() == v->items.size(), "set iteration order");
+      return out;
+    }
     case SymKind::Dict:
       return v->keys;
     case SymKind::Iterator: {

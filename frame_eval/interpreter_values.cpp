@@ -496,6 +496,8 @@ Sym SymbolicTracer::try_load_attr(const Sym& base, const std::string& name) {
     }
     case SymKind::Object: {
       if (Sym v = find_attr(base->attrs, name)) return v;
+      if (name == "__dict__" || name == "__class__")
+        brk(BreakKind::UnsupportedAttribute, "obj." + name + " (its contents would bypass attribute tracking)");
       PyObject* o = base->obj.get();
       PyTypeObject* t = Py_TYPE(o);
       PyObject* getattribute = type_lookup(t, "__getattribute__");

@@ -81,7 +81,7 @@ constexpr uint8_t F = kJumpForward, B = kJumpBackward, M = kMayBreak, S = kNoSta
   X(RERAISE, 119, Unsupported, 0, 0)                              \
   X(COPY, 120, Copy, 0, 0)                                        \
   X(BINARY_OP, 122, BinaryOp, 1, M)                               \
-  X(SEND, 123, Unsupported, 0, 0)                                 \
+  X(SEND, 123, Unsupported, 0, F)                                 \
   X(LOAD_FAST, 124, LoadFast, 0, 0)                               \
   X(STORE_FAST, 125, StoreFast, 0, 0)                             \
   X(DELETE_FAST, 126, DeleteFast, 0, 0)                           \

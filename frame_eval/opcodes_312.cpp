@@ -81,7 +81,7 @@ constexpr uint8_t F = kJumpForward, B = kJumpBackward, M = kMayBreak;
   X(COPY, 120, Copy, 0, 0)                                    \
   X(RETURN_CONST, 121, ReturnConst, 0, M)                     \
   X(BINARY_OP, 122, BinaryOp, 1, M)                           \
-  X(SEND, 123, Unsupported, 1, 0)                             \
+  X(SEND, 123, Unsupported, 1, F)                             \
   X(LOAD_FAST, 124, LoadFast, 0, 0)                           \
   X(STORE_FAST, 125, StoreFast, 0, 0)                         \
   X(DELETE_FAST, 126, DeleteFast, 0, 0)                       \

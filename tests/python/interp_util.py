@@ -29,6 +29,8 @@ def same(a, b):
         return type(a) is type(b) and len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
     if isinstance(a, dict):
         return type(a) is type(b) and list(a) == list(b) and all(same(a[k], b[k]) for k in a)
+    if hasattr(a, "__dict__") and not isinstance(a, type) and not callable(a):
+        return type(a) is type(b) and same(vars(a), vars(b))
     return type(a) is type(b) and a == b
 
 

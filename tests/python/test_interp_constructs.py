@@ -361,3 +361,22 @@ def test_training_flag_is_guarded():
     drop = nn.Dropout(0.5).eval()
     r = trace(lambda x: drop(x), x4)
     assert any(s.endswith(".training == False") for s in r["guards"])
+
+
+def test_generator_with_side_effects_breaks():
+    def gen(xs, log):
+        for t in xs:
+            log.append(1)
+            yield t
+
+    def f(x, log):
+        return next(gen([x, x], log))
+    assert brk(f, x4, [])["id"] == "FF0021"
+
+    def pure_gen(xs):
+        for t in xs:
+            yield t * 2
+
+    def g(x):
+        return list(pure_gen([x, x + 1])), any(v > 1 for v in [0, 2])
+    check(g, x4)
