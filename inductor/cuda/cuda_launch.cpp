@@ -1,9 +1,8 @@
 #include "inductor/cuda/cuda_launch.h"
 
 #include <algorithm>
-#include <filesystem>
-#include <fstream>
-#include <sstream>
+#include <cstdio>
+#include <cstdlib>
 
 #include "inductor/cuda/nvrtc_compiler.h"
 #include "src/config.h"
@@ -115,9 +114,11 @@ LaunchConfig CudaModule::tune(PerDevice& pd, size_t k, const std::vector<void*>&
   for (int v : variants) key += std::to_string(v) + ",";
   std::string path = cuda_cache_dir() + "/tune-" + content_hash(key) + ".txt";
   if (config().disk_cache) {
-    std::ifstream f(path);
-    size_t idx = 0;
-    if (f >> idx && idx < cands.size()) return cands[idx];
+    std::string file, body;
+    if (read_cache_file(path, &file) && unpack_cache_entry(file, &body) && !body.empty()) {
+      size_t idx = std::strtoull(body.c_str(), nullptr, 10);
+      if (idx < cands.size()) return cands[idx];
+    }
   }
   const DriverApi& d = driver();
   CUevent start = nullptr, stop = nullptr;
@@ -137,9 +138,10 @@ LaunchConfig CudaModule::tune(PerDevice& pd, size_t k, const std::vector<void*>&
     float ms = 0;
     check_driver(d.cuEventElapsedTime(&ms, start, stop), "cuEventElapsedTime");
     ms /= kReps;
+    char us[32];
+    std::snprintf(us, sizeof us, "%.2f", static_cast<double>(ms) * 1000.0);
     report += "  " + plan.variants[static_cast<size_t>(cands[i].variant)].fn + " block " + std::to_string(cands[i].block_x) +
-              "x" + std::to_string(cands[i].block_y) + " grid " + std::to_string(cands[i].grid) + ": " +
-              std::to_string(ms * 1000) + " us\n";
+              "x" + std::to_string(cands[i].block_y) + " grid " + std::to_string(cands[i].grid) + ": " + us + " us\n";
     if (ms < best_ms) {
       best_ms = ms;
       best = i;
@@ -149,14 +151,7 @@ LaunchConfig CudaModule::tune(PerDevice& pd, size_t k, const std::vector<void*>&
   d.cuEventDestroy(stop);
   if (log_enabled(LogArtifact::perf_hints))
     log_emit(LogArtifact::perf_hints, "max-autotune " + plan.name + ":\n" + report);
-  if (config().disk_cache) {
-    std::error_code ec;
-    std::filesystem::create_directories(cuda_cache_dir(), ec);
-    std::ofstream f(path + ".tmp");
-    f << best << "\n";
-    f.close();
-    std::filesystem::rename(path + ".tmp", path, ec);
-  }
+  if (config().disk_cache) write_cache_file(path, pack_cache_entry(std::to_string(best)));
   return cands[best];
 }
 

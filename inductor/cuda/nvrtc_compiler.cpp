@@ -107,6 +107,9 @@ bool unpack_cache_entry(const std::string& file, std::string* payload) {
   return true;
 }
 
+bool read_cache_file(const std::string& path, std::string* out) { return read_file(path, out); }
+void write_cache_file(const std::string& path, const std::string& data) { write_file_atomic(path, data); }
+
 std::string cuda_cache_dir() {
   std::string base = config().cache_dir;
   if (base.empty()) {

@@ -30,4 +30,9 @@ std::string content_hash(const std::string& data);
 std::string pack_cache_entry(const std::string& payload);
 bool unpack_cache_entry(const std::string& file, std::string* payload);
 
+// One file of the cache, read whole / written under a temporary name then renamed (a reader never
+// sees half a file; an unwritable cache only costs a recompile or a re-tune).
+bool read_cache_file(const std::string& path, std::string* out);
+void write_cache_file(const std::string& path, const std::string& data);
+
 }  // namespace ff::cuda

@@ -55,3 +55,20 @@ def test_module_reports_build_facts():
     assert C.__version__ == meta["project"]["version"]
     assert isinstance(C.HAVE_LLVM, bool)
     assert isinstance(C.HAVE_CUDA_CODEGEN, bool)
+
+
+# Symbols that only libstdc++ itself defines: iostream number formatting, locales, codecvt facets.
+_LIBSTDCXX_OWN = re.compile(r"\s[TtWw]\s+(_ZNSo9_M_insertI|_ZNSt6locale|_ZNSt7codecvtI|_ZNKSt7codecvtI)")
+
+
+def test_module_carries_no_copy_of_the_cxx_runtime(module_path):
+    # A module that links parts of libstdc++ statically (a toolchain whose libstdc++ differs from the
+    # process's, which torch loaded first) mixes two runtimes: its own stream code then calls locale
+    # facets built by the other one and crashes at the first `ostream << number`.
+    if shutil.which("nm") is None:
+        pytest.fail("nm (binutils) is needed to inspect the module; install binutils")
+    assert "libstdc++.so.6" in _needed(module_path)
+    for args in (["nm", "-D", "--defined-only"], ["nm", "--defined-only"]):
+        out = subprocess.run(args + [module_path], capture_output=True, text=True).stdout
+        own = sorted({m.group(1) for m in _LIBSTDCXX_OWN.finditer(out)})
+        assert not own, f"{module_path} defines libstdc++'s own symbols ({', '.join(own)}): link libstdc++ shared"

@@ -127,19 +127,23 @@ std::vector<std::string> CudaGraphModule::kernels() const {
 }
 
 void CudaGraphModule::ensure_module() {
-  if (module_ || src_.kernels.empty()) return;
-  std::string why;
-  if (!driver_api(&why)) throw UserError(why);
-  const DeviceInfo& dev = device_info(device_);
-  if (dev.arch() != arch_)
-    throw UserError("this graph was compiled for " + arch_ + " but runs on " + dev.arch() + "; compile it again");
+  if (module_ || (torch_ && src_.kernels.empty())) return;
+  if (!src_.kernels.empty()) {
+    std::string why;
+    if (!driver_api(&why)) throw UserError(why);
+    const DeviceInfo& dev = device_info(device_);
+    if (dev.arch() != arch_)
+      throw UserError("this graph was compiled for " + arch_ + " but runs on " + dev.arch() + "; compile it again");
+  }
+  // NB: a graph of extern calls alone has no module but still allocates its outputs through torch.
+  dtype_objs_.clear();
   torch_ = py::module_::import("torch");
   empty_strided_ = torch_.attr("empty_strided");
   py::object c = torch_.attr("_C");
   if (py::hasattr(c, "_cuda_getCurrentRawStream")) raw_stream_ = c.attr("_cuda_getCurrentRawStream");
   device_obj_ = host_emulation_ ? torch_.attr("device")("cpu") : torch_.attr("device")("cuda", device_);
   for (const loop::Buffer& b : prog_.buffers) dtype_objs_.push_back(torch_.attr(std::string(dtype_name(b.dtype)).c_str()));
-  module_ = std::make_unique<CudaModule>(cubin_, src_.kernels, hash_, autotune_);
+  if (!src_.kernels.empty()) module_ = std::make_unique<CudaModule>(cubin_, src_.kernels, hash_, autotune_);
 }
 
 py::object CudaGraphModule::alloc(int b) {
