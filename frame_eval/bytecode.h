@@ -74,7 +74,8 @@ Encoded encode(const Bytecode& bc, int firstlineno);
 
 // Max stack depth over all paths (jumps, fallthrough, exception edges). Throws InternalError with
 // the instruction on a negative depth, inconsistent depths at a merge point, or falling off the end.
-int compute_stacksize(const Bytecode& bc);
+// `depths` (optional) receives the depth before each instruction, -1 where unreachable.
+int compute_stacksize(const Bytecode& bc, std::vector<int>* depths = nullptr);
 
 // Replacement fields for constructing a code object from `base` (code.replace). Empty optional
 // fields keep the base's value.

@@ -158,7 +158,7 @@ Encoded encode(const Bytecode& bc, int firstlineno) {
   return out;
 }
 
-int compute_stacksize(const Bytecode& bc) {
+int compute_stacksize(const Bytecode& bc, std::vector<int>* depths) {
   const int n = static_cast<int>(bc.instrs.size());
   std::vector<int> depth(n, -1);
   std::vector<std::vector<const ExcEntry*>> covering(n);
@@ -198,6 +198,7 @@ int compute_stacksize(const Bytecode& bc) {
     if (is_jump(in.opcode)) reach(k, in.target, d + stack_effect(in.opcode, in.arg, true));
     if (!is_terminator(in.opcode)) reach(k, k + 1, d + stack_effect(in.opcode, in.arg, false));
   }
+  if (depths) *depths = std::move(depth);
   return maxdepth;
 }
 

@@ -4,6 +4,7 @@
 #include <pybind11/stl.h>
 
 #include "frame_eval/bytecode.h"
+#include "frame_eval/bytecode_resume.h"
 #include "src/errors.h"
 
 namespace py = pybind11;
@@ -57,6 +58,10 @@ void define_bytecode_testing(py::module_& m) {
     return to_bytes(bc::write_line_table(first, lines, units));
   });
   t.def("parse_line_table", [](py::bytes b, int first) { return bc::parse_line_table(std::string(b), first); });
+  t.def("make_resume", [](py::handle code, int offset, int stack_depth, const std::vector<std::string>& live) {
+    return py::reinterpret_steal<py::object>(bc::make_resume(need_code(code), offset / 2, stack_depth, live));
+  }, py::arg("code"), py::arg("offset"), py::arg("stack_depth"), py::arg("live_locals"),
+     "a resume code object starting at byte `offset` (see frame_eval/bytecode_resume.h)");
 }
 
 }  // namespace ff

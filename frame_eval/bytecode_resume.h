@@ -1,0 +1,21 @@
+// Resume functions: the code object that continues a frame after a graph break.
+//
+// make_resume(code, unit, stack_depth, live_locals) returns a code object whose arguments are the
+// `stack_depth` values on the stack at code unit `unit` (bottom first, named __stack0...) followed
+// by the live locals (in the given order). Every cell and free variable of `code` becomes a free
+// variable of the resume function, in the order co_cellvars + co_freevars, so the caller passes the
+// frame's cells by identity as the closure. The body is the original code; the prologue
+// (COPY_FREE_VARS, RESUME, LOAD_FAST of each stack argument, JUMP_FORWARD) enters it at `unit`.
+// The result is verified; generators and coroutines are refused (InternalError).
+#pragma once
+
+#include <Python.h>
+
+#include <string>
+#include <vector>
+
+namespace ff::bc {
+
+PyObject* make_resume(PyObject* code, int unit, int stack_depth, const std::vector<std::string>& live_locals);
+
+}  // namespace ff::bc
