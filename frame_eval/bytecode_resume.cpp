@@ -5,6 +5,7 @@
 
 #include "frame_eval/bytecode.h"
 #include "src/errors.h"
+#include "src/logging.h"
 
 namespace ff::bc {
 
@@ -150,7 +151,17 @@ PyObject* make_resume(PyObject* code, int unit, int stack_depth, const std::vect
   FF_CHECK(name, "code without a name");
   f.name = "__resume_" + std::string(name) + "_at_" + std::to_string(line);
   f.qualname = f.name;
-  return assemble(code, out, f);
+  PyObject* result = assemble(code, out, f);
+  if (log_enabled(LogArtifact::bytecode)) {
+    try {
+      log_emit(LogArtifact::bytecode, "ORIGINAL BYTECODE\n" + disassemble(code) + "RESUME FUNCTION at offset " +
+                                          std::to_string(2 * unit) + "\n" + disassemble(result));
+    } catch (...) {
+      Py_DECREF(result);
+      throw;
+    }
+  }
+  return result;
 }
 
 }  // namespace ff::bc
