@@ -161,3 +161,23 @@ def test_resume_missing_live_local_raises_not_crashes():
     r = _resume_fn(f_straight, off, 1, ["a", "b"])  # c is live but not passed
     with pytest.raises(UnboundLocalError):
         r(108, 4, 5)
+
+
+def test_bytecode_log_shows_original_and_resume():
+    from test_bytecode_asm import _C
+
+    records = []
+    _C.logging.set_spec("bytecode")
+    _C.logging.set_sink(lambda logger, level, msg: records.append((logger, msg)))
+    try:
+        off = _after_call(f_straight.__code__)
+        T.make_resume(f_straight.__code__, off, 1, ["a", "b", "c"])
+    finally:
+        _C.logging.set_sink(None)
+        _C.logging.set_spec("")
+    assert len(records) == 1
+    logger, msg = records[0]
+    assert logger.endswith("bytecode")
+    assert msg.startswith("ORIGINAL BYTECODE\nDisassembly of f_straight (")
+    assert f"RESUME FUNCTION at offset {off}\nDisassembly of __resume_f_straight_at_" in msg
+    assert "JUMP_FORWARD" in msg and "__stack0" in msg
