@@ -71,7 +71,7 @@ class ExplainOutput:
         return out
 
 
-_BREAK_HEAD = re.compile(r"^Graph break in (?P<where>.*?) \(the frame runs eagerly\): (?P<reason>.*)$")
+_BREAK_HEAD = re.compile(r"^(?:\[\d+/\d+\] )?Graph break in (?P<where>.*?) \(the frame runs eagerly\): (?P<reason>.*)$")
 
 
 def _parse_break(msg):
