@@ -351,3 +351,73 @@ def test_verifier_rejects_overlapping_exception_ranges():
     s, l, t, d, la = entries[1]
     entries[1] = (entries[0][0], l + (s - entries[0][0]), t, d, la)
     _expect_rejected(code.replace(co_exceptiontable=T.write_exception_table(entries)), "overlap")
+
+
+_MISC_SOURCE = textwrap.dedent('''
+    import asyncio
+
+    class Shape:
+        sides = 0
+
+        def area(self):
+            return super().__repr__()
+
+    def match_it(v):
+        match v:
+            case {"kind": "pt", "x": x, **rest}:
+                return ("pt", x, rest)
+            case [a, *others] if a > 0:
+                return ("seq", a, others)
+            case Shape(sides=3):
+                return "triangle"
+            case str() | bytes():
+                return "text"
+            case _:
+                return None
+
+    async def agen(n):
+        for i in range(n):
+            yield i
+            await asyncio.sleep(0)
+
+    async def main(n):
+        out = [i async for i in agen(n)]
+        async with asyncio.timeout(5):
+            try:
+                raise ExceptionGroup("g", [ValueError(1), KeyError(2)])
+            except* ValueError as eg:
+                out.append(len(eg.exceptions))
+            except* KeyError:
+                out.append("k")
+        return out
+''')
+
+
+def _walk(code):
+    yield code
+    for c in code.co_consts:
+        if isinstance(c, types.CodeType):
+            yield from _walk(c)
+
+
+def test_module_class_match_async_code_roundtrips_and_runs():
+    module_code = compile(_MISC_SOURCE, "<misc>", "exec")
+    rebuilt = {}
+    for code in _walk(module_code):
+        new = T.roundtrip(code)
+        assert (new.co_code, new.co_exceptiontable, new.co_stacksize) == \
+            (code.co_code, code.co_exceptiontable, code.co_stacksize), code.co_qualname
+        rebuilt[code] = new
+
+    def swap(code):  # the module with every nested code object replaced by its round-tripped copy
+        consts = tuple(swap(c) if isinstance(c, types.CodeType) else c for c in code.co_consts)
+        return rebuilt[code].replace(co_consts=consts)
+
+    import asyncio
+    results = []
+    for code in (module_code, swap(module_code)):
+        ns = {"__name__": "misc"}
+        exec(code, ns)
+        results.append([ns["match_it"](v) for v in ({"kind": "pt", "x": 1, "y": 2}, [3, 4], ns["Shape"](), "s", 0)]
+                       + [asyncio.run(ns["main"](3)), ns["Shape"]().area()[:6]])
+    assert results[0] == results[1]
