@@ -59,7 +59,8 @@ bool indexes_localsplus(const std::string& n) {
 
 }  // namespace
 
-PyObject* make_resume(PyObject* code, int unit, int stack_depth, const std::vector<std::string>& live) {
+PyObject* make_resume(PyObject* code, int unit, int stack_depth, const std::vector<std::string>& live,
+                      const std::vector<int>& null_slots) {
   FF_CHECK(PyCode_Check(code), "make_resume expects a code object");
   PyCodeObject* co = reinterpret_cast<PyCodeObject*>(code);
   FF_CHECK(!(co->co_flags & (CO_GENERATOR | CO_COROUTINE | CO_ASYNC_GENERATOR | CO_ITERABLE_COROUTINE)),
@@ -87,7 +88,14 @@ PyObject* make_resume(PyObject* code, int unit, int stack_depth, const std::vect
   std::vector<std::string> new_frees = cellvars;
   new_frees.insert(new_frees.end(), freevars.begin(), freevars.end());
   std::vector<std::string> new_vars;
-  for (int i = 0; i < stack_depth; ++i) new_vars.push_back("__stack" + std::to_string(i));
+  std::vector<bool> is_null(stack_depth, false);
+  for (int slot : null_slots) {
+    FF_CHECK(slot >= 0 && slot < stack_depth, "NULL slot " + std::to_string(slot) + " outside the stack");
+    is_null[slot] = true;
+  }
+  std::vector<int> stack_arg(stack_depth, -1);
+  for (int i = 0; i < stack_depth; ++i)
+    if (!is_null[i]) stack_arg[i] = static_cast<int>(new_vars.size()), new_vars.push_back("__stack" + std::to_string(i));
   for (const std::string& l : live) {
     FF_CHECK(contains(varnames, l), "live local '" + l + "' is not a local of the code");
     FF_CHECK(!contains(new_frees, l), "live local '" + l + "' is a cell; cells are passed in the closure");
@@ -110,7 +118,10 @@ PyObject* make_resume(PyObject* code, int unit, int stack_depth, const std::vect
   };
   if (!new_frees.empty()) emit("COPY_FREE_VARS", static_cast<int>(new_frees.size()));
   emit("RESUME", 0);
-  for (int i = 0; i < stack_depth; ++i) emit("LOAD_FAST", i);
+  for (int i = 0; i < stack_depth; ++i) {
+    if (is_null[i]) emit("PUSH_NULL", 0);
+    else emit("LOAD_FAST", stack_arg[i]);
+  }
   const int shift = static_cast<int>(out.instrs.size()) + 1;  // + the JUMP_FORWARD
   emit("JUMP_FORWARD", 0, at + shift);
   for (const Instr& src : orig.instrs) {

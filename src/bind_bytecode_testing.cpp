@@ -58,9 +58,12 @@ void define_bytecode_testing(py::module_& m) {
     return to_bytes(bc::write_line_table(first, lines, units));
   });
   t.def("parse_line_table", [](py::bytes b, int first) { return bc::parse_line_table(std::string(b), first); });
-  t.def("make_resume", [](py::handle code, int offset, int stack_depth, const std::vector<std::string>& live) {
-    return py::reinterpret_steal<py::object>(bc::make_resume(need_code(code), offset / 2, stack_depth, live));
+  t.def("make_resume", [](py::handle code, int offset, int stack_depth, const std::vector<std::string>& live,
+                          const std::vector<int>& null_slots) {
+    if (offset % 2) throw InternalError("resume offset " + std::to_string(offset) + " is not an instruction boundary");
+    return py::reinterpret_steal<py::object>(bc::make_resume(need_code(code), offset / 2, stack_depth, live, null_slots));
   }, py::arg("code"), py::arg("offset"), py::arg("stack_depth"), py::arg("live_locals"),
+     py::arg("null_slots") = std::vector<int>{},
      "a resume code object starting at byte `offset` (see frame_eval/bytecode_resume.h)");
 }
 

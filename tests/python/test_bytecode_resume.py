@@ -181,3 +181,21 @@ def test_bytecode_log_shows_original_and_resume():
     assert msg.startswith("ORIGINAL BYTECODE\nDisassembly of f_straight (")
     assert f"RESUME FUNCTION at offset {off}\nDisassembly of __resume_f_straight_at_" in msg
     assert "JUMP_FORWARD" in msg and "__stack0" in msg
+
+
+def f_nested_call(a):
+    return str(marker(a) * 2)
+
+
+def test_resume_with_null_on_the_stack():
+    # Breaking after the inner call of str(marker(a) * 2): below the value lie NULL and `str`.
+    code = f_nested_call.__code__
+    off = _after_call(code)
+    ins = [i for i in dis.get_instructions(code) if i.opname != "CACHE"]
+    first_load = next(i for i in ins if i.opname == "LOAD_GLOBAL")
+    assert first_load.argval == "str" and first_load.arg & 1  # LOAD_GLOBAL pushes NULL below str
+    code_r = T.make_resume(code, off, 3, [], null_slots=[0])
+    T.verify(code_r)
+    assert code_r.co_varnames[:2] == ("__stack1", "__stack2")
+    fn = types.FunctionType(code_r, f_nested_call.__globals__)
+    assert fn(str, marker(7)) == f_nested_call(7)
