@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import dataclasses
 import re
-import time
 
 from . import _C
 from .compile import compile as _compile
@@ -123,13 +122,11 @@ def explain(fn, *extra_args, **extra_kwargs):
     def inner(*args, **kwargs):
         from . import _logging
 
-        graphs, ops_per_graph, backend_ms = [], [], []
+        graphs, ops_per_graph = [], []
 
         def recording_backend(graph, example_inputs):
-            t0 = time.perf_counter()
             graphs.append(graph)
             ops_per_graph.append(_graph_ops(graph))
-            backend_ms.append((time.perf_counter() - t0) * 1e3)
             return graph.run
 
         breaks, times = [], []
@@ -155,6 +152,7 @@ def explain(fn, *extra_args, **extra_kwargs):
             compiled(*args, **kwargs)
         finally:
             _logging._apply(previous)
+        # Guards of the root frame (frames it calls that compile on their own are not listed).
         guards = []
         code = getattr(getattr(fn, "__func__", fn), "__code__", None)
         if code is None and hasattr(fn, "forward"):
