@@ -175,4 +175,45 @@ PyObject* make_resume(PyObject* code, int unit, int stack_depth, const std::vect
   return result;
 }
 
+std::vector<std::string> live_locals_at(PyObject* code, int unit) {
+  FF_CHECK(PyCode_Check(code), "live_locals_at expects a code object");
+  Bytecode bc = decode(code);
+  std::vector<std::string> varnames = str_tuple(code, "co_varnames");
+  const int nv = static_cast<int>(varnames.size()), n = static_cast<int>(bc.instrs.size());
+  int at = -1;
+  for (int k = 0; k < n; ++k)
+    if (bc.instrs[k].offset == unit) at = k;
+  FF_CHECK(at >= 0, "offset " + std::to_string(2 * unit) + " is not an instruction boundary");
+  std::vector<std::vector<int>> succ(n);
+  for (int k = 0; k < n; ++k) {
+    const Instr& in = bc.instrs[k];
+    if (in.target >= 0) succ[k].push_back(in.target);
+    if (!is_terminator(in.opcode) && k + 1 < n) succ[k].push_back(k + 1);
+  }
+  for (const ExcEntry& e : bc.exc)
+    for (int k = e.start; k <= e.end; ++k) succ[k].push_back(e.target);
+  // Backward dataflow to a fixed point: live_in = use | (live_out - def).
+  std::vector<std::vector<bool>> live(n, std::vector<bool>(nv, false));
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (int k = n - 1; k >= 0; --k) {
+      std::vector<bool> out(nv, false);
+      for (int s : succ[k])
+        for (int v = 0; v < nv; ++v) out[v] = out[v] || live[s][v];
+      const std::string name = opname(bc.instrs[k].opcode);
+      int a = bc.instrs[k].arg;
+      if (a < nv) {
+        if (name == "STORE_FAST" || name == "DELETE_FAST") out[a] = false;
+        else if (name == "LOAD_FAST" || name == "LOAD_FAST_CHECK" || name == "LOAD_FAST_AND_CLEAR") out[a] = true;
+      }
+      if (out != live[k]) live[k] = std::move(out), changed = true;
+    }
+  }
+  std::vector<std::string> cellvars = str_tuple(code, "co_cellvars");
+  std::vector<std::string> result;
+  for (int v = 0; v < nv; ++v)
+    if (live[at][v] && !contains(cellvars, varnames[v])) result.push_back(varnames[v]);
+  return result;
+}
+
 }  // namespace ff::bc

@@ -23,4 +23,9 @@ namespace ff::bc {
 PyObject* make_resume(PyObject* code, int unit, int stack_depth, const std::vector<std::string>& live_locals,
                       const std::vector<int>& null_slots = {});
 
+// The plain locals (not cells or frees) that may be read before being written on some path from
+// code unit `unit` (exception edges included): what a resume function at `unit` must receive.
+// In co_varnames order.
+std::vector<std::string> live_locals_at(PyObject* code, int unit);
+
 }  // namespace ff::bc

@@ -65,6 +65,10 @@ void define_bytecode_testing(py::module_& m) {
   }, py::arg("code"), py::arg("offset"), py::arg("stack_depth"), py::arg("live_locals"),
      py::arg("null_slots") = std::vector<int>{},
      "a resume code object starting at byte `offset` (see frame_eval/bytecode_resume.h)");
+  t.def("live_locals_at", [](py::handle code, int offset) {
+    if (offset % 2) throw InternalError("offset " + std::to_string(offset) + " is not an instruction boundary");
+    return bc::live_locals_at(need_code(code), offset / 2);
+  });
 }
 
 }  // namespace ff

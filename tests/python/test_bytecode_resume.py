@@ -199,3 +199,35 @@ def test_resume_with_null_on_the_stack():
     assert code_r.co_varnames[:2] == ("__stack1", "__stack2")
     fn = types.FunctionType(code_r, f_nested_call.__globals__)
     assert fn(str, marker(7)) == f_nested_call(7)
+
+
+def f_liveness(a, b, unused):
+    c = a + 1
+    d = marker(c)
+    e = 5  # written before any read: not live at the break
+    if d > 0:
+        return b + e + d
+    return c
+
+
+def test_live_locals_at_the_break():
+    off = _after_call(f_liveness.__code__)
+    assert T.live_locals_at(f_liveness.__code__, off) == ["b", "c"]
+    # `a` was last read before the break.
+    assert T.live_locals_at(f_straight.__code__, _after_call(f_straight.__code__)) == ["b", "c"]
+    assert T.live_locals_at(f_try.__code__, _after_call(f_try.__code__)) == ["n"]  # read by `finally`
+
+
+def test_resume_with_computed_liveness_runs():
+    for fn, args in ((f_liveness, (1, 2, 3)), (f_try, (5,)), (f_straight, (3, 4))):
+        code = fn.__code__
+        off = _after_call(code)
+        live = T.live_locals_at(code, off)
+        r = _resume_fn(fn, off, 1, live)
+        env = dict(zip(code.co_varnames, args))
+        if fn is f_liveness:
+            env["c"] = args[0] + 1
+        if fn is f_straight:
+            env["c"] = args[0] * 2
+        stack = marker(env["c"] if "c" in env else env["n"])
+        assert r(stack, *[env[v] for v in live]) == fn(*args), fn.__name__
