@@ -10,6 +10,7 @@ void define_frame_eval(py::module_& m);  // src/bind_frame_eval.cpp: hook, cache
 void define_inductor(py::module_& m);    // src/bind_inductor.cpp: code generation
 void define_interp_testing(py::module_& m);  // src/bind_interp_testing.cpp: interpreter internals (_testing)
 void define_cuda(py::module_& m);        // inductor/cuda/python/bind_cuda.cpp: CUDA code generation
+void define_bytecode_testing(py::module_& m);  // src/bind_bytecode_testing.cpp: bytecode assembler (_testing_bytecode)        // inductor/cuda/python/bind_cuda.cpp: CUDA code generation
 }  // namespace ff
 
 PYBIND11_MODULE(_C, m) {
@@ -31,4 +32,5 @@ PYBIND11_MODULE(_C, m) {
   ff::define_inductor(m);
   ff::define_interp_testing(m);
   ff::define_cuda(m);
+  ff::define_bytecode_testing(m);
 }

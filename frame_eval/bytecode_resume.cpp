@@ -1,0 +1,219 @@
+// Resume functions (see bytecode_resume.h and cpython-frames.md §4.2).
+#include "frame_eval/bytecode_resume.h"
+
+#include <map>
+
+#include "frame_eval/bytecode.h"
+#include "src/errors.h"
+#include "src/logging.h"
+
+namespace ff::bc {
+
+namespace {
+
+struct Ref {
+  PyObject* p = nullptr;
+  explicit Ref(PyObject* o = nullptr) : p(o) {}
+  ~Ref() { Py_XDECREF(p); }
+  Ref(const Ref&) = delete;
+  Ref& operator=(const Ref&) = delete;
+};
+
+std::vector<std::string> str_tuple(PyObject* code, const char* attr) {
+  Ref t(PyObject_GetAttrString(code, attr));
+  FF_CHECK(t.p && PyTuple_Check(t.p), std::string("code object without ") + attr);
+  std::vector<std::string> out;
+  for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(t.p); ++i) {
+    const char* s = PyUnicode_AsUTF8(PyTuple_GET_ITEM(t.p, i));
+    FF_CHECK(s, std::string("non-str name in ") + attr);
+    out.emplace_back(s);
+  }
+  return out;
+}
+
+PyObject* to_tuple(const std::vector<std::string>& v) {
+  PyObject* t = PyTuple_New(static_cast<Py_ssize_t>(v.size()));
+  for (size_t i = 0; i < v.size(); ++i) PyTuple_SET_ITEM(t, i, PyUnicode_FromString(v[i].c_str()));
+  return t;
+}
+
+int op(const char* name) {
+  for (int o = 1; o < 256; ++o)
+    if (opname(o) && std::string(opname(o)) == name) return o;
+  FF_CHECK(false, std::string("no opcode ") + name + " in this version");
+  return -1;
+}
+
+bool contains(const std::vector<std::string>& v, const std::string& s) {
+  for (const std::string& x : v)
+    if (x == s) return true;
+  return false;
+}
+
+// Opcodes whose argument indexes localsplus (3.11/3.12).
+bool indexes_localsplus(const std::string& n) {
+  return n == "LOAD_FAST" || n == "STORE_FAST" || n == "DELETE_FAST" || n == "LOAD_FAST_CHECK" ||
+         n == "LOAD_FAST_AND_CLEAR" || n == "LOAD_DEREF" || n == "STORE_DEREF" || n == "DELETE_DEREF" ||
+         n == "LOAD_CLOSURE" || n == "MAKE_CELL" || n == "LOAD_CLASSDEREF" || n == "LOAD_FROM_DICT_OR_DEREF";
+}
+
+}  // namespace
+
+PyObject* make_resume(PyObject* code, int unit, int stack_depth, const std::vector<std::string>& live,
+                      const std::vector<int>& null_slots) {
+  FF_CHECK(PyCode_Check(code), "make_resume expects a code object");
+  PyCodeObject* co = reinterpret_cast<PyCodeObject*>(code);
+  FF_CHECK(!(co->co_flags & (CO_GENERATOR | CO_COROUTINE | CO_ASYNC_GENERATOR | CO_ITERABLE_COROUTINE)),
+           "resume functions of generators and coroutines are not supported");
+  FF_CHECK(stack_depth >= 0, "negative stack depth");
+  Bytecode orig = decode(code);
+  int at = -1;
+  for (size_t k = 0; k < orig.instrs.size(); ++k)
+    if (orig.instrs[k].offset == unit) at = static_cast<int>(k);
+  FF_CHECK(at >= 0, "resume offset " + std::to_string(2 * unit) + " is not an instruction boundary");
+  std::vector<int> depths;
+  compute_stacksize(orig, &depths);
+  FF_CHECK(depths[at] == stack_depth, "the stack holds " + std::to_string(depths[at]) + " values at offset " +
+                                          std::to_string(2 * unit) + ", not " + std::to_string(stack_depth));
+
+  // Old localsplus layout: varnames, cells that are not arguments, frees.
+  std::vector<std::string> varnames = str_tuple(code, "co_varnames"), cellvars = str_tuple(code, "co_cellvars"),
+                           freevars = str_tuple(code, "co_freevars");
+  std::vector<std::string> old_plus = varnames;
+  for (const std::string& c : cellvars)
+    if (!contains(varnames, c)) old_plus.push_back(c);
+  for (const std::string& f : freevars) old_plus.push_back(f);
+
+  // New layout: __stack*, live locals, the other plain locals; then every cell and free as a free.
+  std::vector<std::string> new_frees = cellvars;
+  new_frees.insert(new_frees.end(), freevars.begin(), freevars.end());
+  std::vector<std::string> new_vars;
+  std::vector<bool> is_null(stack_depth, false);
+  for (int slot : null_slots) {
+    FF_CHECK(slot >= 0 && slot < stack_depth, "NULL slot " + std::to_string(slot) + " outside the stack");
+    is_null[slot] = true;
+  }
+  std::vector<int> stack_arg(stack_depth, -1);
+  for (int i = 0; i < stack_depth; ++i)
+    if (!is_null[i]) stack_arg[i] = static_cast<int>(new_vars.size()), new_vars.push_back("__stack" + std::to_string(i));
+  for (const std::string& l : live) {
+    FF_CHECK(contains(varnames, l), "live local '" + l + "' is not a local of the code");
+    FF_CHECK(!contains(new_frees, l), "live local '" + l + "' is a cell; cells are passed in the closure");
+    FF_CHECK(!contains(new_vars, l), "live local '" + l + "' given twice");
+    new_vars.push_back(l);
+  }
+  const int argcount = static_cast<int>(new_vars.size());
+  for (const std::string& v : varnames)
+    if (!contains(new_vars, v) && !contains(new_frees, v)) new_vars.push_back(v);
+  std::map<std::string, int> new_index;
+  for (size_t i = 0; i < new_vars.size(); ++i) new_index[new_vars[i]] = static_cast<int>(i);
+  for (size_t i = 0; i < new_frees.size(); ++i) new_index[new_frees[i]] = static_cast<int>(new_vars.size() + i);
+
+  Bytecode out;
+  const int line = orig.instrs[at].line;
+  auto emit = [&](const char* name, int arg, int target = -1) {
+    Instr in;
+    in.opcode = op(name), in.arg = arg, in.target = target, in.line = line;
+    out.instrs.push_back(in);
+  };
+  if (!new_frees.empty()) emit("COPY_FREE_VARS", static_cast<int>(new_frees.size()));
+  emit("RESUME", 0);
+  for (int i = 0; i < stack_depth; ++i) {
+    if (is_null[i]) emit("PUSH_NULL", 0);
+    else emit("LOAD_FAST", stack_arg[i]);
+  }
+  const int shift = static_cast<int>(out.instrs.size()) + 1;  // + the JUMP_FORWARD
+  emit("JUMP_FORWARD", 0, at + shift);
+  for (const Instr& src : orig.instrs) {
+    Instr in = src;
+    const std::string n = opname(in.opcode);
+    if (n == "MAKE_CELL" || n == "COPY_FREE_VARS" || n == "RESUME") {
+      // The original prologue: cells arrive made (in the closure), and RESUME is ours.
+      in.opcode = op("NOP"), in.arg = 0;
+    } else if (indexes_localsplus(n)) {
+      FF_CHECK(in.arg < static_cast<int>(old_plus.size()), n + " argument outside localsplus");
+      in.arg = new_index.at(old_plus[in.arg]);
+#if PY_VERSION_HEX >= 0x030C0000
+      // 3.12's LOAD_FAST trusts the slot to be bound (NULL crashes); a local that is not an
+      // argument here may be unbound if the caller's liveness was wrong: raise, never crash.
+      if (n == "LOAD_FAST" && in.arg >= argcount && in.arg < static_cast<int>(new_vars.size()))
+        in.opcode = op("LOAD_FAST_CHECK");
+#endif
+    }
+    if (in.target >= 0) in.target += shift;
+    out.instrs.push_back(in);
+  }
+  for (ExcEntry e : orig.exc) {
+    e.start += shift, e.end += shift, e.target += shift;
+    out.exc.push_back(e);
+  }
+
+  Ref vars(to_tuple(new_vars)), frees(to_tuple(new_frees)), cells(PyTuple_New(0));
+  CodeFields f;
+  f.varnames = vars.p, f.freevars = frees.p, f.cellvars = cells.p;
+  f.argcount = argcount, f.posonlyargcount = 0, f.kwonlyargcount = 0;
+  f.nlocals = static_cast<int>(new_vars.size());
+  int flags = co->co_flags & ~(CO_VARARGS | CO_VARKEYWORDS);
+  flags |= CO_OPTIMIZED | CO_NEWLOCALS;
+  if (!new_frees.empty()) flags |= CO_NESTED;
+  f.flags = flags;
+  f.firstlineno = line >= 0 ? line : co->co_firstlineno;
+  const char* name = PyUnicode_AsUTF8(co->co_name);
+  FF_CHECK(name, "code without a name");
+  f.name = "__resume_" + std::string(name) + "_at_" + std::to_string(line);
+  f.qualname = f.name;
+  PyObject* result = assemble(code, out, f);
+  if (log_enabled(LogArtifact::bytecode)) {
+    try {
+      log_emit(LogArtifact::bytecode, "ORIGINAL BYTECODE\n" + disassemble(code) + "RESUME FUNCTION at offset " +
+                                          std::to_string(2 * unit) + "\n" + disassemble(result));
+    } catch (...) {
+      Py_DECREF(result);
+      throw;
+    }
+  }
+  return result;
+}
+
+std::vector<std::string> live_locals_at(PyObject* code, int unit) {
+  FF_CHECK(PyCode_Check(code), "live_locals_at expects a code object");
+  Bytecode bc = decode(code);
+  std::vector<std::string> varnames = str_tuple(code, "co_varnames");
+  const int nv = static_cast<int>(varnames.size()), n = static_cast<int>(bc.instrs.size());
+  int at = -1;
+  for (int k = 0; k < n; ++k)
+    if (bc.instrs[k].offset == unit) at = k;
+  FF_CHECK(at >= 0, "offset " + std::to_string(2 * unit) + " is not an instruction boundary");
+  std::vector<std::vector<int>> succ(n);
+  for (int k = 0; k < n; ++k) {
+    const Instr& in = bc.instrs[k];
+    if (in.target >= 0) succ[k].push_back(in.target);
+    if (!is_terminator(in.opcode) && k + 1 < n) succ[k].push_back(k + 1);
+  }
+  for (const ExcEntry& e : bc.exc)
+    for (int k = e.start; k <= e.end; ++k) succ[k].push_back(e.target);
+  // Backward dataflow to a fixed point: live_in = use | (live_out - def).
+  std::vector<std::vector<bool>> live(n, std::vector<bool>(nv, false));
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (int k = n - 1; k >= 0; --k) {
+      std::vector<bool> out(nv, false);
+      for (int s : succ[k])
+        for (int v = 0; v < nv; ++v) out[v] = out[v] || live[s][v];
+      const std::string name = opname(bc.instrs[k].opcode);
+      int a = bc.instrs[k].arg;
+      if (a < nv) {
+        if (name == "STORE_FAST" || name == "DELETE_FAST") out[a] = false;
+        else if (name == "LOAD_FAST" || name == "LOAD_FAST_CHECK" || name == "LOAD_FAST_AND_CLEAR") out[a] = true;
+      }
+      if (out != live[k]) live[k] = std::move(out), changed = true;
+    }
+  }
+  std::vector<std::string> cellvars = str_tuple(code, "co_cellvars");
+  std::vector<std::string> result;
+  for (int v = 0; v < nv; ++v)
+    if (live[at][v] && !contains(cellvars, varnames[v])) result.push_back(varnames[v]);
+  return result;
+}
+
+}  // namespace ff::bc

@@ -1,0 +1,90 @@
+"""framefuse.explain(fn)(*args): graphs, breaks, ops, guards and compile times of one call."""
+import re
+
+import pytest
+import torch
+
+import framefuse
+
+pytestmark = pytest.mark.torch2
+
+
+def no_break(x, y):
+    a = torch.sin(x) + y
+    return torch.relu(a) * 2
+
+
+def with_break(x):
+    a = torch.cos(x)
+    framefuse.graph_break()
+    return a + 1
+
+
+def _normalize(text):
+    text = text.replace(__file__, "test_explain.py")
+    # Compile times are measurements: keep the structure, drop the numbers.
+    return re.sub(r"[0-9]+\.[0-9]+ ms", "N ms", text)
+
+
+def test_explain_no_break_golden():
+    x, y = torch.randn(4), torch.randn(4)
+    report = framefuse.explain(no_break)(x, y)
+    assert report.graph_count == 1
+    assert report.graph_break_count == 0
+    assert report.break_reasons == []
+    assert report.ops_per_graph == [["sin", "op_add", "relu", "op_mul"]]
+    assert report.out_guards, "a compiled frame has guards"
+    text = _normalize(str(report))
+    assert text.startswith(
+        "Graph Count: 1\n"
+        "Graph Break Count: 0\n"
+        "Op Count: 4\n"
+        "Break Reasons:\n"
+        "Ops per Graph:\n"
+        "  Ops 1:\n"
+        "    sin\n"
+        "    op_add\n"
+        "    relu\n"
+        "    op_mul\n"
+        "Out Guards:\n"
+        "  Guard 1:\n"), text
+    assert "Compile Times: framefuse compilation metrics:\n  [0/0] no_break (test_explain.py:" in text
+    assert re.search(r"capture N ms, backend N ms, total N ms\n$", text), text
+
+
+def test_explain_with_break_golden():
+    x = torch.randn(3)
+    report = framefuse.explain(with_break)(x)
+    # Today a break makes the whole frame run eagerly: no graph for it, one break with its reason.
+    assert report.graph_count == 0
+    assert report.graph_break_count == 1
+    assert len(report.break_reasons) == 1
+    br = report.break_reasons[0]
+    line = with_break.__code__.co_firstlineno + 2
+    assert br.reason == "[FF0016] framefuse.graph_break() called"
+    assert br.hint == "Remove the framefuse.graph_break() call to capture this code."
+    assert any(f"test_explain.py:{line}" in _normalize(frame) for frame in br.user_stack), br.user_stack
+    text = _normalize(str(report))
+    assert text.startswith(
+        "Graph Count: 0\n"
+        "Graph Break Count: 1\n"
+        "Op Count: 0\n"
+        "Break Reasons:\n"
+        "  Break Reason 1:\n"
+        "    Reason: [FF0016] framefuse.graph_break() called\n"
+        f"    Frame: with_break (test_explain.py:{line - 2}) (runs eagerly)\n"
+        "    User Stack:\n"
+        f"      test_explain.py:{line}"), text
+    assert "Ops per Graph:\nOut Guards:\nCompile Times: framefuse compilation metrics: (no frame compiled)\n" in text
+
+
+def test_explain_result_matches_eager_and_restores_logs():
+    before = framefuse._C.logging.enabled_artifacts()
+    x, y = torch.randn(4), torch.randn(4)
+    framefuse.explain(no_break)(x, y)
+    assert framefuse._C.logging.enabled_artifacts() == before
+
+
+def test_explain_rejects_arguments_in_the_wrong_place():
+    with pytest.raises(TypeError, match=r"framefuse.explain\(fn\)\(\*args"):
+        framefuse.explain(no_break, torch.randn(2))
