@@ -112,17 +112,30 @@ if lane_on pure; then
     if ! grep -rqs --include='test_*.py' 'pure_python' tests/python; then
       record none "$lane" "no tests marked pure_python yet"; continue
     fi
-    venv="$FF_ROOT/build/$lane/venv"
-    pytest_pin="$(grep -E '^pytest==' scripts/requirements-main.txt)"
-    if [ "$(cat "$venv/.framefuse-requirements" 2>/dev/null)" != "$pytest_pin" ]; then
-      ff_log "$lane: creating $venv with $pytest_pin"
+    venv="$FF_ROOT/build/venv-$lane"  # NB: not inside build/$lane, which a rebuild wipes
+    pins="$(grep -E '^(pytest|pybind11)==' scripts/requirements-main.txt | tr '\n' ' ')"
+    if [ "$(cat "$venv/.framefuse-requirements" 2>/dev/null)" != "$pins" ]; then
+      ff_log "$lane: creating $venv with $pins"
       rm -rf "$venv"
-      { "$py" -m venv "$venv" && "$venv/bin/python" -m pip install -q --progress-bar off "$pytest_pin"; } \
+      # shellcheck disable=SC2086
+      { "$py" -m venv "$venv" && "$venv/bin/python" -m pip install -q --progress-bar off $pins; } \
         || { record fail "$lane" "could not create its venv"; continue; }
-      printf '%s' "$pytest_pin" >"$venv/.framefuse-requirements"
+      printf '%s' "$pins" >"$venv/.framefuse-requirements"
     fi
-    ff_sync_package "$FF_ROOT/build/$lane/site/framefuse"
-    run_pytest "$lane" "$venv/bin/python" "$FF_ROOT/build/$lane/site" 1 -m pure_python "$@"
+    if [ "$ver" = 3.12 ]; then
+      # framefuse supports 3.12 (the GPU machines): build its _C here (no LLVM, no C++ tests) so
+      # the torch-free frontend tests (frame hook, interpreter, bytecode) run on 3.12 too.
+      FF_BUILD_TARGETS=(_C)
+      built=1
+      ff_build_lane "$lane" "$venv/bin/python" \
+        -DFRAMEFUSE_WITH_LLVM=OFF -DFRAMEFUSE_WITH_CUDA=OFF -DFRAMEFUSE_BUILD_TESTS=OFF || built=0
+      unset FF_BUILD_TARGETS
+      [ "$built" = 1 ] || { record fail "$lane" "build FAILED (see the output above)"; continue; }
+    else
+      ff_sync_package "$FF_ROOT/build/$lane/site/framefuse"
+    fi
+    FRAMEFUSE_MODULE_DIR="$FF_ROOT/build/$lane/site/framefuse" \
+      run_pytest "$lane" "$venv/bin/python" "$FF_ROOT/build/$lane/site" 1 -m pure_python "$@"
   done
 fi
 

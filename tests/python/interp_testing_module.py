@@ -19,6 +19,10 @@ else:
     _candidates = [p for d in sys.path if os.path.isdir(os.path.join(d, "framefuse"))
                    for p in glob.glob(os.path.join(d, "framefuse", "_C" + _suffix))]
     if not _candidates:
+        import pytest  # noqa: PLC0415
+        if sys.version_info[:2] not in ((3, 11), (3, 12)):
+            pytest.skip(f"framefuse supports CPython 3.11 and 3.12, not {sys.version.split()[0]}",
+                        allow_module_level=True)
         raise ImportError("framefuse._C is not built for this interpreter")
     _spec = importlib.util.spec_from_file_location("framefuse._C", _candidates[0])
     _C = importlib.util.module_from_spec(_spec)

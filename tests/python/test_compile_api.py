@@ -68,18 +68,33 @@ def test_disable_true_returns_the_model():
     assert framefuse.compile(double, disable=True) is double
 
 
-def test_inductor_backend_falls_back_with_a_perf_hint(caplog):
+def test_inductor_backend_runs_training_graphs_on_the_reference_runner_with_a_perf_hint(caplog):
     import logging
     framefuse.set_logs("perf_hints")
     caplog.set_level(logging.INFO, logger="framefuse")
     try:
         with tracer(tensor_args_capture(torch.relu)):
-            f = framefuse.compile(torch.relu.__call__ if False else (lambda x: torch.relu(x)))
-            x = torch.randn(3)
+            f = framefuse.compile(lambda x: torch.relu(x))
+            x = torch.randn(3, requires_grad=True)
             assert torch.equal(f(x), torch.relu(x))
     finally:
         framefuse.set_logs("")
     assert "backend=inductor" in caplog.text and "reference runner" in caplog.text
+
+
+def test_inductor_backend_generates_kernels(caplog):
+    import logging
+    if not framefuse._C.inductor.codegen_available():
+        pytest.skip("this build has no CPU code generator (LLVM was not found at build time)")
+    framefuse.set_logs("output_code")
+    caplog.set_level(logging.INFO, logger="framefuse")
+    try:
+        f = framefuse.compile(lambda x: torch.sin(x) + torch.cos(x), backend="inductor")
+        x = torch.randn(64)
+        torch.testing.assert_close(f(x), torch.sin(x) + torch.cos(x))
+    finally:
+        framefuse.set_logs("")
+    assert "kernel k0" in caplog.text and "sin(buf0[v0]) + cos(buf0[v0])" in caplog.text
 
 
 def test_callable_backend_gets_graph_and_example_inputs():

@@ -86,7 +86,8 @@ def sin_cos(x):
 def test_sin_cos(backend):
     f = framefuse.compile(sin_cos, backend=backend)
     x = torch.randn(4096)
-    assert torch.allclose(f(x), sin_cos(x))
+    # The code generator's vector sin/cos differ from torch's by a few ulp.
+    torch.testing.assert_close(f(x), sin_cos(x))
     assert stats()["frames_compiled"] == 1
 
 
