@@ -1,5 +1,8 @@
 #include "graph/printer.h"
 
+#include <cstdio>
+#include <cstdlib>
+
 #include <algorithm>
 #include <charconv>
 #include <cmath>
@@ -123,14 +126,62 @@ std::string seq_str(const std::vector<Value>& items, const Graph& g, char open, 
 
 }  // namespace
 
+namespace {
+
+// "D.DDDe+XX" from a digit string and a decimal exponent.
+std::string sci_text(const std::string& digits, int exp) {
+  char tail[16];
+  std::snprintf(tail, sizeof tail, "e%c%02d", exp < 0 ? '-' : '+', exp < 0 ? -exp : exp);
+  return digits.substr(0, 1) + (digits.size() > 1 ? "." + digits.substr(1) : "") + tail;
+}
+
+// The shortest scientific form of `f` that reads back as `f` (Python's repr digits). At each
+// precision the correctly rounded candidate and its two decimal neighbours are tried: near a power
+// of two the rounded one may not read back while a neighbour does.
+std::string shortest_scientific(double f) {
+  double a = std::fabs(f);
+  std::string sign = std::signbit(f) ? "-" : "";
+  char buf[64];
+  for (int precision = 0; precision <= 16; ++precision) {
+    std::snprintf(buf, sizeof buf, "%.*e", precision, a);
+    std::string text(buf);
+    size_t e = text.find('e');
+    std::string digits = text.substr(0, 1) + (precision > 0 ? text.substr(2, e - 2) : "");
+    int exp = std::atoi(text.c_str() + e + 1);
+    if (std::strtod(text.c_str(), nullptr) == a) return sign + sci_text(digits, exp);
+    for (int step : {+1, -1}) {
+      std::string d = digits;
+      int x = exp;
+      int i = static_cast<int>(d.size()) - 1;
+      if (step > 0) {
+        while (i >= 0 && d[i] == '9') d[i--] = '0';
+        if (i >= 0) ++d[i];
+        else { d = "1" + d.substr(0, d.size() - 1); ++x; }
+      } else {
+        while (i >= 0 && d[i] == '0') d[i--] = '9';
+        if (i >= 0) --d[i];
+        if (d[0] == '0') { d = d.substr(1) + "9"; --x; }
+      }
+      if (d.empty() || d[0] == '0') continue;
+      std::string cand = sci_text(d, x);
+      if (std::strtod(cand.c_str(), nullptr) == a) return sign + cand;
+    }
+  }
+  std::snprintf(buf, sizeof buf, "%.16e", a);
+  return sign + buf;
+}
+
+}  // namespace
+
 std::string float_str(double f) {
   if (std::isnan(f)) return "float('nan')";
   if (std::isinf(f)) return f > 0 ? "float('inf')" : "float('-inf')";
   // The shortest digits that round-trip, laid out as Python's repr does: positional notation for
   // decimal exponents -4 .. 15, scientific otherwise (1e-05, 1e+16).
-  char buf[64];
-  auto res = std::to_chars(buf, buf + sizeof buf, f, std::chars_format::scientific);
-  std::string sci(buf, res.ptr);  // "-1.2345e+16"
+  // NB: the shortest round-tripping digits come from the C library (snprintf/strtod), not from
+  // std::to_chars: a module built by one GCC and loaded next to another's libstdc++ (torch's
+  // process on the GPU machines) crashed in libstdc++'s floating-point formatting.
+  std::string sci = shortest_scientific(f);  // "-1.2345e+16"
   std::string sign = sci[0] == '-' ? "-" : "";
   if (!sign.empty()) sci.erase(0, 1);
   size_t e = sci.find('e');
