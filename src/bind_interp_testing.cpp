@@ -5,6 +5,7 @@
 #include <pybind11/stl.h>
 
 #include <chrono>
+#include <cstdio>
 #include <sstream>
 
 #include "frame_eval/break_registry.h"
@@ -25,10 +26,11 @@ std::string value_text(const Graph& g, const Value& v) {
     case Value::Kind::Bool: return v.b ? "True" : "False";
     case Value::Kind::Int: return std::to_string(v.i);
     case Value::Kind::Float: {
-      std::ostringstream os;
-      os.precision(17);
-      os << v.f;
-      return os.str();
+      // NB: snprintf, not an ostream: the GPU machines' GCC 13 links libstdc++'s floating-point
+      // stream formatting into the module, and it crashes next to torch's libstdc++.
+      char buf[32];
+      std::snprintf(buf, sizeof buf, "%.17g", v.f);
+      return buf;
     }
     case Value::Kind::Str: return "'" + v.s + "'";
     case Value::Kind::DType: return "torch." + std::string(dtype_name(v.dtype));
