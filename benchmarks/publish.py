@@ -1,5 +1,7 @@
 """benchmarks/RESULTS.md: rebuilt from every run stored under benchmarks/results/ (one JSON per name,
-its charts in a folder of the same name), so a GPU run adds its section without erasing the CPU ones."""
+its charts in a folder of the same name), so a GPU run adds its section without erasing the CPU ones.
+Sections written by hand (measurements taken with other scripts) live in benchmarks/results/NAME.md,
+each starting with `## NAME`, and are appended after the runner's sections."""
 
 import glob
 import json
@@ -55,8 +57,13 @@ def rebuild():
         with open(path) as f:
             runs[os.path.splitext(os.path.basename(path))[0]] = json.load(f)
     names = [n for n in ORDER if n in runs] + sorted(n for n in runs if n not in ORDER)
-    parts = [HEADER] + [f"- [{n}](#{n})" for n in names] + [""]
+    notes = sorted(glob.glob(os.path.join(RESULTS, "*.md")))
+    note_names = [os.path.splitext(os.path.basename(p))[0] for p in notes]
+    parts = [HEADER] + [f"- [{n}](#{n})" for n in names + note_names] + [""]
     for n in names:
         parts.append(report.markdown_report(runs[n], runs[n].get("charts", []), title=n, level=2))
+    for path in notes:
+        with open(path) as f:
+            parts.append(f.read().rstrip("\n") + "\n")
     with open(os.path.join(HERE, "RESULTS.md"), "w") as f:
         f.write("\n".join(parts))
