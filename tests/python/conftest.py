@@ -7,7 +7,8 @@ without any error. When FRAMEFUSE_EXPECT_MODULE_DIR is set (the lanes set it),
 a framefuse._C from anywhere else stops the run before any test.
 
 Markers (registered in pyproject.toml):
-  pure_python  needs neither torch nor framefuse._C; also runs on pyenv's 3.12/3.13
+  pure_python  needs no torch; also runs on pyenv's 3.12 (with a _C built for it, loaded
+               from FRAMEFUSE_MODULE_DIR without the package) and 3.13 (none: unsupported)
                (a file with such tests must not import torch at module level)
   torch2       needs torch >= 2.0 (torch.compile); skipped on Debian's torch 1.13
   cuda         needs a CUDA device; skipped where torch sees none
@@ -56,7 +57,10 @@ def pytest_report_header(config):
         f"python: {sys.executable} {sys.version.split()[0]}",
     ]
     if PURE_LANE:
-        lines.append("framefuse._C: not used (pure_python lane)")
+        import glob  # noqa: PLC0415
+        built = glob.glob(os.path.join(os.environ.get("FRAMEFUSE_MODULE_DIR", "") or "-", "_C*.so"))
+        lines.append(f"framefuse._C: {built[0]} (loaded without the package)" if built
+                     else "framefuse._C: none built for this interpreter (pure_python lane)")
         lines.append("torch: not used (pure_python lane)")
     else:
         lines.append(f"framefuse._C: {_module_info()[1]}")
