@@ -265,14 +265,15 @@ def measure(workload, cname, family, compile_fn, device, tiny, ref, cache_root, 
     peak = torch.cuda.max_memory_allocated() if cuda else 0
     snap = snapshot(spec, outs)
     del outs
-    if not timing:
-        return rec, snap
-    snap_bytes = sum(t.numel() * t.element_size() for t in snap)
-    if cuda:  # the snapshot is the benchmark's, not the contender's: left out of the peak
-        torch.cuda.reset_peak_memory_stats()
     if ref is not None:
         rec["max_abs_err"], rec["rel_err"] = errors(ref, snap)
         rec["within_tol"] = bool(rec["rel_err"] <= spec.tol)
+    if not timing:
+        return rec, snap
+    snap_bytes = sum(t.numel() * t.element_size() for t in snap)
+    if cuda:  # the snapshot and the error's temporaries are the benchmark's, not the contender's
+        sync(device)
+        torch.cuda.reset_peak_memory_stats()
     t0, n = time.perf_counter(), 0
     while n < 5 or time.perf_counter() - t0 < warmup_s:
         spec.step(fn, spec.arg_sets[n % len(spec.arg_sets)])
