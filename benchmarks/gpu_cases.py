@@ -240,12 +240,30 @@ def steady_ms(fn, spec, device, samples=25, max_s=3.0, min_batch_s=0.002):
     return statistics.median(per) * 1e3, (per[(3 * len(per)) // 4] - per[len(per) // 4]) * 1e3 / 2, inner
 
 
+PRECISION = "fp32"  # or "default": torch's own TF32 settings while timing (set by gpu_suite)
+
+
+def _timing_precision():
+    """After the compared first call(s): with PRECISION "default", torch's own TF32 settings (cuDNN
+    convolutions in TF32, matmuls not) for the timing. Both code paths call cuBLAS and cuDNN at run
+    time, so the flags apply to compiled code as well."""
+    if PRECISION == "default":
+        torch.backends.cudnn.allow_tf32 = True
+        torch.backends.cuda.matmul.allow_tf32 = False
+
+
+def _compare_precision():
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+
+
 def measure(workload, cname, family, compile_fn, device, tiny, ref, cache_root, warmup_s=0.3, timing=True):
     """One contender on one workload: cold first call, error against eager's snapshot `ref` (None for
     eager), steady time, and peak memory: torch.cuda.max_memory_allocated from compile() through the
     warm-up, beyond what the model and inputs hold (so it includes the compiler's work buffers and a
     CUDA graph's pool). Returns (record, snapshot)."""
-    rec = dict(workload=workload, contender=cname, family=family, status="ok")
+    rec = dict(workload=workload, contender=cname, family=family, status="ok", precision=PRECISION)
+    _compare_precision()
     fresh_caches(cache_root, family)
     torch.manual_seed(0)
     spec = build(workload, device, tiny)
@@ -276,6 +294,7 @@ def measure(workload, cname, family, compile_fn, device, tiny, ref, cache_root, 
     if cuda:  # the snapshot and the error's temporaries are the benchmark's, not the contender's
         sync(device)
         torch.cuda.reset_peak_memory_stats()
+    _timing_precision()
     t0, n = time.perf_counter(), 0
     while n < 5 or time.perf_counter() - t0 < warmup_s:
         spec.step(fn, spec.arg_sets[n % len(spec.arg_sets)])

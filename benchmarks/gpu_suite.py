@@ -42,7 +42,8 @@ MEASURED = ("steady_ms: median ms per step, CUDA-event timed batches after warm-
             "throwaway compile (prewarm_s); peak_mb: torch.cuda.max_memory_allocated from compile() through "
             "warm-up beyond the model and inputs; max_abs_err / rel_err: against eager from the same seed "
             "(inference: first call's outputs; training: 3 steps' losses and the parameters after them), "
-            "TF32 off for the whole run")
+            "TF32 off (with --precision default: TF32 off for the compared first call only, torch's own "
+            "settings while timing)")
 
 
 def parse_args(argv):
@@ -53,6 +54,10 @@ def parse_args(argv):
     p.add_argument("--tiny", action="store_true", help="tiny sizes (a check of the code paths, not a benchmark)")
     p.add_argument("--workloads", default=",".join(WORKLOADS), help="comma list; default: all")
     p.add_argument("--contenders", help="comma list of contender families: eager, torch.compile, framefuse")
+    p.add_argument("--precision", choices=("fp32", "default"), default="fp32",
+                   help="fp32 (default): TF32 off for matmuls and cuDNN convolutions in timing and comparison; "
+                        "default: torch's own settings (cuDNN convolutions in TF32) in timing, TF32 off for the "
+                        "first call that the error compares")
     p.add_argument("--cap", type=float, default=150, help="seconds one workload may take (all contenders)")
     p.add_argument("--deadline", type=float, default=0,
                    help="seconds for the whole run: no workload starts after it (0: none)")
@@ -83,6 +88,7 @@ def child(args):
     sys.path.insert(0, os.path.join(REPO, "python"))
     if not args.device.startswith("cuda"):
         torch.set_num_threads(1)  # the CPU check of the code paths: steadier on a shared machine
+    gc.PRECISION = args.precision
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     if args.device.startswith("cuda"):
@@ -168,6 +174,8 @@ def _child_cmd(args, workloads, done):
            "--workloads", ",".join(workloads), "--cap", str(args.cap), "--done", ",".join("/".join(p) for p in done)]
     if args.tiny:
         cmd.append("--tiny")
+    if args.precision != "fp32":
+        cmd += ["--precision", args.precision]
     if args.contenders:
         cmd += ["--contenders", args.contenders]
     if args.deadline:
