@@ -45,13 +45,14 @@ PRESETS = {
                   budget=measure.Budget(warmup_s=0.05, min_sample_s=0.005, samples=9, max_s=0.3)),
     "full": dict(devices=("cpu",), scale="full", demo=True, workloads=None, contenders=BASE_CONTENDERS,
                  budget=measure.Budget(warmup_s=0.5, min_sample_s=0.02, samples=21, max_s=3.0)),
-    # One GPU-machine lease: the workloads first, then the rest while time remains. At the
-    # deadline no new workload starts (the rest are recorded as not run); one contender on one
-    # workload may take `timeout` seconds. --workloads all / --deadline 0 measure everything.
+    # One GPU-machine call of 550 s with the build: the workloads first, then the rest while
+    # time remains. After the deadline no contender starts (the rest are recorded as not run), and
+    # one contender on one workload may take `timeout` seconds, so the run ends by deadline + timeout
+    # (+ the closing report). --deadline 0 measures everything.
     "gpu": dict(devices=("cuda",), scale="full", demo=True, workloads=GPU_WORKLOADS, explain=False,
                 contenders=("eager", "framefuse", "framefuse-ro", "framefuse-max-autotune", "torch.compile",
                             "torch.compile-ro"),
-                deadline=480, timeout=120,
+                deadline=420, timeout=90,
                 budget=measure.Budget(warmup_s=0.3, min_sample_s=0.02, samples=15, max_s=2.0)),
 }
 
@@ -274,6 +275,7 @@ def _run(args, argv, t_start):
 
 
 DEADLINE_ENV = "FRAMEFUSE_BENCH_DEADLINE_AT"
+DEADLINE_REASON = "not run: the run's time limit (--deadline) was reached"
 
 
 def _past_deadline():
@@ -350,7 +352,7 @@ def measure_all(args, argv, jr):
                         prog.step()
                 late = _past_deadline()
                 if late or dev.startswith("cuda") and cuda_missing or dev.split(":")[0] not in wl.devices:
-                    reason = ("not run: the run's time limit (--deadline) was reached" if late else
+                    reason = (DEADLINE_REASON if late else
                               "no CUDA device" if dev.startswith("cuda") and cuda_missing else f"not a {dev} workload")
                     for c in contenders:
                         if c.name not in done_here:
@@ -367,7 +369,8 @@ def measure_all(args, argv, jr):
 
                 for r in core.run_workload(wl, dev, scale, contenders, preset["budget"], caches,
                                            do_explain=not args.no_explain and preset.get("explain", True),
-                                           on_stage=on_stage, done=done_here):
+                                           on_stage=on_stage, done=done_here,
+                                           stop=lambda: DEADLINE_REASON if _past_deadline() else None):
                     if args.isolate and r["status"] == "ok" and r["contender"] != "eager":
                         prog.show(f"{wl.name} [{dev}] · {r['contender']} · fresh processes")
                         spec = dict(workload=wl.name, device=dev, scale=scale, contender=r["contender"],

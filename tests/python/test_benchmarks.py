@@ -309,3 +309,17 @@ def test_gpu_suite_on_cpu_tiny(tmp_path):
         assert x["steady_ms"] > 0 and x["cold_s"] > 0
         if key[1] != "eager":
             assert x["within_tol"] and x["rel_err"] <= 1e-4, x
+
+
+def test_run_workload_stops_starting_contenders_when_told():
+    from benchmarks import core
+    wl = all_workloads()["add_one"]
+    caches = core.CacheDirs()
+    try:
+        recs = list(core.run_workload(wl, "cpu", "tiny", [contenders.CONTENDERS[n] for n in ("eager", "framefuse-eager")],
+                                      run.PRESETS["tiny"]["budget"], caches, do_explain=False,
+                                      stop=lambda: "not run: deadline"))
+    finally:
+        caches.cleanup()
+    assert [(r["contender"], r["status"]) for r in recs] == [("eager", "ok"), ("framefuse-eager", "skipped")]
+    assert recs[1]["reason"] == "not run: deadline" and "steady_s" not in recs[1]
