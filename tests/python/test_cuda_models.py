@@ -21,7 +21,11 @@ import os
 from framefuse.graph import Graph
 
 HAVE_GPU = torch.cuda.is_available()
-gpu = [pytest.mark.cuda, pytest.mark.skipif(not HAVE_GPU, reason="needs a CUDA GPU")]
+
+
+def gpu(test):
+    """Marked `cuda` and skipped without a GPU."""
+    return pytest.mark.cuda(pytest.mark.skipif(not HAVE_GPU, reason="needs a CUDA GPU")(test))
 
 
 def _need_nvrtc():
@@ -120,8 +124,7 @@ def _build(name):
 
 
 @pytest.mark.parametrize("name", sorted(MODELS))
-@gpu[0]
-@gpu[1]
+@gpu
 def test_model_equals_eager_on_cuda(name):
     target, make, tol = _build(name)
     compiled = framefuse.compile(target, backend="inductor")
@@ -132,8 +135,7 @@ def test_model_equals_eager_on_cuda(name):
 
 
 @pytest.mark.parametrize("name", ["mlp_128_256_10", "conv_feature_model", "resnet18", "nanogpt"])
-@gpu[0]
-@gpu[1]
+@gpu
 def test_model_graphs_reach_the_cuda_code_generator(name):
     """The same models through the inductor backend's own entry point, recorded: every captured graph
     of CUDA tensors must come back as compiled CUDA code (not the reference runner) with kernels."""
@@ -155,8 +157,7 @@ def test_model_graphs_reach_the_cuda_code_generator(name):
     assert any(fn.kernels() for fn in compiled_graphs)
 
 
-@gpu[0]
-@gpu[1]
+@gpu
 def test_reduce_overhead_inference_replays_and_equals_eager():
     target, make, tol = _build("mlp_128_256_10")
     compiled = framefuse.compile(target, backend="inductor", mode="reduce-overhead")
@@ -167,8 +168,7 @@ def test_reduce_overhead_inference_replays_and_equals_eager():
 
 
 @pytest.mark.parametrize("mode", [None, "reduce-overhead"])
-@gpu[0]
-@gpu[1]
+@gpu
 def test_mlp_training_steps_equal_eager(mode):
     torch.manual_seed(0)
     ref = im.mlp_128_256_10().cuda()
@@ -234,8 +234,7 @@ def test_observable_inplace_ops_are_not_rewritten(case, tmp_path):
 
 
 @pytest.mark.parametrize("case", ["private", "read_after", "on_input"])
-@gpu[0]
-@gpu[1]
+@gpu
 def test_inplace_blocks_equal_eager_on_cuda(case):
     g, inputs = _block_graph("cuda", **({} if case == "private" else {case: True}))
     fn = ffcuda.backend(g, inputs)
