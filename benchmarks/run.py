@@ -45,7 +45,7 @@ PRESETS = {
                   budget=measure.Budget(warmup_s=0.05, min_sample_s=0.005, samples=9, max_s=0.3)),
     "full": dict(devices=("cpu",), scale="full", demo=True, workloads=None, contenders=BASE_CONTENDERS,
                  budget=measure.Budget(warmup_s=0.5, min_sample_s=0.02, samples=21, max_s=3.0)),
-    # One GPU-machine call of 550 s with the build: the workloads first, then the rest while
+    # Fits a 550 s session on a GPU machine, build included: the workloads first, then the rest while
     # time remains. After the deadline no contender starts (the rest are recorded as not run), and
     # one contender on one workload may take `timeout` seconds, so the run ends by deadline + timeout
     # (+ the closing report). --deadline 0 measures everything.
