@@ -12,11 +12,12 @@ export PYTHONUNBUFFERED=1
 t0=$(date +%s)
 stamp() { echo "## [$(( $(date +%s) - t0 )) s] $*"; }
 stamp build
+mkdir -p build
 if ! { cmake -S . -B build/gpu -G Ninja -DPython_EXECUTABLE="$(which python3)" -DCMAKE_BUILD_TYPE=Release \
         -DFRAMEFUSE_WITH_LLVM=OFF -DFRAMEFUSE_BUILD_TESTS=OFF -DFRAMEFUSE_MODULE_DIR="$PWD/python/framefuse" &&
-      ninja -C build/gpu -j"$(nproc)"; } >build-gpu.log 2>&1; then
-  cp build-gpu.log "$OUT/"
-  tail -40 build-gpu.log
+      ninja -C build/gpu -j"$(nproc)"; } >build/gpu-build.log 2>&1; then
+  cp build/gpu-build.log "$OUT/"
+  tail -40 build/gpu-build.log
   exit 1
 fi
 export PYTHONPATH="$PWD/python"
