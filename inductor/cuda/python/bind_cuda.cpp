@@ -59,6 +59,16 @@ void define_cuda(py::module_& m) {
     if (log_enabled(LogArtifact::perf_hints)) log_emit(LogArtifact::perf_hints, msg);
   });
   c.def("cache_dir", &cuda::cuda_cache_dir);
+  // One whole source as a single NVRTC program (through the disk cache): for tests and timing.
+  c.def("compile_source", [](const std::string& source, const std::string& arch) {
+    cuda::CompileStats st;
+    std::string cubin = cuda::compile_cubin(source, arch, &st);
+    py::dict d;
+    d["nvrtc_ms"] = st.nvrtc_ms;
+    d["disk_hit"] = st.disk_hit;
+    d["cubin_bytes"] = cubin.size();
+    return d;
+  }, py::arg("source"), py::arg("arch") = "sm_90");
 
   py::class_<CudaGraphModule>(c, "CompiledGraph")
       .def_property_readonly("source", &CudaGraphModule::source)
@@ -68,6 +78,8 @@ void define_cuda(py::module_& m) {
       .def_property_readonly("compile_ms", &CudaGraphModule::compile_ms)
       .def_property_readonly("nvrtc_ms", [](const CudaGraphModule& g) { return g.compile_stats().nvrtc_ms; })
       .def_property_readonly("disk_hit", [](const CudaGraphModule& g) { return g.compile_stats().disk_hit; })
+      .def_property_readonly("programs", [](const CudaGraphModule& g) { return g.compile_stats().programs; })
+      .def_property_readonly("compiled_functions", [](const CudaGraphModule& g) { return g.compile_stats().functions; })
       .def("kernels", &CudaGraphModule::kernels)
       .def("run", [](CudaGraphModule& g, py::args args) {
         std::vector<py::object> inputs;

@@ -5,10 +5,12 @@
 #include <chrono>
 #include <functional>
 #include <optional>
+#include <thread>
 
 #include "graph/op_registry.h"
 #include "graph/python/graph_calls.h"
 #include "inductor/schedule.h"
+#include "src/config.h"
 #include "src/errors.h"
 #include "src/logging.h"
 
@@ -158,6 +160,9 @@ CudaGraphModule::CudaGraphModule(const Graph& g, const CudaCompileOptions& opts)
   host_emulation_ = opts.host_emulation;
   RenderOptions ro;
   ro.all_variants = autotune_;
+  int threads = config().cuda_compile_threads;
+  if (threads <= 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  ro.max_units = threads;
   src_ = render_module(prog_, ro);
   arch_ = opts.arch;
   if (arch_.empty()) {
@@ -166,7 +171,23 @@ CudaGraphModule::CudaGraphModule(const Graph& g, const CudaCompileOptions& opts)
   }
   if (log_enabled(LogArtifact::output_code) && log_enabled(LogComponent::inductor, LogLevel::Debug))
     log_emit(LogArtifact::output_code, "CUDA source (" + arch_ + "):\n" + src_.source);
-  if (!src_.kernels.empty()) cubin_ = compile_cubin(src_.source, arch_, &stats_);
+  if (!src_.kernels.empty()) {
+    // Eager units in parallel; lazy ones (scalar fallbacks) only when a launch needs them.
+    std::vector<std::string> eager;
+    for (const CompileUnit& u : src_.units)
+      if (!u.lazy) eager.push_back(u.source);
+    std::vector<CompileStats> per;
+    cubins_ = compile_cubins(eager, arch_, &per, threads);
+    cubins_.resize(src_.units.size());
+    stats_ = CompileStats{};
+    stats_.disk_hit = !per.empty();
+    stats_.programs = static_cast<int>(per.size());
+    for (size_t i = 0; i < per.size(); ++i) {
+      stats_.nvrtc_ms += per[i].nvrtc_ms;
+      stats_.disk_hit &= per[i].disk_hit;
+      stats_.functions += src_.units[i].functions;
+    }
+  }
   hash_ = content_hash(src_.source);
   compile_ms_ = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 
@@ -235,7 +256,7 @@ void CudaGraphModule::ensure_module() {
   if (py::hasattr(c, "_cuda_getCurrentRawStream")) raw_stream_ = c.attr("_cuda_getCurrentRawStream");
   device_obj_ = host_emulation_ ? torch_.attr("device")("cpu") : torch_.attr("device")("cuda", device_);
   for (const loop::Buffer& b : prog_.buffers) dtype_objs_.push_back(torch_.attr(std::string(dtype_name(b.dtype)).c_str()));
-  if (!src_.kernels.empty()) module_ = std::make_unique<CudaModule>(cubin_, src_.kernels, hash_, autotune_);
+  if (!src_.kernels.empty()) module_ = std::make_unique<CudaModule>(cubins_, src_.units, arch_, src_.kernels, hash_, autotune_);
 }
 
 py::object CudaGraphModule::alloc(int b) {

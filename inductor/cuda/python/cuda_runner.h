@@ -61,7 +61,7 @@ class CudaGraphModule {
   loop::Program prog_;
   ModuleSource src_;
   std::string arch_;
-  std::string cubin_;
+  std::vector<std::string> cubins_;  // per ModuleSource unit; "" for lazy units not compiled yet
   std::string hash_;
   CompileStats stats_;
   double compile_ms_ = 0;
