@@ -208,6 +208,29 @@ CudaGraphModule::CudaGraphModule(const Graph& g, const CudaCompileOptions& opts)
       if (e.result >= 0) touch(e.result, static_cast<int>(s));
     }
   }
+  // Values the runtime holds per node (tuples of split, getitem sources, non-buffer results) are
+  // let go after the last extern step that reads them: a split's tuple kept to the end of the graph
+  // keeps the whole product it views alive (nanoGPT's qkv, one per layer).
+  std::vector<int> last_read(graph_.size(), -1);
+  for (size_t s = 0; s < nsteps; ++s) {
+    const loop::Step& st = prog_.steps[s];
+    if (st.kind != loop::Step::Kind::Extern) continue;
+    const loop::ExternCall& e = prog_.externs[static_cast<size_t>(st.index)];
+    auto mark = [&](NodeId u) { last_read[static_cast<size_t>(u)] = static_cast<int>(s); };
+    if (e.op == kNoOp) {
+      const Node& nd = graph_.node(e.node);
+      if (!nd.args.empty() && nd.args[0].is_node()) mark(nd.args[0].node);
+    } else {
+      for (const Value& v : e.args) v.for_each_node(mark);
+    }
+    last_read[static_cast<size_t>(e.node)] = std::max(last_read[static_cast<size_t>(e.node)], static_cast<int>(s));
+  }
+  graph_.output_value().for_each_node([&](NodeId u) { last_read[static_cast<size_t>(u)] = -1; });
+  release_after_.assign(nsteps, {});
+  for (NodeId id = 0; id < static_cast<NodeId>(graph_.size()); ++id)
+    if (last_read[static_cast<size_t>(id)] >= 0 && graph_.node(id).kind != NodeKind::Placeholder)
+      release_after_[static_cast<size_t>(last_read[static_cast<size_t>(id)])].push_back(id);
+
   alloc_at_.assign(nsteps, {});
   free_after_.assign(nsteps, {});
   for (size_t b = 0; b < prog_.buffers.size(); ++b) {
@@ -371,6 +394,7 @@ py::object CudaGraphModule::run(const std::vector<py::object>& inputs) {
       bufs_[static_cast<size_t>(b)] = py::none();
       ptrs_[static_cast<size_t>(b)] = nullptr;
     }
+    for (NodeId id : release_after_[s]) node_objs_[static_cast<size_t>(id)] = py::none();
   }
   for (auto& [nid, ref] : prog_.outputs) node_objs_[static_cast<size_t>(nid)] = view(ref.buf, ref);
   std::vector<PyObject*> borrowed(node_objs_.size());

@@ -73,6 +73,7 @@ class CudaGraphModule {
   std::vector<pybind11::object> bufs_;
   std::vector<void*> ptrs_;
   std::vector<std::vector<int>> alloc_at_, free_after_;  // [step] -> buffers
+  std::vector<std::vector<NodeId>> release_after_;       // [step] -> nodes whose held value goes
   std::vector<pybind11::object> node_objs_;
   pybind11::object torch_, empty_strided_, raw_stream_, device_obj_;
   std::vector<pybind11::object> dtype_objs_;  // per buffer
