@@ -247,3 +247,46 @@ def test_inplace_blocks_equal_eager_on_cuda(case):
         out = fn(*fresh)
         _check(out, ref, 1e-5)
         _check(fresh, ref_in, 0.0)  # inputs mutated exactly as eager mutates them
+
+
+# ---- channels-last convolutions -----------------------------------------------------------------
+
+def _conv_graph(dev, weight_also_output=False):
+    x = torch.randn(4, 8, 16, 16, device=dev)
+    w = torch.randn(16, 8, 3, 3, device=dev) / 8
+    b = torch.randn(16, device=dev)
+    g = Graph()
+    gx, gw, gb = g.placeholder("x", x), g.placeholder("w", w), g.placeholder("b", b)
+    y = g.call(torch.relu, g.call(operator.add, g.call(F.conv2d, gx, gw, None, 1, 1), g.call(torch.reshape, gb, (1, 16, 1, 1))))
+    outs = (y, g.call(torch.sum, y, [2, 3]))
+    if weight_also_output:
+        outs = outs + (g.call(operator.mul, gw, 2.0),)
+    g.output(outs)
+    return g, [x, w, b]
+
+
+def test_conv_nets_compile_channels_last_for_sm90(tmp_path):
+    _need_nvrtc()
+    g, _ = _conv_graph("cpu")
+    fn = ffcuda.compile_graph(g, arch="sm_90")
+    assert fn._mod.channels_last_why == "", fn._mod.channels_last_why
+    # A weight with another reader keeps its layout: nothing to convert.
+    g2, _ = _conv_graph("cpu", weight_also_output=True)
+    assert "other readers" in ffcuda.compile_graph(g2, arch="sm_90")._mod.channels_last_why
+    with framefuse.config.patch(cuda_channels_last=False):
+        assert "off" in ffcuda.compile_graph(g, arch="sm_90")._mod.channels_last_why
+
+
+@gpu
+def test_channels_last_conv_graph_equals_eager_with_eager_strides():
+    g, (x, w, b) = _conv_graph("cuda")
+    fn = ffcuda.compile_graph(g)
+    assert fn._mod.channels_last_why == ""
+    for step in range(3):
+        x = torch.randn_like(x)
+        if step == 2:
+            w.mul_(-1.5)  # in place: a new version, so the channels-last copy is made again
+        out, ref = fn(x, w, b), g.run(x, w, b)
+        for o, r in zip(out, ref):
+            assert o.stride() == r.stride(), (o.stride(), r.stride())
+        _check(out, ref, 1e-5)

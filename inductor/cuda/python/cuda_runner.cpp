@@ -154,6 +154,18 @@ CudaGraphModule::CudaGraphModule(const Graph& g, const CudaCompileOptions& opts)
   if (functionalized && log_enabled(LogArtifact::perf_hints) && log_enabled(LogComponent::inductor, LogLevel::Debug))
     log_emit(LogArtifact::perf_hints, "CUDA: " + std::to_string(functionalized) +
                                           " in-place op(s) on private intermediates compiled out of place");
+  if (config().cuda_channels_last) {
+    std::string why;
+    if (auto cl = to_channels_last(graph_, &why)) {
+      graph_ = std::move(cl->graph);
+      for (int i : cl->inputs) cl_inputs_.push_back(ClInput{i, 0, -1, py::none()});
+      cl_restore_ = std::move(cl->restore);
+    } else {
+      channels_last_why_ = why;
+    }
+  } else {
+    channels_last_why_ = "config cuda_channels_last is off";
+  }
   Graph neutral = device_neutral(graph_, &device_, opts.assume_cuda);
   prog_ = inductor::compile_to_loop_ir(neutral);
   autotune_ = opts.mode == "max-autotune";
@@ -299,8 +311,24 @@ py::object CudaGraphModule::view(int b, const loop::TensorRef& ref) {
   return t.attr("as_strided")(py::cast(ref.sizes), py::cast(ref.strides), base + ref.offset);
 }
 
-py::object CudaGraphModule::run(const std::vector<py::object>& inputs) {
+py::object CudaGraphModule::run(const std::vector<py::object>& given) {
   ensure_module();
+  std::vector<py::object> inputs = given;
+  for (ClInput& c : cl_inputs_) {
+    if (static_cast<size_t>(c.index) >= inputs.size()) break;  // the count is checked below
+    py::object t = inputs[static_cast<size_t>(c.index)];
+    uintptr_t ptr = t.attr("data_ptr")().cast<uintptr_t>();
+    int64_t version = t.attr("_version").cast<int64_t>();
+    if (ptr != c.src_ptr || version != c.version || c.converted.is_none()) {
+      py::dict kw;
+      kw["memory_format"] = torch_.attr("channels_last");
+      c.converted = py::none();  // the old copy goes before the new one is made
+      c.converted = t.attr("contiguous")(**kw);
+      c.src_ptr = ptr;
+      c.version = version;
+    }
+    inputs[static_cast<size_t>(c.index)] = c.converted;
+  }
   size_t nbuf = prog_.buffers.size();
   bufs_.assign(nbuf, py::none());
   ptrs_.assign(nbuf, nullptr);
@@ -397,6 +425,16 @@ py::object CudaGraphModule::run(const std::vector<py::object>& inputs) {
     for (NodeId id : release_after_[s]) node_objs_[static_cast<size_t>(id)] = py::none();
   }
   for (auto& [nid, ref] : prog_.outputs) node_objs_[static_cast<size_t>(nid)] = view(ref.buf, ref);
+  for (auto& [nid, meta] : cl_restore_) {
+    py::object t = node_objs_[static_cast<size_t>(nid)];
+    if (!t || t.is_none()) continue;
+    py::dict kw;
+    kw["dtype"] = t.attr("dtype");
+    kw["device"] = t.attr("device");
+    py::object r = empty_strided_(py::cast(meta.sizes), py::cast(meta.strides), **kw);
+    r.attr("copy_")(t);
+    node_objs_[static_cast<size_t>(nid)] = r;
+  }
   std::vector<PyObject*> borrowed(node_objs_.size());
   for (size_t i = 0; i < node_objs_.size(); ++i) borrowed[i] = node_objs_[i].ptr();
   PyObject* out = value_to_py(graph_.output_value(), borrowed.data());

@@ -12,6 +12,7 @@
 #include "graph/ir.h"
 #include "inductor/cuda/cuda_launch.h"
 #include "inductor/cuda/cuda_render.h"
+#include "inductor/cuda/python/channels_last.h"
 #include "inductor/cuda/nvrtc_compiler.h"
 #include "inductor/loop_ir.h"
 
@@ -51,6 +52,8 @@ class CudaGraphModule {
   double compile_ms() const { return compile_ms_; }
   std::vector<std::string> kernels() const;  // strategy and chosen launch per kernel
   int device() const { return device_; }
+  // "" when the graph runs its convolutions channels-last, else why not.
+  const std::string& channels_last_why() const { return channels_last_why_; }
 
  private:
   void ensure_module();
@@ -77,6 +80,17 @@ class CudaGraphModule {
   std::vector<pybind11::object> node_objs_;
   pybind11::object torch_, empty_strided_, raw_stream_, device_obj_;
   std::vector<pybind11::object> dtype_objs_;  // per buffer
+  // Channels-last: inputs converted on the way in (cached per source pointer and version) and
+  // outputs copied back to eager's layout.
+  struct ClInput {
+    int index = 0;
+    uintptr_t src_ptr = 0;
+    int64_t version = -1;
+    pybind11::object converted;
+  };
+  std::vector<ClInput> cl_inputs_;
+  std::vector<std::pair<NodeId, TensorMeta>> cl_restore_;
+  std::string channels_last_why_;
 };
 
 }  // namespace ff::cuda
