@@ -82,6 +82,7 @@ void define_cuda(py::module_& m) {
       .def_property_readonly("compiled_functions", [](const CudaGraphModule& g) { return g.compile_stats().functions; })
       .def("kernels", &CudaGraphModule::kernels)
       .def_property_readonly("channels_last_why", &CudaGraphModule::channels_last_why)
+      .def_property_readonly("layout_copies", &CudaGraphModule::layout_copies)
       .def("run", [](CudaGraphModule& g, py::args args) {
         std::vector<py::object> inputs;
         for (py::handle a : args) inputs.push_back(py::reinterpret_borrow<py::object>(a));

@@ -320,10 +320,18 @@ py::object CudaGraphModule::run(const std::vector<py::object>& given) {
     uintptr_t ptr = t.attr("data_ptr")().cast<uintptr_t>();
     int64_t version = t.attr("_version").cast<int64_t>();
     if (ptr != c.src_ptr || version != c.version || c.converted.is_none()) {
-      py::dict kw;
-      kw["memory_format"] = torch_.attr("channels_last");
+      // NB: exactly the strides the graph was compiled for: contiguous(memory_format=...) keeps a
+      // 1x1 kernel's [64, 1, 1, 1] as it is (channels-last by torch's test, not by its strides).
+      const loop::Buffer* buf = nullptr;
+      for (const loop::Buffer& b : prog_.buffers)
+        if (b.role == loop::BufferRole::Input && b.input == c.index) buf = &b;
       c.converted = py::none();  // the old copy goes before the new one is made
-      c.converted = t.attr("contiguous")(**kw);
+      if (!buf) continue;
+      py::dict kw;
+      kw["dtype"] = t.attr("dtype");
+      kw["device"] = t.attr("device");
+      c.converted = empty_strided_(py::cast(buf->sizes), py::cast(buf->strides), **kw);
+      c.converted.attr("copy_")(t);
       c.src_ptr = ptr;
       c.version = version;
     }
@@ -410,6 +418,10 @@ py::object CudaGraphModule::run(const std::vector<py::object>& given) {
         TensorMeta m = meta_from_tensor(result.ptr());
         if (m.sizes != buf.sizes || m.strides != buf.strides || m.dtype != buf.dtype) {
           // Kernels were generated for the predicted layout: copy the result into it.
+          ++layout_copies_;
+          if (log_enabled(LogArtifact::perf_hints) && log_enabled(LogComponent::inductor, LogLevel::Debug))
+            log_emit(LogArtifact::perf_hints, "CUDA: " + op_def(e.op).name + " returned " + layout_str(m.sizes, m.strides) +
+                                                  ", copied into the predicted " + layout_str(buf.sizes, buf.strides));
           py::object t = alloc(e.result);
           t.attr("copy_")(result);
           result = t;

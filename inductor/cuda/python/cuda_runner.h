@@ -54,6 +54,8 @@ class CudaGraphModule {
   int device() const { return device_; }
   // "" when the graph runs its convolutions channels-last, else why not.
   const std::string& channels_last_why() const { return channels_last_why_; }
+  // Extern results copied into the layout the kernels were generated for, over all runs.
+  int64_t layout_copies() const { return layout_copies_; }
 
  private:
   void ensure_module();
@@ -91,6 +93,7 @@ class CudaGraphModule {
   std::vector<ClInput> cl_inputs_;
   std::vector<std::pair<NodeId, TensorMeta>> cl_restore_;
   std::string channels_last_why_;
+  int64_t layout_copies_ = 0;
 };
 
 }  // namespace ff::cuda
