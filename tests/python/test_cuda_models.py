@@ -290,3 +290,60 @@ def test_channels_last_conv_graph_equals_eager_with_eager_strides():
         for o, r in zip(out, ref):
             assert o.stride() == r.stride(), (o.stride(), r.stride())
         _check(out, ref, 1e-5)
+
+
+def _resnet_block_graph():
+    torch.manual_seed(0)
+    vals = [torch.randn(4, 8, 16, 16), torch.randn(16, 8, 3, 3) / 8, torch.randn(16, 16, 3, 3) / 12,
+            torch.randn(16, 8, 1, 1) / 3, torch.randn(16), torch.rand(16) + 0.5, torch.randn(16), torch.randn(16),
+            torch.randn(10, 16), torch.randn(10)]
+    g = Graph()
+    gx, gw, gw2, gwd, grm, grv, gbw, gbb, glw, glb = (
+        g.placeholder(n, t) for n, t in zip(["x", "w", "w2", "wd", "rm", "rv", "bw", "bb", "lw", "lb"], vals))
+    r = g.call(F.relu, g.call(F.batch_norm, g.call(F.conv2d, gx, gw, None, 1, 1), grm, grv, gbw, gbb, False, 0.1, 1e-5))
+    p = g.call(F.max_pool2d, r, 3, 2, 1)
+    b2 = g.call(F.batch_norm, g.call(F.conv2d, p, gw2, None, 1, 1), grm, grv, gbw, gbb, False, 0.1, 1e-5)
+    down = g.call(F.conv2d, g.call(F.max_pool2d, gx, 2), gwd)
+    s = g.call(F.relu, g.call(operator.add, g.call(operator.add, b2, p), down))
+    f = g.call(torch.flatten, g.call(F.adaptive_avg_pool2d, s, (1, 1)), 1)
+    g.output((g.call(F.linear, f, glw, glb), r, s))
+    return g, vals
+
+
+def test_channels_last_rewrite_of_a_resnet_block_computes_the_same_on_the_cpu_generator():
+    # The rewrite is device-neutral: the CPU code generator (same lowering and loop IR) runs the
+    # rewritten graph, every activation between convs in NHWC, and must match eager.
+    g, vals = _resnet_block_graph()
+    code, cl_inputs, why = framefuse._C.cuda._channels_last_code(g._g)
+    assert why == "" and cl_inputs == [1, 2, 3], why
+    g2 = Graph.parse(code)
+    assert "[4096, 1, 256, 16]" in code  # the first conv's output and its bn/relu: NHWC
+    args = list(vals)
+    for i in cl_inputs:
+        args[i] = torch.empty_strided(vals[i].shape, torch.empty_like(vals[i], memory_format=torch.channels_last).stride())
+        args[i].copy_(vals[i])
+    out = ffinductor.compile_graph(g2)(*args)
+    ref = g.run(*vals)
+    for o, r in zip(out, ref):
+        assert o.shape == r.shape
+        assert ((o - r).norm() / r.norm()).item() < 1e-5
+    assert out[1].stride() == (4096, 1, 256, 16)  # the CUDA runner copies such outputs back to eager's strides
+
+
+def test_resnet_block_compiles_channels_last_for_cuda_graphs(tmp_path):
+    # On CUDA metadata (fake CUDA tensors: no GPU needed) the rewrite must not give up at batch norm
+    # or pooling, whose C++ rules leave GPU layouts to the fallback.
+    _need_nvrtc()
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    g, vals = _resnet_block_graph()
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        fake = [torch.empty_strided(v.shape, v.stride(), device="cuda") for v in vals]
+    gc = Graph()
+    names = ["x", "w", "w2", "wd", "rm", "rv", "bw", "bb", "lw", "lb"]
+    ph = [gc.placeholder(n, t) for n, t in zip(names, fake)]
+    gx, gw, gw2, gwd, grm, grv, gbw, gbb, glw, glb = ph
+    r = gc.call(F.relu, gc.call(F.batch_norm, gc.call(F.conv2d, gx, gw, None, 1, 1), grm, grv, gbw, gbb, False, 0.1, 1e-5))
+    p = gc.call(F.max_pool2d, r, 3, 2, 1)
+    gc.output((gc.call(F.relu, gc.call(operator.add, gc.call(F.conv2d, p, gw2, None, 1, 1), p)),))
+    fn = ffcuda.compile_graph(gc, arch="sm_90")
+    assert fn._mod.channels_last_why == "", fn._mod.channels_last_why

@@ -4,6 +4,8 @@
 #include <pybind11/stl.h>
 
 #include "inductor/cuda/cuda_api.h"
+#include "graph/printer.h"
+#include "inductor/cuda/python/channels_last.h"
 #include "inductor/cuda/python/cuda_runner.h"
 #include "src/logging.h"
 
@@ -88,6 +90,16 @@ void define_cuda(py::module_& m) {
         for (py::handle a : args) inputs.push_back(py::reinterpret_borrow<py::object>(a));
         return g.run(inputs);
       });
+
+  // Tests: the channels-last rewrite of a graph as graph code (to check it on the CPU code
+  // generator): (code, input indices to pass channels-last, why not) .
+  c.def("_channels_last_code", [](py::handle graph) -> py::tuple {
+    const Graph* g = reinterpret_cast<const Graph*>(graph.attr("_address")().cast<uintptr_t>());
+    std::string why;
+    auto cl = cuda::to_channels_last(*g, &why);
+    if (!cl) return py::make_tuple(std::string(), std::vector<int>{}, why);
+    return py::make_tuple(graph_code(cl->graph), cl->inputs, why);
+  });
 
   // graph: a framefuse._C.graph.Graph (its `_address`); the C++ graph is copied.
   c.def(

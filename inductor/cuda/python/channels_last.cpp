@@ -6,6 +6,9 @@
 // to eager's strides by the runner.
 #include "inductor/cuda/python/channels_last.h"
 
+#include <algorithm>
+#include <functional>
+
 #include "graph/meta_rules_util.h"
 #include "graph/op_registry.h"
 
@@ -28,9 +31,43 @@ bool same_shapes(const ValueMeta& a, const ValueMeta& b) {
   return true;
 }
 
+
+// Every tensor's device set to `d`; *devices collects the devices seen before.
+void set_devices(Graph& g, const Device& d, std::vector<Device>* devices) {
+  std::function<void(ValueMeta&)> fix = [&](ValueMeta& m) {
+    for (ValueMeta& item : m.items) fix(item);
+    if (m.kind != ValueMeta::Kind::Tensor) return;
+    if (devices) devices->push_back(m.tensor.device);
+    m.tensor.device = d;
+  };
+  for (NodeId id = 0; id < static_cast<NodeId>(g.size()); ++id) fix(g.mutable_node(id).meta);
+}
+
 }  // namespace
 
-std::optional<ChannelsLastGraph> to_channels_last(const Graph& g, std::string* why) {
+std::optional<ChannelsLastGraph> to_channels_last(const Graph& cuda_graph, std::string* why) {
+  // NB: the layouts are worked out on CPU metadata: the CPU rules are the complete ones (GPU
+  // layouts are left to torch's meta fallback), and for these ops (convolutions, batch norm,
+  // pooling, pointwise, views) CUDA keeps the same layouts. A lowered op's layout is the code
+  // generator's choice anyway, and an extern result in another layout is copied by the runner.
+  std::vector<Device> devices;
+  Graph g = cuda_graph;
+  set_devices(g, Device{}, &devices);
+  Device cuda;
+  bool have_cuda = false;
+  bool other = false;
+  for (const Device& d : devices) {
+    if (d.type == Device::Type::CUDA) {
+      cuda = d;
+      have_cuda = true;
+    } else {
+      other = true;
+    }
+  }
+  if (have_cuda && other) {
+    *why = "the graph mixes CUDA tensors with tensors on other devices";
+    return std::nullopt;
+  }
   ChannelsLastGraph out{g, {}, {}};
   Graph& h = out.graph;
   const size_t n = h.size();
@@ -114,11 +151,9 @@ std::optional<ChannelsLastGraph> to_channels_last(const Graph& g, std::string* w
     }
     bool rg = before.kind == ValueMeta::Kind::Tensor && before.tensor.requires_grad;
     nd.meta = *m;
-    if (nd.meta.kind == ValueMeta::Kind::Tensor) {
-      nd.meta.tensor.requires_grad = rg;
-      nd.meta.tensor.device = before.tensor.device;
-    }
+    if (nd.meta.kind == ValueMeta::Kind::Tensor) nd.meta.tensor.requires_grad = rg;
   }
+  if (have_cuda) set_devices(h, cuda, nullptr);
   h.output_value().for_each_node([&](NodeId u) {
     const ValueMeta& a = h.node(u).meta;
     const ValueMeta& b = g.node(u).meta;
