@@ -44,6 +44,9 @@ struct FrameEvalStats {
   int64_t internal_errors = 0;   // frames that fell back because of a framefuse bug
   int64_t cache_limit_hits = 0;  // code objects that reached config.recompile_limit
   int64_t eager_frames = 0;      // frames handed to the default evaluator while the hook was on
+  int64_t frames_split = 0;      // captures that end at a graph break (a stub and resume functions follow)
+  int64_t resume_calls = 0;      // resume functions entered by the hook after a break stub returned
+  int64_t codes_generated = 0;   // break stubs and resume functions built (each once per layout)
 };
 FrameEvalStats& frame_eval_stats();
 

@@ -154,10 +154,23 @@ void SymbolicTracer::brk(BreakKind kind, const std::string& detail) {
     info.filename = file;
     info.lineno = line;
   }
+  if (!frames_.empty() && frames_[0]->depth == 0 && !root_visits_.empty()) {
+    // NB: a call breaks at the first instruction of its group: KW_NAMES sets a register the
+    // native code must see again.
+    const Frame& r = *frames_[0];
+    int idx = r.ip;
+    auto name_at = [&](int i) { const char* n = opcode_table()[r.dc->instrs[static_cast<size_t>(i)].opcode].name; return std::string(n ? n : ""); };
+    if (name_at(idx) == "CALL" && idx > 0 && name_at(idx - 1) == "PRECALL") --idx;
+    if ((name_at(idx) == "CALL" || name_at(idx) == "PRECALL") && idx > 0 && name_at(idx - 1) == "KW_NAMES") --idx;
+    info.root_index = idx;
+    info.root_visit = root_visits_[static_cast<size_t>(idx)];
+  }
   throw GraphBreak(std::move(info));
 }
 
 namespace {
+
+struct StopHere {};  // the partial trace reached its stop instruction
 
 struct FramePush {
   std::vector<Frame*>& frames;
@@ -178,6 +191,10 @@ Sym SymbolicTracer::run_frame(Frame& f) {
   for (;;) {
     FF_CHECK(f.ip >= 0 && static_cast<size_t>(f.ip) < instrs.size(), "instruction pointer out of range");
     const Instr& ins = instrs[static_cast<size_t>(f.ip)];
+    if (f.depth == 0 && frames_.size() == 1) {
+      int visit = ++root_visits_[static_cast<size_t>(f.ip)];
+      if (f.ip == options_.stop_index && visit == options_.stop_visit) throw StopHere{};
+    }
     ++out_.stats.instructions;
     if (ins.handler == Handler::ReturnValue) {
       FF_CHECK(!f.stack.empty(), "RETURN_VALUE on an empty stack");
@@ -701,11 +718,37 @@ struct OutputBuilder {
   SymbolicTracer& t;
   std::vector<Value> outputs;
   std::unordered_map<NodeId, int> index_of;
+  bool break_state = false;  // building a graph break's state: more kinds, inputs passed by source
+  std::unordered_map<const SymValue*, int> memo_of;
+
+  // Objects that must keep their identity however often they are referenced.
+  int memo(const Sym& v) {
+    auto it = memo_of.find(v.get());
+    if (it != memo_of.end()) return it->second;
+    int id = static_cast<int>(memo_of.size());
+    memo_of.emplace(v.get(), id);
+    return id;
+  }
+
+  OutputPlan constant(PyObject* o) {
+    OutputPlan p;
+    p.kind = OutputPlan::Kind::Constant;
+    p.constant = o;
+    Py_INCREF(o);
+    return p;
+  }
+
+  OutputPlan optional(const Sym& v) { return v ? plan(v) : constant(Py_None); }
 
   OutputPlan plan(const Sym& v) {
     OutputPlan p;
     switch (v->kind) {
       case SymKind::Tensor: {
+        if (break_state && v->source && t.out_.graph.node(v->node).kind == NodeKind::Placeholder) {
+          p.kind = OutputPlan::Kind::Source;  // the caller's tensor itself, not a graph copy of it
+          p.source = v->source;
+          return p;
+        }
         auto it = index_of.find(v->node);
         int idx;
         if (it != index_of.end()) {
@@ -745,11 +788,13 @@ struct OutputBuilder {
         }
         if (v->is(SymKind::List)) {
           p.kind = OutputPlan::Kind::List;
+          p.memo = memo(v);
           for (const Sym& i : v->items) p.items.push_back(plan(i));
           return p;
         }
         if (v->is(SymKind::Dict)) {
           p.kind = OutputPlan::Kind::Dict;
+          p.memo = memo(v);
           for (size_t i = 0; i < v->keys.size(); ++i) {
             p.items.push_back(plan(v->items[i]));
             p.keys.push_back(v->keys[i]->obj.get());
@@ -768,6 +813,75 @@ struct OutputBuilder {
         }
         break;
       }
+      default:
+        if (break_state) return plan_break_only(v);
+        break;
+    }
+    t.brk(BreakKind::EscapingObject, describe_sym(v));
+  }
+
+  // Kinds that only a graph break's state rebuilds (objects the code goes on using natively).
+  OutputPlan plan_break_only(const Sym& v) {
+    OutputPlan p;
+    switch (v->kind) {
+      case SymKind::Cell:
+        if (v->obj) {
+          if (!v->source || v->source->kind != Source::Kind::Closure) break;
+          p.kind = OutputPlan::Kind::ClosureCell;
+          p.index = v->source->index;
+          return p;
+        }
+        p.kind = OutputPlan::Kind::Cell;
+        p.memo = memo(v);
+        if (!v->items.empty() && v->items[0]) p.items.push_back(plan(v->items[0]));
+        return p;
+      case SymKind::Function:
+        if (v->source) break;  // made in another module's function: its globals are not the frame's
+        p.kind = OutputPlan::Kind::Function;
+        p.memo = memo(v);
+        p.constant = v->obj.get();
+        Py_INCREF(p.constant);
+        for (size_t i = 0; i < 3; ++i) p.items.push_back(optional(i < v->items.size() ? v->items[i] : nullptr));
+        return p;
+      case SymKind::Iterator: {
+        p.kind = OutputPlan::Kind::Iterator;
+        p.memo = memo(v);
+        if (v->flag) {  // range: the rest of it
+          PyRef r = PyRef::steal(PyObject_CallFunction(reinterpret_cast<PyObject*>(&PyRange_Type), "LLL",
+                                                       static_cast<long long>(v->pos), static_cast<long long>(v->stop),
+                                                       static_cast<long long>(v->step)));
+          FF_CHECK(r, "range()");
+          p.items.push_back(constant(r.get()));
+          p.index = 0;
+        } else if (v->origin) {  // the same list/tuple, at the same position
+          p.items.push_back(plan(v->origin));
+          p.index = static_cast<int>(v->pos);
+        } else {
+          std::vector<Sym> rest(v->items.begin() + std::min<int64_t>(v->pos, static_cast<int64_t>(v->items.size())), v->items.end());
+          p.items.push_back(plan(make_tuple(std::move(rest))));
+          p.index = 0;
+        }
+        return p;
+      }
+      case SymKind::GradCtx:
+        p.kind = OutputPlan::Kind::GradCtx;
+        p.constant = v->flag ? known().enable_grad : known().no_grad;
+        Py_INCREF(p.constant);
+        return p;
+      case SymKind::Method:
+        if (v->name == "__exit__" && v->items.size() == 1 && v->items[0]->is(SymKind::GradCtx)) {
+          p.kind = OutputPlan::Kind::GradExit;
+          p.memo = memo(v);
+          p.constant = v->items[0]->flag ? known().enable_grad : known().no_grad;
+          Py_INCREF(p.constant);
+          return p;
+        }
+        break;
+      case SymKind::BoundMethod:
+        p.kind = OutputPlan::Kind::Method;
+        p.items.push_back(plan(v->items[0]));
+        p.items.push_back(plan(v->items[1]));
+        return p;
       default:
         break;
     }
@@ -817,6 +931,43 @@ Graph placeholders_first(const Graph& g, std::vector<NodeId>* remap) {
 }
 
 }  // namespace
+
+// The frame state at the stop: (stack values non-NULL bottom first..., live locals..., cells...).
+OutputPlan plan_break_state(Frame& root, OutputBuilder& ob) {
+  CaptureResult::BreakState& bs = ob.t.out_.brk;
+  const TraceOptions& opt = ob.t.options_;
+  bs.active = true;
+  bs.index = root.ip;
+  bs.depth = static_cast<int>(root.stack.size());
+  OutputPlan p;
+  p.kind = OutputPlan::Kind::Tuple;
+  for (size_t i = 0; i < root.stack.size(); ++i) {
+    if (root.stack[i]->is(SymKind::Null)) bs.null_slots.push_back(static_cast<int>(i));
+    else p.items.push_back(ob.plan(root.stack[i]));
+  }
+  PyObject* names = root.code->co_localsplusnames;
+  PyObject* kinds = root.code->co_localspluskinds;
+  const int n = root.dc->nlocalsplus;
+  for (const std::string& name : opt.stop_live) {
+    for (int i = 0; i < n; ++i) {
+      if (name != PyUnicode_AsUTF8(PyTuple_GET_ITEM(names, i))) continue;
+      const Sym& v = root.locals[static_cast<size_t>(i)];
+      if (v && !v->is(SymKind::Null)) {
+        bs.live.push_back(name);
+        p.items.push_back(ob.plan(v));
+      }
+      break;
+    }
+  }
+  for (int i = 0; i < n; ++i) {
+    if (!(PyBytes_AS_STRING(kinds)[i] & 0x40)) continue;  // CO_FAST_CELL: a cellvar of this code
+    const Sym& cell = root.locals[static_cast<size_t>(i)];
+    FF_CHECK(cell && cell->is(SymKind::Cell) && !cell->obj, "cell variable without a traced cell at a graph break");
+    p.items.push_back(ob.plan(cell));
+    ++bs.ncells;
+  }
+  return p;
+}
 
 Sym SymbolicTracer::tensor_sym(NodeId node) {
   const ValueMeta& m = out_.graph.node(node).meta;
@@ -885,10 +1036,23 @@ CaptureResult SymbolicTracer::trace() {
     }
     root.closure = make_tuple(std::move(cells));
   }
-  Sym result = run_frame(root);
+  root_visits_.assign(root.dc->instrs.size(), 0);
+  Sym result;
+  bool stopped = false;
+  try {
+    result = run_frame(root);
+  } catch (const StopHere&) {
+    stopped = true;
+  }
 
   OutputBuilder ob{*this, {}, {}};
-  OutputPlan output = ob.plan(result);
+  OutputPlan output;
+  if (stopped) {
+    ob.break_state = true;
+    output = plan_break_state(root, ob);
+  } else {
+    output = ob.plan(result);
+  }
   std::vector<SideEffect> effects;
   for (PendingEffect& e : effects_) {
     SideEffect s;
@@ -916,6 +1080,7 @@ CaptureResult SymbolicTracer::trace() {
   out_.output = std::move(output);
   output = OutputPlan{};
   out_.side_effects = std::move(effects);
+  out_.num_memos = static_cast<int>(ob.memo_of.size());
   return std::move(out_);
 }
 

@@ -158,6 +158,7 @@ class SymbolicTracer {
   std::unordered_map<PyObject*, Sym> by_identity_;  // Objects / Lists / Dicts / Cells of real state
   std::unordered_set<std::string> guard_keys_;      // dedup of installed guards
   std::unordered_map<PyObject*, Sym> globals_cache_;  // root globals by name object
+  std::vector<int> root_visits_;  // per root instruction: how many times the trace reached it
 };
 
 // Source helpers.

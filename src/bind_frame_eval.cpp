@@ -194,6 +194,9 @@ void define_frame_eval(py::module_& m) {
     d["internal_errors"] = s.internal_errors;
     d["cache_limit_hits"] = s.cache_limit_hits;
     d["eager_frames"] = s.eager_frames;
+    d["frames_split"] = s.frames_split;
+    d["resume_calls"] = s.resume_calls;
+    d["codes_generated"] = s.codes_generated;
     return d;
   });
   m.def("_hook_installed", &hook_installed);
