@@ -165,8 +165,15 @@ PyObject* assemble_resume(PyObject* code, const ResumeBuild& rb, const std::stri
   f.firstlineno = rb.line >= 0 ? rb.line : co->co_firstlineno;
   const char* name = PyUnicode_AsUTF8(co->co_name);
   FF_CHECK(name, "code without a name");
-  f.name = prefix + std::string(name) + "_at_" + std::to_string(rb.line);
-  f.qualname = f.name;
+  if (prefix.empty()) {  // keeps the user's names (what tracebacks and sys._getframe show)
+    f.name = name;
+    const char* qual = PyUnicode_AsUTF8(co->co_qualname);
+    FF_CHECK(qual, "code without a qualname");
+    f.qualname = qual;
+  } else {
+    f.name = prefix + std::string(name) + "_at_" + std::to_string(rb.line);
+    f.qualname = f.name;
+  }
   return assemble(code, rb.out, f);
 }
 

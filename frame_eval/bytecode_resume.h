@@ -55,7 +55,8 @@ struct ResumeBuild {
 // `extra_vars`: plain locals appended after the code's own (scratch slots of generated code).
 ResumeBuild build_resume(PyObject* code, int unit, int stack_depth, const std::vector<std::string>& live,
                          const std::vector<int>& null_slots, const std::vector<std::string>& extra_vars);
-// `consts`: replacement co_consts (borrowed) or null. Named `<prefix><name>_at_<line>`.
+// `consts`: replacement co_consts (borrowed) or null. Named `<prefix><name>_at_<line>`, or as
+// `code` when `prefix` is empty.
 PyObject* assemble_resume(PyObject* code, const ResumeBuild& rb, const std::string& prefix, PyObject* consts);
 std::vector<std::string> str_tuple(PyObject* code, const char* attr);
 PyObject* to_tuple(const std::vector<std::string>& v);

@@ -185,7 +185,7 @@ BreakStub make_break_stub(PyObject* code, int unit, int stack_depth, const std::
   std::sort(out.exc.begin(), out.exc.end(), [](const ExcEntry& a, const ExcEntry& c) { return a.start < c.start; });
 
   rb.out = std::move(out);
-  stub.code = assemble_resume(code, rb, "__break_", consts_tuple.p);
+  stub.code = assemble_resume(code, rb, "", consts_tuple.p);
   if (log_enabled(LogArtifact::bytecode)) {
     try {
       log_emit(LogArtifact::bytecode, "ORIGINAL BYTECODE\n" + disassemble(code) + "GRAPH BREAK STUB at offset " +

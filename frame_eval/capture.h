@@ -108,7 +108,8 @@ struct OutputPlan {
   // GradCtx: constant() (torch.no_grad / enable_grad); GradExit: the same entered, its bound
   // __exit__; Method: items[1] bound to items[0].
   enum class Kind : uint8_t {
-    GraphOutput, Source, Constant, Tuple, List, Dict, Cell, ClosureCell, Function, Iterator, GradCtx, GradExit, Method
+    GraphOutput, Source, Constant, Tuple, List, Dict, Cell, ClosureCell, Function, Iterator, GradCtx, GradExit, Method,
+    Attr  // getattr(items[0], constant)
   };
   Kind kind = Kind::Constant;
   int index = -1;               // GraphOutput: index into the graph's output tuple

@@ -76,6 +76,8 @@ CaptureRunner::Plan CaptureRunner::resolve_plan(const OutputPlan& p) {
     case OutputPlan::Kind::Iterator:
     case OutputPlan::Kind::Cell:
     case OutputPlan::Kind::Method:
+    case OutputPlan::Kind::Attr:
+      r.constant = p.constant;
       r.index = p.index;
       for (const OutputPlan& item : p.items) r.items.push_back(resolve_plan(item));
       break;
@@ -371,6 +373,13 @@ PyObject* CaptureRunner::build_break_only(const Plan& p, PyObject* outputs, cons
       Py_XDECREF(r);
       Py_DECREF(ctx);
       return exit;
+    }
+    case OutputPlan::Kind::Attr: {
+      PyObject* base = item(0);
+      if (!base) return nullptr;
+      PyObject* v = PyObject_GetAttr(base, p.constant);
+      Py_DECREF(base);
+      return v;
     }
     case OutputPlan::Kind::Method: {
       PyObject* self = item(0);

@@ -876,6 +876,12 @@ struct OutputBuilder {
           Py_INCREF(p.constant);
           return p;
         }
+        if (v->items.size() == 1 && !v->items[0]->is(SymKind::GradCtx)) {  // t.item, lst.append ...
+          p.kind = OutputPlan::Kind::Attr;
+          p.items.push_back(plan(v->items[0]));
+          p.constant = PyUnicode_FromString(v->name.c_str());
+          return p;
+        }
         break;
       case SymKind::BoundMethod:
         p.kind = OutputPlan::Kind::Method;
