@@ -26,6 +26,8 @@ class BreakReason:
     reason: str                 # "[FF0003] call to print"
     user_stack: list            # ["file.py:12 in fn", ...], outermost first
     where: str = ""             # the frame that broke: "fn (file.py:10)"
+    split: bool = False         # the frame was split at the break (graph, native instruction, resume
+                                # function); False: the whole frame ran eagerly
     explanation: str = ""
     hint: str = ""
 
@@ -53,7 +55,7 @@ class ExplainOutput:
             out += f"  Break Reason {i}:\n"
             out += f"    Reason: {br.reason}\n"
             if br.where:
-                out += f"    Frame: {br.where} (runs eagerly)\n"
+                out += f"    Frame: {br.where} ({'split at the break' if br.split else 'runs eagerly'})\n"
             out += "    User Stack:\n"
             for frame in br.user_stack:
                 out += f"      {frame}\n"
@@ -70,7 +72,8 @@ class ExplainOutput:
         return out
 
 
-_BREAK_HEAD = re.compile(r"^(?:\[\d+/\d+\] )?Graph break in (?P<where>.*?) \(the frame runs eagerly\): (?P<reason>.*)$")
+_BREAK_HEAD = re.compile(r"^(?:\[\d+/\d+\] )?Graph break in (?P<where>.*?) "
+                         r"\(the frame (?P<how>runs eagerly|is split)\): (?P<reason>.*)$")
 
 
 def _parse_break(msg):
@@ -79,7 +82,7 @@ def _parse_break(msg):
     m = _BREAK_HEAD.match(lines[0])
     if not m:
         return None
-    br = BreakReason(reason=m.group("reason"), user_stack=[], where=m.group("where"))
+    br = BreakReason(reason=m.group("reason"), user_stack=[], where=m.group("where"), split=m.group("how") == "is split")
     at = None
     for line in lines[1:]:
         text = line.strip()
