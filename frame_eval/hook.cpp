@@ -104,6 +104,17 @@ double ms_since(std::chrono::steady_clock::time_point t0) {
 
 enum class CompileOutcome { Compiled, Native, Raise };
 
+// NB: a split frame is compiled even without tensor work, so interpreters without torch (the
+// torch-free tests) reach here; the tracer imported torch already if it can be.
+bool torch_loaded() {
+  PyObject* name = PyUnicode_FromString("torch");
+  PyObject* m = name ? PyImport_GetModule(name) : nullptr;
+  Py_XDECREF(name);
+  if (!m) PyErr_Clear();
+  Py_XDECREF(m);
+  return m != nullptr;
+}
+
 CompileOutcome mark_native(ExtraState& extra, const std::string& why) {
   extra.strategy = CodeStrategy::Skip;
   extra.skip_reason = why;
@@ -140,7 +151,7 @@ CompileOutcome finish_compile(const ff_frame_info& info, const FrameValues& valu
     has_global_state |= g.kind == Guard::Kind::GlobalState;
     any_requires_grad |= g.kind == Guard::Kind::TensorMatch && g.tensor_meta.requires_grad;
   }
-  if (!has_global_state && !g_tracer_torch_free) cap.guards.push_back(current_global_state_guard());
+  if (!has_global_state && !g_tracer_torch_free && torch_loaded()) cap.guards.push_back(current_global_state_guard());
   bool grad_on = false;
   for (const Guard& g : cap.guards)
     if (g.kind == Guard::Kind::GlobalState) grad_on = g.grad_enabled;

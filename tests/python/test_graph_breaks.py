@@ -15,8 +15,6 @@ import torch
 import framefuse
 from framefuse import _C
 
-pytestmark = pytest.mark.torch2
-
 
 @pytest.fixture(autouse=True)
 def fresh():
