@@ -428,3 +428,36 @@ def test_fullgraph_still_raises_at_the_first_break():
     with pytest.raises(framefuse.Unsupported) as e:
         cf(X)
     assert str(e.value).startswith("[FF0003] call to print\n")
+
+
+def while_tensor(x):
+    n = 0
+    while x.sum() > 0:  # 3.11: a backward conditional jump at the loop's end
+        x = x - 1
+        n += 1
+    return x, n
+
+
+def and_or(x, y):
+    if (x.sum() > 0 and y.sum() > 0) or x.max() > 3:
+        return x + y
+    return x - y
+
+
+def iterators(x, d, ws):
+    for k, v in d.items():
+        x = x * v
+        print(k)
+    for i, w in enumerate(ws):
+        x = x + i * w
+        framefuse.graph_break()
+    return x
+
+
+def test_more_jumps_and_iterators(capsys):
+    s = run_both(while_tensor, torch.tensor([3.0, 1.0]))
+    assert s["frames_split"] >= 2
+    run_both(and_or, torch.ones(2), -torch.ones(2))
+    run_both(and_or, torch.ones(2), torch.ones(2))
+    run_both(iterators, torch.ones(2), {"a": 2.0, "b": 3.0}, [1.0, 2.0, 3.0], capsys=capsys)
+    assert _C._frame_eval_stats()["internal_errors"] == 0
