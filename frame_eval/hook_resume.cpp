@@ -178,15 +178,23 @@ PyObject* run_break_chain(ThreadState& st, std::shared_ptr<CacheEntry> entry, Py
     auto* rc = reinterpret_cast<PyCodeObject*>(resume);
     Py_ssize_t n = PyTuple_GET_SIZE(rt) - 2;
     if (n != rc->co_argcount) return internal_error("resume function arity");
-    std::vector<PyObject*> localsplus(static_cast<size_t>(rc->co_nlocalsplus), nullptr);
-    for (Py_ssize_t i = 0; i < n; ++i) localsplus[static_cast<size_t>(i)] = PyTuple_GET_ITEM(rt, 2 + i);
+    // NB: the synthetic frame's slots: arguments, then unbound (as a fresh frame has them).
+    constexpr int kInline = 32;
+    PyObject* inline_slots[kInline];
+    std::vector<PyObject*> heap_slots;
+    PyObject** localsplus = inline_slots;
+    if (rc->co_nlocalsplus > kInline) {
+      heap_slots.resize(static_cast<size_t>(rc->co_nlocalsplus));
+      localsplus = heap_slots.data();
+    }
+    for (int i = 0; i < rc->co_nlocalsplus; ++i) localsplus[i] = i < n ? PyTuple_GET_ITEM(rt, 2 + i) : nullptr;
     ff_frame_info info{};
     info.code = rc;
     info.func = nullptr;
     info.globals = frame.globals;
     info.builtins = frame.builtins;
     info.closure = closure.get();
-    info.localsplus = localsplus.data();
+    info.localsplus = localsplus;
     info.nlocalsplus = rc->co_nlocalsplus;
     ++frame_eval_stats().resume_calls;
     Dispatch d = dispatch_frame(st, info);
@@ -195,7 +203,7 @@ PyObject* run_break_chain(ThreadState& st, std::shared_ptr<CacheEntry> entry, Py
       PyRef rf = make_function(resume, frame.globals, closure.get());
       if (!rf) return nullptr;
       st.native_once = resume;  // NB: its frame was dispatched just now; do not trace it twice
-      PyObject* result = PyObject_Vectorcall(rf.get(), localsplus.data(), static_cast<size_t>(n), nullptr);
+      PyObject* result = PyObject_Vectorcall(rf.get(), localsplus, static_cast<size_t>(n), nullptr);
       st.native_once = nullptr;
       return result;
     }

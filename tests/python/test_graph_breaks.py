@@ -461,3 +461,22 @@ def test_more_jumps_and_iterators(capsys):
     run_both(and_or, torch.ones(2), torch.ones(2))
     run_both(iterators, torch.ones(2), {"a": 2.0, "b": 3.0}, [1.0, 2.0, 3.0], capsys=capsys)
     assert _C._frame_eval_stats()["internal_errors"] == 0
+
+
+def logged(x):
+    y = x.exp()
+    framefuse.graph_break()
+    return y.log()
+
+
+def test_logs_name_the_split_and_show_the_generated_code(caplog):
+    framefuse.set_logs("graph_breaks,bytecode,graph_code,compile_times")
+    caplog.set_level(logging.INFO, logger="framefuse")
+    run_both(logged, X.abs())
+    text = caplog.text
+    assert text.count("(the frame is split): [FF0016] framefuse.graph_break() called") == 1
+    assert f"{__file__}:{logged.__code__.co_firstlineno + 2} in logged" in text
+    assert text.count("GRAPH BREAK STUB at offset") == 1 and text.count("RESUME FUNCTION at offset") == 1
+    assert "ORIGINAL BYTECODE" in text and f"__resume_logged_at_{logged.__code__.co_firstlineno + 2}" in text
+    assert text.count("GRAPH for ") == 2
+    assert "__resume_logged_at_" in text and "capture " in text and "backend " in text
