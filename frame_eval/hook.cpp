@@ -217,7 +217,9 @@ CompileOutcome compile_split(ExtraState& extra, const ff_frame_info& info, const
     if (g_tracer || !split_trace_options(info.code, b, &topts)) return eager("not at a resumable root instruction");
     CaptureResult cap = trace_frame(frame_view(info), topts);
     if (PyErr_Occurred()) throw InternalError("the tracer left a Python exception set: " + fetch_py_error_text());
-    if (!cap.brk.active) throw InternalError("the second trace of a graph break did not stop at it");
+    // NB: tracing may have changed what the code sees (caches the traced code fills): the second
+    // trace need not take the same path.
+    if (!cap.brk.active) return eager("the second trace did not reach the break");
     std::shared_ptr<const BreakPlan> plan = break_plan_for(info.code, cap.brk);
     if (log_enabled(LogArtifact::graph_breaks))
       log_emit(LogArtifact::graph_breaks, "Graph break in " + code_location(info.code) + " (the frame is split): " + break_text(b));
