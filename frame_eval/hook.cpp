@@ -104,6 +104,23 @@ double ms_since(std::chrono::steady_clock::time_point t0) {
 
 enum class CompileOutcome { Compiled, Native, Raise };
 
+std::vector<BreakRecord>& break_records_storage() {
+  static auto* r = new std::vector<BreakRecord>();
+  return *r;
+}
+
+// A graph break, once per compile of a site: the `graph_breaks` log and the structured record
+// explain() reads.
+void note_break(PyCodeObject* code, const BreakInfo& b, bool split) {
+  std::string where = code_location(code);
+  if (log_enabled(LogArtifact::graph_breaks))
+    log_emit(LogArtifact::graph_breaks, "Graph break in " + where + (split ? " (the frame is split): " : " (the frame runs eagerly): ") +
+                                            (b.id.empty() && b.explanation.empty() ? b.reason : break_text(b)));
+  auto& records = break_records_storage();
+  constexpr size_t kMaxRecords = 10000;  // NB: a process that breaks forever must not grow forever
+  if (records.size() < kMaxRecords) records.push_back(BreakRecord{b, where, split});
+}
+
 // NB: a split frame is compiled even without tensor work, so interpreters without torch (the
 // torch-free tests) reach here; the tracer imported torch already if it can be.
 bool torch_loaded() {
@@ -205,8 +222,7 @@ CompileOutcome compile_split(ExtraState& extra, const ff_frame_info& info, const
                              std::chrono::steady_clock::time_point t0, int compile_id,
                              std::shared_ptr<CacheEntry>* out) {
   auto eager = [&](const std::string& why) {
-    if (log_enabled(LogArtifact::graph_breaks))
-      log_emit(LogArtifact::graph_breaks, "Graph break in " + code_location(info.code) + " (the frame runs eagerly): " + break_text(b));
+    note_break(info.code, b, false);
     if (log_enabled(LogComponent::frontend, LogLevel::Debug))
       log_emit(LogComponent::frontend, LogLevel::Debug, "not split at the graph break: " + why);
     extra.skipped_for_break = true;
@@ -221,8 +237,7 @@ CompileOutcome compile_split(ExtraState& extra, const ff_frame_info& info, const
     // trace need not take the same path.
     if (!cap.brk.active) return eager("the second trace did not reach the break");
     std::shared_ptr<const BreakPlan> plan = break_plan_for(info.code, cap.brk);
-    if (log_enabled(LogArtifact::graph_breaks))
-      log_emit(LogArtifact::graph_breaks, "Graph break in " + code_location(info.code) + " (the frame is split): " + break_text(b));
+    note_break(info.code, b, true);
     ++g_stats.frames_split;
     return finish_compile(info, values, options, std::move(cap), std::move(plan), t0, compile_id, extra, out);
   } catch (const PythonErrorPending&) {
@@ -267,8 +282,7 @@ CompileOutcome compile_frame(ExtraState& extra, const ff_frame_info& info, const
     // arguments, may well be capturable. Eager reproduces the exception now; a partial graph
     // would have to stop before code whose failure the trace cannot place.
     if (b.info().id == "FF0008") {
-      if (log_enabled(LogArtifact::graph_breaks))
-        log_emit(LogArtifact::graph_breaks, "Graph break in " + code_location(info.code) + " (the frame runs eagerly): " + break_text(b.info()));
+      note_break(info.code, b.info(), false);
       return CompileOutcome::Native;
     }
     split = b.info();
@@ -280,8 +294,9 @@ CompileOutcome compile_frame(ExtraState& extra, const ff_frame_info& info, const
                       (std::string(u.what()) + "\n  in " + code_location(info.code)).c_str());
       return CompileOutcome::Raise;
     }
-    if (log_enabled(LogArtifact::graph_breaks))
-      log_emit(LogArtifact::graph_breaks, "Graph break in " + code_location(info.code) + " (the frame runs eagerly): " + u.what());
+    BreakInfo unsupported;
+    unsupported.reason = u.what();
+    note_break(info.code, unsupported, false);
     extra.skipped_for_break = true;
     return mark_native(extra, std::string("unsupported: ") + u.what());
   } catch (const std::exception& e) {
@@ -452,6 +467,8 @@ void set_tracer(Tracer tracer, bool torch_free) {
 }
 void set_unsupported_exception(PyObject* type) { g_unsupported_type = type; }
 FrameEvalStats& frame_eval_stats() { return g_stats; }
+const std::vector<BreakRecord>& break_records() { return break_records_storage(); }
+void clear_break_records() { break_records_storage().clear(); }
 bool hook_installed() { return g_installed; }
 
 }  // namespace ff

@@ -6,9 +6,9 @@
 
 The call runs `fn` once under framefuse.compile with a recording backend (each graph then runs on the
 reference runner), after framefuse.reset(): every frame it reaches is compiled afresh, as with
-torch._dynamo.explain. Break records come from the `graph_breaks` log artifact and compile times from
-`compile_times`; both are collected for the duration of the call only, and the user's own log
-settings stay in effect.
+torch._dynamo.explain. Break records come from the engine's structured records (`_C._graph_break_records`,
+the same breaks the `graph_breaks` log artifact prints) and compile times from the `compile_times`
+artifact, collected for the duration of the call only; the user's own log settings stay in effect.
 """
 from __future__ import annotations
 
@@ -99,6 +99,16 @@ def _parse_break(msg):
     return br
 
 
+def _from_record(rec):
+    """A BreakReason from one of _C._graph_break_records()."""
+    stack = list(rec["user_stack"])
+    at = f"{rec['filename']}:{rec['lineno']}" if rec["filename"] else ""
+    if at and not any(frame.startswith(at) for frame in stack):
+        stack.append(at)
+    return BreakReason(reason=rec["reason"], user_stack=stack, where=rec["where"], explanation=rec["explanation"],
+                       hint=rec["hint"], split=rec["split"])
+
+
 def _graph_ops(graph):
     """The op names of a graph's call nodes, in order."""
     return [node.op for node in graph.nodes() if node.kind == "Call"]
@@ -147,7 +157,7 @@ def explain(fn, *extra_args, **extra_kwargs):
             if artifact in user_artifacts or artifact not in ("graph_breaks", "compile_times"):
                 _logging._emit(logger_name, level, msg)
 
-        _C._reset()
+        _C._reset()  # also clears the break records
         _C.logging.set_spec(",".join(filter(None, [previous, "graph_breaks", "compile_times"])))
         _C.logging.set_sink(sink)
         try:
@@ -165,6 +175,8 @@ def explain(fn, *extra_args, **extra_kwargs):
             if info is not None:
                 for entry in info.get("guards", []):
                     guards.extend(entry)
+        if hasattr(_C, "_graph_break_records"):
+            breaks = [_from_record(r) for r in _C._graph_break_records()]
         stats = _C._frame_eval_stats()
         return ExplainOutput(
             graphs=graphs,

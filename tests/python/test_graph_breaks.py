@@ -487,3 +487,47 @@ def test_logs_name_the_split_and_show_the_generated_code(caplog):
     assert "ORIGINAL BYTECODE" in text and f"__resume_logged_at_{logged.__code__.co_firstlineno + 2}" in text
     assert text.count("GRAPH for ") == 2
     assert "__resume_logged_at_" in text and "capture " in text and "backend " in text
+
+
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = torch.nn.Linear(3, 4)
+        self.b = torch.nn.Linear(4, 2)
+
+    def forward(self, x):
+        h = torch.relu(self.a(x))
+        if h.sum() > 0:
+            print("positive")
+        h = h * 2
+        print("mid", h.shape)
+        return self.b(h).softmax(-1)
+
+
+def test_module_forward_with_breaks_and_gradients(capsys):
+    torch.manual_seed(0)
+    m = Net()
+    cm = framefuse.compile(m, backend="eager")
+    for _ in range(2):
+        xe = X.clone().requires_grad_(True)
+        xc = X.clone().requires_grad_(True)
+        e = m(xe)
+        e.sum().backward()
+        out = capsys.readouterr().out
+        c = cm(xc)
+        c.sum().backward()
+        assert capsys.readouterr().out == out
+        same(e, c)
+        assert torch.allclose(xe.grad, xc.grad)
+    s = _C._frame_eval_stats()
+    assert s["frames_split"] >= 2 and s["internal_errors"] == 0
+
+
+def test_break_records_for_explain():
+    report = framefuse.explain(branch)(X.abs())
+    assert report.graph_count == 2 and report.graph_break_count == 1
+    (br,) = report.break_reasons
+    assert br.split and br.reason.startswith("[FF0001] branch on a tensor value")
+    assert br.user_stack == [f"{__file__}:{branch.__code__.co_firstlineno + 2} in branch"]
+    (rec,) = _C._graph_break_records()
+    assert rec["id"] == "FF0001" and rec["split"] and rec["lineno"] == branch.__code__.co_firstlineno + 2
