@@ -46,6 +46,7 @@ struct CacheEntry {
   // the hook passes to brk->stub. `break_cells`: trailing state items that are fresh cells.
   std::shared_ptr<const BreakPlan> brk;
   int break_cells = 0;
+  bool empty_graph = false;  // no tensor work (kept only because it ends at a break)
 };
 
 enum class CodeStrategy : uint8_t { Compile, Skip, CacheLimit };

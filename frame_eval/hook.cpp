@@ -186,6 +186,7 @@ CompileOutcome finish_compile(const ff_frame_info& info, const FrameValues& valu
   entry->runner = std::move(runner);
   entry->brk = std::move(brk);
   entry->break_cells = break_cells;
+  entry->empty_graph = !tensor_work;
   ++g_stats.frames_compiled;
   if (!graph_text.empty()) log_emit(LogArtifact::graph_code, "GRAPH for " + code_location(info.code) + "\n" + graph_text);
   if (log_enabled(LogArtifact::guards)) {

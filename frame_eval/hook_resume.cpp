@@ -98,6 +98,19 @@ PyRef stub_function(const BreakPlan& plan, PyObject* globals, PyObject* closure)
   return fn;
 }
 
+// A frame split at a break with no tensor work before it, whose resume function has none either
+// (a helper that prints): the split only adds calls. Its code runs natively from now on.
+void give_up_empty_split(PyCodeObject* code, const CacheEntry& entry, PyCodeObject* resume) {
+  if (!entry.empty_graph) return;
+  ExtraState* r = extra_state(resume);
+  if (!r || r->strategy != CodeStrategy::Skip || r->skip_reason != "no tensor operations") return;
+  ExtraState* c = extra_state(code);
+  if (!c || c->entries.size() != 1 || c->entries[0].get() != &entry) return;
+  c->strategy = CodeStrategy::Skip;
+  c->skip_reason = "no tensor operations on either side of a graph break";
+  c->entries.clear();  // NB: the caller holds the entry until it is done with it
+}
+
 PyObject* internal_error(const char* what) {
   PyErr_Format(PyExc_RuntimeError, "framefuse internal error after a graph break: %s", what);
   return nullptr;
@@ -142,7 +155,7 @@ PyObject* run_break_chain(ThreadState& st, std::shared_ptr<CacheEntry> entry, Py
                           const ff_frame_info& frame) {
   PyRef closure = PyRef::borrow(frame.closure);
   PyRef st_ref = PyRef::steal(state);
-  for (;;) {
+  for (bool first = true;; first = false) {
     const BreakPlan& plan = *entry->brk;
     PyObject* s = st_ref.get();
     if (!PyTuple_CheckExact(s) || PyTuple_GET_SIZE(s) < entry->break_cells) return internal_error("bad break state");
@@ -200,6 +213,7 @@ PyObject* run_break_chain(ThreadState& st, std::shared_ptr<CacheEntry> entry, Py
     Dispatch d = dispatch_frame(st, info);
     if (d.kind == Dispatch::Done) return d.result;
     if (d.kind == Dispatch::Native) {
+      if (first) give_up_empty_split(frame.code, *entry, rc);
       PyRef rf = make_function(resume, frame.globals, closure.get());
       if (!rf) return nullptr;
       st.native_once = resume;  // NB: its frame was dispatched just now; do not trace it twice
