@@ -161,6 +161,26 @@ class SymbolicTracer {
   std::vector<int> root_visits_;  // per root instruction: how many times the trace reached it
 };
 
+// interpreter_output.cpp: the Python values a capture rebuilds after its graph ran (return value,
+// side-effect values, a graph break's state) as OutputPlans.
+struct OutputBuilder {
+  SymbolicTracer& t;
+  std::vector<Value> outputs;
+  std::unordered_map<NodeId, int> index_of;
+  bool break_state = false;  // building a graph break's state: more kinds, inputs passed by source
+  std::unordered_map<const SymValue*, int> memo_of;
+
+  OutputPlan plan(const Sym& v);  // GraphBreak (EscapingObject) for values it cannot rebuild
+
+ private:
+  int memo(const Sym& v);
+  OutputPlan constant(PyObject* o);
+  OutputPlan optional(const Sym& v);
+  OutputPlan plan_break_only(const Sym& v);
+};
+// The root frame's state at a partial trace's stop (CaptureResult::BreakState), as one tuple plan.
+OutputPlan plan_break_state(Frame& root, OutputBuilder& ob);
+
 // Source helpers.
 SourcePtr attr_source(const SourcePtr& base, const std::string& name);
 SourcePtr item_source(const SourcePtr& base, PyObject* key);  // int or str key; nullptr otherwise
