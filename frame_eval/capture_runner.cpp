@@ -178,10 +178,25 @@ PyObject* CaptureRunner::build(const Plan& p, PyObject* outputs, const Slots& sl
       Py_INCREF(slot);
       return slot;
     }
+    if (p.kind == OutputPlan::Kind::Cell) {
+      // NB: the cell exists before its contents: they may refer to it (a recursive closure).
+      PyObject* cell = PyCell_New(nullptr);
+      if (!cell) return nullptr;
+      Py_INCREF(cell);
+      memo->objs[static_cast<size_t>(p.memo)] = cell;
+      PyObject* contents = p.items.empty() ? nullptr : build(p.items[0], outputs, slots, frame, memo);
+      if (!p.items.empty() && (!contents || PyCell_Set(cell, contents) < 0)) {
+        Py_XDECREF(contents);
+        Py_DECREF(cell);
+        return nullptr;
+      }
+      Py_XDECREF(contents);
+      return cell;
+    }
     PyObject* v = build_one(p, outputs, slots, frame, memo);
     if (v) {
       Py_INCREF(v);
-      slot = v;
+      memo->objs[static_cast<size_t>(p.memo)] = v;
     }
     return v;
   }

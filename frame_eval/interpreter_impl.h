@@ -169,10 +169,12 @@ struct OutputBuilder {
   std::unordered_map<NodeId, int> index_of;
   bool break_state = false;  // building a graph break's state: more kinds, inputs passed by source
   std::unordered_map<const SymValue*, int> memo_of;
+  std::unordered_set<const SymValue*> in_progress;  // a value that contains itself cannot be planned
 
   OutputPlan plan(const Sym& v);  // GraphBreak (EscapingObject) for values it cannot rebuild
 
  private:
+  OutputPlan plan_value(const Sym& v);
   int memo(const Sym& v);
   OutputPlan constant(PyObject* o);
   OutputPlan optional(const Sym& v);

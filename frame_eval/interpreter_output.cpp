@@ -26,6 +26,26 @@ OutputPlan OutputBuilder::constant(PyObject* o) {
 OutputPlan OutputBuilder::optional(const Sym& v) { return v ? plan(v) : constant(Py_None); }
 
 OutputPlan OutputBuilder::plan(const Sym& v) {
+  if (!in_progress.insert(v.get()).second) {
+    // A cycle. Through a cell (a recursive inner function's cell holds the function) it is a
+    // reference to the cell being built (the runner makes cells before their contents).
+    if (break_state && v->is(SymKind::Cell) && !v->obj) {
+      OutputPlan p;
+      p.kind = OutputPlan::Kind::Cell;
+      p.memo = memo(v);
+      return p;
+    }
+    t.brk(BreakKind::EscapingObject, describe_sym(v) + " that contains itself");
+  }
+  struct Done {
+    std::unordered_set<const SymValue*>& s;
+    const SymValue* v;
+    ~Done() { s.erase(v); }
+  } done{in_progress, v.get()};
+  return plan_value(v);
+}
+
+OutputPlan OutputBuilder::plan_value(const Sym& v) {
   OutputPlan p;
   switch (v->kind) {
     case SymKind::Tensor: {

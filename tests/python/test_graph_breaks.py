@@ -531,3 +531,28 @@ def test_break_records_for_explain():
     assert br.user_stack == [f"{__file__}:{branch.__code__.co_firstlineno + 2} in branch"]
     (rec,) = _C._graph_break_records()
     assert rec["id"] == "FF0001" and rec["split"] and rec["lineno"] == branch.__code__.co_firstlineno + 2
+
+
+def recursive_closure(x):
+    def rec(n):
+        return x if n == 0 else rec(n - 1) + 1
+
+    print("break")
+    return rec(2)
+
+
+def self_containing(x):
+    lst = [x]
+    lst.append(lst)
+    print("break")
+    return len(lst), lst[0] + 1
+
+
+def test_values_that_refer_to_themselves(capsys):
+    # a cell holding the function that closes over it: rebuilt with the cycle
+    s = run_both(recursive_closure, X, capsys=capsys)
+    assert s["frames_split"] == 1 and s["internal_errors"] == 0
+    framefuse.reset()
+    # a list containing itself: the frame runs eagerly
+    s = run_both(self_containing, X, capsys=capsys)
+    assert s["frames_split"] == 0 and s["graph_breaks"] >= 1 and s["internal_errors"] == 0
