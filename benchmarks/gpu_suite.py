@@ -85,7 +85,7 @@ def child(args):
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         emit("fatal", dict(reason="no CUDA device (torch.cuda.is_available() is False)"))
         return 2
-    sys.path.insert(0, os.path.join(REPO, "python"))
+    sys.path.append(os.path.join(REPO, "python"))  # NB: after PYTHONPATH: a lane's own package wins
     if not args.device.startswith("cuda"):
         torch.set_num_threads(1)  # the CPU check of the code paths: steadier on a shared machine
     gc.PRECISION = args.precision
@@ -161,7 +161,7 @@ def _environment(device):
     except Exception as e:
         env["torchvision"] = f"not importable ({type(e).__name__})"
     try:
-        sys.path.insert(0, os.path.join(REPO, "python"))
+        sys.path.append(os.path.join(REPO, "python"))  # NB: after PYTHONPATH: a lane's own package wins
         from framefuse import cuda as ffcuda
         env["nvrtc"] = ffcuda.nvrtc_status().get("version") if device.startswith("cuda") else None
     except Exception as e:

@@ -294,7 +294,9 @@ def test_gpu_suite_on_cpu_tiny(tmp_path):
     """benchmarks.gpu_suite's code paths on CPU at tiny sizes: a child measures, the parent writes JSON
     and a markdown table; the errors against eager are within tolerance. No speed is asserted."""
     out = tmp_path / "gpu.json"
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.join(REPO, "python"), os.environ.get("PYTHONPATH", "")]))
+    import framefuse  # the lane's own package (with its _C), not the source folder
+    package_root = os.path.dirname(os.path.dirname(os.path.abspath(framefuse.__file__)))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([package_root, REPO, os.environ.get("PYTHONPATH", "")]))
     r = subprocess.run([sys.executable, "-m", "benchmarks.gpu_suite", "--device", "cpu", "--tiny", "--contenders",
                         "framefuse", "--workloads", "sin_cos,mlp_train_ro", "--json", str(out)],
                        cwd=REPO, capture_output=True, text=True, timeout=300, env=env)
