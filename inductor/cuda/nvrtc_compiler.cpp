@@ -8,6 +8,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <sstream>
 #include <thread>
 #include <atomic>
@@ -60,7 +61,9 @@ bool read_file(const std::string& path, std::string* out) {
 void write_file_atomic(const std::string& path, const std::string& data) {
   std::error_code ec;
   std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ec);
-  std::string tmp = path + ".tmp" + std::to_string(getpid());
+  // NB: programs are compiled on several threads: the temporary name is unique per thread too.
+  std::string tmp = path + ".tmp" + std::to_string(getpid()) + "-" +
+                    std::to_string(std::hash<std::thread::id>{}(std::this_thread::get_id()));
   {
     std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
     if (!f) return;  // an unwritable cache only costs a recompile
