@@ -268,19 +268,20 @@ def _conv_graph(dev, weight_also_output=False):
 def test_conv_nets_compile_channels_last_for_sm90(tmp_path):
     _need_nvrtc()
     g, _ = _conv_graph("cpu")
-    fn = ffcuda.compile_graph(g, arch="sm_90")
-    assert fn._mod.channels_last_why == "", fn._mod.channels_last_why
-    # A weight with another reader keeps its layout: nothing to convert.
-    g2, _ = _conv_graph("cpu", weight_also_output=True)
-    assert "other readers" in ffcuda.compile_graph(g2, arch="sm_90")._mod.channels_last_why
-    with framefuse.config.patch(cuda_channels_last=False):
-        assert "off" in ffcuda.compile_graph(g, arch="sm_90")._mod.channels_last_why
+    assert "off" in ffcuda.compile_graph(g, arch="sm_90")._mod.channels_last_why  # the default
+    with framefuse.config.patch(cuda_channels_last=True):
+        fn = ffcuda.compile_graph(g, arch="sm_90")
+        assert fn._mod.channels_last_why == "", fn._mod.channels_last_why
+        # A weight with another reader keeps its layout: nothing to convert.
+        g2, _ = _conv_graph("cpu", weight_also_output=True)
+        assert "other readers" in ffcuda.compile_graph(g2, arch="sm_90")._mod.channels_last_why
 
 
 @gpu
 def test_channels_last_conv_graph_equals_eager_with_eager_strides():
     g, (x, w, b) = _conv_graph("cuda")
-    fn = ffcuda.compile_graph(g)
+    with framefuse.config.patch(cuda_channels_last=True):
+        fn = ffcuda.compile_graph(g)
     assert fn._mod.channels_last_why == ""
     for step in range(3):
         x = torch.randn_like(x)
@@ -345,5 +346,6 @@ def test_resnet_block_compiles_channels_last_for_cuda_graphs(tmp_path):
     r = gc.call(F.relu, gc.call(F.batch_norm, gc.call(F.conv2d, gx, gw, None, 1, 1), grm, grv, gbw, gbb, False, 0.1, 1e-5))
     p = gc.call(F.max_pool2d, r, 3, 2, 1)
     gc.output((gc.call(F.relu, gc.call(operator.add, gc.call(F.conv2d, p, gw2, None, 1, 1), p)),))
-    fn = ffcuda.compile_graph(gc, arch="sm_90")
+    with framefuse.config.patch(cuda_channels_last=True):
+        fn = ffcuda.compile_graph(gc, arch="sm_90")
     assert fn._mod.channels_last_why == "", fn._mod.channels_last_why
