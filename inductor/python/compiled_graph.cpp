@@ -7,6 +7,7 @@
 #include "graph/op_registry.h"
 #include "graph/python/graph_calls.h"
 #include "inductor/parallel.h"
+#include "inductor/python/buffer_pool.h"
 #include "inductor/schedule.h"
 #include "src/config.h"
 #include "src/errors.h"
@@ -160,8 +161,11 @@ std::string disk_cache_dir() {
 }
 
 void clear_memory_cache() {
-  std::lock_guard<std::mutex> lock(g_cache_mu);
-  memory_cache().clear();
+  {
+    std::lock_guard<std::mutex> lock(g_cache_mu);
+    memory_cache().clear();
+  }
+  buffer_pool_clear();
 }
 
 // Python objects prepared once per compiled graph.
@@ -170,6 +174,7 @@ struct CompiledGraph::Plan {
   struct Buf {
     Ref sizes, strides, kwargs;  // kwargs: {"dtype": ...}
     bool allocate = false;       // Intermediate/Output that some step uses, not in a slot
+    int64_t bytes = 0;           // what its layout spans
   };
   std::vector<Buf> bufs;
   std::vector<int> input_buf;  // placeholder position -> buffer (-1: not a tensor input)
@@ -224,6 +229,7 @@ CompiledGraph::CompiledGraph(const Graph& g) {
     Ref dt = attr(pl.torch.get(), std::string(dtype_name(buf.dtype)).c_str());
     PyDict_SetItemString(pb.kwargs.get(), "dtype", dt.get());
     bool slotted = !p.slot.empty() && p.slot[b] >= 0;
+    pb.bytes = loop::buffer_bytes(buf);
     pb.allocate = used[b] && !slotted && (buf.role == loop::BufferRole::Intermediate || buf.role == loop::BufferRole::Output);
   }
   pl.placeholders = prog_->graph.placeholders();
@@ -279,10 +285,16 @@ PyObject* CompiledGraph::run(PyObject* const* inputs, size_t n) {
     if (PyErr_Occurred()) return nullptr;
   }
   for (size_t s = 0; s < slots.size(); ++s) {
-    Ref size(PyTuple_Pack(1, Ref(PyLong_FromLongLong(std::max<int64_t>(p.slot_bytes[s], 1))).get()));
-    Ref kw(PyDict_New());
-    PyDict_SetItemString(kw.get(), "dtype", pl.uint8.get());
-    slots[s] = Ref(PyObject_Call(pl.empty.get(), size.get(), kw.get()));
+    int64_t bytes = std::max<int64_t>(p.slot_bytes[s], 1);
+    Ref size(PyTuple_Pack(1, Ref(PyLong_FromLongLong(bytes)).get()));
+    if (bytes >= kPoolMinBytes) {
+      Ref stride(Py_BuildValue("(i)", 1));
+      slots[s] = Ref(pooled_empty_strided(size.get(), stride.get(), pl.uint8.get(), bytes));
+    } else {
+      Ref kw(PyDict_New());
+      PyDict_SetItemString(kw.get(), "dtype", pl.uint8.get());
+      slots[s] = Ref(PyObject_Call(pl.empty.get(), size.get(), kw.get()));
+    }
     if (!slots[s]) return nullptr;
   }
   for (size_t b = 0; b < nb; ++b) {
@@ -291,8 +303,13 @@ PyObject* CompiledGraph::run(PyObject* const* inputs, size_t n) {
       continue;
     }
     if (!pl.bufs[b].allocate) continue;
-    Ref args(PyTuple_Pack(2, pl.bufs[b].sizes.get(), pl.bufs[b].strides.get()));
-    tensors[b] = Ref(PyObject_Call(pl.empty_strided.get(), args.get(), pl.bufs[b].kwargs.get()));
+    if (pl.bufs[b].bytes >= kPoolMinBytes) {
+      tensors[b] = Ref(pooled_empty_strided(pl.bufs[b].sizes.get(), pl.bufs[b].strides.get(),
+                                            PyDict_GetItemString(pl.bufs[b].kwargs.get(), "dtype"), pl.bufs[b].bytes));
+    } else {
+      Ref args(PyTuple_Pack(2, pl.bufs[b].sizes.get(), pl.bufs[b].strides.get()));
+      tensors[b] = Ref(PyObject_Call(pl.empty_strided.get(), args.get(), pl.bufs[b].kwargs.get()));
+    }
     if (!tensors[b]) return nullptr;
     ptrs[b] = data_ptr(tensors[b].get());
   }
