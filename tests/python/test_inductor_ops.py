@@ -238,7 +238,8 @@ def test_inplace_graph_falls_back_with_a_perf_hint(caplog):
     import framefuse
     from framefuse.inductor import compile_graph
     x = randn(4, 4)
-    g = inductor_util.build(lambda g, a: g.call(F.relu, g.call(torch.add, a, 1.0), inplace=True), [x])
+    # relu mutates a graph input: observable by the caller, so the graph runs eagerly
+    g = inductor_util.build(lambda g, a: g.call(F.relu, a, inplace=True), [x])
     framefuse.set_logs("perf_hints")
     try:
         with caplog.at_level(logging.INFO, logger="framefuse"):
@@ -246,6 +247,57 @@ def test_inplace_graph_falls_back_with_a_perf_hint(caplog):
     finally:
         framefuse.set_logs("")
     assert not isinstance(fn, _C.inductor.CompiledGraph)
-    assert any("reference runner" in r.getMessage() and "inplace=True" in r.getMessage() for r in caplog.records)
-    (out,) = fn(x)
-    assert torch.equal(out, torch.relu(x + 1.0))
+    assert any("reference runner" in r.getMessage() and "in-place" in r.getMessage() for r in caplog.records)
+    y = x.clone()
+    (out,) = fn(y)
+    assert torch.equal(out, torch.relu(x)) and torch.equal(y, torch.relu(x))
+
+
+# ---- in-place calls on fresh intermediates are computed out of place --------------------------
+
+def _compiled(fn, inputs):
+    g = inductor_util.build(fn, inputs)
+    return g, inductor_util.compile_graph(g, inputs)
+
+
+def test_inplace_relu_and_iadd_on_fresh_intermediates():
+    import operator
+    a, b = randn(6, 7, 9), randn(6, 7, 9)
+    a0 = a.clone()
+
+    def fn(g, x, y):
+        t = g.call(torch.mul, x, 2.0)
+        t = g.call(operator.iadd, t, y)
+        return g.call(F.relu, t, inplace=True)
+    check(fn, [a, b])
+    assert torch.equal(a, a0)  # inputs untouched
+    check(lambda g, x: g.call(torch.relu_, g.call(torch.sub, x, 0.5)), [a])
+    check(lambda g, x, y: g.call(torch.Tensor.mul_, g.call(torch.exp, x), y), [a, b])
+
+
+def test_inplace_with_promotion_keeps_the_mutated_dtype():
+    import operator
+    a, b = randn(5, 33, dtype=torch.float16), randn(5, 33)
+    check(lambda g, x, y: g.call(operator.iadd, g.call(torch.neg, x), y), [a, b])
+
+
+def test_inplace_on_input_or_shared_value_runs_eagerly():
+    import operator
+    a = randn(4, 5)
+    # mutates a graph input: the graph runs on the reference runner, and the input changes like eager
+    g, cg = _compiled(lambda g, x: g.call(F.relu, x, inplace=True), [a])
+    assert not isinstance(cg, _C.inductor.CompiledGraph)
+    x = a.clone()
+    cg(x)
+    assert torch.equal(x, torch.relu(a))
+    # the mutated intermediate has another user that reads it afterwards
+    fn = lambda g, x: (lambda t: (g.call(F.relu, t, inplace=True), g.call(torch.mul, t, 3.0)))(g.call(torch.sub, x, 0.1))
+    g, cg = _compiled(fn, [a])
+    assert not isinstance(cg, _C.inductor.CompiledGraph)
+    r, m = cg(a)
+    assert torch.equal(r, torch.relu(a - 0.1)) and torch.equal(m, torch.relu(a - 0.1) * 3.0)
+    # a view of an intermediate: mutating it mutates its base
+    fn = lambda g, x: g.call(operator.iadd, g.call(torch.Tensor.view, g.call(torch.exp, x), 20), 1.0)
+    g, cg = _compiled(fn, [a])
+    assert not isinstance(cg, _C.inductor.CompiledGraph)
+    torch.testing.assert_close(cg(a)[0], torch.exp(a).view(20) + 1)
