@@ -328,6 +328,16 @@ LT where_rule(Lowerer& L, const Node& n) {
 LT linear_rule(Lowerer& L, const Node& n) {
   const Value& bias = L.arg(n, "bias");
   if (bias.is_none()) throw NoLowering("matrix products run in torch");
+  // When every consumer needs the result in memory anyway (a graph output, an extern call, a
+  // split), an epilogue would be a pass of its own: BLAS adds the bias for free instead.
+  bool epilogue_fuses = false;
+  for (const Node& u : L.graph().nodes()) {
+    bool uses = false;
+    for (const Value& v : u.args) v.for_each_node([&](NodeId o) { uses |= o == L.current(); });
+    if (!uses) continue;
+    if (u.kind == NodeKind::Call && u.meta.is_tensor() && !op_def(u.op).has(kExtern)) epilogue_fuses = true;
+  }
+  if (!epilogue_fuses) throw NoLowering("matrix product with its bias in torch: every consumer needs it in memory");
   LT b = L.tensor(bias);
   std::vector<Value> args = n.args;
   args[static_cast<size_t>(op_def(n.op).schema.index_of("bias"))] = Value::none();
@@ -399,12 +409,12 @@ Rules make_rules() {
   r["pow"] = r["op_pow"] = [](Lowerer& L, const Node& n) { return pow_rule(L, n, n.args[0], n.args[1]); };
   r["maximum"] = [](Lowerer& L, const Node& n) { return minmax(L, n, BinaryOp::Max); };
   r["minimum"] = [](Lowerer& L, const Node& n) { return minmax(L, n, BinaryOp::Min); };
-  r["eq"] = [](Lowerer& L, const Node& n) { return compare(L, n, n.args[0], n.args[1], BinaryOp::Eq); };
-  r["ne"] = [](Lowerer& L, const Node& n) { return compare(L, n, n.args[0], n.args[1], BinaryOp::Ne); };
+  r["eq"] = r["op_eq"] = [](Lowerer& L, const Node& n) { return compare(L, n, n.args[0], n.args[1], BinaryOp::Eq); };
+  r["ne"] = r["op_ne"] = [](Lowerer& L, const Node& n) { return compare(L, n, n.args[0], n.args[1], BinaryOp::Ne); };
   r["lt"] = r["op_lt"] = [](Lowerer& L, const Node& n) { return compare(L, n, n.args[0], n.args[1], BinaryOp::Lt); };
-  r["le"] = [](Lowerer& L, const Node& n) { return compare(L, n, n.args[0], n.args[1], BinaryOp::Le); };
+  r["le"] = r["op_le"] = [](Lowerer& L, const Node& n) { return compare(L, n, n.args[0], n.args[1], BinaryOp::Le); };
   r["gt"] = r["op_gt"] = [](Lowerer& L, const Node& n) { return compare(L, n, n.args[0], n.args[1], BinaryOp::Gt); };
-  r["ge"] = [](Lowerer& L, const Node& n) { return compare(L, n, n.args[0], n.args[1], BinaryOp::Ge); };
+  r["ge"] = r["op_ge"] = [](Lowerer& L, const Node& n) { return compare(L, n, n.args[0], n.args[1], BinaryOp::Ge); };
   r["where"] = where_rule;
   // reductions
   r["sum"] = sum_rule;

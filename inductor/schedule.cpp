@@ -401,6 +401,47 @@ Program plan_memory(const Program& p, std::vector<std::string>* log) {
   return out;
 }
 
+namespace {
+Expr subst_vars(const Expr& e, const std::map<int, Expr>& m) {
+  if (e->kind == ExprKind::Var) {
+    auto it = m.find(e->id);
+    return it == m.end() ? e : it->second;
+  }
+  if (e->args.empty()) return e;
+  auto n = std::make_shared<loop::ExprNode>(*e);
+  for (auto& a : n->args) a = subst_vars(a, m);
+  return n;
+}
+void subst_vars(Stmt& s, const std::map<int, Expr>& m) {
+  if (s.index) s.index = subst_vars(s.index, m);
+  if (s.value) s.value = subst_vars(s.value, m);
+  for (Stmt& c : s.body) subst_vars(c, m);
+}
+}  // namespace
+
+Program collapse_outer_loops(const Program& p, int64_t min_extent) {
+  Program out = p;
+  for (Kernel& k : out.kernels) {
+    while (k.root.extent < min_extent && k.root.body.size() == 1 && k.root.body[0].kind == StmtKind::Loop) {
+      Stmt inner = std::move(k.root.body[0]);
+      int64_t a = k.root.extent, b = inner.extent;
+      if (a <= 0 || b <= 0 || a > (int64_t{1} << 40) / b) {
+        k.root.body[0] = std::move(inner);
+        break;
+      }
+      int w = k.num_vars++;
+      std::map<int, Expr> m;
+      m[k.root.var] = loop::binary(loop::BinaryOp::FloorDiv, loop::var(w), loop::const_int(b));
+      m[inner.var] = loop::binary(loop::BinaryOp::Mod, loop::var(w), loop::const_int(b));
+      for (Stmt& c : inner.body) subst_vars(c, m);
+      k.root = loop::loop_stmt(w, a * b, std::move(inner.body), /*parallel=*/true);
+    }
+  }
+  std::string err = loop::verify_program(out);
+  FF_CHECK(err.empty(), "collapsing loops produced an invalid program: " + err + "\n" + loop::program_str(out));
+  return out;
+}
+
 Program compile_to_loop_ir(const Graph& g) {
   std::vector<std::string> notes, fusion_log, mem_log;
   Program p = lower_graph(g, &notes);

@@ -20,6 +20,7 @@ namespace {
 // NB: below this many element operations a kernel runs on the calling thread: waking the
 // OpenMP team costs more than it saves.
 constexpr double kParallelWork = 32768;
+constexpr int64_t kMinRootExtent = 256;
 
 // An owned reference that decrefs on scope exit.
 struct Ref {
@@ -120,6 +121,8 @@ std::shared_ptr<const CompiledProgram> build(const Graph& g, const std::string& 
   cp->graph = g;
   cp->key = key;
   cp->program = compile_to_loop_ir(g);
+  // NB: enough root iterations for every thread (and for load balance between them).
+  cp->program = collapse_outer_loops(cp->program, kMinRootExtent);
   if (!cp->program.kernels.empty()) {
     if (!cpu_codegen_available())
       throw Unsupported("framefuse was built without LLVM: CPU graphs run on the reference runner");

@@ -301,3 +301,41 @@ def test_inplace_on_input_or_shared_value_runs_eagerly():
     g, cg = _compiled(fn, [a])
     assert not isinstance(cg, _C.inductor.CompiledGraph)
     torch.testing.assert_close(cg(a)[0], torch.exp(a).view(20) + 1)
+
+
+@pytest.mark.parametrize("op", [operator.eq, operator.ne, operator.le, operator.ge])
+def test_python_comparisons(op):
+    a, b = torch.randint(-3, 3, (7, 5)).float(), torch.randint(-3, 3, (5,)).float()
+    check(lambda g, x, y: g.call(op, x, y), [a, b])
+    check(lambda g, x: g.call(op, x, 0), [a])
+
+
+@pytest.mark.parametrize("consumer", ["split", "output", "gelu", "add"])
+def test_linear_bias_in_blas_or_in_the_epilogue(consumer):
+    x, w, b, r = randn(3, 9, 16), randn(24, 16), randn(24), randn(3, 9, 24)
+
+    def fn(g, x, w, b, r):
+        y = g.call(F.linear, x, w, b)
+        if consumer == "split":
+            parts = g.call(torch.Tensor.split, y, 8, 2)
+            return g.getitem(parts, 1)
+        if consumer == "gelu":
+            return g.call(F.gelu, y)
+        if consumer == "add":
+            return g.call(torch.add, y, r)
+        return y
+    check(fn, [x, w, b, r])
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3])
+@pytest.mark.parametrize("shape", [(1, 257, 33), (1, 1, 300, 17), (2, 3, 65), (1, 0, 8)])
+def test_small_outer_dims_are_split_across_threads(threads, shape):
+    # The kernels' outer loops are collapsed until every thread has rows: results must not change.
+    import framefuse
+    x, w, bias = randn(*shape), randn(shape[-1]), randn(shape[-1])
+    with framefuse.config.patch(cpu_threads=threads):
+        check(lambda g, a, b, c: g.call(F.gelu, g.call(F.layer_norm, g.call(torch.mul, a, 2.0), [shape[-1]], b, c)), [x, w, bias])
+        check(lambda g, a: g.call(torch.softmax, a, -1), [x])
+        check(lambda g, a, b: g.call(torch.add, g.call(torch.sin, a), b), [x, w])
+        if x.numel():
+            check(lambda g, a: g.call(torch.sum, a, 1), [x])
