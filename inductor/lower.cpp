@@ -20,6 +20,19 @@ namespace {
 // NB: a value with several users is recomputed in each of them while it is cheap; past this
 // cost it is stored once. Bounds the expression blow-up of diamond-shaped graphs.
 constexpr int kInlineCostLimit = 40;
+constexpr int kInlineLoadLimit = 3;
+
+int loads_per_element(const LT& x) {
+  Idx idx;
+  for (int64_t d = 0; d < x.dim(); ++d) idx.push_back(loop::var(static_cast<int>(d)));
+  int n = 0;
+  std::function<void(const Expr&)> rec = [&](const Expr& e) {
+    if (e->kind == loop::ExprKind::Load) ++n;
+    for (const Expr& a : e->args) rec(a);
+  };
+  rec(x.at(idx));
+  return n;
+}
 
 bool supported_dtype(DType dt) {
   return dt == DType::Bool || dt == DType::UInt8 || dt == DType::Int8 || dt == DType::Int16 || dt == DType::Int32 ||
@@ -538,6 +551,10 @@ std::optional<LT> Lowerer::lower_node(NodeId id) {
         if (r.dtype != m.dtype) r = cast(r, m.dtype);
         if (!r.ref && users_[static_cast<size_t>(id)] > 1 && r.cost > kInlineCostLimit)
           r = realize(r, m.strides, BufferRole::Intermediate, id, "expensive value with several users");
+        else if (!r.ref && users_[static_cast<size_t>(id)] > 1 && loads_per_element(r) > kInlineLoadLimit)
+          // NB: a residual stream (x = x + f(x) per layer) would otherwise be re-read from every
+          // earlier layer's buffers by each later consumer.
+          r = realize(r, m.strides, BufferRole::Intermediate, id, "reads many buffers and has several users");
         return r;
       } catch (const NoLowering& e) {
         reason = e.what();

@@ -173,11 +173,12 @@ void clear_memory_cache() {
 
 // Python objects prepared once per compiled graph.
 struct CompiledGraph::Plan {
-  Ref torch, tensor_type, empty_strided, empty, as_strided, get_num_threads, uint8;
+  Ref torch, tensor_type, empty_strided, empty, as_strided, get_num_threads, uint8, matmul, addmm;
   struct Buf {
     Ref sizes, strides, kwargs;  // kwargs: {"dtype": ...}
     bool allocate = false;       // Intermediate/Output that some step uses, not in a slot
     int64_t bytes = 0;           // what its layout spans
+    bool contiguous = false;     // row-major, dense
   };
   std::vector<Buf> bufs;
   std::vector<int> input_buf;  // placeholder position -> buffer (-1: not a tensor input)
@@ -216,6 +217,8 @@ CompiledGraph::CompiledGraph(const Graph& g) {
   pl.as_strided = attr(pl.torch.get(), "as_strided");
   pl.get_num_threads = attr(pl.torch.get(), "get_num_threads");
   pl.uint8 = attr(pl.torch.get(), "uint8");
+  pl.matmul = attr(pl.torch.get(), "matmul");
+  pl.addmm = attr(pl.torch.get(), "addmm");
   std::vector<bool> used(p.buffers.size(), false);
   for (const auto& k : p.kernels)
     for (int b : k.buffers()) used[static_cast<size_t>(b)] = true;
@@ -233,6 +236,12 @@ CompiledGraph::CompiledGraph(const Graph& g) {
     PyDict_SetItemString(pb.kwargs.get(), "dtype", dt.get());
     bool slotted = !p.slot.empty() && p.slot[b] >= 0;
     pb.bytes = loop::buffer_bytes(buf);
+    int64_t expect = 1;
+    pb.contiguous = true;
+    for (size_t d = buf.sizes.size(); d-- > 0;) {
+      if (buf.sizes[d] != 1 && buf.strides[d] != expect) pb.contiguous = false;
+      expect *= buf.sizes[d];
+    }
     pb.allocate = used[b] && !slotted && (buf.role == loop::BufferRole::Intermediate || buf.role == loop::BufferRole::Output);
   }
   pl.placeholders = prog_->graph.placeholders();
@@ -243,6 +252,73 @@ CompiledGraph::CompiledGraph(const Graph& g) {
 }
 
 CompiledGraph::~CompiledGraph() = default;
+
+namespace {
+
+bool requires_grad(PyObject* t) {
+  if (t == Py_None) return false;
+  Ref r(PyObject_GetAttrString(t, "requires_grad"));
+  if (!r) {
+    PyErr_Clear();
+    return true;  // not a tensor we understand: take the ordinary path
+  }
+  return r.get() == Py_True;
+}
+
+}  // namespace
+
+// A large matrix product writes straight into a pooled buffer (torch.matmul / addmm with out=):
+// torch would hand back freshly mapped memory, whose page faults cost a tenth of the product.
+// Returns nullptr without an error set when this path does not apply.
+PyObject* CompiledGraph::matmul_into_pool(const std::string& op, const std::vector<PyObject*>& operands, int result) {
+  Plan& pl = *plan_;
+  const auto& pb = pl.bufs[static_cast<size_t>(result)];
+  if (pb.bytes < kPoolMinBytes || !pb.contiguous) return nullptr;
+  for (PyObject* o : operands)
+    if (requires_grad(o)) return nullptr;
+  PyObject* dtype = PyDict_GetItemString(pb.kwargs.get(), "dtype");
+  Ref out(pooled_empty_strided(pb.sizes.get(), pb.strides.get(), dtype, pb.bytes));
+  if (!out) {
+    PyErr_Clear();
+    return nullptr;
+  }
+  Ref kw(PyDict_New());
+  Ref done;
+  if (op == "linear") {
+    PyObject *x = operands[0], *w = operands[1], *bias = operands[2];
+    Ref wt(PyObject_CallMethod(w, "t", nullptr));
+    if (!wt) {
+      PyErr_Clear();
+      return nullptr;
+    }
+    if (bias == Py_None) {
+      PyDict_SetItemString(kw.get(), "out", out.get());
+      Ref args(PyTuple_Pack(2, x, wt.get()));
+      done = Ref(PyObject_Call(pl.matmul.get(), args.get(), kw.get()));
+    } else {
+      // NB: what F.linear does for contiguous inputs: one addmm over the flattened rows.
+      Ref k(PyObject_CallMethod(wt.get(), "size", "i", 0)), n(PyObject_CallMethod(wt.get(), "size", "i", 1));
+      Ref x2(k ? PyObject_CallMethod(x, "reshape", "(iO)", -1, k.get()) : nullptr);
+      Ref o2(x2 && n ? PyObject_CallMethod(out.get(), "view", "(iO)", -1, n.get()) : nullptr);
+      if (!o2) {
+        PyErr_Clear();
+        return nullptr;
+      }
+      PyDict_SetItemString(kw.get(), "out", o2.get());
+      Ref args(PyTuple_Pack(3, bias, x2.get(), wt.get()));
+      done = Ref(PyObject_Call(pl.addmm.get(), args.get(), kw.get()));
+    }
+  } else {
+    PyDict_SetItemString(kw.get(), "out", out.get());
+    Ref args(PyTuple_Pack(2, operands[0], operands[1]));
+    done = Ref(PyObject_Call(pl.matmul.get(), args.get(), kw.get()));
+  }
+  if (!done) {
+    PyErr_Clear();  // e.g. a dtype out= does not accept: the ordinary call reports real errors
+    return nullptr;
+  }
+  return out.release();
+}
 
 PyObject* CompiledGraph::run(PyObject* const* inputs, size_t n) {
   const loop::Program& p = prog_->program;
@@ -374,6 +450,17 @@ PyObject* CompiledGraph::run(PyObject* const* inputs, size_t n) {
         PyErr_SetString(PyExc_RuntimeError, (op.target + " is not available in the installed torch").c_str());
         return nullptr;
       }
+      if (e.result >= 0 && (op.name == "linear" || op.name == "matmul" || op.name == "op_matmul" || op.name == "mm" || op.name == "bmm")) {
+        std::vector<Ref> owned;
+        std::vector<PyObject*> operands;
+        for (const Value& v : e.args) {
+          owned.emplace_back(value_to_py(v, node_ptrs.data()));
+          if (!owned.back()) return nullptr;
+          operands.push_back(owned.back().get());
+        }
+        result = Ref(matmul_into_pool(op.name, operands, e.result));
+      }
+      if (!result) {
       CallArgs ca = call_args(op, e.args);
       Ref pos(PyTuple_New(static_cast<Py_ssize_t>(ca.positional.size())));
       for (size_t i = 0; i < ca.positional.size(); ++i) {
@@ -388,6 +475,7 @@ PyObject* CompiledGraph::run(PyObject* const* inputs, size_t n) {
         PyDict_SetItemString(kw.get(), name.c_str(), v.get());
       }
       result = Ref(PyObject_Call(fn, pos.get(), kw.get()));
+      }
     }
     if (!result) return nullptr;
     if (e.result >= 0) {

@@ -74,3 +74,37 @@ def test_pooled_intermediates_through_a_reduction():
     # The row sums are an intermediate slot; the output is pooled; results must match eager.
     x = torch.randn(2048, 257)
     check(lambda g, a: g.call(torch.div, g.call(torch.exp, a), g.call(torch.sum, g.call(torch.exp, a), 0, keepdim=True)), [x])
+
+
+@pytest.mark.parametrize("bias", [False, True])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_large_linear_and_matmul_write_into_the_pool(bias, dtype):
+    import torch.nn.functional as F
+    x, w, b = torch.randn(2, 70, 96, dtype=dtype), torch.randn(2100, 96, dtype=dtype), torch.randn(2100, dtype=dtype)
+    if bias:
+        check(lambda g, a, c, d: g.call(F.linear, a, c, d), [x, w, b])
+    else:
+        check(lambda g, a, c: g.call(F.linear, a, c), [x, w])
+    check(lambda g, a, c: g.call(torch.matmul, a, g.call(torch.Tensor.t, c)), [x, w])
+
+
+def test_large_linear_with_grad_takes_the_ordinary_path():
+    import torch.nn.functional as F
+    x, w = torch.randn(140, 96), torch.randn(2100, 96, requires_grad=True)
+    g = build(lambda g, a, c: g.call(F.linear, a, c), [x, w])
+    cg = compile_graph(g, [x, w])
+    (out,) = cg(x, w)
+    torch.testing.assert_close(out, F.linear(x, w), rtol=1e-5, atol=1e-5)
+
+
+def test_residual_chain_is_stored_once_and_stays_correct():
+    # x = x + f(x) repeated: the running sum has two users each time, so it is stored.
+    import torch.nn.functional as F
+    x, w = torch.randn(33, 64), torch.randn(64)
+
+    def fn(g, a, c):
+        h = a
+        for _ in range(5):
+            h = g.call(torch.add, h, g.call(F.layer_norm, h, [64], c, None))
+        return h
+    check(fn, [x, w])
