@@ -32,6 +32,13 @@ loop::Program plan_memory(const loop::Program& p, std::vector<std::string>* log)
 // epilogue then runs on every thread instead of one.
 loop::Program collapse_outer_loops(const loop::Program& p, int64_t min_extent);
 
+// A row loop that reduces an expensive value (sum of exp(x - max)) followed by a loop over the
+// same row that stores an expression containing that value again (exp(x - max) / sum): the
+// first loop stores the value into the output as it reduces it, the second reads it back (the
+// row is still in cache) instead of computing it twice. Only for outputs stored in their
+// compute type, so the value read back is bit-identical.
+loop::Program reuse_reduced_values(const loop::Program& p);
+
 // The whole pipeline: lower, fuse, eliminate dead stores, plan memory; verifies after each pass
 // and logs (`schedule`, `fusion`, `output_code` artifacts) when enabled.
 loop::Program compile_to_loop_ir(const Graph& g);

@@ -122,7 +122,12 @@ std::shared_ptr<const CompiledProgram> build(const Graph& g, const std::string& 
   cp->key = key;
   cp->program = compile_to_loop_ir(g);
   // NB: enough root iterations for every thread (and for load balance between them).
-  cp->program = collapse_outer_loops(cp->program, kMinRootExtent);
+  {
+    std::string before = loop::program_str(cp->program);
+    cp->program = collapse_outer_loops(reuse_reduced_values(cp->program), kMinRootExtent);
+    if (log_enabled(LogArtifact::output_code) && loop::program_str(cp->program) != before)
+      log_emit(LogArtifact::output_code, "CPU loop IR (reduced values reused, outer loops collapsed for threads):\n" + loop::program_str(cp->program));
+  }
   if (!cp->program.kernels.empty()) {
     if (!cpu_codegen_available())
       throw Unsupported("framefuse was built without LLVM: CPU graphs run on the reference runner");
