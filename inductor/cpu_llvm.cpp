@@ -169,6 +169,7 @@ class KernelEmitter {
       body->addParamAttr(static_cast<unsigned>(2 + i), Attribute::NoCapture);
     }
     set_attrs(body, has_minmax);
+    no_nans_ = has_minmax;
     body->addFnAttr(Attribute::NoInline);
     fn_ = body;
     BasicBlock* entry = BasicBlock::Create(ctx_, "entry", body);
@@ -402,6 +403,14 @@ class KernelEmitter {
     return b_.CreateCall(f, {a, c});
   }
 
+  // An ordered float comparison. In kernels compiled with no-nans-fp-math (those with float
+  // max/min reductions) the backend may lower fcmp as if no operand were NaN (NaN == x came out
+  // true), so there the NaN cases are settled on the bits.
+  Value* ordered(Value* cmp, Value* a, Value* c) {
+    if (!no_nans_) return cmp;
+    return b_.CreateAnd(cmp, b_.CreateNot(b_.CreateOr(is_nan_bits(a), is_nan_bits(c))));
+  }
+
   Value* binary(BinaryOp op, Value* a, Value* c, ScalarType st) {
     Type* t = a->getType();
     bool fl = loop::is_float(st);
@@ -432,12 +441,12 @@ class KernelEmitter {
         return b_.CreateSelect(b_.CreateOr(is_nan_bits(a), is_nan_bits(c)), b_.CreateFAdd(a, c), m);
       }
       case BinaryOp::Pow: return call_intrinsic(Intrinsic::pow, {a, c});
-      case BinaryOp::Eq: return fl ? b_.CreateFCmpOEQ(a, c) : b_.CreateICmpEQ(a, c);
-      case BinaryOp::Ne: return fl ? b_.CreateFCmpUNE(a, c) : b_.CreateICmpNE(a, c);
-      case BinaryOp::Lt: return fl ? b_.CreateFCmpOLT(a, c) : is_bool ? b_.CreateICmpULT(a, c) : b_.CreateICmpSLT(a, c);
-      case BinaryOp::Le: return fl ? b_.CreateFCmpOLE(a, c) : is_bool ? b_.CreateICmpULE(a, c) : b_.CreateICmpSLE(a, c);
-      case BinaryOp::Gt: return fl ? b_.CreateFCmpOGT(a, c) : is_bool ? b_.CreateICmpUGT(a, c) : b_.CreateICmpSGT(a, c);
-      case BinaryOp::Ge: return fl ? b_.CreateFCmpOGE(a, c) : is_bool ? b_.CreateICmpUGE(a, c) : b_.CreateICmpSGE(a, c);
+      case BinaryOp::Eq: return fl ? ordered(b_.CreateFCmpOEQ(a, c), a, c) : b_.CreateICmpEQ(a, c);
+      case BinaryOp::Ne: return fl ? b_.CreateNot(ordered(b_.CreateFCmpOEQ(a, c), a, c)) : b_.CreateICmpNE(a, c);
+      case BinaryOp::Lt: return fl ? ordered(b_.CreateFCmpOLT(a, c), a, c) : is_bool ? b_.CreateICmpULT(a, c) : b_.CreateICmpSLT(a, c);
+      case BinaryOp::Le: return fl ? ordered(b_.CreateFCmpOLE(a, c), a, c) : is_bool ? b_.CreateICmpULE(a, c) : b_.CreateICmpSLE(a, c);
+      case BinaryOp::Gt: return fl ? ordered(b_.CreateFCmpOGT(a, c), a, c) : is_bool ? b_.CreateICmpUGT(a, c) : b_.CreateICmpSGT(a, c);
+      case BinaryOp::Ge: return fl ? ordered(b_.CreateFCmpOGE(a, c), a, c) : is_bool ? b_.CreateICmpUGE(a, c) : b_.CreateICmpSGE(a, c);
       case BinaryOp::And: return b_.CreateAnd(a, c);
       case BinaryOp::Or: return b_.CreateOr(a, c);
     }
@@ -448,7 +457,8 @@ class KernelEmitter {
     if (from == to) return v;
     Type* tt = compute_type(to);
     bool ff = loop::is_float(from), ft = loop::is_float(to);
-    if (to == ScalarType::Bool) return ff ? b_.CreateFCmpUNE(v, fconst(0.0, v->getType())) : b_.CreateICmpNE(v, ConstantInt::get(v->getType(), 0));
+    if (to == ScalarType::Bool)  // NB: NaN is true; `x != 0` settled on the bits (see ordered)
+      return ff ? b_.CreateNot(ordered(b_.CreateFCmpOEQ(v, fconst(0.0, v->getType())), v, v)) : b_.CreateICmpNE(v, ConstantInt::get(v->getType(), 0));
     if (ff && ft) return from == ScalarType::F32 ? b_.CreateFPExt(v, tt) : b_.CreateFPTrunc(v, tt);
     if (ff) return b_.CreateFPToSI(v, tt);
     if (ft) return from == ScalarType::Bool ? b_.CreateUIToFP(v, tt) : b_.CreateSIToFP(v, tt);
@@ -620,6 +630,7 @@ class KernelEmitter {
   std::vector<Value*> locals_, flags_, vars_;
   std::set<int> nan_tracked_;
   bool multi_loop_ = false;
+  bool no_nans_ = false;
 };
 
 void optimize(Module& m, TargetMachine& tm) {
@@ -670,7 +681,7 @@ std::shared_ptr<CpuModule> compile_cpu(const loop::Program& p, const CpuCompileO
   Jit& j = jit();
   std::lock_guard<std::mutex> lock(j.mu);
   auto mod = std::make_shared<CpuModule>();
-  std::string text = "framefuse-cpu-v3\nllvm " LLVM_VERSION_STRING "\n" + j.cpu + "\n" + j.features + "\n" + loop::program_str(p);
+  std::string text = "framefuse-cpu-v4\nllvm " LLVM_VERSION_STRING "\n" + j.cpu + "\n" + j.features + "\n" + loop::program_str(p);
   mod->cache_key = cache_key_hash(text);
   std::string object;
   bool cached = !options.want_llvm_ir && disk_cache_load(options.cache_dir, mod->cache_key, &object);

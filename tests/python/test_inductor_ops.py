@@ -367,3 +367,45 @@ def test_softmax_stores_exp_once(dtype, shape):
         g = inductor_util.build(lambda g, a: g.call(torch.softmax, a, -1), [x.float()])
         (s,) = inductor_util.compile_graph(g, [x.float()])(x.float())
         torch.testing.assert_close(s.sum(-1), torch.ones(s.shape[:-1]), rtol=0, atol=2e-6)
+
+
+@pytest.mark.parametrize("fn", [torch.argmax, torch.argmin])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.int32, torch.int64])
+@pytest.mark.parametrize("dim,keepdim", [(None, False), (0, False), (1, True), (-1, False)])
+def test_argmax_argmin(fn, dtype, dim, keepdim):
+    if dtype.is_floating_point:
+        x = randn(9, 37, dtype=dtype)
+        x[2, 5] = x[2, 7] = x.max() if fn is torch.argmax else x.min()  # ties: the first index wins
+    else:
+        x = torch.randint(-3, 3, (9, 37), dtype=dtype)  # many ties
+    check(lambda g, a: g.call(fn, a, dim, keepdim=keepdim), [x])
+    xt = x.t()  # non-contiguous
+    check(lambda g, a: g.call(fn, a, dim, keepdim=keepdim), [xt])
+
+
+@pytest.mark.parametrize("fn", [torch.argmax, torch.argmin])
+def test_argmax_nan_and_large(fn):
+    x = randn(5, 300)
+    x[1, 17] = float("nan")
+    x[1, 200] = float("nan")
+    x[3, 0] = float("inf")
+    x[3, 1] = float("-inf")
+    check(lambda g, a: g.call(fn, a, 1), [x])
+    check(lambda g, a: g.call(fn, a), [x])
+    big = randn(1 << 17)  # a full reduction in two stages
+    check(lambda g, a: g.call(fn, a), [big])
+    big[99999] = float("nan")
+    check(lambda g, a: g.call(fn, a), [big])
+    check(lambda g, a: g.call(fn, a, 0), [randn(1, 7)])
+
+
+@pytest.mark.parametrize("cmp", [torch.eq, torch.ne, torch.lt, torch.ge])
+def test_comparisons_with_nan_next_to_a_max_reduction(cmp):
+    # Kernels with float max/min reductions are compiled assuming no NaN operands; comparisons in
+    # them must still treat NaN like torch does.
+    x = randn(6, 40)
+    x[1, 3] = float("nan")
+    x[4, 0] = float("nan")
+    check(lambda g, a: g.call(cmp, a, g.call(torch.amax, a, 1, keepdim=True)), [x])
+    check(lambda g, a: g.call(torch.where, g.call(cmp, a, 0.5), g.call(torch.amin, a, 1, keepdim=True), a), [x])
+    check(lambda g, a: g.call(torch.Tensor.to, g.call(torch.sub, a, g.call(torch.amax, a, 1, keepdim=True)), torch.bool), [x])
