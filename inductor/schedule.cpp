@@ -539,7 +539,13 @@ Program reuse_reduced_values(const Program& p) {
 Program collapse_outer_loops(const Program& p, int64_t min_extent) {
   Program out = p;
   for (Kernel& k : out.kernels) {
-    while (k.root.extent < min_extent && k.root.body.size() == 1 && k.root.body[0].kind == StmtKind::Loop) {
+    // NB: only while the inner loop still holds loops: the innermost loop must stay a loop of
+    // its own (unit stride, vectorized), never an index split by // and %.
+    auto holds_loop = [](const Stmt& s) {
+      return std::any_of(s.body.begin(), s.body.end(), [](const Stmt& c) { return c.kind == StmtKind::Loop; });
+    };
+    while (k.root.extent < min_extent && k.root.body.size() == 1 && k.root.body[0].kind == StmtKind::Loop &&
+           holds_loop(k.root.body[0])) {
       Stmt inner = std::move(k.root.body[0]);
       int64_t a = k.root.extent, b = inner.extent;
       if (a <= 0 || b <= 0 || a > (int64_t{1} << 40) / b) {

@@ -27,7 +27,8 @@ loop::Program eliminate_dead_stores(const loop::Program& p);
 loop::Program plan_memory(const loop::Program& p, std::vector<std::string>* log);
 
 // CPU threads split only a kernel's root loop: while that loop has fewer than `min_extent`
-// iterations and its body is a single loop, the two become one loop over their product (the old
+// iterations and its body is a single loop that itself holds loops (the innermost loop is never
+// absorbed), the two become one loop over their product (the old
 // variables are recovered by // and %, which LLVM hoists out of inner loops). A [1, 256, 768]
 // epilogue then runs on every thread instead of one.
 loop::Program collapse_outer_loops(const loop::Program& p, int64_t min_extent);
