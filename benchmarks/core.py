@@ -191,11 +191,14 @@ def _settle(wl, device, scale, budget):
         pass  # eager's own measured run reports the failure
 
 
-def run_workload(wl, device, scale, contenders, budget, caches, do_explain=True, on_stage=None, done=()):
+def run_workload(wl, device, scale, contenders, budget, caches, do_explain=True, on_stage=None, done=None,
+                 stop=None):
     """Eager first (its output is the reference), then every other contender; yields their records.
     `done`: contenders already recorded for this workload (by an earlier process that crashed): not
-    run again, though eager still runs unrecorded when others need its output."""
+    run again, though eager still runs unrecorded when others need its output. `stop()`: a reason not
+    to start the next contender (a run's deadline), or None."""
     from .contenders import CONTENDERS
+    done = done or {}
     ref_runner = CONTENDERS["eager"]  # always measured: it is both the reference and the baseline
     others = [c for c in contenders if c.name != "eager" and c.name not in done]
     if "eager" in done and not others:
@@ -215,6 +218,12 @@ def run_workload(wl, device, scale, contenders, budget, caches, do_explain=True,
     if "eager" not in done:
         yield r
     for c in others:
+        why = stop() if stop else None
+        if why:
+            rec = _base_record(wl, device, c)
+            rec.update(status="skipped", reason=why)
+            yield rec
+            continue
         stage(c.name, "start")
         if ref is None:
             rec = _base_record(wl, device, c)

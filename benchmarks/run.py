@@ -25,6 +25,10 @@ REPO = os.path.dirname(HERE)
 QUICK_WORKLOADS = ("evaluate_features", "conv_feature_model", "mlp_train_step", "linear_10_5", "sin_cos",
                    "copy", "pointwise_chain", "add_layernorm_gelu", "softmax_scaled", "nanogpt",
                    "transformer_encoder_layer", "add_one", "add_one_3args", "one_graph_break")
+GPU_WORKLOADS = ("nanogpt", "resnet18", "mlp_train_step", "sin_cos", "add_layernorm_gelu", "softmax_scaled",
+                 "evaluate_features", "conv_feature_model", "linear_10_5", "pointwise_chain", "copy",
+                 "transformer_encoder_layer", "mobilenet_v2", "add_one", "add_one_3args", "one_graph_break",
+                 "resnet50", "resnet50_train_step", "bert", "gpt2")
 BASE_CONTENDERS = ("eager", "framefuse-eager", "framefuse", "torch.compile-eager", "torch.compile")
 
 PRESETS = {
@@ -41,9 +45,15 @@ PRESETS = {
                   budget=measure.Budget(warmup_s=0.05, min_sample_s=0.005, samples=9, max_s=0.3)),
     "full": dict(devices=("cpu",), scale="full", demo=True, workloads=None, contenders=BASE_CONTENDERS,
                  budget=measure.Budget(warmup_s=0.5, min_sample_s=0.02, samples=21, max_s=3.0)),
-    "gpu": dict(devices=("cuda",), scale="full", demo=True, workloads=None,
-                contenders=BASE_CONTENDERS + ("framefuse-ro", "framefuse-max-autotune", "torch.compile-ro"),
-                budget=measure.Budget(warmup_s=0.5, min_sample_s=0.02, samples=21, max_s=3.0)),
+    # Fits a 550 s session on a GPU machine, build included: the workloads first, then the rest while
+    # time remains. After the deadline no contender starts (the rest are recorded as not run), and
+    # one contender on one workload may take `timeout` seconds, so the run ends by deadline + timeout
+    # (+ the closing report). --deadline 0 measures everything.
+    "gpu": dict(devices=("cuda",), scale="full", demo=True, workloads=GPU_WORKLOADS, explain=False,
+                contenders=("eager", "framefuse", "framefuse-ro", "framefuse-max-autotune", "torch.compile",
+                            "torch.compile-ro"),
+                deadline=420, timeout=90,
+                budget=measure.Budget(warmup_s=0.3, min_sample_s=0.02, samples=15, max_s=2.0)),
 }
 
 MEASURED = {
@@ -122,9 +132,12 @@ def parse_args(argv):
                    help="a Python file that registers extra contenders or workloads (repeatable)")
     p.add_argument("--in-process", action="store_true",
                    help="measure in this process (no crash containment: a crash ends the run)")
-    p.add_argument("--timeout", type=float, default=1800,
+    p.add_argument("--timeout", type=float,
                    help="seconds one contender may spend on one workload before it is killed and recorded as "
-                        "failed (default 1800; not with --in-process)")
+                        "failed (default: the preset's, else 1800; not with --in-process)")
+    p.add_argument("--deadline", type=float,
+                   help="seconds for the whole run: no workload starts after it and the rest are recorded as not "
+                        "run (default: the preset's; 0: none)")
     p.add_argument("--child", metavar="JOURNAL", help=argparse.SUPPRESS)  # the supervised measuring process
     return p.parse_args(argv)
 
@@ -232,6 +245,21 @@ def main(argv=None):
     if args.child:
         return measure_all(args, argv, journal.Journal(args.child))
     t_start = time.perf_counter()
+    preset = PRESETS[args.preset]
+    if args.timeout is None:
+        args.timeout = preset.get("timeout", 1800)
+    deadline = preset.get("deadline", 0) if args.deadline is None else args.deadline
+    own_deadline = bool(deadline) and DEADLINE_ENV not in os.environ
+    if own_deadline:  # an absolute time, so a child started after a crash keeps the first one's
+        os.environ[DEADLINE_ENV] = repr(time.time() + deadline)
+    try:
+        return _run(args, argv, t_start)
+    finally:
+        if own_deadline:
+            os.environ.pop(DEADLINE_ENV, None)
+
+
+def _run(args, argv, t_start):
     if args.in_process:
         j = journal.Journal()
         rc = measure_all(args, argv, j)
@@ -244,6 +272,15 @@ def main(argv=None):
         return rc or 1
     contenders = [st.setups.get(c["name"], c) for c in st.header["contenders"]]
     return finish(args, dict(st.header, contenders=contenders, records=st.records), t_start)
+
+
+DEADLINE_ENV = "FRAMEFUSE_BENCH_DEADLINE_AT"
+DEADLINE_REASON = "not run: the run's time limit (--deadline) was reached"
+
+
+def _past_deadline():
+    at = os.environ.get(DEADLINE_ENV)
+    return bool(at) and time.time() > float(at)
 
 
 def measure_all(args, argv, jr):
@@ -313,8 +350,10 @@ def measure_all(args, argv, jr):
                                                 reason=f"not run: its set-up took the process down ({how})"))
                         done_here[name] = "failed"
                         prog.step()
-                if dev.startswith("cuda") and cuda_missing or dev.split(":")[0] not in wl.devices:
-                    reason = "no CUDA device" if dev.startswith("cuda") and cuda_missing else f"not a {dev} workload"
+                late = _past_deadline()
+                if late or dev.startswith("cuda") and cuda_missing or dev.split(":")[0] not in wl.devices:
+                    reason = (DEADLINE_REASON if late else
+                              "no CUDA device" if dev.startswith("cuda") and cuda_missing else f"not a {dev} workload")
                     for c in contenders:
                         if c.name not in done_here:
                             jr.write("record", dict(workload=wl.name, family=wl.family, kind=wl.kind, device=dev,
@@ -329,7 +368,9 @@ def measure_all(args, argv, jr):
                     prog.show(f"{wl.name} [{dev}] · {cname} · {stage}")
 
                 for r in core.run_workload(wl, dev, scale, contenders, preset["budget"], caches,
-                                           do_explain=not args.no_explain, on_stage=on_stage, done=done_here):
+                                           do_explain=not args.no_explain and preset.get("explain", True),
+                                           on_stage=on_stage, done=done_here,
+                                           stop=lambda: DEADLINE_REASON if _past_deadline() else None):
                     if args.isolate and r["status"] == "ok" and r["contender"] != "eager":
                         prog.show(f"{wl.name} [{dev}] · {r['contender']} · fresh processes")
                         spec = dict(workload=wl.name, device=dev, scale=scale, contender=r["contender"],

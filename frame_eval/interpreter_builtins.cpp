@@ -236,7 +236,8 @@ Sym SymbolicTracer::call_const(const Sym& fn, std::vector<Sym>& args, KwArgs& kw
                                "is_inference_mode_enabled", "get_default_dtype", "is_scripting", "is_tracing",
                                "_is_torch_function_mode_enabled", "_is_any_autocast_enabled", "is_compiling",
                                "is_fx_tracing", "is_available", "is_built", "_get_cudnn_enabled", "is_tensor",
-                               "is_floating_point", "is_complex", "_jit_internal", "annotate"})
+                               "is_floating_point", "is_complex", "_jit_internal", "annotate",
+                               "_len_torch_dispatch_stack"})
       if (name == n || (starts_with(name, "_") && name.substr(1) == n)) {
         if (name == "is_tensor") return make_const(args.size() == 1 && args[0]->is(SymKind::Tensor) ? Py_True : Py_False);
         if ((name == "is_floating_point" || name == "is_complex") && args.size() == 1 && args[0]->is(SymKind::Tensor)) {

@@ -28,6 +28,9 @@ struct Step {
   int64_t index = 0;            // GetItem
   std::vector<int> release;     // slots whose last use is this step
   std::string what;             // for error messages: "add = torch.add(...)"
+  // add/sub/mul/div of two operands with default keywords: the number protocol reaches the same
+  // ATen op as torch.add(a, b) without its overload parser (about 0.15 us less per call).
+  binaryfunc number_op = nullptr;
 };
 
 void release_arg(Arg& a) {
@@ -150,6 +153,12 @@ ReferenceRunner::ReferenceRunner(const Graph& graph) : plan_(std::make_unique<Pl
             PyTuple_SET_ITEM(s.kwnames, static_cast<Py_ssize_t>(i), PyUnicode_FromString(ca.keywords[i].first.c_str()));
           }
         }
+        if (!s.kwnames && s.args.size() == 2) {
+          if (def.name == "add") s.number_op = PyNumber_Add;
+          else if (def.name == "sub") s.number_op = PyNumber_Subtract;
+          else if (def.name == "mul") s.number_op = PyNumber_Multiply;
+          else if (def.name == "div" || def.name == "true_divide") s.number_op = PyNumber_TrueDivide;
+        }
         p.steps.push_back(std::move(s));
         break;
       }
@@ -210,7 +219,12 @@ PyObject* ReferenceRunner::run(PyObject* const* inputs, size_t n_inputs) {
         if (!(argv[built + 1] = build(s.args[built], slots))) break;
       if (built == s.args.size()) {
         size_t npos = s.args.size() - (s.kwnames ? static_cast<size_t>(PyTuple_GET_SIZE(s.kwnames)) : 0);
-        slots[s.out] = PyObject_Vectorcall(s.fn, argv + 1, npos | PY_VECTORCALL_ARGUMENTS_OFFSET, s.kwnames);
+        // NB: only a tensor on the left: `1 + t` would dispatch on the int first.
+        PyObject* lhs = argv[1];
+        if (s.number_op && !PyLong_Check(lhs) && !PyFloat_Check(lhs) && !PyComplex_Check(lhs))
+          slots[s.out] = s.number_op(lhs, argv[2]);
+        else
+          slots[s.out] = PyObject_Vectorcall(s.fn, argv + 1, npos | PY_VECTORCALL_ARGUMENTS_OFFSET, s.kwnames);
       }
       for (size_t i = 0; i < built; ++i) Py_DECREF(argv[i + 1]);
     }

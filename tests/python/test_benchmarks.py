@@ -267,3 +267,61 @@ def test_isolated_first_calls_run_in_fresh_processes(tmp_path):
     assert r["status"] == "ok", r.get("reason")
     assert r["cold_process_first_call_s"] > 0 and r["warm_disk_first_call_s"] > 0, r
     assert "cold proc" in (tmp_path / "results.md").read_text()
+
+
+def test_deadline_records_the_rest_as_not_run(tmp_path):
+    rc = run.main(["--preset", "tiny", "--in-process", "--deadline", "0.001", "--workloads", "sin_cos,add_one",
+                   "--contenders", "eager,framefuse-eager", "--no-demo", "--no-charts", "--out", str(tmp_path)])
+    assert rc == 0
+    assert run.DEADLINE_ENV not in os.environ  # the next run in this process has no deadline
+    result = json.loads((tmp_path / "results.json").read_text())
+    assert len(result["records"]) == 4
+    for r in result["records"]:
+        assert r["status"] == "skipped" and "time limit" in r["reason"], r
+        assert "steady_s" not in r
+
+
+def test_gpu_preset_is_a_known_subset_with_a_deadline():
+    preset = run.PRESETS["gpu"]
+    known = all_workloads()
+    assert all(w in known for w in preset["workloads"])
+    assert preset["workloads"][:3] == ("nanogpt", "resnet18", "mlp_train_step")  # the issue's models first
+    assert 0 < preset["deadline"] <= 550 and preset["timeout"] < preset["deadline"]
+    assert all(c in contenders.CONTENDERS for c in preset["contenders"])
+
+
+def test_gpu_suite_on_cpu_tiny(tmp_path):
+    """benchmarks.gpu_suite's code paths on CPU at tiny sizes: a child measures, the parent writes JSON
+    and a markdown table; the errors against eager are within tolerance. No speed is asserted."""
+    out = tmp_path / "gpu.json"
+    import framefuse  # the lane's own package (with its _C), not the source folder
+    package_root = os.path.dirname(os.path.dirname(os.path.abspath(framefuse.__file__)))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([package_root, REPO, os.environ.get("PYTHONPATH", "")]))
+    r = subprocess.run([sys.executable, "-m", "benchmarks.gpu_suite", "--device", "cpu", "--tiny", "--contenders",
+                        "framefuse", "--workloads", "sin_cos,mlp_train_ro", "--json", str(out)],
+                       cwd=REPO, capture_output=True, text=True, timeout=300, env=env)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    assert "| workload | contender | steady ms |" in r.stdout
+    result = json.loads(out.read_text())
+    got = {(x["workload"], x["contender"]): x for x in result["records"]}
+    assert set(got) == {("sin_cos", "eager"), ("sin_cos", "framefuse"), ("mlp_train_ro", "eager"),
+                        ("mlp_train_ro", "framefuse-ro")}
+    for key, x in got.items():
+        assert x["status"] == "ok", x
+        assert x["steady_ms"] > 0 and x["cold_s"] > 0
+        if key[1] != "eager":
+            assert x["within_tol"] and x["rel_err"] <= 1e-4, x
+
+
+def test_run_workload_stops_starting_contenders_when_told():
+    from benchmarks import core
+    wl = all_workloads()["add_one"]
+    caches = core.CacheDirs()
+    try:
+        recs = list(core.run_workload(wl, "cpu", "tiny", [contenders.CONTENDERS[n] for n in ("eager", "framefuse-eager")],
+                                      run.PRESETS["tiny"]["budget"], caches, do_explain=False,
+                                      stop=lambda: "not run: deadline"))
+    finally:
+        caches.cleanup()
+    assert [(r["contender"], r["status"]) for r in recs] == [("eager", "ok"), ("framefuse-eager", "skipped")]
+    assert recs[1]["reason"] == "not run: deadline" and "steady_s" not in recs[1]

@@ -114,3 +114,47 @@ def test_runtime_host_side_with_driver_stand_in(stub_dir, tmp_path):
     misaligned = [line for line in out.splitlines() if line.startswith("misaligned")][0]
     assert "ff_k0 block" in misaligned and "_v block" not in misaligned, misaligned
     assert "layout error: input x is float32[65536] strides [2] on cpu; the graph was compiled for float32[65536] strides [1]" in out, out[-2000:]
+
+
+MEMORY_SCRIPT = r"""
+import torch, framefuse
+from framefuse import _C
+from framefuse.graph import Graph
+
+torch.set_num_threads(1)
+def status_mb(key):
+    for line in open("/proc/self/status"):
+        if line.startswith(key + ":"):
+            return int(line.split()[1]) / 1024
+
+# Eight matrix products, each result (16 MB) read once by a fused relu: the runtime may hold a
+# couple of them at a time, not all eight until the graph ends.
+x, w = torch.randn(4096, 1024), torch.randn(1024, 1024) / 32
+g = Graph()
+h, gw = g.placeholder("x", x), g.placeholder("w", w)
+for _ in range(8):
+    h = g.call(torch.relu, g.call(torch.mm, h, gw))
+g.output((h,))
+with framefuse.config.patch(cache_dir={cache!r}):
+    m = _C.cuda.compile(g._g, "default", "", True, True)
+m.run(x, w)  # first run: module load, allocator warm-up
+base = status_mb("VmRSS")
+open("/proc/self/clear_refs", "w").write("5")
+m.run(x, w)
+print("peak growth MB", status_mb("VmHWM") - base, flush=True)
+"""
+
+
+def test_runtime_releases_extern_results_after_their_last_use(stub_dir, tmp_path):
+    if not cuda.nvrtc_status()["available"]:
+        pytest.skip("NVRTC not installed")
+    if not os.path.exists("/proc/self/clear_refs"):
+        pytest.skip("needs Linux's /proc/self/clear_refs to reset the peak RSS")
+    env = dict(os.environ)
+    env["LD_LIBRARY_PATH"] = str(stub_dir) + os.pathsep + env.get("LD_LIBRARY_PATH", "")
+    env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+    r = subprocess.run([sys.executable, "-c", MEMORY_SCRIPT.format(cache=str(tmp_path / "cache"))], env=env,
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    growth = float(r.stdout.split("peak growth MB")[1].split()[0])
+    assert growth < 5 * 16, f"peak RSS grew {growth:.0f} MB over one run: extern results held to the end?"

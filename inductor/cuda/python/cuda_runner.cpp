@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <functional>
+#include <optional>
 
 #include "graph/op_registry.h"
 #include "graph/python/graph_calls.h"
@@ -56,11 +57,102 @@ Graph device_neutral(const Graph& g, int* device, bool assume_cuda) {
   return out;
 }
 
+// A fresh tensor this graph made: a call that always returns new memory (never an input, a view or
+// an alias of one).
+bool fresh_result(const Graph& g, NodeId id, const std::vector<bool>& rewritten) {
+  const Node& n = g.node(id);
+  if (n.kind != NodeKind::Call) return false;
+  if (rewritten[static_cast<size_t>(id)]) return true;
+  const OpDef& op = op_def(n.op);
+  if (op.has(kView) || op.has(kInplace) || op.has(kRandom)) return false;
+  if (op.has(kInplaceFlag)) {
+    int i = op.schema.index_of("inplace");
+    if (i < 0 || n.args[static_cast<size_t>(i)].kind != Value::Kind::Bool || n.args[static_cast<size_t>(i)].b) return false;
+  }
+  return op.has(kPointwise) || op.has(kReduction) || op.has(kExtern) || op.has(kComposite) || op.has(kCreation);
+}
+
+// `x += y` as `x + y`: the out-of-place op, when its result has x's dtype (no promotion to undo).
+std::optional<OpId> out_of_place_binary(const Graph& g, const Node& n) {
+  static const std::pair<const char*, const char*> kPairs[] = {{"operator.iadd", "operator.add"},
+                                                                {"operator.isub", "operator.sub"},
+                                                                {"operator.imul", "operator.mul"},
+                                                                {"operator.itruediv", "operator.truediv"}};
+  const OpDef& op = op_def(n.op);
+  const char* to = nullptr;
+  for (auto& [from, dst] : kPairs)
+    if (op.target == from) to = dst;
+  if (!to || n.args.size() != 2 || !n.args[0].is_node()) return std::nullopt;
+  const ValueMeta a = g.meta_of(n.args[0]);
+  if (a.kind != ValueMeta::Kind::Tensor || !is_floating(a.tensor.dtype)) return std::nullopt;
+  const Value& b = n.args[1];
+  if (b.is_node()) {
+    ValueMeta bm = g.meta_of(b);
+    if (bm.kind != ValueMeta::Kind::Tensor || bm.tensor.dtype != a.tensor.dtype) return std::nullopt;
+    // Broadcasting must not grow the result past x's shape (eager would have refused the in-place op).
+    const auto& as = a.tensor.sizes;
+    const auto& bs = bm.tensor.sizes;
+    if (bs.size() > as.size()) return std::nullopt;
+    for (size_t i = 0; i < bs.size(); ++i) {
+      int64_t d = bs[bs.size() - 1 - i];
+      if (d != 1 && d != as[as.size() - 1 - i]) return std::nullopt;
+    }
+  } else if (b.kind != Value::Kind::Float && b.kind != Value::Kind::Int) {
+    return std::nullopt;
+  }
+  return op_by_target(to);
+}
+
 }  // namespace
 
-CudaGraphModule::CudaGraphModule(const Graph& g, const CudaCompileOptions& opts) : graph_(g) {
+Graph functionalize_private_inplace(const Graph& g, int* count) {
+  // lower.cpp compiles no in-place op (an extern mutation could be read by inlined expressions), so
+  // resnet's `relu(x, inplace=True)` and `out += identity` would send the whole graph to eager. Here
+  // such an op becomes its out-of-place form when nobody can tell the difference: the mutated tensor
+  // is a fresh result of this graph, every other reader of it runs earlier and does not alias it,
+  // and it is not part of the output.
+  Graph out = g;
+  size_t n = out.size();
+  std::vector<std::vector<NodeId>> users(n);
+  for (NodeId id = 0; id < static_cast<NodeId>(n); ++id)
+    for (const Value& v : out.node(id).args)
+      v.for_each_node([&](NodeId u) { users[static_cast<size_t>(u)].push_back(id); });
+  std::vector<bool> rewritten(n, false);
+  if (count) *count = 0;
+  for (NodeId id = 0; id < static_cast<NodeId>(n); ++id) {
+    const Node& nd = out.node(id);
+    if (nd.kind != NodeKind::Call || nd.args.empty() || !nd.args[0].is_node()) continue;
+    const OpDef& op = op_def(nd.op);
+    int flag = op.has(kInplaceFlag) ? op.schema.index_of("inplace") : -1;
+    bool flagged = flag >= 0 && nd.args[static_cast<size_t>(flag)].kind == Value::Kind::Bool &&
+                   nd.args[static_cast<size_t>(flag)].b;
+    std::optional<OpId> binary = op.has(kInplace) ? out_of_place_binary(out, nd) : std::nullopt;
+    if (!flagged && !binary) continue;
+    NodeId x = nd.args[0].node;
+    if (!fresh_result(out, x, rewritten)) continue;
+    bool private_x = true;
+    for (NodeId u : users[static_cast<size_t>(x)]) {
+      if (u == id) continue;
+      if (u > id || !fresh_result(out, u, rewritten)) private_x = false;
+    }
+    if (!private_x) continue;
+    Node& m = out.mutable_node(id);
+    if (flagged) m.args[static_cast<size_t>(flag)] = Value::of_bool(false);
+    else m.op = *binary;
+    rewritten[static_cast<size_t>(id)] = true;
+    if (count) ++*count;
+  }
+  return out;
+}
+
+CudaGraphModule::CudaGraphModule(const Graph& g, const CudaCompileOptions& opts) {
   auto t0 = std::chrono::steady_clock::now();
-  Graph neutral = device_neutral(g, &device_, opts.assume_cuda);
+  int functionalized = 0;
+  graph_ = functionalize_private_inplace(g, &functionalized);
+  if (functionalized && log_enabled(LogArtifact::perf_hints) && log_enabled(LogComponent::inductor, LogLevel::Debug))
+    log_emit(LogArtifact::perf_hints, "CUDA: " + std::to_string(functionalized) +
+                                          " in-place op(s) on private intermediates compiled out of place");
+  Graph neutral = device_neutral(graph_, &device_, opts.assume_cuda);
   prog_ = inductor::compile_to_loop_ir(neutral);
   autotune_ = opts.mode == "max-autotune";
   host_emulation_ = opts.host_emulation;
@@ -174,6 +266,7 @@ py::object CudaGraphModule::run(const std::vector<py::object>& inputs) {
     throw UserError("the compiled graph takes " + std::to_string(placeholders.size()) + " inputs, got " +
                     std::to_string(inputs.size()));
   for (size_t i = 0; i < inputs.size(); ++i) node_objs_[static_cast<size_t>(placeholders[i])] = inputs[i];
+  std::vector<py::object> inputs_by_node = node_objs_;
   for (size_t b = 0; b < nbuf; ++b) {
     const loop::Buffer& buf = prog_.buffers[b];
     if (buf.role != loop::BufferRole::Input) continue;
@@ -206,8 +299,12 @@ py::object CudaGraphModule::run(const std::vector<py::object>& inputs) {
       for (size_t i = 0; i < node_objs_.size(); ++i) borrowed[i] = node_objs_[i].ptr();
       py::object result;
       if (e.op == kNoOp) {
-        py::object seq = node_objs_.at(static_cast<size_t>(e.args.at(0).node));
-        result = seq[py::int_(e.args.at(1).i)];
+        // A GetItem's extern call carries no args of its own (lower.cpp): the node holds them.
+        const Node& nd = graph_.node(e.node);
+        FF_CHECK(nd.args.size() >= 2, "getitem node " + nd.name + " without its operands");
+        py::object seq = node_objs_.at(static_cast<size_t>(nd.args[0].node));
+        FF_CHECK(seq && !seq.is_none(), "getitem of a value the runtime does not hold");
+        result = seq[py::int_(nd.args[1].i)];
       } else {
         CallArgs ca = call_args(op_def(e.op), e.args);
         py::list pos;
@@ -226,7 +323,16 @@ py::object CudaGraphModule::run(const std::vector<py::object>& inputs) {
         FF_CHECK(fn, "extern op " + op_def(e.op).name + " is not available");
         result = py::reinterpret_borrow<py::object>(fn)(*py::tuple(pos), **kw);
       }
-      node_objs_[static_cast<size_t>(e.node)] = result;
+      // NB: what this call held is let go right after it: operand views and a tensor result kept in
+      // node_objs_ would keep every buffer alive to the end of the graph (free_after_ releases only
+      // bufs_), which tripled resnet18's and nanoGPT's peak memory. Later calls take their operands
+      // from bufs_ again; placeholders get their input back.
+      for (auto& [nid, ref] : e.operands) {
+        const Node& on = graph_.node(nid);
+        node_objs_[static_cast<size_t>(nid)] =
+            on.kind == NodeKind::Placeholder ? inputs_by_node[static_cast<size_t>(nid)] : py::none();
+      }
+      node_objs_[static_cast<size_t>(e.node)] = e.result >= 0 ? py::none() : result;
       if (e.result >= 0) {
         const loop::Buffer& buf = prog_.buffers[static_cast<size_t>(e.result)];
         TensorMeta m = meta_from_tensor(result.ptr());

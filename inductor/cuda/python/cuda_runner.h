@@ -29,6 +29,11 @@ struct CudaCompileOptions {
   bool host_emulation = false;
 };
 
+// `g` with in-place ops on tensors nothing else can observe (fresh intermediates, read by nobody
+// after the mutation) turned into their out-of-place forms: F.relu(x, inplace=True), x += y ...
+// *count receives how many were rewritten. Node ids are unchanged.
+Graph functionalize_private_inplace(const Graph& g, int* count = nullptr);
+
 class CudaGraphModule {
  public:
   // Lowers, fuses, renders and compiles `g` (all tensors on one CUDA device). Needs no GPU.
