@@ -7,6 +7,8 @@
 // The tensor is a torch tensor over a `framefuse._C.PoolBlock` (buffer protocol, through
 // torch.frombuffer + set_), so it is an ordinary, non-view tensor; when torch frees its storage,
 // the block goes back to the pool, which keeps at most config().cpu_buffer_pool_mb megabytes.
+// Such a storage cannot grow (resize_ to a larger size, share_memory_); cpu_buffer_pool_mb = 0
+// turns the pool off and every tensor comes from torch's allocator again.
 #pragma once
 
 #include <Python.h>

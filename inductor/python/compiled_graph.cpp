@@ -260,6 +260,11 @@ CompiledGraph::~CompiledGraph() = default;
 
 namespace {
 
+// NB: cpu_buffer_pool_mb = 0 also takes the pool out of the allocation path: every tensor then
+// comes from torch's allocator (e.g. for callers that grow outputs with resize_ or move them to
+// shared memory, which a pooled tensor's fixed-size storage does not allow).
+bool pool_on() { return config().cpu_buffer_pool_mb > 0; }
+
 bool requires_grad(PyObject* t) {
   if (t == Py_None) return false;
   Ref r(PyObject_GetAttrString(t, "requires_grad"));
@@ -278,7 +283,7 @@ bool requires_grad(PyObject* t) {
 PyObject* CompiledGraph::matmul_into_pool(const std::string& op, const std::vector<PyObject*>& operands, int result) {
   Plan& pl = *plan_;
   const auto& pb = pl.bufs[static_cast<size_t>(result)];
-  if (pb.bytes < kPoolMinBytes || !pb.contiguous) return nullptr;
+  if (!pool_on() || pb.bytes < kPoolMinBytes || !pb.contiguous) return nullptr;
   for (PyObject* o : operands)
     if (requires_grad(o)) return nullptr;
   PyObject* dtype = PyDict_GetItemString(pb.kwargs.get(), "dtype");
@@ -371,7 +376,7 @@ PyObject* CompiledGraph::run(PyObject* const* inputs, size_t n) {
   for (size_t s = 0; s < slots.size(); ++s) {
     int64_t bytes = std::max<int64_t>(p.slot_bytes[s], 1);
     Ref size(PyTuple_Pack(1, Ref(PyLong_FromLongLong(bytes)).get()));
-    if (bytes >= kPoolMinBytes) {
+    if (pool_on() && bytes >= kPoolMinBytes) {
       Ref stride(Py_BuildValue("(i)", 1));
       slots[s] = Ref(pooled_empty_strided(size.get(), stride.get(), pl.uint8.get(), bytes));
     } else {
@@ -387,7 +392,7 @@ PyObject* CompiledGraph::run(PyObject* const* inputs, size_t n) {
       continue;
     }
     if (!pl.bufs[b].allocate) continue;
-    if (pl.bufs[b].bytes >= kPoolMinBytes) {
+    if (pool_on() && pl.bufs[b].bytes >= kPoolMinBytes) {
       tensors[b] = Ref(pooled_empty_strided(pl.bufs[b].sizes.get(), pl.bufs[b].strides.get(),
                                             PyDict_GetItemString(pl.bufs[b].kwargs.get(), "dtype"), pl.bufs[b].bytes));
     } else {
