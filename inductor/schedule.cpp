@@ -5,6 +5,7 @@
 #include <map>
 #include <set>
 
+#include "graph/op_registry.h"
 #include "inductor/lower.h"
 #include "src/errors.h"
 #include "src/logging.h"
@@ -533,6 +534,88 @@ Program reuse_reduced_values(const Program& p) {
   for (Kernel& k : out.kernels) reuse_in(k, out, k.root);
   std::string err = loop::verify_program(out);
   FF_CHECK(err.empty(), "reusing reduced values produced an invalid program: " + err + "\n" + loop::program_str(out));
+  return out;
+}
+
+namespace {
+Expr rename_buffer(const Expr& e, int from, int to) {
+  if (e->args.empty()) return e;
+  auto n = std::make_shared<loop::ExprNode>(*e);
+  if (n->kind == ExprKind::Load && n->id == from) n->id = to;
+  for (auto& a : n->args) a = rename_buffer(a, from, to);
+  return n;
+}
+void rename_buffer(Stmt& s, int from, int to) {
+  if (s.kind == StmtKind::Store && s.buf == from) s.buf = to;
+  if (s.index) s.index = rename_buffer(s.index, from, to);
+  if (s.value) s.value = rename_buffer(s.value, from, to);
+  for (Stmt& c : s.body) rename_buffer(c, from, to);
+}
+// The single Store at the bottom of a perfect loop nest, or nullptr.
+Stmt* lone_store(Stmt& root) {
+  Stmt* s = &root;
+  while (s->kind == StmtKind::Loop) {
+    if (s->body.size() != 1) return nullptr;
+    s = &s->body[0];
+  }
+  return s->kind == StmtKind::Store ? s : nullptr;
+}
+}  // namespace
+
+Program write_epilogues_in_place(const Program& p, std::vector<std::string>* log) {
+  Program out = p;
+  for (size_t s = 0; s < out.steps.size(); ++s) {
+    if (out.steps[s].kind != Step::Kind::Kernel) continue;
+    Kernel& k = out.kernels[static_cast<size_t>(out.steps[s].index)];
+    Stmt* st = lone_store(k.root);
+    if (!st) continue;
+    int o = st->buf;
+    const loop::Buffer& ob = out.buffers[static_cast<size_t>(o)];
+    if (ob.role != loop::BufferRole::Intermediate && ob.role != loop::BufferRole::Output) continue;
+    if (!out.slot.empty() && out.slot[static_cast<size_t>(o)] >= 0) continue;
+    for (int e : k.loaded_buffers()) {
+      const loop::Buffer& eb = out.buffers[static_cast<size_t>(e)];
+      if (eb.role != loop::BufferRole::ExternResult || eb.dtype != ob.dtype || eb.sizes != ob.sizes || eb.strides != ob.strides) continue;
+      bool fresh = false;
+      for (const auto& x : out.externs)
+        if (x.result == e && x.op != kNoOp) fresh = op_def(x.op).has(kExtern) && op_def(x.op).name != "einsum";
+      if (!fresh) continue;
+      bool same_element = true;
+      walk_exprs(st->index, [&](const Expr& x) { same_element &= !(x->kind == ExprKind::Load && x->id == e); });
+      walk_exprs(st->value, [&](const Expr& x) {
+        if (x->kind == ExprKind::Load && x->id == e && !loop::expr_equal(x->args[0], st->index)) same_element = false;
+      });
+      if (!same_element) continue;
+      bool read_later = false;
+      for (size_t t = s + 1; t < out.steps.size(); ++t) {
+        const Step& ts = out.steps[t];
+        if (ts.kind == Step::Kind::Kernel) {
+          auto lb = out.kernels[static_cast<size_t>(ts.index)].loaded_buffers();
+          read_later |= std::find(lb.begin(), lb.end(), e) != lb.end();
+        } else {
+          for (auto& [n, ref] : out.externs[static_cast<size_t>(ts.index)].operands) read_later |= ref.buf == e;
+        }
+      }
+      for (auto& [n, ref] : out.outputs) read_later |= ref.buf == e;
+      if (read_later) continue;
+      st->buf = e;
+      for (size_t t = s + 1; t < out.steps.size(); ++t) {
+        const Step& ts = out.steps[t];
+        if (ts.kind == Step::Kind::Kernel) {
+          rename_buffer(out.kernels[static_cast<size_t>(ts.index)].root, o, e);
+        } else {
+          for (auto& [n, ref] : out.externs[static_cast<size_t>(ts.index)].operands)
+            if (ref.buf == o) ref.buf = e;
+        }
+      }
+      for (auto& [n, ref] : out.outputs)
+        if (ref.buf == o) ref.buf = e;
+      if (log) log->push_back(k.name + " writes buf" + std::to_string(o) + " into buf" + std::to_string(e) + " (the extern result it consumes)");
+      break;
+    }
+  }
+  std::string err = loop::verify_program(out);
+  FF_CHECK(err.empty(), "in-place epilogues produced an invalid program: " + err + "\n" + loop::program_str(out));
   return out;
 }
 

@@ -40,6 +40,12 @@ loop::Program collapse_outer_loops(const loop::Program& p, int64_t min_extent);
 // compute type, so the value read back is bit-identical.
 loop::Program reuse_reduced_values(const loop::Program& p);
 
+// An elementwise epilogue of an extern call (conv -> batch_norm -> relu, mm -> bias -> gelu) that
+// reads the extern's fresh result at the very element it stores, where nothing reads that result
+// afterwards, stores into it instead of into a new buffer (no allocation, no write-allocate
+// traffic). Only after extern ops that always return new memory (convolutions, matrix products).
+loop::Program write_epilogues_in_place(const loop::Program& p, std::vector<std::string>* log);
+
 // The whole pipeline: lower, fuse, eliminate dead stores, plan memory; verifies after each pass
 // and logs (`schedule`, `fusion`, `output_code` artifacts) when enabled.
 loop::Program compile_to_loop_ir(const Graph& g);

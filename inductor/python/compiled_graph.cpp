@@ -124,7 +124,13 @@ std::shared_ptr<const CompiledProgram> build(const Graph& g, const std::string& 
   // NB: enough root iterations for every thread (and for load balance between them).
   {
     std::string before = loop::program_str(cp->program);
-    cp->program = collapse_outer_loops(reuse_reduced_values(cp->program), kMinRootExtent);
+    std::vector<std::string> inplace_log;
+    cp->program = collapse_outer_loops(write_epilogues_in_place(reuse_reduced_values(cp->program), &inplace_log), kMinRootExtent);
+    if (log_enabled(LogArtifact::schedule) && !inplace_log.empty()) {
+      std::string msg = "epilogues written in place:\n";
+      for (auto& l : inplace_log) msg += "  " + l + "\n";
+      log_emit(LogArtifact::schedule, msg);
+    }
     if (log_enabled(LogArtifact::output_code) && loop::program_str(cp->program) != before)
       log_emit(LogArtifact::output_code, "CPU loop IR (reduced values reused, outer loops collapsed for threads):\n" + loop::program_str(cp->program));
   }

@@ -108,3 +108,41 @@ def test_residual_chain_is_stored_once_and_stays_correct():
             h = g.call(torch.add, h, g.call(F.layer_norm, h, [64], c, None))
         return h
     check(fn, [x, w])
+
+
+def test_epilogues_written_into_the_extern_result():
+    # conv -> batch_norm -> relu and mm -> relu store into the extern's own result; when that result
+    # is also returned or read later, or when the extern may alias an input, they must not.
+    import torch.nn.functional as F
+    x, w = torch.randn(2, 3, 9, 9), torch.randn(4, 3, 3, 3)
+    rm, rv, g_, b_ = torch.randn(4), torch.rand(4) + 0.5, torch.randn(4), torch.randn(4)
+    check(lambda g, a, c, m, v, s, t: g.call(F.relu, g.call(F.batch_norm, g.call(F.conv2d, a, c), m, v, s, t)),
+          [x, w, rm, rv, g_, b_])
+    a, b = torch.randn(33, 20), torch.randn(20, 17)
+    check(lambda g, p, q: g.call(torch.relu, g.call(torch.mm, p, q)), [a, b])
+    # the product is also a graph output
+    check(lambda g, p, q: (lambda m: (g.call(torch.relu, m), m))(g.call(torch.mm, p, q)), [a, b])
+    # the product is read again by a later kernel
+    check(lambda g, p, q: (lambda m: g.call(torch.add, g.call(torch.sum, g.call(torch.relu, m), 1, keepdim=True), m))(g.call(torch.mm, p, q)), [a, b])
+    # an extern that may return its input: the input must not change
+    a0 = a.clone()
+    check(lambda g, p: g.call(torch.relu, g.call(torch.Tensor.contiguous, p)), [a])
+    assert torch.equal(a, a0)
+
+
+def test_resnet_block_with_inplace_ops_and_in_place_epilogues():
+    import operator
+    import torch.nn.functional as F
+    x = torch.randn(2, 8, 12, 12)
+    w1, w2 = torch.randn(8, 8, 3, 3) * 0.2, torch.randn(8, 8, 3, 3) * 0.2
+    bn = [torch.randn(8), torch.rand(8) + 0.5, torch.randn(8), torch.randn(8)]
+
+    def fn(g, a, c1, c2, m, v, s, t):
+        h = g.call(F.conv2d, a, c1, padding=1)
+        h = g.call(F.relu, g.call(F.batch_norm, h, m, v, s, t), inplace=True)
+        h = g.call(F.batch_norm, g.call(F.conv2d, h, c2, padding=1), m, v, s, t)
+        h = g.call(operator.iadd, h, a)
+        return g.call(F.relu, h, inplace=True)
+    x0 = x.clone()
+    check(fn, [x, w1, w2] + bn)
+    assert torch.equal(x, x0)
