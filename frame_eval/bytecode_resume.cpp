@@ -9,16 +9,6 @@
 
 namespace ff::bc {
 
-namespace {
-
-struct Ref {
-  PyObject* p = nullptr;
-  explicit Ref(PyObject* o = nullptr) : p(o) {}
-  ~Ref() { Py_XDECREF(p); }
-  Ref(const Ref&) = delete;
-  Ref& operator=(const Ref&) = delete;
-};
-
 std::vector<std::string> str_tuple(PyObject* code, const char* attr) {
   Ref t(PyObject_GetAttrString(code, attr));
   FF_CHECK(t.p && PyTuple_Check(t.p), std::string("code object without ") + attr);
@@ -44,6 +34,8 @@ int op(const char* name) {
   return -1;
 }
 
+namespace {
+
 bool contains(const std::vector<std::string>& v, const std::string& s) {
   for (const std::string& x : v)
     if (x == s) return true;
@@ -59,19 +51,22 @@ bool indexes_localsplus(const std::string& n) {
 
 }  // namespace
 
-PyObject* make_resume(PyObject* code, int unit, int stack_depth, const std::vector<std::string>& live,
-                      const std::vector<int>& null_slots) {
+ResumeBuild build_resume(PyObject* code, int unit, int stack_depth, const std::vector<std::string>& live,
+                         const std::vector<int>& null_slots, const std::vector<std::string>& extra_vars) {
   FF_CHECK(PyCode_Check(code), "make_resume expects a code object");
   PyCodeObject* co = reinterpret_cast<PyCodeObject*>(code);
   FF_CHECK(!(co->co_flags & (CO_GENERATOR | CO_COROUTINE | CO_ASYNC_GENERATOR | CO_ITERABLE_COROUTINE)),
            "resume functions of generators and coroutines are not supported");
   FF_CHECK(stack_depth >= 0, "negative stack depth");
-  Bytecode orig = decode(code);
+  ResumeBuild rb;
+  rb.orig = decode(code);
+  const Bytecode& orig = rb.orig;
   int at = -1;
   for (size_t k = 0; k < orig.instrs.size(); ++k)
     if (orig.instrs[k].offset == unit) at = static_cast<int>(k);
   FF_CHECK(at >= 0, "resume offset " + std::to_string(2 * unit) + " is not an instruction boundary");
-  std::vector<int> depths;
+  rb.at = at;
+  std::vector<int>& depths = rb.depths;
   compute_stacksize(orig, &depths);
   FF_CHECK(depths[at] == stack_depth, "the stack holds " + std::to_string(depths[at]) + " values at offset " +
                                           std::to_string(2 * unit) + ", not " + std::to_string(stack_depth));
@@ -85,9 +80,10 @@ PyObject* make_resume(PyObject* code, int unit, int stack_depth, const std::vect
   for (const std::string& f : freevars) old_plus.push_back(f);
 
   // New layout: __stack*, live locals, the other plain locals; then every cell and free as a free.
-  std::vector<std::string> new_frees = cellvars;
+  std::vector<std::string>& new_frees = rb.new_frees;
+  new_frees = cellvars;
   new_frees.insert(new_frees.end(), freevars.begin(), freevars.end());
-  std::vector<std::string> new_vars;
+  std::vector<std::string>& new_vars = rb.new_vars;
   std::vector<bool> is_null(stack_depth, false);
   for (int slot : null_slots) {
     FF_CHECK(slot >= 0 && slot < stack_depth, "NULL slot " + std::to_string(slot) + " outside the stack");
@@ -103,14 +99,18 @@ PyObject* make_resume(PyObject* code, int unit, int stack_depth, const std::vect
     new_vars.push_back(l);
   }
   const int argcount = static_cast<int>(new_vars.size());
+  rb.argcount = argcount;
   for (const std::string& v : varnames)
     if (!contains(new_vars, v) && !contains(new_frees, v)) new_vars.push_back(v);
+  for (const std::string& v : extra_vars) new_vars.push_back(v);
   std::map<std::string, int> new_index;
   for (size_t i = 0; i < new_vars.size(); ++i) new_index[new_vars[i]] = static_cast<int>(i);
   for (size_t i = 0; i < new_frees.size(); ++i) new_index[new_frees[i]] = static_cast<int>(new_vars.size() + i);
+  rb.index_of = new_index;
 
-  Bytecode out;
+  Bytecode& out = rb.out;
   const int line = orig.instrs[at].line;
+  rb.line = line;
   auto emit = [&](const char* name, int arg, int target = -1) {
     Instr in;
     in.opcode = op(name), in.arg = arg, in.target = target, in.line = line;
@@ -123,6 +123,7 @@ PyObject* make_resume(PyObject* code, int unit, int stack_depth, const std::vect
     else emit("LOAD_FAST", stack_arg[i]);
   }
   const int shift = static_cast<int>(out.instrs.size()) + 1;  // + the JUMP_FORWARD
+  rb.shift = shift;
   emit("JUMP_FORWARD", 0, at + shift);
   for (const Instr& src : orig.instrs) {
     Instr in = src;
@@ -147,22 +148,40 @@ PyObject* make_resume(PyObject* code, int unit, int stack_depth, const std::vect
     e.start += shift, e.end += shift, e.target += shift;
     out.exc.push_back(e);
   }
+  return rb;
+}
 
-  Ref vars(to_tuple(new_vars)), frees(to_tuple(new_frees)), cells(PyTuple_New(0));
+PyObject* assemble_resume(PyObject* code, const ResumeBuild& rb, const std::string& prefix, PyObject* consts) {
+  PyCodeObject* co = reinterpret_cast<PyCodeObject*>(code);
+  Ref vars(to_tuple(rb.new_vars)), frees(to_tuple(rb.new_frees)), cells(PyTuple_New(0));
   CodeFields f;
-  f.varnames = vars.p, f.freevars = frees.p, f.cellvars = cells.p;
-  f.argcount = argcount, f.posonlyargcount = 0, f.kwonlyargcount = 0;
-  f.nlocals = static_cast<int>(new_vars.size());
+  f.varnames = vars.p, f.freevars = frees.p, f.cellvars = cells.p, f.consts = consts;
+  f.argcount = rb.argcount, f.posonlyargcount = 0, f.kwonlyargcount = 0;
+  f.nlocals = static_cast<int>(rb.new_vars.size());
   int flags = co->co_flags & ~(CO_VARARGS | CO_VARKEYWORDS);
   flags |= CO_OPTIMIZED | CO_NEWLOCALS;
-  if (!new_frees.empty()) flags |= CO_NESTED;
+  if (!rb.new_frees.empty()) flags |= CO_NESTED;
   f.flags = flags;
-  f.firstlineno = line >= 0 ? line : co->co_firstlineno;
+  f.firstlineno = rb.line >= 0 ? rb.line : co->co_firstlineno;
   const char* name = PyUnicode_AsUTF8(co->co_name);
   FF_CHECK(name, "code without a name");
-  f.name = "__resume_" + std::string(name) + "_at_" + std::to_string(line);
-  f.qualname = f.name;
-  PyObject* result = assemble(code, out, f);
+  if (prefix.empty()) {  // keeps the user's names (what tracebacks and sys._getframe show)
+    f.name = name;
+    const char* qual = PyUnicode_AsUTF8(co->co_qualname);
+    FF_CHECK(qual, "code without a qualname");
+    f.qualname = qual;
+  } else {
+    f.name = prefix + std::string(name) + "_at_" + std::to_string(rb.line);
+    f.qualname = f.name;
+  }
+  return assemble(code, rb.out, f);
+}
+
+PyObject* make_resume(PyObject* code, int unit, int stack_depth, const std::vector<std::string>& live,
+                      const std::vector<int>& null_slots, int* body_shift) {
+  ResumeBuild rb = build_resume(code, unit, stack_depth, live, null_slots, {});
+  if (body_shift) *body_shift = rb.shift;
+  PyObject* result = assemble_resume(code, rb, "__resume_", nullptr);
   if (log_enabled(LogArtifact::bytecode)) {
     try {
       log_emit(LogArtifact::bytecode, "ORIGINAL BYTECODE\n" + disassemble(code) + "RESUME FUNCTION at offset " +

@@ -12,20 +12,54 @@
 
 #include <Python.h>
 
+#include <map>
 #include <string>
 #include <vector>
+
+#include "frame_eval/bytecode.h"
 
 namespace ff::bc {
 
 // `null_slots`: stack positions (0 = bottom) that hold NULL (LOAD_GLOBAL/LOAD_ATTR's NULL, PUSH_NULL):
 // NULL cannot be an argument, so those positions get no __stack argument and the prologue pushes
 // NULL there.
+// `body_shift` (optional) receives the number of prologue instructions: instruction i of `code` is
+// instruction i + body_shift of the result.
 PyObject* make_resume(PyObject* code, int unit, int stack_depth, const std::vector<std::string>& live_locals,
-                      const std::vector<int>& null_slots = {});
+                      const std::vector<int>& null_slots = {}, int* body_shift = nullptr);
 
 // The plain locals (not cells or frees) that may be read before being written on some path from
 // code unit `unit` (exception edges included): what a resume function at `unit` must receive.
 // In co_varnames order.
 std::vector<std::string> live_locals_at(PyObject* code, int unit);
+
+// ---- shared with the graph-break stubs (bytecode_stub.cpp) ----
+
+struct Ref {  // owning PyObject*
+  PyObject* p = nullptr;
+  explicit Ref(PyObject* o = nullptr) : p(o) {}
+  ~Ref() { Py_XDECREF(p); }
+  Ref(const Ref&) = delete;
+  Ref& operator=(const Ref&) = delete;
+};
+
+// A resume function before assembly: the prologue (`shift` instructions) then the original body.
+struct ResumeBuild {
+  Bytecode orig;                  // the original code, decoded
+  std::vector<int> depths;        // stack depth before each original instruction (-1: unreachable)
+  Bytecode out;
+  std::vector<std::string> new_vars, new_frees;
+  std::map<std::string, int> index_of;  // localsplus index in the result
+  int argcount = 0, shift = 0, at = 0, line = -1;
+};
+// `extra_vars`: plain locals appended after the code's own (scratch slots of generated code).
+ResumeBuild build_resume(PyObject* code, int unit, int stack_depth, const std::vector<std::string>& live,
+                         const std::vector<int>& null_slots, const std::vector<std::string>& extra_vars);
+// `consts`: replacement co_consts (borrowed) or null. Named `<prefix><name>_at_<line>`, or as
+// `code` when `prefix` is empty.
+PyObject* assemble_resume(PyObject* code, const ResumeBuild& rb, const std::string& prefix, PyObject* consts);
+std::vector<std::string> str_tuple(PyObject* code, const char* attr);
+PyObject* to_tuple(const std::vector<std::string>& v);
+int op(const char* name);  // this version's opcode number; InternalError if it has none
 
 }  // namespace ff::bc

@@ -91,7 +91,7 @@ void reset_caches() {
   for (ExtraState* s : registry()) {
     for (auto& e : s->entries) doomed.push_back(std::move(e));
     s->entries.clear();
-    s->strategy = CodeStrategy::Compile;
+    s->strategy = s->generated_stub ? CodeStrategy::Skip : CodeStrategy::Compile;
     s->skip_reason.clear();
     s->skipped_for_break = false;
     s->compiles = 0;

@@ -27,10 +27,26 @@ struct CompileOptions {
   bool same_as(const CompileOptions& o) const;
 };
 
+// What continues a frame after a graph break (hook_resume.cpp): the stub that runs the break
+// instruction natively and the resume function of each of its successors. Shared by every entry
+// that breaks at the same place with the same stack layout; never regenerated.
+struct BreakPlan {
+  PyRef original;                 // the user's code object the stub and resume functions derive from
+  PyRef stub;                     // code
+  std::vector<PyRef> resume;      // code per successor id
+  mutable PyRef stub_fn;          // the stub as a function, when it needs no closure
+  mutable PyObject* stub_fn_globals = nullptr;  // borrowed: the globals stub_fn was made with
+};
+
 struct CacheEntry {
   std::shared_ptr<CompileOptions> options;
   std::unique_ptr<CaptureRunner> runner;
   int compile_id = 0;
+  // A partial capture: running the runner returns the break state (capture.h BreakState), which
+  // the hook passes to brk->stub. `break_cells`: trailing state items that are fresh cells.
+  std::shared_ptr<const BreakPlan> brk;
+  int break_cells = 0;
+  bool empty_graph = false;  // no tensor work (kept only because it ends at a break)
 };
 
 enum class CodeStrategy : uint8_t { Compile, Skip, CacheLimit };
@@ -41,6 +57,7 @@ struct ExtraState {
   std::string skip_reason;
   bool skipped_for_break = false;  // Skip because of an unsupported construct (fullgraph=True retraces)
   bool torch_internal = false;  // code of torch or framefuse itself: compiled only as a root
+  bool generated_stub = false;  // a graph-break stub: always Skip, even after reset()
   int frame_id = -1;            // assigned at the first compile
   int compiles = 0;
 };

@@ -82,6 +82,8 @@ CaptureResult::CaptureResult(CaptureResult&& o) noexcept
       guards(std::move(o.guards)),
       output(std::move(o.output)),
       side_effects(std::move(o.side_effects)),
+      brk(std::move(o.brk)),
+      num_memos(o.num_memos),
       stats(o.stats) {
   o.guards.clear();
   o.output = OutputPlan{};

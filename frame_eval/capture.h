@@ -102,7 +102,15 @@ struct Guard {
 
 // How to build a Python value after the graph ran.
 struct OutputPlan {
-  enum class Kind : uint8_t { GraphOutput, Source, Constant, Tuple, List, Dict };
+  // Cell: a fresh cell (items: its contents, or none); ClosureCell: the frame's closure cell
+  // `index`; Function: constant = code, items = defaults, kwdefaults, closure (None: absent),
+  // globals of the frame; Iterator: iter(items[0]) advanced to `index` (list/tuple/range);
+  // GradCtx: constant() (torch.no_grad / enable_grad); GradExit: the same entered, its bound
+  // __exit__; Method: items[1] bound to items[0].
+  enum class Kind : uint8_t {
+    GraphOutput, Source, Constant, Tuple, List, Dict, Cell, ClosureCell, Function, Iterator, GradCtx, GradExit, Method,
+    Attr  // getattr(items[0], constant)
+  };
   Kind kind = Kind::Constant;
   int index = -1;               // GraphOutput: index into the graph's output tuple
   SourcePtr source;             // Source: an existing object fetched again (e.g. `return self`)
@@ -110,6 +118,7 @@ struct OutputPlan {
   std::vector<OutputPlan> items;  // Tuple/List; Dict: items are values, `keys` the keys
   std::vector<PyObject*> keys;    // Dict: strong references
   PyObject* tuple_type = nullptr; // Tuple: a namedtuple type to rebuild, or null for a plain tuple
+  int memo = -1;                  // >= 0: built once per run; every plan with this id is the same object
 };
 
 // A mutation of Python state the traced code performed, replayed in order after the graph ran.
@@ -138,6 +147,10 @@ struct BreakInfo {
   std::string filename;
   int lineno = 0;
   std::vector<std::string> user_stack;  // "file:line in func" frames, outermost first
+  // Where the root frame was: the decoded index of the instruction (the first of its call group)
+  // and how many times the trace had reached it; -1 when the break is not at a root instruction.
+  int root_index = -1;
+  int root_visit = 0;
 };
 
 struct CaptureResult {
@@ -146,6 +159,17 @@ struct CaptureResult {
   std::vector<Guard> guards;
   OutputPlan output;
   std::vector<SideEffect> side_effects;
+  // A partial capture (TraceOptions::stop_index): `output` is the tuple
+  // (stack values non-NULL bottom first..., live locals..., fresh cells of the code's cellvars...).
+  struct BreakState {
+    bool active = false;
+    int index = -1;                 // decoded instruction index the trace stopped before
+    int depth = 0;                  // stack depth there
+    std::vector<int> null_slots;    // stack positions holding NULL
+    std::vector<std::string> live;  // the locals passed, in order
+    int ncells = 0;
+  } brk;
+  int num_memos = 0;  // OutputPlan memo ids in use
   // Counters for tests and logs: what the trace did.
   struct Stats {
     int instructions = 0;   // bytecode instructions interpreted, inlined frames included

@@ -1,5 +1,7 @@
 #include "frame_eval/capture_runner.h"
 
+#include <optional>
+
 #include "frame_eval/py_util.h"
 #include "src/errors.h"
 
@@ -13,6 +15,17 @@ struct CaptureRunner::Plan {
   PyObject* tuple_type = nullptr;
   std::vector<Plan> items;
   std::vector<PyObject*> keys;
+  int memo = -1;
+  bool star_args = true;  // Tuple: tuple_type(*items) (namedtuple) rather than tuple_type(items) (torch.Size)
+};
+
+// Objects built once per run (OutputPlan::memo), strong references.
+struct CaptureRunner::Memo {
+  std::vector<PyObject*> objs;
+  explicit Memo(int n) : objs(static_cast<size_t>(n), nullptr) {}
+  ~Memo() {
+    for (PyObject* o : objs) Py_XDECREF(o);
+  }
 };
 
 struct CaptureRunner::Effect {
@@ -36,6 +49,8 @@ void collect_plan_sources(const OutputPlan& p, std::vector<SourcePtr>* out) {
 CaptureRunner::Plan CaptureRunner::resolve_plan(const OutputPlan& p) {
   Plan r;
   r.kind = p.kind;
+  r.memo = p.memo;
+  FF_CHECK(p.memo < capture_.num_memos, "output plan memo id out of range");
   switch (p.kind) {
     case OutputPlan::Kind::GraphOutput:
       FF_CHECK(p.index >= 0, "graph output plan without an index");
@@ -46,7 +61,25 @@ CaptureRunner::Plan CaptureRunner::resolve_plan(const OutputPlan& p) {
       FF_CHECK(r.index >= 0, "output source not fetched");
       break;
     case OutputPlan::Kind::Constant:
+    case OutputPlan::Kind::GradCtx:
+    case OutputPlan::Kind::GradExit:
       r.constant = p.constant ? p.constant : Py_None;
+      break;
+    case OutputPlan::Kind::ClosureCell:
+      r.index = p.index;
+      break;
+    case OutputPlan::Kind::Function:
+      r.constant = p.constant;
+      FF_CHECK(p.items.size() == 3, "function plan without defaults, kwdefaults and closure");
+      for (const OutputPlan& item : p.items) r.items.push_back(resolve_plan(item));
+      break;
+    case OutputPlan::Kind::Iterator:
+    case OutputPlan::Kind::Cell:
+    case OutputPlan::Kind::Method:
+    case OutputPlan::Kind::Attr:
+      r.constant = p.constant;
+      r.index = p.index;
+      for (const OutputPlan& item : p.items) r.items.push_back(resolve_plan(item));
       break;
     case OutputPlan::Kind::Dict:
       FF_CHECK(p.keys.size() == p.items.size(), "dict plan: keys and values differ in number");
@@ -55,6 +88,10 @@ CaptureRunner::Plan CaptureRunner::resolve_plan(const OutputPlan& p) {
     case OutputPlan::Kind::Tuple:
     case OutputPlan::Kind::List:
       r.tuple_type = p.tuple_type;
+      if (p.tuple_type) {
+        r.star_args = PyObject_HasAttrString(p.tuple_type, "_fields") == 1;
+        PyErr_Clear();
+      }
       for (const OutputPlan& item : p.items) r.items.push_back(resolve_plan(item));
       break;
   }
@@ -133,7 +170,41 @@ PyObject* CaptureRunner::example_inputs(const FrameValues& frame) const {
   return list;
 }
 
-PyObject* CaptureRunner::build(const Plan& p, PyObject* outputs, const Slots& slots) const {
+PyObject* CaptureRunner::build(const Plan& p, PyObject* outputs, const Slots& slots, const FrameValues& frame,
+                               Memo* memo) const {
+  if (p.memo >= 0 && memo) {
+    PyObject*& slot = memo->objs[static_cast<size_t>(p.memo)];
+    if (slot) {
+      Py_INCREF(slot);
+      return slot;
+    }
+    if (p.kind == OutputPlan::Kind::Cell) {
+      // NB: the cell exists before its contents: they may refer to it (a recursive closure).
+      PyObject* cell = PyCell_New(nullptr);
+      if (!cell) return nullptr;
+      Py_INCREF(cell);
+      memo->objs[static_cast<size_t>(p.memo)] = cell;
+      PyObject* contents = p.items.empty() ? nullptr : build(p.items[0], outputs, slots, frame, memo);
+      if (!p.items.empty() && (!contents || PyCell_Set(cell, contents) < 0)) {
+        Py_XDECREF(contents);
+        Py_DECREF(cell);
+        return nullptr;
+      }
+      Py_XDECREF(contents);
+      return cell;
+    }
+    PyObject* v = build_one(p, outputs, slots, frame, memo);
+    if (v) {
+      Py_INCREF(v);
+      memo->objs[static_cast<size_t>(p.memo)] = v;
+    }
+    return v;
+  }
+  return build_one(p, outputs, slots, frame, memo);
+}
+
+PyObject* CaptureRunner::build_one(const Plan& p, PyObject* outputs, const Slots& slots, const FrameValues& frame,
+                                   Memo* memo) const {
   switch (p.kind) {
     case OutputPlan::Kind::GraphOutput: {
       PyObject* v;
@@ -164,7 +235,7 @@ PyObject* CaptureRunner::build(const Plan& p, PyObject* outputs, const Slots& sl
       PyObject* seq = p.kind == OutputPlan::Kind::List ? PyList_New(n) : PyTuple_New(n);
       if (!seq) return nullptr;
       for (Py_ssize_t i = 0; i < n; ++i) {
-        PyObject* item = build(p.items[static_cast<size_t>(i)], outputs, slots);
+        PyObject* item = build(p.items[static_cast<size_t>(i)], outputs, slots, frame, memo);
         if (!item) {
           Py_DECREF(seq);
           return nullptr;
@@ -173,7 +244,8 @@ PyObject* CaptureRunner::build(const Plan& p, PyObject* outputs, const Slots& sl
         else PyTuple_SET_ITEM(seq, i, item);
       }
       if (p.kind == OutputPlan::Kind::Tuple && p.tuple_type) {
-        PyObject* nt = PyObject_Call(p.tuple_type, seq, nullptr);  // namedtuple(*items)
+        PyObject* nt = p.star_args ? PyObject_Call(p.tuple_type, seq, nullptr)  // namedtuple(*items)
+                                   : PyObject_CallOneArg(p.tuple_type, seq);
         Py_DECREF(seq);
         return nt;
       }
@@ -183,7 +255,7 @@ PyObject* CaptureRunner::build(const Plan& p, PyObject* outputs, const Slots& sl
       PyObject* d = PyDict_New();
       if (!d) return nullptr;
       for (size_t i = 0; i < p.items.size(); ++i) {
-        PyObject* item = build(p.items[i], outputs, slots);
+        PyObject* item = build(p.items[i], outputs, slots, frame, memo);
         if (!item || PyDict_SetItem(d, p.keys[i], item) < 0) {
           Py_XDECREF(item);
           Py_DECREF(d);
@@ -193,6 +265,8 @@ PyObject* CaptureRunner::build(const Plan& p, PyObject* outputs, const Slots& sl
       }
       return d;
     }
+    default:
+      return build_break_only(p, outputs, slots, frame, memo);
   }
   PyErr_SetString(PyExc_RuntimeError, "framefuse internal error: graph output index out of range");
   return nullptr;
@@ -217,8 +291,11 @@ PyObject* CaptureRunner::run(const FrameValues& frame, Slots& slots) const {
   }
   PyObject* result = nullptr;
   bool ok = true;
+  std::optional<Memo> memo;
+  if (capture_.num_memos > 0) memo.emplace(capture_.num_memos);
+  Memo* m = memo ? &*memo : nullptr;
   for (const Effect& e : effects_) {
-    PyObject* value = build(e.value, outputs, slots);
+    PyObject* value = build(e.value, outputs, slots, frame, m);
     if (!value) {
       ok = false;
       break;
@@ -250,10 +327,88 @@ PyObject* CaptureRunner::run(const FrameValues& frame, Slots& slots) const {
       break;
     }
   }
-  if (ok) result = build(*output_, outputs, slots);
+  if (ok) result = build(*output_, outputs, slots, frame, m);
   Py_DECREF(outputs);
   slots.clear();
   return result;
+}
+
+PyObject* CaptureRunner::build_break_only(const Plan& p, PyObject* outputs, const Slots& slots,
+                                          const FrameValues& frame, Memo* memo) const {
+  auto item = [&](size_t i) { return build(p.items[i], outputs, slots, frame, memo); };
+  switch (p.kind) {
+    case OutputPlan::Kind::Cell: {
+      PyObject* contents = p.items.empty() ? nullptr : item(0);
+      if (!p.items.empty() && !contents) return nullptr;
+      PyObject* cell = PyCell_New(contents);
+      Py_XDECREF(contents);
+      return cell;
+    }
+    case OutputPlan::Kind::ClosureCell:
+      if (!frame.closure || p.index >= PyTuple_GET_SIZE(frame.closure)) break;
+      Py_INCREF(PyTuple_GET_ITEM(frame.closure, p.index));
+      return PyTuple_GET_ITEM(frame.closure, p.index);
+    case OutputPlan::Kind::Function: {
+      PyObject* fn = PyFunction_New(p.constant, frame.globals);
+      if (!fn) return nullptr;
+      static int (*const setters[3])(PyObject*, PyObject*) = {PyFunction_SetDefaults, PyFunction_SetKwDefaults,
+                                                             PyFunction_SetClosure};
+      for (size_t i = 0; i < 3; ++i) {
+        PyObject* v = item(i);
+        int rc = v ? setters[i](fn, v) : -1;
+        Py_XDECREF(v);
+        if (rc < 0) {
+          Py_DECREF(fn);
+          return nullptr;
+        }
+      }
+      return fn;
+    }
+    case OutputPlan::Kind::Iterator: {
+      PyObject* seq = item(0);
+      if (!seq) return nullptr;
+      PyObject* it = PyObject_GetIter(seq);
+      Py_DECREF(seq);
+      if (it && p.index > 0) {
+        PyObject* r = PyObject_CallMethod(it, "__setstate__", "n", static_cast<Py_ssize_t>(p.index));
+        if (!r) Py_CLEAR(it);
+        Py_XDECREF(r);
+      }
+      return it;
+    }
+    case OutputPlan::Kind::GradCtx:
+      return PyObject_CallNoArgs(p.constant);
+    case OutputPlan::Kind::GradExit: {
+      // The with-block was entered in the graph's grad mode; the native code after the break
+      // leaves it through this object's __exit__ (restoring the mode from before the block).
+      PyObject* ctx = PyObject_CallNoArgs(p.constant);
+      if (!ctx) return nullptr;
+      PyObject* r = PyObject_CallMethod(ctx, "__enter__", nullptr);
+      PyObject* exit = r ? PyObject_GetAttrString(ctx, "__exit__") : nullptr;
+      Py_XDECREF(r);
+      Py_DECREF(ctx);
+      return exit;
+    }
+    case OutputPlan::Kind::Attr: {
+      PyObject* base = item(0);
+      if (!base) return nullptr;
+      PyObject* v = PyObject_GetAttr(base, p.constant);
+      Py_DECREF(base);
+      return v;
+    }
+    case OutputPlan::Kind::Method: {
+      PyObject* self = item(0);
+      PyObject* fn = self ? item(1) : nullptr;
+      PyObject* m = fn ? PyMethod_New(fn, self) : nullptr;
+      Py_XDECREF(self);
+      Py_XDECREF(fn);
+      return m;
+    }
+    default:
+      break;
+  }
+  PyErr_SetString(PyExc_RuntimeError, "framefuse internal error: cannot build a graph break's state");
+  return nullptr;
 }
 
 }  // namespace ff

@@ -39,10 +39,14 @@ class CaptureRunner {
 
   struct Plan;
   struct Effect;
+  struct Memo;
 
  private:
   Plan resolve_plan(const OutputPlan& p);
-  PyObject* build(const Plan& p, PyObject* outputs, const Slots& slots) const;
+  PyObject* build(const Plan& p, PyObject* outputs, const Slots& slots, const FrameValues& frame, Memo* memo) const;
+  PyObject* build_one(const Plan& p, PyObject* outputs, const Slots& slots, const FrameValues& frame, Memo* memo) const;
+  PyObject* build_break_only(const Plan& p, PyObject* outputs, const Slots& slots, const FrameValues& frame,
+                             Memo* memo) const;
 
   CaptureResult capture_;
   std::unique_ptr<GuardProgram> program_;

@@ -57,15 +57,6 @@ inline PyObject* finish_without_evaluator(PyThreadState* tstate, struct _PyInter
   return result;
 }
 
-inline PyObject* run_entry(ThreadState& st, PyThreadState* tstate, struct _PyInterpreterFrame* frame,
-                           const CacheEntry& entry, const FrameValues& values, Slots& slots) {
-  // NB: frames the graph's ops run (torch's Python functions) are not ours to compile.
-  ++st.disabled;
-  PyObject* result = entry.runner->run(values, slots);
-  --st.disabled;
-  return finish_without_evaluator(tstate, frame, result);
-}
-
 // ---- cold path: compile on a miss ------------------------------------------------------------
 
 std::string code_location(PyCodeObject* code) {
@@ -113,6 +104,153 @@ double ms_since(std::chrono::steady_clock::time_point t0) {
 
 enum class CompileOutcome { Compiled, Native, Raise };
 
+std::vector<BreakRecord>& break_records_storage() {
+  static auto* r = new std::vector<BreakRecord>();
+  return *r;
+}
+
+// A graph break, once per compile of a site: the `graph_breaks` log and the structured record
+// explain() reads.
+void note_break(PyCodeObject* code, const BreakInfo& b, bool split) {
+  std::string where = code_location(code);
+  if (log_enabled(LogArtifact::graph_breaks))
+    log_emit(LogArtifact::graph_breaks, "Graph break in " + where + (split ? " (the frame is split): " : " (the frame runs eagerly): ") +
+                                            (b.id.empty() && b.explanation.empty() ? b.reason : break_text(b)));
+  auto& records = break_records_storage();
+  constexpr size_t kMaxRecords = 10000;  // NB: a process that breaks forever must not grow forever
+  if (records.size() < kMaxRecords) records.push_back(BreakRecord{b, where, split});
+}
+
+// NB: a split frame is compiled even without tensor work, so interpreters without torch (the
+// torch-free tests) reach here; the tracer imported torch already if it can be.
+bool torch_loaded() {
+  PyObject* name = PyUnicode_FromString("torch");
+  PyObject* m = name ? PyImport_GetModule(name) : nullptr;
+  Py_XDECREF(name);
+  if (!m) PyErr_Clear();
+  Py_XDECREF(m);
+  return m != nullptr;
+}
+
+CompileOutcome mark_native(ExtraState& extra, const std::string& why) {
+  extra.strategy = CodeStrategy::Skip;
+  extra.skip_reason = why;
+  return CompileOutcome::Native;
+}
+
+FrameView frame_view(const ff_frame_info& info) {
+  FrameView view;
+  view.code = info.code;
+  view.globals = info.globals;
+  view.builtins = info.builtins;
+  view.closure = info.closure;
+  view.localsplus.assign(info.localsplus, info.localsplus + info.nlocalsplus);
+  return view;
+}
+
+// A trace's result into a cache entry: guards, runner, backend, logs. `brk`: a partial capture's
+// continuation (its graph may be empty: what follows the break is worth compiling anyway).
+CompileOutcome finish_compile(const ff_frame_info& info, const FrameValues& values,
+                              const std::shared_ptr<CompileOptions>& options, CaptureResult cap,
+                              std::shared_ptr<const BreakPlan> brk, std::chrono::steady_clock::time_point t0,
+                              int compile_id, ExtraState& extra, std::shared_ptr<CacheEntry>* out) {
+  double capture_ms = ms_since(t0);
+  if (PyErr_Occurred()) throw InternalError("the tracer left a Python exception set: " + fetch_py_error_text());
+  bool tensor_work = has_tensor_work(cap);
+  if (!tensor_work && !brk && !g_tracer_torch_free) {
+    if (log_enabled(LogComponent::frontend, LogLevel::Debug))
+      log_emit(LogComponent::frontend, LogLevel::Debug, "skipping " + code_location(info.code) + ": no tensor operations");
+    return mark_native(extra, "no tensor operations");
+  }
+  bool has_global_state = false;
+  bool any_requires_grad = false;
+  for (const Guard& g : cap.guards) {
+    has_global_state |= g.kind == Guard::Kind::GlobalState;
+    any_requires_grad |= g.kind == Guard::Kind::TensorMatch && g.tensor_meta.requires_grad;
+  }
+  if (!has_global_state && !g_tracer_torch_free && torch_loaded()) cap.guards.push_back(current_global_state_guard());
+  bool grad_on = false;
+  for (const Guard& g : cap.guards)
+    if (g.kind == Guard::Kind::GlobalState) grad_on = g.grad_enabled;
+  int break_cells = cap.brk.ncells;
+  std::string graph_text = log_enabled(LogArtifact::graph_code) && tensor_work ? graph_code_text(cap.graph) : std::string();
+  auto t1 = std::chrono::steady_clock::now();
+  auto runner = std::make_unique<CaptureRunner>(std::move(cap), values, nullptr);
+  // NB: an empty graph before a break runs on the reference runner: no backend call, no graph.
+  if (tensor_work || g_tracer_torch_free) compile_backend(*options, *runner, values, /*training=*/grad_on && any_requires_grad);
+  double backend_ms = ms_since(t1);
+
+  auto entry = std::make_shared<CacheEntry>();
+  entry->options = options;
+  entry->compile_id = compile_id;
+  entry->runner = std::move(runner);
+  entry->brk = std::move(brk);
+  entry->break_cells = break_cells;
+  entry->empty_graph = !tensor_work;
+  ++g_stats.frames_compiled;
+  if (!graph_text.empty()) log_emit(LogArtifact::graph_code, "GRAPH for " + code_location(info.code) + "\n" + graph_text);
+  if (log_enabled(LogArtifact::guards)) {
+    std::string msg = "GUARDS for " + code_location(info.code) + ":";
+    for (const std::string& g : entry->runner->guards().describe()) msg += "\n    " + g;
+    log_emit(LogArtifact::guards, msg);
+  }
+  if (log_enabled(LogArtifact::compile_times))
+    log_emit(LogArtifact::compile_times, code_location(info.code) + ": capture " + std::to_string(capture_ms) +
+                                             " ms, backend " + std::to_string(backend_ms) + " ms, total " +
+                                             std::to_string(ms_since(t0)) + " ms");
+  *out = std::move(entry);
+  return CompileOutcome::Compiled;
+}
+
+CompileOutcome internal_error(ExtraState& extra, const ff_frame_info& info, const std::exception& e) {
+  // InternalError and anything else: a framefuse bug. Never the user's problem.
+  std::string py_err = fetch_py_error_text();
+  std::string what = std::string(e.what()) + (py_err.empty() ? "" : " (" + py_err + ")");
+  ++g_stats.internal_errors;
+  if (config().raise_on_internal_error) {
+    PyErr_SetString(PyExc_RuntimeError, ("framefuse internal error while compiling " + code_location(info.code) + ": " + what).c_str());
+    return CompileOutcome::Raise;
+  }
+  log_emit(LogComponent::frontend, LogLevel::Warning,
+           "internal error while compiling " + code_location(info.code) + "; the frame runs eagerly: " + what);
+  return mark_native(extra, "internal error: " + what);
+}
+
+// The frame broke at a root instruction: trace it again up to that instruction, and continue
+// after it with a stub and resume functions (hook_resume.cpp).
+CompileOutcome compile_split(ExtraState& extra, const ff_frame_info& info, const FrameValues& values,
+                             const std::shared_ptr<CompileOptions>& options, const BreakInfo& b,
+                             std::chrono::steady_clock::time_point t0, int compile_id,
+                             std::shared_ptr<CacheEntry>* out) {
+  auto eager = [&](const std::string& why) {
+    note_break(info.code, b, false);
+    if (log_enabled(LogComponent::frontend, LogLevel::Debug))
+      log_emit(LogComponent::frontend, LogLevel::Debug, "not split at the graph break: " + why);
+    extra.skipped_for_break = true;
+    return mark_native(extra, "graph break: " + b.reason);
+  };
+  try {
+    TraceOptions topts;
+    if (g_tracer || !split_trace_options(info.code, b, &topts)) return eager("not at a resumable root instruction");
+    CaptureResult cap = trace_frame(frame_view(info), topts);
+    if (PyErr_Occurred()) throw InternalError("the tracer left a Python exception set: " + fetch_py_error_text());
+    // NB: tracing may have changed what the code sees (caches the traced code fills): the second
+    // trace need not take the same path.
+    if (!cap.brk.active) return eager("the second trace did not reach the break");
+    std::shared_ptr<const BreakPlan> plan = break_plan_for(info.code, cap.brk);
+    note_break(info.code, b, true);
+    ++g_stats.frames_split;
+    return finish_compile(info, values, options, std::move(cap), std::move(plan), t0, compile_id, extra, out);
+  } catch (const PythonErrorPending&) {
+    return CompileOutcome::Raise;
+  } catch (const Unsupported& u) {  // GraphBreak included: the state at the break cannot be rebuilt
+    PyErr_Clear();
+    return eager(u.what());
+  } catch (const std::exception& e) {
+    return internal_error(extra, info, e);
+  }
+}
+
 // Traces the frame and builds a cache entry. On Native the frame runs eagerly (remembered as
 // skip); on Raise a Python exception is set (fullgraph=True).
 CompileOutcome compile_frame(ExtraState& extra, const ff_frame_info& info, const FrameValues& values,
@@ -127,59 +265,11 @@ CompileOutcome compile_frame(ExtraState& extra, const ff_frame_info& info, const
     ~RestoreTag() { set_compile_tag(tag); }
   } restore_tag{saved_tag};
 
-  auto mark_native = [&](const std::string& why) {
-    extra.strategy = CodeStrategy::Skip;
-    extra.skip_reason = why;
-    return CompileOutcome::Native;
-  };
+  BreakInfo split;
   try {
-    FrameView view;
-    view.code = info.code;
-    view.globals = info.globals;
-    view.builtins = info.builtins;
-    view.closure = info.closure;
-    view.localsplus.assign(info.localsplus, info.localsplus + info.nlocalsplus);
+    FrameView view = frame_view(info);
     CaptureResult cap = g_tracer ? g_tracer(view) : trace_frame(view);
-    double capture_ms = ms_since(t0);
-    if (PyErr_Occurred()) throw InternalError("the tracer left a Python exception set: " + fetch_py_error_text());
-    if (!has_tensor_work(cap) && !g_tracer_torch_free) {
-      if (log_enabled(LogComponent::frontend, LogLevel::Debug))
-        log_emit(LogComponent::frontend, LogLevel::Debug, "skipping " + code_location(info.code) + ": no tensor operations");
-      return mark_native("no tensor operations");
-    }
-    bool has_global_state = false;
-    bool any_requires_grad = false;
-    for (const Guard& g : cap.guards) {
-      has_global_state |= g.kind == Guard::Kind::GlobalState;
-      any_requires_grad |= g.kind == Guard::Kind::TensorMatch && g.tensor_meta.requires_grad;
-    }
-    if (!has_global_state && !g_tracer_torch_free) cap.guards.push_back(current_global_state_guard());
-    bool grad_on = false;
-    for (const Guard& g : cap.guards)
-      if (g.kind == Guard::Kind::GlobalState) grad_on = g.grad_enabled;
-    std::string graph_text = log_enabled(LogArtifact::graph_code) ? graph_code_text(cap.graph) : std::string();
-    auto t1 = std::chrono::steady_clock::now();
-    auto runner = std::make_unique<CaptureRunner>(std::move(cap), values, nullptr);
-    compile_backend(*options, *runner, values, /*training=*/grad_on && any_requires_grad);
-    double backend_ms = ms_since(t1);
-
-    auto entry = std::make_shared<CacheEntry>();
-    entry->options = options;
-    entry->compile_id = compile_id;
-    entry->runner = std::move(runner);
-    ++g_stats.frames_compiled;
-    if (!graph_text.empty()) log_emit(LogArtifact::graph_code, "GRAPH for " + code_location(info.code) + "\n" + graph_text);
-    if (log_enabled(LogArtifact::guards)) {
-      std::string msg = "GUARDS for " + code_location(info.code) + ":";
-      for (const std::string& g : entry->runner->guards().describe()) msg += "\n    " + g;
-      log_emit(LogArtifact::guards, msg);
-    }
-    if (log_enabled(LogArtifact::compile_times))
-      log_emit(LogArtifact::compile_times, code_location(info.code) + ": capture " + std::to_string(capture_ms) +
-                                               " ms, backend " + std::to_string(backend_ms) + " ms, total " +
-                                               std::to_string(ms_since(t0)) + " ms");
-    *out = std::move(entry);
-    return CompileOutcome::Compiled;
+    return finish_compile(info, values, options, std::move(cap), nullptr, t0, compile_id, extra, out);
   } catch (const PythonErrorPending&) {
     return CompileOutcome::Raise;  // the user's backend raised: their exception, unchanged
   } catch (const GraphBreak& b) {
@@ -189,13 +279,14 @@ CompileOutcome compile_frame(ExtraState& extra, const ff_frame_info& info, const
       PyErr_SetString(g_unsupported_type ? g_unsupported_type : PyExc_RuntimeError, break_text(b.info()).c_str());
       return CompileOutcome::Raise;
     }
-    if (log_enabled(LogArtifact::graph_breaks))
-      log_emit(LogArtifact::graph_breaks, "Graph break in " + code_location(info.code) + " (the frame runs eagerly): " + break_text(b.info()));
     // NB: code that raises while traced (FF0008) is not remembered: the next call, with other
-    // arguments, may well be capturable. Eager reproduces the exception now.
-    if (b.info().id == "FF0008") return CompileOutcome::Native;
-    extra.skipped_for_break = true;
-    return mark_native("graph break: " + b.info().reason);
+    // arguments, may well be capturable. Eager reproduces the exception now; a partial graph
+    // would have to stop before code whose failure the trace cannot place.
+    if (b.info().id == "FF0008") {
+      note_break(info.code, b.info(), false);
+      return CompileOutcome::Native;
+    }
+    split = b.info();
   } catch (const Unsupported& u) {
     PyErr_Clear();
     ++g_stats.graph_breaks;
@@ -204,23 +295,36 @@ CompileOutcome compile_frame(ExtraState& extra, const ff_frame_info& info, const
                       (std::string(u.what()) + "\n  in " + code_location(info.code)).c_str());
       return CompileOutcome::Raise;
     }
-    if (log_enabled(LogArtifact::graph_breaks))
-      log_emit(LogArtifact::graph_breaks, "Graph break in " + code_location(info.code) + " (the frame runs eagerly): " + u.what());
+    BreakInfo unsupported;
+    unsupported.reason = u.what();
+    note_break(info.code, unsupported, false);
     extra.skipped_for_break = true;
-    return mark_native(std::string("unsupported: ") + u.what());
+    return mark_native(extra, std::string("unsupported: ") + u.what());
   } catch (const std::exception& e) {
-    // InternalError and anything else: a framefuse bug. Never the user's problem.
-    std::string py_err = fetch_py_error_text();
-    std::string what = std::string(e.what()) + (py_err.empty() ? "" : " (" + py_err + ")");
-    ++g_stats.internal_errors;
-    if (config().raise_on_internal_error) {
-      PyErr_SetString(PyExc_RuntimeError, ("framefuse internal error while compiling " + code_location(info.code) + ": " + what).c_str());
-      return CompileOutcome::Raise;
-    }
-    log_emit(LogComponent::frontend, LogLevel::Warning,
-             "internal error while compiling " + code_location(info.code) + "; the frame runs eagerly: " + what);
-    return mark_native("internal error: " + what);
+    return internal_error(extra, info, e);
   }
+  return compile_split(extra, info, values, options, split, t0, compile_id, out);
+}
+
+Dispatch run_entry(ThreadState& st, std::shared_ptr<CacheEntry> entry, const FrameValues& values, Slots& slots) {
+  // NB: frames the graph's ops run (torch's Python functions) are not ours to compile.
+  ++st.disabled;
+  PyObject* result = entry->runner->run(values, slots);
+  --st.disabled;
+  Dispatch d;
+  d.kind = entry->brk && result ? Dispatch::Break : Dispatch::Done;
+  d.result = result;
+  if (d.kind == Dispatch::Break) d.entry = std::move(entry);
+  return d;
+}
+
+Dispatch native() { return Dispatch{}; }
+
+Dispatch done(PyObject* result) {
+  Dispatch d;
+  d.kind = Dispatch::Done;
+  d.result = result;
+  return d;
 }
 
 // ---- the hook --------------------------------------------------------------------------------
@@ -230,7 +334,22 @@ PyObject* eval_frame_hook(PyThreadState* tstate, struct _PyInterpreterFrame* fra
   if (st.active == 0 || st.disabled > 0) return run_native(tstate, frame, throwflag);
   ff_frame_info info;
   if (!ff_frame_inspect(tstate, frame, throwflag, &info)) return run_native(tstate, frame, throwflag);
+  if (st.native_once != nullptr && reinterpret_cast<PyObject*>(info.code) == st.native_once) {
+    st.native_once = nullptr;  // the trampoline already dispatched this call: it runs natively
+    return run_native(tstate, frame, throwflag);
+  }
+  Dispatch d = dispatch_frame(st, info);
+  switch (d.kind) {
+    case Dispatch::Native: return run_native(tstate, frame, throwflag);
+    case Dispatch::Done: return finish_without_evaluator(tstate, frame, d.result);
+    case Dispatch::Break: return finish_without_evaluator(tstate, frame, run_break_chain(st, std::move(d.entry), d.result, info));
+  }
+  return nullptr;
+}
 
+}  // namespace
+
+Dispatch dispatch_frame(ThreadState& st, const ff_frame_info& info) {
   ExtraState* extra = extra_state(info.code);
   if (extra == nullptr) {
     // NB: cold work inside the hook runs with the hook disabled: anything it calls that runs
@@ -244,13 +363,13 @@ PyObject* eval_frame_hook(PyThreadState* tstate, struct _PyInterpreterFrame* fra
       extra = nullptr;
     }
     --st.disabled;
-    if (extra == nullptr) return run_native(tstate, frame, throwflag);
+    if (extra == nullptr) return native();
   }
   // NB: fullgraph=True retraces a frame another compile remembered as a graph break, to raise.
   if ((extra->strategy != CodeStrategy::Compile && !(extra->skipped_for_break && st.options->fullgraph)) ||
       (extra->torch_internal && reinterpret_cast<PyObject*>(info.code) != st.root_code)) {
     ++g_stats.eager_frames;
-    return run_native(tstate, frame, throwflag);
+    return native();
   }
 
   FrameValues values;
@@ -274,7 +393,7 @@ PyObject* eval_frame_hook(PyThreadState* tstate, struct _PyInterpreterFrame* fra
       entries.insert(entries.begin(), entry);
     }
     ++g_stats.cache_hits;
-    return run_entry(st, tstate, frame, *entry, values, slots);
+    return run_entry(st, std::move(entry), values, slots);
   }
 
   // Miss.
@@ -292,7 +411,7 @@ PyObject* eval_frame_hook(PyThreadState* tstate, struct _PyInterpreterFrame* fra
                  "): it runs eagerly from now on. Last guard failure: " + last);
     --st.disabled;
     ++g_stats.eager_frames;
-    return run_native(tstate, frame, throwflag);
+    return native();
   }
   if (!entries.empty()) {
     ++g_stats.recompiles;
@@ -308,10 +427,10 @@ PyObject* eval_frame_hook(PyThreadState* tstate, struct _PyInterpreterFrame* fra
   ++st.disabled;  // NB: frames the tracer and the backend run are not intercepted
   CompileOutcome outcome = compile_frame(*extra, info, values, options, &entry);
   --st.disabled;
-  if (outcome == CompileOutcome::Raise) return finish_without_evaluator(tstate, frame, nullptr);
+  if (outcome == CompileOutcome::Raise) return done(nullptr);
   if (outcome == CompileOutcome::Native) {
     ++g_stats.eager_frames;
-    return run_native(tstate, frame, throwflag);
+    return native();
   }
   extra->entries.insert(extra->entries.begin(), entry);
   Slots slots(entry->runner->guards().num_slots());
@@ -323,12 +442,10 @@ PyObject* eval_frame_hook(PyThreadState* tstate, struct _PyInterpreterFrame* fra
                  "; the frame runs eagerly");
     extra->entries.erase(extra->entries.begin());
     extra->strategy = CodeStrategy::Skip;
-    return run_native(tstate, frame, throwflag);
+    return native();
   }
-  return run_entry(st, tstate, frame, *entry, values, slots);
+  return run_entry(st, std::move(entry), values, slots);
 }
-
-}  // namespace
 
 // ---- shared with hook_callable.cpp -----------------------------------------------------------
 
@@ -351,6 +468,8 @@ void set_tracer(Tracer tracer, bool torch_free) {
 }
 void set_unsupported_exception(PyObject* type) { g_unsupported_type = type; }
 FrameEvalStats& frame_eval_stats() { return g_stats; }
+const std::vector<BreakRecord>& break_records() { return break_records_storage(); }
+void clear_break_records() { break_records_storage().clear(); }
 bool hook_installed() { return g_installed; }
 
 }  // namespace ff

@@ -10,6 +10,8 @@
 
 #include <functional>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "frame_eval/cache.h"
 #include "frame_eval/capture.h"
@@ -44,8 +46,20 @@ struct FrameEvalStats {
   int64_t internal_errors = 0;   // frames that fell back because of a framefuse bug
   int64_t cache_limit_hits = 0;  // code objects that reached config.recompile_limit
   int64_t eager_frames = 0;      // frames handed to the default evaluator while the hook was on
+  int64_t frames_split = 0;      // captures that end at a graph break (a stub and resume functions follow)
+  int64_t resume_calls = 0;      // resume functions entered by the hook after a break stub returned
+  int64_t codes_generated = 0;   // break stubs and resume functions built (each once per layout)
 };
 FrameEvalStats& frame_eval_stats();
+
+// Every graph break since the last clear (one per compile that met it), for explain().
+struct BreakRecord {
+  BreakInfo info;     // id and explanation are empty for an Unsupported without a registry record
+  std::string where;  // the frame: "fn (file.py:10)"
+  bool split = false; // the frame was split at the break; false: it ran eagerly
+};
+const std::vector<BreakRecord>& break_records();
+void clear_break_records();
 
 // True while the hook is installed (some thread is inside a compiled callable).
 bool hook_installed();

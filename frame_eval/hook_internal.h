@@ -7,6 +7,8 @@
 #include <string>
 
 #include "frame_eval/cache.h"
+#include "frame_eval/frame_access.h"
+#include "frame_eval/interpreter.h"
 
 namespace ff {
 
@@ -18,6 +20,7 @@ struct ThreadState {
   CompileOptions* options = nullptr;                                 // innermost compiled callable's
   const std::shared_ptr<CompileOptions>* options_owner = nullptr;  // the same, owning
   PyObject* root_code = nullptr;                                     // borrowed
+  PyObject* native_once = nullptr;  // borrowed: the next frame of this code runs natively (already dispatched)
 };
 ThreadState& thread_state();
 // NB: callers pass the ThreadState they already hold: each thread_state() call from a shared
@@ -32,6 +35,30 @@ std::string graph_code_text(const Graph& g);
 // Runs the compile options' backend on the capture; may give the runner a compiled callable.
 // Throws InternalError; throws PythonErrorPending when the user's backend raised.
 void compile_backend(const CompileOptions& options, CaptureRunner& runner, const FrameValues& values, bool training);
+
+// ---- one frame's dispatch, shared by the hook and the graph-break trampoline ----
+
+// Native: run the code natively; Done: `result` is the frame's result (null: exception set);
+// Break: `entry` is a partial capture that ran, `result` its break state (new reference).
+struct Dispatch {
+  enum Kind { Native, Done, Break } kind = Native;
+  PyObject* result = nullptr;
+  std::shared_ptr<CacheEntry> entry;
+};
+// Guards, cache, compile on a miss, run: everything the hook does for a frame it may handle.
+// `info` may describe a synthetic frame (a resume function entered by the trampoline).
+Dispatch dispatch_frame(ThreadState& st, const ff_frame_info& info);
+
+// hook_resume.cpp. Runs the stub of a break entry and the resume functions after it, in a loop
+// (never nesting Python frames per break); returns the frame's result (null: exception set).
+// `state` is stolen.
+PyObject* run_break_chain(ThreadState& st, std::shared_ptr<CacheEntry> entry, PyObject* state,
+                          const ff_frame_info& frame);
+// The second trace of a frame that broke: where to stop. False when the break cannot be split.
+bool split_trace_options(PyCodeObject* traced, const BreakInfo& info, TraceOptions* out);
+// The stub and resume functions for a partial capture of `traced` (cached). Throws Unsupported
+// when the break's state cannot be resumed.
+std::shared_ptr<const BreakPlan> break_plan_for(PyCodeObject* traced, const CaptureResult::BreakState& state);
 
 // A Python exception is set and must reach the user unchanged.
 struct PythonErrorPending : std::exception {

@@ -154,10 +154,23 @@ void SymbolicTracer::brk(BreakKind kind, const std::string& detail) {
     info.filename = file;
     info.lineno = line;
   }
+  if (!frames_.empty() && frames_[0]->depth == 0 && !root_visits_.empty()) {
+    // NB: a call breaks at the first instruction of its group: KW_NAMES sets a register the
+    // native code must see again.
+    const Frame& r = *frames_[0];
+    int idx = r.ip;
+    auto name_at = [&](int i) { const char* n = opcode_table()[r.dc->instrs[static_cast<size_t>(i)].opcode].name; return std::string(n ? n : ""); };
+    if (name_at(idx) == "CALL" && idx > 0 && name_at(idx - 1) == "PRECALL") --idx;
+    if ((name_at(idx) == "CALL" || name_at(idx) == "PRECALL") && idx > 0 && name_at(idx - 1) == "KW_NAMES") --idx;
+    info.root_index = idx;
+    info.root_visit = root_visits_[static_cast<size_t>(idx)];
+  }
   throw GraphBreak(std::move(info));
 }
 
 namespace {
+
+struct StopHere {};  // the partial trace reached its stop instruction
 
 struct FramePush {
   std::vector<Frame*>& frames;
@@ -178,6 +191,10 @@ Sym SymbolicTracer::run_frame(Frame& f) {
   for (;;) {
     FF_CHECK(f.ip >= 0 && static_cast<size_t>(f.ip) < instrs.size(), "instruction pointer out of range");
     const Instr& ins = instrs[static_cast<size_t>(f.ip)];
+    if (f.depth == 0 && frames_.size() == 1) {
+      int visit = ++root_visits_[static_cast<size_t>(f.ip)];
+      if (f.ip == options_.stop_index && visit == options_.stop_visit) throw StopHere{};
+    }
     ++out_.stats.instructions;
     if (ins.handler == Handler::ReturnValue) {
       FF_CHECK(!f.stack.empty(), "RETURN_VALUE on an empty stack");
@@ -697,84 +714,6 @@ void SymbolicTracer::step(Frame& f, const Instr& ins) {
 
 namespace {
 
-struct OutputBuilder {
-  SymbolicTracer& t;
-  std::vector<Value> outputs;
-  std::unordered_map<NodeId, int> index_of;
-
-  OutputPlan plan(const Sym& v) {
-    OutputPlan p;
-    switch (v->kind) {
-      case SymKind::Tensor: {
-        auto it = index_of.find(v->node);
-        int idx;
-        if (it != index_of.end()) {
-          idx = it->second;
-        } else {
-          idx = static_cast<int>(outputs.size());
-          outputs.push_back(Value::of_node(v->node));
-          index_of.emplace(v->node, idx);
-        }
-        p.kind = OutputPlan::Kind::GraphOutput;
-        p.index = idx;
-        return p;
-      }
-      case SymKind::Const:
-        if (v->source && !is_plain_const(v->obj.get())) {
-          p.kind = OutputPlan::Kind::Source;
-          p.source = v->source;
-        } else {
-          p.kind = OutputPlan::Kind::Constant;
-          p.constant = v->obj.get();
-          Py_INCREF(p.constant);
-        }
-        return p;
-      case SymKind::Tuple:
-        p.kind = OutputPlan::Kind::Tuple;
-        for (const Sym& i : v->items) p.items.push_back(plan(i));
-        p.tuple_type = v->obj.get();
-        Py_XINCREF(p.tuple_type);
-        return p;
-      case SymKind::List:
-      case SymKind::Dict:
-      case SymKind::Object:
-        if (v->source && v->obj) {
-          p.kind = OutputPlan::Kind::Source;
-          p.source = v->source;
-          return p;
-        }
-        if (v->is(SymKind::List)) {
-          p.kind = OutputPlan::Kind::List;
-          for (const Sym& i : v->items) p.items.push_back(plan(i));
-          return p;
-        }
-        if (v->is(SymKind::Dict)) {
-          p.kind = OutputPlan::Kind::Dict;
-          for (size_t i = 0; i < v->keys.size(); ++i) {
-            p.items.push_back(plan(v->items[i]));
-            p.keys.push_back(v->keys[i]->obj.get());
-            Py_INCREF(p.keys.back());
-          }
-          return p;
-        }
-        break;
-      case SymKind::Set:
-      case SymKind::Slice: {
-        PyObject* c = sym_to_const(v);
-        if (c) {
-          p.kind = OutputPlan::Kind::Constant;
-          p.constant = c;
-          return p;
-        }
-        break;
-      }
-      default:
-        break;
-    }
-    t.brk(BreakKind::EscapingObject, describe_sym(v));
-  }
-};
-
 std::string placeholder_name(const Source& s) {
   std::string text = s.str();
   std::string out;
@@ -885,10 +824,23 @@ CaptureResult SymbolicTracer::trace() {
     }
     root.closure = make_tuple(std::move(cells));
   }
-  Sym result = run_frame(root);
+  root_visits_.assign(root.dc->instrs.size(), 0);
+  Sym result;
+  bool stopped = false;
+  try {
+    result = run_frame(root);
+  } catch (const StopHere&) {
+    stopped = true;
+  }
 
   OutputBuilder ob{*this, {}, {}};
-  OutputPlan output = ob.plan(result);
+  OutputPlan output;
+  if (stopped) {
+    ob.break_state = true;
+    output = plan_break_state(root, ob);
+  } else {
+    output = ob.plan(result);
+  }
   std::vector<SideEffect> effects;
   for (PendingEffect& e : effects_) {
     SideEffect s;
@@ -916,6 +868,7 @@ CaptureResult SymbolicTracer::trace() {
   out_.output = std::move(output);
   output = OutputPlan{};
   out_.side_effects = std::move(effects);
+  out_.num_memos = static_cast<int>(ob.memo_of.size());
   return std::move(out_);
 }
 

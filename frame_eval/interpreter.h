@@ -20,6 +20,12 @@ class GraphBreak : public Unsupported {
 
 struct TraceOptions {
   int max_inline_depth = 32;  // bounded recursion of inlined user calls
+  // Partial capture (a graph break's second trace): stop before the root frame runs instruction
+  // `stop_index` (decoded index) for the `stop_visit`-th time; the result's `brk` describes the
+  // frame state there. `stop_live`: the locals live there (only the bound ones are passed).
+  int stop_index = -1;
+  int stop_visit = 0;
+  std::vector<std::string> stop_live;
 };
 
 // Traces `frame`. Throws GraphBreak for unsupported constructs and InternalError for bugs; the

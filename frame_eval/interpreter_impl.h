@@ -158,7 +158,30 @@ class SymbolicTracer {
   std::unordered_map<PyObject*, Sym> by_identity_;  // Objects / Lists / Dicts / Cells of real state
   std::unordered_set<std::string> guard_keys_;      // dedup of installed guards
   std::unordered_map<PyObject*, Sym> globals_cache_;  // root globals by name object
+  std::vector<int> root_visits_;  // per root instruction: how many times the trace reached it
 };
+
+// interpreter_output.cpp: the Python values a capture rebuilds after its graph ran (return value,
+// side-effect values, a graph break's state) as OutputPlans.
+struct OutputBuilder {
+  SymbolicTracer& t;
+  std::vector<Value> outputs;
+  std::unordered_map<NodeId, int> index_of;
+  bool break_state = false;  // building a graph break's state: more kinds, inputs passed by source
+  std::unordered_map<const SymValue*, int> memo_of;
+  std::unordered_set<const SymValue*> in_progress;  // a value that contains itself cannot be planned
+
+  OutputPlan plan(const Sym& v);  // GraphBreak (EscapingObject) for values it cannot rebuild
+
+ private:
+  OutputPlan plan_value(const Sym& v);
+  int memo(const Sym& v);
+  OutputPlan constant(PyObject* o);
+  OutputPlan optional(const Sym& v);
+  OutputPlan plan_break_only(const Sym& v);
+};
+// The root frame's state at a partial trace's stop (CaptureResult::BreakState), as one tuple plan.
+OutputPlan plan_break_state(Frame& root, OutputBuilder& ob);
 
 // Source helpers.
 SourcePtr attr_source(const SourcePtr& base, const std::string& name);

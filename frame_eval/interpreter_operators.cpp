@@ -542,6 +542,9 @@ Sym SymbolicTracer::get_iter(const Sym& v) {
     return it;
   }
   it->items = iterate(v);
+  if (v->is(SymKind::List) || v->is(SymKind::Tuple) ||
+      (v->is(SymKind::Const) && (PyList_CheckExact(v->obj.get()) || PyTuple_CheckExact(v->obj.get()))))
+    it->origin = v;
   return it;
 }
 

@@ -62,6 +62,7 @@ struct SymValue {
   PyRef globals;           // Function
   int64_t pos = 0, start = 0, stop = 0, step = 1;  // Iterator
   std::vector<std::pair<std::string, Sym>> attrs;  // NewObject attributes, in assignment order
+  Sym origin;              // Iterator: the list/tuple it iterates (rebuilt at a graph break), if any
 
   explicit SymValue(SymKind k) : kind(k) {}
   bool is(SymKind k) const { return kind == k; }

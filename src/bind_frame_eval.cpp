@@ -183,7 +183,29 @@ void define_frame_eval(py::module_& m) {
           return py::reinterpret_steal<py::object>(r);
         },
         "A callable that runs fn (and everything it calls) natively.");
-  m.def("_reset", [] { reset_caches(); frame_eval_stats() = FrameEvalStats{}; }, "Drop every compiled frame.");
+  m.def("_reset", [] {
+    reset_caches();
+    frame_eval_stats() = FrameEvalStats{};
+    clear_break_records();
+  }, "Drop every compiled frame.");
+  m.def("_graph_break_records", [] {
+    py::list out;
+    for (const BreakRecord& r : break_records()) {
+      py::dict d;
+      d["id"] = r.info.id;
+      d["reason"] = r.info.id.empty() ? r.info.reason : "[" + r.info.id + "] " + r.info.reason;
+      d["explanation"] = r.info.explanation;
+      d["hint"] = r.info.hint;
+      d["filename"] = r.info.filename;
+      d["lineno"] = r.info.lineno;
+      d["user_stack"] = r.info.user_stack;
+      d["where"] = r.where;
+      d["split"] = r.split;
+      out.append(d);
+    }
+    return out;
+  }, "Every graph break since the last _reset(): dicts with id, reason, explanation, hint, filename, lineno, "
+     "user_stack, where (the frame) and split (False: the frame ran eagerly).");
   m.def("_frame_eval_stats", [] {
     const FrameEvalStats& s = frame_eval_stats();
     py::dict d;
@@ -194,6 +216,9 @@ void define_frame_eval(py::module_& m) {
     d["internal_errors"] = s.internal_errors;
     d["cache_limit_hits"] = s.cache_limit_hits;
     d["eager_frames"] = s.eager_frames;
+    d["frames_split"] = s.frames_split;
+    d["resume_calls"] = s.resume_calls;
+    d["codes_generated"] = s.codes_generated;
     return d;
   });
   m.def("_hook_installed", &hook_installed);

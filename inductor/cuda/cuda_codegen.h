@@ -64,6 +64,8 @@ class Emitter {
   std::map<int, std::string> vars_;
   int lane_ = -1;
   int temp_counter_ = 0;
+  bool pair_sincos_ = false;
+  std::map<std::string, std::pair<std::string, std::string>> sincos_;  // operand text -> (sin, cos)
 };
 
 // Walks every statement (pre-order) / every expression node of a statement tree.

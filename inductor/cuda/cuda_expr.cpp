@@ -187,7 +187,19 @@ std::string Emitter::expr(const Expr& e, int indent) {
   };
   count(e);
   std::unordered_map<const ExprNode*, std::string> temps;
-  return render(e, uses, temps, indent);
+  // sin and cos of one value in one expression become one ff_sincos: a single argument reduction,
+  // and half the inlined library code for NVRTC to compile.
+  bool has_sin = false, has_cos = false;
+  for (auto& [node, n] : uses) {
+    if (node->kind != ExprKind::Unary) continue;
+    has_sin |= static_cast<UnaryOp>(node->op) == UnaryOp::Sin;
+    has_cos |= static_cast<UnaryOp>(node->op) == UnaryOp::Cos;
+  }
+  pair_sincos_ = has_sin && has_cos;
+  sincos_.clear();
+  std::string s = render(e, uses, temps, indent);
+  pair_sincos_ = false;
+  return s;
 }
 
 std::string Emitter::render(const Expr& e, const std::unordered_map<const ExprNode*, int>& uses,
@@ -219,7 +231,18 @@ std::string Emitter::render(const Expr& e, const std::unordered_map<const ExprNo
       if (op == UnaryOp::Neg) s = "(-" + a[0] + ")";
       else if (op == UnaryOp::Not) s = "(!" + a[0] + ")";
       else if (op == UnaryOp::IsNan) s = "(" + a[0] + " != " + a[0] + ")";
-      else {
+      else if (pair_sincos_ && (op == UnaryOp::Sin || op == UnaryOp::Cos)) {
+        // NB: keyed by the operand's C++ text (side-effect free), so equal loads pair up too.
+        std::string key = std::string(c_type(e->type)) + " " + a[0];
+        auto sc = sincos_.find(key);
+        if (sc == sincos_.end()) {
+          std::string id = std::to_string(temp_counter_++);
+          line(indent, std::string(c_type(e->type)) + " sn" + id + ", cs" + id + ";");
+          line(indent, "ff_sincos(" + a[0] + ", &sn" + id + ", &cs" + id + ");");
+          sc = sincos_.emplace(key, std::make_pair("sn" + id, "cs" + id)).first;
+        }
+        s = op == UnaryOp::Sin ? sc->second.first : sc->second.second;
+      } else {
         const char* fn = unary_fn(op);
         FF_CHECK(fn, "unary op without a CUDA rendering");
         s = std::string(fn) + "(" + a[0] + ")";

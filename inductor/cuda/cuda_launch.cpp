@@ -30,8 +30,18 @@ LaunchConfig launch_config(const KernelPlan& plan, int v, int block, const Devic
   return c;
 }
 
-CudaModule::CudaModule(std::string cubin, std::vector<KernelPlan> plans, std::string source_hash, bool autotune)
-    : cubin_(std::move(cubin)), plans_(std::move(plans)), hash_(std::move(source_hash)), autotune_(autotune) {
+CudaModule::CudaModule(std::vector<std::string> cubins, std::vector<CompileUnit> units, std::string arch,
+                       std::vector<KernelPlan> plans, std::string source_hash, bool autotune)
+    : cubins_(std::move(cubins)),
+      units_(std::move(units)),
+      arch_(std::move(arch)),
+      plans_(std::move(plans)),
+      hash_(std::move(source_hash)),
+      autotune_(autotune) {
+  FF_CHECK(cubins_.size() == units_.size(), "one cubin per compile unit");
+  for (const KernelPlan& plan : plans_)
+    for (const KernelVariant& v : plan.variants)
+      FF_CHECK(v.unit >= 0 && static_cast<size_t>(v.unit) < units_.size(), "variant " + v.fn + " has no compile unit");
   described_.resize(plans_.size());
 }
 
@@ -42,21 +52,37 @@ CudaModule::~CudaModule() {
 CudaModule::PerDevice& CudaModule::loaded(int device) {
   auto it = devices_.find(device);
   if (it != devices_.end()) return it->second;
-  const DriverApi& d = driver();
   ensure_context(device);
   PerDevice pd;
-  check_driver(d.cuModuleLoadData(&pd.module, cubin_.data()), "cuModuleLoadData");
-  for (const KernelPlan& plan : plans_) {
-    std::vector<CUfunction> fns;
-    for (const KernelVariant& v : plan.variants) {
-      CUfunction fn = nullptr;
-      check_driver(d.cuModuleGetFunction(&fn, pd.module, v.fn.c_str()), ("cuModuleGetFunction " + v.fn).c_str());
-      fns.push_back(fn);
-    }
-    pd.fns.push_back(std::move(fns));
-  }
+  pd.modules.assign(units_.size(), nullptr);
+  for (const KernelPlan& plan : plans_) pd.fns.emplace_back(plan.variants.size(), nullptr);
   pd.chosen.resize(plans_.size());
+  for (size_t u = 0; u < units_.size(); ++u)
+    if (!units_[u].lazy) load_unit(pd, u);
   return devices_.emplace(device, std::move(pd)).first->second;
+}
+
+void CudaModule::load_unit(PerDevice& pd, size_t u) {
+  if (pd.modules[u]) return;
+  if (cubins_[u].empty()) {
+    CompileStats st;
+    cubins_[u] = compile_cubin(units_[u].source, arch_, &st);
+    if (log_enabled(LogArtifact::perf_hints) && st.nvrtc_ms > 0) {
+      char ms[32];
+      std::snprintf(ms, sizeof ms, "%.1f", st.nvrtc_ms);
+      log_emit(LogArtifact::perf_hints, "CUDA: misaligned pointers: compiled a scalar fallback in " + std::string(ms) + " ms");
+    }
+  }
+  const DriverApi& d = driver();
+  check_driver(d.cuModuleLoadData(&pd.modules[u], cubins_[u].data()), "cuModuleLoadData");
+  for (size_t k = 0; k < plans_.size(); ++k)
+    for (size_t v = 0; v < plans_[k].variants.size(); ++v) {
+      const KernelVariant& var = plans_[k].variants[v];
+      if (static_cast<size_t>(var.unit) != u) continue;
+      CUfunction fn = nullptr;
+      check_driver(d.cuModuleGetFunction(&fn, pd.modules[u], var.fn.c_str()), ("cuModuleGetFunction " + var.fn).c_str());
+      pd.fns[k][v] = fn;
+    }
 }
 
 void CudaModule::raw_launch(CUfunction fn, const LaunchConfig& c, const KernelPlan& plan, const std::vector<void*>& ptrs,
@@ -171,7 +197,16 @@ LaunchConfig CudaModule::choose(PerDevice& pd, size_t k, const std::vector<void*
   LaunchConfig c;
   int capturing = 0;
   if (driver().cuStreamIsCapturing) driver().cuStreamIsCapturing(stream, &capturing);
-  if (autotune_ && !capturing && plan.rerunnable && !loads_what_it_stores(plan, ptrs))
+  bool tuning = autotune_ && !capturing && plan.rerunnable && !loads_what_it_stores(plan, ptrs);
+  // NB: a lazy unit is only loaded when no eagerly compiled variant fits (misaligned pointers).
+  if (!tuning || std::all_of(fitting.begin(), fitting.end(), [&](int v) { return units_[static_cast<size_t>(plan.variants[static_cast<size_t>(v)].unit)].lazy; }))
+    fitting.resize(1);
+  else
+    fitting.erase(std::remove_if(fitting.begin(), fitting.end(),
+                                 [&](int v) { return units_[static_cast<size_t>(plan.variants[static_cast<size_t>(v)].unit)].lazy; }),
+                  fitting.end());
+  for (int v : fitting) load_unit(pd, static_cast<size_t>(plan.variants[static_cast<size_t>(v)].unit));
+  if (tuning)
     c = tune(pd, k, ptrs, stream, device, fitting);
   else
     c = launch_config(plan, fitting.front(), 0, device_info(device));

@@ -24,7 +24,10 @@ LaunchConfig launch_config(const KernelPlan& plan, int v, int block, const Devic
 
 class CudaModule {
  public:
-  CudaModule(std::string cubin, std::vector<KernelPlan> plans, std::string source_hash, bool autotune);
+  // `cubins[u]` is the compiled ModuleSource unit u ("" for a lazy unit, compiled from
+  // `units[u].source` for `arch` the first time a launch needs one of its functions).
+  CudaModule(std::vector<std::string> cubins, std::vector<CompileUnit> units, std::string arch,
+             std::vector<KernelPlan> plans, std::string source_hash, bool autotune);
   ~CudaModule();
   CudaModule(const CudaModule&) = delete;
   CudaModule& operator=(const CudaModule&) = delete;
@@ -38,18 +41,21 @@ class CudaModule {
 
  private:
   struct PerDevice {
-    CUmodule module = nullptr;
-    std::vector<std::vector<CUfunction>> fns;        // [kernel][variant]
+    std::vector<CUmodule> modules;                   // [unit], null until loaded
+    std::vector<std::vector<CUfunction>> fns;        // [kernel][variant], null until its unit is loaded
     std::vector<std::map<uint64_t, LaunchConfig>> chosen;  // [kernel] alignment mask -> config
   };
   PerDevice& loaded(int device);
+  void load_unit(PerDevice& pd, size_t unit);
   LaunchConfig choose(PerDevice& pd, size_t k, const std::vector<void*>& ptrs, CUstream stream, int device);
   LaunchConfig tune(PerDevice& pd, size_t k, const std::vector<void*>& ptrs, CUstream stream, int device,
                     const std::vector<int>& variants);
   void raw_launch(CUfunction fn, const LaunchConfig& c, const KernelPlan& plan, const std::vector<void*>& ptrs,
                   CUstream stream);
 
-  std::string cubin_;
+  std::vector<std::string> cubins_;
+  std::vector<CompileUnit> units_;
+  std::string arch_;
   std::vector<KernelPlan> plans_;
   std::string hash_;
   bool autotune_;

@@ -30,6 +30,8 @@ FF_UNARY(ff_exp, expf(x), exp(x))
 FF_UNARY(ff_log, logf(x), log(x))
 FF_UNARY(ff_sin, sinf(x), sin(x))
 FF_UNARY(ff_cos, cosf(x), cos(x))
+FF_DEV void ff_sincos(float x, float* s, float* c) { sincosf(x, s, c); }
+FF_DEV void ff_sincos(double x, double* s, double* c) { sincos(x, s, c); }
 FF_UNARY(ff_tan, tanf(x), tan(x))
 FF_UNARY(ff_tanh, tanhf(x), tanh(x))
 FF_UNARY(ff_sqrt, sqrtf(x), sqrt(x))

@@ -165,6 +165,14 @@ VecPlan plan_vectors(const Program& p, const Kernel& k, const std::vector<const 
   return vp;
 }
 
+// vp.loads in an order that does not depend on where the nodes live in memory: the source must be
+// the same in every process, or the cubin cache (keyed by the source's hash) would never hit.
+std::vector<std::pair<const loop::ExprNode*, std::pair<int, std::string>>> ordered_loads(const VecPlan& vp) {
+  std::vector<std::pair<const loop::ExprNode*, std::pair<int, std::string>>> v(vp.loads.begin(), vp.loads.end());
+  std::stable_sort(v.begin(), v.end(), [](const auto& a, const auto& b) { return a.second.second < b.second.second; });
+  return v;
+}
+
 // Emits the straight-line statements `stmts` for VEC lanes starting at lane variable value
 // `lane_base` (vector loads before, vector stores after). Returns the alignment requirements.
 std::vector<std::pair<int, int>> emit_vector_lanes(Emitter& em, const Program& p, const Kernel& k, const VecPlan& vp,
@@ -176,7 +184,7 @@ std::vector<std::pair<int, int>> emit_vector_lanes(Emitter& em, const Program& p
   em.vec_loads.clear();
   em.vec_stores.clear();
   std::string vec = std::to_string(vp.vec);
-  for (auto& [node, bk] : vp.loads) {
+  for (auto& [node, bk] : ordered_loads(vp)) {
     auto [b, key] = bk;
     auto it = regs.find(key);
     if (it == regs.end()) {
@@ -300,12 +308,15 @@ void render_pointwise(const Program& p, const Kernel& k, const Nest& n, bool vec
   KernelVariant var;
   var.fn = fn;
   if (vec > 1) {
-    em.line(2, "if (base + " + V + " <= " + N + ") {");
+    // NB: when N is a multiple of VEC, every base is too and the scalar tail is dead code; leaving
+    // it out saves NVRTC a second copy of the body (each costs compile time, sin/cos notably).
+    bool tail = n.rows % vec != 0;
+    em.line(2, tail ? "if (base + " + V + " <= " + N + ") {" : "{");
     // Vector loads index through the chain variables of lane 0 (`base`).
     bind_chain(em, n, "base", 3);
     // Loads/stores were collapsed onto the flat index; render their index with lane 0's vars.
     std::map<std::string, std::string> regs;
-    for (auto& [node, bk] : vp.loads) {
+    for (auto& [node, bk] : ordered_loads(vp)) {
       auto it = regs.find(bk.second);
       if (it == regs.end()) {
         std::string reg = "ld" + std::to_string(regs.size());
@@ -344,11 +355,13 @@ void render_pointwise(const Program& p, const Kernel& k, const Nest& n, bool vec
     }
     em.vec_loads.clear();
     em.vec_stores.clear();
-    em.line(2, "} else {");
-    em.line(3, "for (" + ix + " f = base; f < " + N + "; ++f) {");
-    bind_chain(em, n, "f", 4);
-    for (const Stmt* s : stmts) em.stmt(*s, 4);
-    em.line(3, "}");
+    if (tail) {
+      em.line(2, "} else {");
+      em.line(3, "for (" + ix + " f = base; f < " + N + "; ++f) {");
+      bind_chain(em, n, "f", 4);
+      for (const Stmt* s : stmts) em.stmt(*s, 4);
+      em.line(3, "}");
+    }
     em.line(2, "}");
   } else {
     bind_chain(em, n, "base", 2);
@@ -565,6 +578,8 @@ ModuleSource render_module(const Program& p, const RenderOptions& opts) {
   ModuleSource m;
   std::ostringstream out;
   out << cuda_prelude() << "\n";
+  // Per kernel: the functions compiled up front and the scalar fallback compiled on demand.
+  std::vector<std::string> eager_src, lazy_src;
   for (const Kernel& k : p.kernels) {
     FF_CHECK(k.root.kind == StmtKind::Loop && k.root.parallel, "kernel " + k.name + " has no parallel root loop");
     Nest n = find_nest(k.root);
@@ -578,8 +593,10 @@ ModuleSource render_module(const Program& p, const RenderOptions& opts) {
       for (int b : st) plan.rerunnable &= std::find(ld.begin(), ld.end(), b) == ld.end();
     }
     std::string base = fn_name(k);
-    out << "// kernel " << k.name << "\n";
+    std::ostringstream ks, fs;  // eager functions, lazy fallback
+    ks << "// kernel " << k.name << "\n";
     std::string why;
+    bool has_fallback = false;
     if (!has_loop(*n.body)) {
       plan.strategy = Strategy::Pointwise;
       std::ostringstream vec_src;
@@ -587,12 +604,13 @@ ModuleSource render_module(const Program& p, const RenderOptions& opts) {
       render_pointwise(p, k, n, true, wide, base + "_v", vec_src, probe);
       if (probe.variants.back().aligned.empty()) {
         // Nothing to vectorize: the scalar kernel is the only variant.
-        render_pointwise(p, k, n, false, wide, base, out, plan);
+        render_pointwise(p, k, n, false, wide, base, ks, plan);
       } else {
-        out << vec_src.str();
+        ks << vec_src.str();
         plan = probe;
         plan.items = n.rows;
-        render_pointwise(p, k, n, false, wide, base, out, plan);
+        render_pointwise(p, k, n, false, wide, base, fs, plan);
+        has_fallback = true;
       }
     } else if (prefers_row_block(n) && row_block_ok(k, n, &why)) {
       plan.strategy = Strategy::RowBlock;
@@ -601,24 +619,70 @@ ModuleSource render_module(const Program& p, const RenderOptions& opts) {
       if (opts.all_variants)
         for (int t : {64, 128, 256, 512, 1024})
           if (t != tx) txs.push_back(t);
-      for (int t : txs) render_row_block(p, k, n, t, true, wide, base + "_t" + std::to_string(t) + "v", out, plan);
-      // Drop vector variants that found nothing to vectorize (identical to the scalar one).
+      // Vector variants that found nothing to vectorize (identical to the scalar one) are dropped.
       std::vector<KernelVariant> kept;
-      for (auto& v : plan.variants)
-        if (!v.aligned.empty()) kept.push_back(v);
+      for (int t : txs) {
+        std::ostringstream vs;
+        KernelPlan probe = plan;
+        render_row_block(p, k, n, t, true, wide, base + "_t" + std::to_string(t) + "v", vs, probe);
+        if (probe.variants.back().aligned.empty()) continue;
+        ks << vs.str();
+        kept.push_back(probe.variants.back());
+      }
       plan.variants = kept;
       KernelPlan scalar = plan;
-      render_row_block(p, k, n, tx, false, wide, base + "_t" + std::to_string(tx), out, scalar);
+      render_row_block(p, k, n, tx, false, wide, base + "_t" + std::to_string(tx), kept.empty() ? ks : fs, scalar);
       plan.variants.push_back(scalar.variants.back());
       plan.rows_per_block = scalar.rows_per_block;
+      has_fallback = !kept.empty();
     } else {
       plan.strategy = Strategy::Serial;
-      render_serial(p, k, n, wide, base, out, plan);
+      render_serial(p, k, n, wide, base, ks, plan);
     }
-    out << "\n";
+    out << ks.str() << fs.str() << "\n";
+    eager_src.push_back(ks.str());
+    lazy_src.push_back(has_fallback ? fs.str() : std::string());
+    if (has_fallback) plan.variants.back().unit = -1;  // resolved below
     m.kernels.push_back(std::move(plan));
   }
   m.source = out.str();
+
+  // Eager units: kernels dealt round-robin by decreasing source size over at most max_units
+  // programs, so the programs compiled in parallel finish at about the same time.
+  size_t nk = m.kernels.size();
+  size_t nunits = std::max<size_t>(1, std::min<size_t>(nk, static_cast<size_t>(std::max(1, opts.max_units))));
+  std::vector<size_t> order(nk);
+  for (size_t i = 0; i < nk; ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return eager_src[a].size() > eager_src[b].size(); });
+  std::vector<size_t> unit_of(nk, 0);
+  std::vector<size_t> load(nunits, 0);
+  for (size_t i : order) {
+    size_t u = static_cast<size_t>(std::min_element(load.begin(), load.end()) - load.begin());
+    unit_of[i] = u;
+    load[u] += eager_src[i].size();
+  }
+  if (nk == 0) return m;
+  m.units.assign(nunits, CompileUnit{});
+  for (auto& u : m.units) u.source = cuda_prelude() + "\n";
+  for (size_t i = 0; i < nk; ++i) {
+    CompileUnit& u = m.units[unit_of[i]];
+    u.source += eager_src[i] + "\n";
+    for (KernelVariant& v : m.kernels[i].variants)
+      if (v.unit >= 0) {
+        v.unit = static_cast<int>(unit_of[i]);
+        ++u.functions;
+      }
+  }
+  // One lazy unit per kernel with a fallback: a misaligned pointer usually affects one kernel.
+  for (size_t i = 0; i < nk; ++i) {
+    if (lazy_src[i].empty()) continue;
+    CompileUnit u;
+    u.source = cuda_prelude() + "\n" + lazy_src[i];
+    u.lazy = true;
+    u.functions = 1;
+    m.kernels[i].variants.back().unit = static_cast<int>(m.units.size());
+    m.units.push_back(std::move(u));
+  }
   return m;
 }
 

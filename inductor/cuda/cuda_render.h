@@ -42,6 +42,7 @@ struct KernelVariant {
   int vec = 1;                 // Pointwise: elements per thread step in this variant
   // Buffers (ids) whose pointers must be aligned to `align` bytes for this variant (vector access).
   std::vector<std::pair<int, int>> aligned;
+  int unit = 0;                // ModuleSource::units index of the program that defines `fn`
 };
 
 struct KernelPlan {
@@ -61,11 +62,24 @@ struct RenderOptions {
   // Render every candidate block shape of RowBlock kernels (for max-autotune), not just the
   // heuristic's choice.
   bool all_variants = false;
+  // How many eager compile units to split the kernels into (at most one per kernel).
+  int max_units = 1;
+};
+
+// One NVRTC program: the prelude and the functions of some kernels. A graph's kernels are split
+// into several units so that they compile in parallel and hit the cubin cache independently; the
+// scalar fallbacks of vectorized kernels (needed only for misaligned pointers) go to `lazy` units,
+// compiled the first time a launch needs one.
+struct CompileUnit {
+  std::string source;
+  bool lazy = false;
+  int functions = 0;
 };
 
 struct ModuleSource {
-  std::string source;
+  std::string source;               // the whole module (every function), for inspection and tests
   std::vector<KernelPlan> kernels;  // indexed like Program::kernels
+  std::vector<CompileUnit> units;   // what is compiled: eager units first, then lazy ones
 };
 
 // Renders every kernel of `p`. Throws ff::InternalError on loop IR it cannot render.

@@ -8,7 +8,12 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <sstream>
+#include <thread>
+#include <atomic>
+#include <exception>
+#include <mutex>
 #include <vector>
 
 #include "inductor/cuda/cuda_api.h"
@@ -56,7 +61,9 @@ bool read_file(const std::string& path, std::string* out) {
 void write_file_atomic(const std::string& path, const std::string& data) {
   std::error_code ec;
   std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ec);
-  std::string tmp = path + ".tmp" + std::to_string(getpid());
+  // NB: programs are compiled on several threads: the temporary name is unique per thread too.
+  std::string tmp = path + ".tmp" + std::to_string(getpid()) + "-" +
+                    std::to_string(std::hash<std::thread::id>{}(std::this_thread::get_id()));
   {
     std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
     if (!f) return;  // an unwritable cache only costs a recompile
@@ -122,7 +129,15 @@ std::string cuda_cache_dir() {
 
 std::string compile_cubin(const std::string& source, const std::string& arch, CompileStats* stats) {
   const NvrtcApi& nv = nvrtc();
-  const std::vector<std::string> options = {"--gpu-architecture=" + arch, "-std=c++17", "--device-as-default-execution-space"};
+  std::vector<std::string> options = {"--gpu-architecture=" + arch, "-std=c++17", "--device-as-default-execution-space"};
+  // NB: -Ofast-compile=min halves NVRTC's time on our kernels (measured on softmax and sin+cos);
+  // NVRTC before 12.8 does not know the option.
+  const std::string& fast = config().cuda_fast_compile;
+  if (!fast.empty() && (nv.major > 12 || (nv.major == 12 && nv.minor >= 8))) {
+    if (fast != "min" && fast != "mid" && fast != "max")
+      throw UserError("config cuda_fast_compile must be \"\", \"min\", \"mid\" or \"max\", not \"" + fast + "\"");
+    options.push_back("--Ofast-compile=" + fast);
+  }
   std::string key = "framefuse-cuda-1|nvrtc " + std::to_string(nv.major) + "." + std::to_string(nv.minor) + "|";
   for (const auto& o : options) key += o + " ";
   key += "|" + source;
@@ -169,6 +184,40 @@ std::string compile_cubin(const std::string& source, const std::string& arch, Co
   }
   if (!path.empty()) write_file_atomic(path, pack_cache_entry(cubin));
   return cubin;
+}
+
+std::vector<std::string> compile_cubins(const std::vector<std::string>& sources, const std::string& arch,
+                                        std::vector<CompileStats>* stats, int threads) {
+  size_t n = sources.size();
+  std::vector<std::string> cubins(n);
+  std::vector<CompileStats> st(n);
+  nvrtc();  // NB: load the library (which may ask Python where it lives) on the calling thread
+  if (threads <= 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  size_t nthreads = std::min<size_t>(n, static_cast<size_t>(threads));
+  if (nthreads <= 1) {
+    for (size_t i = 0; i < n; ++i) cubins[i] = compile_cubin(sources[i], arch, &st[i]);
+  } else {
+    std::atomic<size_t> next{0};
+    std::mutex mu;
+    std::exception_ptr first_error;
+    auto worker = [&] {
+      for (size_t i; (i = next.fetch_add(1)) < n;) {
+        try {
+          cubins[i] = compile_cubin(sources[i], arch, &st[i]);
+        } catch (...) {
+          std::lock_guard<std::mutex> lock(mu);
+          if (!first_error) first_error = std::current_exception();
+        }
+      }
+    };
+    std::vector<std::thread> pool;
+    for (size_t t = 1; t < nthreads; ++t) pool.emplace_back(worker);
+    worker();
+    for (auto& t : pool) t.join();
+    if (first_error) std::rethrow_exception(first_error);
+  }
+  if (stats) *stats = std::move(st);
+  return cubins;
 }
 
 }  // namespace ff::cuda

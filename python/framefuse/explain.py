@@ -6,9 +6,9 @@
 
 The call runs `fn` once under framefuse.compile with a recording backend (each graph then runs on the
 reference runner), after framefuse.reset(): every frame it reaches is compiled afresh, as with
-torch._dynamo.explain. Break records come from the `graph_breaks` log artifact and compile times from
-`compile_times`; both are collected for the duration of the call only, and the user's own log
-settings stay in effect.
+torch._dynamo.explain. Break records come from the engine's structured records (`_C._graph_break_records`,
+the same breaks the `graph_breaks` log artifact prints) and compile times from the `compile_times`
+artifact, collected for the duration of the call only; the user's own log settings stay in effect.
 """
 from __future__ import annotations
 
@@ -26,6 +26,8 @@ class BreakReason:
     reason: str                 # "[FF0003] call to print"
     user_stack: list            # ["file.py:12 in fn", ...], outermost first
     where: str = ""             # the frame that broke: "fn (file.py:10)"
+    split: bool = False         # the frame was split at the break (graph, native instruction, resume
+                                # function); False: the whole frame ran eagerly
     explanation: str = ""
     hint: str = ""
 
@@ -53,7 +55,7 @@ class ExplainOutput:
             out += f"  Break Reason {i}:\n"
             out += f"    Reason: {br.reason}\n"
             if br.where:
-                out += f"    Frame: {br.where} (runs eagerly)\n"
+                out += f"    Frame: {br.where} ({'split at the break' if br.split else 'runs eagerly'})\n"
             out += "    User Stack:\n"
             for frame in br.user_stack:
                 out += f"      {frame}\n"
@@ -70,7 +72,8 @@ class ExplainOutput:
         return out
 
 
-_BREAK_HEAD = re.compile(r"^(?:\[\d+/\d+\] )?Graph break in (?P<where>.*?) \(the frame runs eagerly\): (?P<reason>.*)$")
+_BREAK_HEAD = re.compile(r"^(?:\[\d+/\d+\] )?Graph break in (?P<where>.*?) "
+                         r"\(the frame (?P<how>runs eagerly|is split)\): (?P<reason>.*)$")
 
 
 def _parse_break(msg):
@@ -79,7 +82,7 @@ def _parse_break(msg):
     m = _BREAK_HEAD.match(lines[0])
     if not m:
         return None
-    br = BreakReason(reason=m.group("reason"), user_stack=[], where=m.group("where"))
+    br = BreakReason(reason=m.group("reason"), user_stack=[], where=m.group("where"), split=m.group("how") == "is split")
     at = None
     for line in lines[1:]:
         text = line.strip()
@@ -94,6 +97,16 @@ def _parse_break(msg):
     if at and not any(frame.startswith(at) for frame in br.user_stack):
         br.user_stack.append(at)
     return br
+
+
+def _from_record(rec):
+    """A BreakReason from one of _C._graph_break_records()."""
+    stack = list(rec["user_stack"])
+    at = f"{rec['filename']}:{rec['lineno']}" if rec["filename"] else ""
+    if at and not any(frame.startswith(at) for frame in stack):
+        stack.append(at)
+    return BreakReason(reason=rec["reason"], user_stack=stack, where=rec["where"], explanation=rec["explanation"],
+                       hint=rec["hint"], split=rec["split"])
 
 
 def _graph_ops(graph):
@@ -144,7 +157,7 @@ def explain(fn, *extra_args, **extra_kwargs):
             if artifact in user_artifacts or artifact not in ("graph_breaks", "compile_times"):
                 _logging._emit(logger_name, level, msg)
 
-        _C._reset()
+        _C._reset()  # also clears the break records
         _C.logging.set_spec(",".join(filter(None, [previous, "graph_breaks", "compile_times"])))
         _C.logging.set_sink(sink)
         try:
@@ -162,6 +175,8 @@ def explain(fn, *extra_args, **extra_kwargs):
             if info is not None:
                 for entry in info.get("guards", []):
                     guards.extend(entry)
+        if hasattr(_C, "_graph_break_records"):
+            breaks = [_from_record(r) for r in _C._graph_break_records()]
         stats = _C._frame_eval_stats()
         return ExplainOutput(
             graphs=graphs,

@@ -64,7 +64,14 @@ TEST(CudaRender, SinCosIsVectorizedPointwise) {
   EXPECT_EQ(k.variants[0].aligned.size(), 2u);
   EXPECT_TRUE(k.variants[1].aligned.empty());
   EXPECT_NE(m.source.find("ff_vec<float, 4>"), std::string::npos);
-  EXPECT_NE(m.source.find("ff_sin("), std::string::npos);
+  // sin and cos of one value: one sincos.
+  EXPECT_NE(m.source.find("ff_sincos("), std::string::npos);
+  // The vector function is compiled up front; the scalar fallback is a lazy program of its own.
+  ASSERT_EQ(m.units.size(), 2u);
+  EXPECT_FALSE(m.units[static_cast<size_t>(k.variants[0].unit)].lazy);
+  EXPECT_TRUE(m.units[static_cast<size_t>(k.variants[1].unit)].lazy);
+  EXPECT_EQ(m.units[static_cast<size_t>(k.variants[0].unit)].source.find(k.variants[1].fn + "("), std::string::npos);
+  EXPECT_NE(m.units[static_cast<size_t>(k.variants[1].unit)].source.find(k.variants[1].fn + "("), std::string::npos);
   expect_compiles(m);
 }
 

@@ -2,8 +2,9 @@
 
     PYTHONPATH=python python tests/python/bench_cached_call.py [--tracer]
 
-Measures `x + 1` on an 8-element CPU tensor (1 argument) and `x + 1 + y + z` (3 arguments):
-eager, framefuse, and torch.compile(backend="eager") (Dynamo) where available, in one run.
+Measures `x + 1` on an 8-element CPU tensor (1 argument), `x + 1 + y + z` (3 arguments) and a
+function with one graph break (two graphs and one native call in between): eager, framefuse, and
+torch.compile(backend="eager") (Dynamo) where available, in one run.
 `--tracer` uses a hand-built capture instead of the bytecode interpreter (same hook, guards and
 runner), for builds without the interpreter.
 """
@@ -22,6 +23,12 @@ def f1(x):
 
 def f3(x, y, z):
     return x + 1 + y + z
+
+
+def f_break(x):
+    y = x + 1
+    framefuse.graph_break()  # a C function: Dynamo breaks on it too
+    return y + 1
 
 
 def timeit(fn, args, n=100_000, repeat=7):
@@ -56,7 +63,10 @@ def main():
         framefuse._C._testing.set_tracer(hand_tracer)
     x, y, z = (torch.randn(8) for _ in range(3))
     rows = []
-    for name, fn, args in (("1 arg", f1, (x,)), ("3 args", f3, (x, y, z))):
+    cases = [("1 arg", f1, (x,)), ("3 args", f3, (x, y, z))]
+    if "--tracer" not in sys.argv:  # the hand-built capture knows no breaks
+        cases.append(("one break", f_break, (x,)))
+    for name, fn, args in cases:
         eager = timeit(fn, args)
         ff = framefuse.compile(fn, backend="eager")
         ff_t = timeit(ff, args)

@@ -1,5 +1,6 @@
-"""Unsupported constructs with the real interpreter: the frame falls back (remembered, logged);
-fullgraph=True raises framefuse.Unsupported naming the user's line; exceptions match eager."""
+"""Unsupported constructs with the real interpreter: the frame is split at the break (logged once);
+fullgraph=True raises framefuse.Unsupported naming the user's line; exceptions match eager.
+Splitting itself is tested in test_graph_breaks.py."""
 import logging
 
 import pytest
@@ -22,7 +23,7 @@ def with_print(x):
     return x + 1
 
 
-def test_print_falls_back_once_and_is_logged(caplog, capsys):
+def test_print_splits_the_frame_once_and_is_logged(caplog, capsys):
     framefuse.set_logs("graph_breaks")
     caplog.set_level(logging.INFO, logger="framefuse")
     f = framefuse.compile(with_print, backend="eager")
@@ -31,9 +32,11 @@ def test_print_falls_back_once_and_is_logged(caplog, capsys):
         assert torch.equal(f(x), x + 1)
     assert capsys.readouterr().out.count("side channel") == 3
     s = _C._frame_eval_stats()
-    assert s["graph_breaks"] == 1 and s["frames_compiled"] == 0
-    assert _C._code_cache_info(with_print.__code__)["strategy"] == "skip"
+    # the graph before the print (empty) and the resume function's graph after it
+    assert s["graph_breaks"] == 1 and s["frames_split"] == 1 and s["frames_compiled"] == 2
+    assert _C._code_cache_info(with_print.__code__)["strategy"] == "compile"
     assert caplog.text.count("[FF0003] call to print") == 1
+    assert "(the frame is split)" in caplog.text
     assert f"{__file__}:{with_print.__code__.co_firstlineno + 1}" in caplog.text
 
 
@@ -52,7 +55,7 @@ def with_graph_break(x):
     return y + 1
 
 
-def test_graph_break_makes_the_frame_fall_back():
+def test_graph_break_splits_the_frame():
     f = framefuse.compile(with_graph_break, backend="eager")
     x = torch.randn(3)
     assert torch.equal(f(x), x * 2 + 1)

@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 
 import framefuse
-from framefuse import cuda
+from framefuse import _C, cuda
 from framefuse.graph import Graph
 
 HAVE_GPU = torch.cuda.is_available()
@@ -133,6 +133,70 @@ def test_cubin_disk_cache_hit_in_second_compile(tmp_path):
     with framefuse.config.patch(cache_dir=str(tmp_path)):
         third = cuda.compile_graph(_pointwise("cpu")[0], arch="sm_90")._mod
     assert not third.disk_hit
+
+
+def test_sin_and_cos_of_one_value_share_one_sincos(tmp_path):
+    _need_nvrtc()
+    with framefuse.config.patch(cache_dir=str(tmp_path)):
+        fn = cuda.compile_graph(_pointwise("cpu")[0], arch="sm_90")
+    body = fn.source[fn.source.index("// kernel"):]
+    assert "ff_sincos(" in body and "ff_sin(" not in body and "ff_cos(" not in body, body
+
+
+@pytest.mark.parametrize("n, tail", [(1 << 16, False), ((1 << 16) + 2, True)])
+def test_vector_kernel_has_a_scalar_tail_only_when_sizes_need_one(n, tail, tmp_path):
+    _need_nvrtc()
+    g = Graph()
+    gx = g.placeholder("x", torch.randn(n))
+    g.output((g.call(torch.exp, gx),))
+    with framefuse.config.patch(cache_dir=str(tmp_path)):
+        fn = cuda.compile_graph(g, arch="sm_90")
+    vec = fn.source[fn.source.index("ff_k0_v("):]
+    vec = vec[:vec.index("\n}\n")]
+    assert ("if (base + 4 <= " in vec) == tail, vec
+
+
+def _block_graph():
+    # Four kernels of different strategies: pointwise, row-block softmax, layer norm, a column sum.
+    x = torch.randn(64, 256)
+    w, b = torch.randn(256), torch.randn(256)
+    g = Graph()
+    gx, gw, gb = g.placeholder("x", x), g.placeholder("w", w), g.placeholder("b", b)
+    s = g.call(torch.softmax, g.call(operator.mul, gx, 0.5), -1)
+    ln = g.call(F.layer_norm, g.call(torch.sin, s), [256], gw, gb)
+    g.output((g.call(F.gelu, ln), g.call(torch.sum, g.call(torch.exp, gx), 0)))
+    return g
+
+
+def test_kernels_compile_as_parallel_programs_without_scalar_fallbacks(tmp_path):
+    _need_nvrtc()
+    g = _block_graph()
+    with framefuse.config.patch(cache_dir=str(tmp_path), cuda_compile_threads=3):
+        fn = cuda.compile_graph(g, arch="sm_90")
+        mod = fn._mod
+        n_kernels = len(fn.kernels())
+        assert n_kernels >= 2, fn.kernels()
+        assert mod.programs == min(3, n_kernels)
+        # Every kernel gets one eagerly compiled function at least; the scalar fallbacks of vector
+        # kernels are in the inspectable source but not compiled until a misaligned launch needs them.
+        in_source = fn.source.count('extern "C" __global__')
+        assert n_kernels <= mod.compiled_functions < in_source, (mod.compiled_functions, in_source)
+        # The whole module (every function) still compiles as one program.
+        assert _C.cuda.compile_source(fn.source, "sm_90")["cubin_bytes"] > 0
+        # A second compile of the same graph reads every program from the disk cache.
+        again = cuda.compile_graph(g, arch="sm_90")._mod
+    assert not mod.disk_hit and again.disk_hit
+
+
+def test_fast_compile_level_is_checked(tmp_path):
+    _need_nvrtc()
+    if tuple(int(v) for v in cuda.nvrtc_status()["version"].split(".")) < (12, 8):
+        pytest.skip("NVRTC before 12.8 has no -Ofast-compile")
+    with framefuse.config.patch(cache_dir=str(tmp_path), cuda_fast_compile="fastest"):
+        with pytest.raises(framefuse.UserError, match="cuda_fast_compile"):
+            cuda.compile_graph(_pointwise("cpu")[0], arch="sm_90")
+    with framefuse.config.patch(cache_dir=str(tmp_path), cuda_fast_compile=""):
+        assert cuda.compile_graph(_pointwise("cpu")[0], arch="sm_90").kernels()
 
 
 def test_unknown_mode_is_an_error():

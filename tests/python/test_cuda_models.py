@@ -247,3 +247,103 @@ def test_inplace_blocks_equal_eager_on_cuda(case):
         out = fn(*fresh)
         _check(out, ref, 1e-5)
         _check(fresh, ref_in, 0.0)  # inputs mutated exactly as eager mutates them
+
+
+# ---- channels-last convolutions -----------------------------------------------------------------
+
+def _conv_graph(dev, weight_also_output=False):
+    x = torch.randn(4, 8, 16, 16, device=dev)
+    w = torch.randn(16, 8, 3, 3, device=dev) / 8
+    b = torch.randn(16, device=dev)
+    g = Graph()
+    gx, gw, gb = g.placeholder("x", x), g.placeholder("w", w), g.placeholder("b", b)
+    y = g.call(torch.relu, g.call(operator.add, g.call(F.conv2d, gx, gw, None, 1, 1), g.call(torch.reshape, gb, (1, 16, 1, 1))))
+    outs = (y, g.call(torch.sum, y, [2, 3]))
+    if weight_also_output:
+        outs = outs + (g.call(operator.mul, gw, 2.0),)
+    g.output(outs)
+    return g, [x, w, b]
+
+
+def test_conv_nets_compile_channels_last_for_sm90(tmp_path):
+    _need_nvrtc()
+    g, _ = _conv_graph("cpu")
+    fn = ffcuda.compile_graph(g, arch="sm_90")
+    assert fn._mod.channels_last_why == "", fn._mod.channels_last_why
+    # A weight with another reader keeps its layout: nothing to convert.
+    g2, _ = _conv_graph("cpu", weight_also_output=True)
+    assert "other readers" in ffcuda.compile_graph(g2, arch="sm_90")._mod.channels_last_why
+    with framefuse.config.patch(cuda_channels_last=False):
+        assert "off" in ffcuda.compile_graph(g, arch="sm_90")._mod.channels_last_why
+
+
+@gpu
+def test_channels_last_conv_graph_equals_eager_with_eager_strides():
+    g, (x, w, b) = _conv_graph("cuda")
+    fn = ffcuda.compile_graph(g)
+    assert fn._mod.channels_last_why == ""
+    for step in range(3):
+        x = torch.randn_like(x)
+        if step == 2:
+            w.mul_(-1.5)  # in place: a new version, so the channels-last copy is made again
+        out, ref = fn(x, w, b), g.run(x, w, b)
+        for o, r in zip(out, ref):
+            assert o.stride() == r.stride(), (o.stride(), r.stride())
+        _check(out, ref, 1e-5)
+
+
+def _resnet_block_graph():
+    torch.manual_seed(0)
+    vals = [torch.randn(4, 8, 16, 16), torch.randn(16, 8, 3, 3) / 8, torch.randn(16, 16, 3, 3) / 12,
+            torch.randn(16, 8, 1, 1) / 3, torch.randn(16), torch.rand(16) + 0.5, torch.randn(16), torch.randn(16),
+            torch.randn(10, 16), torch.randn(10)]
+    g = Graph()
+    gx, gw, gw2, gwd, grm, grv, gbw, gbb, glw, glb = (
+        g.placeholder(n, t) for n, t in zip(["x", "w", "w2", "wd", "rm", "rv", "bw", "bb", "lw", "lb"], vals))
+    r = g.call(F.relu, g.call(F.batch_norm, g.call(F.conv2d, gx, gw, None, 1, 1), grm, grv, gbw, gbb, False, 0.1, 1e-5))
+    p = g.call(F.max_pool2d, r, 3, 2, 1)
+    b2 = g.call(F.batch_norm, g.call(F.conv2d, p, gw2, None, 1, 1), grm, grv, gbw, gbb, False, 0.1, 1e-5)
+    down = g.call(F.conv2d, g.call(F.max_pool2d, gx, 2), gwd)
+    s = g.call(F.relu, g.call(operator.add, g.call(operator.add, b2, p), down))
+    f = g.call(torch.flatten, g.call(F.adaptive_avg_pool2d, s, (1, 1)), 1)
+    g.output((g.call(F.linear, f, glw, glb), r, s))
+    return g, vals
+
+
+def test_channels_last_rewrite_of_a_resnet_block_computes_the_same_on_the_cpu_generator():
+    # The rewrite is device-neutral: the CPU code generator (same lowering and loop IR) runs the
+    # rewritten graph, every activation between convs in NHWC, and must match eager.
+    g, vals = _resnet_block_graph()
+    code, cl_inputs, why = framefuse._C.cuda._channels_last_code(g._g)
+    assert why == "" and cl_inputs == [1, 2, 3], why
+    g2 = Graph.parse(code)
+    assert "[4096, 1, 256, 16]" in code  # the first conv's output and its bn/relu: NHWC
+    args = list(vals)
+    for i in cl_inputs:
+        args[i] = torch.empty_strided(vals[i].shape, torch.empty_like(vals[i], memory_format=torch.channels_last).stride())
+        args[i].copy_(vals[i])
+    out = ffinductor.compile_graph(g2)(*args)
+    ref = g.run(*vals)
+    for o, r in zip(out, ref):
+        assert o.shape == r.shape
+        assert ((o - r).norm() / r.norm()).item() < 1e-5
+    assert out[1].stride() == (4096, 1, 256, 16)  # the CUDA runner copies such outputs back to eager's strides
+
+
+def test_resnet_block_compiles_channels_last_for_cuda_graphs(tmp_path):
+    # On CUDA metadata (fake CUDA tensors: no GPU needed) the rewrite must not give up at batch norm
+    # or pooling, whose C++ rules leave GPU layouts to the fallback.
+    _need_nvrtc()
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    g, vals = _resnet_block_graph()
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        fake = [torch.empty_strided(v.shape, v.stride(), device="cuda") for v in vals]
+    gc = Graph()
+    names = ["x", "w", "w2", "wd", "rm", "rv", "bw", "bb", "lw", "lb"]
+    ph = [gc.placeholder(n, t) for n, t in zip(names, fake)]
+    gx, gw, gw2, gwd, grm, grv, gbw, gbb, glw, glb = ph
+    r = gc.call(F.relu, gc.call(F.batch_norm, gc.call(F.conv2d, gx, gw, None, 1, 1), grm, grv, gbw, gbb, False, 0.1, 1e-5))
+    p = gc.call(F.max_pool2d, r, 3, 2, 1)
+    gc.output((gc.call(F.relu, gc.call(operator.add, gc.call(F.conv2d, p, gw2, None, 1, 1), p)),))
+    fn = ffcuda.compile_graph(gc, arch="sm_90")
+    assert fn._mod.channels_last_why == "", fn._mod.channels_last_why

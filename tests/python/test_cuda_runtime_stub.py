@@ -44,7 +44,7 @@ CUresult cuGetExportTable(const void** t, const void* id) { *t = 0; return 1; } 
 """
 
 SCRIPT = r"""
-import sys, torch, framefuse, framefuse.cuda
+import sys, torch, framefuse, framefuse.cuda, framefuse.graph
 from framefuse import _C
 sys.path.insert(0, {tests!r})
 from test_cuda_codegen import CASES
@@ -66,6 +66,16 @@ with framefuse.config.patch(cache_dir={cache!r}):
             out = m.run(*inputs)
             same_structure(out, g.run(*inputs))
             print("case", name, mode, "|".join(m.kernels()), flush=True)
+    # Channels-last convolutions: a 1x1 kernel (whose contiguous strides already pass torch's
+    # channels-last test) is converted to the compiled strides; outputs come back in eager's.
+    import torch.nn.functional as F
+    x, w = torch.randn(2, 8, 6, 6), torch.randn(16, 8, 1, 1)
+    g = framefuse.graph.Graph()
+    gx, gw = g.placeholder("x", x), g.placeholder("w", w)
+    g.output((g.call(torch.relu, g.call(F.conv2d, gx, gw)),))
+    m = _C.cuda.compile(g._g, "default", "", True, True)
+    (out,) = m.run(x, w)
+    print("channels-last", repr(m.channels_last_why), out.stride() == g.run(x, w)[0].stride(), m.layout_copies, flush=True)
     # A misaligned input: the scalar variant is chosen.
     g, (x,) = CASES["pointwise"][0]("cpu")
     m = _C.cuda.compile(g._g, "default", "", True, True)
@@ -111,6 +121,7 @@ def test_runtime_host_side_with_driver_stand_in(stub_dir, tmp_path):
     assert "RowBlock" in softmax and "_t128v block 128x2" in softmax, softmax
     # max-autotune timed several block sizes: more launches than kernels.
     assert out.count("stub: launch") > 4 * len(cases)
+    assert "channels-last '' True 0" in out, out[-2000:]
     misaligned = [line for line in out.splitlines() if line.startswith("misaligned")][0]
     assert "ff_k0 block" in misaligned and "_v block" not in misaligned, misaligned
     assert "layout error: input x is float32[65536] strides [2] on cpu; the graph was compiled for float32[65536] strides [1]" in out, out[-2000:]
@@ -158,3 +169,26 @@ def test_runtime_releases_extern_results_after_their_last_use(stub_dir, tmp_path
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     growth = float(r.stdout.split("peak growth MB")[1].split()[0])
     assert growth < 5 * 16, f"peak RSS grew {growth:.0f} MB over one run: extern results held to the end?"
+
+
+def test_runtime_releases_split_tuples_after_their_last_getitem(stub_dir, tmp_path):
+    # nanoGPT's `c_attn(x).split(C, dim=2)`: the tuple of views keeps the whole product alive; it
+    # must go after its last getitem, not at the end of the graph.
+    if not cuda.nvrtc_status()["available"]:
+        pytest.skip("NVRTC not installed")
+    if not os.path.exists("/proc/self/clear_refs"):
+        pytest.skip("needs Linux's /proc/self/clear_refs to reset the peak RSS")
+    script = MEMORY_SCRIPT.replace(
+        "h = g.call(torch.relu, g.call(torch.mm, h, gw))",
+        "h = g.call(torch.relu, g.getitem(g.call(torch.split, g.call(torch.mm, h, gw), 512, 1), 0))").replace(
+        "w = torch.randn(4096, 1024), torch.randn(1024, 1024) / 32", "w = torch.randn(4096, 512), torch.randn(512, 1024) / 32")
+    assert "torch.split" in script and "torch.randn(512, 1024)" in script
+    env = dict(os.environ)
+    env["LD_LIBRARY_PATH"] = str(stub_dir) + os.pathsep + env.get("LD_LIBRARY_PATH", "")
+    env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+    r = subprocess.run([sys.executable, "-c", script.format(cache=str(tmp_path / "cache"))], env=env,
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    growth = float(r.stdout.split("peak growth MB")[1].split()[0])
+    # Each product is 16 MB; held to the end, eight of them would add 128 MB.
+    assert growth < 5 * 16, f"peak RSS grew {growth:.0f} MB over one run: split tuples held to the end?"

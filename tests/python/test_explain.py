@@ -57,27 +57,52 @@ def test_explain_no_break_golden():
 def test_explain_with_break_golden():
     x = torch.randn(3)
     report = framefuse.explain(with_break)(x)
-    # Today a break makes the whole frame run eagerly: no graph for it, one break with its reason.
-    assert report.graph_count == 0
+    # The frame is split at the break: the graph before it, the call run natively, and the resume
+    # function's graph after it.
+    assert report.graph_count == 2
     assert report.graph_break_count == 1
+    assert report.ops_per_graph == [["cos"], ["op_add"]]
     assert len(report.break_reasons) == 1
     br = report.break_reasons[0]
     line = with_break.__code__.co_firstlineno + 2
     assert br.reason == "[FF0016] framefuse.graph_break() called"
     assert br.hint == "Remove the framefuse.graph_break() call to capture this code."
+    assert br.split
     assert any(f"test_explain.py:{line}" in _normalize(frame) for frame in br.user_stack), br.user_stack
     text = _normalize(str(report))
     assert text.startswith(
-        "Graph Count: 0\n"
+        "Graph Count: 2\n"
         "Graph Break Count: 1\n"
-        "Op Count: 0\n"
+        "Op Count: 2\n"
         "Break Reasons:\n"
         "  Break Reason 1:\n"
         "    Reason: [FF0016] framefuse.graph_break() called\n"
-        f"    Frame: with_break (test_explain.py:{line - 2}) (runs eagerly)\n"
+        f"    Frame: with_break (test_explain.py:{line - 2}) (split at the break)\n"
         "    User Stack:\n"
-        f"      test_explain.py:{line}"), text
-    assert "Ops per Graph:\nOut Guards:\nCompile Times: framefuse compilation metrics: (no frame compiled)\n" in text
+        f"      test_explain.py:{line} in with_break\n"
+        "Ops per Graph:\n"
+        "  Ops 1:\n"
+        "    cos\n"
+        "  Ops 2:\n"
+        "    op_add\n"
+        "Out Guards:\n"), text
+    assert "Compile Times: framefuse compilation metrics:\n  [F/0] with_break (test_explain.py:" in text
+    assert f"[F/0] __resume_with_break_at_{line} (test_explain.py:{line}): capture N ms" in text
+
+
+def eager_break(x):
+    a = torch.cos(x)
+    try:
+        return a + int("x")  # raises while traced: the whole frame runs eagerly
+    except ValueError:
+        return a
+
+
+def test_explain_whole_frame_fallback():
+    report = framefuse.explain(eager_break)(torch.randn(3))
+    assert report.graph_count == 0 and report.graph_break_count == 1
+    assert not report.break_reasons[0].split
+    assert "(runs eagerly)" in str(report)
 
 
 def test_explain_result_matches_eager_and_restores_logs():

@@ -4,6 +4,8 @@
 #include <pybind11/stl.h>
 
 #include "inductor/cuda/cuda_api.h"
+#include "graph/printer.h"
+#include "inductor/cuda/python/channels_last.h"
 #include "inductor/cuda/python/cuda_runner.h"
 #include "src/logging.h"
 
@@ -59,6 +61,16 @@ void define_cuda(py::module_& m) {
     if (log_enabled(LogArtifact::perf_hints)) log_emit(LogArtifact::perf_hints, msg);
   });
   c.def("cache_dir", &cuda::cuda_cache_dir);
+  // One whole source as a single NVRTC program (through the disk cache): for tests and timing.
+  c.def("compile_source", [](const std::string& source, const std::string& arch) {
+    cuda::CompileStats st;
+    std::string cubin = cuda::compile_cubin(source, arch, &st);
+    py::dict d;
+    d["nvrtc_ms"] = st.nvrtc_ms;
+    d["disk_hit"] = st.disk_hit;
+    d["cubin_bytes"] = cubin.size();
+    return d;
+  }, py::arg("source"), py::arg("arch") = "sm_90");
 
   py::class_<CudaGraphModule>(c, "CompiledGraph")
       .def_property_readonly("source", &CudaGraphModule::source)
@@ -68,12 +80,26 @@ void define_cuda(py::module_& m) {
       .def_property_readonly("compile_ms", &CudaGraphModule::compile_ms)
       .def_property_readonly("nvrtc_ms", [](const CudaGraphModule& g) { return g.compile_stats().nvrtc_ms; })
       .def_property_readonly("disk_hit", [](const CudaGraphModule& g) { return g.compile_stats().disk_hit; })
+      .def_property_readonly("programs", [](const CudaGraphModule& g) { return g.compile_stats().programs; })
+      .def_property_readonly("compiled_functions", [](const CudaGraphModule& g) { return g.compile_stats().functions; })
       .def("kernels", &CudaGraphModule::kernels)
+      .def_property_readonly("channels_last_why", &CudaGraphModule::channels_last_why)
+      .def_property_readonly("layout_copies", &CudaGraphModule::layout_copies)
       .def("run", [](CudaGraphModule& g, py::args args) {
         std::vector<py::object> inputs;
         for (py::handle a : args) inputs.push_back(py::reinterpret_borrow<py::object>(a));
         return g.run(inputs);
       });
+
+  // Tests: the channels-last rewrite of a graph as graph code (to check it on the CPU code
+  // generator): (code, input indices to pass channels-last, why not) .
+  c.def("_channels_last_code", [](py::handle graph) -> py::tuple {
+    const Graph* g = reinterpret_cast<const Graph*>(graph.attr("_address")().cast<uintptr_t>());
+    std::string why;
+    auto cl = cuda::to_channels_last(*g, &why);
+    if (!cl) return py::make_tuple(std::string(), std::vector<int>{}, why);
+    return py::make_tuple(graph_code(cl->graph), cl->inputs, why);
+  });
 
   // graph: a framefuse._C.graph.Graph (its `_address`); the C++ graph is copied.
   c.def(

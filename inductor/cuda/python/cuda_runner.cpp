@@ -5,10 +5,12 @@
 #include <chrono>
 #include <functional>
 #include <optional>
+#include <thread>
 
 #include "graph/op_registry.h"
 #include "graph/python/graph_calls.h"
 #include "inductor/schedule.h"
+#include "src/config.h"
 #include "src/errors.h"
 #include "src/logging.h"
 
@@ -152,12 +154,27 @@ CudaGraphModule::CudaGraphModule(const Graph& g, const CudaCompileOptions& opts)
   if (functionalized && log_enabled(LogArtifact::perf_hints) && log_enabled(LogComponent::inductor, LogLevel::Debug))
     log_emit(LogArtifact::perf_hints, "CUDA: " + std::to_string(functionalized) +
                                           " in-place op(s) on private intermediates compiled out of place");
+  if (config().cuda_channels_last) {
+    std::string why;
+    if (auto cl = to_channels_last(graph_, &why)) {
+      graph_ = std::move(cl->graph);
+      for (int i : cl->inputs) cl_inputs_.push_back(ClInput{i, 0, -1, py::none()});
+      cl_restore_ = std::move(cl->restore);
+    } else {
+      channels_last_why_ = why;
+    }
+  } else {
+    channels_last_why_ = "config cuda_channels_last is off";
+  }
   Graph neutral = device_neutral(graph_, &device_, opts.assume_cuda);
   prog_ = inductor::compile_to_loop_ir(neutral);
   autotune_ = opts.mode == "max-autotune";
   host_emulation_ = opts.host_emulation;
   RenderOptions ro;
   ro.all_variants = autotune_;
+  int threads = config().cuda_compile_threads;
+  if (threads <= 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  ro.max_units = threads;
   src_ = render_module(prog_, ro);
   arch_ = opts.arch;
   if (arch_.empty()) {
@@ -166,7 +183,23 @@ CudaGraphModule::CudaGraphModule(const Graph& g, const CudaCompileOptions& opts)
   }
   if (log_enabled(LogArtifact::output_code) && log_enabled(LogComponent::inductor, LogLevel::Debug))
     log_emit(LogArtifact::output_code, "CUDA source (" + arch_ + "):\n" + src_.source);
-  if (!src_.kernels.empty()) cubin_ = compile_cubin(src_.source, arch_, &stats_);
+  if (!src_.kernels.empty()) {
+    // Eager units in parallel; lazy ones (scalar fallbacks) only when a launch needs them.
+    std::vector<std::string> eager;
+    for (const CompileUnit& u : src_.units)
+      if (!u.lazy) eager.push_back(u.source);
+    std::vector<CompileStats> per;
+    cubins_ = compile_cubins(eager, arch_, &per, threads);
+    cubins_.resize(src_.units.size());
+    stats_ = CompileStats{};
+    stats_.disk_hit = !per.empty();
+    stats_.programs = static_cast<int>(per.size());
+    for (size_t i = 0; i < per.size(); ++i) {
+      stats_.nvrtc_ms += per[i].nvrtc_ms;
+      stats_.disk_hit &= per[i].disk_hit;
+      stats_.functions += src_.units[i].functions;
+    }
+  }
   hash_ = content_hash(src_.source);
   compile_ms_ = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 
@@ -187,6 +220,29 @@ CudaGraphModule::CudaGraphModule(const Graph& g, const CudaCompileOptions& opts)
       if (e.result >= 0) touch(e.result, static_cast<int>(s));
     }
   }
+  // Values the runtime holds per node (tuples of split, getitem sources, non-buffer results) are
+  // let go after the last extern step that reads them: a split's tuple kept to the end of the graph
+  // keeps the whole product it views alive (nanoGPT's qkv, one per layer).
+  std::vector<int> last_read(graph_.size(), -1);
+  for (size_t s = 0; s < nsteps; ++s) {
+    const loop::Step& st = prog_.steps[s];
+    if (st.kind != loop::Step::Kind::Extern) continue;
+    const loop::ExternCall& e = prog_.externs[static_cast<size_t>(st.index)];
+    auto mark = [&](NodeId u) { last_read[static_cast<size_t>(u)] = static_cast<int>(s); };
+    if (e.op == kNoOp) {
+      const Node& nd = graph_.node(e.node);
+      if (!nd.args.empty() && nd.args[0].is_node()) mark(nd.args[0].node);
+    } else {
+      for (const Value& v : e.args) v.for_each_node(mark);
+    }
+    last_read[static_cast<size_t>(e.node)] = std::max(last_read[static_cast<size_t>(e.node)], static_cast<int>(s));
+  }
+  graph_.output_value().for_each_node([&](NodeId u) { last_read[static_cast<size_t>(u)] = -1; });
+  release_after_.assign(nsteps, {});
+  for (NodeId id = 0; id < static_cast<NodeId>(graph_.size()); ++id)
+    if (last_read[static_cast<size_t>(id)] >= 0 && graph_.node(id).kind != NodeKind::Placeholder)
+      release_after_[static_cast<size_t>(last_read[static_cast<size_t>(id)])].push_back(id);
+
   alloc_at_.assign(nsteps, {});
   free_after_.assign(nsteps, {});
   for (size_t b = 0; b < prog_.buffers.size(); ++b) {
@@ -235,7 +291,7 @@ void CudaGraphModule::ensure_module() {
   if (py::hasattr(c, "_cuda_getCurrentRawStream")) raw_stream_ = c.attr("_cuda_getCurrentRawStream");
   device_obj_ = host_emulation_ ? torch_.attr("device")("cpu") : torch_.attr("device")("cuda", device_);
   for (const loop::Buffer& b : prog_.buffers) dtype_objs_.push_back(torch_.attr(std::string(dtype_name(b.dtype)).c_str()));
-  if (!src_.kernels.empty()) module_ = std::make_unique<CudaModule>(cubin_, src_.kernels, hash_, autotune_);
+  if (!src_.kernels.empty()) module_ = std::make_unique<CudaModule>(cubins_, src_.units, arch_, src_.kernels, hash_, autotune_);
 }
 
 py::object CudaGraphModule::alloc(int b) {
@@ -255,8 +311,32 @@ py::object CudaGraphModule::view(int b, const loop::TensorRef& ref) {
   return t.attr("as_strided")(py::cast(ref.sizes), py::cast(ref.strides), base + ref.offset);
 }
 
-py::object CudaGraphModule::run(const std::vector<py::object>& inputs) {
+py::object CudaGraphModule::run(const std::vector<py::object>& given) {
   ensure_module();
+  std::vector<py::object> inputs = given;
+  for (ClInput& c : cl_inputs_) {
+    if (static_cast<size_t>(c.index) >= inputs.size()) break;  // the count is checked below
+    py::object t = inputs[static_cast<size_t>(c.index)];
+    uintptr_t ptr = t.attr("data_ptr")().cast<uintptr_t>();
+    int64_t version = t.attr("_version").cast<int64_t>();
+    if (ptr != c.src_ptr || version != c.version || c.converted.is_none()) {
+      // NB: exactly the strides the graph was compiled for: contiguous(memory_format=...) keeps a
+      // 1x1 kernel's [64, 1, 1, 1] as it is (channels-last by torch's test, not by its strides).
+      const loop::Buffer* buf = nullptr;
+      for (const loop::Buffer& b : prog_.buffers)
+        if (b.role == loop::BufferRole::Input && b.input == c.index) buf = &b;
+      c.converted = py::none();  // the old copy goes before the new one is made
+      if (!buf) continue;
+      py::dict kw;
+      kw["dtype"] = t.attr("dtype");
+      kw["device"] = t.attr("device");
+      c.converted = empty_strided_(py::cast(buf->sizes), py::cast(buf->strides), **kw);
+      c.converted.attr("copy_")(t);
+      c.src_ptr = ptr;
+      c.version = version;
+    }
+    inputs[static_cast<size_t>(c.index)] = c.converted;
+  }
   size_t nbuf = prog_.buffers.size();
   bufs_.assign(nbuf, py::none());
   ptrs_.assign(nbuf, nullptr);
@@ -338,6 +418,10 @@ py::object CudaGraphModule::run(const std::vector<py::object>& inputs) {
         TensorMeta m = meta_from_tensor(result.ptr());
         if (m.sizes != buf.sizes || m.strides != buf.strides || m.dtype != buf.dtype) {
           // Kernels were generated for the predicted layout: copy the result into it.
+          ++layout_copies_;
+          if (log_enabled(LogArtifact::perf_hints) && log_enabled(LogComponent::inductor, LogLevel::Debug))
+            log_emit(LogArtifact::perf_hints, "CUDA: " + op_def(e.op).name + " returned " + layout_str(m.sizes, m.strides) +
+                                                  ", copied into the predicted " + layout_str(buf.sizes, buf.strides));
           py::object t = alloc(e.result);
           t.attr("copy_")(result);
           result = t;
@@ -350,8 +434,19 @@ py::object CudaGraphModule::run(const std::vector<py::object>& inputs) {
       bufs_[static_cast<size_t>(b)] = py::none();
       ptrs_[static_cast<size_t>(b)] = nullptr;
     }
+    for (NodeId id : release_after_[s]) node_objs_[static_cast<size_t>(id)] = py::none();
   }
   for (auto& [nid, ref] : prog_.outputs) node_objs_[static_cast<size_t>(nid)] = view(ref.buf, ref);
+  for (auto& [nid, meta] : cl_restore_) {
+    py::object t = node_objs_[static_cast<size_t>(nid)];
+    if (!t || t.is_none()) continue;
+    py::dict kw;
+    kw["dtype"] = t.attr("dtype");
+    kw["device"] = t.attr("device");
+    py::object r = empty_strided_(py::cast(meta.sizes), py::cast(meta.strides), **kw);
+    r.attr("copy_")(t);
+    node_objs_[static_cast<size_t>(nid)] = r;
+  }
   std::vector<PyObject*> borrowed(node_objs_.size());
   for (size_t i = 0; i < node_objs_.size(); ++i) borrowed[i] = node_objs_[i].ptr();
   PyObject* out = value_to_py(graph_.output_value(), borrowed.data());

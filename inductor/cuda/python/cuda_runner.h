@@ -12,6 +12,7 @@
 #include "graph/ir.h"
 #include "inductor/cuda/cuda_launch.h"
 #include "inductor/cuda/cuda_render.h"
+#include "inductor/cuda/python/channels_last.h"
 #include "inductor/cuda/nvrtc_compiler.h"
 #include "inductor/loop_ir.h"
 
@@ -51,6 +52,10 @@ class CudaGraphModule {
   double compile_ms() const { return compile_ms_; }
   std::vector<std::string> kernels() const;  // strategy and chosen launch per kernel
   int device() const { return device_; }
+  // "" when the graph runs its convolutions channels-last, else why not.
+  const std::string& channels_last_why() const { return channels_last_why_; }
+  // Extern results copied into the layout the kernels were generated for, over all runs.
+  int64_t layout_copies() const { return layout_copies_; }
 
  private:
   void ensure_module();
@@ -61,7 +66,7 @@ class CudaGraphModule {
   loop::Program prog_;
   ModuleSource src_;
   std::string arch_;
-  std::string cubin_;
+  std::vector<std::string> cubins_;  // per ModuleSource unit; "" for lazy units not compiled yet
   std::string hash_;
   CompileStats stats_;
   double compile_ms_ = 0;
@@ -73,9 +78,22 @@ class CudaGraphModule {
   std::vector<pybind11::object> bufs_;
   std::vector<void*> ptrs_;
   std::vector<std::vector<int>> alloc_at_, free_after_;  // [step] -> buffers
+  std::vector<std::vector<NodeId>> release_after_;       // [step] -> nodes whose held value goes
   std::vector<pybind11::object> node_objs_;
   pybind11::object torch_, empty_strided_, raw_stream_, device_obj_;
   std::vector<pybind11::object> dtype_objs_;  // per buffer
+  // Channels-last: inputs converted on the way in (cached per source pointer and version) and
+  // outputs copied back to eager's layout.
+  struct ClInput {
+    int index = 0;
+    uintptr_t src_ptr = 0;
+    int64_t version = -1;
+    pybind11::object converted;
+  };
+  std::vector<ClInput> cl_inputs_;
+  std::vector<std::pair<NodeId, TensorMeta>> cl_restore_;
+  std::string channels_last_why_;
+  int64_t layout_copies_ = 0;
 };
 
 }  // namespace ff::cuda

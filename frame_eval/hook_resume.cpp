@@ -1,0 +1,229 @@
+// Graph breaks at run time: where a frame's second trace stops, the generated code that continues
+// it (a stub running the break instruction natively, resume functions for what follows, cached per
+// layout), and the trampoline that runs them (see cpython-frames.md §4.2).
+//
+// A partial capture's runner returns the frame state at the break. The stub runs the break
+// instruction and returns (marker, successor, state...) instead of continuing; the trampoline
+// then dispatches the successor's resume function like a frame of its own (guards, cache,
+// compile) without calling it, so a loop with breaks never nests Python frames.
+#include <unordered_map>
+
+#include "frame_eval/bytecode.h"
+#include "frame_eval/bytecode_resume.h"
+#include "frame_eval/bytecode_stub.h"
+#include "frame_eval/hook.h"
+#include "frame_eval/hook_internal.h"
+#include "src/errors.h"
+
+namespace ff {
+
+namespace {
+
+// What the stubs' tails return first; user code can never return it.
+PyObject* marker() {
+  static PyObject* m = PyObject_CallNoArgs(reinterpret_cast<PyObject*>(&PyBaseObject_Type));
+  return m;
+}
+
+// Generated code derives from the user's code object: a break in a resume function is a break in
+// the original at instruction index - shift.
+struct Origin {
+  PyRef original;
+  int shift = 0;
+};
+
+// NB: keyed by pointer; the values hold the codes (and the caches below hold the keys) forever,
+// so an address is never reused while registered. Guarded by the GIL.
+std::unordered_map<PyObject*, Origin>& origins() {
+  static auto* m = new std::unordered_map<PyObject*, Origin>();
+  return *m;
+}
+std::unordered_map<std::string, PyRef>& resume_cache() {
+  static auto* m = new std::unordered_map<std::string, PyRef>();
+  return *m;
+}
+std::unordered_map<std::string, std::shared_ptr<const BreakPlan>>& plan_cache() {
+  static auto* m = new std::unordered_map<std::string, std::shared_ptr<const BreakPlan>>();
+  return *m;
+}
+
+Origin origin_of(PyCodeObject* traced) {
+  auto it = origins().find(reinterpret_cast<PyObject*>(traced));
+  if (it != origins().end()) return it->second;
+  return Origin{PyRef::borrow(reinterpret_cast<PyObject*>(traced)), 0};
+}
+
+int unit_of(PyObject* code, int index) {
+  bc::Bytecode b = bc::decode(code);
+  FF_CHECK(index >= 0 && static_cast<size_t>(index) < b.instrs.size(), "graph break outside the code");
+  return b.instrs[static_cast<size_t>(index)].offset;
+}
+
+std::string layout_key(PyObject* code, int unit, int depth, const std::vector<int>& nulls,
+                       const std::vector<std::string>& live) {
+  std::string key = std::to_string(reinterpret_cast<uintptr_t>(code)) + "@" + std::to_string(unit) + "/" +
+                    std::to_string(depth) + "/";
+  for (int n : nulls) key += std::to_string(n) + ",";
+  key += "/";
+  for (const std::string& l : live) key += l + ",";
+  return key;
+}
+
+PyRef resume_code(PyObject* original, const bc::StubSuccessor& s) {
+  std::string key = layout_key(original, s.unit, s.depth, s.null_slots, s.live);
+  auto it = resume_cache().find(key);
+  if (it != resume_cache().end()) return it->second;
+  int shift = 0;
+  PyRef code = PyRef::steal(bc::make_resume(original, s.unit, s.depth, s.live, s.null_slots, &shift));
+  origins()[code.get()] = Origin{PyRef::borrow(original), shift};
+  resume_cache()[key] = code;
+  ++frame_eval_stats().codes_generated;
+  return code;
+}
+
+PyRef make_function(PyObject* code, PyObject* globals, PyObject* closure) {
+  PyRef fn = PyRef::steal(PyFunction_New(code, globals));
+  if (fn && closure && PyTuple_GET_SIZE(closure) > 0 && PyFunction_SetClosure(fn.get(), closure) < 0) return PyRef();
+  return fn;
+}
+
+PyRef stub_function(const BreakPlan& plan, PyObject* globals, PyObject* closure) {
+  bool no_closure = closure == nullptr || PyTuple_GET_SIZE(closure) == 0;
+  if (no_closure && plan.stub_fn && plan.stub_fn_globals == globals) return plan.stub_fn;
+  PyRef fn = make_function(plan.stub.get(), globals, closure);
+  if (fn && no_closure) {
+    plan.stub_fn = fn;
+    plan.stub_fn_globals = globals;
+  }
+  return fn;
+}
+
+// A frame split at a break with no tensor work before it, whose resume function has none either
+// (a helper that prints): the split only adds calls. Its code runs natively from now on.
+void give_up_empty_split(PyCodeObject* code, const CacheEntry& entry, PyCodeObject* resume) {
+  if (!entry.empty_graph) return;
+  ExtraState* r = extra_state(resume);
+  if (!r || r->strategy != CodeStrategy::Skip || r->skip_reason != "no tensor operations") return;
+  ExtraState* c = extra_state(code);
+  if (!c || c->entries.size() != 1 || c->entries[0].get() != &entry) return;
+  c->strategy = CodeStrategy::Skip;
+  c->skip_reason = "no tensor operations on either side of a graph break";
+  c->entries.clear();  // NB: the caller holds the entry until it is done with it
+}
+
+PyObject* internal_error(const char* what) {
+  PyErr_Format(PyExc_RuntimeError, "framefuse internal error after a graph break: %s", what);
+  return nullptr;
+}
+
+}  // namespace
+
+bool split_trace_options(PyCodeObject* traced, const BreakInfo& info, TraceOptions* out) {
+  if (info.root_index < 0) return false;
+  Origin o = origin_of(traced);
+  int k = info.root_index - o.shift;
+  if (k < 0) return false;
+  out->stop_index = info.root_index;
+  out->stop_visit = info.root_visit;
+  out->stop_live = bc::live_locals_at(o.original.get(), unit_of(o.original.get(), k));
+  return true;
+}
+
+std::shared_ptr<const BreakPlan> break_plan_for(PyCodeObject* traced, const CaptureResult::BreakState& bs) {
+  Origin o = origin_of(traced);
+  PyObject* original = o.original.get();
+  int unit = unit_of(original, bs.index - o.shift);
+  std::string key = layout_key(original, unit, bs.depth, bs.null_slots, bs.live);
+  auto it = plan_cache().find(key);
+  if (it != plan_cache().end()) return it->second;
+
+  bc::BreakStub stub = bc::make_break_stub(original, unit, bs.depth, bs.live, bs.null_slots, marker());
+  auto plan = std::make_shared<BreakPlan>();
+  plan->original = o.original;
+  plan->stub = PyRef::steal(stub.code);
+  ++frame_eval_stats().codes_generated;
+  ExtraState* extra = ensure_extra_state(reinterpret_cast<PyCodeObject*>(plan->stub.get()));
+  extra->generated_stub = true;
+  extra->strategy = CodeStrategy::Skip;
+  extra->skip_reason = "graph-break stub";
+  for (const bc::StubSuccessor& s : stub.successors) plan->resume.push_back(resume_code(original, s));
+  plan_cache()[key] = plan;
+  return plan;
+}
+
+PyObject* run_break_chain(ThreadState& st, std::shared_ptr<CacheEntry> entry, PyObject* state,
+                          const ff_frame_info& frame) {
+  PyRef closure = PyRef::borrow(frame.closure);
+  PyRef st_ref = PyRef::steal(state);
+  for (bool first = true;; first = false) {
+    const BreakPlan& plan = *entry->brk;
+    PyObject* s = st_ref.get();
+    if (!PyTuple_CheckExact(s) || PyTuple_GET_SIZE(s) < entry->break_cells) return internal_error("bad break state");
+    Py_ssize_t nargs = PyTuple_GET_SIZE(s) - entry->break_cells;
+    if (entry->break_cells > 0) {
+      // The code's own cells, made fresh with the traced contents, then its free variables: the
+      // one closure every stub and resume function of this call shares.
+      Py_ssize_t nfree = closure ? PyTuple_GET_SIZE(closure.get()) : 0;
+      PyRef c = PyRef::steal(PyTuple_New(entry->break_cells + nfree));
+      if (!c) return nullptr;
+      for (Py_ssize_t i = 0; i < entry->break_cells; ++i) {
+        PyObject* cell = PyTuple_GET_ITEM(s, nargs + i);
+        Py_INCREF(cell);
+        PyTuple_SET_ITEM(c.get(), i, cell);
+      }
+      for (Py_ssize_t i = 0; i < nfree; ++i) {
+        PyObject* cell = PyTuple_GET_ITEM(closure.get(), i);
+        Py_INCREF(cell);
+        PyTuple_SET_ITEM(c.get(), entry->break_cells + i, cell);
+      }
+      closure = c;
+    }
+    PyRef fn = stub_function(plan, frame.globals, closure.get());
+    if (!fn) return nullptr;
+    PyRef r = PyRef::steal(PyObject_Vectorcall(fn.get(), &PyTuple_GET_ITEM(s, 0), static_cast<size_t>(nargs), nullptr));
+    if (!r) return nullptr;
+    PyObject* rt = r.get();
+    if (!PyTuple_CheckExact(rt) || PyTuple_GET_SIZE(rt) < 2 || PyTuple_GET_ITEM(rt, 0) != marker()) return r.release();
+
+    size_t succ = PyLong_AsSize_t(PyTuple_GET_ITEM(rt, 1));
+    if (succ >= plan.resume.size()) return internal_error("unknown successor");
+    PyObject* resume = plan.resume[succ].get();
+    auto* rc = reinterpret_cast<PyCodeObject*>(resume);
+    Py_ssize_t n = PyTuple_GET_SIZE(rt) - 2;
+    if (n != rc->co_argcount) return internal_error("resume function arity");
+    // NB: the synthetic frame's slots: arguments, then unbound (as a fresh frame has them).
+    constexpr int kInline = 32;
+    PyObject* inline_slots[kInline];
+    std::vector<PyObject*> heap_slots;
+    PyObject** localsplus = inline_slots;
+    if (rc->co_nlocalsplus > kInline) {
+      heap_slots.resize(static_cast<size_t>(rc->co_nlocalsplus));
+      localsplus = heap_slots.data();
+    }
+    for (int i = 0; i < rc->co_nlocalsplus; ++i) localsplus[i] = i < n ? PyTuple_GET_ITEM(rt, 2 + i) : nullptr;
+    ff_frame_info info{};
+    info.code = rc;
+    info.func = nullptr;
+    info.globals = frame.globals;
+    info.builtins = frame.builtins;
+    info.closure = closure.get();
+    info.localsplus = localsplus;
+    info.nlocalsplus = rc->co_nlocalsplus;
+    ++frame_eval_stats().resume_calls;
+    Dispatch d = dispatch_frame(st, info);
+    if (d.kind == Dispatch::Done) return d.result;
+    if (d.kind == Dispatch::Native) {
+      if (first) give_up_empty_split(frame.code, *entry, rc);
+      PyRef rf = make_function(resume, frame.globals, closure.get());
+      if (!rf) return nullptr;
+      st.native_once = resume;  // NB: its frame was dispatched just now; do not trace it twice
+      PyObject* result = PyObject_Vectorcall(rf.get(), localsplus, static_cast<size_t>(n), nullptr);
+      st.native_once = nullptr;
+      return result;
+    }
+    entry = std::move(d.entry);
+    st_ref = PyRef::steal(d.result);
+  }
+}
+
+}  // namespace ff

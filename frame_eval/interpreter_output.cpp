@@ -1,0 +1,240 @@
+// Rebuilding Python values after a capture's graph ran: OutputPlans for the return value, side
+// effects and a graph break's state (see capture.h).
+#include <algorithm>
+
+#include "frame_eval/interpreter_impl.h"
+
+namespace ff {
+
+// Objects that must keep their identity however often they are referenced.
+int OutputBuilder::memo(const Sym& v) {
+  auto it = memo_of.find(v.get());
+  if (it != memo_of.end()) return it->second;
+  int id = static_cast<int>(memo_of.size());
+  memo_of.emplace(v.get(), id);
+  return id;
+}
+
+OutputPlan OutputBuilder::constant(PyObject* o) {
+  OutputPlan p;
+  p.kind = OutputPlan::Kind::Constant;
+  p.constant = o;
+  Py_INCREF(o);
+  return p;
+}
+
+OutputPlan OutputBuilder::optional(const Sym& v) { return v ? plan(v) : constant(Py_None); }
+
+OutputPlan OutputBuilder::plan(const Sym& v) {
+  if (!in_progress.insert(v.get()).second) {
+    // A cycle. Through a cell (a recursive inner function's cell holds the function) it is a
+    // reference to the cell being built (the runner makes cells before their contents).
+    if (break_state && v->is(SymKind::Cell) && !v->obj) {
+      OutputPlan p;
+      p.kind = OutputPlan::Kind::Cell;
+      p.memo = memo(v);
+      return p;
+    }
+    t.brk(BreakKind::EscapingObject, describe_sym(v) + " that contains itself");
+  }
+  struct Done {
+    std::unordered_set<const SymValue*>& s;
+    const SymValue* v;
+    ~Done() { s.erase(v); }
+  } done{in_progress, v.get()};
+  return plan_value(v);
+}
+
+OutputPlan OutputBuilder::plan_value(const Sym& v) {
+  OutputPlan p;
+  switch (v->kind) {
+    case SymKind::Tensor: {
+      if (break_state && v->source && t.out_.graph.node(v->node).kind == NodeKind::Placeholder) {
+        p.kind = OutputPlan::Kind::Source;  // the caller's tensor itself, not a graph copy of it
+        p.source = v->source;
+        return p;
+      }
+      auto it = index_of.find(v->node);
+      int idx;
+      if (it != index_of.end()) {
+        idx = it->second;
+      } else {
+        idx = static_cast<int>(outputs.size());
+        outputs.push_back(Value::of_node(v->node));
+        index_of.emplace(v->node, idx);
+      }
+      p.kind = OutputPlan::Kind::GraphOutput;
+      p.index = idx;
+      return p;
+    }
+    case SymKind::Const:
+      if (v->source && !is_plain_const(v->obj.get())) {
+        p.kind = OutputPlan::Kind::Source;
+        p.source = v->source;
+      } else {
+        p.kind = OutputPlan::Kind::Constant;
+        p.constant = v->obj.get();
+        Py_INCREF(p.constant);
+      }
+      return p;
+    case SymKind::Tuple:
+      p.kind = OutputPlan::Kind::Tuple;
+      for (const Sym& i : v->items) p.items.push_back(plan(i));
+      p.tuple_type = v->obj.get();
+      Py_XINCREF(p.tuple_type);
+      return p;
+    case SymKind::List:
+    case SymKind::Dict:
+    case SymKind::Object:
+      if (v->source && v->obj) {
+        p.kind = OutputPlan::Kind::Source;
+        p.source = v->source;
+        return p;
+      }
+      if (v->is(SymKind::List)) {
+        p.kind = OutputPlan::Kind::List;
+        p.memo = memo(v);
+        for (const Sym& i : v->items) p.items.push_back(plan(i));
+        return p;
+      }
+      if (v->is(SymKind::Dict)) {
+        p.kind = OutputPlan::Kind::Dict;
+        p.memo = memo(v);
+        for (size_t i = 0; i < v->keys.size(); ++i) {
+          p.items.push_back(plan(v->items[i]));
+          p.keys.push_back(v->keys[i]->obj.get());
+          Py_INCREF(p.keys.back());
+        }
+        return p;
+      }
+      break;
+    case SymKind::Set:
+    case SymKind::Slice: {
+      PyObject* c = sym_to_const(v);
+      if (c) {
+        p.kind = OutputPlan::Kind::Constant;
+        p.constant = c;
+        return p;
+      }
+      break;
+    }
+    default:
+      if (break_state) return plan_break_only(v);
+      break;
+  }
+  t.brk(BreakKind::EscapingObject, describe_sym(v));
+}
+
+// Kinds that only a graph break's state rebuilds (objects the code goes on using natively).
+OutputPlan OutputBuilder::plan_break_only(const Sym& v) {
+  OutputPlan p;
+  switch (v->kind) {
+    case SymKind::Cell:
+      if (v->obj) {
+        if (!v->source || v->source->kind != Source::Kind::Closure) break;
+        p.kind = OutputPlan::Kind::ClosureCell;
+        p.index = v->source->index;
+        return p;
+      }
+      p.kind = OutputPlan::Kind::Cell;
+      p.memo = memo(v);
+      if (!v->items.empty() && v->items[0]) p.items.push_back(plan(v->items[0]));
+      return p;
+    case SymKind::Function:
+      if (v->source) break;  // made in another module's function: its globals are not the frame's
+      p.kind = OutputPlan::Kind::Function;
+      p.memo = memo(v);
+      p.constant = v->obj.get();
+      Py_INCREF(p.constant);
+      for (size_t i = 0; i < 3; ++i) p.items.push_back(optional(i < v->items.size() ? v->items[i] : nullptr));
+      return p;
+    case SymKind::Iterator: {
+      p.kind = OutputPlan::Kind::Iterator;
+      p.memo = memo(v);
+      if (v->flag) {  // range: the rest of it
+        PyRef r = PyRef::steal(PyObject_CallFunction(reinterpret_cast<PyObject*>(&PyRange_Type), "LLL",
+                                                     static_cast<long long>(v->pos), static_cast<long long>(v->stop),
+                                                     static_cast<long long>(v->step)));
+        FF_CHECK(r, "range()");
+        p.items.push_back(constant(r.get()));
+        p.index = 0;
+      } else if (v->origin) {  // the same list/tuple, at the same position
+        p.items.push_back(plan(v->origin));
+        p.index = static_cast<int>(v->pos);
+      } else {
+        std::vector<Sym> rest(v->items.begin() + std::min<int64_t>(v->pos, static_cast<int64_t>(v->items.size())), v->items.end());
+        p.items.push_back(plan(make_tuple(std::move(rest))));
+        p.index = 0;
+      }
+      return p;
+    }
+    case SymKind::GradCtx:
+      p.kind = OutputPlan::Kind::GradCtx;
+      p.constant = v->flag ? known().enable_grad : known().no_grad;
+      Py_INCREF(p.constant);
+      return p;
+    case SymKind::Method:
+      if (v->name == "__exit__" && v->items.size() == 1 && v->items[0]->is(SymKind::GradCtx)) {
+        p.kind = OutputPlan::Kind::GradExit;
+        p.memo = memo(v);
+        p.constant = v->items[0]->flag ? known().enable_grad : known().no_grad;
+        Py_INCREF(p.constant);
+        return p;
+      }
+      if (v->items.size() == 1 && !v->items[0]->is(SymKind::GradCtx)) {  // t.item, lst.append ...
+        p.kind = OutputPlan::Kind::Attr;
+        p.items.push_back(plan(v->items[0]));
+        p.constant = PyUnicode_FromString(v->name.c_str());
+        return p;
+      }
+      break;
+    case SymKind::BoundMethod:
+      p.kind = OutputPlan::Kind::Method;
+      p.items.push_back(plan(v->items[0]));
+      p.items.push_back(plan(v->items[1]));
+      return p;
+    default:
+      break;
+  }
+  t.brk(BreakKind::EscapingObject, describe_sym(v));
+}
+
+
+// The frame state at the stop: (stack values non-NULL bottom first..., live locals..., cells...).
+OutputPlan plan_break_state(Frame& root, OutputBuilder& ob) {
+  CaptureResult::BreakState& bs = ob.t.out_.brk;
+  const TraceOptions& opt = ob.t.options_;
+  bs.active = true;
+  bs.index = root.ip;
+  bs.depth = static_cast<int>(root.stack.size());
+  OutputPlan p;
+  p.kind = OutputPlan::Kind::Tuple;
+  for (size_t i = 0; i < root.stack.size(); ++i) {
+    if (root.stack[i]->is(SymKind::Null)) bs.null_slots.push_back(static_cast<int>(i));
+    else p.items.push_back(ob.plan(root.stack[i]));
+  }
+  PyObject* names = root.code->co_localsplusnames;
+  PyObject* kinds = root.code->co_localspluskinds;
+  const int n = root.dc->nlocalsplus;
+  for (const std::string& name : opt.stop_live) {
+    for (int i = 0; i < n; ++i) {
+      if (name != PyUnicode_AsUTF8(PyTuple_GET_ITEM(names, i))) continue;
+      const Sym& v = root.locals[static_cast<size_t>(i)];
+      if (v && !v->is(SymKind::Null)) {
+        bs.live.push_back(name);
+        p.items.push_back(ob.plan(v));
+      }
+      break;
+    }
+  }
+  for (int i = 0; i < n; ++i) {
+    if (!(PyBytes_AS_STRING(kinds)[i] & 0x40)) continue;  // CO_FAST_CELL: a cellvar of this code
+    const Sym& cell = root.locals[static_cast<size_t>(i)];
+    FF_CHECK(cell && cell->is(SymKind::Cell) && !cell->obj, "cell variable without a traced cell at a graph break");
+    p.items.push_back(ob.plan(cell));
+    ++bs.ncells;
+  }
+  return p;
+}
+
+}  // namespace ff

@@ -1,0 +1,23 @@
+// 2-d convolutions of a CUDA graph in channels-last (see channels_last.cpp).
+#pragma once
+
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "graph/ir.h"
+
+namespace ff::cuda {
+
+struct ChannelsLastGraph {
+  Graph graph;                 // conv weights as channels-last inputs, metadata recomputed
+  std::vector<int> inputs;     // graph input indices (placeholder order) to pass channels-last
+  std::vector<std::pair<NodeId, TensorMeta>> restore;  // outputs to copy back to these layouts
+};
+
+// nullopt (with *why) when the graph has no convolution to convert or the rewrite cannot be
+// proven to keep every node's shape.
+std::optional<ChannelsLastGraph> to_channels_last(const Graph& g, std::string* why);
+
+}  // namespace ff::cuda
