@@ -169,6 +169,7 @@ class KernelEmitter {
       body->addParamAttr(static_cast<unsigned>(2 + i), Attribute::NoCapture);
     }
     set_attrs(body, has_minmax);
+    no_nans_ = has_minmax;
     body->addFnAttr(Attribute::NoInline);
     fn_ = body;
     BasicBlock* entry = BasicBlock::Create(ctx_, "entry", body);
@@ -336,12 +337,78 @@ class KernelEmitter {
       case UnaryOp::Sigmoid:
         return b_.CreateFDiv(fconst(1.0, t), b_.CreateFAdd(fconst(1.0, t), call_intrinsic(Intrinsic::exp, {b_.CreateFNeg(x)})));
       case UnaryOp::IsNan: return is_nan_bits(x);
+      case UnaryOp::Erf:
+        return t->isFloatTy() ? erf_f32(x) : call_libm("erf", x);
       default:
         for (const MathFn& m : kMathFns)
           if (m.op == op) return call_libm(t->isFloatTy() ? m.f32 : m.f64, x);
     }
     FF_CHECK(false, "unhandled unary op");
     return nullptr;
+  }
+
+  // erf for f32 from two polynomials fitted for this renderer (weighted least squares on
+  // Chebyshev nodes against float64 erf): |x| < 1: x * P(x^2); 1 <= |x|: 1 - exp(Q(min(|x|, 4)
+  // - 2.5)), Q fitted to log(erfc). At most 2.6 ulp from the exact value over all floats, tiny
+  // inputs included; libmvec's erff cost about 14 cycles an element and made layer_norm + gelu
+  // compute-bound.
+  Value* erf_f32(Value* x) {
+    static const double kSmall[] = {1.1283791670801047,     -0.3761263855282758,    0.11283783443885603,
+                                    -0.02686547551504577,   0.005221138696496533,   -0.0008485438921544276,
+                                    0.00011274737966242606, -9.689741149238891e-06};
+    static const double kLarge[] = {-7.806815272428783,     -5.352680740385491,    -0.9438937430096846,
+                                    -0.01085816553042549,   0.002165525597579107,  -0.0004207069390565528,
+                                    7.693984503663556e-05,  -1.2976133189407243e-05, 1.8449596466209705e-06,
+                                    -6.582858246603396e-08, -4.1048539233021445e-08};
+    Type* t = x->getType();
+    auto horner = [&](const double* c, int n, Value* z) {
+      Value* r = fconst(c[n - 1], t);
+      for (int i = n - 2; i >= 0; --i) r = call_intrinsic3(Intrinsic::fma, r, z, fconst(c[i], t));
+      return r;
+    };
+    Value* ax = call_intrinsic(Intrinsic::fabs, {x});
+    Value* small = b_.CreateFMul(ax, horner(kSmall, 8, b_.CreateFMul(ax, ax)));
+    Value* clamped = b_.CreateSelect(b_.CreateFCmpOLT(ax, fconst(4.0, t)), ax, fconst(4.0, t));
+    Value* q = horner(kLarge, 11, b_.CreateFSub(clamped, fconst(2.5, t)));
+    Value* large = b_.CreateFSub(fconst(1.0, t), exp_f32_inline(q));
+    Value* r = b_.CreateSelect(b_.CreateFCmpOLT(ax, fconst(1.0, t)), small, large);
+    r = call_intrinsic2(Intrinsic::copysign, r, x);
+    return b_.CreateSelect(is_nan_bits(x), x, r);
+  }
+  // exp(q) for f32 q, clamped to [-87, 0] (the callers only need that range): 2^n * e^r with
+  // n = rint(q / ln 2), r = q - n ln 2 (two-part ln 2), e^r by its degree-7 Taylor polynomial
+  // (relative error below 1e-8 on |r| <= ln 2 / 2). Inline, unlike a vector-math call, which
+  // spills every live vector register around it.
+  Value* exp_f32_inline(Value* q) {
+    Type* t = q->getType();
+    Value* c = b_.CreateSelect(b_.CreateFCmpOLT(q, fconst(0.0, t)), q, fconst(0.0, t));
+    c = b_.CreateSelect(b_.CreateFCmpOGT(c, fconst(-87.0, t)), c, fconst(-87.0, t));
+    Value* n = call_intrinsic(Intrinsic::rint, {b_.CreateFMul(c, fconst(1.4426950408889634, t))});
+    Value* r = call_intrinsic3(Intrinsic::fma, n, fconst(-0.693145751953125, t), c);
+    r = call_intrinsic3(Intrinsic::fma, n, fconst(-1.428606765330187e-06, t), r);
+    static const double kTaylor[] = {1.0, 1.0, 1.0 / 2, 1.0 / 6, 1.0 / 24, 1.0 / 120, 1.0 / 720, 1.0 / 5040};
+    Value* pr = fconst(kTaylor[7], t);
+    for (int i = 6; i >= 0; --i) pr = call_intrinsic3(Intrinsic::fma, pr, r, fconst(kTaylor[i], t));
+    Type* it = b_.getInt32Ty();
+    if (auto* vt = dyn_cast<VectorType>(t)) it = VectorType::get(it, vt->getElementCount());
+    Value* bits = b_.CreateShl(b_.CreateAdd(b_.CreateFPToSI(n, it), ConstantInt::get(it, 127)), 23);
+    return b_.CreateFMul(pr, b_.CreateBitCast(bits, t));
+  }
+  Value* call_intrinsic3(Intrinsic::ID id, Value* a, Value* c, Value* d) {
+    Function* f = Intrinsic::getDeclaration(&m_, id, {a->getType()});
+    return b_.CreateCall(f, {a, c, d});
+  }
+  Value* call_intrinsic2(Intrinsic::ID id, Value* a, Value* c) {
+    Function* f = Intrinsic::getDeclaration(&m_, id, {a->getType()});
+    return b_.CreateCall(f, {a, c});
+  }
+
+  // An ordered float comparison. In kernels compiled with no-nans-fp-math (those with float
+  // max/min reductions) the backend may lower fcmp as if no operand were NaN (NaN == x came out
+  // true), so there the NaN cases are settled on the bits.
+  Value* ordered(Value* cmp, Value* a, Value* c) {
+    if (!no_nans_) return cmp;
+    return b_.CreateAnd(cmp, b_.CreateNot(b_.CreateOr(is_nan_bits(a), is_nan_bits(c))));
   }
 
   Value* binary(BinaryOp op, Value* a, Value* c, ScalarType st) {
@@ -374,12 +441,12 @@ class KernelEmitter {
         return b_.CreateSelect(b_.CreateOr(is_nan_bits(a), is_nan_bits(c)), b_.CreateFAdd(a, c), m);
       }
       case BinaryOp::Pow: return call_intrinsic(Intrinsic::pow, {a, c});
-      case BinaryOp::Eq: return fl ? b_.CreateFCmpOEQ(a, c) : b_.CreateICmpEQ(a, c);
-      case BinaryOp::Ne: return fl ? b_.CreateFCmpUNE(a, c) : b_.CreateICmpNE(a, c);
-      case BinaryOp::Lt: return fl ? b_.CreateFCmpOLT(a, c) : is_bool ? b_.CreateICmpULT(a, c) : b_.CreateICmpSLT(a, c);
-      case BinaryOp::Le: return fl ? b_.CreateFCmpOLE(a, c) : is_bool ? b_.CreateICmpULE(a, c) : b_.CreateICmpSLE(a, c);
-      case BinaryOp::Gt: return fl ? b_.CreateFCmpOGT(a, c) : is_bool ? b_.CreateICmpUGT(a, c) : b_.CreateICmpSGT(a, c);
-      case BinaryOp::Ge: return fl ? b_.CreateFCmpOGE(a, c) : is_bool ? b_.CreateICmpUGE(a, c) : b_.CreateICmpSGE(a, c);
+      case BinaryOp::Eq: return fl ? ordered(b_.CreateFCmpOEQ(a, c), a, c) : b_.CreateICmpEQ(a, c);
+      case BinaryOp::Ne: return fl ? b_.CreateNot(ordered(b_.CreateFCmpOEQ(a, c), a, c)) : b_.CreateICmpNE(a, c);
+      case BinaryOp::Lt: return fl ? ordered(b_.CreateFCmpOLT(a, c), a, c) : is_bool ? b_.CreateICmpULT(a, c) : b_.CreateICmpSLT(a, c);
+      case BinaryOp::Le: return fl ? ordered(b_.CreateFCmpOLE(a, c), a, c) : is_bool ? b_.CreateICmpULE(a, c) : b_.CreateICmpSLE(a, c);
+      case BinaryOp::Gt: return fl ? ordered(b_.CreateFCmpOGT(a, c), a, c) : is_bool ? b_.CreateICmpUGT(a, c) : b_.CreateICmpSGT(a, c);
+      case BinaryOp::Ge: return fl ? ordered(b_.CreateFCmpOGE(a, c), a, c) : is_bool ? b_.CreateICmpUGE(a, c) : b_.CreateICmpSGE(a, c);
       case BinaryOp::And: return b_.CreateAnd(a, c);
       case BinaryOp::Or: return b_.CreateOr(a, c);
     }
@@ -390,7 +457,8 @@ class KernelEmitter {
     if (from == to) return v;
     Type* tt = compute_type(to);
     bool ff = loop::is_float(from), ft = loop::is_float(to);
-    if (to == ScalarType::Bool) return ff ? b_.CreateFCmpUNE(v, fconst(0.0, v->getType())) : b_.CreateICmpNE(v, ConstantInt::get(v->getType(), 0));
+    if (to == ScalarType::Bool)  // NB: NaN is true; `x != 0` settled on the bits (see ordered)
+      return ff ? b_.CreateNot(ordered(b_.CreateFCmpOEQ(v, fconst(0.0, v->getType())), v, v)) : b_.CreateICmpNE(v, ConstantInt::get(v->getType(), 0));
     if (ff && ft) return from == ScalarType::F32 ? b_.CreateFPExt(v, tt) : b_.CreateFPTrunc(v, tt);
     if (ff) return b_.CreateFPToSI(v, tt);
     if (ft) return from == ScalarType::Bool ? b_.CreateUIToFP(v, tt) : b_.CreateSIToFP(v, tt);
@@ -414,8 +482,18 @@ class KernelEmitter {
       }
       case ExprKind::Load: return load(e->id, expr(e->args[0]), e->type);
       case ExprKind::Unary: return unary(static_cast<UnaryOp>(e->op), expr(e->args[0]));
-      case ExprKind::Binary:
-        return binary(static_cast<BinaryOp>(e->op), expr(e->args[0]), expr(e->args[1]), e->args[0]->type);
+      case ExprKind::Binary: {
+        Value* r = binary(static_cast<BinaryOp>(e->op), expr(e->args[0]), expr(e->args[1]), e->args[0]->type);
+        if (static_cast<BinaryOp>(e->op) == BinaryOp::Div && loop::is_float(e->type) && e->args[1]->kind == ExprKind::Local)
+          if (auto* inst = dyn_cast<Instruction>(r)) {
+            // NB: a division by a row's sum (softmax) or count is then one reciprocal per row and
+            // a multiply per element (as torch's own kernels do), not a division per element.
+            FastMathFlags f;
+            f.setAllowReciprocal();
+            inst->setFastMathFlags(f);
+          }
+        return r;
+      }
       case ExprKind::Select: {
         Value* c = expr(e->args[0]);
         Value* a = expr(e->args[1]);
@@ -552,6 +630,7 @@ class KernelEmitter {
   std::vector<Value*> locals_, flags_, vars_;
   std::set<int> nan_tracked_;
   bool multi_loop_ = false;
+  bool no_nans_ = false;
 };
 
 void optimize(Module& m, TargetMachine& tm) {
@@ -602,7 +681,7 @@ std::shared_ptr<CpuModule> compile_cpu(const loop::Program& p, const CpuCompileO
   Jit& j = jit();
   std::lock_guard<std::mutex> lock(j.mu);
   auto mod = std::make_shared<CpuModule>();
-  std::string text = "framefuse-cpu-v1\nllvm " LLVM_VERSION_STRING "\n" + j.cpu + "\n" + j.features + "\n" + loop::program_str(p);
+  std::string text = "framefuse-cpu-v4\nllvm " LLVM_VERSION_STRING "\n" + j.cpu + "\n" + j.features + "\n" + loop::program_str(p);
   mod->cache_key = cache_key_hash(text);
   std::string object;
   bool cached = !options.want_llvm_ir && disk_cache_load(options.cache_dir, mod->cache_key, &object);

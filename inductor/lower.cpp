@@ -2,6 +2,7 @@
 #include "inductor/lower.h"
 
 #include <algorithm>
+#include <map>
 #include <numeric>
 
 #include "graph/meta_rules.h"
@@ -19,6 +20,19 @@ namespace {
 // NB: a value with several users is recomputed in each of them while it is cheap; past this
 // cost it is stored once. Bounds the expression blow-up of diamond-shaped graphs.
 constexpr int kInlineCostLimit = 40;
+constexpr int kInlineLoadLimit = 3;
+
+int loads_per_element(const LT& x) {
+  Idx idx;
+  for (int64_t d = 0; d < x.dim(); ++d) idx.push_back(loop::var(static_cast<int>(d)));
+  int n = 0;
+  std::function<void(const Expr&)> rec = [&](const Expr& e) {
+    if (e->kind == loop::ExprKind::Load) ++n;
+    for (const Expr& a : e->args) rec(a);
+  };
+  rec(x.at(idx));
+  return n;
+}
 
 bool supported_dtype(DType dt) {
   return dt == DType::Bool || dt == DType::UInt8 || dt == DType::Int8 || dt == DType::Int16 || dt == DType::Int32 ||
@@ -452,6 +466,45 @@ LT Lowerer::extern_call(const Node& n, NodeId id, OpId op, std::vector<Value> ar
   return result;
 }
 
+// In-place calls whose mutation nobody can observe are computed out of place: the mutated
+// operand must be a fresh tensor (made by a pointwise, reduction, composite or extern op that
+// never returns an alias of its inputs, or by an in-place call already rewritten so) whose only
+// user is this call. Returns "" and the out-of-place call in *out, or why not.
+std::string Lowerer::functional_form(NodeId id, Node* out) const {
+  static const std::map<std::string, std::string> kOutOfPlace = {
+      {"op_iadd", "op_add"}, {"op_isub", "op_sub"}, {"op_imul", "op_mul"}, {"op_itruediv", "op_truediv"},
+      {"add_", "add"},       {"sub_", "sub"},       {"mul_", "mul"},       {"div_", "div"},
+      {"clamp_", "clamp"},   {"masked_fill_", "masked_fill"}, {"relu_", "relu"},
+      {"sigmoid_", "sigmoid"}, {"tanh_", "tanh"},
+  };
+  const Node& n = g_.node(id);
+  const OpDef& op = op_def(n.op);
+  if (n.args.empty() || n.args[0].kind != Value::Kind::Node) return "its first operand is not a graph value";
+  NodeId x = n.args[0].node;
+  const Node& xn = g_.node(x);
+  if (!xn.meta.is_tensor() || !n.meta.is_tensor()) return "it does not mutate a tensor";
+  if (users_[static_cast<size_t>(x)] != 1) return "the tensor it mutates has other users";
+  if (xn.kind != NodeKind::Call) return "the tensor it mutates is a graph input or a tuple element";
+  const OpDef& xo = op_def(xn.op);
+  bool allocates = (xo.traits & (kPointwise | kReduction | kComposite | kExtern)) && !xo.has(kView) &&
+                   xo.name != "einsum" && (!call_mutates_input(xo, xn.args) || fresh_[static_cast<size_t>(x)]);
+  if (!allocates) return "the tensor it mutates may alias another tensor";
+  if (xn.meta.tensor.sizes != n.meta.tensor.sizes) return "it would broadcast";
+  *out = n;
+  if (op.has(kInplace)) {
+    auto it = kOutOfPlace.find(op.name);
+    if (it == kOutOfPlace.end()) return "no out-of-place form known";
+    auto fop = op_by_name(it->second);
+    if (!fop) return "no out-of-place form known";
+    out->op = *fop;
+    if (op_def(*fop).schema.params.size() != n.args.size()) return "the out-of-place form takes other arguments";
+  } else {
+    int i = op.schema.index_of("inplace");
+    out->args[static_cast<size_t>(i)] = Value::of_bool(false);
+  }
+  return "";
+}
+
 std::optional<LT> Lowerer::lower_node(NodeId id) {
   const Node& n = g_.node(id);
   current_ = id;
@@ -473,13 +526,14 @@ std::optional<LT> Lowerer::lower_node(NodeId id) {
     return r;
   }
   FF_CHECK(n.kind == NodeKind::Call, "unexpected node kind");
-  const OpDef& op = op_def(n.op);
-  if (op.has(kInplace)) throw Unsupported("in-place op " + op.target + " (" + n.name + ") is not compiled by inductor");
-  // NB: an in-place variant (inplace=True) as an extern call would mutate a tensor that inlined
-  // expressions may still read later; the whole graph runs eagerly instead.
-  if (int i = op.schema.index_of("inplace"); i >= 0 && n.args[static_cast<size_t>(i)].kind == Value::Kind::Bool &&
-                                             n.args[static_cast<size_t>(i)].b)
-    throw Unsupported(op.target + "(inplace=True) (" + n.name + ") is not compiled by inductor");
+  Node fn = n;  // the call lowered: n, or its out-of-place form
+  if (call_mutates_input(op_def(n.op), n.args)) {
+    std::string why = functional_form(id, &fn);
+    if (!why.empty()) throw Unsupported("in-place " + op_def(n.op).target + " (" + n.name + ") is not compiled by inductor: " + why);
+    fresh_[static_cast<size_t>(id)] = true;
+    note("in-place " + node_desc(g_, id) + " computed out of place: the tensor it mutates is a fresh intermediate with no other user");
+  }
+  const OpDef& op = op_def(fn.op);
   std::string reason;
   if (!n.meta.is_tensor()) {
     reason = "its result is not a tensor";
@@ -491,19 +545,23 @@ std::optional<LT> Lowerer::lower_node(NodeId id) {
       reason = op.has(kExtern) ? "matrix products and convolutions run in torch" : "no lowering for " + op.name;
     } else {
       try {
-        LT r = it->second(*this, n);
+        LT r = it->second(*this, fn);
         const TensorMeta& m = n.meta.tensor;
         FF_CHECK(r.sizes == m.sizes, "lowering of " + op.name + " produced the wrong shape");
         if (r.dtype != m.dtype) r = cast(r, m.dtype);
         if (!r.ref && users_[static_cast<size_t>(id)] > 1 && r.cost > kInlineCostLimit)
           r = realize(r, m.strides, BufferRole::Intermediate, id, "expensive value with several users");
+        else if (!r.ref && users_[static_cast<size_t>(id)] > 1 && loads_per_element(r) > kInlineLoadLimit)
+          // NB: a residual stream (x = x + f(x) per layer) would otherwise be re-read from every
+          // earlier layer's buffers by each later consumer.
+          r = realize(r, m.strides, BufferRole::Intermediate, id, "reads many buffers and has several users");
         return r;
       } catch (const NoLowering& e) {
         reason = e.what();
       }
     }
   }
-  LT r = extern_call(n, id, n.op, n.args, reason);
+  LT r = extern_call(fn, id, fn.op, fn.args, reason);
   if (!n.meta.is_tensor()) return std::nullopt;
   return r;
 }
@@ -515,6 +573,7 @@ loop::Program Lowerer::run() {
       throw Unsupported("tensor " + n.name + " is on " + n.meta.tensor.device.str() + ": the CPU code generator only handles CPU tensors");
   }
   users_.assign(g_.size(), 0);
+  fresh_.assign(g_.size(), false);
   for (const Node& n : g_.nodes())
     for (const Value& v : n.args) v.for_each_node([&](NodeId o) { users_[static_cast<size_t>(o)]++; });
   values_.assign(g_.size(), std::nullopt);

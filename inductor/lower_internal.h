@@ -82,6 +82,7 @@ class Lowerer {
 
  private:
   std::optional<LT> lower_node(NodeId id);
+  std::string functional_form(NodeId id, Node* out) const;
   loop::TensorRef ensure_ref(NodeId id, const std::string& why);
   int new_buffer(DType dt, std::vector<int64_t> sizes, std::vector<int64_t> strides, loop::BufferRole role, NodeId node);
   LT from_ref(const loop::TensorRef& r, DType dt) const;
@@ -91,6 +92,7 @@ class Lowerer {
   loop::Program prog_;
   std::vector<std::optional<LT>> values_;
   std::vector<int> users_;
+  std::vector<bool> fresh_;  // in-place calls computed out of place (their result is fresh)
   NodeId current_ = -1;
 };
 

@@ -2,6 +2,7 @@
 // lower_internal.h. A rule throws NoLowering for operands it does not handle; the node then runs
 // in torch as an extern call.
 #include <cmath>
+#include <limits>
 
 #include "graph/meta_rules.h"
 #include "inductor/lower_internal.h"
@@ -149,6 +150,50 @@ LT extreme_rule(Lowerer& L, const Node& n, ReduceOp op) {
   if (x.numel() == 0) throw NoLowering("empty input");
   DType acc = is_floating(x.dtype) ? float_compute_dtype(x.dtype) : (x.dtype == DType::Int64 ? DType::Int64 : DType::Int32);
   return L.reduce(x, dims_of(L.arg(n, "dim")), L.arg(n, "keepdim").b, op, acc);
+}
+
+// argmax/argmin as two reductions the scheduler fuses into one kernel per row: the extreme value
+// m, then the smallest index whose element equals m (NaN counts as the extreme, like torch: the
+// first NaN wins). Indices are along `dim`, or into the flattened tensor when dim is None.
+LT arg_extreme_rule(Lowerer& L, const Node& n, ReduceOp op) {
+  LT x = L.tensor_arg(n, "input");
+  if (x.dtype == DType::Bool) throw NoLowering("bool argmax");
+  if (x.numel() == 0 || x.dim() == 0) throw NoLowering("empty or 0-d input");
+  const Value& dim = L.arg(n, "dim");
+  bool keepdim = L.arg(n, "keepdim").b;
+  std::vector<int64_t> dims = dims_of(dim);
+  bool fl = is_floating(x.dtype);
+  DType ct = fl ? float_compute_dtype(x.dtype) : (x.dtype == DType::Int64 ? DType::Int64 : DType::Int32);
+  LT xc = Lowerer::cast(x, ct);
+  LT m = Lowerer::broadcast(L.reduce(xc, dims, true, op, ct), x.sizes);
+  std::vector<int64_t> sizes = x.sizes;
+  int64_t d0 = dims.empty() ? -1 : (dims[0] < 0 ? dims[0] + x.dim() : dims[0]);
+  LT cand;
+  cand.sizes = x.sizes;
+  cand.dtype = DType::Int64;
+  cand.cost = xc.cost + m.cost + 8;
+  // NB: NaN priority comes from the element itself, never from m: kernels with float max/min
+  // reductions are compiled assuming no NaN operands, and m's NaN-ness may be folded away.
+  // NaN elements rank by their index, equal elements by index + N: the minimum tells both.
+  int64_t big = x.numel();
+  cand.at = [xc, m, sizes, d0, fl, big](const Idx& i) {
+    Expr index;
+    if (d0 >= 0) {
+      index = i[static_cast<size_t>(d0)];
+    } else {
+      index = loop::const_int(0);
+      for (size_t d = 0; d < sizes.size(); ++d) index = loop::index_add(loop::index_mul(index, sizes[d]), i[d]);
+    }
+    Expr xv = xc.at(i), mv = m.at(i);
+    Expr none = loop::const_int(std::numeric_limits<int64_t>::max());
+    Expr eq = loop::select(loop::binary(BinaryOp::Eq, xv, mv), loop::index_add(index, loop::const_int(big)), none);
+    return fl ? loop::select(loop::unary(UnaryOp::IsNan, xv), index, eq) : eq;
+  };
+  LT r = L.reduce(cand, dims, keepdim, ReduceOp::Min, DType::Int64);
+  return Lowerer::map({r}, DType::Int64, DType::Int64, [big](const V& v) {
+    Expr k = loop::const_int(big);
+    return loop::select(loop::binary(BinaryOp::Ge, v[0], k), loop::binary(BinaryOp::Sub, v[0], k), v[0]);
+  });
 }
 
 LT prod_rule(Lowerer& L, const Node& n) {
@@ -328,6 +373,16 @@ LT where_rule(Lowerer& L, const Node& n) {
 LT linear_rule(Lowerer& L, const Node& n) {
   const Value& bias = L.arg(n, "bias");
   if (bias.is_none()) throw NoLowering("matrix products run in torch");
+  // When every consumer needs the result in memory anyway (a graph output, an extern call, a
+  // split), an epilogue would be a pass of its own: BLAS adds the bias for free instead.
+  bool epilogue_fuses = false;
+  for (const Node& u : L.graph().nodes()) {
+    bool uses = false;
+    for (const Value& v : u.args) v.for_each_node([&](NodeId o) { uses |= o == L.current(); });
+    if (!uses) continue;
+    if (u.kind == NodeKind::Call && u.meta.is_tensor() && !op_def(u.op).has(kExtern)) epilogue_fuses = true;
+  }
+  if (!epilogue_fuses) throw NoLowering("matrix product with its bias in torch: every consumer needs it in memory");
   LT b = L.tensor(bias);
   std::vector<Value> args = n.args;
   args[static_cast<size_t>(op_def(n.op).schema.index_of("bias"))] = Value::none();
@@ -399,12 +454,12 @@ Rules make_rules() {
   r["pow"] = r["op_pow"] = [](Lowerer& L, const Node& n) { return pow_rule(L, n, n.args[0], n.args[1]); };
   r["maximum"] = [](Lowerer& L, const Node& n) { return minmax(L, n, BinaryOp::Max); };
   r["minimum"] = [](Lowerer& L, const Node& n) { return minmax(L, n, BinaryOp::Min); };
-  r["eq"] = [](Lowerer& L, const Node& n) { return compare(L, n, n.args[0], n.args[1], BinaryOp::Eq); };
-  r["ne"] = [](Lowerer& L, const Node& n) { return compare(L, n, n.args[0], n.args[1], BinaryOp::Ne); };
+  r["eq"] = r["op_eq"] = [](Lowerer& L, const Node& n) { return compare(L, n, n.args[0], n.args[1], BinaryOp::Eq); };
+  r["ne"] = r["op_ne"] = [](Lowerer& L, const Node& n) { return compare(L, n, n.args[0], n.args[1], BinaryOp::Ne); };
   r["lt"] = r["op_lt"] = [](Lowerer& L, const Node& n) { return compare(L, n, n.args[0], n.args[1], BinaryOp::Lt); };
-  r["le"] = [](Lowerer& L, const Node& n) { return compare(L, n, n.args[0], n.args[1], BinaryOp::Le); };
+  r["le"] = r["op_le"] = [](Lowerer& L, const Node& n) { return compare(L, n, n.args[0], n.args[1], BinaryOp::Le); };
   r["gt"] = r["op_gt"] = [](Lowerer& L, const Node& n) { return compare(L, n, n.args[0], n.args[1], BinaryOp::Gt); };
-  r["ge"] = [](Lowerer& L, const Node& n) { return compare(L, n, n.args[0], n.args[1], BinaryOp::Ge); };
+  r["ge"] = r["op_ge"] = [](Lowerer& L, const Node& n) { return compare(L, n, n.args[0], n.args[1], BinaryOp::Ge); };
   r["where"] = where_rule;
   // reductions
   r["sum"] = sum_rule;
@@ -412,6 +467,8 @@ Rules make_rules() {
   r["amax"] = [](Lowerer& L, const Node& n) { return extreme_rule(L, n, ReduceOp::Max); };
   r["amin"] = [](Lowerer& L, const Node& n) { return extreme_rule(L, n, ReduceOp::Min); };
   r["prod"] = prod_rule;
+  r["argmax"] = [](Lowerer& L, const Node& n) { return arg_extreme_rule(L, n, ReduceOp::Max); };
+  r["argmin"] = [](Lowerer& L, const Node& n) { return arg_extreme_rule(L, n, ReduceOp::Min); };
   r["var"] = [](Lowerer& L, const Node& n) { return var_rule(L, n, false); };
   r["std"] = [](Lowerer& L, const Node& n) { return var_rule(L, n, true); };
   // views and layout: index maps

@@ -5,6 +5,7 @@
 #include <map>
 #include <set>
 
+#include "graph/op_registry.h"
 #include "inductor/lower.h"
 #include "src/errors.h"
 #include "src/logging.h"
@@ -398,6 +399,252 @@ Program plan_memory(const Program& p, std::vector<std::string>* log) {
       out.slot[b] = chosen;
     }
   }
+  return out;
+}
+
+namespace {
+Expr subst_vars(const Expr& e, const std::map<int, Expr>& m) {
+  if (e->kind == ExprKind::Var) {
+    auto it = m.find(e->id);
+    return it == m.end() ? e : it->second;
+  }
+  if (e->args.empty()) return e;
+  auto n = std::make_shared<loop::ExprNode>(*e);
+  for (auto& a : n->args) a = subst_vars(a, m);
+  return n;
+}
+void subst_vars(Stmt& s, const std::map<int, Expr>& m) {
+  if (s.index) s.index = subst_vars(s.index, m);
+  if (s.value) s.value = subst_vars(s.value, m);
+  for (Stmt& c : s.body) subst_vars(c, m);
+}
+}  // namespace
+
+namespace {
+
+bool is_expensive(const Expr& e) {
+  bool any = false;
+  walk_exprs(e, [&](const Expr& x) {
+    if (x->kind == ExprKind::Unary) {
+      auto op = static_cast<loop::UnaryOp>(x->op);
+      any |= op == loop::UnaryOp::Exp || op == loop::UnaryOp::Log || op == loop::UnaryOp::Sin || op == loop::UnaryOp::Cos ||
+             op == loop::UnaryOp::Tanh || op == loop::UnaryOp::Erf || op == loop::UnaryOp::Tan || op == loop::UnaryOp::Expm1 ||
+             op == loop::UnaryOp::Log1p;
+    }
+    if (x->kind == ExprKind::Binary && static_cast<loop::BinaryOp>(x->op) == loop::BinaryOp::Pow) any = true;
+  });
+  return any;
+}
+
+bool contains(const Expr& e, const Expr& target) {
+  if (loop::expr_equal(e, target)) return true;
+  for (const Expr& a : e->args)
+    if (contains(a, target)) return true;
+  return false;
+}
+
+Expr replace(const Expr& e, const Expr& target, const Expr& with) {
+  if (loop::expr_equal(e, target)) return with;
+  if (e->args.empty()) return e;
+  auto n = std::make_shared<loop::ExprNode>(*e);
+  for (auto& a : n->args) a = replace(a, target, with);
+  return n;
+}
+
+bool touches_buffer(const Stmt& s, int buf) {
+  bool hit = false;
+  walk_stmts(s, [&](const Stmt& x) {
+    if (x.kind == StmtKind::Store && x.buf == buf) hit = true;
+    for (const Expr* e : {&x.index, &x.value})
+      if (*e) walk_exprs(*e, [&](const Expr& y) { hit |= y->kind == ExprKind::Load && y->id == buf; });
+  });
+  return hit;
+}
+
+bool assigns_local(const Stmt& s, const std::set<int>& locals) {
+  bool hit = false;
+  walk_stmts(s, [&](const Stmt& x) {
+    if ((x.kind == StmtKind::Let || x.kind == StmtKind::Init || x.kind == StmtKind::Reduce) && locals.count(x.local)) hit = true;
+  });
+  return hit;
+}
+
+// Tries the rewrite on body[i] (a loop with a Reduce) and body[j] (a loop whose only statement
+// is a Store).
+bool reuse_pair(Kernel& k, const Program& p, std::vector<Stmt>& body, size_t i, size_t j) {
+  Stmt& l1 = body[i];
+  Stmt& l2 = body[j];
+  if (l1.kind != StmtKind::Loop || l2.kind != StmtKind::Loop || l1.extent != l2.extent) return false;
+  if (l2.body.size() != 1 || l2.body[0].kind != StmtKind::Store) return false;
+  Stmt& st = l2.body[0];
+  const loop::Buffer& buf = p.buffers[static_cast<size_t>(st.buf)];
+  if (buf.role == loop::BufferRole::Input || buf.role == loop::BufferRole::ExternResult) return false;
+  for (size_t r = 0; r < l1.body.size(); ++r) {
+    Stmt& red = l1.body[r];
+    if (red.kind != StmtKind::Reduce || !is_expensive(red.value)) continue;
+    if (loop::dtype_compute_type(buf.dtype) != red.value->type ||
+        (buf.dtype != DType::Float32 && buf.dtype != DType::Float64))
+      continue;
+    std::map<int, Expr> to2{{l1.var, loop::var(l2.var)}}, to1{{l2.var, loop::var(l1.var)}};
+    Expr target = subst_vars(red.value, to2);
+    if (!contains(st.value, target)) continue;
+    // The value must mean the same in both loops: no local it reads changes in between, and the
+    // output is touched nowhere else in the kernel.
+    std::set<int> reads;
+    walk_exprs(red.value, [&](const Expr& x) {
+      if (x->kind == ExprKind::Local) reads.insert(x->id);
+    });
+    bool ok = true;
+    walk_exprs(red.value, [&](const Expr& x) { ok &= !(x->kind == ExprKind::Var && x->id == l2.var); });
+    for (const Stmt& c : l1.body) ok &= !assigns_local(c, reads) || (&c == &red && !reads.count(red.local));
+    for (size_t m = i + 1; m < j; ++m) ok &= !assigns_local(body[m], reads) && !touches_buffer(body[m], st.buf);
+    walk_stmts(k.root, [&](const Stmt& x) {
+      if (&x == &st) return;
+      for (const Expr* e : {&x.index, &x.value})
+        if (*e) walk_exprs(*e, [&](const Expr& y) { ok &= !(y->kind == ExprKind::Load && y->id == st.buf); });
+      if (x.kind == StmtKind::Store && x.buf == st.buf && &x != &st) ok = false;
+    });
+    if (!ok) return false;
+    int tmp = static_cast<int>(k.locals.size());
+    k.locals.push_back(red.value->type);
+    Expr index1 = subst_vars(st.index, to1);
+    Expr value = red.value;
+    red.value = loop::local(tmp, value->type);
+    Stmt let = loop::let_stmt(tmp, value);
+    Stmt store = loop::store_stmt(st.buf, index1, loop::local(tmp, value->type));
+    st.value = replace(st.value, target, loop::load(st.buf, st.index, value->type));
+    l1.body.insert(l1.body.begin() + static_cast<long>(r), {let, store});
+    return true;
+  }
+  return false;
+}
+
+void reuse_in(Kernel& k, const Program& p, Stmt& s) {
+  if (s.kind != StmtKind::Loop) return;
+  for (size_t i = 0; i < s.body.size(); ++i)
+    for (size_t j = i + 1; j < s.body.size(); ++j)
+      if (reuse_pair(k, p, s.body, i, j)) break;
+  for (Stmt& c : s.body) reuse_in(k, p, c);
+}
+
+}  // namespace
+
+Program reuse_reduced_values(const Program& p) {
+  Program out = p;
+  for (Kernel& k : out.kernels) reuse_in(k, out, k.root);
+  std::string err = loop::verify_program(out);
+  FF_CHECK(err.empty(), "reusing reduced values produced an invalid program: " + err + "\n" + loop::program_str(out));
+  return out;
+}
+
+namespace {
+Expr rename_buffer(const Expr& e, int from, int to) {
+  if (e->args.empty()) return e;
+  auto n = std::make_shared<loop::ExprNode>(*e);
+  if (n->kind == ExprKind::Load && n->id == from) n->id = to;
+  for (auto& a : n->args) a = rename_buffer(a, from, to);
+  return n;
+}
+void rename_buffer(Stmt& s, int from, int to) {
+  if (s.kind == StmtKind::Store && s.buf == from) s.buf = to;
+  if (s.index) s.index = rename_buffer(s.index, from, to);
+  if (s.value) s.value = rename_buffer(s.value, from, to);
+  for (Stmt& c : s.body) rename_buffer(c, from, to);
+}
+// The single Store at the bottom of a perfect loop nest, or nullptr.
+Stmt* lone_store(Stmt& root) {
+  Stmt* s = &root;
+  while (s->kind == StmtKind::Loop) {
+    if (s->body.size() != 1) return nullptr;
+    s = &s->body[0];
+  }
+  return s->kind == StmtKind::Store ? s : nullptr;
+}
+}  // namespace
+
+Program write_epilogues_in_place(const Program& p, std::vector<std::string>* log) {
+  Program out = p;
+  for (size_t s = 0; s < out.steps.size(); ++s) {
+    if (out.steps[s].kind != Step::Kind::Kernel) continue;
+    Kernel& k = out.kernels[static_cast<size_t>(out.steps[s].index)];
+    Stmt* st = lone_store(k.root);
+    if (!st) continue;
+    int o = st->buf;
+    const loop::Buffer& ob = out.buffers[static_cast<size_t>(o)];
+    if (ob.role != loop::BufferRole::Intermediate && ob.role != loop::BufferRole::Output) continue;
+    if (!out.slot.empty() && out.slot[static_cast<size_t>(o)] >= 0) continue;
+    for (int e : k.loaded_buffers()) {
+      const loop::Buffer& eb = out.buffers[static_cast<size_t>(e)];
+      if (eb.role != loop::BufferRole::ExternResult || eb.dtype != ob.dtype || eb.sizes != ob.sizes || eb.strides != ob.strides) continue;
+      bool fresh = false;
+      for (const auto& x : out.externs)
+        if (x.result == e && x.op != kNoOp) fresh = op_def(x.op).has(kExtern) && op_def(x.op).name != "einsum";
+      if (!fresh) continue;
+      bool same_element = true;
+      walk_exprs(st->index, [&](const Expr& x) { same_element &= !(x->kind == ExprKind::Load && x->id == e); });
+      walk_exprs(st->value, [&](const Expr& x) {
+        if (x->kind == ExprKind::Load && x->id == e && !loop::expr_equal(x->args[0], st->index)) same_element = false;
+      });
+      if (!same_element) continue;
+      bool read_later = false;
+      for (size_t t = s + 1; t < out.steps.size(); ++t) {
+        const Step& ts = out.steps[t];
+        if (ts.kind == Step::Kind::Kernel) {
+          auto lb = out.kernels[static_cast<size_t>(ts.index)].loaded_buffers();
+          read_later |= std::find(lb.begin(), lb.end(), e) != lb.end();
+        } else {
+          for (auto& [n, ref] : out.externs[static_cast<size_t>(ts.index)].operands) read_later |= ref.buf == e;
+        }
+      }
+      for (auto& [n, ref] : out.outputs) read_later |= ref.buf == e;
+      if (read_later) continue;
+      st->buf = e;
+      for (size_t t = s + 1; t < out.steps.size(); ++t) {
+        const Step& ts = out.steps[t];
+        if (ts.kind == Step::Kind::Kernel) {
+          rename_buffer(out.kernels[static_cast<size_t>(ts.index)].root, o, e);
+        } else {
+          for (auto& [n, ref] : out.externs[static_cast<size_t>(ts.index)].operands)
+            if (ref.buf == o) ref.buf = e;
+        }
+      }
+      for (auto& [n, ref] : out.outputs)
+        if (ref.buf == o) ref.buf = e;
+      if (log) log->push_back(k.name + " writes buf" + std::to_string(o) + " into buf" + std::to_string(e) + " (the extern result it consumes)");
+      break;
+    }
+  }
+  std::string err = loop::verify_program(out);
+  FF_CHECK(err.empty(), "in-place epilogues produced an invalid program: " + err + "\n" + loop::program_str(out));
+  return out;
+}
+
+Program collapse_outer_loops(const Program& p, int64_t min_extent) {
+  Program out = p;
+  for (Kernel& k : out.kernels) {
+    // NB: only while the inner loop still holds loops: the innermost loop must stay a loop of
+    // its own (unit stride, vectorized), never an index split by // and %.
+    auto holds_loop = [](const Stmt& s) {
+      return std::any_of(s.body.begin(), s.body.end(), [](const Stmt& c) { return c.kind == StmtKind::Loop; });
+    };
+    while (k.root.extent < min_extent && k.root.body.size() == 1 && k.root.body[0].kind == StmtKind::Loop &&
+           holds_loop(k.root.body[0])) {
+      Stmt inner = std::move(k.root.body[0]);
+      int64_t a = k.root.extent, b = inner.extent;
+      if (a <= 0 || b <= 0 || a > (int64_t{1} << 40) / b) {
+        k.root.body[0] = std::move(inner);
+        break;
+      }
+      int w = k.num_vars++;
+      std::map<int, Expr> m;
+      m[k.root.var] = loop::binary(loop::BinaryOp::FloorDiv, loop::var(w), loop::const_int(b));
+      m[inner.var] = loop::binary(loop::BinaryOp::Mod, loop::var(w), loop::const_int(b));
+      for (Stmt& c : inner.body) subst_vars(c, m);
+      k.root = loop::loop_stmt(w, a * b, std::move(inner.body), /*parallel=*/true);
+    }
+  }
+  std::string err = loop::verify_program(out);
+  FF_CHECK(err.empty(), "collapsing loops produced an invalid program: " + err + "\n" + loop::program_str(out));
   return out;
 }
 

@@ -7,6 +7,7 @@
 #include "graph/op_registry.h"
 #include "graph/python/graph_calls.h"
 #include "inductor/parallel.h"
+#include "inductor/python/buffer_pool.h"
 #include "inductor/schedule.h"
 #include "src/config.h"
 #include "src/errors.h"
@@ -19,6 +20,7 @@ namespace {
 // NB: below this many element operations a kernel runs on the calling thread: waking the
 // OpenMP team costs more than it saves.
 constexpr double kParallelWork = 32768;
+constexpr int64_t kMinRootExtent = 256;
 
 // An owned reference that decrefs on scope exit.
 struct Ref {
@@ -119,6 +121,19 @@ std::shared_ptr<const CompiledProgram> build(const Graph& g, const std::string& 
   cp->graph = g;
   cp->key = key;
   cp->program = compile_to_loop_ir(g);
+  // NB: enough root iterations for every thread (and for load balance between them).
+  {
+    std::string before = loop::program_str(cp->program);
+    std::vector<std::string> inplace_log;
+    cp->program = collapse_outer_loops(write_epilogues_in_place(reuse_reduced_values(cp->program), &inplace_log), kMinRootExtent);
+    if (log_enabled(LogArtifact::schedule) && !inplace_log.empty()) {
+      std::string msg = "epilogues written in place:\n";
+      for (auto& l : inplace_log) msg += "  " + l + "\n";
+      log_emit(LogArtifact::schedule, msg);
+    }
+    if (log_enabled(LogArtifact::output_code) && loop::program_str(cp->program) != before)
+      log_emit(LogArtifact::output_code, "CPU loop IR (reduced values reused, outer loops collapsed for threads):\n" + loop::program_str(cp->program));
+  }
   if (!cp->program.kernels.empty()) {
     if (!cpu_codegen_available())
       throw Unsupported("framefuse was built without LLVM: CPU graphs run on the reference runner");
@@ -160,16 +175,21 @@ std::string disk_cache_dir() {
 }
 
 void clear_memory_cache() {
-  std::lock_guard<std::mutex> lock(g_cache_mu);
-  memory_cache().clear();
+  {
+    std::lock_guard<std::mutex> lock(g_cache_mu);
+    memory_cache().clear();
+  }
+  buffer_pool_clear();
 }
 
 // Python objects prepared once per compiled graph.
 struct CompiledGraph::Plan {
-  Ref torch, tensor_type, empty_strided, empty, as_strided, get_num_threads, uint8;
+  Ref torch, tensor_type, empty_strided, empty, as_strided, get_num_threads, uint8, matmul, addmm;
   struct Buf {
     Ref sizes, strides, kwargs;  // kwargs: {"dtype": ...}
     bool allocate = false;       // Intermediate/Output that some step uses, not in a slot
+    int64_t bytes = 0;           // what its layout spans
+    bool contiguous = false;     // row-major, dense
   };
   std::vector<Buf> bufs;
   std::vector<int> input_buf;  // placeholder position -> buffer (-1: not a tensor input)
@@ -208,6 +228,8 @@ CompiledGraph::CompiledGraph(const Graph& g) {
   pl.as_strided = attr(pl.torch.get(), "as_strided");
   pl.get_num_threads = attr(pl.torch.get(), "get_num_threads");
   pl.uint8 = attr(pl.torch.get(), "uint8");
+  pl.matmul = attr(pl.torch.get(), "matmul");
+  pl.addmm = attr(pl.torch.get(), "addmm");
   std::vector<bool> used(p.buffers.size(), false);
   for (const auto& k : p.kernels)
     for (int b : k.buffers()) used[static_cast<size_t>(b)] = true;
@@ -224,6 +246,13 @@ CompiledGraph::CompiledGraph(const Graph& g) {
     Ref dt = attr(pl.torch.get(), std::string(dtype_name(buf.dtype)).c_str());
     PyDict_SetItemString(pb.kwargs.get(), "dtype", dt.get());
     bool slotted = !p.slot.empty() && p.slot[b] >= 0;
+    pb.bytes = loop::buffer_bytes(buf);
+    int64_t expect = 1;
+    pb.contiguous = true;
+    for (size_t d = buf.sizes.size(); d-- > 0;) {
+      if (buf.sizes[d] != 1 && buf.strides[d] != expect) pb.contiguous = false;
+      expect *= buf.sizes[d];
+    }
     pb.allocate = used[b] && !slotted && (buf.role == loop::BufferRole::Intermediate || buf.role == loop::BufferRole::Output);
   }
   pl.placeholders = prog_->graph.placeholders();
@@ -234,6 +263,78 @@ CompiledGraph::CompiledGraph(const Graph& g) {
 }
 
 CompiledGraph::~CompiledGraph() = default;
+
+namespace {
+
+// NB: cpu_buffer_pool_mb = 0 also takes the pool out of the allocation path: every tensor then
+// comes from torch's allocator (e.g. for callers that grow outputs with resize_ or move them to
+// shared memory, which a pooled tensor's fixed-size storage does not allow).
+bool pool_on() { return config().cpu_buffer_pool_mb > 0; }
+
+bool requires_grad(PyObject* t) {
+  if (t == Py_None) return false;
+  Ref r(PyObject_GetAttrString(t, "requires_grad"));
+  if (!r) {
+    PyErr_Clear();
+    return true;  // not a tensor we understand: take the ordinary path
+  }
+  return r.get() == Py_True;
+}
+
+}  // namespace
+
+// A large matrix product writes straight into a pooled buffer (torch.matmul / addmm with out=):
+// torch would hand back freshly mapped memory, whose page faults cost a tenth of the product.
+// Returns nullptr without an error set when this path does not apply.
+PyObject* CompiledGraph::matmul_into_pool(const std::string& op, const std::vector<PyObject*>& operands, int result) {
+  Plan& pl = *plan_;
+  const auto& pb = pl.bufs[static_cast<size_t>(result)];
+  if (!pool_on() || pb.bytes < kPoolMinBytes || !pb.contiguous) return nullptr;
+  for (PyObject* o : operands)
+    if (requires_grad(o)) return nullptr;
+  PyObject* dtype = PyDict_GetItemString(pb.kwargs.get(), "dtype");
+  Ref out(pooled_empty_strided(pb.sizes.get(), pb.strides.get(), dtype, pb.bytes));
+  if (!out) {
+    PyErr_Clear();
+    return nullptr;
+  }
+  Ref kw(PyDict_New());
+  Ref done;
+  if (op == "linear") {
+    PyObject *x = operands[0], *w = operands[1], *bias = operands[2];
+    Ref wt(PyObject_CallMethod(w, "t", nullptr));
+    if (!wt) {
+      PyErr_Clear();
+      return nullptr;
+    }
+    if (bias == Py_None) {
+      PyDict_SetItemString(kw.get(), "out", out.get());
+      Ref args(PyTuple_Pack(2, x, wt.get()));
+      done = Ref(PyObject_Call(pl.matmul.get(), args.get(), kw.get()));
+    } else {
+      // NB: what F.linear does for contiguous inputs: one addmm over the flattened rows.
+      Ref k(PyObject_CallMethod(wt.get(), "size", "i", 0)), n(PyObject_CallMethod(wt.get(), "size", "i", 1));
+      Ref x2(k ? PyObject_CallMethod(x, "reshape", "(iO)", -1, k.get()) : nullptr);
+      Ref o2(x2 && n ? PyObject_CallMethod(out.get(), "view", "(iO)", -1, n.get()) : nullptr);
+      if (!o2) {
+        PyErr_Clear();
+        return nullptr;
+      }
+      PyDict_SetItemString(kw.get(), "out", o2.get());
+      Ref args(PyTuple_Pack(3, bias, x2.get(), wt.get()));
+      done = Ref(PyObject_Call(pl.addmm.get(), args.get(), kw.get()));
+    }
+  } else {
+    PyDict_SetItemString(kw.get(), "out", out.get());
+    Ref args(PyTuple_Pack(2, operands[0], operands[1]));
+    done = Ref(PyObject_Call(pl.matmul.get(), args.get(), kw.get()));
+  }
+  if (!done) {
+    PyErr_Clear();  // e.g. a dtype out= does not accept: the ordinary call reports real errors
+    return nullptr;
+  }
+  return out.release();
+}
 
 PyObject* CompiledGraph::run(PyObject* const* inputs, size_t n) {
   const loop::Program& p = prog_->program;
@@ -279,10 +380,16 @@ PyObject* CompiledGraph::run(PyObject* const* inputs, size_t n) {
     if (PyErr_Occurred()) return nullptr;
   }
   for (size_t s = 0; s < slots.size(); ++s) {
-    Ref size(PyTuple_Pack(1, Ref(PyLong_FromLongLong(std::max<int64_t>(p.slot_bytes[s], 1))).get()));
-    Ref kw(PyDict_New());
-    PyDict_SetItemString(kw.get(), "dtype", pl.uint8.get());
-    slots[s] = Ref(PyObject_Call(pl.empty.get(), size.get(), kw.get()));
+    int64_t bytes = std::max<int64_t>(p.slot_bytes[s], 1);
+    Ref size(PyTuple_Pack(1, Ref(PyLong_FromLongLong(bytes)).get()));
+    if (pool_on() && bytes >= kPoolMinBytes) {
+      Ref stride(Py_BuildValue("(i)", 1));
+      slots[s] = Ref(pooled_empty_strided(size.get(), stride.get(), pl.uint8.get(), bytes));
+    } else {
+      Ref kw(PyDict_New());
+      PyDict_SetItemString(kw.get(), "dtype", pl.uint8.get());
+      slots[s] = Ref(PyObject_Call(pl.empty.get(), size.get(), kw.get()));
+    }
     if (!slots[s]) return nullptr;
   }
   for (size_t b = 0; b < nb; ++b) {
@@ -291,8 +398,13 @@ PyObject* CompiledGraph::run(PyObject* const* inputs, size_t n) {
       continue;
     }
     if (!pl.bufs[b].allocate) continue;
-    Ref args(PyTuple_Pack(2, pl.bufs[b].sizes.get(), pl.bufs[b].strides.get()));
-    tensors[b] = Ref(PyObject_Call(pl.empty_strided.get(), args.get(), pl.bufs[b].kwargs.get()));
+    if (pool_on() && pl.bufs[b].bytes >= kPoolMinBytes) {
+      tensors[b] = Ref(pooled_empty_strided(pl.bufs[b].sizes.get(), pl.bufs[b].strides.get(),
+                                            PyDict_GetItemString(pl.bufs[b].kwargs.get(), "dtype"), pl.bufs[b].bytes));
+    } else {
+      Ref args(PyTuple_Pack(2, pl.bufs[b].sizes.get(), pl.bufs[b].strides.get()));
+      tensors[b] = Ref(PyObject_Call(pl.empty_strided.get(), args.get(), pl.bufs[b].kwargs.get()));
+    }
     if (!tensors[b]) return nullptr;
     ptrs[b] = data_ptr(tensors[b].get());
   }
@@ -354,6 +466,17 @@ PyObject* CompiledGraph::run(PyObject* const* inputs, size_t n) {
         PyErr_SetString(PyExc_RuntimeError, (op.target + " is not available in the installed torch").c_str());
         return nullptr;
       }
+      if (e.result >= 0 && (op.name == "linear" || op.name == "matmul" || op.name == "op_matmul" || op.name == "mm" || op.name == "bmm")) {
+        std::vector<Ref> owned;
+        std::vector<PyObject*> operands;
+        for (const Value& v : e.args) {
+          owned.emplace_back(value_to_py(v, node_ptrs.data()));
+          if (!owned.back()) return nullptr;
+          operands.push_back(owned.back().get());
+        }
+        result = Ref(matmul_into_pool(op.name, operands, e.result));
+      }
+      if (!result) {
       CallArgs ca = call_args(op, e.args);
       Ref pos(PyTuple_New(static_cast<Py_ssize_t>(ca.positional.size())));
       for (size_t i = 0; i < ca.positional.size(); ++i) {
@@ -368,6 +491,7 @@ PyObject* CompiledGraph::run(PyObject* const* inputs, size_t n) {
         PyDict_SetItemString(kw.get(), name.c_str(), v.get());
       }
       result = Ref(PyObject_Call(fn, pos.get(), kw.get()));
+      }
     }
     if (!result) return nullptr;
     if (e.result >= 0) {

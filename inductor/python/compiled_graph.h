@@ -41,6 +41,7 @@ class CompiledGraph {
 
  private:
   struct Plan;
+  PyObject* matmul_into_pool(const std::string& op, const std::vector<PyObject*>& operands, int result);
   std::shared_ptr<const CompiledProgram> prog_;
   std::unique_ptr<Plan> plan_;
   std::unique_ptr<ReferenceRunner> fallback_;

@@ -161,5 +161,28 @@ TEST(Fusion, MemoryPlanReusesDeadIntermediates) {
   EXPECT_EQ(log[0], "buf3 reuses the storage of slot 0");
 }
 
+// The CPU passes after scheduling: softmax's second exp becomes a read of the value stored
+// while summing; a [1, 4, 16] epilogue's outer loops collapse into one loop of 64 rows.
+TEST(Fusion, SoftmaxReusesStoredExpAndSmallOuterLoopsCollapse) {
+  Graph g;
+  NodeId x = input(g, "x", {1, 4, 16});
+  NodeId s = call(g, "softmax", {N(x), Value::of_int(-1)});
+  g.set_output(Value::tuple({N(s)}));
+  auto p = inductor::collapse_outer_loops(inductor::reuse_reduced_values(inductor::compile_to_loop_ir(g)), 64);
+  ASSERT_EQ(p.kernels.size(), 1u) << loop::program_str(p);
+  std::string k = loop::kernel_str(p.kernels[0], p);
+  EXPECT_NE(k.find("for v0 in 0..4 parallel:"), std::string::npos) << k;  // rows already flat; body is not a single loop
+  EXPECT_EQ(k.find("exp", k.find("exp") + 1), std::string::npos) << "exp computed twice:\n" << k;
+  EXPECT_NE(k.find("= t"), std::string::npos) << k;
+
+  Graph h;
+  NodeId y = input(h, "y", {1, 4, 16});
+  h.set_output(Value::tuple({N(call(h, "sin", {N(y)}))}));
+  auto q = inductor::collapse_outer_loops(inductor::compile_to_loop_ir(h), 64);
+  std::string kq = loop::kernel_str(q.kernels[0], q);
+  EXPECT_NE(kq.find("in 0..4 parallel:"), std::string::npos) << kq;  // [1, 4] collapsed
+  EXPECT_NE(kq.find("in 0..16:"), std::string::npos) << kq;           // the innermost loop kept
+}
+
 }  // namespace
 }  // namespace ff
