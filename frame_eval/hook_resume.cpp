@@ -123,6 +123,18 @@ bool split_trace_options(PyCodeObject* traced, const BreakInfo& info, TraceOptio
   Origin o = origin_of(traced);
   int k = info.root_index - o.shift;
   if (k < 0) return false;
+  // Zero-argument super() reads the frame's first local as `self`; in a stub or resume function that
+  // slot holds the first stack value, so code with a __class__ cell is not split (runs eagerly).
+  PyObject* frees = PyCode_GetFreevars(reinterpret_cast<PyCodeObject*>(o.original.get()));
+  if (!frees) {
+    PyErr_Clear();
+    return false;
+  }
+  bool uses_class_cell = false;
+  for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(frees); ++i)
+    uses_class_cell |= PyUnicode_CompareWithASCIIString(PyTuple_GET_ITEM(frees, i), "__class__") == 0;
+  Py_DECREF(frees);
+  if (uses_class_cell) return false;
   out->stop_index = info.root_index;
   out->stop_visit = info.root_visit;
   out->stop_live = bc::live_locals_at(o.original.get(), unit_of(o.original.get(), k));

@@ -556,3 +556,23 @@ def test_values_that_refer_to_themselves(capsys):
     # a list containing itself: the frame runs eagerly
     s = run_both(self_containing, X, capsys=capsys)
     assert s["frames_split"] == 0 and s["graph_breaks"] >= 1 and s["internal_errors"] == 0
+
+
+class _Base(torch.nn.Module):
+    def forward(self, x):
+        return x * 2
+
+
+class _Child(_Base):
+    def forward(self, x):
+        y = x + 1
+        print("inside the child")
+        return super().forward(y) + 1
+
+
+def test_zero_argument_super_after_a_break_runs_the_frame_eagerly(capsys):
+    # super() reads the frame's first local as `self`; a resume function's first argument is a stack
+    # value, so such a frame is not split: it runs natively (as transformers' configs do).
+    m = _Child()
+    s = run_both(m, X, capsys=capsys)
+    assert s["frames_split"] == 0 and s["graph_breaks"] >= 1
