@@ -442,8 +442,15 @@ Sym SymbolicTracer::try_load_attr(const Sym& base, const std::string& name) {
       while (i < n && PyTuple_GET_ITEM(mro, i) != base->obj.get()) ++i;
       PyRef key = PyRef::steal(PyUnicode_FromString(name.c_str()));
       for (++i; i < n; ++i) {
-        PyObject* dict = reinterpret_cast<PyTypeObject*>(PyTuple_GET_ITEM(mro, i))->tp_dict;
-        PyObject* v = PyDict_GetItem(dict, key.get());
+        PyTypeObject* klass = reinterpret_cast<PyTypeObject*>(PyTuple_GET_ITEM(mro, i));
+#if PY_VERSION_HEX >= 0x030C0000
+        // NB: 3.12 keeps static builtin types' dict per interpreter: their tp_dict is NULL.
+        PyRef dict_ref = PyRef::steal(PyType_GetDict(klass));
+        PyObject* dict = dict_ref.get();
+#else
+        PyObject* dict = klass->tp_dict;
+#endif
+        PyObject* v = dict ? PyDict_GetItem(dict, key.get()) : nullptr;
         if (!v) continue;
         if (PyFunction_Check(v) || PyObject_TypeCheck(v, &PyMethodDescr_Type) || Py_TYPE(v) == &PyWrapperDescr_Type) {
           Sym s = make_sym(SymKind::BoundMethod);

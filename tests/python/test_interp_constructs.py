@@ -380,3 +380,22 @@ def test_generator_with_side_effects_breaks():
     def g(x):
         return list(pure_gen([x, x + 1])), any(v > 1 for v in [0, 2])
     check(g, x4)
+
+
+class _Scaled:
+    def __init__(self):
+        self.factor = 3.0
+
+    def apply(self, x):
+        # super() lands on `object`, whose type dict CPython 3.12 keeps outside tp_dict.
+        return x * super().__getattribute__("factor")
+
+
+def test_zero_argument_super_reaching_object():
+    # Not captured (a clean break: object.__getattribute__ on a user object), never a crash.
+    import framefuse
+    s = _Scaled()
+    x = torch.randn(4)
+    f = framefuse.compile(lambda x: s.apply(x) + 1, backend="eager")
+    for _ in range(2):
+        assert torch.equal(f(x), x * 3.0 + 1)
