@@ -73,7 +73,8 @@ with framefuse.config.patch(cache_dir={cache!r}):
     g = framefuse.graph.Graph()
     gx, gw = g.placeholder("x", x), g.placeholder("w", w)
     g.output((g.call(torch.relu, g.call(F.conv2d, gx, gw)),))
-    m = _C.cuda.compile(g._g, "default", "", True, True)
+    with framefuse.config.patch(cuda_channels_last=True):  # off by default
+        m = _C.cuda.compile(g._g, "default", "", True, True)
     (out,) = m.run(x, w)
     print("channels-last", repr(m.channels_last_why), out.stride() == g.run(x, w)[0].stride(), m.layout_copies, flush=True)
     # A misaligned input: the scalar variant is chosen.
