@@ -3,37 +3,17 @@
 #include <deque>
 
 #include "frame_eval/bytecode.h"
+#include "frame_eval/py_util.h"
 #include "src/errors.h"
 
 namespace ff::bc {
 
 namespace {
 
-struct Ref {  // owning PyObject*
-  PyObject* p = nullptr;
-  explicit Ref(PyObject* o = nullptr) : p(o) {}
-  ~Ref() { Py_XDECREF(p); }
-  Ref(const Ref&) = delete;
-  Ref& operator=(const Ref&) = delete;
-};
-
-std::string py_error_text() {
-  PyObject *t, *v, *tb;
-  PyErr_Fetch(&t, &v, &tb);
-  std::string s = "unknown error";
-  if (v) {
-    PyObject* r = PyObject_Str(v);
-    if (r) s = PyUnicode_AsUTF8(r) ? PyUnicode_AsUTF8(r) : s, Py_DECREF(r);
-    else PyErr_Clear();
-  }
-  Py_XDECREF(t), Py_XDECREF(v), Py_XDECREF(tb);
-  return s;
-}
-
 std::string bytes_attr(PyObject* code, const char* name) {
-  Ref b(PyObject_GetAttrString(code, name));
-  FF_CHECK(b.p && PyBytes_Check(b.p), std::string("code object has no bytes ") + name);
-  return std::string(PyBytes_AS_STRING(b.p), PyBytes_GET_SIZE(b.p));
+  PyRef b = PyRef::steal(PyObject_GetAttrString(code, name));
+  FF_CHECK(b.get() && PyBytes_Check(b.get()), std::string("code object has no bytes ") + name);
+  return std::string(PyBytes_AS_STRING(b.get()), PyBytes_GET_SIZE(b.get()));
 }
 
 int ext_count(int arg) { return arg > 0xFFFFFF ? 3 : arg > 0xFFFF ? 2 : arg > 0xFF ? 1 : 0; }
@@ -206,14 +186,14 @@ PyObject* assemble(PyObject* base, const Bytecode& bc, const CodeFields& f) {
   PyCodeObject* co = reinterpret_cast<PyCodeObject*>(base);
   int firstlineno = f.firstlineno >= 0 ? f.firstlineno : co->co_firstlineno;
   Encoded enc = encode(bc, firstlineno);
-  Ref kw(PyDict_New());
+  PyRef kw = PyRef::steal(PyDict_New());
   auto set = [&](const char* key, PyObject* v) {  // steals v
     FF_CHECK(v, std::string("building ") + key);
-    PyDict_SetItemString(kw.p, key, v);
+    PyDict_SetItemString(kw.get(), key, v);
     Py_DECREF(v);
   };
   auto set_borrowed = [&](const char* key, PyObject* v) {
-    if (v) PyDict_SetItemString(kw.p, key, v);
+    if (v) PyDict_SetItemString(kw.get(), key, v);
   };
   set("co_code", PyBytes_FromStringAndSize(enc.code.data(), enc.code.size()));
   set("co_linetable", PyBytes_FromStringAndSize(enc.linetable.data(), enc.linetable.size()));
@@ -232,11 +212,11 @@ PyObject* assemble(PyObject* base, const Bytecode& bc, const CodeFields& f) {
   if (f.flags >= 0) set("co_flags", PyLong_FromLong(f.flags));
   if (!f.name.empty()) set("co_name", PyUnicode_FromString(f.name.c_str()));
   if (!f.qualname.empty()) set("co_qualname", PyUnicode_FromString(f.qualname.c_str()));
-  Ref replace(PyObject_GetAttrString(base, "replace"));
-  FF_CHECK(replace.p, "code.replace missing");
-  Ref empty(PyTuple_New(0));
-  PyObject* out = PyObject_Call(replace.p, empty.p, kw.p);
-  if (!out) FF_CHECK(false, "code.replace failed: " + py_error_text());
+  PyRef replace = PyRef::steal(PyObject_GetAttrString(base, "replace"));
+  FF_CHECK(replace.get(), "code.replace missing");
+  PyRef empty = PyRef::steal(PyTuple_New(0));
+  PyObject* out = PyObject_Call(replace.get(), empty.get(), kw.get());
+  if (!out) FF_CHECK(false, "code.replace failed: " + fetch_py_error_text());
   try {
     verify_code(out);
   } catch (...) {

@@ -4,17 +4,18 @@
 #include <map>
 
 #include "frame_eval/bytecode.h"
+#include "frame_eval/py_util.h"
 #include "src/errors.h"
 #include "src/logging.h"
 
 namespace ff::bc {
 
 std::vector<std::string> str_tuple(PyObject* code, const char* attr) {
-  Ref t(PyObject_GetAttrString(code, attr));
-  FF_CHECK(t.p && PyTuple_Check(t.p), std::string("code object without ") + attr);
+  PyRef t = PyRef::steal(PyObject_GetAttrString(code, attr));
+  FF_CHECK(t.get() && PyTuple_Check(t.get()), std::string("code object without ") + attr);
   std::vector<std::string> out;
-  for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(t.p); ++i) {
-    const char* s = PyUnicode_AsUTF8(PyTuple_GET_ITEM(t.p, i));
+  for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(t.get()); ++i) {
+    const char* s = PyUnicode_AsUTF8(PyTuple_GET_ITEM(t.get(), i));
     FF_CHECK(s, std::string("non-str name in ") + attr);
     out.emplace_back(s);
   }
@@ -153,9 +154,10 @@ ResumeBuild build_resume(PyObject* code, int unit, int stack_depth, const std::v
 
 PyObject* assemble_resume(PyObject* code, const ResumeBuild& rb, const std::string& prefix, PyObject* consts) {
   PyCodeObject* co = reinterpret_cast<PyCodeObject*>(code);
-  Ref vars(to_tuple(rb.new_vars)), frees(to_tuple(rb.new_frees)), cells(PyTuple_New(0));
+  PyRef vars = PyRef::steal(to_tuple(rb.new_vars)), frees = PyRef::steal(to_tuple(rb.new_frees)),
+        cells = PyRef::steal(PyTuple_New(0));
   CodeFields f;
-  f.varnames = vars.p, f.freevars = frees.p, f.cellvars = cells.p, f.consts = consts;
+  f.varnames = vars.get(), f.freevars = frees.get(), f.cellvars = cells.get(), f.consts = consts;
   f.argcount = rb.argcount, f.posonlyargcount = 0, f.kwonlyargcount = 0;
   f.nlocals = static_cast<int>(rb.new_vars.size());
   int flags = co->co_flags & ~(CO_VARARGS | CO_VARKEYWORDS);

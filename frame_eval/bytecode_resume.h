@@ -35,14 +35,6 @@ std::vector<std::string> live_locals_at(PyObject* code, int unit);
 
 // ---- shared with the graph-break stubs (bytecode_stub.cpp) ----
 
-struct Ref {  // owning PyObject*
-  PyObject* p = nullptr;
-  explicit Ref(PyObject* o = nullptr) : p(o) {}
-  ~Ref() { Py_XDECREF(p); }
-  Ref(const Ref&) = delete;
-  Ref& operator=(const Ref&) = delete;
-};
-
 // A resume function before assembly: the prologue (`shift` instructions) then the original body.
 struct ResumeBuild {
   Bytecode orig;                  // the original code, decoded

@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "frame_eval/bytecode.h"
+#include "frame_eval/py_util.h"
 #include "frame_eval/bytecode_resume.h"
 #include "src/errors.h"
 #include "src/logging.h"
@@ -76,19 +77,19 @@ BreakStub make_break_stub(PyObject* code, int unit, int stack_depth, const std::
   }
 
   // Constants the tails need, appended to the original co_consts.
-  Ref consts(PySequence_List(co->co_consts));
-  FF_CHECK(consts.p, "co_consts");
-  const int c_false = static_cast<int>(PyList_GET_SIZE(consts.p));
-  PyList_Append(consts.p, Py_False);
-  PyList_Append(consts.p, Py_True);
-  PyList_Append(consts.p, marker);
-  PyList_Append(consts.p, reinterpret_cast<PyObject*>(&PyTuple_Type));
+  PyRef consts = PyRef::steal(PySequence_List(co->co_consts));
+  FF_CHECK(consts.get(), "co_consts");
+  const int c_false = static_cast<int>(PyList_GET_SIZE(consts.get()));
+  PyList_Append(consts.get(), Py_False);
+  PyList_Append(consts.get(), Py_True);
+  PyList_Append(consts.get(), marker);
+  PyList_Append(consts.get(), reinterpret_cast<PyObject*>(&PyTuple_Type));
   const int c_true = c_false + 1, c_marker = c_false + 2, c_tuple = c_false + 3, c_ids = c_false + 4;
   for (size_t s = 0; s < stub.successors.size(); ++s) {
-    Ref id(PyLong_FromSize_t(s));
-    PyList_Append(consts.p, id.p);
+    PyRef id = PyRef::steal(PyLong_FromSize_t(s));
+    PyList_Append(consts.get(), id.get());
   }
-  Ref consts_tuple(PyList_AsTuple(consts.p));
+  PyRef consts_tuple = PyRef::steal(PyList_AsTuple(consts.get()));
 
   const int native = rb.index_of.at("__ff_native");
   const int line = brk.line;
@@ -185,7 +186,7 @@ BreakStub make_break_stub(PyObject* code, int unit, int stack_depth, const std::
   std::sort(out.exc.begin(), out.exc.end(), [](const ExcEntry& a, const ExcEntry& c) { return a.start < c.start; });
 
   rb.out = std::move(out);
-  stub.code = assemble_resume(code, rb, "", consts_tuple.p);
+  stub.code = assemble_resume(code, rb, "", consts_tuple.get());
   if (log_enabled(LogArtifact::bytecode)) {
     try {
       log_emit(LogArtifact::bytecode, "ORIGINAL BYTECODE\n" + disassemble(code) + "GRAPH BREAK STUB at offset " +
