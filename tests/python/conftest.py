@@ -105,3 +105,14 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.skip(reason="needs torch >= 2.0 (torch.compile)"))
         if item.get_closest_marker("cuda") and not cuda:
             item.add_marker(pytest.mark.skip(reason="needs a CUDA device"))
+
+
+@pytest.fixture
+def fresh_framefuse():
+    """framefuse's caches, counters and logs reset around a test (compile tests use it for every test
+    through `pytestmark = pytest.mark.usefixtures("fresh_framefuse")`)."""
+    import framefuse  # noqa: PLC0415 - pure lanes never request it
+    framefuse.reset()
+    yield
+    framefuse.reset()
+    framefuse.set_logs("")

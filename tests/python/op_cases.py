@@ -599,3 +599,15 @@ cases("to_float", C(torch.Tensor.float, H), C(torch.Tensor.float, BH))
 cases("to", C(torch.Tensor.to, H, bf16))
 cases("embedding", C(F.embedding, I(3, 4), H))
 cases("pad", C(F.pad, H, (1, 1)))
+
+
+def graph_value(g, v, placeholders):
+    """`v` for a call on graph `g`: tensors (also inside lists and tuples) become placeholders x0,
+    x1, ... (appended to `placeholders`), everything else stays a constant."""
+    if isinstance(v, torch.Tensor):
+        node = g.placeholder(f"x{len(placeholders)}", v)
+        placeholders.append(node)
+        return node
+    if isinstance(v, (list, tuple)):
+        return type(v)(graph_value(g, i, placeholders) for i in v)
+    return v

@@ -10,12 +10,7 @@ import framefuse
 from framefuse import _C
 
 
-@pytest.fixture(autouse=True)
-def fresh():
-    framefuse.reset()
-    yield
-    framefuse.reset()
-    framefuse.set_logs("")
+pytestmark = pytest.mark.usefixtures("fresh_framefuse")
 
 
 def with_print(x):

@@ -12,11 +12,7 @@ import interp_models as M
 from framefuse import _C
 
 
-@pytest.fixture(autouse=True)
-def fresh():
-    framefuse.reset()
-    yield
-    framefuse.reset()
+pytestmark = pytest.mark.usefixtures("fresh_framefuse")
 
 
 def _resnet50():

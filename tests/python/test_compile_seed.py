@@ -7,11 +7,7 @@ import framefuse
 from framefuse import _C
 
 
-@pytest.fixture(autouse=True)
-def fresh():
-    framefuse.reset()
-    yield
-    framefuse.reset()
+pytestmark = pytest.mark.usefixtures("fresh_framefuse")
 
 
 def stats():

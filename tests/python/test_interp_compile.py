@@ -14,11 +14,7 @@ def stats():
     return _C._frame_eval_stats()
 
 
-@pytest.fixture(autouse=True)
-def fresh():
-    framefuse.reset()
-    yield
-    framefuse.reset()
+pytestmark = pytest.mark.usefixtures("fresh_framefuse")
 
 
 def test_shape_and_scalar_changes_recompile():

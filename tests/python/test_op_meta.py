@@ -17,7 +17,7 @@ import framefuse
 from framefuse import _C
 from framefuse.graph import Graph, ops
 
-from op_cases import CASES, Case, T
+from op_cases import CASES, Case, T, graph_value
 
 OPS = {op["name"]: op for op in ops()}
 TORCH = torch.__version__.split("+")[0]
@@ -84,18 +84,8 @@ def build(fn, args, kwargs):
     """The call as a graph: tensors become placeholders, everything else constants."""
     g = Graph()
     placeholders = []
-
-    def conv(v):
-        if isinstance(v, torch.Tensor):
-            node = g.placeholder(f"x{len(placeholders)}", v)
-            placeholders.append(node)
-            return node
-        if isinstance(v, (list, tuple)):
-            return type(v)(conv(i) for i in v)
-        return v
-
-    gargs = [conv(a) for a in args]
-    gkwargs = {k: conv(v) for k, v in kwargs.items()}
+    gargs = [graph_value(g, a, placeholders) for a in args]
+    gkwargs = {k: graph_value(g, v, placeholders) for k, v in kwargs.items()}
     node = g.call(fn, *gargs, **gkwargs)
     return g, node, placeholders
 
@@ -246,17 +236,8 @@ def test_schema_keywords_are_torchs(op):
 
 def _reject(fn, *args, **kwargs):
     g = Graph()
-    count = [0]
-
-    def conv(a):
-        if isinstance(a, torch.Tensor):
-            count[0] += 1
-            return g.placeholder(f"x{count[0]}", a)
-        if isinstance(a, (list, tuple)):
-            return type(a)(conv(i) for i in a)
-        return a
-
-    gargs = [conv(a) for a in args]
+    placeholders = []
+    gargs = [graph_value(g, a, placeholders) for a in args]
     with pytest.raises(framefuse.Unsupported) as info:
         g.call(fn, *gargs, **kwargs)
     return str(info.value)

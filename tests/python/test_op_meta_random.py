@@ -13,6 +13,7 @@ import torch
 
 import framefuse
 from framefuse.graph import Graph
+from op_cases import graph_value
 
 DTYPES = [torch.float32, torch.float64, torch.int64, torch.int32, torch.bool, torch.uint8]
 
@@ -63,17 +64,8 @@ def typed(fn, *args, **kwargs):
             return None, None  # an error of values (x // False), not of metadata
         expected = None
     g = Graph()
-    count = [0]
-
-    def conv(a):
-        if isinstance(a, torch.Tensor):
-            count[0] += 1
-            return g.placeholder(f"x{count[0]}", a)
-        if isinstance(a, (list, tuple)):
-            return type(a)(conv(i) for i in a)
-        return a
-
-    gargs = [conv(a) for a in args]
+    placeholders = []
+    gargs = [graph_value(g, a, placeholders) for a in args]
     try:
         with framefuse.config.patch(meta_fallback=False):
             node = g.call(fn, *gargs, **kwargs)
