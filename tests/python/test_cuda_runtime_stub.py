@@ -157,7 +157,8 @@ print("peak growth MB", status_mb("VmHWM") - base, flush=True)
 """
 
 
-def test_runtime_releases_extern_results_after_their_last_use(stub_dir, tmp_path):
+def _peak_growth_mb(stub_dir, script, cache_dir):
+    """Runs a MEMORY_SCRIPT variant against the driver stand-in; the peak RSS growth it printed."""
     if not cuda.nvrtc_status()["available"]:
         pytest.skip("NVRTC not installed")
     if not os.path.exists("/proc/self/clear_refs"):
@@ -165,31 +166,25 @@ def test_runtime_releases_extern_results_after_their_last_use(stub_dir, tmp_path
     env = dict(os.environ)
     env["LD_LIBRARY_PATH"] = str(stub_dir) + os.pathsep + env.get("LD_LIBRARY_PATH", "")
     env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
-    r = subprocess.run([sys.executable, "-c", MEMORY_SCRIPT.format(cache=str(tmp_path / "cache"))], env=env,
+    r = subprocess.run([sys.executable, "-c", script.format(cache=str(cache_dir))], env=env,
                        capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-    growth = float(r.stdout.split("peak growth MB")[1].split()[0])
+    return float(r.stdout.split("peak growth MB")[1].split()[0])
+
+
+def test_runtime_releases_extern_results_after_their_last_use(stub_dir, tmp_path):
+    growth = _peak_growth_mb(stub_dir, MEMORY_SCRIPT, tmp_path / "cache")
     assert growth < 5 * 16, f"peak RSS grew {growth:.0f} MB over one run: extern results held to the end?"
 
 
 def test_runtime_releases_split_tuples_after_their_last_getitem(stub_dir, tmp_path):
     # nanoGPT's `c_attn(x).split(C, dim=2)`: the tuple of views keeps the whole product alive; it
     # must go after its last getitem, not at the end of the graph.
-    if not cuda.nvrtc_status()["available"]:
-        pytest.skip("NVRTC not installed")
-    if not os.path.exists("/proc/self/clear_refs"):
-        pytest.skip("needs Linux's /proc/self/clear_refs to reset the peak RSS")
     script = MEMORY_SCRIPT.replace(
         "h = g.call(torch.relu, g.call(torch.mm, h, gw))",
         "h = g.call(torch.relu, g.getitem(g.call(torch.split, g.call(torch.mm, h, gw), 512, 1), 0))").replace(
         "w = torch.randn(4096, 1024), torch.randn(1024, 1024) / 32", "w = torch.randn(4096, 512), torch.randn(512, 1024) / 32")
     assert "torch.split" in script and "torch.randn(512, 1024)" in script
-    env = dict(os.environ)
-    env["LD_LIBRARY_PATH"] = str(stub_dir) + os.pathsep + env.get("LD_LIBRARY_PATH", "")
-    env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
-    r = subprocess.run([sys.executable, "-c", script.format(cache=str(tmp_path / "cache"))], env=env,
-                       capture_output=True, text=True, timeout=600)
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-    growth = float(r.stdout.split("peak growth MB")[1].split()[0])
+    growth = _peak_growth_mb(stub_dir, script, tmp_path / "cache")
     # Each product is 16 MB; held to the end, eight of them would add 128 MB.
     assert growth < 5 * 16, f"peak RSS grew {growth:.0f} MB over one run: split tuples held to the end?"
