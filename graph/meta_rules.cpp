@@ -12,8 +12,32 @@
 namespace ff {
 
 namespace {
+
 std::atomic<DType> g_default_float{DType::Float32};
 std::atomic<int> g_torch_version{200};  // major * 100 + minor
+
+// TensorIterator's dimension order (reorder_dimensions / infer_dense_strides): an insertion sort
+// of the dims, last dim first, where should_swap(a, b) > 0 moves b before a, < 0 stops the scan
+// and 0 looks further back. perm[0] is the fastest-moving dim.
+template <class ShouldSwap>
+std::vector<int64_t> fastest_dims_first(int64_t ndim, ShouldSwap should_swap) {
+  std::vector<int64_t> perm(static_cast<size_t>(ndim));
+  for (int64_t i = 0; i < ndim; ++i) perm[i] = ndim - 1 - i;
+  for (int64_t i = 1; i < ndim; ++i) {
+    int64_t dim1 = i;
+    for (int64_t dim0 = i - 1; dim0 >= 0; --dim0) {
+      int cmp = should_swap(perm[dim0], perm[dim1]);
+      if (cmp > 0) {
+        std::swap(perm[dim0], perm[dim1]);
+        dim1 = dim0;
+      } else if (cmp < 0) {
+        break;
+      }
+    }
+  }
+  return perm;
+}
+
 }  // namespace
 
 void set_torch_version(int major, int minor) { g_torch_version.store(major * 100 + minor, std::memory_order_relaxed); }
@@ -86,8 +110,6 @@ std::vector<int64_t> pointwise_output_strides(const std::vector<int64_t>& shape,
     sb.push_back(std::move(s));
   }
   // perm[0] is the fastest-moving dim (TensorIterator's reorder_dimensions).
-  std::vector<int64_t> perm(static_cast<size_t>(ndim));
-  for (int64_t i = 0; i < ndim; ++i) perm[i] = ndim - 1 - i;
   auto should_swap = [&](int64_t dim0, int64_t dim1) -> int {
     for (const auto& s : sb) {
       int64_t s0 = s[dim0], s1 = s[dim1];
@@ -98,18 +120,7 @@ std::vector<int64_t> pointwise_output_strides(const std::vector<int64_t>& shape,
     }
     return 0;
   };
-  for (int64_t i = 1; i < ndim; ++i) {
-    int64_t dim1 = i;
-    for (int64_t dim0 = i - 1; dim0 >= 0; --dim0) {
-      int cmp = should_swap(perm[dim0], perm[dim1]);
-      if (cmp > 0) {
-        std::swap(perm[dim0], perm[dim1]);
-        dim1 = dim0;
-      } else if (cmp < 0) {
-        break;
-      }
-    }
-  }
+  std::vector<int64_t> perm = fastest_dims_first(ndim, should_swap);
   bool inverted = true;
   for (int64_t j = 0; j < ndim; ++j) inverted = inverted && perm[j] == ndim - 1 - j;
   if (inverted) return TensorMeta::contiguous_strides(shape);
@@ -440,8 +451,6 @@ bool has_internal_overlap(const TensorMeta& t) {
 // ordering), sizes 0 and 1 counting as 1.
 std::vector<int64_t> infer_dense_strides(const TensorMeta& t) {
   const int64_t ndim = t.dim();
-  std::vector<int64_t> perm(static_cast<size_t>(ndim));
-  for (int64_t i = 0; i < ndim; ++i) perm[i] = ndim - 1 - i;
   auto should_swap = [&](int64_t d0, int64_t d1) -> int {
     int64_t s0 = t.strides[d0], s1 = t.strides[d1];
     if (s0 == 0 || s1 == 0) return 0;
@@ -449,19 +458,7 @@ std::vector<int64_t> infer_dense_strides(const TensorMeta& t) {
     if (s0 > s1) return 1;
     return t.sizes[d0] > t.sizes[d1] ? 1 : 0;
   };
-  for (int64_t i = 1; i < ndim; ++i) {
-    int64_t dim1 = i;
-    for (int64_t j = 1; j <= i; ++j) {
-      int64_t dim0 = i - j;
-      int cmp = should_swap(perm[dim0], perm[dim1]);
-      if (cmp > 0) {
-        std::swap(perm[dim0], perm[dim1]);
-        dim1 = dim0;
-      } else if (cmp < 0) {
-        break;
-      }
-    }
-  }
+  std::vector<int64_t> perm = fastest_dims_first(ndim, should_swap);
   std::vector<int64_t> out(static_cast<size_t>(ndim));
   int64_t cur = 1;
   for (int64_t i = 0; i < ndim; ++i) {
