@@ -4,6 +4,7 @@
 
 #include "frame_eval/py_util.h"
 #include "frame_eval/torch_refs.h"
+#include "src/config.h"
 #include "src/errors.h"
 
 namespace ff {
@@ -167,6 +168,7 @@ int GuardProgram::add_source(const SourcePtr& s) {
 
 GuardProgram::GuardProgram(const std::vector<Guard>& guards, const std::vector<SourcePtr>& extra_sources,
                            const FrameValues& frame) {
+  std::vector<PyRef> live_tensors;  // per TensorMatch check, in order
   for (size_t gi = 0; gi < guards.size(); ++gi) {
     const Guard& g = guards[gi];
     Check c;
@@ -204,6 +206,7 @@ GuardProgram::GuardProgram(const std::vector<Guard>& guards, const std::vector<S
         FF_CHECK(c.sizes.size() == c.strides.size(), "sizes and strides differ in rank: " + c.text);
         c.requires_grad = g.tensor_meta.requires_grad;
         c.device = g.tensor_meta.device;
+        live_tensors.push_back(std::move(live));
         break;
       }
       case Guard::Kind::GlobalState:
@@ -216,10 +219,77 @@ GuardProgram::GuardProgram(const std::vector<Guard>& guards, const std::vector<S
     program_.push_back({false, static_cast<int>(checks_.size() - 1)});
   }
   for (const SourcePtr& s : extra_sources) add_source(s);
+  hot_program_ = program_;
+  if (!live_tensors.empty() && config().guard_tensors_batched && torch_refs().tensor_guards_type)
+    batch_tensor_checks(live_tensors);
+}
+
+namespace {
+
+PyObject* int_list(const std::vector<int64_t>& v) {
+  PyObject* l = PyList_New(static_cast<Py_ssize_t>(v.size()));
+  if (!l) return nullptr;
+  for (size_t i = 0; i < v.size(); ++i) {
+    PyObject* n = PyLong_FromLongLong(v[i]);
+    if (!n) {
+      Py_DECREF(l);
+      return nullptr;
+    }
+    PyList_SET_ITEM(l, static_cast<Py_ssize_t>(i), n);
+  }
+  return l;
+}
+
+}  // namespace
+
+void GuardProgram::batch_tensor_checks(const std::vector<PyRef>& live) {
+  std::vector<const Check*> tensor_checks;
+  for (const Check& c : checks_)
+    if (c.kind == Guard::Kind::TensorMatch) tensor_checks.push_back(&c);
+  FF_CHECK(tensor_checks.size() == live.size(), "one traced tensor per TensorMatch");
+  Py_ssize_t n = static_cast<Py_ssize_t>(live.size());
+  PyRef args = PyRef::steal(PyTuple_New(n));
+  PyRef sizes = PyRef::steal(PyList_New(n));
+  PyRef strides = PyRef::steal(PyList_New(n));
+  if (!args || !sizes || !strides) return PyErr_Clear();
+  for (Py_ssize_t i = 0; i < n; ++i) {
+    PyObject* t = live[static_cast<size_t>(i)].get();
+    Py_INCREF(t);
+    PyTuple_SET_ITEM(args.get(), i, t);
+    PyObject* sz = int_list(tensor_checks[static_cast<size_t>(i)]->sizes);
+    PyObject* st = int_list(tensor_checks[static_cast<size_t>(i)]->strides);
+    if (!sz || !st) {
+      Py_XDECREF(sz);
+      Py_XDECREF(st);
+      return PyErr_Clear();
+    }
+    PyList_SET_ITEM(sizes.get(), i, sz);
+    PyList_SET_ITEM(strides.get(), i, st);
+  }
+  PyRef kwargs = PyRef::steal(PyDict_New());
+  if (!kwargs || PyDict_SetItemString(kwargs.get(), "dynamic_dims_sizes", sizes.get()) < 0 ||
+      PyDict_SetItemString(kwargs.get(), "dynamic_dims_strides", strides.get()) < 0)
+    return PyErr_Clear();
+  PyRef tg = PyRef::steal(PyObject_Call(torch_refs().tensor_guards_type, args.get(), kwargs.get()));
+  PyRef check = PyRef::steal(tg ? PyObject_GetAttrString(tg.get(), "check") : nullptr);
+  // The traced tensors must pass: if one of them no longer matches its guard's metadata (the
+  // trace changed it in place), the per-tensor checks stay.
+  PyRef passed = PyRef::steal(check ? PyObject_CallObject(check.get(), args.get()) : nullptr);
+  if (passed.get() != Py_True) return PyErr_Clear();
+  tensor_batch_ = check.release();
+  tensor_batch_args_.assign(live.size(), nullptr);
+  hot_program_.clear();
+  for (const Instr& ins : program_) {
+    if (!ins.is_fetch && checks_[static_cast<size_t>(ins.index)].kind == Guard::Kind::TensorMatch) continue;
+    hot_program_.push_back(ins);
+  }
+  for (const Check* c : tensor_checks) tensor_batch_slots_.push_back(c->slot);
+  hot_program_.push_back({false, kTensorBatch});
 }
 
 GuardProgram::~GuardProgram() {
   if (!Py_IsInitialized()) return;
+  Py_CLEAR(tensor_batch_);
   for (Fetch& f : fetches_) {
     Py_CLEAR(f.name);
     Py_CLEAR(f.key);
@@ -478,10 +548,24 @@ bool GuardProgram::run_check(const Check& c, const Slots& slots, std::string* wh
   return false;
 }
 
+bool GuardProgram::run_tensor_batch(const Slots& slots) const {
+  PyObject** args = tensor_batch_args_.data();
+  for (size_t i = 0; i < tensor_batch_slots_.size(); ++i) args[i] = slots[static_cast<size_t>(tensor_batch_slots_[i])];
+  PyObject* r = PyObject_Vectorcall(tensor_batch_, args, tensor_batch_slots_.size(), nullptr);
+  if (!r) {
+    PyErr_Clear();
+    return false;
+  }
+  bool ok = r == Py_True;
+  Py_DECREF(r);
+  return ok;
+}
+
 bool GuardProgram::check(const FrameValues& frame, Slots& slots) const {
-  for (const Instr& ins : program_) {
+  for (const Instr& ins : hot_program_) {
     bool ok = ins.is_fetch ? run_fetch(fetches_[static_cast<size_t>(ins.index)], frame, slots)
-                           : run_check(checks_[static_cast<size_t>(ins.index)], slots, nullptr);
+              : ins.index == kTensorBatch ? run_tensor_batch(slots)
+                                          : run_check(checks_[static_cast<size_t>(ins.index)], slots, nullptr);
     if (!ok) {
       slots.clear();
       return false;

@@ -78,20 +78,29 @@ class GuardProgram {
   struct Check;
   struct Instr {
     bool is_fetch;
-    int index;  // into fetches_ or checks_
+    int index;  // into fetches_ or checks_; kTensorBatch: every TensorMatch at once
   };
+  static constexpr int kTensorBatch = -1;
 
  private:
   int add_source(const SourcePtr& s);
   // Runs instruction `ins`; on failure returns false and, if `why` is set, describes it.
   bool run_fetch(const Fetch& f, const FrameValues& frame, Slots& slots) const;
   bool run_check(const Check& c, const Slots& slots, std::string* why) const;
+  // Builds the hot program with every TensorMatch replaced by one call to torch's C++ tensor
+  // check, where torch has one and it accepts the traced tensors. Cold path.
+  void batch_tensor_checks(const std::vector<PyRef>& live);
+  bool run_tensor_batch(const Slots& slots) const;
 
   std::vector<SourcePtr> slot_sources_;
   std::vector<std::string> slot_names_;
   std::vector<Fetch> fetches_;
   std::vector<Check> checks_;
-  std::vector<Instr> program_;
+  std::vector<Instr> program_;       // every check in guard order (explain, describe)
+  std::vector<Instr> hot_program_;   // what check() runs: program_, or with the tensor batch
+  PyObject* tensor_batch_ = nullptr;  // bound TensorGuards.check (strong), or null
+  std::vector<int> tensor_batch_slots_;
+  mutable std::vector<PyObject*> tensor_batch_args_;  // scratch, sized once; the GIL serialises use
 };
 
 // Guards on the global state a graph depends on, read now (grad mode, default dtype).
