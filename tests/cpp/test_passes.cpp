@@ -129,6 +129,12 @@ TEST(Passes, PipelinePrintsTheGraphAfterEachPass) {
             "    mul_1: \"f32[4]\" = x * 2\n"
             "    neg: \"f32[4]\" = torch.neg(x)\n"
             "    return (mul, mul_1)\n"
+            "# after fuse_attention\n"
+            "def forward(self, x: \"f32[4]\"):\n"
+            "    mul: \"f32[4]\" = x * 2\n"
+            "    mul_1: \"f32[4]\" = x * 2\n"
+            "    neg: \"f32[4]\" = torch.neg(x)\n"
+            "    return (mul, mul_1)\n"
             "# after eliminate_common_subexpressions\n"
             "def forward(self, x: \"f32[4]\"):\n"
             "    mul: \"f32[4]\" = x * 2\n"
@@ -144,7 +150,7 @@ TEST(Passes, PipelinePrintsTheGraphAfterEachPass) {
   PipelineOptions options;
   options.after_pass = [&](std::string_view pass, const Graph&) { names.emplace_back(pass); };
   run_graph_passes(g, options);
-  EXPECT_EQ(names, (std::vector<std::string>{"fold_constants", "eliminate_common_subexpressions", "eliminate_dead_code"}));
+  EXPECT_EQ(names, (std::vector<std::string>{"fold_constants", "fuse_attention", "eliminate_common_subexpressions", "eliminate_dead_code"}));
 }
 
 TEST(Passes, PipelineVerifiesBetweenPasses) {
