@@ -206,6 +206,99 @@ def test_fully_masked_rows_stay_nan_as_in_eager(kind):
 
 
 @needs_sdpa
+def test_bert_style_additive_mask_with_finfo_min():
+    # BERT's eager attention: scores / sqrt(d) + (1 - mask) * finfo.min, softmax, dropout (eval), @ v.
+    # A row with every key padded is finite in eager (finfo.min, not -inf): SDPA adds the same mask.
+    B, H, S, D = 2, 2, 6, 8
+    pad = torch.ones(B, S)
+    pad[0, 3:] = 0
+    pad[1, :] = 0
+    ext = (1.0 - pad[:, None, None, :]) * torch.finfo(torch.float32).min
+
+    def f(q, k, v, ext):
+        scores = torch.matmul(q, k.transpose(-1, -2)) / math.sqrt(D)
+        probs = F.dropout(F.softmax(scores + ext, dim=-1), p=0.1, training=False)
+        return torch.matmul(probs, v)
+
+    new, fired, _ = rewrite(f, *qkv(B, H, L=S, S=S, E=D), ext)
+    assert len(fired) == 1
+
+
+def _variant(kind):
+    def f(q, k, v, m):
+        s = (q @ k.transpose(-2, -1)) * 0.3
+        if kind == "bool":
+            s = s.masked_fill(m == 0, NEG_INF)
+        elif kind == "additive":
+            s = s + m
+        return F.softmax(s, dim=-1) @ v
+    return f
+
+
+def _masks(kind, L, S, device="cpu"):
+    keep = torch.rand(L, S, generator=torch.Generator().manual_seed(3)) > 0.4
+    keep[:, 0] = True
+    keep[2] = False  # a fully masked row: NaN in eager
+    if kind == "additive":
+        return torch.zeros(L, S).masked_fill(~keep, NEG_INF).to(device)
+    return keep.float().to(device)
+
+
+@needs_sdpa
+@pytest.mark.parametrize("kind", ["none", "bool", "additive"])
+def test_variants_through_the_inductor_backend(kind, caplog):
+    q, k, v = qkv(2, 3, L=5, S=9)
+    m = _masks(kind, 5, 9)
+    f = _variant(kind)
+    framefuse.set_logs("graph_rewrites")
+    caplog.set_level(logging.INFO, logger="framefuse")
+    try:
+        out = framefuse.compile(f, backend="inductor")(q, k, v, m)
+    finally:
+        framefuse.set_logs("")
+    torch.testing.assert_close(out, f(q, k, v, m), rtol=1e-5, atol=1e-5, equal_nan=True)
+    assert "scaled_dot_product_attention" in caplog.text
+
+
+@needs_sdpa
+@pytest.mark.cuda
+@pytest.mark.parametrize("kind", ["none", "bool", "additive"])
+def test_variants_on_cuda(kind, caplog):
+    q, k, v = (t.cuda() for t in qkv(2, 3, L=64, S=80, E=32))
+    m = _masks(kind, 64, 80, "cuda")
+    f = _variant(kind)
+    framefuse.set_logs("graph_rewrites")
+    caplog.set_level(logging.INFO, logger="framefuse")
+    tf32 = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = False
+    try:
+        out = framefuse.compile(f, backend="inductor")(q, k, v, m)
+        expected = f(q, k, v, m)
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = tf32
+        framefuse.set_logs("")
+    torch.testing.assert_close(out, expected, rtol=1e-4, atol=1e-4, equal_nan=True)
+    assert "scaled_dot_product_attention" in caplog.text
+
+
+@needs_sdpa
+@pytest.mark.cuda
+def test_nanogpt_block_on_cuda():
+    torch.manual_seed(0)
+    m = NanoAttention(d=64, n_head=4, block_size=64).eval().cuda()
+    x = torch.randn(2, 48, 64, device="cuda")
+    tf32 = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = False
+    try:
+        with torch.no_grad():
+            out = framefuse.compile(m, backend="inductor")(x)
+            expected = m(x)
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = tf32
+    torch.testing.assert_close(out, expected, rtol=1e-4, atol=1e-4)
+
+
+@needs_sdpa
 def test_through_the_inductor_backend_with_the_log_line(caplog):
     torch.manual_seed(0)
     m = NanoAttention().eval()
