@@ -414,3 +414,21 @@ def test_not_rewritten(fn, why, caplog):
         framefuse.set_logs("")
     assert fired == [] and "scaled_dot_product_attention" not in new.code()
     assert "stays explicit" in caplog.text and why in caplog.text, caplog.text
+
+
+@needs_sdpa
+def test_nan_rows_survive_reductions_fused_after_the_attention():
+    # The NaN rows are a constant in the kernel that also computes the consumers' max/softmax/sum.
+    L, S = 4, 6
+    keep = torch.ones(L, S, dtype=torch.bool)
+    keep[1] = False
+
+    def f(q, k, v, m):
+        y = F.softmax(((q @ k.transpose(-2, -1)) * 0.5).masked_fill(~m, NEG_INF), dim=-1) @ v
+        return y.amax(-1), F.softmax(y, -1), y.sum(-1)
+
+    q, k, v = qkv(2, L=L, S=S, E=8)
+    out = framefuse.compile(f, backend="inductor")(q, k, v, keep)
+    for got, want in zip(out, f(q, k, v, keep)):
+        assert want.isnan().any()
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5, equal_nan=True)
