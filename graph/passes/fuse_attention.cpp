@@ -185,6 +185,9 @@ class Matcher {
     sn = call_node(g_, s);
     if (!sn) throw NoMatch{"the scores are not computed in the graph"};
     if (auto scale = scale_of(*sn)) {
+      // NB: SDPA's math kernel scales q and k by sqrt(scale) in some torch versions: a negative,
+      // zero or non-finite factor would not compute what eager does.
+      if (!std::isfinite(*scale) || *scale <= 0.0) throw NoMatch{"the scale is not a positive finite number"};
       m.scale = *scale;
       m.dropped.push_back(single_use(s, "the scaled scores"));
       const Value& x = scale_operand(*sn);
@@ -241,6 +244,10 @@ class Matcher {
     if (batch_of(k) != batch || batch_of(v) != batch) throw NoMatch{"q, k and v differ in batch dimensions (matmul would broadcast)"};
     int64_t L = q->sizes[nd - 2], E = q->sizes[nd - 1], S = k->sizes[nd - 2], Ev = v->sizes[nd - 1];
     if (k->sizes[nd - 1] != E || v->sizes[nd - 2] != S) throw NoMatch{"q, k and v shapes do not chain"};
+    // NB: empty dimensions are left to eager (SDPA's default scale 1/sqrt(0), kernels' empty cases).
+    for (const TensorMeta* t : {q, k, v})
+      for (int64_t d : t->sizes)
+        if (d == 0) throw NoMatch{"an empty dimension"};
     std::vector<int64_t> want_s = batch, want_y = batch;
     want_s.insert(want_s.end(), {L, S});
     want_y.insert(want_y.end(), {L, Ev});

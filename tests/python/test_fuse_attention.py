@@ -388,6 +388,10 @@ def _tensor_scale(q, k, v):
     return F.softmax(q @ k.transpose(-2, -1) * torch.full((), 0.3), dim=-1) @ v
 
 
+def _negative_scale(q, k, v):
+    return F.softmax(q @ k.transpose(-2, -1) * -0.3, dim=-1) @ v
+
+
 def _broadcast_batch(q, k, v):
     return F.softmax(q @ k[:1].transpose(-2, -1) * 0.3, dim=-1) @ v[:1]
 
@@ -403,6 +407,7 @@ def _broadcast_batch(q, k, v):
     (_no_transpose, "not k.transpose(-2, -1)"),
     (_tensor_scale, "not a matrix product"),
     (_broadcast_batch, "batch dimensions"),
+    (_negative_scale, "not a positive finite number"),
 ])
 def test_not_rewritten(fn, why, caplog):
     graph, inputs = capture(fn, *qkv(2, 2))
