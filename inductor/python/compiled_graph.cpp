@@ -198,6 +198,7 @@ struct CompiledGraph::Plan {
   std::vector<NodeId> placeholders;
   std::vector<std::vector<int>> kernel_bufs;
   bool any_parallel = false;  // some kernel has enough work to be split across threads
+  bool check_inputs = true;   // see the constructor
   struct Extern {
     std::unique_ptr<PreparedCall> call;    // null: a GetItem
     bool matmul = false;                   // may write into a pooled buffer (matmul_into_pool)
@@ -285,12 +286,18 @@ CompiledGraph::CompiledGraph(const Graph& g) {
     pl.input_check.add(pb.dtype.get(), pb.sizes.get(), pb.strides.get());
   }
   for (const auto& k : p.kernels) pl.kernel_bufs.push_back(k.buffers());
+  // NB: a program of extern calls only, on whole tensors, is the graph's own torch calls on
+  // whatever it is given (what the reference runner would do), so its inputs need no check. Raw
+  // pointers (kernels), views that assume a layout, and out= buffers of the traced size do.
+  pl.check_inputs = !p.kernels.empty();
+  for (const auto& pb : pl.bufs) pl.check_inputs = pl.check_inputs || pb.strided_views;
   for (const loop::ExternCall& e : p.externs) {
     Plan::Extern& x = pl.externs.emplace_back();
     if (e.op != kNoOp) {
       const OpDef& op = op_def(e.op);
       if (PyObject* fn = op_callable(e.op)) x.call = std::make_unique<PreparedCall>(fn, op, e.args);
       x.matmul = op.name == "linear" || op.name == "matmul" || op.name == "op_matmul" || op.name == "mm" || op.name == "bmm";
+      if (x.matmul && e.result >= 0 && pl.bufs[static_cast<size_t>(e.result)].bytes >= kPoolMinBytes) pl.check_inputs = true;
     }
     if (e.result >= 0) {
       // NB: a result that only other externs and the graph's outputs see as a whole is used as
@@ -411,7 +418,7 @@ PyObject* CompiledGraph::run(PyObject* const* inputs, size_t n) {
   size_t nb = p.buffers.size();
   // Guards on what the code was compiled for; anything else runs on the reference runner.
   int match = n == pl.placeholders.size() ? 1 : 0;
-  if (match) {
+  if (match && pl.check_inputs) {
     RunArray<PyObject*, 16> tin(pl.tensor_inputs.size());
     for (size_t i = 0; i < pl.tensor_inputs.size(); ++i) tin[i] = inputs[pl.tensor_inputs[i]];
     match = pl.input_check.check(tin.data);
