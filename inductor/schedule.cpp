@@ -125,22 +125,25 @@ struct Fuser {
   // kernel's statements cost more than the whole fusion decision.
   std::vector<std::vector<int>> reads_, writes_;
 
+  void compute_buffer_sets(size_t s) {
+    const Step& st = p.steps[s];
+    reads_[s].clear();
+    writes_[s].clear();
+    if (st.kind == Step::Kind::Kernel) {
+      const Kernel& k = p.kernels[static_cast<size_t>(st.index)];
+      reads_[s] = k.loaded_buffers();
+      writes_[s] = k.stored_buffers();
+      return;
+    }
+    const loop::ExternCall& e = p.externs[static_cast<size_t>(st.index)];
+    for (auto& [n, ref] : e.operands) reads_[s].push_back(ref.buf);
+    if (e.result >= 0) writes_[s].push_back(e.result);
+  }
   void ensure_buffer_sets() {
     if (reads_.size() == p.steps.size()) return;
     reads_.assign(p.steps.size(), {});
     writes_.assign(p.steps.size(), {});
-    for (size_t s = 0; s < p.steps.size(); ++s) {
-      const Step& st = p.steps[s];
-      if (st.kind == Step::Kind::Kernel) {
-        const Kernel& k = p.kernels[static_cast<size_t>(st.index)];
-        reads_[s] = k.loaded_buffers();
-        writes_[s] = k.stored_buffers();
-        continue;
-      }
-      const loop::ExternCall& e = p.externs[static_cast<size_t>(st.index)];
-      for (auto& [n, ref] : e.operands) reads_[s].push_back(ref.buf);
-      if (e.result >= 0) writes_[s].push_back(e.result);
-    }
+    for (size_t s = 0; s < p.steps.size(); ++s) compute_buffer_sets(s);
   }
   const std::vector<int>& reads(size_t s) const { return reads_[s]; }
   const std::vector<int>& writes(size_t s) const { return writes_[s]; }
@@ -168,8 +171,14 @@ struct Fuser {
     merged.name = kernel_at(i).name + "_" + kernel_at(j).name;
     kernel_at(keep) = std::move(merged);
     p.steps.erase(p.steps.begin() + static_cast<long>(drop));
-    reads_.clear();
-    writes_.clear();
+    // Only the merged step's sets change; the dropped step's go.
+    ensure_buffer_sets_sized_for_erase(drop);
+    compute_buffer_sets(keep > drop ? keep - 1 : keep);
+  }
+  void ensure_buffer_sets_sized_for_erase(size_t drop) {
+    FF_CHECK(reads_.size() == p.steps.size() + 1, "fusion: buffer sets out of step with the schedule");
+    reads_.erase(reads_.begin() + static_cast<long>(drop));
+    writes_.erase(writes_.begin() + static_cast<long>(drop));
   }
 
   // Vertical: the kernel at step j reads buffers the kernel at step i stores. Every such buffer
