@@ -2,8 +2,8 @@
 
 namespace ff {
 
-const std::vector<BreakRecord>& all_break_records() {
-  static const std::vector<BreakRecord> records = {
+const std::vector<BreakReason>& all_break_reasons() {
+  static const std::vector<BreakReason> records = {
 #define FF_BREAK(e, id, reason, explanation, hint) {BreakKind::e, id, reason, explanation, hint},
 #include "frame_eval/break_registry.def"
 #undef FF_BREAK
@@ -11,10 +11,10 @@ const std::vector<BreakRecord>& all_break_records() {
   return records;
 }
 
-const BreakRecord& break_record(BreakKind kind) { return all_break_records()[static_cast<size_t>(kind)]; }
+const BreakReason& break_reason(BreakKind kind) { return all_break_reasons()[static_cast<size_t>(kind)]; }
 
 BreakInfo make_break_info(BreakKind kind, const std::string& detail) {
-  const BreakRecord& r = break_record(kind);
+  const BreakReason& r = break_reason(kind);
   BreakInfo info;
   info.id = r.id;
   info.reason = detail.empty() ? std::string(r.reason) : std::string(r.reason) + ": " + detail;

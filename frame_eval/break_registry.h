@@ -14,7 +14,7 @@ enum class BreakKind : uint8_t {
 #undef FF_BREAK
 };
 
-struct BreakRecord {
+struct BreakReason {
   BreakKind kind;
   const char* id;
   const char* reason;
@@ -22,8 +22,8 @@ struct BreakRecord {
   const char* hint;
 };
 
-const BreakRecord& break_record(BreakKind kind);
-const std::vector<BreakRecord>& all_break_records();
+const BreakReason& break_reason(BreakKind kind);
+const std::vector<BreakReason>& all_break_reasons();
 
 // A BreakInfo for `kind`; `detail` (may be empty) is appended to the short reason after ": ".
 BreakInfo make_break_info(BreakKind kind, const std::string& detail);

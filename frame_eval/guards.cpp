@@ -1,5 +1,6 @@
 #include "frame_eval/guards.h"
 
+#include <tuple>
 #include <unordered_map>
 
 #include "frame_eval/py_util.h"
@@ -37,10 +38,30 @@ struct GuardProgram::Check {
   std::vector<int64_t> sizes, strides;
   bool requires_grad = false;
   Device device;
+  // The negative and conjugate view bits (a view that reads its storage negated or conjugated):
+  // compiled kernels read storage, so an entry traced on plain tensors must not take such views.
+  bool neg = false, conj = false;
   // GlobalState
   bool grad_enabled = true;
   PyObject* default_dtype = nullptr;  // borrowed
 };
+
+namespace {
+
+// A bool-returning tensor method (is_neg, is_conj): 1, 0, or -1 (missing or raised; no error left).
+int method_flag(PyObject* method, PyObject* tensor) {
+  if (!method) return -1;
+  PyObject* r = PyObject_Vectorcall(method, &tensor, 1, nullptr);
+  if (!r) {
+    PyErr_Clear();
+    return -1;
+  }
+  int v = r == Py_True;
+  Py_DECREF(r);
+  return v;
+}
+
+}  // namespace
 
 // ---- Slots -----------------------------------------------------------------------------------
 
@@ -206,6 +227,8 @@ GuardProgram::GuardProgram(const std::vector<Guard>& guards, const std::vector<S
         FF_CHECK(c.sizes.size() == c.strides.size(), "sizes and strides differ in rank: " + c.text);
         c.requires_grad = g.tensor_meta.requires_grad;
         c.device = g.tensor_meta.device;
+        c.neg = method_flag(c.readers->is_neg, live.get()) == 1;
+        c.conj = method_flag(c.readers->is_conj, live.get()) == 1;
         live_tensors.push_back(std::move(live));
         break;
       }
@@ -276,6 +299,7 @@ void GuardProgram::batch_tensor_checks(const std::vector<PyRef>& live) {
   // trace changed it in place), the per-tensor checks stay.
   PyRef passed = PyRef::steal(check ? PyObject_CallObject(check.get(), args.get()) : nullptr);
   if (passed.get() != Py_True) return PyErr_Clear();
+  tensor_guards_ = tg.release();
   tensor_batch_ = check.release();
   tensor_batch_args_.assign(live.size(), nullptr);
   hot_program_.clear();
@@ -290,6 +314,7 @@ void GuardProgram::batch_tensor_checks(const std::vector<PyRef>& live) {
 GuardProgram::~GuardProgram() {
   if (!Py_IsInitialized()) return;
   Py_CLEAR(tensor_batch_);
+  Py_CLEAR(tensor_guards_);
   for (Fetch& f : fetches_) {
     Py_CLEAR(f.name);
     Py_CLEAR(f.key);
@@ -528,6 +553,13 @@ bool GuardProgram::run_check(const Check& c, const Slots& slots, std::string* wh
                         std::to_string(at < 0 || c.strides.empty() ? 0 : c.strides[static_cast<size_t>(at)]) + " (got " + std::to_string(got) + ")";
         return false;
       }
+      for (auto [method, want, name] : {std::tuple{r.is_neg, c.neg, ".is_neg()"}, std::tuple{r.is_conj, c.conj, ".is_conj()"}}) {
+        int got_bit = method_flag(method, v);
+        if (got_bit >= 0 && got_bit != static_cast<int>(want)) {
+          if (why) *why = s + name + " == " + (want ? "True" : "False") + " (got " + (got_bit ? "True" : "False") + ")";
+          return false;
+        }
+      }
       return true;
     }
     case Guard::Kind::GlobalState: {
@@ -597,7 +629,37 @@ std::vector<std::string> GuardProgram::explain(const FrameValues& frame, bool fi
       if (first_only) return out;
     }
   }
+  bool batch_fetched = true;
+  for (int slot : tensor_batch_slots_) batch_fetched &= fetched_ok[static_cast<size_t>(slot)];
+  if (out.empty() && tensor_batch_ && batch_fetched && !run_tensor_batch(slots)) out.push_back(explain_tensor_batch(slots));
   return out;
+}
+
+std::string GuardProgram::explain_tensor_batch(const Slots& slots) const {
+  std::string generic = "a tensor's dispatch keys differ from the traced one's (a negative or conjugate view, "
+                        "inference mode, or a tensor subclass's state)";
+  Py_ssize_t n = static_cast<Py_ssize_t>(tensor_batch_slots_.size());
+  PyRef args = PyRef::steal(PyTuple_New(n));
+  PyRef names = PyRef::steal(PyList_New(n));
+  if (!args || !names) return PyErr_Clear(), generic;
+  Py_ssize_t i = 0;
+  for (const Check& c : checks_) {
+    if (c.kind != Guard::Kind::TensorMatch) continue;
+    PyObject* t = slots[static_cast<size_t>(c.slot)];
+    Py_INCREF(t);
+    PyTuple_SET_ITEM(args.get(), i, t);
+    PyList_SET_ITEM(names.get(), i, PyUnicode_FromString(c.source_text.c_str()));
+    ++i;
+  }
+  PyRef kwargs = PyRef::steal(PyDict_New());
+  PyRef verbose = PyRef::steal(PyObject_GetAttrString(tensor_guards_, "check_verbose"));
+  if (!kwargs || !verbose || PyDict_SetItemString(kwargs.get(), "tensor_check_names", names.get()) < 0)
+    return PyErr_Clear(), generic;
+  PyRef r = PyRef::steal(PyObject_Call(verbose.get(), args.get(), kwargs.get()));
+  if (!r || !PyUnicode_Check(r.get())) return PyErr_Clear(), generic;
+  const char* text = PyUnicode_AsUTF8(r.get());
+  if (!text) return PyErr_Clear(), generic;
+  return generic + ": " + text;
 }
 
 std::vector<std::string> GuardProgram::describe() const {

@@ -91,6 +91,8 @@ class GuardProgram {
   // check, where torch has one and it accepts the traced tensors. Cold path.
   void batch_tensor_checks(const std::vector<PyRef>& live);
   bool run_tensor_batch(const Slots& slots) const;
+  // Cold: why the tensor batch fails where no single tensor guard does (dispatch keys).
+  std::string explain_tensor_batch(const Slots& slots) const;
 
   std::vector<SourcePtr> slot_sources_;
   std::vector<std::string> slot_names_;
@@ -98,7 +100,8 @@ class GuardProgram {
   std::vector<Check> checks_;
   std::vector<Instr> program_;       // every check in guard order (explain, describe)
   std::vector<Instr> hot_program_;   // what check() runs: program_, or with the tensor batch
-  PyObject* tensor_batch_ = nullptr;  // bound TensorGuards.check (strong), or null
+  PyObject* tensor_guards_ = nullptr;  // the TensorGuards object (strong), or null
+  PyObject* tensor_batch_ = nullptr;   // its bound check method (strong), or null
   std::vector<int> tensor_batch_slots_;
   mutable std::vector<PyObject*> tensor_batch_args_;  // scratch, sized once; the GIL serialises use
 };

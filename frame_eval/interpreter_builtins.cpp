@@ -257,6 +257,14 @@ Sym SymbolicTracer::call_const(const Sym& fn, std::vector<Sym>& args, KwArgs& kw
   if (mod == "math" || mod == "_operator" || mod == "operator" || mod == "builtins" || mod == "_functools" ||
       Py_TYPE(o) == &PyMethodDescr_Type || Py_TYPE(o) == &PyWrapperDescr_Type ||
       (PyCFunction_Check(o) && PyCFunction_GET_SELF(o) && is_plain_const(PyCFunction_GET_SELF(o)))) {
+    if (o == k.object_getattribute && args.size() == 2 && args[0]->is(SymKind::Object) && args[1]->is(SymKind::Const) &&
+        PyUnicode_Check(args[1]->obj.get())) {
+      // object.__getattribute__(obj, name), typically from a custom __getattribute__ through super():
+      // the generic lookup, without obj's own hook.
+      const char* attr = PyUnicode_AsUTF8(args[1]->obj.get());
+      if (Sym r = generic_object_attr(args[0], attr)) return r;
+      brk(BreakKind::RaisesInTrace, std::string("AttributeError: ") + describe_sym(args[0]) + " has no attribute '" + attr + "'");
+    }
     if (o == k.object_setattr && args.size() == 3 && args[0]->is(SymKind::NewObject) && args[1]->is(SymKind::Const)) {
       store_attr(args[0], PyUnicode_AsUTF8(args[1]->obj.get()), args[2]);
       return make_const(Py_None);

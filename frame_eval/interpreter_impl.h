@@ -102,6 +102,7 @@ class SymbolicTracer {
   void guard(Guard::Kind kind, const SourcePtr& src, PyObject* expected = nullptr, int64_t length = 0);
   Sym load_attr(const Sym& base, const std::string& name);
   Sym try_load_attr(const Sym& base, const std::string& name);  // nullptr: AttributeError
+  Sym generic_object_attr(const Sym& base, const std::string& name);  // object.__getattribute__; nullptr: none
   void store_attr(const Sym& base, const std::string& name, Sym value);
   Sym load_global(Frame& f, PyObject* name);
   void store_global(Frame& f, PyObject* name, Sym value);

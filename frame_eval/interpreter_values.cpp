@@ -325,6 +325,89 @@ void set_attr(std::vector<std::pair<std::string, Sym>>& attrs, const std::string
 }
 }  // namespace
 
+// Python's generic attribute lookup (object.__getattribute__) on an object from outside the trace:
+// data descriptors, the instance dict, then class attributes, then module children and __getattr__.
+// Null: no such attribute.
+Sym SymbolicTracer::generic_object_attr(const Sym& base, const std::string& name) {
+  if (Sym v = find_attr(base->attrs, name)) return v;
+  if (name == "__dict__" || name == "__class__")
+    brk(BreakKind::UnsupportedAttribute, "obj." + name + " (its contents would bypass attribute tracking)");
+  PyObject* o = base->obj.get();
+  PyTypeObject* t = Py_TYPE(o);
+  PyObject* desc = type_lookup(t, name.c_str());
+  SourcePtr src = attr_source(base->source, name);
+  Sym result;
+  if (desc && PyObject_TypeCheck(desc, &PyProperty_Type)) {
+    PyRef fget = PyRef::steal(PyObject_GetAttrString(desc, "fget"));
+    if (!fget || fget.get() == Py_None) brk(BreakKind::UnsupportedAttribute, "a write-only property");
+    return call(make_const(fget.get()), {base}, {});
+  }
+  bool data_descr = desc && Py_TYPE(desc)->tp_descr_set != nullptr;
+  if (data_descr) {
+    if (Py_TYPE(desc) == &PyMemberDescr_Type || Py_TYPE(desc) == &PyGetSetDescr_Type) {
+      PyObject* v = PyObject_GetAttrString(o, name.c_str());
+      if (!v) { PyErr_Clear(); return nullptr; }
+      PyRef hold = PyRef::steal(v);
+      result = wrap(v, src);
+      base->attrs.emplace_back(name, result);
+      return result;
+    }
+    brk(BreakKind::UnsupportedAttribute, "attribute '" + name + "' is a descriptor written in Python");
+  }
+  PyObject** dictptr = _PyObject_GetDictPtr(o);
+  PyObject* inst = nullptr;
+  PyRef managed;
+  if (dictptr && *dictptr) {
+    inst = PyDict_GetItemString(*dictptr, name.c_str());
+  } else if (t->tp_flags & Py_TPFLAGS_MANAGED_DICT) {
+    managed = PyRef::steal(PyObject_GenericGetDict(o, nullptr));
+    if (managed) inst = PyDict_GetItemString(managed.get(), name.c_str());
+    PyErr_Clear();
+  }
+  if (inst) {
+    result = wrap(inst, src);
+  } else if (desc) {
+    if (PyFunction_Check(desc)) {
+      result = make_sym(SymKind::BoundMethod);
+      result->items = {base, make_const(desc)};
+    } else if (Py_TYPE(desc) == &PyClassMethod_Type) {
+      PyRef fn = PyRef::steal(PyObject_GetAttrString(desc, "__func__"));
+      result = make_sym(SymKind::BoundMethod);
+      result->items = {make_const(reinterpret_cast<PyObject*>(t)), make_const(fn.get())};
+    } else if (Py_TYPE(desc) == &PyStaticMethod_Type) {
+      PyRef fn = PyRef::steal(PyObject_GetAttrString(desc, "__func__"));
+      result = make_const(fn.get());
+    } else if (PyObject_TypeCheck(desc, &PyMethodDescr_Type) || Py_TYPE(desc) == &PyWrapperDescr_Type) {
+      result = make_sym(SymKind::BoundMethod);
+      result->items = {base, make_const(desc)};
+    } else if (Py_TYPE(desc)->tp_descr_get) {
+      brk(BreakKind::UnsupportedAttribute, "attribute '" + name + "' is a descriptor");
+    } else {
+      // A class attribute (e.g. `expansion = 4`): read through the instance so it is guarded.
+      result = wrap(desc, src);
+    }
+  } else if (is_module(o)) {
+    for (const char* dict_name : {"_parameters", "_buffers", "_modules"}) {
+      PyObject* d = nullptr;
+      if (dictptr && *dictptr) d = PyDict_GetItemString(*dictptr, dict_name);
+      if (!d || !PyDict_Check(d)) continue;
+      PyObject* v = PyDict_GetItemString(d, name.c_str());
+      if (!v) continue;
+      result = module_child(base, dict_name, v, name);
+      break;
+    }
+    if (!result) return nullptr;
+  } else {
+    PyObject* ga = type_lookup(t, "__getattr__");
+    if (!ga) return nullptr;
+    if (!PyFunction_Check(ga)) brk(BreakKind::UnsupportedAttribute, "__getattr__ implemented in C");
+    PyRef n = PyRef::steal(PyUnicode_FromString(name.c_str()));
+    return call(make_const(ga), {base, make_const(n.get())}, {});
+  }
+  base->attrs.emplace_back(name, result);
+  return result;
+}
+
 Sym SymbolicTracer::load_attr(const Sym& base, const std::string& name) {
   Sym r = try_load_attr(base, name);
   if (!r) brk(BreakKind::RaisesInTrace, "AttributeError: " + describe_sym(base) + " has no attribute '" + name + "'");
@@ -502,86 +585,17 @@ Sym SymbolicTracer::try_load_attr(const Sym& base, const std::string& name) {
       return wrap(v, nullptr);
     }
     case SymKind::Object: {
-      if (Sym v = find_attr(base->attrs, name)) return v;
-      if (name == "__dict__" || name == "__class__")
-        brk(BreakKind::UnsupportedAttribute, "obj." + name + " (its contents would bypass attribute tracking)");
-      PyObject* o = base->obj.get();
-      PyTypeObject* t = Py_TYPE(o);
-      PyObject* getattribute = type_lookup(t, "__getattribute__");
-      if (getattribute != type_lookup(&PyBaseObject_Type, "__getattribute__"))
-        brk(BreakKind::UnsupportedAttribute, "an object with a custom __getattribute__");
-      PyObject* desc = type_lookup(t, name.c_str());
-      SourcePtr src = attr_source(base->source, name);
-      Sym result;
-      if (desc && PyObject_TypeCheck(desc, &PyProperty_Type)) {
-        PyRef fget = PyRef::steal(PyObject_GetAttrString(desc, "fget"));
-        if (!fget || fget.get() == Py_None) brk(BreakKind::UnsupportedAttribute, "a write-only property");
-        return call(make_const(fget.get()), {base}, {});
-      }
-      bool data_descr = desc && Py_TYPE(desc)->tp_descr_set != nullptr;
-      if (data_descr) {
-        if (Py_TYPE(desc) == &PyMemberDescr_Type || Py_TYPE(desc) == &PyGetSetDescr_Type) {
-          PyObject* v = PyObject_GetAttrString(o, name.c_str());
-          if (!v) { PyErr_Clear(); return nullptr; }
-          PyRef hold = PyRef::steal(v);
-          result = wrap(v, src);
-          base->attrs.emplace_back(name, result);
-          return result;
-        }
-        brk(BreakKind::UnsupportedAttribute, "attribute '" + name + "' is a descriptor written in Python");
-      }
-      PyObject** dictptr = _PyObject_GetDictPtr(o);
-      PyObject* inst = nullptr;
-      PyRef managed;
-      if (dictptr && *dictptr) {
-        inst = PyDict_GetItemString(*dictptr, name.c_str());
-      } else if (t->tp_flags & Py_TPFLAGS_MANAGED_DICT) {
-        managed = PyRef::steal(PyObject_GenericGetDict(o, nullptr));
-        if (managed) inst = PyDict_GetItemString(managed.get(), name.c_str());
-        PyErr_Clear();
-      }
-      if (inst) {
-        result = wrap(inst, src);
-      } else if (desc) {
-        if (PyFunction_Check(desc)) {
-          result = make_sym(SymKind::BoundMethod);
-          result->items = {base, make_const(desc)};
-        } else if (Py_TYPE(desc) == &PyClassMethod_Type) {
-          PyRef fn = PyRef::steal(PyObject_GetAttrString(desc, "__func__"));
-          result = make_sym(SymKind::BoundMethod);
-          result->items = {make_const(reinterpret_cast<PyObject*>(t)), make_const(fn.get())};
-        } else if (Py_TYPE(desc) == &PyStaticMethod_Type) {
-          PyRef fn = PyRef::steal(PyObject_GetAttrString(desc, "__func__"));
-          result = make_const(fn.get());
-        } else if (PyObject_TypeCheck(desc, &PyMethodDescr_Type) || Py_TYPE(desc) == &PyWrapperDescr_Type) {
-          result = make_sym(SymKind::BoundMethod);
-          result->items = {base, make_const(desc)};
-        } else if (Py_TYPE(desc)->tp_descr_get) {
-          brk(BreakKind::UnsupportedAttribute, "attribute '" + name + "' is a descriptor");
-        } else {
-          // A class attribute (e.g. `expansion = 4`): read through the instance so it is guarded.
-          result = wrap(desc, src);
-        }
-      } else if (is_module(o)) {
-        for (const char* dict_name : {"_parameters", "_buffers", "_modules"}) {
-          PyObject* d = nullptr;
-          if (dictptr && *dictptr) d = PyDict_GetItemString(*dictptr, dict_name);
-          if (!d || !PyDict_Check(d)) continue;
-          PyObject* v = PyDict_GetItemString(d, name.c_str());
-          if (!v) continue;
-          result = module_child(base, dict_name, v, name);
-          break;
-        }
-        if (!result) return nullptr;
-      } else {
-        PyObject* ga = type_lookup(t, "__getattr__");
-        if (!ga) return nullptr;
-        if (!PyFunction_Check(ga)) brk(BreakKind::UnsupportedAttribute, "__getattr__ implemented in C");
+      // NB: no attribute cache before a custom __getattribute__: it may map names (the cache holds
+      // what the generic lookup found).
+      PyObject* getattribute = type_lookup(Py_TYPE(base->obj.get()), "__getattribute__");
+      if (getattribute != type_lookup(&PyBaseObject_Type, "__getattribute__")) {
+        // A __getattribute__ written in Python (configuration objects remapping names) is inlined
+        // like any method; its own lookups go through object.__getattribute__ below.
+        if (!PyFunction_Check(getattribute)) brk(BreakKind::UnsupportedAttribute, "an object with a custom __getattribute__ written in C");
         PyRef n = PyRef::steal(PyUnicode_FromString(name.c_str()));
-        return call(make_const(ga), {base, make_const(n.get())}, {});
+        return call(make_const(getattribute), {base, make_const(n.get())}, {});
       }
-      base->attrs.emplace_back(name, result);
-      return result;
+      return generic_object_attr(base, name);
     }
     case SymKind::Function:
     case SymKind::BoundMethod:

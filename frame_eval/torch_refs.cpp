@@ -113,6 +113,12 @@ const TensorReaders& tensor_readers(PyTypeObject* type) {
   FF_CHECK(r->stride && r->get_device, "tensor type without stride()/get_device()");
   Py_INCREF(r->stride);
   Py_INCREF(r->get_device);
+  PyRef is_neg_name = PyRef::steal(PyUnicode_InternFromString("is_neg"));
+  PyRef is_conj_name = PyRef::steal(PyUnicode_InternFromString("is_conj"));
+  r->is_neg = _PyType_Lookup(type, is_neg_name.get());
+  r->is_conj = _PyType_Lookup(type, is_conj_name.get());
+  Py_XINCREF(r->is_neg);
+  Py_XINCREF(r->is_conj);
   // NB: the type is kept alive by the cache, so the pointer key cannot be reused.
   Py_INCREF(reinterpret_cast<PyObject*>(type));
   cache->emplace(type, r);

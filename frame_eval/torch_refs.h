@@ -28,6 +28,8 @@ struct TensorReaders {
   AttrGetter shape, dtype, requires_grad, layout, is_cpu, is_cuda, is_meta, device;
   PyObject* stride = nullptr;      // method descriptor (strong)
   PyObject* get_device = nullptr;  // method descriptor (strong)
+  PyObject* is_neg = nullptr;      // method descriptors (strong); null on a torch without them
+  PyObject* is_conj = nullptr;
 };
 
 struct TorchRefs {

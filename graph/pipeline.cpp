@@ -3,6 +3,7 @@
 #include "graph/passes/eliminate_common_subexpressions.h"
 #include "graph/passes/eliminate_dead_code.h"
 #include "graph/passes/fold_constants.h"
+#include "graph/passes/fuse_attention.h"
 #include "graph/printer.h"
 #include "graph/verifier.h"
 #include "src/config.h"
@@ -11,10 +12,11 @@
 namespace ff {
 
 const std::vector<GraphPass>& graph_passes() {
-  // NB: folding first exposes duplicates and dead nodes; CSE before DCE so that nodes made
+  // NB: folding first exposes duplicates and dead nodes (and constant attention scales); CSE before DCE so that nodes made
   // unused by merging are removed in the same run.
   static const std::vector<GraphPass> passes = {
       {"fold_constants", [](const Graph& g) { return fold_constants(g); }},
+      {"fuse_attention", [](const Graph& g) { return fuse_attention(g); }},
       {"eliminate_common_subexpressions", eliminate_common_subexpressions},
       {"eliminate_dead_code", eliminate_dead_code},
   };

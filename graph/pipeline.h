@@ -14,7 +14,7 @@ struct GraphPass {
   Graph (*run)(const Graph&);
 };
 
-// fold_constants, eliminate_common_subexpressions, eliminate_dead_code.
+// fold_constants, fuse_attention, eliminate_common_subexpressions, eliminate_dead_code.
 const std::vector<GraphPass>& graph_passes();
 
 struct PipelineOptions {

@@ -7,11 +7,13 @@
 
 #include "graph/op_registry.h"
 #include "graph/parser.h"
+#include "graph/passes/fuse_attention.h"
 #include "graph/pipeline.h"
 #include "graph/printer.h"
 #include "graph/verifier.h"
 #include "graph/python/graph_calls.h"
 #include "graph/python/reference_runner.h"
+#include "src/config.h"
 #include "src/errors.h"
 
 namespace py = pybind11;
@@ -194,6 +196,15 @@ void define_graph(py::module_& m) {
              return out;
            },
            "A new graph after the graph passes (dead code, CSE, constant folding).")
+      .def("fuse_attention",
+           [](const PyGraph& self) {
+             auto out = std::make_shared<PyGraph>();
+             std::vector<std::string> fired;
+             out->g = config().fuse_attention ? fuse_attention(self.g, attention_support(), &fired) : self.g;
+             return py::make_tuple(out, fired);
+           },
+           "(graph, rewritten softmax names): explicit attention rewritten into scaled_dot_product_attention "
+           "(config fuse_attention; a no-op where the installed torch has no SDPA).")
       .def("pass_trace", [](const PyGraph& self) { return graph_pass_trace(self.g); },
            "The IR after each graph pass, as text.")
       .def_static("parse",

@@ -26,6 +26,23 @@ const Graph& graph_arg(py::handle obj) {
   return *g;
 }
 
+// The call slot of CompiledGraph. NB: not a pybind11 `__call__`: its dispatcher (argument
+// loaders, an args tuple converted to a vector) costs about as much as running a small graph.
+PyObject* call_compiled_graph(PyObject* self, PyObject* args, PyObject* kwargs) {
+  if (kwargs && PyDict_GET_SIZE(kwargs) > 0) {
+    PyErr_SetString(PyExc_TypeError, "a compiled graph takes its inputs as positional arguments");
+    return nullptr;
+  }
+  try {
+    auto& cg = py::handle(self).cast<inductor::CompiledGraph&>();
+    return cg.run(&PyTuple_GET_ITEM(args, 0), static_cast<size_t>(PyTuple_GET_SIZE(args)));
+  } catch (...) {
+    // framefuse's error types and pybind11's, as the bound method would have raised them
+    py::detail::try_translate_exceptions();
+    return nullptr;
+  }
+}
+
 }  // namespace
 
 void define_inductor(py::module_& m) {
@@ -38,16 +55,11 @@ void define_inductor(py::module_& m) {
   ind.def("loop_ir", [](py::handle graph) { return loop::program_str(inductor::compile_to_loop_ir(graph_arg(graph))); },
           "The scheduled loop IR of a graph (text form), without compiling it.");
 
-  py::class_<inductor::CompiledGraph>(ind, "CompiledGraph")
+  py::class_<inductor::CompiledGraph>(ind, "CompiledGraph", py::custom_type_setup([](PyHeapTypeObject* heap_type) {
+                                        heap_type->ht_type.tp_call = &call_compiled_graph;
+                                      }))
       .def(py::init([](py::handle graph) { return std::make_unique<inductor::CompiledGraph>(graph_arg(graph)); }),
            "Lower, fuse and JIT-compile a graph. Raises on failure.")
-      .def("__call__", [](inductor::CompiledGraph& self, py::args inputs) -> py::object {
-        std::vector<PyObject*> in;
-        for (py::handle h : inputs) in.push_back(h.ptr());
-        PyObject* r = self.run(in.data(), in.size());
-        if (!r) throw py::error_already_set();
-        return py::reinterpret_steal<py::object>(r);
-      })
       .def_property_readonly("loop_ir", [](const inductor::CompiledGraph& self) { return loop::program_str(self.compiled().program); })
       .def_property_readonly("num_kernels", [](const inductor::CompiledGraph& self) { return self.compiled().program.kernels.size(); })
       .def_property_readonly("num_externs", [](const inductor::CompiledGraph& self) { return self.compiled().program.externs.size(); })

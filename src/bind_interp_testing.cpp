@@ -333,7 +333,7 @@ void define_interp_testing(py::module_& m) {
   t.def("opcode_table_version", &opcode_table_version);
   t.def("break_registry", [] {
     py::list out;
-    for (const BreakRecord& r : all_break_records())
+    for (const BreakReason& r : all_break_reasons())
       out.append(py::make_tuple(r.id, r.reason, r.explanation, r.hint));
     return out;
   });

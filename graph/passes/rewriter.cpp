@@ -50,4 +50,8 @@ void GraphRewriter::replace(NodeId id, Value with) {
   map_[static_cast<size_t>(id)] = std::move(with);
 }
 
+NodeId GraphRewriter::add_call(OpId op, std::vector<Value> args, ValueMeta meta, const std::string& name_hint) {
+  return dst_.add_call(op, std::move(args), std::move(meta), name_hint);
+}
+
 }  // namespace ff

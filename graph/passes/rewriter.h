@@ -4,6 +4,7 @@
 #pragma once
 
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "graph/ir.h"
@@ -28,6 +29,8 @@ class GraphRewriter {
   NodeId copy_with(NodeId id, std::vector<Value> args);
   // Uses of source node `id` become `with` (a result operand); the node itself is not copied.
   void replace(NodeId id, Value with);
+  // A new call in the result (a pass's replacement); `args` are result operands, bound to the op's schema.
+  NodeId add_call(OpId op, std::vector<Value> args, ValueMeta meta, const std::string& name_hint);
 
   Graph finish() { return std::move(dst_); }
 

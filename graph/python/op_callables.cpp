@@ -1,11 +1,13 @@
 // Resolves every op's target (and aliases) to the Python callable that implements it.
 #include <pybind11/pybind11.h>
 
+#include <cstdio>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
 #include "graph/op_registry.h"
+#include "graph/passes/fuse_attention.h"
 #include "graph/python/graph_calls.h"
 
 namespace py = pybind11;
@@ -75,6 +77,18 @@ void register_callable(CallableTables& t, py::object fn, OpId op) {
   if (t.by_callable.emplace(fn.ptr(), op).second) t.owned.push_back(fn);
 }
 
+// torch's version is at least major.minor ("2.13.0+cpu").
+bool torch_at_least(int major, int minor) {
+  try {
+    std::string v = py::str(py::module_::import("torch").attr("__version__"));
+    int a = 0, b = 0;
+    if (std::sscanf(v.c_str(), "%d.%d", &a, &b) != 2) return false;
+    return a > major || (a == major && b >= minor);
+  } catch (py::error_already_set&) {
+    return false;
+  }
+}
+
 }  // namespace
 
 void init_op_callables() {
@@ -93,6 +107,10 @@ void init_op_callables() {
     if (!op) continue;
     register_callable(t, resolve(a->target), *op);
   }
+  AttentionSupport attention;
+  if (auto sdpa = op_by_name("scaled_dot_product_attention")) attention.sdpa = t.by_op[static_cast<size_t>(*sdpa)] != nullptr;
+  attention.scale_keyword = attention.sdpa && torch_at_least(2, 1);
+  set_attention_support(attention);
   t.initialized = true;
 }
 

@@ -8,6 +8,8 @@
 #include "graph/python/graph_calls.h"
 #include "inductor/parallel.h"
 #include "inductor/python/buffer_pool.h"
+#include "inductor/python/prepared_call.h"
+#include "inductor/python/tensor_check.h"
 #include "inductor/schedule.h"
 #include "src/config.h"
 #include "src/errors.h"
@@ -64,12 +66,6 @@ void throw_py(const std::string& what) {
     Py_XDECREF(tb);
   }
   throw InternalError(msg);
-}
-
-void* data_ptr(PyObject* t) {
-  Ref r(PyObject_CallMethod(t, "data_ptr", nullptr));
-  if (!r) return nullptr;
-  return PyLong_AsVoidPtr(r.get());
 }
 
 std::string value_key(const Value& v) {
@@ -187,16 +183,30 @@ void clear_memory_cache() {
 // Python objects prepared once per compiled graph.
 struct CompiledGraph::Plan {
   Ref torch, tensor_type, empty_strided, empty, as_strided, get_num_threads, uint8, matmul, addmm;
+  Ref dtype_kwnames;                    // ("dtype",)
+  Ref data_ptr_name, storage_offset_name;
   struct Buf {
-    Ref sizes, strides, kwargs;  // kwargs: {"dtype": ...}
+    Ref sizes, strides, dtype;
     bool allocate = false;       // Intermediate/Output that some step uses, not in a slot
     int64_t bytes = 0;           // what its layout spans
     bool contiguous = false;     // row-major, dense
+    bool kernel_reads = false;   // a kernel touches it through a raw pointer
+    bool strided_views = false;  // an extern operand or output takes a view other than the whole buffer
   };
   std::vector<Buf> bufs;
   std::vector<int> input_buf;  // placeholder position -> buffer (-1: not a tensor input)
+  std::vector<size_t> tensor_inputs;  // placeholder positions with a buffer, in order
+  LayoutCheck input_check;
   std::vector<NodeId> placeholders;
   std::vector<std::vector<int>> kernel_bufs;
+  bool any_parallel = false;  // some kernel has enough work to be split across threads
+  bool check_inputs = true;   // see the constructor
+  struct Extern {
+    std::unique_ptr<PreparedCall> call;    // null: a GetItem
+    bool matmul = false;                   // may write into a pooled buffer (matmul_into_pool)
+    std::unique_ptr<LayoutCheck> check;    // result layout, where kernels or views rely on it
+  };
+  std::vector<Extern> externs;
 };
 
 CompiledGraph::CompiledGraph(const Graph& g) {
@@ -232,21 +242,30 @@ CompiledGraph::CompiledGraph(const Graph& g) {
   pl.uint8 = attr(pl.torch.get(), "uint8");
   pl.matmul = attr(pl.torch.get(), "matmul");
   pl.addmm = attr(pl.torch.get(), "addmm");
+  pl.dtype_kwnames = Ref(Py_BuildValue("(s)", "dtype"));
+  pl.data_ptr_name = Ref(PyUnicode_InternFromString("data_ptr"));
+  pl.storage_offset_name = Ref(PyUnicode_InternFromString("storage_offset"));
+  if (!pl.dtype_kwnames || !pl.data_ptr_name || !pl.storage_offset_name) throw_py("out of memory");
   std::vector<bool> used(p.buffers.size(), false);
-  for (const auto& k : p.kernels)
-    for (int b : k.buffers()) used[static_cast<size_t>(b)] = true;
-  for (const auto& e : p.externs)
-    for (auto& [n, r] : e.operands) used[static_cast<size_t>(r.buf)] = true;
-  for (auto& [n, r] : p.outputs) used[static_cast<size_t>(r.buf)] = true;
   pl.bufs.resize(p.buffers.size());
+  for (const auto& k : p.kernels) {
+    for (int b : k.buffers()) used[static_cast<size_t>(b)] = pl.bufs[static_cast<size_t>(b)].kernel_reads = true;
+    if (k.work() >= kParallelWork) pl.any_parallel = true;
+  }
+  auto note_view = [&](const loop::TensorRef& r) {
+    const loop::Buffer& buf = p.buffers[static_cast<size_t>(r.buf)];
+    used[static_cast<size_t>(r.buf)] = true;
+    if (r.sizes != buf.sizes || r.strides != buf.strides || r.offset != 0) pl.bufs[static_cast<size_t>(r.buf)].strided_views = true;
+  };
+  for (const auto& e : p.externs)
+    for (auto& [n, r] : e.operands) note_view(r);
+  for (auto& [n, r] : p.outputs) note_view(r);
   for (size_t b = 0; b < p.buffers.size(); ++b) {
     const loop::Buffer& buf = p.buffers[b];
     auto& pb = pl.bufs[b];
     pb.sizes = int_tuple(buf.sizes);
     pb.strides = int_tuple(buf.strides);
-    pb.kwargs = Ref(PyDict_New());
-    Ref dt = attr(pl.torch.get(), std::string(dtype_name(buf.dtype)).c_str());
-    PyDict_SetItemString(pb.kwargs.get(), "dtype", dt.get());
+    pb.dtype = attr(pl.torch.get(), std::string(dtype_name(buf.dtype)).c_str());
     bool slotted = !p.slot.empty() && p.slot[b] >= 0;
     pb.bytes = loop::buffer_bytes(buf);
     int64_t expect = 1;
@@ -261,7 +280,37 @@ CompiledGraph::CompiledGraph(const Graph& g) {
   pl.input_buf.assign(pl.placeholders.size(), -1);
   for (size_t b = 0; b < p.buffers.size(); ++b)
     if (p.buffers[b].role == loop::BufferRole::Input) pl.input_buf[static_cast<size_t>(p.buffers[b].input)] = static_cast<int>(b);
+  for (size_t i = 0; i < pl.input_buf.size(); ++i) {
+    int b = pl.input_buf[i];
+    if (b < 0) continue;
+    const auto& pb = pl.bufs[static_cast<size_t>(b)];
+    pl.tensor_inputs.push_back(i);
+    pl.input_check.add(pb.dtype.get(), pb.sizes.get(), pb.strides.get());
+  }
   for (const auto& k : p.kernels) pl.kernel_bufs.push_back(k.buffers());
+  // NB: a program of extern calls only, on whole tensors, is the graph's own torch calls on
+  // whatever it is given (what the reference runner would do), so its inputs need no check. Raw
+  // pointers (kernels), views that assume a layout, and out= buffers of the traced size do.
+  pl.check_inputs = !p.kernels.empty();
+  for (const auto& pb : pl.bufs) pl.check_inputs = pl.check_inputs || pb.strided_views;
+  for (const loop::ExternCall& e : p.externs) {
+    Plan::Extern& x = pl.externs.emplace_back();
+    if (e.op != kNoOp) {
+      const OpDef& op = op_def(e.op);
+      if (PyObject* fn = op_callable(e.op)) x.call = std::make_unique<PreparedCall>(fn, op, e.args);
+      x.matmul = op.name == "linear" || op.name == "matmul" || op.name == "op_matmul" || op.name == "mm" || op.name == "bmm";
+      if (x.matmul && e.result >= 0 && pl.bufs[static_cast<size_t>(e.result)].bytes >= kPoolMinBytes) pl.check_inputs = true;
+    }
+    if (e.result >= 0) {
+      // NB: a result that only other externs and the graph's outputs see as a whole is used as
+      // torch returned it (as eager would); kernels and strided views assume the traced layout.
+      const auto& pb = pl.bufs[static_cast<size_t>(e.result)];
+      if (pb.kernel_reads || pb.strided_views) {
+        x.check = std::make_unique<LayoutCheck>();
+        x.check->add(pb.dtype.get(), pb.sizes.get(), pb.strides.get());
+      }
+    }
+  }
 }
 
 CompiledGraph::~CompiledGraph() = default;
@@ -294,8 +343,7 @@ PyObject* CompiledGraph::matmul_into_pool(const std::string& op, const std::vect
   if (!pool_on() || pb.bytes < kPoolMinBytes || !pb.contiguous) return nullptr;
   for (PyObject* o : operands)
     if (requires_grad(o)) return nullptr;
-  PyObject* dtype = PyDict_GetItemString(pb.kwargs.get(), "dtype");
-  Ref out(pooled_empty_strided(pb.sizes.get(), pb.strides.get(), dtype, pb.bytes));
+  Ref out(pooled_empty_strided(pb.sizes.get(), pb.strides.get(), pb.dtype.get(), pb.bytes));
   if (!out) {
     PyErr_Clear();
     return nullptr;
@@ -338,26 +386,45 @@ PyObject* CompiledGraph::matmul_into_pool(const std::string& op, const std::vect
   return out.release();
 }
 
+namespace {
+
+// t.data_ptr() through the interned method name; nullptr with an error set on failure.
+void* data_ptr(PyObject* t, PyObject* name) {
+  Ref r(PyObject_CallMethodNoArgs(t, name));
+  if (!r) return nullptr;
+  return PyLong_AsVoidPtr(r.get());
+}
+
+// Small per-run arrays on the stack; the heap only for large graphs.
+template <typename T, size_t N>
+struct RunArray {
+  T inline_[N];
+  std::vector<T> heap_;
+  T* data;
+  explicit RunArray(size_t n) : data(inline_) {
+    if (n > N) {
+      heap_.resize(n);
+      data = heap_.data();
+    }
+    for (size_t i = 0; i < n; ++i) data[i] = T();
+  }
+  T& operator[](size_t i) { return data[i]; }
+};
+
+}  // namespace
+
 PyObject* CompiledGraph::run(PyObject* const* inputs, size_t n) {
   const loop::Program& p = prog_->program;
   const Graph& g = prog_->graph;
   Plan& pl = *plan_;
   size_t nb = p.buffers.size();
   // Guards on what the code was compiled for; anything else runs on the reference runner.
-  bool match = n == pl.placeholders.size();
-  for (size_t i = 0; match && i < n; ++i) {
-    int b = pl.input_buf[i];
-    if (b < 0) continue;
-    PyObject* t = inputs[i];
-    const auto& pb = pl.bufs[static_cast<size_t>(b)];
-    if (PyObject_IsInstance(t, pl.tensor_type.get()) != 1) { match = false; break; }
-    Ref dt(PyObject_GetAttrString(t, "dtype")), shape(PyObject_GetAttrString(t, "shape")),
-        stride(PyObject_CallMethod(t, "stride", nullptr)), cpu(PyObject_GetAttrString(t, "is_cpu"));
-    if (!dt || !shape || !stride || !cpu) return nullptr;
-    PyObject* want_dt = PyDict_GetItemString(pb.kwargs.get(), "dtype");
-    if (dt.get() != want_dt || cpu.get() != Py_True || PyObject_RichCompareBool(shape.get(), pb.sizes.get(), Py_EQ) != 1 ||
-        PyObject_RichCompareBool(stride.get(), pb.strides.get(), Py_EQ) != 1)
-      match = false;
+  int match = n == pl.placeholders.size() ? 1 : 0;
+  if (match && pl.check_inputs) {
+    RunArray<PyObject*, 16> tin(pl.tensor_inputs.size());
+    for (size_t i = 0; i < pl.tensor_inputs.size(); ++i) tin[i] = inputs[pl.tensor_inputs[i]];
+    match = pl.input_check.check(tin.data);
+    if (match < 0) return nullptr;
   }
   if (!match) {
     if (!warned_ && log_enabled(LogArtifact::perf_hints))
@@ -367,19 +434,32 @@ PyObject* CompiledGraph::run(PyObject* const* inputs, size_t n) {
     return fallback_->run(inputs, n);
   }
 
-  std::vector<Ref> tensors(nb);
-  std::vector<void*> ptrs(nb, nullptr);
+  // Every PyObject* in node_objs and tensors is a strong reference, dropped on every exit.
+  RunArray<PyObject*, 32> tensors(nb);
+  RunArray<void*, 32> ptrs(nb);
+  RunArray<PyObject*, 64> node_objs(g.size());
   std::vector<Ref> slots(p.slot_bytes.size());
-  std::vector<Ref> node_objs(g.size());
+  struct Drop {
+    PyObject** a;
+    size_t n;
+    ~Drop() {
+      for (size_t i = 0; i < n; ++i) Py_XDECREF(a[i]);
+    }
+  } drop_tensors{tensors.data, nb}, drop_nodes{node_objs.data, g.size()};
+  auto set_node = [&](NodeId id, PyObject* obj) {  // steals obj
+    Py_XSETREF(node_objs[static_cast<size_t>(id)], obj);
+  };
   for (size_t i = 0; i < n; ++i) {
     Py_INCREF(inputs[i]);
-    node_objs[static_cast<size_t>(pl.placeholders[i])] = Ref(inputs[i]);
+    set_node(pl.placeholders[i], inputs[i]);
     int b = pl.input_buf[i];
     if (b < 0) continue;
     Py_INCREF(inputs[i]);
-    tensors[static_cast<size_t>(b)] = Ref(inputs[i]);
-    ptrs[static_cast<size_t>(b)] = data_ptr(inputs[i]);
-    if (PyErr_Occurred()) return nullptr;
+    tensors[static_cast<size_t>(b)] = inputs[i];
+    if (pl.bufs[static_cast<size_t>(b)].kernel_reads) {
+      ptrs[static_cast<size_t>(b)] = data_ptr(inputs[i], pl.data_ptr_name.get());
+      if (PyErr_Occurred()) return nullptr;
+    }
   }
   for (size_t s = 0; s < slots.size(); ++s) {
     int64_t bytes = std::max<int64_t>(p.slot_bytes[s], 1);
@@ -388,142 +468,135 @@ PyObject* CompiledGraph::run(PyObject* const* inputs, size_t n) {
       Ref stride(Py_BuildValue("(i)", 1));
       slots[s] = Ref(pooled_empty_strided(size.get(), stride.get(), pl.uint8.get(), bytes));
     } else {
-      Ref kw(PyDict_New());
-      PyDict_SetItemString(kw.get(), "dtype", pl.uint8.get());
-      slots[s] = Ref(PyObject_Call(pl.empty.get(), size.get(), kw.get()));
+      PyObject* args[2] = {size.get(), pl.uint8.get()};
+      slots[s] = Ref(PyObject_Vectorcall(pl.empty.get(), args, 1, pl.dtype_kwnames.get()));
     }
     if (!slots[s]) return nullptr;
   }
   for (size_t b = 0; b < nb; ++b) {
     if (!p.slot.empty() && p.slot[b] >= 0) {
-      ptrs[b] = data_ptr(slots[static_cast<size_t>(p.slot[b])].get());
+      ptrs[b] = data_ptr(slots[static_cast<size_t>(p.slot[b])].get(), pl.data_ptr_name.get());
+      if (PyErr_Occurred()) return nullptr;
       continue;
     }
-    if (!pl.bufs[b].allocate) continue;
-    if (pool_on() && pl.bufs[b].bytes >= kPoolMinBytes) {
-      tensors[b] = Ref(pooled_empty_strided(pl.bufs[b].sizes.get(), pl.bufs[b].strides.get(),
-                                            PyDict_GetItemString(pl.bufs[b].kwargs.get(), "dtype"), pl.bufs[b].bytes));
+    const auto& pb = pl.bufs[b];
+    if (!pb.allocate) continue;
+    if (pool_on() && pb.bytes >= kPoolMinBytes) {
+      tensors[b] = pooled_empty_strided(pb.sizes.get(), pb.strides.get(), pb.dtype.get(), pb.bytes);
     } else {
-      Ref args(PyTuple_Pack(2, pl.bufs[b].sizes.get(), pl.bufs[b].strides.get()));
-      tensors[b] = Ref(PyObject_Call(pl.empty_strided.get(), args.get(), pl.bufs[b].kwargs.get()));
+      PyObject* args[3] = {pb.sizes.get(), pb.strides.get(), pb.dtype.get()};
+      tensors[b] = PyObject_Vectorcall(pl.empty_strided.get(), args, 2, pl.dtype_kwnames.get());
     }
     if (!tensors[b]) return nullptr;
-    ptrs[b] = data_ptr(tensors[b].get());
+    if (pb.kernel_reads) {
+      ptrs[b] = data_ptr(tensors[b], pl.data_ptr_name.get());
+      if (PyErr_Occurred()) return nullptr;
+    }
   }
-  if (PyErr_Occurred()) return nullptr;
 
-  auto view_of = [&](const loop::TensorRef& r) -> Ref {
-    PyObject* base = tensors[static_cast<size_t>(r.buf)].get();
+  // New reference to the tensor `r` names, or nullptr with an error set.
+  auto view_of = [&](const loop::TensorRef& r) -> PyObject* {
+    PyObject* base = tensors[static_cast<size_t>(r.buf)];
     FF_CHECK(base, "buffer buf" + std::to_string(r.buf) + " has no tensor");
     const loop::Buffer& buf = p.buffers[static_cast<size_t>(r.buf)];
     if (r.sizes == buf.sizes && r.strides == buf.strides && r.offset == 0) {
       Py_INCREF(base);
-      return Ref(base);
+      return base;
     }
-    Ref off(PyObject_CallMethod(base, "storage_offset", nullptr));
-    if (!off) return Ref();
+    Ref off(PyObject_CallMethodNoArgs(base, pl.storage_offset_name.get()));
+    if (!off) return nullptr;
     Ref args(Py_BuildValue("(OOOL)", base, int_tuple(r.sizes).get(), int_tuple(r.strides).get(),
                            static_cast<long long>(PyLong_AsLongLong(off.get()) + r.offset)));
-    return Ref(PyObject_Call(pl.as_strided.get(), args.get(), nullptr));
+    return args ? PyObject_Call(pl.as_strided.get(), args.get(), nullptr) : nullptr;
   };
 
-  int threads = static_cast<int>(config().cpu_threads);
-  if (threads <= 0) {
-    Ref nt(PyObject_CallNoArgs(pl.get_num_threads.get()));
-    if (!nt) return nullptr;
-    threads = static_cast<int>(PyLong_AsLong(nt.get()));
+  int threads = 1;
+  if (pl.any_parallel) {
+    threads = static_cast<int>(config().cpu_threads);
+    if (threads <= 0) {
+      Ref nt(PyObject_CallNoArgs(pl.get_num_threads.get()));
+      if (!nt) return nullptr;
+      threads = static_cast<int>(PyLong_AsLong(nt.get()));
+    }
   }
-  std::vector<PyObject*> node_ptrs(g.size(), nullptr);
   for (const loop::Step& s : p.steps) {
     if (s.kind == loop::Step::Kind::Kernel) {
       const loop::Kernel& k = p.kernels[static_cast<size_t>(s.index)];
-      std::vector<void*> args;
-      for (int b : pl.kernel_bufs[static_cast<size_t>(s.index)]) args.push_back(ptrs[static_cast<size_t>(b)]);
+      const auto& kb = pl.kernel_bufs[static_cast<size_t>(s.index)];
+      RunArray<void*, 16> args(kb.size());
+      for (size_t i = 0; i < kb.size(); ++i) args[i] = ptrs[static_cast<size_t>(kb[i])];
       KernelFn fn = prog_->module->kernels[static_cast<size_t>(s.index)];
       if (threads > 1 && k.work() >= kParallelWork) {
         PyThreadState* ts = PyEval_SaveThread();
-        parallel_run(fn, args.data(), k.root.extent, threads);
+        parallel_run(fn, args.data, k.root.extent, threads);
         PyEval_RestoreThread(ts);
       } else if (k.root.extent > 0) {
-        fn(args.data(), 0, k.root.extent);
+        fn(args.data, 0, k.root.extent);
       }
       continue;
     }
     const loop::ExternCall& e = p.externs[static_cast<size_t>(s.index)];
+    const Plan::Extern& x = pl.externs[static_cast<size_t>(s.index)];
     for (auto& [node, ref] : e.operands) {
-      node_objs[static_cast<size_t>(node)] = view_of(ref);
-      if (!node_objs[static_cast<size_t>(node)]) return nullptr;
+      PyObject* v = view_of(ref);
+      if (!v) return nullptr;
+      set_node(node, v);
     }
-    for (size_t i = 0; i < node_objs.size(); ++i) node_ptrs[i] = node_objs[i].get();
     Ref result;
     const Node& nd = g.node(e.node);
     if (e.op == kNoOp) {
-      PyObject* src = node_ptrs[static_cast<size_t>(nd.args[0].node)];
+      PyObject* src = node_objs[static_cast<size_t>(nd.args[0].node)];
       FF_CHECK(src, "getitem of a value the runtime does not hold");
       result = Ref(PySequence_GetItem(src, static_cast<Py_ssize_t>(nd.args[1].i)));
     } else {
-      const OpDef& op = op_def(e.op);
-      PyObject* fn = op_callable(e.op);
-      if (!fn) {
-        PyErr_SetString(PyExc_RuntimeError, (op.target + " is not available in the installed torch").c_str());
+      if (!x.call) {
+        PyErr_SetString(PyExc_RuntimeError, (op_def(e.op).target + " is not available in the installed torch").c_str());
         return nullptr;
       }
-      if (e.result >= 0 && (op.name == "linear" || op.name == "matmul" || op.name == "op_matmul" || op.name == "mm" || op.name == "bmm")) {
+      if (e.result >= 0 && x.matmul && pool_on() && pl.bufs[static_cast<size_t>(e.result)].bytes >= kPoolMinBytes) {
         std::vector<Ref> owned;
         std::vector<PyObject*> operands;
         for (const Value& v : e.args) {
-          owned.emplace_back(value_to_py(v, node_ptrs.data()));
+          owned.emplace_back(value_to_py(v, node_objs.data));
           if (!owned.back()) return nullptr;
           operands.push_back(owned.back().get());
         }
-        result = Ref(matmul_into_pool(op.name, operands, e.result));
+        result = Ref(matmul_into_pool(op_def(e.op).name, operands, e.result));
       }
-      if (!result) {
-      CallArgs ca = call_args(op, e.args);
-      Ref pos(PyTuple_New(static_cast<Py_ssize_t>(ca.positional.size())));
-      for (size_t i = 0; i < ca.positional.size(); ++i) {
-        PyObject* v = value_to_py(*ca.positional[i], node_ptrs.data());
-        if (!v) return nullptr;
-        PyTuple_SET_ITEM(pos.get(), static_cast<Py_ssize_t>(i), v);
-      }
-      Ref kw(PyDict_New());
-      for (auto& [name, val] : ca.keywords) {
-        Ref v(value_to_py(*val, node_ptrs.data()));
-        if (!v) return nullptr;
-        PyDict_SetItemString(kw.get(), name.c_str(), v.get());
-      }
-      result = Ref(PyObject_Call(fn, pos.get(), kw.get()));
-      }
+      if (!result) result = Ref(x.call->call(node_objs.data));
     }
     if (!result) return nullptr;
     if (e.result >= 0) {
       auto& pb = pl.bufs[static_cast<size_t>(e.result)];
-      Ref dt(PyObject_GetAttrString(result.get(), "dtype")), shape(PyObject_GetAttrString(result.get(), "shape")),
-          stride(PyObject_CallMethod(result.get(), "stride", nullptr));
-      if (!dt || !shape || !stride) return nullptr;
-      if (dt.get() != PyDict_GetItemString(pb.kwargs.get(), "dtype") || PyObject_RichCompareBool(shape.get(), pb.sizes.get(), Py_EQ) != 1 ||
-          PyObject_RichCompareBool(stride.get(), pb.strides.get(), Py_EQ) != 1) {
-        // The kernels after it assume the layout eager documented at trace time: copy into it.
-        Ref args(PyTuple_Pack(2, pb.sizes.get(), pb.strides.get()));
-        Ref fixed(PyObject_Call(pl.empty_strided.get(), args.get(), pb.kwargs.get()));
-        if (!fixed) return nullptr;
-        Ref ok(PyObject_CallMethod(fixed.get(), "copy_", "O", result.get()));
-        if (!ok) return nullptr;
-        result = std::move(fixed);
+      if (x.check) {
+        PyObject* r = result.get();
+        int ok = x.check->check(&r);
+        if (ok < 0) return nullptr;
+        if (!ok) {
+          // The kernels after it assume the layout eager documented at trace time: copy into it.
+          PyObject* args[3] = {pb.sizes.get(), pb.strides.get(), pb.dtype.get()};
+          Ref fixed(PyObject_Vectorcall(pl.empty_strided.get(), args, 2, pl.dtype_kwnames.get()));
+          if (!fixed) return nullptr;
+          Ref done(PyObject_CallMethod(fixed.get(), "copy_", "O", result.get()));
+          if (!done) return nullptr;
+          result = std::move(fixed);
+        }
       }
       Py_INCREF(result.get());
-      tensors[static_cast<size_t>(e.result)] = Ref(result.get());
-      ptrs[static_cast<size_t>(e.result)] = data_ptr(result.get());
-      if (PyErr_Occurred()) return nullptr;
+      Py_XSETREF(tensors[static_cast<size_t>(e.result)], result.get());
+      if (pb.kernel_reads) {
+        ptrs[static_cast<size_t>(e.result)] = data_ptr(result.get(), pl.data_ptr_name.get());
+        if (PyErr_Occurred()) return nullptr;
+      }
     }
-    node_objs[static_cast<size_t>(e.node)] = std::move(result);
+    set_node(e.node, result.release());
   }
   for (auto& [node, ref] : p.outputs) {
-    node_objs[static_cast<size_t>(node)] = view_of(ref);
-    if (!node_objs[static_cast<size_t>(node)]) return nullptr;
+    PyObject* v = view_of(ref);
+    if (!v) return nullptr;
+    set_node(node, v);
   }
-  for (size_t i = 0; i < node_objs.size(); ++i) node_ptrs[i] = node_objs[i].get();
-  return value_to_py(g.output_value(), node_ptrs.data());
+  return value_to_py(g.output_value(), node_objs.data);
 }
 
 }  // namespace ff::inductor

@@ -49,9 +49,16 @@ def lookup_backend(backend):
 
 def _inductor(graph, example_inputs, mode=None, **options):
     from . import inductor  # noqa: PLC0415
+    from ._C import logging as _log  # noqa: PLC0415
+    # Generated kernels read storage as it is: a negative or conjugate view (its bit set) would be
+    # read un-negated. The guards keep such inputs out of entries traced on plain tensors.
+    for t in example_inputs:
+        if (getattr(t, "is_neg", None) and t.is_neg()) or (getattr(t, "is_conj", None) and t.is_conj()):
+            _log.emit("perf_hints", "backend=inductor: an input is a negative or conjugate view; the graph runs "
+                                    "on the reference runner (call .resolve_neg() / .resolve_conj() first to compile it)")
+            return graph.run
     if hasattr(inductor, "backend"):
         return inductor.backend(graph, example_inputs, mode=mode, **options)
-    from ._C import logging as _log  # noqa: PLC0415
     _log.emit("perf_hints", "backend=inductor: the code generator is not available in this build; "
                             "the graph runs on the reference runner (eager torch ops)")
     return graph.run

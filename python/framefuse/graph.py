@@ -64,8 +64,16 @@ class Graph:
         return list(self._g.verify())
 
     def optimized(self):
-        """A new graph after the graph passes (dead code, common subexpressions, constant folding)."""
+        """A new graph after the graph passes (constant folding, attention rewrite, common
+        subexpressions, dead code)."""
         return Graph(self._g.optimized())
+
+    def fuse_attention(self):
+        """(new graph, names of the softmax nodes rewritten): explicit attention replaced by one
+        torch.nn.functional.scaled_dot_product_attention call where exactly equivalent (what the
+        inductor backend does before code generation)."""
+        g, fired = self._g.fuse_attention()
+        return Graph(g), list(fired)
 
     def pass_trace(self):
         """The graph after each pass of the pipeline, as text."""

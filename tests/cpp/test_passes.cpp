@@ -6,6 +6,7 @@
 #include "graph/passes/eliminate_common_subexpressions.h"
 #include "graph/passes/eliminate_dead_code.h"
 #include "graph/passes/fold_constants.h"
+#include "graph/passes/fuse_attention.h"
 #include "graph/pipeline.h"
 #include "graph/verifier.h"
 #include "graph_test_util.h"
@@ -50,6 +51,31 @@ TEST(Passes, EliminateCommonSubexpressions) {
 TEST(Passes, FoldConstants) {
   run_golden("fold_constants.txt", [](const Graph& g) { return fold_constants(g); });
 }
+TEST(Passes, FuseAttention) {
+  run_golden("fuse_attention.txt", [](const Graph& g) { return fuse_attention(g, AttentionSupport{true, true}, nullptr); });
+}
+
+TEST(Passes, FuseAttentionNeedsSdpaAndTheScaleKeyword) {
+  std::vector<GoldenCase> cases = read_golden("fuse_attention.txt");
+  ASSERT_GE(cases.size(), 3u);
+  for (const GoldenCase& c : cases) {
+    SCOPED_TRACE(c.intent);
+    Graph g = parse_graph(c.before);
+    std::vector<std::string> fired;
+    // Without SDPA (torch 1.13) nothing is rewritten.
+    EXPECT_EQ(graph_code(fuse_attention(g, AttentionSupport{false, false}, &fired)), graph_code(g));
+    EXPECT_TRUE(fired.empty());
+    // Without `scale=` (torch 2.0) only SDPA's default scale 1/sqrt(E) is rewritten.
+    Graph no_kw = fuse_attention(g, AttentionSupport{true, false}, &fired);
+    EXPECT_EQ(graph_code(no_kw).find("scale="), std::string::npos);
+  }
+  // The nanoGPT case scales by 1/sqrt(8) (the default); the float-mask case by 1/2 (not).
+  std::vector<std::string> fired;
+  fuse_attention(parse_graph(cases[0].before), AttentionSupport{true, false}, &fired);
+  fuse_attention(parse_graph(cases[1].before), AttentionSupport{true, false}, &fired);
+  EXPECT_EQ(fired, std::vector<std::string>{"softmax"});
+}
+
 TEST(Passes, Pipeline) { run_golden("pipeline.txt", run_pipeline_verified); }
 
 TEST(Passes, FoldConstantsReportsWhichRulesFired) {
@@ -129,6 +155,12 @@ TEST(Passes, PipelinePrintsTheGraphAfterEachPass) {
             "    mul_1: \"f32[4]\" = x * 2\n"
             "    neg: \"f32[4]\" = torch.neg(x)\n"
             "    return (mul, mul_1)\n"
+            "# after fuse_attention\n"
+            "def forward(self, x: \"f32[4]\"):\n"
+            "    mul: \"f32[4]\" = x * 2\n"
+            "    mul_1: \"f32[4]\" = x * 2\n"
+            "    neg: \"f32[4]\" = torch.neg(x)\n"
+            "    return (mul, mul_1)\n"
             "# after eliminate_common_subexpressions\n"
             "def forward(self, x: \"f32[4]\"):\n"
             "    mul: \"f32[4]\" = x * 2\n"
@@ -144,7 +176,7 @@ TEST(Passes, PipelinePrintsTheGraphAfterEachPass) {
   PipelineOptions options;
   options.after_pass = [&](std::string_view pass, const Graph&) { names.emplace_back(pass); };
   run_graph_passes(g, options);
-  EXPECT_EQ(names, (std::vector<std::string>{"fold_constants", "eliminate_common_subexpressions", "eliminate_dead_code"}));
+  EXPECT_EQ(names, (std::vector<std::string>{"fold_constants", "fuse_attention", "eliminate_common_subexpressions", "eliminate_dead_code"}));
 }
 
 TEST(Passes, PipelineVerifiesBetweenPasses) {

@@ -44,8 +44,21 @@ def test_cached_call_does_not_retrace():
         assert stats()["cache_hits"] == 4
 
 
+HAS_TENSOR_GUARDS = hasattr(getattr(torch._C, "_dynamo", None), "guards")
+
+
+@pytest.fixture(params=[True, False], ids=["batched", "per_tensor"])
+def tensor_check_mode(request):
+    """Both ways tensor guards run: one call to torch's C++ check for all tensors (torch 2.x) and
+    the per-tensor getters (torch 1.13, or config.guard_tensors_batched off)."""
+    old = framefuse.config.guard_tensors_batched
+    framefuse.config.guard_tensors_batched = request.param
+    yield request.param
+    framefuse.config.guard_tensors_batched = old
+
+
 @pytest.mark.parametrize("change", ["shape", "dtype", "stride", "requires_grad", "dim"])
-def test_tensor_property_change_recompiles(change, logs):
+def test_tensor_property_change_recompiles(change, logs, tensor_check_mode):
     with tracer(tensor_args_capture(torch.relu)):
         f = framefuse.compile(relu_fn, backend="eager")
         x = torch.randn(8, 8)
@@ -64,6 +77,59 @@ def test_tensor_property_change_recompiles(change, logs):
         # Both entries are cached now: no further compiles.
         f(x), f(y)
         assert stats()["frames_compiled"] == 2
+
+
+def three(x, y, z):
+    return x + y + z
+
+
+@pytest.mark.parametrize("which", [0, 1, 2])
+def test_each_of_several_tensors_is_guarded(which, tensor_check_mode):
+    with tracer(tensor_args_capture(torch.add)):
+        f = framefuse.compile(three, backend="eager")
+        args = [torch.randn(4), torch.randn(4), torch.randn(4)]
+        f(*args)
+        args[which] = torch.randn(4, dtype=torch.float64)
+        assert torch.equal(f(*args), args[0] + args[1] + args[2])
+        assert stats()["recompiles"] == 1
+        f(*args)
+        assert stats()["cache_hits"] == 1
+
+
+def scaled_sum(x):
+    return x * 2 + 1
+
+
+@pytest.mark.parametrize("backend", ["eager", "inductor"])
+def test_negative_view_is_not_read_as_plain(backend, tensor_check_mode, logs, fresh_framefuse):
+    # A negative view (is_neg()) reads its storage negated: an entry traced on a plain tensor must
+    # not take it, and a graph traced on it must not run kernels that read the storage directly.
+    f = framefuse.compile(scaled_sum, backend=backend)
+    x = torch.randn(6)
+    assert torch.equal(f(x), x * 2 + 1)
+    n = torch._neg_view(x)
+    assert n.is_neg()
+    assert torch.equal(f(n), n * 2 + 1)
+    assert stats()["recompiles"] == 1
+    if not tensor_check_mode:
+        assert "L['x'].is_neg() == False (got True)" in logs.text
+    assert torch.equal(f(x), x * 2 + 1) and torch.equal(f(n), n * 2 + 1)
+    assert stats()["recompiles"] == 1
+
+
+@pytest.mark.skipif(not HAS_TENSOR_GUARDS, reason="torch without torch._C._dynamo (1.13) checks tensors one by one")
+def test_batched_check_names_dispatch_key_change(logs, fresh_framefuse):
+    # Inference-mode tensors lack the autograd keys: the batched check tells them apart and the
+    # recompile reason says why, from torch's own verbose check.
+    framefuse.config.guard_tensors_batched = True
+    f = framefuse.compile(scaled_sum, backend="eager")
+    x = torch.randn(6)
+    f(x)
+    with torch.inference_mode():
+        y = torch.randn(6)
+    assert torch.equal(f(y), y * 2 + 1)
+    assert stats()["recompiles"] == 1
+    assert "dispatch keys differ" in logs.text and "L['x']" in logs.text
 
 
 def test_guards_log_prints_python_expressions(logs):

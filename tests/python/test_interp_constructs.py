@@ -229,6 +229,35 @@ def test_user_classes_properties_super_classmethods():
     assert r["stats"]["inlined_calls"] >= 5
 
 
+class MappedConfig:
+    """Names remapped by a __getattribute__ written in Python, as configuration classes do."""
+    attribute_map = {"hidden_size": "n_embd"}
+
+    def __init__(self, n_embd):
+        self.n_embd = n_embd
+        self.eps = 0.5
+
+    def __getattribute__(self, key):
+        if key != "attribute_map" and key in super().__getattribute__("attribute_map"):
+            key = super().__getattribute__("attribute_map")[key]
+        return super().__getattribute__(key)
+
+
+def test_custom_getattribute_is_inlined():
+    def f(x, cfg):
+        return x * cfg.hidden_size + cfg.eps + object.__getattribute__(cfg, "n_embd")
+    r = check(f, x4, MappedConfig(3))
+    assert r["stats"]["inlined_calls"] >= 2
+    # The mapped attribute is guarded: another value recompiles rather than reusing the constant.
+    assert "n_embd" in "\n".join(trace(f, x4, MappedConfig(3))["guards"])
+
+
+def test_custom_getattribute_missing_attribute_breaks():
+    def f(x, cfg):
+        return x * cfg.missing
+    assert "AttributeError" in brk(f, x4, MappedConfig(3))["reason"]
+
+
 @dataclasses.dataclass
 class Cfg:
     n_embd: int = 8

@@ -1,0 +1,401 @@
+#include "graph/passes/fuse_attention.h"
+
+#include <cmath>
+#include <limits>
+#include <optional>
+#include <set>
+#include <string_view>
+
+#include "graph/op_registry.h"
+#include "graph/passes/rewriter.h"
+#include "src/config.h"
+#include "src/errors.h"
+#include "src/logging.h"
+
+namespace ff {
+namespace {
+
+AttentionSupport g_support;
+
+// Why a candidate (a softmax feeding a matmul) was not rewritten.
+struct NoMatch {
+  std::string why;
+};
+
+enum class MaskKind { None, Bool, Additive };
+
+struct Match {
+  NodeId softmax = -1;
+  NodeId out = -1;                 // p @ v: its uses become the rewrite's result
+  std::vector<NodeId> dropped;     // intermediates with no user left after the rewrite
+  Value q, k, v;                   // source operands
+  MaskKind mask_kind = MaskKind::None;
+  Value mask;                      // Bool: true = masked out; Additive: added to the scores
+  std::optional<double> scale;     // nullopt: SDPA's default 1/sqrt(E)
+};
+
+bool is_matmul(const OpDef& op) { return op.name == "op_matmul" || op.name == "matmul" || op.name == "bmm"; }
+
+const Node* call_node(const Graph& g, const Value& v) {
+  if (!v.is_node()) return nullptr;
+  const Node& n = g.node(v.node);
+  return n.kind == NodeKind::Call ? &n : nullptr;
+}
+
+const TensorMeta* tensor_meta(const Graph& g, const Value& v) {
+  if (!v.is_node()) return nullptr;
+  const Node& n = g.node(v.node);
+  return n.meta.is_tensor() ? &n.meta.tensor : nullptr;
+}
+
+const Value& arg(const Node& n, std::string_view param) {
+  int i = op_def(n.op).schema.index_of(param);
+  FF_CHECK(i >= 0, op_def(n.op).name + " has no parameter " + std::string(param));
+  return n.args[static_cast<size_t>(i)];
+}
+
+bool last_dim(const Value& dim, int64_t ndim) {
+  return dim.kind == Value::Kind::Int && (dim.i == -1 || dim.i == ndim - 1);
+}
+
+bool attention_dtype(DType t) {
+  return t == DType::Float32 || t == DType::Float64 || t == DType::Float16 || t == DType::BFloat16;
+}
+
+// `mask` broadcasts into `scores` without changing its shape.
+bool broadcasts_into(const TensorMeta& mask, const TensorMeta& scores) {
+  if (mask.dim() < 1 || mask.dim() > scores.dim() || !(mask.device == scores.device)) return false;
+  for (int64_t i = 1; i <= mask.dim(); ++i) {
+    int64_t m = mask.sizes[static_cast<size_t>(mask.dim() - i)], s = scores.sizes[static_cast<size_t>(scores.dim() - i)];
+    if (m != 1 && m != s) return false;
+  }
+  return true;
+}
+
+class Matcher {
+ public:
+  explicit Matcher(const Graph& g) : g_(g), uses_(g.size(), 0) {
+    for (const Node& n : g.nodes())
+      for (const Value& v : n.args) v.for_each_node([&](NodeId id) { ++uses_[static_cast<size_t>(id)]; });
+  }
+
+  // The candidate ending at `out` (a matmul whose left operand is a softmax, maybe through an
+  // identity dropout): nullopt when `out` is no candidate at all, NoMatch when it is one that
+  // cannot be rewritten.
+  std::optional<Match> match(NodeId out, std::string* why) const {
+    try {
+      return match_or_throw(out);
+    } catch (const NoMatch& e) {
+      *why = e.why;
+      return std::nullopt;
+    }
+  }
+
+  // The softmax of the candidate ending at `out`, if `out` is one.
+  std::optional<NodeId> candidate_softmax(NodeId out) const {
+    const Node& n = g_.node(out);
+    if (n.kind != NodeKind::Call || !is_matmul(op_def(n.op))) return std::nullopt;
+    const Node* p = call_node(g_, n.args[0]);
+    NodeId id = p ? n.args[0].node : -1;
+    if (p && is_dropout(*p)) {
+      id = p->args[0].is_node() ? p->args[0].node : -1;
+      p = call_node(g_, p->args[0]);
+    }
+    if (!p || !is_softmax(*p)) return std::nullopt;
+    return id;
+  }
+
+ private:
+  static bool is_dropout(const Node& n) { return op_def(n.op).name == "f_dropout" || op_def(n.op).name == "dropout"; }
+  static bool is_softmax(const Node& n) { return op_def(n.op).name == "f_softmax" || op_def(n.op).name == "softmax"; }
+
+  // `v` is a node used only by the pattern's next step; returns it.
+  NodeId single_use(const Value& v, const char* what) const {
+    if (!v.is_node()) throw NoMatch{std::string(what) + " is not a graph value"};
+    if (uses_[static_cast<size_t>(v.node)] != 1)
+      throw NoMatch{std::string(what) + " '" + g_.node(v.node).name + "' has other users (or is returned)"};
+    return v.node;
+  }
+
+  void same_shape_and_dtype(const Value& a, const Value& b, const char* what) const {
+    const TensorMeta *ma = tensor_meta(g_, a), *mb = tensor_meta(g_, b);
+    if (!ma || !mb || ma->sizes != mb->sizes || ma->dtype != mb->dtype)
+      throw NoMatch{std::string(what) + " changes the scores' shape or dtype"};
+  }
+
+  Match match_or_throw(NodeId out) const {
+    Match m;
+    m.out = out;
+    const Node& o = g_.node(out);
+    Value p = o.args[0];
+    m.v = o.args[1];
+    const Node* pn = call_node(g_, p);
+    if (is_dropout(*pn)) {
+      const Value& prob = arg(*pn, "p");
+      const Value& training = arg(*pn, op_def(pn->op).name == "f_dropout" ? "training" : "train");
+      if (training.kind != Value::Kind::Bool || !prob.is_number())
+        throw NoMatch{"dropout's p or training flag is not a constant"};
+      // NB: torch's dropout returns its input when not training or p == 0 (no random numbers drawn).
+      if (training.b && prob.as_double() != 0.0) throw NoMatch{"dropout in training mode with p > 0 draws random numbers"};
+      m.dropped.push_back(single_use(p, "the dropout result"));
+      p = pn->args[0];
+      pn = call_node(g_, p);
+    }
+    m.softmax = single_use(p, "the softmax");
+    m.dropped.push_back(m.softmax);
+    const TensorMeta* pm = tensor_meta(g_, p);
+    if (!pm) throw NoMatch{"the softmax is not a tensor"};
+    if (!last_dim(arg(*pn, "dim"), pm->dim())) throw NoMatch{"the softmax is not over the last dimension"};
+    if (!arg(*pn, "dtype").is_none()) throw NoMatch{"the softmax casts (dtype=...)"};
+
+    // Mask.
+    Value s = pn->args[0];
+    const Node* sn = call_node(g_, s);
+    if (!sn) throw NoMatch{"the softmax input is not computed in the graph"};
+    std::string_view sop = op_def(sn->op).name;
+    if (sop == "masked_fill") {
+      const Value& fill = arg(*sn, "value");
+      if (fill.kind != Value::Kind::Float || !(std::isinf(fill.f) && fill.f < 0))
+        throw NoMatch{"masked_fill fills with a value other than -inf"};
+      const TensorMeta* mm = tensor_meta(g_, arg(*sn, "mask"));
+      if (!mm || mm->dtype != DType::Bool) throw NoMatch{"the masked_fill mask is not a bool tensor"};
+      m.mask_kind = MaskKind::Bool;
+      m.mask = arg(*sn, "mask");
+      m.dropped.push_back(single_use(s, "the masked scores"));
+      same_shape_and_dtype(s, arg(*sn, "input"), "masked_fill");
+      s = arg(*sn, "input");
+    } else if (sop == "op_add" || sop == "add") {
+      if (sop == "add" && !(arg(*sn, "alpha").is_number() && arg(*sn, "alpha").as_double() == 1.0))
+        throw NoMatch{"add with alpha"};
+      // The scores are the operand computed by a scale or a matmul; the other is the mask.
+      int scores = -1;
+      for (int i = 0; i < 2 && scores < 0; ++i) {
+        const Node* c = call_node(g_, sn->args[static_cast<size_t>(i)]);
+        if (c && (is_matmul(op_def(c->op)) || scale_of(*c))) scores = i;
+      }
+      if (scores < 0) throw NoMatch{"neither operand of the add is the scores"};
+      m.mask_kind = MaskKind::Additive;
+      m.mask = sn->args[static_cast<size_t>(1 - scores)];
+      m.dropped.push_back(single_use(s, "the masked scores"));
+      same_shape_and_dtype(s, sn->args[static_cast<size_t>(scores)], "the mask add");
+      s = sn->args[static_cast<size_t>(scores)];
+    }
+
+    // Scale.
+    sn = call_node(g_, s);
+    if (!sn) throw NoMatch{"the scores are not computed in the graph"};
+    if (auto scale = scale_of(*sn)) {
+      // NB: SDPA's math kernel scales q and k by sqrt(scale) in some torch versions: a negative,
+      // zero or non-finite factor would not compute what eager does.
+      if (!std::isfinite(*scale) || *scale <= 0.0) throw NoMatch{"the scale is not a positive finite number"};
+      m.scale = *scale;
+      m.dropped.push_back(single_use(s, "the scaled scores"));
+      const Value& x = scale_operand(*sn);
+      same_shape_and_dtype(s, x, "the scale");
+      s = x;
+      sn = call_node(g_, s);
+    } else {
+      m.scale = 1.0;
+    }
+    if (!sn || !is_matmul(op_def(sn->op))) throw NoMatch{"the scores are not a matrix product"};
+    m.dropped.push_back(single_use(s, "the scores"));
+    m.q = sn->args[0];
+    const Node* kt = call_node(g_, sn->args[1]);
+    if (!kt || op_def(kt->op).name != "transpose") throw NoMatch{"the scores' right operand is not k.transpose(-2, -1)"};
+    const TensorMeta* ktm = tensor_meta(g_, sn->args[1]);
+    int64_t nd = ktm ? ktm->dim() : 0;
+    auto norm = [&](const Value& d) { return d.kind != Value::Kind::Int ? -1 : d.i < 0 ? d.i + nd : d.i; };
+    std::set<int64_t> dims = {norm(arg(*kt, "dim0")), norm(arg(*kt, "dim1"))};
+    if (dims != std::set<int64_t>{nd - 2, nd - 1}) throw NoMatch{"the scores' right operand is not k.transpose(-2, -1)"};
+    m.k = arg(*kt, "input");
+    if (uses_[static_cast<size_t>(sn->args[1].node)] == 1) m.dropped.push_back(sn->args[1].node);
+
+    check_shapes(m, s, p);
+    return m;
+  }
+
+  // s * c, c * s, s / c: the constant factor.
+  static std::optional<double> scale_of(const Node& n) {
+    std::string_view op = op_def(n.op).name;
+    const Value &a = n.args[0], &b = n.args[1];
+    auto number = [](const Value& v) { return v.kind == Value::Kind::Float || v.kind == Value::Kind::Int; };
+    if (op == "op_mul" || op == "mul") {
+      if (a.is_node() && number(b)) return b.as_double();
+      if (b.is_node() && number(a)) return a.as_double();
+    }
+    if (op == "op_truediv" || op == "true_divide" || (op == "div" && arg(n, "rounding_mode").is_none())) {
+      if (a.is_node() && number(b) && b.as_double() != 0.0) return 1.0 / b.as_double();
+    }
+    return std::nullopt;
+  }
+  static const Value& scale_operand(const Node& n) { return n.args[0].is_node() ? n.args[0] : n.args[1]; }
+
+  void check_shapes(Match& m, const Value& scores, const Value& p) const {
+    const TensorMeta *q = tensor_meta(g_, m.q), *k = tensor_meta(g_, m.k), *v = tensor_meta(g_, m.v);
+    const TensorMeta *s = tensor_meta(g_, scores), *pm = tensor_meta(g_, p), *y = tensor_meta(g_, Value::of_node(m.out));
+    if (!q || !k || !v || !s || !pm || !y) throw NoMatch{"q, k or v is not a tensor"};
+    if (!attention_dtype(q->dtype)) throw NoMatch{"dtype " + std::string(dtype_name(q->dtype)) + " is not a floating type SDPA takes"};
+    for (const TensorMeta* t : {k, v, s, pm, y})
+      if (t->dtype != q->dtype || !(t->device == q->device)) throw NoMatch{"q, k, v and the scores differ in dtype or device"};
+    int64_t nd = q->dim();
+    if (nd < 3 || k->dim() != nd || v->dim() != nd) throw NoMatch{"q, k and v need the same number (>= 3) of dimensions"};
+    std::vector<int64_t> batch(q->sizes.begin(), q->sizes.end() - 2);
+    auto batch_of = [](const TensorMeta* t) { return std::vector<int64_t>(t->sizes.begin(), t->sizes.end() - 2); };
+    if (batch_of(k) != batch || batch_of(v) != batch) throw NoMatch{"q, k and v differ in batch dimensions (matmul would broadcast)"};
+    int64_t L = q->sizes[nd - 2], E = q->sizes[nd - 1], S = k->sizes[nd - 2], Ev = v->sizes[nd - 1];
+    if (k->sizes[nd - 1] != E || v->sizes[nd - 2] != S) throw NoMatch{"q, k and v shapes do not chain"};
+    // NB: empty dimensions are left to eager (SDPA's default scale 1/sqrt(0), kernels' empty cases).
+    for (const TensorMeta* t : {q, k, v})
+      for (int64_t d : t->sizes)
+        if (d == 0) throw NoMatch{"an empty dimension"};
+    std::vector<int64_t> want_s = batch, want_y = batch;
+    want_s.insert(want_s.end(), {L, S});
+    want_y.insert(want_y.end(), {L, Ev});
+    if (s->sizes != want_s || pm->sizes != want_s || y->sizes != want_y) throw NoMatch{"the scores or the result have unexpected shapes"};
+    if (m.mask_kind != MaskKind::None) {
+      const TensorMeta* mm = tensor_meta(g_, m.mask);
+      if (!mm || !broadcasts_into(*mm, *s)) throw NoMatch{"the mask does not broadcast into the scores"};
+      if (m.mask_kind == MaskKind::Additive && mm->dtype != q->dtype) throw NoMatch{"the additive mask's dtype differs from q's"};
+    }
+    if (E > 0 && m.scale && *m.scale == 1.0 / std::sqrt(static_cast<double>(E))) m.scale.reset();
+  }
+
+  const Graph& g_;
+  std::vector<int> uses_;
+};
+
+// ---- building the replacement ----------------------------------------------------------------
+
+struct Emitter {
+  GraphRewriter& rw;
+
+  NodeId call(const char* op_name, const std::vector<Value>& positional,
+              const std::vector<std::pair<std::string, Value>>& keywords, const std::string& hint,
+              const ValueMeta* meta = nullptr) {
+    auto op = op_by_name(op_name);
+    FF_CHECK(op.has_value(), std::string("no op ") + op_name);
+    std::string err;
+    auto bound = bind_call(op_def(*op), positional, keywords, rw.result(), &err);
+    if (!bound) throw NoMatch{std::string(op_name) + ": " + err};
+    std::optional<ValueMeta> m = meta ? std::optional<ValueMeta>(*meta) : infer_meta(op_def(*op), *bound, rw.result());
+    if (!m) throw NoMatch{std::string("no meta rule for ") + op_name};
+    return rw.add_call(*op, std::move(*bound), std::move(*m), hint);
+  }
+};
+
+// Emits the SDPA call (and the NaN rows of fully masked queries) for `m`; returns the node that
+// stands for m.out. Throws NoMatch where a step cannot be typed (the caller then keeps the
+// explicit form).
+NodeId emit(GraphRewriter& rw, const Match& m) {
+  Emitter e{rw};
+  const Graph& src = rw.source();
+  const ValueMeta& y = src.node(m.out).meta;
+  Value q = rw.map(m.q), k = rw.map(m.k), v = rw.map(m.v), mask = rw.map(m.mask);
+  constexpr double kInf = std::numeric_limits<double>::infinity();
+  std::vector<std::pair<std::string, Value>> kw;
+  Value bad;  // bool rows [..., L, 1]: true where eager's softmax row is NaN
+  if (m.mask_kind == MaskKind::Bool) {
+    kw.push_back({"attn_mask", Value::of_node(e.call("logical_not", {mask}, {}, "attn_mask"))});
+    bad = Value::of_node(e.call("all", {mask, Value::of_int(-1), Value::of_bool(true)}, {}, "masked_rows"));
+  } else if (m.mask_kind == MaskKind::Additive) {
+    kw.push_back({"attn_mask", mask});
+    NodeId below = e.call("lt", {mask, Value::of_float(kInf)}, {}, "mask_below_inf");
+    NodeId above = e.call("gt", {mask, Value::of_float(-kInf)}, {}, "mask_above_neg_inf");
+    NodeId all_below = e.call("all", {Value::of_node(below), Value::of_int(-1), Value::of_bool(true)}, {}, "mask_rows_below_inf");
+    NodeId any_above = e.call("any", {Value::of_node(above), Value::of_int(-1), Value::of_bool(true)}, {}, "mask_rows_finite");
+    NodeId good = e.call("logical_and", {Value::of_node(all_below), Value::of_node(any_above)}, {}, "mask_rows_ok");
+    bad = Value::of_node(e.call("logical_not", {Value::of_node(good)}, {}, "masked_rows"));
+  }
+  if (m.scale) kw.push_back({"scale", Value::of_float(*m.scale)});
+  NodeId sdpa = e.call("scaled_dot_product_attention", {q, k, v}, kw, "scaled_dot_product_attention", &y);
+  if (m.mask_kind == MaskKind::None) return sdpa;
+  NodeId fixed = e.call("masked_fill", {Value::of_node(sdpa), bad, Value::of_float(std::nan(""))}, {}, "attention");
+  if (!(rw.result().node(fixed).meta == y)) throw NoMatch{"the NaN rows step would change the result's layout"};
+  return fixed;
+}
+
+// One rewrite of `g` with `matches`; the index of a match that could not be emitted in *failed.
+std::optional<Graph> rewrite(const Graph& g, const std::vector<Match>& matches, size_t* failed, std::string* why) {
+  std::set<NodeId> dropped;
+  std::vector<int> at(g.size(), -1);
+  for (size_t i = 0; i < matches.size(); ++i) {
+    dropped.insert(matches[i].dropped.begin(), matches[i].dropped.end());
+    at[static_cast<size_t>(matches[i].out)] = static_cast<int>(i);
+  }
+  GraphRewriter rw(g);
+  for (NodeId id = 0; id < static_cast<NodeId>(g.size()); ++id) {
+    if (dropped.count(id)) continue;
+    int mi = at[static_cast<size_t>(id)];
+    if (mi < 0) {
+      rw.copy(id);
+      continue;
+    }
+    try {
+      rw.replace(id, Value::of_node(emit(rw, matches[static_cast<size_t>(mi)])));
+    } catch (const NoMatch& e) {
+      *failed = static_cast<size_t>(mi);
+      *why = e.why;
+      return std::nullopt;
+    }
+  }
+  return rw.finish();
+}
+
+void hint(const Graph& g, NodeId softmax, const std::string& why) {
+  if (log_enabled(LogArtifact::perf_hints))
+    log_emit(LogArtifact::perf_hints, "graph: attention at '" + g.node(softmax).name +
+                                          "' stays explicit (not scaled_dot_product_attention): " + why);
+}
+
+}  // namespace
+
+void set_attention_support(AttentionSupport support) { g_support = support; }
+AttentionSupport attention_support() { return g_support; }
+
+Graph fuse_attention(const Graph& g) {
+  if (!config().fuse_attention) return g;
+  return fuse_attention(g, g_support, nullptr);
+}
+
+Graph fuse_attention(const Graph& g, const AttentionSupport& support, std::vector<std::string>* fired) {
+  if (!support.sdpa) return g;
+  Matcher matcher(g);
+  std::vector<Match> matches;
+  for (NodeId id = 0; id < static_cast<NodeId>(g.size()); ++id) {
+    auto softmax = matcher.candidate_softmax(id);
+    if (!softmax) continue;
+    std::string why;
+    auto m = matcher.match(id, &why);
+    if (m && m->scale && !support.scale_keyword) {
+      m.reset();
+      why = "the scale is not 1/sqrt(E) and this torch's scaled_dot_product_attention has no scale= keyword";
+    }
+    if (m) matches.push_back(std::move(*m));
+    else hint(g, *softmax, why);
+  }
+  while (!matches.empty()) {
+    size_t failed = 0;
+    std::string why;
+    std::optional<Graph> out = rewrite(g, matches, &failed, &why);
+    if (!out) {
+      hint(g, matches[failed].softmax, why);
+      matches.erase(matches.begin() + static_cast<std::ptrdiff_t>(failed));
+      continue;
+    }
+    // Names from the result: the rewrite's nodes come after the copied ones.
+    for (const Match& m : matches) {
+      std::string line = "'" + g.node(m.softmax).name + "' (result '" + g.node(m.out).name + "')";
+      if (fired) fired->push_back(g.node(m.softmax).name);
+      if (log_enabled(LogArtifact::graph_rewrites))
+        log_emit(LogArtifact::graph_rewrites,
+                 "fuse_attention: explicit attention at " + line + " -> torch.nn.functional.scaled_dot_product_attention" +
+                     (m.mask_kind == MaskKind::Bool       ? " with a bool attn_mask (fully masked rows stay NaN)"
+                      : m.mask_kind == MaskKind::Additive ? " with a float attn_mask (fully masked rows stay NaN)"
+                                                          : ""));
+    }
+    return std::move(*out);
+  }
+  return g;
+}
+
+}  // namespace ff

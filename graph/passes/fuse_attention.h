@@ -1,0 +1,57 @@
+// Explicit attention -> one torch.nn.functional.scaled_dot_product_attention call (SDPA).
+//
+// The pattern (nanoGPT's non-flash branch and its relatives):
+//
+//   s = q @ k.transpose(-2, -1)            matmul / bmm / @
+//   s = s * c  |  s / c  |  (nothing)      c a Python number: SDPA's scale
+//   s = s.masked_fill(m, -inf)             bool m, fill where True: attn_mask = ~m
+//     | s + a  |  (nothing)                a float mask of q's dtype: attn_mask = a
+//   p = softmax(s, dim=-1)                 no dtype argument
+//   p = dropout(p, ...)                    only where it is the identity (not training, or p == 0)
+//   y = p @ v
+//
+// becomes
+//
+//   y = F.scaled_dot_product_attention(q, k, v, attn_mask=..., scale=...)
+//
+// The rewrite keeps eager's results exactly, up to rounding:
+//  - q, k, v: same floating dtype (float32/64, float16, bfloat16), same device, >= 3 dims with equal
+//    batch dims (no matmul broadcasting); the mask broadcasts into the scores without growing them;
+//  - every intermediate (s, the scaled and masked scores, p) has the next step as its only user:
+//    one that is returned or used twice keeps the explicit form;
+//  - NB: a row whose keys are all masked is NaN in eager (softmax of all -inf) while SDPA gives
+//    zeros or NaN depending on its kernel. The mask is a tensor whose contents the graph does not
+//    know (nanoGPT's causal buffer is a module buffer the user may change), so with a mask the
+//    rewrite appends `y.masked_fill(bad_rows, nan)`: bad_rows = m.all(-1) for a bool mask, and for
+//    a float mask the rows with no finite entry below +inf or with a NaN / +inf (eager: NaN too).
+//    It is one small reduction over the mask and a pointwise step fused with y's consumer;
+//  - the scale is passed only when it differs from SDPA's default 1/sqrt(E); where the installed
+//    torch has no `scale=` keyword (2.0), only the default scale is rewritten;
+//  - the result keeps the replaced matmul's metadata (runtimes copy SDPA's result into that layout
+//    where its kernel chose another).
+// torch without SDPA (1.13) never sees the rewrite.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "graph/ir.h"
+
+namespace ff {
+
+// What the installed torch offers; set once torch is imported (graph/python/op_callables.cpp).
+// Until then (or in C++-only programs) SDPA counts as unavailable and the pass does nothing.
+struct AttentionSupport {
+  bool sdpa = false;           // torch.nn.functional.scaled_dot_product_attention exists
+  bool scale_keyword = false;  // ... and takes `scale=` (torch >= 2.1)
+};
+void set_attention_support(AttentionSupport support);
+AttentionSupport attention_support();
+
+// The rewrite with the installed torch's support, when config().fuse_attention is on.
+Graph fuse_attention(const Graph& g);
+// As above with explicit support (config not consulted); appends the name of each rewritten
+// attention's softmax node to *fired.
+Graph fuse_attention(const Graph& g, const AttentionSupport& support, std::vector<std::string>* fired);
+
+}  // namespace ff

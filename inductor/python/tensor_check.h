@@ -1,0 +1,49 @@
+// Checks that tensors have the dtype, sizes and strides a compiled graph was built for (its
+// inputs, and the results of extern calls that kernels read through raw pointers).
+//
+// Why not plain attribute reads: `t.dtype`, `t.shape`, `t.stride()` and two tuple comparisons
+// cost about 0.6 us per tensor, as much as a whole small kernel. After the first tensors that pass
+// the exact check, a torch._C._dynamo.guards.TensorGuards built from them (where torch has it)
+// checks the whole list in C++ in one call. It is stricter (same Python type, dispatch keys,
+// requires_grad, device index), so a tensor it rejects goes through the exact check again: the
+// shortcut only ever says "matches" for tensors the exact check would accept.
+#pragma once
+
+#include <Python.h>
+
+#include <cstdint>
+#include <vector>
+
+namespace ff::inductor {
+
+class LayoutCheck {
+ public:
+  LayoutCheck() = default;
+  LayoutCheck(const LayoutCheck&) = delete;
+  LayoutCheck& operator=(const LayoutCheck&) = delete;
+  ~LayoutCheck();
+
+  // One expected tensor: `dtype` (a torch.dtype), `sizes` and `strides` (tuples of ints); all borrowed,
+  // and must outlive this check.
+  void add(PyObject* dtype, PyObject* sizes, PyObject* strides);
+  size_t size() const { return want_.size(); }
+
+  // 1 if every tensors[i] (borrowed) is a CPU torch tensor of the i-th layout, 0 if not, -1 with
+  // a Python error set.
+  int check(PyObject* const* tensors);
+
+ private:
+  struct Want {
+    PyObject* dtype;
+    PyObject* sizes;
+    PyObject* strides;
+  };
+  int exact(PyObject* const* tensors);
+  void arm(PyObject* const* tensors);
+
+  std::vector<Want> want_;
+  PyObject* fast_ = nullptr;  // bound TensorGuards.check (strong), or null
+  bool tried_ = false;        // arm() ran (it runs once, after the first exact match)
+};
+
+}  // namespace ff::inductor
