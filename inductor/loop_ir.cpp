@@ -564,10 +564,11 @@ std::string verify_program(const Program& p) {
     if (s.kind == Step::Kind::Kernel) {
       const Kernel& k = p.kernels.at(static_cast<size_t>(s.index));
       if (auto e = verify_kernel(k, p); !e.empty()) return e;
+      const std::vector<int> stored = k.stored_buffers();
       for (int b : k.loaded_buffers())
-        if (!written[static_cast<size_t>(b)] && std::find(k.stored_buffers().begin(), k.stored_buffers().end(), b) == k.stored_buffers().end())
+        if (!written[static_cast<size_t>(b)] && !std::binary_search(stored.begin(), stored.end(), b))
           return "kernel " + k.name + ": buffers_written_before_read violated by buf" + std::to_string(b);
-      for (int b : k.stored_buffers()) written[static_cast<size_t>(b)] = true;
+      for (int b : stored) written[static_cast<size_t>(b)] = true;
     } else {
       const ExternCall& e = p.externs.at(static_cast<size_t>(s.index));
       for (auto& [n, ref] : e.operands)

@@ -120,24 +120,37 @@ struct Fuser {
   }
   Kernel& kernel_at(size_t step) { return p.kernels[static_cast<size_t>(p.steps[step].index)]; }
 
-  // Buffers that step `s` reads / writes.
-  std::vector<int> reads(size_t s) const {
+  // Buffers that each step reads / writes, by step position. NB: computed once per program
+  // state and dropped by commit(): every scan asks for them O(steps^2) times, and each walk of a
+  // kernel's statements cost more than the whole fusion decision.
+  std::vector<std::vector<int>> reads_, writes_;
+
+  void compute_buffer_sets(size_t s) {
     const Step& st = p.steps[s];
-    if (st.kind == Step::Kind::Kernel) return p.kernels[static_cast<size_t>(st.index)].loaded_buffers();
-    std::vector<int> out;
-    for (auto& [n, ref] : p.externs[static_cast<size_t>(st.index)].operands) out.push_back(ref.buf);
-    return out;
+    reads_[s].clear();
+    writes_[s].clear();
+    if (st.kind == Step::Kind::Kernel) {
+      const Kernel& k = p.kernels[static_cast<size_t>(st.index)];
+      reads_[s] = k.loaded_buffers();
+      writes_[s] = k.stored_buffers();
+      return;
+    }
+    const loop::ExternCall& e = p.externs[static_cast<size_t>(st.index)];
+    for (auto& [n, ref] : e.operands) reads_[s].push_back(ref.buf);
+    if (e.result >= 0) writes_[s].push_back(e.result);
   }
-  std::vector<int> writes(size_t s) const {
-    const Step& st = p.steps[s];
-    if (st.kind == Step::Kind::Kernel) return p.kernels[static_cast<size_t>(st.index)].stored_buffers();
-    int r = p.externs[static_cast<size_t>(st.index)].result;
-    return r >= 0 ? std::vector<int>{r} : std::vector<int>{};
+  void ensure_buffer_sets() {
+    if (reads_.size() == p.steps.size()) return;
+    reads_.assign(p.steps.size(), {});
+    writes_.assign(p.steps.size(), {});
+    for (size_t s = 0; s < p.steps.size(); ++s) compute_buffer_sets(s);
   }
+  const std::vector<int>& reads(size_t s) const { return reads_[s]; }
+  const std::vector<int>& writes(size_t s) const { return writes_[s]; }
   // Where the merged kernel of steps i < j may go: i when everything j reads (except what i
   // writes) exists before i; j when nothing between reads what i writes. -1: nowhere.
   int placement(size_t i, size_t j) const {
-    auto wi = writes(i);
+    const auto& wi = writes(i);
     std::set<int> before;
     for (const auto& b : p.buffers)
       if (b.role == loop::BufferRole::Input) before.insert(static_cast<int>(&b - p.buffers.data()));
@@ -158,18 +171,26 @@ struct Fuser {
     merged.name = kernel_at(i).name + "_" + kernel_at(j).name;
     kernel_at(keep) = std::move(merged);
     p.steps.erase(p.steps.begin() + static_cast<long>(drop));
+    // Only the merged step's sets change; the dropped step's go.
+    ensure_buffer_sets_sized_for_erase(drop);
+    compute_buffer_sets(keep > drop ? keep - 1 : keep);
+  }
+  void ensure_buffer_sets_sized_for_erase(size_t drop) {
+    FF_CHECK(reads_.size() == p.steps.size() + 1, "fusion: buffer sets out of step with the schedule");
+    reads_.erase(reads_.begin() + static_cast<long>(drop));
+    writes_.erase(writes_.begin() + static_cast<long>(drop));
   }
 
   // Vertical: the kernel at step j reads buffers the kernel at step i stores. Every such buffer
   // must be stored once, inside the same loops, and read by j only at the element stored.
   bool try_vertical(size_t i, size_t j) {
-    Kernel a = kernel_at(i);
-    const Kernel& b = kernel_at(j);
-    auto stores = a.stored_buffers();
+    const auto& stores = writes(i);
     std::vector<int> shared;
-    for (int buf : b.loaded_buffers())
+    for (int buf : reads(j))
       if (std::find(stores.begin(), stores.end(), buf) != stores.end()) shared.push_back(buf);
     if (shared.empty()) return false;
+    Kernel a = kernel_at(i);  // NB: a copy: the checks below take pointers into it
+    const Kernel& b = kernel_at(j);
     auto refuse = [&](const std::string& why) {
       say("no fusion " + a.name + " -> " + b.name + ": " + why);
       return false;
@@ -253,10 +274,8 @@ struct Fuser {
   }
 
   bool try_horizontal(size_t i, size_t j) {
-    Kernel a = kernel_at(i);
-    const Kernel& b = kernel_at(j);
-    if (a.root.extent != b.root.extent) return false;
-    auto ra = a.loaded_buffers(), rb = b.loaded_buffers(), wa = a.stored_buffers(), wb = b.stored_buffers();
+    if (kernel_at(i).root.extent != kernel_at(j).root.extent) return false;
+    const auto &ra = reads(i), &rb = reads(j), &wa = writes(i), &wb = writes(j);
     for (int x : rb)
       if (std::find(wa.begin(), wa.end(), x) != wa.end()) return false;
     for (int x : ra)
@@ -266,6 +285,8 @@ struct Fuser {
     if (!shared) return false;
     int at = placement(i, j);
     if (at < 0) return false;
+    const Kernel& a = kernel_at(i);
+    const Kernel& b = kernel_at(j);
     Rename r;
     std::set<int> bvars;
     collect_vars(b.root, &bvars);
@@ -283,6 +304,7 @@ struct Fuser {
   }
 
   bool step_once() {
+    ensure_buffer_sets();
     for (size_t j = 0; j < p.steps.size(); ++j) {
       if (p.steps[j].kind != Step::Kind::Kernel) continue;
       for (size_t i = 0; i < j; ++i)
@@ -317,6 +339,14 @@ Program fuse_kernels(const Program& p, std::vector<std::string>* log) {
     for (auto& s : scratch)
       if (log && s.rfind("fused", 0) == 0) log->push_back(s);
     scratch.clear();
+#ifndef NDEBUG
+    // NB: after every fusion only in debug builds (it names the fusion that broke the program);
+    // release builds verify the settled program once, below: per fusion it cost more than fusing.
+    std::string err = loop::verify_program(f.p);
+    FF_CHECK(err.empty(), "fusion produced an invalid program: " + err + "\n" + loop::program_str(f.p));
+#endif
+  }
+  {
     std::string err = loop::verify_program(f.p);
     FF_CHECK(err.empty(), "fusion produced an invalid program: " + err + "\n" + loop::program_str(f.p));
   }

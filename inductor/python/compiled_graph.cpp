@@ -119,7 +119,9 @@ std::shared_ptr<const CompiledProgram> build(const Graph& g, const std::string& 
   cp->program = compile_to_loop_ir(g);
   // NB: enough root iterations for every thread (and for load balance between them).
   {
-    std::string before = loop::program_str(cp->program);
+    // NB: the text form only when it is printed: it costs as much as a pass.
+    bool print_ir = log_enabled(LogArtifact::output_code);
+    std::string before = print_ir ? loop::program_str(cp->program) : std::string();
     std::vector<std::string> inplace_log;
     cp->program = collapse_outer_loops(write_epilogues_in_place(reuse_reduced_values(cp->program), &inplace_log), kMinRootExtent);
     if (log_enabled(LogArtifact::schedule) && !inplace_log.empty()) {
@@ -127,7 +129,7 @@ std::shared_ptr<const CompiledProgram> build(const Graph& g, const std::string& 
       for (auto& l : inplace_log) msg += "  " + l + "\n";
       log_emit(LogArtifact::schedule, msg);
     }
-    if (log_enabled(LogArtifact::output_code) && loop::program_str(cp->program) != before)
+    if (print_ir && loop::program_str(cp->program) != before)
       log_emit(LogArtifact::output_code, "CPU loop IR (reduced values reused, outer loops collapsed for threads):\n" + loop::program_str(cp->program));
   }
   if (!cp->program.kernels.empty()) {

@@ -116,5 +116,28 @@ TEST(LoopIR, VerifierNamesTheBrokenInvariant) {
   EXPECT_EQ(verify_program(p), "output node 3: outputs_written violated by buf1");
 }
 
+TEST(LoopIR, VerifierBuffersWrittenBeforeRead) {
+  // A kernel may read an intermediate it stores itself; one stored by no earlier step is an error.
+  Program p = two_buffers();
+  Buffer mid = p.buffers[1];
+  mid.role = BufferRole::Intermediate;
+  mid.name = "t";
+  p.buffers.push_back(mid);  // buf2
+  Kernel k;
+  k.name = "k0";
+  k.num_vars = 2;
+  Expr idx = index_add(index_mul(var(0), 8), var(1));
+  Stmt fill = loop_stmt(1, 8, {store_stmt(2, idx, load(0, idx, ScalarType::F32))});
+  Stmt copy = loop_stmt(1, 8, {store_stmt(1, idx, load(2, idx, ScalarType::F32))});
+  k.root = loop_stmt(0, 4, {fill, copy}, true);
+  p.kernels = {k};
+  p.steps = {{Step::Kind::Kernel, 0}};
+  EXPECT_EQ(verify_program(p), "");
+
+  k.root = loop_stmt(0, 4, {copy}, true);
+  p.kernels = {k};
+  EXPECT_EQ(verify_program(p), "kernel k0: buffers_written_before_read violated by buf2");
+}
+
 }  // namespace
 }  // namespace ff::loop
