@@ -48,10 +48,8 @@ struct GuardProgram::Check {
 
 namespace {
 
-// A bool-returning tensor method (is_neg, is_conj): 1, 0, or -1 (missing or raised; no error left).
-int method_flag(PyObject* method, PyObject* tensor) {
-  if (!method) return -1;
-  PyObject* r = PyObject_Vectorcall(method, &tensor, 1, nullptr);
+// A new reference to a bool as 1 or 0; -1 for null (the error cleared).
+inline int take_flag(PyObject* r) {
   if (!r) {
     PyErr_Clear();
     return -1;
@@ -59,6 +57,11 @@ int method_flag(PyObject* method, PyObject* tensor) {
   int v = r == Py_True;
   Py_DECREF(r);
   return v;
+}
+
+// A bool-returning tensor method (is_neg, is_conj): 1, 0, or -1 (missing or raised).
+int method_flag(PyObject* method, PyObject* tensor) {
+  return method ? take_flag(PyObject_Vectorcall(method, &tensor, 1, nullptr)) : -1;
 }
 
 }  // namespace
@@ -360,16 +363,7 @@ inline bool ints_equal(PyObject* seq, const std::vector<int64_t>& expected, int*
   return true;
 }
 
-inline int bool_getter(const AttrGetter& g, PyObject* obj) {
-  PyObject* r = g.get(obj);
-  if (!r) {
-    PyErr_Clear();
-    return -1;
-  }
-  int v = r == Py_True;
-  Py_DECREF(r);
-  return v;
-}
+inline int bool_getter(const AttrGetter& g, PyObject* obj) { return take_flag(g.get(obj)); }
 
 }  // namespace
 

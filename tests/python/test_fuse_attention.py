@@ -12,6 +12,7 @@ import torch.nn.functional as F
 
 import framefuse
 from framefuse import _C
+from interp_models import CausalSelfAttention, GPTConfig
 
 pytestmark = pytest.mark.usefixtures("fresh_framefuse")
 
@@ -66,30 +67,9 @@ def causal(L, S):
 # ---- the nanoGPT block and its variants ------------------------------------------------------
 
 
-class NanoAttention(nn.Module):
-    """nanoGPT's CausalSelfAttention, non-flash branch."""
-
-    def __init__(self, d=32, n_head=4, block_size=16, dropout=0.0):
-        super().__init__()
-        self.n_head = n_head
-        self.c_attn = nn.Linear(d, 3 * d)
-        self.c_proj = nn.Linear(d, d)
-        self.attn_dropout = nn.Dropout(dropout)
-        self.register_buffer("bias", torch.tril(torch.ones(block_size, block_size)).view(1, 1, block_size, block_size))
-
-    def forward(self, x):
-        B, T, C = x.size()
-        q, k, v = self.c_attn(x).split(C, dim=2)
-        k = k.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-        q = q.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-        v = v.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
-        att = att.masked_fill(self.bias[:, :, :T, :T] == 0, float("-inf"))
-        att = F.softmax(att, dim=-1)
-        att = self.attn_dropout(att)
-        y = att @ v
-        y = y.transpose(1, 2).contiguous().view(B, T, C)
-        return self.c_proj(y)
+def NanoAttention(d=32, n_head=4, block_size=16, dropout=0.0):
+    """nanoGPT's CausalSelfAttention, non-flash branch (the model tests' copy)."""
+    return CausalSelfAttention(GPTConfig(block_size=block_size, n_head=n_head, n_embd=d, dropout=dropout))
 
 
 @needs_sdpa
