@@ -26,6 +26,18 @@ const Graph& graph_arg(py::handle obj) {
   return *g;
 }
 
+// Sets the Python error for the exception being handled, through pybind11's registered translators.
+void translate_current_exception() {
+#if __has_include(<pybind11/detail/exception_translation.h>)
+  py::detail::try_translate_exceptions();
+#else
+  // NB: pybind11 before 2.13 (Debian 12's 2.10) has no try_translate_exceptions: its dispatcher's steps.
+  if (py::detail::apply_exception_translators(py::detail::get_local_internals().registered_exception_translators)) return;
+  if (py::detail::apply_exception_translators(py::detail::get_internals().registered_exception_translators)) return;
+  PyErr_SetString(PyExc_SystemError, "an exception escaped pybind11's exception translators");
+#endif
+}
+
 // The call slot of CompiledGraph. NB: not a pybind11 `__call__`: its dispatcher (argument
 // loaders, an args tuple converted to a vector) costs about as much as running a small graph.
 PyObject* call_compiled_graph(PyObject* self, PyObject* args, PyObject* kwargs) {
@@ -38,7 +50,7 @@ PyObject* call_compiled_graph(PyObject* self, PyObject* args, PyObject* kwargs) 
     return cg.run(&PyTuple_GET_ITEM(args, 0), static_cast<size_t>(PyTuple_GET_SIZE(args)));
   } catch (...) {
     // framefuse's error types and pybind11's, as the bound method would have raised them
-    py::detail::try_translate_exceptions();
+    translate_current_exception();
     return nullptr;
   }
 }
