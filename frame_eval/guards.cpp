@@ -5,6 +5,7 @@
 
 #include "frame_eval/py_util.h"
 #include "frame_eval/torch_refs.h"
+#include "graph/python/tensor_guards.h"
 #include "src/config.h"
 #include "src/errors.h"
 
@@ -246,27 +247,9 @@ GuardProgram::GuardProgram(const std::vector<Guard>& guards, const std::vector<S
   }
   for (const SourcePtr& s : extra_sources) add_source(s);
   hot_program_ = program_;
-  if (!live_tensors.empty() && config().guard_tensors_batched && torch_refs().tensor_guards_type)
+  if (!live_tensors.empty() && config().guard_tensors_batched && tensor_guards_type())
     batch_tensor_checks(live_tensors);
 }
-
-namespace {
-
-PyObject* int_list(const std::vector<int64_t>& v) {
-  PyObject* l = PyList_New(static_cast<Py_ssize_t>(v.size()));
-  if (!l) return nullptr;
-  for (size_t i = 0; i < v.size(); ++i) {
-    PyObject* n = PyLong_FromLongLong(v[i]);
-    if (!n) {
-      Py_DECREF(l);
-      return nullptr;
-    }
-    PyList_SET_ITEM(l, static_cast<Py_ssize_t>(i), n);
-  }
-  return l;
-}
-
-}  // namespace
 
 void GuardProgram::batch_tensor_checks(const std::vector<PyRef>& live) {
   std::vector<const Check*> tensor_checks;
@@ -275,35 +258,22 @@ void GuardProgram::batch_tensor_checks(const std::vector<PyRef>& live) {
   FF_CHECK(tensor_checks.size() == live.size(), "one traced tensor per TensorMatch");
   Py_ssize_t n = static_cast<Py_ssize_t>(live.size());
   PyRef args = PyRef::steal(PyTuple_New(n));
-  PyRef sizes = PyRef::steal(PyList_New(n));
-  PyRef strides = PyRef::steal(PyList_New(n));
-  if (!args || !sizes || !strides) return PyErr_Clear();
+  if (!args) return PyErr_Clear();
+  std::vector<std::vector<int64_t>> sizes, strides;
   for (Py_ssize_t i = 0; i < n; ++i) {
     PyObject* t = live[static_cast<size_t>(i)].get();
     Py_INCREF(t);
     PyTuple_SET_ITEM(args.get(), i, t);
-    PyObject* sz = int_list(tensor_checks[static_cast<size_t>(i)]->sizes);
-    PyObject* st = int_list(tensor_checks[static_cast<size_t>(i)]->strides);
-    if (!sz || !st) {
-      Py_XDECREF(sz);
-      Py_XDECREF(st);
-      return PyErr_Clear();
-    }
-    PyList_SET_ITEM(sizes.get(), i, sz);
-    PyList_SET_ITEM(strides.get(), i, st);
+    sizes.push_back(tensor_checks[static_cast<size_t>(i)]->sizes);
+    strides.push_back(tensor_checks[static_cast<size_t>(i)]->strides);
   }
-  PyRef kwargs = PyRef::steal(PyDict_New());
-  if (!kwargs || PyDict_SetItemString(kwargs.get(), "dynamic_dims_sizes", sizes.get()) < 0 ||
-      PyDict_SetItemString(kwargs.get(), "dynamic_dims_strides", strides.get()) < 0)
-    return PyErr_Clear();
-  PyRef tg = PyRef::steal(PyObject_Call(torch_refs().tensor_guards_type, args.get(), kwargs.get()));
-  PyRef check = PyRef::steal(tg ? PyObject_GetAttrString(tg.get(), "check") : nullptr);
-  // The traced tensors must pass: if one of them no longer matches its guard's metadata (the
-  // trace changed it in place), the per-tensor checks stay.
-  PyRef passed = PyRef::steal(check ? PyObject_CallObject(check.get(), args.get()) : nullptr);
-  if (passed.get() != Py_True) return PyErr_Clear();
+  // NB: null if the traced tensors no longer match their guards' metadata (the trace changed one in
+  // place): the per-tensor checks stay.
+  PyObject* check = nullptr;
+  PyRef tg = PyRef::steal(make_tensor_guards(args.get(), sizes, strides, &check));
+  if (!tg) return;
   tensor_guards_ = tg.release();
-  tensor_batch_ = check.release();
+  tensor_batch_ = check;
   tensor_batch_args_.assign(live.size(), nullptr);
   hot_program_.clear();
   for (const Instr& ins : program_) {

@@ -25,41 +25,6 @@ PyObject* attr_or_null(PyObject* o, const char* name) {
   return r;
 }
 
-// torch's C++ tensor check, if this torch has one that behaves as the guards need: a probe checks
-// that it passes the tensor it was built for and fails on a change of each property guarded.
-// Python source because it runs once; any exception means "not available".
-const char* kTensorGuardsProbe = R"PY(
-def probe():
-    import torch
-    from torch._C._dynamo.guards import TensorGuards
-    def build(*ts):
-        return TensorGuards(*ts, dynamic_dims_sizes=[list(t.size()) for t in ts],
-                            dynamic_dims_strides=[list(t.stride()) for t in ts])
-    a = torch.zeros(2, 3)
-    g = build(a, a)
-    if g.check(a, torch.zeros(2, 3)) is not True:
-        return None
-    others = [torch.zeros(3, 2), torch.zeros(2, 3).t().contiguous().t(), torch.zeros(2, 3, dtype=torch.float64),
-              torch.zeros(2, 3, requires_grad=True), torch.zeros(2, 4)[:, :3], torch.nn.Parameter(torch.zeros(2, 3))]
-    if any(g.check(a, o) is not False for o in others):
-        return None
-    return TensorGuards
-)PY";
-
-PyObject* probe_tensor_guards() {
-  PyRef globals = PyRef::steal(PyDict_New());
-  if (!globals || PyDict_SetItemString(globals.get(), "__builtins__", PyEval_GetBuiltins()) < 0) {
-    PyErr_Clear();
-    return nullptr;
-  }
-  PyRef ran = PyRef::steal(PyRun_String(kTensorGuardsProbe, Py_file_input, globals.get(), globals.get()));
-  PyObject* fn = ran ? PyDict_GetItemString(globals.get(), "probe") : nullptr;  // borrowed
-  PyObject* r = fn ? PyObject_CallNoArgs(fn) : nullptr;
-  if (!r) PyErr_Clear();
-  if (r == Py_None) Py_CLEAR(r);
-  return r;
-}
-
 TorchRefs* load_torch_refs() {
   auto* refs = new TorchRefs();  // NB: lives for the process; nothing here may be freed at exit
   refs->torch = PyImport_ImportModule("torch");
@@ -82,7 +47,6 @@ TorchRefs* load_torch_refs() {
   for (int i = 0; i < kNumDTypes; ++i)
     refs->dtypes[i] = attr_or_null(refs->torch, std::string(dtype_name(static_cast<DType>(i))).c_str());
   FF_CHECK(refs->is_grad_enabled && refs->get_default_dtype && refs->strided, "torch API missing");
-  refs->tensor_guards_type = probe_tensor_guards();
   return refs;
 }
 

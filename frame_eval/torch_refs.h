@@ -39,10 +39,6 @@ struct TorchRefs {
   PyObject* get_default_dtype = nullptr;  // torch.get_default_dtype
   PyObject* strided = nullptr;            // torch.strided
   PyObject* dtypes[kNumDTypes] = {};      // torch.float32 ... (null where torch lacks one)
-  // torch._C._dynamo.guards.TensorGuards where torch has it (2.x) and it passed a probe; else null.
-  // It reads a whole list of tensors' type, dispatch keys, dtype, device, requires_grad, sizes
-  // and strides in C++ in one call, instead of five Python-level getters per tensor.
-  PyObject* tensor_guards_type = nullptr;
 };
 
 // Resolves on first use (imports torch). Throws InternalError if torch cannot be imported.

@@ -1,5 +1,7 @@
 #include "inductor/python/tensor_check.h"
 
+#include "graph/python/tensor_guards.h"
+
 namespace ff::inductor {
 
 namespace {
@@ -9,23 +11,17 @@ struct Names {
   PyObject* shape;
   PyObject* stride;
   PyObject* is_cpu;
-  PyObject* tensor_type;       // torch.Tensor (strong), or null if torch cannot be imported
-  PyObject* tensor_guards;     // torch._C._dynamo.guards.TensorGuards (strong), or null
+  PyObject* tensor_type;  // torch.Tensor (strong), or null if torch cannot be imported
 };
 
 // Resolved once, with the GIL (the first check). NB: leaked: checks may run during shutdown.
 const Names& names() {
   static const Names* n = [] {
     auto* r = new Names{PyUnicode_InternFromString("dtype"), PyUnicode_InternFromString("shape"),
-                        PyUnicode_InternFromString("stride"), PyUnicode_InternFromString("is_cpu"), nullptr, nullptr};
+                        PyUnicode_InternFromString("stride"), PyUnicode_InternFromString("is_cpu"), nullptr};
     if (PyObject* torch = PyImport_ImportModule("torch")) {
       r->tensor_type = PyObject_GetAttrString(torch, "Tensor");
       Py_DECREF(torch);
-    }
-    PyErr_Clear();
-    if (PyObject* guards = PyImport_ImportModule("torch._C._dynamo.guards")) {
-      r->tensor_guards = PyObject_GetAttrString(guards, "TensorGuards");
-      Py_DECREF(guards);
     }
     PyErr_Clear();
     return r;
@@ -33,7 +29,11 @@ const Names& names() {
   return *n;
 }
 
-PyObject* int_list(PyObject* tuple) { return PySequence_List(tuple); }
+std::vector<int64_t> int_vector(PyObject* tuple) {
+  std::vector<int64_t> v;
+  for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(tuple); ++i) v.push_back(PyLong_AsLongLong(PyTuple_GET_ITEM(tuple, i)));
+  return v;
+}
 
 }  // namespace
 
@@ -88,40 +88,19 @@ int LayoutCheck::exact(PyObject* const* tensors) {
 
 void LayoutCheck::arm(PyObject* const* tensors) {
   tried_ = true;
-  const Names& nm = names();
-  if (!nm.tensor_guards) return;
   Py_ssize_t n = static_cast<Py_ssize_t>(want_.size());
   PyObject* args = PyTuple_New(n);
-  PyObject* sizes = PyList_New(n);
-  PyObject* strides = PyList_New(n);
-  PyObject* kwargs = PyDict_New();
-  bool ok = args && sizes && strides && kwargs;
-  for (Py_ssize_t i = 0; ok && i < n; ++i) {
+  if (!args) return PyErr_Clear();
+  std::vector<std::vector<int64_t>> sizes, strides;
+  for (Py_ssize_t i = 0; i < n; ++i) {
     Py_INCREF(tensors[i]);
     PyTuple_SET_ITEM(args, i, tensors[i]);
-    PyObject* sz = int_list(want_[static_cast<size_t>(i)].sizes);
-    PyObject* st = int_list(want_[static_cast<size_t>(i)].strides);
-    if (sz) PyList_SET_ITEM(sizes, i, sz);
-    if (st) PyList_SET_ITEM(strides, i, st);
-    ok = sz && st;
+    sizes.push_back(int_vector(want_[static_cast<size_t>(i)].sizes));
+    strides.push_back(int_vector(want_[static_cast<size_t>(i)].strides));
   }
-  ok = ok && PyDict_SetItemString(kwargs, "dynamic_dims_sizes", sizes) == 0 &&
-       PyDict_SetItemString(kwargs, "dynamic_dims_strides", strides) == 0;
-  PyObject* guards = ok ? PyObject_Call(nm.tensor_guards, args, kwargs) : nullptr;
-  PyObject* check = guards ? PyObject_GetAttrString(guards, "check") : nullptr;
   // NB: armed only if it accepts the very tensors the exact check just accepted.
-  PyObject* passed = check ? PyObject_Call(check, args, nullptr) : nullptr;
-  if (passed == Py_True) {
-    fast_ = check;
-    check = nullptr;
-  }
-  Py_XDECREF(passed);
-  Py_XDECREF(check);
-  Py_XDECREF(guards);
-  Py_XDECREF(kwargs);
-  Py_XDECREF(strides);
-  Py_XDECREF(sizes);
-  Py_XDECREF(args);
+  Py_XDECREF(make_tensor_guards(args, sizes, strides, &fast_));
+  Py_DECREF(args);
   PyErr_Clear();
 }
 

@@ -1,0 +1,93 @@
+#include "graph/python/tensor_guards.h"
+
+namespace ff {
+
+namespace {
+
+// Python source because it runs once; any exception means "not available".
+const char* kProbe = R"PY(
+def probe():
+    import torch
+    from torch._C._dynamo.guards import TensorGuards
+    def build(*ts):
+        return TensorGuards(*ts, dynamic_dims_sizes=[list(t.size()) for t in ts],
+                            dynamic_dims_strides=[list(t.stride()) for t in ts])
+    a = torch.zeros(2, 3)
+    g = build(a, a)
+    if g.check(a, torch.zeros(2, 3)) is not True:
+        return None
+    others = [torch.zeros(3, 2), torch.zeros(2, 3).t().contiguous().t(), torch.zeros(2, 3, dtype=torch.float64),
+              torch.zeros(2, 3, requires_grad=True), torch.zeros(2, 4)[:, :3], torch.nn.Parameter(torch.zeros(2, 3))]
+    if any(g.check(a, o) is not False for o in others):
+        return None
+    return TensorGuards
+)PY";
+
+PyObject* probe() {
+  PyObject* globals = PyDict_New();
+  if (!globals || PyDict_SetItemString(globals, "__builtins__", PyEval_GetBuiltins()) < 0) {
+    Py_XDECREF(globals);
+    PyErr_Clear();
+    return nullptr;
+  }
+  PyObject* ran = PyRun_String(kProbe, Py_file_input, globals, globals);
+  PyObject* fn = ran ? PyDict_GetItemString(globals, "probe") : nullptr;  // borrowed
+  PyObject* r = fn ? PyObject_CallNoArgs(fn) : nullptr;
+  Py_XDECREF(ran);
+  Py_DECREF(globals);
+  if (!r) PyErr_Clear();
+  if (r == Py_None) Py_CLEAR(r);
+  return r;
+}
+
+PyObject* int_lists(const std::vector<std::vector<int64_t>>& v) {
+  PyObject* l = PyList_New(static_cast<Py_ssize_t>(v.size()));
+  for (size_t i = 0; l && i < v.size(); ++i) {
+    PyObject* inner = PyList_New(static_cast<Py_ssize_t>(v[i].size()));
+    for (size_t j = 0; inner && j < v[i].size(); ++j) {
+      PyObject* n = PyLong_FromLongLong(v[i][j]);
+      if (!n) Py_CLEAR(inner);
+      else PyList_SET_ITEM(inner, static_cast<Py_ssize_t>(j), n);
+    }
+    if (!inner) Py_CLEAR(l);
+    else PyList_SET_ITEM(l, static_cast<Py_ssize_t>(i), inner);
+  }
+  return l;
+}
+
+}  // namespace
+
+PyObject* tensor_guards_type() {
+  static PyObject* type = probe();  // NB: leaked; null when unavailable
+  return type;
+}
+
+PyObject* make_tensor_guards(PyObject* tensors, const std::vector<std::vector<int64_t>>& sizes,
+                             const std::vector<std::vector<int64_t>>& strides, PyObject** check) {
+  *check = nullptr;
+  PyObject* type = tensor_guards_type();
+  if (!type) return nullptr;
+  PyObject* sz = int_lists(sizes);
+  PyObject* st = int_lists(strides);
+  PyObject* kwargs = sz && st ? PyDict_New() : nullptr;
+  bool ok = kwargs && PyDict_SetItemString(kwargs, "dynamic_dims_sizes", sz) == 0 &&
+            PyDict_SetItemString(kwargs, "dynamic_dims_strides", st) == 0;
+  PyObject* guards = ok ? PyObject_Call(type, tensors, kwargs) : nullptr;
+  PyObject* method = guards ? PyObject_GetAttrString(guards, "check") : nullptr;
+  PyObject* passed = method ? PyObject_CallObject(method, tensors) : nullptr;
+  Py_XDECREF(kwargs);
+  Py_XDECREF(st);
+  Py_XDECREF(sz);
+  if (passed != Py_True) {
+    Py_XDECREF(passed);
+    Py_XDECREF(method);
+    Py_XDECREF(guards);
+    PyErr_Clear();
+    return nullptr;
+  }
+  Py_DECREF(passed);
+  *check = method;
+  return guards;
+}
+
+}  // namespace ff
