@@ -99,8 +99,8 @@ def _bn_relu_max_pool(dev, channels_last=False):
 
 
 CASES = {
-    "bn_relu_max_pool": (_bn_relu_max_pool, 0),
-    "bn_relu_max_pool_cl": (lambda d: _bn_relu_max_pool(d, True), 0),
+    "bn_relu_max_pool": (_bn_relu_max_pool, 1e-6),
+    "bn_relu_max_pool_cl": (lambda d: _bn_relu_max_pool(d, True), 1e-6),
     "pointwise": (_pointwise, 1e-5),
     "softmax": (_softmax, 1e-5),
     "layer_norm_gelu": (_layer_norm_gelu, 1e-4),
