@@ -4,6 +4,7 @@ The seed models, a resnet18-style CNN and a nanoGPT-style decoder in inference (
 the CUDA code generator); reduce-overhead on the MLP in inference (CUDA graph replay) and over three
 training steps. Marked `cuda`: skipped where torch sees no GPU.
 """
+import contextlib
 import pytest
 import torch
 import torch.nn.functional as F
@@ -265,11 +266,23 @@ def _conv_graph(dev, weight_also_output=False):
     return g, [x, w, b]
 
 
+@contextlib.contextmanager
+def _tf32_convs():
+    """cuDNN convolutions allowed in TF32 (torch's default) while a graph compiles: the condition
+    for channels-last. The graph then runs with the suite's setting (TF32 off), exactly."""
+    old = torch.backends.cudnn.allow_tf32
+    torch.backends.cudnn.allow_tf32 = True
+    try:
+        yield
+    finally:
+        torch.backends.cudnn.allow_tf32 = old
+
+
 def test_conv_nets_compile_channels_last_for_sm90(tmp_path):
     _need_nvrtc()
     g, _ = _conv_graph("cpu")
     assert "off" in ffcuda.compile_graph(g, arch="sm_90")._mod.channels_last_why  # the default
-    with framefuse.config.patch(cuda_channels_last=True):
+    with framefuse.config.patch(cuda_channels_last=True), _tf32_convs():
         fn = ffcuda.compile_graph(g, arch="sm_90")
         assert fn._mod.channels_last_why == "", fn._mod.channels_last_why
         # A weight with another reader keeps its layout: nothing to convert.
@@ -280,7 +293,7 @@ def test_conv_nets_compile_channels_last_for_sm90(tmp_path):
 @gpu
 def test_channels_last_conv_graph_equals_eager_with_eager_strides():
     g, (x, w, b) = _conv_graph("cuda")
-    with framefuse.config.patch(cuda_channels_last=True):
+    with framefuse.config.patch(cuda_channels_last=True), _tf32_convs():
         fn = ffcuda.compile_graph(g)
     assert fn._mod.channels_last_why == ""
     for step in range(3):
@@ -349,6 +362,6 @@ def test_resnet_block_compiles_channels_last_for_cuda_graphs(tmp_path):
     r = gc.call(F.relu, gc.call(F.batch_norm, gc.call(F.conv2d, gx, gw, None, 1, 1), grm, grv, gbw, gbb, False, 0.1, 1e-5))
     p = gc.call(F.max_pool2d, r, 3, 2, 1)
     gc.output((gc.call(F.relu, gc.call(operator.add, gc.call(F.conv2d, p, gw2, None, 1, 1), p)),))
-    with framefuse.config.patch(cuda_channels_last=True):
+    with framefuse.config.patch(cuda_channels_last=True), _tf32_convs():
         fn = ffcuda.compile_graph(gc, arch="sm_90")
     assert fn._mod.channels_last_why == "", fn._mod.channels_last_why
