@@ -113,7 +113,8 @@ std::optional<ConvFusionGraph> fold_conv_batch_norm(const Graph& g, bool relu_op
     if (relu_ops && u >= 0 && is_relu(g, u) && g.node(u).args[0] == Value::of_node(b)) {
       m.epilogue = Epilogue::Relu;
       m.final = u;
-    } else if (relu_ops && u >= 0 && (op_def(g.node(u).op).name == "op_add" ||
+    } else if (relu_ops && u >= 0 && g.node(u).kind == NodeKind::Call &&
+               (op_def(g.node(u).op).name == "op_add" ||
                                       (op_def(g.node(u).op).name == "add" && arg(g, u, "alpha") == Value::of_int(1)))) {
       const Node& a = g.node(u);
       const Value& other = a.args[0] == Value::of_node(b) ? a.args[1] : a.args[0];

@@ -170,7 +170,7 @@ CudaGraphModule::CudaGraphModule(const Graph& g, const CudaCompileOptions& opts)
     if (auto f = fold_conv_batch_norm(graph_, relu_ops, &why)) {
       graph_ = std::move(f->graph);
       for (const FoldedInput& spec : f->folded) folded_.push_back(Folded{spec, {}, py::none()});
-      if (log_enabled(LogArtifact::perf_hints) && log_enabled(LogComponent::inductor, LogLevel::Debug))
+      if (log_enabled(LogArtifact::perf_hints))
         log_emit(LogArtifact::perf_hints, "CUDA: " + std::to_string(f->fused) + " eval-mode batch norm(s) folded into their convolutions" +
                                               (relu_ops ? " (relu and residual epilogues in cuDNN)" : ""));
     }
