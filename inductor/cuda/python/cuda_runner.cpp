@@ -156,7 +156,7 @@ CudaGraphModule::CudaGraphModule(const Graph& g, const CudaCompileOptions& opts)
                                           " in-place op(s) on private intermediates compiled out of place");
   if (config().cuda_channels_last) {
     std::string why;
-    if (auto cl = to_channels_last(graph_, &why)) {
+    if (auto cl = inductor::to_channels_last(graph_, &why)) {
       graph_ = std::move(cl->graph);
       for (int i : cl->inputs) cl_inputs_.push_back(ClInput{i, 0, -1, py::none()});
       cl_restore_ = std::move(cl->restore);
