@@ -45,6 +45,26 @@ void set_devices(Graph& g, const Device& d, std::vector<Device>* devices) {
   for (NodeId id = 0; id < static_cast<NodeId>(g.size()); ++id) fix(g.mutable_node(id).meta);
 }
 
+// The tensor whose storage `u`'s value shares, as far as the graph says (views, in-place ops, and
+// elements of a view op's tuple); `u` itself for a fresh result.
+NodeId view_base(const Graph& g, NodeId u) {
+  for (;;) {
+    const Node& nd = g.node(u);
+    auto aliases_first = [&](const Node& n) {
+      if (n.kind != NodeKind::Call || n.args.empty() || !n.args[0].is_node()) return false;
+      const OpDef& op = op_def(n.op);
+      return op.has(kView) || op.has(kInplace) || op.has(kInplaceFlag);
+    };
+    if (nd.kind == NodeKind::GetItem && !nd.args.empty() && nd.args[0].is_node() && aliases_first(g.node(nd.args[0].node))) {
+      u = g.node(nd.args[0].node).args[0].node;
+    } else if (aliases_first(nd)) {
+      u = nd.args[0].node;
+    } else {
+      return u;
+    }
+  }
+}
+
 }  // namespace
 
 bool has_conv2d(const Graph& g) {
@@ -162,11 +182,22 @@ std::optional<ChannelsLastGraph> to_channels_last(const Graph& src, std::string*
     if (nd.meta.kind == ValueMeta::Kind::Tensor) nd.meta.tensor.requires_grad = rg;
   }
   if (have_cuda) set_devices(h, cuda, nullptr);
+  std::vector<NodeId> outputs;
   h.output_value().for_each_node([&](NodeId u) {
+    if (std::find(outputs.begin(), outputs.end(), u) != outputs.end()) return;
+    outputs.push_back(u);
     const ValueMeta& a = h.node(u).meta;
     const ValueMeta& b = g.node(u).meta;
     if (a.kind == ValueMeta::Kind::Tensor && !(a.tensor.strides == b.tensor.strides)) out.restore.push_back({u, b.tensor});
   });
+  // An output copied back to eager's layout is a new tensor: where eager's outputs alias each other
+  // (one a view of the other, or both views of one tensor), the copy would not.
+  for (auto& [r, meta] : out.restore)
+    for (NodeId u : outputs)
+      if (u != r && view_base(h, u) == view_base(h, r)) {
+        *why = h.node(r).name + " would be copied back to eager's layout but aliases output " + h.node(u).name;
+        return std::nullopt;
+      }
   return out;
 }
 

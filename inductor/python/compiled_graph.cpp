@@ -239,35 +239,13 @@ void CompiledGraph::load(const Graph& g) {
   }
 }
 
-namespace {
-
-// Whether an output to be copied back to eager's layout shares its buffer with another output (a
-// view of it): copies would break the aliasing eager's outputs have.
-bool restored_output_aliases(const loop::Program& p, const std::vector<std::pair<NodeId, TensorMeta>>& restore) {
-  for (auto& [node, meta] : restore)
-    for (auto& [n1, r1] : p.outputs) {
-      if (n1 != node) continue;
-      for (auto& [n2, r2] : p.outputs)
-        if (n2 != node && r2.buf == r1.buf) return true;
-    }
-  return false;
-}
-
-}  // namespace
-
 CompiledGraph::CompiledGraph(const Graph& g) {
   std::optional<ChannelsLastGraph> cl;
   if (config().cpu_channels_last && has_conv2d(g)) {
     std::string why;
     cl = to_channels_last(g, &why);
-    if (cl) {
-      load(cl->graph);
-      if (restored_output_aliases(prog_->program, cl->restore)) {
-        why = "an output copied back to eager's layout is a view of another output";
-        cl.reset();
-      }
-    }
-    if (!cl && log_enabled(LogArtifact::perf_hints))
+    if (cl) load(cl->graph);
+    else if (log_enabled(LogArtifact::perf_hints))
       log_emit(LogArtifact::perf_hints, "inductor: the graph's convolutions run in eager's layout, not channels-last: " + why);
   }
   if (cl) original_ = std::make_unique<Graph>(g);
