@@ -243,9 +243,16 @@ CompiledGraph::CompiledGraph(const Graph& g) {
   std::optional<ChannelsLastGraph> cl;
   if (config().cpu_channels_last && has_conv2d(g)) {
     std::string why;
-    cl = to_channels_last(g, &why);
-    if (cl) load(cl->graph);
-    else if (log_enabled(LogArtifact::perf_hints))
+    try {
+      cl = to_channels_last(g, &why);
+      if (cl) load(cl->graph);
+    } catch (const std::exception& e) {
+      // NB: the graph as captured may still compile: only the rewrite is given up.
+      if (config().raise_on_internal_error && dynamic_cast<const InternalError*>(&e)) throw;
+      cl.reset();
+      why = std::string("compiling the rewritten graph failed: ") + e.what();
+    }
+    if (!cl && log_enabled(LogArtifact::perf_hints))
       log_emit(LogArtifact::perf_hints, "inductor: the graph's convolutions run in eager's layout, not channels-last: " + why);
   }
   if (cl) original_ = std::make_unique<Graph>(g);
