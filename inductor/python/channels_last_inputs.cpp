@@ -91,11 +91,12 @@ PyObject* ChannelsLastInputs::convert_one(Input& in, PyObject* t) {
     return nullptr;
   }
   Py_DECREF(done);
+  // NB: XSETREF: torch may have let another thread convert this input meanwhile.
   Py_INCREF(t);
-  in.src = t;
+  Py_XSETREF(in.src, t);
   in.src_ptr = ptr;
   in.version = version;
-  in.converted = out;
+  Py_XSETREF(in.converted, out);
   Py_INCREF(out);
   return out;
 }
