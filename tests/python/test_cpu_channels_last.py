@@ -112,6 +112,18 @@ def test_resnet_blocks_equal_eager_with_the_knob_on_and_off(dtype, knob, caplog)
         assert "1 output(s) copied back to eager's layout" in caplog.text
 
 
+def graph_of(model, x):
+    captured = []
+
+    def backend(graph, example_inputs):
+        captured.append(graph)
+        return graph.run
+
+    with torch.no_grad():
+        framefuse.compile(model, backend=backend)(x)
+    return captured[0]
+
+
 def test_the_rewritten_graph_computes_nhwc_between_convolutions():
     model = _model()
     x = torch.randn(2, 3, 32, 32)
@@ -132,18 +144,6 @@ def test_the_rewritten_graph_computes_nhwc_between_convolutions():
     with framefuse.config.patch(cpu_channels_last=False):
         off = compile_graph(graph_of(model, x))
     assert not off.channels_last and "strides [2048, 1, 128, 8]" not in off.loop_ir
-
-
-def graph_of(model, x):
-    captured = []
-
-    def backend(graph, example_inputs):
-        captured.append(graph)
-        return graph.run
-
-    with torch.no_grad():
-        framefuse.compile(model, backend=backend)(x)
-    return captured[0]
 
 
 def test_channels_last_input_gives_eager_layouts():
@@ -311,3 +311,37 @@ def test_inputs_of_another_layout_run_the_captured_graph():
     want = F.relu(F.conv2d(x, w_t))
     torch.testing.assert_close(got, want, **TOL[torch.float32])
     assert got.stride() == want.stride()
+
+
+def test_weight_copies_are_made_once_per_version():
+    dispatch = pytest.importorskip("torch.utils._python_dispatch")
+
+    class CountCopies(dispatch.TorchDispatchMode):
+        copies = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if func.overloadpacket == torch.ops.aten.copy_:
+                CountCopies.copies += 1
+            return func(*args, **(kwargs or {}))
+
+    def copies_of(fn):
+        CountCopies.copies = 0
+        out = fn()
+        return CountCopies.copies, out
+
+    model = _model()
+    x = torch.randn(2, 3, 32, 32)
+    compiled = framefuse.compile(model, backend="inductor")
+    n_convs = sum(isinstance(m, nn.Conv2d) for m in model.modules())
+    # NB: the whole test under the mode: it changes the input's dispatch keys, which the frame guards
+    # see (a mode entered later would recompile).
+    with torch.no_grad(), CountCopies():
+        n, _ = copies_of(lambda: compiled(x))  # compiles, converts every conv weight
+        assert n == n_convs
+        n, _ = copies_of(lambda: compiled(x))
+        assert n == 0
+        model.blocks[1].conv1.weight.mul_(0.5)
+        n, got = copies_of(lambda: compiled(x))
+        assert n == 1  # the changed weight alone is converted again
+    with torch.no_grad():
+        torch.testing.assert_close(got, model(x), **TOL[torch.float32])
