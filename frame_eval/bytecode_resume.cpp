@@ -50,7 +50,74 @@ bool indexes_localsplus(const std::string& n) {
          n == "LOAD_CLOSURE" || n == "MAKE_CELL" || n == "LOAD_CLASSDEREF" || n == "LOAD_FROM_DICT_OR_DEREF";
 }
 
+// The code's first local is a plain local that zero-argument super() may read (SelfSlot::Local).
+bool keeps_first_local(PyObject* code) {
+  PyCodeObject* co = reinterpret_cast<PyCodeObject*>(code);
+  if (co->co_argcount < 1 || !contains(str_tuple(code, "co_freevars"), "__class__")) return false;
+  return !contains(str_tuple(code, "co_cellvars"), str_tuple(code, "co_varnames")[0]);
+}
+
+std::string where(PyObject* code) {
+  PyCodeObject* co = reinterpret_cast<PyCodeObject*>(code);
+  const char* file = PyUnicode_AsUTF8(co->co_filename);
+  const char* qual = PyUnicode_AsUTF8(co->co_qualname);
+  if (!file || !qual) {
+    PyErr_Clear();
+    return "<code>";
+  }
+  return std::string(qual) + " (" + file + ":" + std::to_string(co->co_firstlineno) + ")";
+}
+
+// Does a function nested in `code` (at any depth) rebind `name`, a cell of `code` it closes over
+// (`nonlocal name` then an assignment or del)?
+bool nested_rebinds(PyObject* code, const std::string& name) {
+  PyObject* consts = reinterpret_cast<PyCodeObject*>(code)->co_consts;
+  for (Py_ssize_t c = 0; c < PyTuple_GET_SIZE(consts); ++c) {
+    PyObject* inner = PyTuple_GET_ITEM(consts, c);
+    if (!PyCode_Check(inner)) continue;
+    PyCodeObject* ic = reinterpret_cast<PyCodeObject*>(inner);
+    int slot = -1;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(ic->co_localsplusnames); ++i) {
+      const char* n = PyUnicode_AsUTF8(PyTuple_GET_ITEM(ic->co_localsplusnames, i));
+      if (n && name == n && (PyBytes_AS_STRING(ic->co_localspluskinds)[i] & 0x80)) slot = static_cast<int>(i);
+    }
+    if (slot < 0) continue;  // NB: without it as a free variable, nothing nested deeper sees the cell either
+    for (const Instr& in : decode(inner).instrs) {
+      const std::string n = opname(in.opcode);
+      if ((n == "STORE_DEREF" || n == "DELETE_DEREF") && in.arg == slot) return true;
+    }
+    if (nested_rebinds(inner, name)) return true;
+  }
+  return false;
+}
+
 }  // namespace
+
+SelfSlot self_slot(PyObject* code) {
+  FF_CHECK(PyCode_Check(code), "self_slot expects a code object");
+  if (!contains(str_tuple(code, "co_freevars"), "__class__")) return SelfSlot::None;
+  PyCodeObject* co = reinterpret_cast<PyCodeObject*>(code);
+  if (co->co_argcount < 1)
+    throw Unsupported("zero-argument super() in " + where(code) +
+                      " has no positional argument to use as self: the frame is not split at graph breaks");
+  const std::string first = str_tuple(code, "co_varnames")[0];
+  const bool cell = contains(str_tuple(code, "co_cellvars"), first);
+  // NB: an argument that is also a cell keeps its argument's slot: both forms are localsplus slot 0.
+  for (const Instr& in : decode(code).instrs) {
+    if (in.arg != 0) continue;
+    const std::string n = opname(in.opcode);
+    if (!cell && n == "DELETE_FAST")
+      throw Unsupported("zero-argument super() in " + where(code) + ": its first argument '" + first +
+                        "' is deleted, so the frame is not split at graph breaks");
+    if (cell && (n == "STORE_DEREF" || n == "DELETE_DEREF"))
+      throw Unsupported("zero-argument super() in " + where(code) + ": its first argument '" + first +
+                        "' is a closure cell that is reassigned, so the frame is not split at graph breaks");
+  }
+  if (cell && nested_rebinds(code, first))
+    throw Unsupported("zero-argument super() in " + where(code) + ": a nested function rebinds its first argument '" +
+                      first + "' (nonlocal), so the frame is not split at graph breaks");
+  return cell ? SelfSlot::Cell : SelfSlot::Local;
+}
 
 ResumeBuild build_resume(PyObject* code, int unit, int stack_depth, const std::vector<std::string>& live,
                          const std::vector<int>& null_slots, const std::vector<std::string>& extra_vars) {
@@ -90,10 +157,23 @@ ResumeBuild build_resume(PyObject* code, int unit, int stack_depth, const std::v
     FF_CHECK(slot >= 0 && slot < stack_depth, "NULL slot " + std::to_string(slot) + " outside the stack");
     is_null[slot] = true;
   }
+  // super()'s self first (see SelfSlot), then the stack values, then the other live locals.
+  rb.self = self_slot(code);
+  if (rb.self != SelfSlot::None) {
+    rb.first_local = varnames[0];
+    FF_CHECK(!contains(varnames, kSelfCopy), std::string("a local named ") + kSelfCopy);
+    if (rb.self == SelfSlot::Local) {
+      FF_CHECK(contains(live, rb.first_local), "the first local '" + rb.first_local + "' is not passed; super() reads it");
+      new_vars.push_back(rb.first_local);
+    } else {
+      new_vars.push_back(kSelfCopy);
+    }
+  }
   std::vector<int> stack_arg(stack_depth, -1);
   for (int i = 0; i < stack_depth; ++i)
     if (!is_null[i]) stack_arg[i] = static_cast<int>(new_vars.size()), new_vars.push_back("__stack" + std::to_string(i));
   for (const std::string& l : live) {
+    if (rb.self == SelfSlot::Local && l == rb.first_local) continue;
     FF_CHECK(contains(varnames, l), "live local '" + l + "' is not a local of the code");
     FF_CHECK(!contains(new_frees, l), "live local '" + l + "' is a cell; cells are passed in the closure");
     FF_CHECK(!contains(new_vars, l), "live local '" + l + "' given twice");
@@ -232,6 +312,8 @@ std::vector<std::string> live_locals_at(PyObject* code, int unit) {
   }
   std::vector<std::string> cellvars = str_tuple(code, "co_cellvars");
   std::vector<std::string> result;
+  // NB: super() reads slot 0 with no LOAD_FAST the dataflow above could see.
+  if (keeps_first_local(code)) live[at][0] = true;
   for (int v = 0; v < nv; ++v)
     if (live[at][v] && !contains(cellvars, varnames[v])) result.push_back(varnames[v]);
   return result;

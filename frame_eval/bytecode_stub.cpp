@@ -153,9 +153,17 @@ BreakStub make_break_stub(PyObject* code, int unit, int stack_depth, const std::
     int count = 2;
     emit("LOAD_CONST", c_marker);
     emit("LOAD_CONST", c_ids + static_cast<int>(s));
+    if (rb.self == SelfSlot::Local) {
+      FF_CHECK(std::find(succ.live.begin(), succ.live.end(), rb.first_local) != succ.live.end(),
+               "super()'s self is not passed to a resume function");
+      emit("LOAD_FAST", rb.index_of.at(rb.first_local)), ++count;
+    } else if (rb.self == SelfSlot::Cell) {
+      emit("LOAD_DEREF", rb.index_of.at(rb.first_local)), ++count;  // the cell's contents, in the closure
+    }
     for (int i = 0; i < succ.depth; ++i)
       if (!is_null[static_cast<size_t>(i)]) emit("LOAD_FAST", rb.index_of.at("__ff_t" + std::to_string(i))), ++count;
-    for (const std::string& l : succ.live) emit("LOAD_FAST", rb.index_of.at(l)), ++count;
+    for (const std::string& l : succ.live)
+      if (rb.self != SelfSlot::Local || l != rb.first_local) emit("LOAD_FAST", rb.index_of.at(l)), ++count;
     emit("BUILD_TUPLE", count);
     emit("RETURN_VALUE", 0);
   }

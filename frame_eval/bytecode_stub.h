@@ -5,6 +5,8 @@
 // instruction's successor edges (fallthrough, and the jump target of a conditional jump) lead to
 // appended tails instead of the rest of the body. A tail returns
 //     (marker, successor_id, stack values non-NULL bottom first..., live locals at the successor...)
+// (for a code with a __class__ free variable, super()'s self first: the successor's arguments in
+// the order of its resume function, see SelfSlot in bytecode_resume.h)
 // so the hook continues with the resume function of that successor without nesting Python frames.
 // NULL stack entries are consumed without touching them (a call of `tuple` uses the NULL as its
 // callable's NULL). The rest of the original body stays in place: an exception raised by the break

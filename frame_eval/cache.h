@@ -36,6 +36,10 @@ struct BreakPlan {
   std::vector<PyRef> resume;      // code per successor id
   mutable PyRef stub_fn;          // the stub as a function, when it needs no closure
   mutable PyObject* stub_fn_globals = nullptr;  // borrowed: the globals stub_fn was made with
+  // Zero-argument super()'s self, the stub's first argument (bytecode_resume.h SelfSlot): the
+  // break state's item `self_state`, or the contents of closure cell `self_cell`; -1: neither.
+  int self_state = -1;
+  int self_cell = -1;
 };
 
 struct CacheEntry {

@@ -273,7 +273,7 @@ void GuardProgram::batch_tensor_checks(const std::vector<PyRef>& live) {
   PyRef tg = PyRef::steal(make_tensor_guards(args.get(), sizes, strides, &check));
   if (!tg) return;
   tensor_guards_ = tg.release();
-  tensor_batch_ = check;
+  tensor_batch_.reset(check, live.size());
   tensor_batch_args_.assign(live.size(), nullptr);
   hot_program_.clear();
   for (const Instr& ins : program_) {
@@ -286,7 +286,6 @@ void GuardProgram::batch_tensor_checks(const std::vector<PyRef>& live) {
 
 GuardProgram::~GuardProgram() {
   if (!Py_IsInitialized()) return;
-  Py_CLEAR(tensor_batch_);
   Py_CLEAR(tensor_guards_);
   for (Fetch& f : fetches_) {
     Py_CLEAR(f.name);
@@ -533,7 +532,7 @@ bool GuardProgram::run_check(const Check& c, const Slots& slots, std::string* wh
         if (why) *why = std::string("torch.is_grad_enabled() == ") + (c.grad_enabled ? "True" : "False") + " (got " + (ge == 1 ? "True" : "False") + ")";
         return false;
       }
-      PyObject* dd = PyObject_Vectorcall(torch_refs().get_default_dtype, nullptr, 0, nullptr);
+      PyObject* dd = call_torch_getter(torch_refs().get_default_dtype);
       if (!dd) PyErr_Clear();
       bool ok = dd == c.default_dtype;
       if (!ok && why) *why = "torch.get_default_dtype() == " + py_short_repr(c.default_dtype) + " (got " + py_short_repr(dd) + ")";
@@ -547,14 +546,7 @@ bool GuardProgram::run_check(const Check& c, const Slots& slots, std::string* wh
 bool GuardProgram::run_tensor_batch(const Slots& slots) const {
   PyObject** args = tensor_batch_args_.data();
   for (size_t i = 0; i < tensor_batch_slots_.size(); ++i) args[i] = slots[static_cast<size_t>(tensor_batch_slots_[i])];
-  PyObject* r = PyObject_Vectorcall(tensor_batch_, args, tensor_batch_slots_.size(), nullptr);
-  if (!r) {
-    PyErr_Clear();
-    return false;
-  }
-  bool ok = r == Py_True;
-  Py_DECREF(r);
-  return ok;
+  return tensor_batch_(args);
 }
 
 bool GuardProgram::check(const FrameValues& frame, Slots& slots) const {
@@ -638,7 +630,7 @@ Guard current_global_state_guard() {
   int ge = grad_enabled_now();
   if (ge < 0) PyErr_Clear();
   g.grad_enabled = ge == 1;
-  PyRef dd = PyRef::steal(PyObject_Vectorcall(torch_refs().get_default_dtype, nullptr, 0, nullptr));
+  PyRef dd = PyRef::steal(call_torch_getter(torch_refs().get_default_dtype));
   if (!dd) PyErr_Clear();
   DType t = DType::Float32;
   if (dd) dtype_from_object(dd.get(), &t);

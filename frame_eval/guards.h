@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "frame_eval/capture.h"
+#include "graph/python/tensor_guards.h"
 
 namespace ff {
 
@@ -101,7 +102,7 @@ class GuardProgram {
   std::vector<Instr> program_;       // every check in guard order (explain, describe)
   std::vector<Instr> hot_program_;   // what check() runs: program_, or with the tensor batch
   PyObject* tensor_guards_ = nullptr;  // the TensorGuards object (strong), or null
-  PyObject* tensor_batch_ = nullptr;   // its bound check method (strong), or null
+  TensorGuardsCall tensor_batch_;      // its check, or empty
   std::vector<int> tensor_batch_slots_;
   mutable std::vector<PyObject*> tensor_batch_args_;  // scratch, sized once; the GIL serialises use
 };

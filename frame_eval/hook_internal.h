@@ -54,7 +54,8 @@ Dispatch dispatch_frame(ThreadState& st, const ff_frame_info& info);
 // `state` is stolen.
 PyObject* run_break_chain(ThreadState& st, std::shared_ptr<CacheEntry> entry, PyObject* state,
                           const ff_frame_info& frame);
-// The second trace of a frame that broke: where to stop. False when the break cannot be split.
+// The second trace of a frame that broke: where to stop. False, or Unsupported with the reason,
+// when the break cannot be split.
 bool split_trace_options(PyCodeObject* traced, const BreakInfo& info, TraceOptions* out);
 // The stub and resume functions for a partial capture of `traced` (cached). Throws Unsupported
 // when the break's state cannot be resumed.

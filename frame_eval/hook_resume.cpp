@@ -6,6 +6,7 @@
 // instruction and returns (marker, successor, state...) instead of continuing; the trampoline
 // then dispatches the successor's resume function like a frame of its own (guards, cache,
 // compile) without calling it, so a loop with breaks never nests Python frames.
+#include <algorithm>
 #include <unordered_map>
 
 #include "frame_eval/bytecode.h"
@@ -123,18 +124,9 @@ bool split_trace_options(PyCodeObject* traced, const BreakInfo& info, TraceOptio
   Origin o = origin_of(traced);
   int k = info.root_index - o.shift;
   if (k < 0) return false;
-  // Zero-argument super() reads the frame's first local as `self`; in a stub or resume function that
-  // slot holds the first stack value, so code with a __class__ cell is not split (runs eagerly).
-  PyObject* frees = PyCode_GetFreevars(reinterpret_cast<PyCodeObject*>(o.original.get()));
-  if (!frees) {
-    PyErr_Clear();
-    return false;
-  }
-  bool uses_class_cell = false;
-  for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(frees); ++i)
-    uses_class_cell |= PyUnicode_CompareWithASCIIString(PyTuple_GET_ITEM(frees, i), "__class__") == 0;
-  Py_DECREF(frees);
-  if (uses_class_cell) return false;
+  // NB: zero-argument super() needs self kept in slot 0 (bytecode_resume.h SelfSlot); where that
+  // cannot be done this throws Unsupported and the frame runs eagerly with that reason logged.
+  bc::self_slot(o.original.get());
   out->stop_index = info.root_index;
   out->stop_visit = info.root_visit;
   out->stop_live = bc::live_locals_at(o.original.get(), unit_of(o.original.get(), k));
@@ -149,10 +141,32 @@ std::shared_ptr<const BreakPlan> break_plan_for(PyCodeObject* traced, const Capt
   auto it = plan_cache().find(key);
   if (it != plan_cache().end()) return it->second;
 
+  int self_state = -1, self_cell = -1;
+  switch (bc::self_slot(original)) {
+    case bc::SelfSlot::None:
+      break;
+    case bc::SelfSlot::Local: {
+      const std::string first = bc::str_tuple(original, "co_varnames")[0];
+      auto at = std::find(bs.live.begin(), bs.live.end(), first);
+      // NB: bound at every break the liveness allows (only a 3.12 comprehension reusing the name clears it)
+      if (at == bs.live.end()) throw Unsupported("zero-argument super()'s '" + first + "' is unbound at the graph break");
+      self_state = bs.depth - static_cast<int>(bs.null_slots.size()) + static_cast<int>(at - bs.live.begin());
+      break;
+    }
+    case bc::SelfSlot::Cell: {
+      std::vector<std::string> cells = bc::str_tuple(original, "co_cellvars");
+      const std::string first = bc::str_tuple(original, "co_varnames")[0];
+      self_cell = static_cast<int>(std::find(cells.begin(), cells.end(), first) - cells.begin());
+      FF_CHECK(self_cell < static_cast<int>(cells.size()), "super()'s self cell not among the cells");
+      break;
+    }
+  }
   bc::BreakStub stub = bc::make_break_stub(original, unit, bs.depth, bs.live, bs.null_slots, marker());
   auto plan = std::make_shared<BreakPlan>();
   plan->original = o.original;
   plan->stub = PyRef::steal(stub.code);
+  plan->self_state = self_state;
+  plan->self_cell = self_cell;
   ++frame_eval_stats().codes_generated;
   ExtraState* extra = ensure_extra_state(reinterpret_cast<PyCodeObject*>(plan->stub.get()));
   extra->generated_stub = true;
@@ -192,7 +206,32 @@ PyObject* run_break_chain(ThreadState& st, std::shared_ptr<CacheEntry> entry, Py
     }
     PyRef fn = stub_function(plan, frame.globals, closure.get());
     if (!fn) return nullptr;
-    PyRef r = PyRef::steal(PyObject_Vectorcall(fn.get(), &PyTuple_GET_ITEM(s, 0), static_cast<size_t>(nargs), nullptr));
+    PyObject** args = &PyTuple_GET_ITEM(s, 0);
+    size_t nstub = static_cast<size_t>(nargs);
+    // super()'s self goes first (the stub's slot 0); the state has it among the live locals or in a cell.
+    constexpr size_t kInlineArgs = 16;
+    PyObject* inline_args[kInlineArgs];
+    std::vector<PyObject*> heap_args;
+    if (plan.self_state >= 0 || plan.self_cell >= 0) {
+      nstub += plan.self_cell >= 0 ? 1 : 0;
+      PyObject** a = inline_args;
+      if (nstub > kInlineArgs) heap_args.resize(nstub), a = heap_args.data();
+      PyObject* self = nullptr;
+      if (plan.self_state >= 0) {
+        if (plan.self_state >= nargs) return internal_error("super()'s self outside the break state");
+        self = args[plan.self_state];
+      } else {
+        if (!closure || plan.self_cell >= PyTuple_GET_SIZE(closure.get())) return internal_error("super()'s self cell");
+        self = PyCell_GET(PyTuple_GET_ITEM(closure.get(), plan.self_cell));
+        if (!self) return internal_error("super()'s self cell is empty");
+      }
+      a[0] = self;
+      size_t k = 1;
+      for (Py_ssize_t i = 0; i < nargs; ++i)
+        if (i != plan.self_state) a[k++] = args[i];
+      args = a;
+    }
+    PyRef r = PyRef::steal(PyObject_Vectorcall(fn.get(), args, nstub, nullptr));
     if (!r) return nullptr;
     PyObject* rt = r.get();
     if (!PyTuple_CheckExact(rt) || PyTuple_GET_SIZE(rt) < 2 || PyTuple_GET_ITEM(rt, 0) != marker()) return r.release();

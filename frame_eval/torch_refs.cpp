@@ -106,8 +106,16 @@ bool dtype_from_object(PyObject* dtype_obj, DType* out) {
   return false;
 }
 
+PyObject* call_torch_getter(PyObject* fn) {
+  // NB: both getters are C functions of torch._C taking no arguments; called through their C
+  // pointer they skip the vectorcall dispatch (they run on every cached call).
+  if (PyCFunction_Check(fn) && PyCFunction_GET_FLAGS(fn) == METH_NOARGS)
+    return PyCFunction_GET_FUNCTION(fn)(PyCFunction_GET_SELF(fn), nullptr);
+  return PyObject_Vectorcall(fn, nullptr, 0, nullptr);
+}
+
 int grad_enabled_now() {
-  PyObject* r = PyObject_Vectorcall(torch_refs().is_grad_enabled, nullptr, 0, nullptr);
+  PyObject* r = call_torch_getter(torch_refs().is_grad_enabled);
   if (!r) return -1;
   int v = r == Py_True;
   Py_DECREF(r);

@@ -53,5 +53,8 @@ PyObject* torch_dtype_object(DType t);
 bool dtype_from_object(PyObject* dtype_obj, DType* out);
 // Hot path: torch.is_grad_enabled(); -1 on error (set).
 int grad_enabled_now();
+// Calls torch.is_grad_enabled / torch.get_default_dtype (or any callable) without arguments: a
+// new reference, or null with an error set.
+PyObject* call_torch_getter(PyObject* fn);
 
 }  // namespace ff

@@ -256,6 +256,63 @@ void add_extra_rules(OpRules& r) {
     std::vector<int64_t> sizes = L.out_meta(n).sizes;
     return L.reshape(y, sizes);
   };
+  // Every output element is the max of its window's elements. A window position in the padding
+  // reads its nearest element inside the input instead: with dilation 1 and floor-mode sizes that
+  // element is in the same window, and a repeated element leaves a max unchanged, so no mask (and no
+  // out-of-bounds load) is needed. NaN propagates as in torch (Max does).
+  r["max_pool2d"] = [](Lowerer& L, const Node& n) {
+    if (L.arg(n, "return_indices").b) throw NoLowering("max_pool2d with indices");
+    if (L.arg(n, "ceil_mode").b) throw NoLowering("max_pool2d in ceil mode");
+    DType out = L.out_meta(n).dtype;
+    if (!is_floating(out)) throw NoLowering("max_pool2d of ints");
+    auto pair = [&](const char* name, std::vector<int64_t> dflt) -> std::vector<int64_t> {
+      const Value& v = L.arg(n, name);
+      if (v.is_none() || (v.is_sequence() && v.items.empty())) return dflt;
+      std::vector<Value> items = v.is_sequence() ? v.items : std::vector<Value>{v};
+      if (items.size() == 1) items.push_back(items[0]);
+      if (items.size() != 2 || items[0].kind != Value::Kind::Int || items[1].kind != Value::Kind::Int)
+        throw NoLowering(std::string("max_pool2d ") + name);
+      return {items[0].i, items[1].i};
+    };
+    std::vector<int64_t> k = pair("kernel_size", {});
+    if (k.size() != 2) throw NoLowering("max_pool2d kernel_size");
+    std::vector<int64_t> s = pair("stride", k), p = pair("padding", {0, 0}), d = pair("dilation", {1, 1});
+    if (d[0] != 1 || d[1] != 1) throw NoLowering("dilated max_pool2d");
+    LT x = L.tensor_arg(n, "input");
+    const std::vector<int64_t>& osz = L.out_meta(n).sizes;
+    size_t nd = x.sizes.size();
+    if (nd < 3 || osz.size() != nd) throw NoLowering("max_pool2d rank");
+    for (int i = 0; i < 2; ++i)
+      if (k[i] < 1 || s[i] < 1 || p[i] < 0 || 2 * p[i] > k[i] || x.sizes[nd - 2 + i] < 1) throw NoLowering("max_pool2d parameters");
+    const int64_t in_h = x.sizes[nd - 2], in_w = x.sizes[nd - 1];
+    auto at = x.at;
+    LT r;
+    r.sizes = osz;
+    r.dtype = x.dtype;
+    r.cost = static_cast<int>(k[0] * k[1]) * (x.cost + 4);
+    const int64_t out_h = osz[nd - 2], out_w = osz[nd - 1];
+    r.at = [at, k, s, p, in_h, in_w, out_h, out_w, nd](const Idx& idx) {
+      // The input row (column) of window offset `off` for output position o, kept inside [0, size).
+      auto pos = [](const Expr& o, int64_t stride, int64_t pad, int64_t off, int64_t size, int64_t outs) {
+        Expr e = loop::index_add(loop::index_mul(o, stride), loop::const_int(off - pad));
+        if (off - pad < 0) e = bin(BinaryOp::Max, e, loop::const_int(0));
+        if ((outs - 1) * stride + off - pad > size - 1) e = bin(BinaryOp::Min, e, loop::const_int(size - 1));
+        return e;
+      };
+      Expr m;
+      for (int64_t i = 0; i < k[0]; ++i) {
+        for (int64_t j = 0; j < k[1]; ++j) {
+          Idx in(idx.begin(), idx.end());
+          in[nd - 2] = pos(idx[nd - 2], s[0], p[0], i, in_h, out_h);
+          in[nd - 1] = pos(idx[nd - 1], s[1], p[1], j, in_w, out_w);
+          Expr v = at(in);
+          m = m ? bin(BinaryOp::Max, m, v) : v;
+        }
+      }
+      return m;
+    };
+    return r;
+  };
   r["rms_norm"] = [](Lowerer& L, const Node& n) {
     DType out = L.out_meta(n).dtype;
     if (!is_floating(out)) throw NoLowering("rms_norm of ints");

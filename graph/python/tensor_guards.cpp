@@ -90,4 +90,61 @@ PyObject* make_tensor_guards(PyObject* tensors, const std::vector<std::vector<in
   return guards;
 }
 
+TensorGuardsCall::~TensorGuardsCall() {
+  if (!Py_IsInitialized()) return;
+  Py_CLEAR(args_);
+  Py_CLEAR(check_);
+}
+
+void TensorGuardsCall::reset(PyObject* check, size_t n) {
+  Py_CLEAR(args_);
+  Py_CLEAR(check_);
+  check_ = check;
+  n_ = n;
+  fn_ = nullptr;
+  self_ = nullptr;
+  if (!check_ || !PyCFunction_Check(check_) ||
+      PyCFunction_GET_FLAGS(check_) != (METH_VARARGS | METH_KEYWORDS))
+    return;
+  args_ = PyTuple_New(static_cast<Py_ssize_t>(n));
+  if (!args_) return PyErr_Clear();
+  // NB: while lent, the tuple holds borrowed references; the GC must never count them.
+  PyObject_GC_UnTrack(args_);
+  fn_ = reinterpret_cast<PyCFunctionWithKeywords>(reinterpret_cast<void (*)(void)>(PyCFunction_GET_FUNCTION(check_)));
+  self_ = PyCFunction_GET_SELF(check_);
+}
+
+bool TensorGuardsCall::operator()(PyObject* const* tensors) const {
+  PyObject* r;
+  if (fn_ && !busy_ && Py_REFCNT(args_) == 1) {
+    busy_ = true;
+    for (size_t i = 0; i < n_; ++i) PyTuple_SET_ITEM(args_, static_cast<Py_ssize_t>(i), tensors[i]);
+    r = fn_(self_, args_, nullptr);
+    if (Py_REFCNT(args_) == 1) {
+      for (size_t i = 0; i < n_; ++i) PyTuple_SET_ITEM(args_, static_cast<Py_ssize_t>(i), nullptr);
+    } else {
+      // Something kept the tuple: it must own its items from now on, and a new one is lent next time.
+      for (size_t i = 0; i < n_; ++i) Py_INCREF(tensors[i]);
+      Py_DECREF(args_);
+      args_ = PyTuple_New(static_cast<Py_ssize_t>(n_));
+      if (args_) {
+        PyObject_GC_UnTrack(args_);
+      } else {
+        PyErr_Clear();
+        fn_ = nullptr;
+      }
+    }
+    busy_ = false;
+  } else {
+    r = PyObject_Vectorcall(check_, tensors, n_, nullptr);
+  }
+  if (!r) {
+    PyErr_Clear();
+    return false;
+  }
+  bool ok = r == Py_True;
+  Py_DECREF(r);
+  return ok;
+}
+
 }  // namespace ff

@@ -20,4 +20,31 @@ PyObject* tensor_guards_type();
 PyObject* make_tensor_guards(PyObject* tensors, const std::vector<std::vector<int64_t>>& sizes,
                              const std::vector<std::vector<int64_t>>& strides, PyObject** check);
 
+// Calls a TensorGuards' bound `check` on the hot path. The method takes an argument tuple
+// (METH_VARARGS), which a vectorcall would allocate, fill and free on every call; this keeps one
+// tuple, lends it the tensors for the call and takes them back. Needs the GIL.
+class TensorGuardsCall {
+ public:
+  TensorGuardsCall() = default;
+  TensorGuardsCall(const TensorGuardsCall&) = delete;
+  TensorGuardsCall& operator=(const TensorGuardsCall&) = delete;
+  ~TensorGuardsCall();
+
+  // Takes `check` (a new reference from make_tensor_guards, or null) for calls with `n` tensors.
+  void reset(PyObject* check, size_t n);
+  explicit operator bool() const { return check_ != nullptr; }
+  PyObject* method() const { return check_; }
+
+  // True if the n tensors (borrowed) pass; false if not or on an error (cleared).
+  bool operator()(PyObject* const* tensors) const;
+
+ private:
+  PyObject* check_ = nullptr;                 // the bound method (strong)
+  mutable PyCFunctionWithKeywords fn_ = nullptr;  // its C function, when it takes (self, tuple, kwargs)
+  PyObject* self_ = nullptr;                  // borrowed from check_
+  mutable PyObject* args_ = nullptr;          // the lent tuple: untracked by the GC, items null between calls
+  mutable bool busy_ = false;
+  size_t n_ = 0;
+};
+
 }  // namespace ff

@@ -1,7 +1,5 @@
 #include "inductor/python/tensor_check.h"
 
-#include "graph/python/tensor_guards.h"
-
 namespace ff::inductor {
 
 namespace {
@@ -37,23 +35,12 @@ std::vector<int64_t> int_vector(PyObject* tuple) {
 
 }  // namespace
 
-LayoutCheck::~LayoutCheck() {
-  if (Py_IsInitialized()) Py_CLEAR(fast_);
-}
-
 void LayoutCheck::add(PyObject* dtype, PyObject* sizes, PyObject* strides) { want_.push_back({dtype, sizes, strides}); }
 
 int LayoutCheck::check(PyObject* const* tensors) {
   if (want_.empty()) return 1;
-  if (fast_) {
-    PyObject* r = PyObject_Vectorcall(fast_, tensors, want_.size(), nullptr);
-    if (r == Py_True) {
-      Py_DECREF(r);
-      return 1;
-    }
-    Py_XDECREF(r);
-    PyErr_Clear();  // a rejection or a failure of the shortcut: the exact check decides
-  }
+  // NB: a rejection or a failure of the shortcut: the exact check decides.
+  if (fast_ && fast_(tensors)) return 1;
   int ok = exact(tensors);
   if (ok == 1 && !tried_) arm(tensors);
   return ok;
@@ -99,7 +86,9 @@ void LayoutCheck::arm(PyObject* const* tensors) {
     strides.push_back(int_vector(want_[static_cast<size_t>(i)].strides));
   }
   // NB: armed only if it accepts the very tensors the exact check just accepted.
-  Py_XDECREF(make_tensor_guards(args, sizes, strides, &fast_));
+  PyObject* check = nullptr;
+  Py_XDECREF(make_tensor_guards(args, sizes, strides, &check));
+  fast_.reset(check, want_.size());
   Py_DECREF(args);
   PyErr_Clear();
 }

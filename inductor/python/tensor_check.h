@@ -14,6 +14,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "graph/python/tensor_guards.h"
+
 namespace ff::inductor {
 
 class LayoutCheck {
@@ -21,7 +23,7 @@ class LayoutCheck {
   LayoutCheck() = default;
   LayoutCheck(const LayoutCheck&) = delete;
   LayoutCheck& operator=(const LayoutCheck&) = delete;
-  ~LayoutCheck();
+  ~LayoutCheck() = default;
 
   // One expected tensor: `dtype` (a torch.dtype), `sizes` and `strides` (tuples of ints); all borrowed,
   // and must outlive this check.
@@ -42,7 +44,7 @@ class LayoutCheck {
   void arm(PyObject* const* tensors);
 
   std::vector<Want> want_;
-  PyObject* fast_ = nullptr;  // bound TensorGuards.check (strong), or null
+  TensorGuardsCall fast_;     // TensorGuards.check, or empty
   bool tried_ = false;        // arm() ran (it runs once, after the first exact match)
 };
 

@@ -86,7 +86,21 @@ def _broadcast_transpose(dev):
     return g, [x, y, b]
 
 
+def _bn_relu_max_pool(dev, channels_last=False):
+    x = torch.randn(4, 16, 30, 30, device=dev)
+    if channels_last:
+        x = x.contiguous(memory_format=torch.channels_last)
+    sc, sh = torch.randn(16, 1, 1, device=dev), torch.randn(16, 1, 1, device=dev)
+    g = Graph()
+    gx, gs, gh = g.placeholder("x", x), g.placeholder("s", sc), g.placeholder("h", sh)
+    r = g.call(torch.relu, g.call(operator.add, g.call(operator.mul, gx, gs), gh))
+    g.output((g.call(F.max_pool2d, r, 3, 2, 1),))
+    return g, [x, sc, sh]
+
+
 CASES = {
+    "bn_relu_max_pool": (_bn_relu_max_pool, 1e-6),
+    "bn_relu_max_pool_cl": (lambda d: _bn_relu_max_pool(d, True), 1e-6),
     "pointwise": (_pointwise, 1e-5),
     "softmax": (_softmax, 1e-5),
     "layer_norm_gelu": (_layer_norm_gelu, 1e-4),

@@ -12,6 +12,7 @@ import textwrap
 import pytest
 
 from framefuse import cuda
+from test_cuda_codegen import CASES as CODEGEN_CASES
 
 STUB = r"""
 #include <stdio.h>
@@ -116,7 +117,7 @@ def test_runtime_host_side_with_driver_stand_in(stub_dir, tmp_path):
     out = r.stdout
     assert "stub: load ELF" in out
     cases = [line for line in out.splitlines() if line.startswith("case ")]
-    assert len(cases) == 2 * 7, out[-2000:]
+    assert len(cases) == 2 * len(CODEGEN_CASES), out[-2000:]
     assert all("launched" in c for c in cases), cases
     softmax = [c for c in cases if c.startswith("case softmax default")][0]
     assert "RowBlock" in softmax and "_t128v block 128x2" in softmax, softmax

@@ -5,9 +5,11 @@ also runs on pyenv's 3.12 with a _C built for it, where the stub's opcodes diffe
 """
 from __future__ import annotations
 
+import dis
 import os
 import sys
 import traceback
+import types
 
 import pytest
 
@@ -137,3 +139,180 @@ def test_no_python_frame_per_break(capsys):
     finally:
         sys.setrecursionlimit(limit)
     assert capsys.readouterr().out.count("i=2999;") == 2
+
+
+# ---- zero-argument super() -------------------------------------------------------------------
+# super() takes `self` from the frame's first local slot (a cell's contents when an inner function
+# captures it) and __class__ from the closure: the stub and resume functions keep both.
+
+
+class _Base:
+    def __init__(self, k):
+        self.k = k
+
+    def step(self, a):
+        return a * self.k
+
+    @classmethod
+    def make(cls, a):
+        return (cls.__name__, a + 100)
+
+
+class _Child(_Base):
+    def __init__(self, k):
+        print("init", k)
+        super().__init__(k + 1)
+        self.extra = k * 2
+
+    def before(self, a):
+        b = a + 1
+        print("before", b)
+        return super().step(b) + 1
+
+    def after(self, a):
+        b = super().step(a)
+        print("after", b)
+        return b - self.k
+
+    def looped(self, n):
+        total = 0
+        for i in range(n):
+            total += super().step(i)
+            print("i", i)
+        return total
+
+    def captured(self, a):
+        get = lambda: self.k  # noqa: E731 -- makes `self` a cell
+        print("captured")
+        return super().step(a) + get()
+
+    def bare_super(self, a):
+        print("bare")
+        s = super()  # no attribute right away: 3.12 too looks `self` up in the frame
+        return s.step(a) + super().step(1)
+
+    def super_object_across(self, a):
+        s = super()
+        print("across")
+        return s.step(a)
+
+    @classmethod
+    def make(cls, a):
+        print("make", cls.__name__)
+        return super().make(a * 2)
+
+    def no_positional(*args):
+        print("no positional")
+        return super().step(args[1])
+
+    def deleted(self, a):
+        r = super().step(a)
+        print("deleted")
+        del self
+        return r
+
+    def rebound(self, a):
+        def rebind():
+            nonlocal self
+            self = None
+
+        print("rebound")
+        r = super().step(a)
+        rebind()
+        return r
+
+
+def _split_count(fn, *args, capsys):
+    s = check(fn, *args, capsys=capsys)
+    return s["frames_split"], s["graph_breaks"]
+
+
+@pytest.mark.parametrize("name, args", [
+    ("before", (3,)), ("after", (3,)), ("captured", (3,)), ("bare_super", (3,)), ("looped", (4,)),
+])
+def test_super_in_a_split_frame(capsys, name, args):
+    obj = _Child(2)
+    capsys.readouterr()
+    fn = getattr(_Child, name)
+    splits, breaks = _split_count(fn, obj, *args, capsys=capsys)
+    # a loop splits its resume function again at the next iteration's break
+    assert (splits >= 2 if name == "looped" else splits == 1) and breaks >= 1
+
+
+def test_super_in_a_classmethod(capsys):
+    # a classmethod's first local is `cls`: through the bound method, so compile its function
+    fn = _Child.make.__func__
+    splits, _ = _split_count(fn, _Child, 5, capsys=capsys)
+    assert splits == 1
+    assert compiled(fn)(_Child, 5) == ("_Child", 110)
+
+
+def test_super_in_init(capsys):
+    cf = compiled(_Child.__init__)
+    for k in range(3):
+        eager, comp = _Child.__new__(_Child), _Child.__new__(_Child)
+        assert _Child.__init__(eager, k) is None
+        out = capsys.readouterr().out
+        assert cf(comp, k) is None
+        assert capsys.readouterr().out == out == f"init {k}\n"
+        assert vars(comp) == vars(eager) == {"k": k + 1, "extra": 2 * k}
+    s = _C._frame_eval_stats()
+    assert s["frames_split"] == 1 and s["internal_errors"] == 0
+
+
+def _after_first_pop_top(code):
+    return next(i.offset for i in dis.get_instructions(code) if i.opname == "POP_TOP")
+
+
+def test_super_resume_functions_keep_self_first():
+    # slot 0 of the generated code is the user's `self` (for a cell, its contents in __ff_self),
+    # passed even where the liveness analysis sees no use of it; __class__ stays the function's cell
+    T = _C._testing_bytecode
+    obj = _Child.__new__(_Child)
+    obj.k = 4
+
+    code = _Child.before.__code__
+    off = _after_first_pop_top(code)  # the print's result on the stack
+    live = T.live_locals_at(code, off)
+    assert live == ["self", "b"]
+    resume = T.make_resume(code, off, 1, live)
+    assert resume.co_varnames[:3] == ("self", "__stack0", "b") and resume.co_argcount == 3
+    assert resume.co_freevars == ("__class__",)
+    fn = types.FunctionType(resume, globals(), "r", None, _Child.before.__closure__)
+    assert fn(obj, None, 5) == 5 * 4 + 1
+
+    code = _Child.captured.__code__
+    off = _after_first_pop_top(code)
+    live = T.live_locals_at(code, off)
+    assert "self" not in live  # a cell: passed in the closure
+    resume = T.make_resume(code, off, 1, live)
+    assert resume.co_varnames[:2] == ("__ff_self", "__stack0") and resume.co_argcount == 2 + len(live)
+    assert resume.co_freevars == ("self", "__class__")
+    closure = (types.CellType(obj),) + _Child.captured.__closure__
+    fn = types.FunctionType(resume, globals(), "r", None, closure)
+    assert fn(obj, None, *[{"a": 5, "get": lambda: 1}[n] for n in live]) == 5 * 4 + 1
+
+    # after `del self` slot 0 cannot be kept: refused
+    with pytest.raises(_C.Unsupported, match="'self' is deleted"):
+        T.make_resume(_Child.deleted.__code__, _after_first_pop_top(_Child.deleted.__code__), 1, ["r"])
+
+
+def test_super_frames_that_stay_eager(capsys):
+    obj = _Child(2)
+    capsys.readouterr()
+    # no positional argument: super() raises; the frame is not split and raises the same
+    cf = compiled(_Child.no_positional)
+    with pytest.raises(RuntimeError, match="no arguments"):
+        _Child.no_positional(obj, 3)
+    with pytest.raises(RuntimeError, match="no arguments"):
+        cf(obj, 3)
+    assert _C._code_cache_info(_Child.no_positional.__code__)["strategy"] == "skip"
+    capsys.readouterr()
+    # a super object live across the break is not rebuilt: that frame runs natively
+    check(_Child.super_object_across, obj, 3, capsys=capsys)
+    # `self` deleted, or rebound through a closure: slot 0 cannot be kept, the frame runs natively
+    for name in ("deleted", "rebound"):
+        fn = getattr(_Child, name)
+        check(fn, obj, 3, capsys=capsys)
+        info = _C._code_cache_info(fn.__code__)
+        assert info["strategy"] == "skip" and info["entries"] == 0, (name, info)

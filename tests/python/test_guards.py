@@ -96,6 +96,25 @@ def test_each_of_several_tensors_is_guarded(which, tensor_check_mode):
         assert stats()["cache_hits"] == 1
 
 
+
+@pytest.mark.parametrize("backend", ["eager", "inductor"])
+def test_cached_calls_keep_their_arguments_reference_counts(backend, tensor_check_mode):
+    # The batched check lends the argument tensors to one reusable tuple for each call and takes them
+    # back; a reference kept or dropped there would show here (the GC runs between the calls too).
+    import gc
+    import sys
+    f = framefuse.compile(three, backend=backend)
+    args = [torch.randn(4), torch.randn(4), torch.randn(4)]
+    f(*args)
+    before = [sys.getrefcount(a) for a in args]
+    for i in range(200):
+        out = f(*args)
+        if i % 50 == 0:
+            gc.collect()
+    assert [sys.getrefcount(a) for a in args] == before
+    assert torch.equal(out, args[0] + args[1] + args[2])
+    assert stats()["cache_hits"] >= 200
+
 def scaled_sum(x):
     return x * 2 + 1
 

@@ -409,3 +409,30 @@ def test_comparisons_with_nan_next_to_a_max_reduction(cmp):
     check(lambda g, a: g.call(cmp, a, g.call(torch.amax, a, 1, keepdim=True)), [x])
     check(lambda g, a: g.call(torch.where, g.call(cmp, a, 0.5), g.call(torch.amin, a, 1, keepdim=True), a), [x])
     check(lambda g, a: g.call(torch.Tensor.to, g.call(torch.sub, a, g.call(torch.amax, a, 1, keepdim=True)), torch.bool), [x])
+
+
+POOLS = [((2, 3, 9, 11), 3, 2, 1), ((2, 3, 8, 8), 2, None, 0), ((1, 4, 7, 7), 3, 1, 1),
+         ((2, 5, 10, 6), (3, 2), (2, 1), (1, 0)), ((2, 3, 5, 5), (1, 3), 1, (0, 1)), ((1, 2, 6, 6), 1, 2, 0)]
+
+
+@pytest.mark.parametrize("shape,k,s,p,layout", [c + (lay,) for c in POOLS for lay in ("nchw", "channels_last")] +
+                         [((3, 9, 9), 3, 3, 0, "nchw"), ((4, 7, 8), 3, 2, 1, "nchw")])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+def test_max_pool2d_is_a_kernel_with_its_prologue(shape, k, s, p, layout, dtype):
+    # Windows over the padding read their nearest inside element (a repeat leaves a max unchanged);
+    # NaNs propagate; the relu/affine prologue fuses into the same kernel.
+    x = randn(*shape, dtype=dtype)
+    x.view(-1)[::7] = float("nan")
+    x.view(-1)[3::11] = float("-inf")
+    if layout == "channels_last":
+        x = x.contiguous(memory_format=torch.channels_last)
+    sc = randn(shape[-3], 1, 1, dtype=dtype)
+    cg = check(lambda g, a, b: g.call(F.max_pool2d, g.call(torch.relu, g.call(operator.mul, a, b)), k, s, p), [x, sc])
+    assert cg.num_externs == 0 and cg.num_kernels == 1
+
+
+@pytest.mark.parametrize("kwargs", [dict(ceil_mode=True), dict(dilation=2)])
+def test_max_pool2d_variants_without_a_lowering_run_in_torch(kwargs):
+    x = randn(2, 3, 9, 9)
+    cg = check(lambda g, a: g.call(F.max_pool2d, a, 3, 2, 1, **kwargs), [x])
+    assert cg.num_externs == 1
