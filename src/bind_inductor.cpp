@@ -76,6 +76,8 @@ void define_inductor(py::module_& m) {
       .def_property_readonly("num_kernels", [](const inductor::CompiledGraph& self) { return self.compiled().program.kernels.size(); })
       .def_property_readonly("num_externs", [](const inductor::CompiledGraph& self) { return self.compiled().program.externs.size(); })
       .def_property_readonly("from_memory_cache", &inductor::CompiledGraph::from_memory_cache)
+      .def_property_readonly("channels_last", &inductor::CompiledGraph::channels_last,
+                             "Whether the graph's 2-d convolutions run channels-last (config cpu_channels_last).")
       .def_property_readonly("from_disk_cache", [](const inductor::CompiledGraph& self) {
         return self.compiled().module && self.compiled().module->from_disk_cache;
       })

@@ -6,8 +6,10 @@
 
 #include "graph/op_registry.h"
 #include "graph/python/graph_calls.h"
+#include "inductor/channels_last.h"
 #include "inductor/parallel.h"
 #include "inductor/python/buffer_pool.h"
+#include "inductor/python/channels_last_inputs.h"
 #include "inductor/python/prepared_call.h"
 #include "inductor/python/tensor_check.h"
 #include "inductor/schedule.h"
@@ -207,10 +209,21 @@ struct CompiledGraph::Plan {
     std::unique_ptr<LayoutCheck> check;    // result layout, where kernels or views rely on it
   };
   std::vector<Extern> externs;
+  // Channels-last (see inductor/channels_last.h): the conv weights converted per call, the
+  // captured strides they are checked against, and the outputs copied back to eager's layout.
+  ChannelsLastInputs cl_inputs;
+  std::vector<Ref> cl_input_strides;
+  struct Restore {
+    NodeId node;
+    Ref sizes, strides, dtype;
+  };
+  std::vector<Restore> restore;
 };
 
-CompiledGraph::CompiledGraph(const Graph& g) {
+void CompiledGraph::load(const Graph& g) {
   std::string key = graph_structure_key(g);
+  from_memory_cache_ = false;
+  prog_.reset();
   {
     std::lock_guard<std::mutex> lock(g_cache_mu);
     auto it = memory_cache().find(key);
@@ -224,6 +237,26 @@ CompiledGraph::CompiledGraph(const Graph& g) {
     std::lock_guard<std::mutex> lock(g_cache_mu);
     memory_cache()[key] = prog_;
   }
+}
+
+CompiledGraph::CompiledGraph(const Graph& g) {
+  std::optional<ChannelsLastGraph> cl;
+  if (config().cpu_channels_last && has_conv2d(g)) {
+    std::string why;
+    try {
+      cl = to_channels_last(g, &why);
+      if (cl) load(cl->graph);
+    } catch (const std::exception& e) {
+      // NB: the graph as captured may still compile: only the rewrite is given up.
+      if (config().raise_on_internal_error && dynamic_cast<const InternalError*>(&e)) throw;
+      cl.reset();
+      why = std::string("compiling the rewritten graph failed: ") + e.what();
+    }
+    if (!cl && log_enabled(LogArtifact::perf_hints))
+      log_emit(LogArtifact::perf_hints, "inductor: the graph's convolutions run in eager's layout, not channels-last: " + why);
+  }
+  if (cl) original_ = std::make_unique<Graph>(g);
+  else load(g);
   const loop::Program& p = prog_->program;
   plan_ = std::make_unique<Plan>();
   Plan& pl = *plan_;
@@ -280,18 +313,39 @@ CompiledGraph::CompiledGraph(const Graph& g) {
   pl.input_buf.assign(pl.placeholders.size(), -1);
   for (size_t b = 0; b < p.buffers.size(); ++b)
     if (p.buffers[b].role == loop::BufferRole::Input) pl.input_buf[static_cast<size_t>(p.buffers[b].input)] = static_cast<int>(b);
+  std::vector<bool> converted(pl.input_buf.size(), false);
+  if (cl)
+    for (int i : cl->inputs) converted[static_cast<size_t>(i)] = true;
+  pl.cl_input_strides.resize(pl.input_buf.size());
   for (size_t i = 0; i < pl.input_buf.size(); ++i) {
     int b = pl.input_buf[i];
     if (b < 0) continue;
     const auto& pb = pl.bufs[static_cast<size_t>(b)];
     pl.tensor_inputs.push_back(i);
-    pl.input_check.add(pb.dtype.get(), pb.sizes.get(), pb.strides.get());
+    PyObject* strides = pb.strides.get();
+    if (converted[i]) {
+      // The caller passes the weight as captured; the run converts it to the compiled layout.
+      pl.cl_input_strides[i] = int_tuple(g.node(pl.placeholders[i]).meta.tensor.strides);
+      strides = pl.cl_input_strides[i].get();
+      pl.cl_inputs.add(i, pb.sizes.get(), pb.strides.get(), pb.dtype.get());
+    }
+    pl.input_check.add(pb.dtype.get(), pb.sizes.get(), strides);
+  }
+  if (cl) {
+    for (auto& [node, meta] : cl->restore)
+      pl.restore.push_back(Plan::Restore{node, int_tuple(meta.sizes), int_tuple(meta.strides),
+                                         attr(pl.torch.get(), std::string(dtype_name(meta.dtype)).c_str())});
+    if (log_enabled(LogArtifact::schedule))
+      log_emit(LogArtifact::schedule, "channels-last: " + std::to_string(pl.cl_inputs.size()) +
+                                          " conv weight(s) converted once per version; convolutions and the kernels between "
+                                          "them run NHWC; " + std::to_string(pl.restore.size()) +
+                                          " output(s) copied back to eager's layout");
   }
   for (const auto& k : p.kernels) pl.kernel_bufs.push_back(k.buffers());
   // NB: a program of extern calls only, on whole tensors, is the graph's own torch calls on
   // whatever it is given (what the reference runner would do), so its inputs need no check. Raw
   // pointers (kernels), views that assume a layout, and out= buffers of the traced size do.
-  pl.check_inputs = !p.kernels.empty();
+  pl.check_inputs = !p.kernels.empty() || !pl.cl_inputs.empty();
   for (const auto& pb : pl.bufs) pl.check_inputs = pl.check_inputs || pb.strided_views;
   for (const loop::ExternCall& e : p.externs) {
     Plan::Extern& x = pl.externs.emplace_back();
@@ -430,8 +484,23 @@ PyObject* CompiledGraph::run(PyObject* const* inputs, size_t n) {
     if (!warned_ && log_enabled(LogArtifact::perf_hints))
       log_emit(LogArtifact::perf_hints, "inductor: inputs differ from the ones the graph was compiled for (sizes, strides, dtype or device); running it on the reference runner");
     warned_ = true;
-    if (!fallback_) fallback_ = std::make_unique<ReferenceRunner>(g);
+    if (!fallback_) fallback_ = std::make_unique<ReferenceRunner>(original_ ? *original_ : g);
     return fallback_->run(inputs, n);
+  }
+  // Channels-last: the conv weights in the compiled layout, referenced until the run ends.
+  RunArray<PyObject*, 128> cl_args(pl.cl_inputs.empty() ? 0 : n);
+  RunArray<PyObject*, 32> cl_owned(pl.cl_inputs.size());
+  struct DropOwned {
+    PyObject** a;
+    size_t n;
+    ~DropOwned() {
+      for (size_t i = 0; i < n; ++i) Py_XDECREF(a[i]);
+    }
+  } drop_owned{cl_owned.data, pl.cl_inputs.size()};
+  if (!pl.cl_inputs.empty()) {
+    for (size_t i = 0; i < n; ++i) cl_args[i] = inputs[i];
+    if (!pl.cl_inputs.convert(cl_args.data, cl_owned.data)) return nullptr;
+    inputs = cl_args.data;
   }
 
   // Every PyObject* in node_objs and tensors is a strong reference, dropped on every exit.
@@ -595,6 +664,14 @@ PyObject* CompiledGraph::run(PyObject* const* inputs, size_t n) {
     PyObject* v = view_of(ref);
     if (!v) return nullptr;
     set_node(node, v);
+  }
+  for (const Plan::Restore& r : pl.restore) {
+    PyObject* args[3] = {r.sizes.get(), r.strides.get(), r.dtype.get()};
+    Ref fixed(PyObject_Vectorcall(pl.empty_strided.get(), args, 2, pl.dtype_kwnames.get()));
+    if (!fixed) return nullptr;
+    Ref done(PyObject_CallMethod(fixed.get(), "copy_", "O", node_objs[static_cast<size_t>(r.node)]));
+    if (!done) return nullptr;
+    set_node(r.node, fixed.release());
   }
   return value_to_py(g.output_value(), node_objs.data);
 }

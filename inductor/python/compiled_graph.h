@@ -2,6 +2,8 @@
 // strides eager produces), runs kernels (threads follow torch.get_num_threads()) and extern
 // calls in order, and returns the graph's result. Inputs whose sizes, strides or dtypes differ
 // from the ones compiled for run on the reference runner instead (one perf_hints line).
+// Graphs with 2-d convolutions run them channels-last (config cpu_channels_last): the weights are
+// converted once per version, outputs come back in eager's layout.
 #pragma once
 
 #include <Python.h>
@@ -38,11 +40,14 @@ class CompiledGraph {
 
   const CompiledProgram& compiled() const { return *prog_; }
   bool from_memory_cache() const { return from_memory_cache_; }
+  bool channels_last() const { return original_ != nullptr; }
 
  private:
   struct Plan;
   PyObject* matmul_into_pool(const std::string& op, const std::vector<PyObject*>& operands, int result);
+  void load(const Graph& g);
   std::shared_ptr<const CompiledProgram> prog_;
+  std::unique_ptr<Graph> original_;  // the graph as captured, when prog_ runs it channels-last
   std::unique_ptr<Plan> plan_;
   std::unique_ptr<ReferenceRunner> fallback_;
   bool from_memory_cache_ = false;

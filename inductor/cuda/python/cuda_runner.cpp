@@ -179,7 +179,7 @@ CudaGraphModule::CudaGraphModule(const Graph& g, const CudaCompileOptions& opts)
   // in full fp32 its NHWC kernels are slower than NCHW ones.
   if (config().cuda_channels_last && cudnn_tf32_allowed()) {
     std::string why;
-    if (auto cl = to_channels_last(graph_, &why)) {
+    if (auto cl = inductor::to_channels_last(graph_, &why)) {
       graph_ = std::move(cl->graph);
       for (int i : cl->inputs) cl_inputs_.push_back(ClInput{i, 0, -1, py::none()});
       cl_restore_ = std::move(cl->restore);

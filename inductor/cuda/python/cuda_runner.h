@@ -12,7 +12,7 @@
 #include "graph/ir.h"
 #include "inductor/cuda/cuda_launch.h"
 #include "inductor/cuda/cuda_render.h"
-#include "inductor/cuda/python/channels_last.h"
+#include "inductor/channels_last.h"
 #include "inductor/cuda/python/conv_fusion.h"
 #include "inductor/cuda/nvrtc_compiler.h"
 #include "inductor/loop_ir.h"

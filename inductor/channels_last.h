@@ -1,4 +1,4 @@
-// 2-d convolutions of a CUDA graph in channels-last (see channels_last.cpp).
+// 2-d convolutions of a graph in channels-last, for the CPU and CUDA runtimes (see channels_last.cpp).
 #pragma once
 
 #include <optional>
@@ -8,7 +8,7 @@
 
 #include "graph/ir.h"
 
-namespace ff::cuda {
+namespace ff::inductor {
 
 struct ChannelsLastGraph {
   Graph graph;                 // conv weights as channels-last inputs, metadata recomputed
@@ -20,4 +20,7 @@ struct ChannelsLastGraph {
 // proven to keep every node's shape.
 std::optional<ChannelsLastGraph> to_channels_last(const Graph& g, std::string* why);
 
-}  // namespace ff::cuda
+// Whether `g` calls a 2-d convolution at all (where a refused rewrite is worth a perf hint).
+bool has_conv2d(const Graph& g);
+
+}  // namespace ff::inductor
