@@ -386,11 +386,16 @@ def _conv_bn_graph(dev, epilogue, conv_bias=False, affine=True):
         y = g.call(F.relu, y)
     elif epilogue == "add_relu":
         y = g.call(torch.relu, g.call(operator.add, ph["z"], y))
+    elif epilogue == "two_bn_add_relu":  # a residual block with a downsample: two folded convs, one add
+        y2 = g.call(F.batch_norm, g.call(F.conv2d, ph["x"], ph["w"], None, 1, 1), ph["rv"], ph["rv"], None, ph["rm"],
+                    False, 0.1, 1e-3)
+        y = g.call(F.relu, g.call(operator.add, y, y2))
     g.output((y,))
     return g, list(vals.values())
 
 
-@pytest.mark.parametrize("epilogue,extern", [("none", "conv2d"), ("relu", "conv_relu"), ("add_relu", "conv_relu")])
+@pytest.mark.parametrize("epilogue,extern", [("none", "conv2d"), ("relu", "conv_relu"), ("add_relu", "conv_relu"),
+                                             ("two_bn_add_relu", "conv_relu")])
 def test_batch_norm_folds_into_the_convolution_for_sm90(epilogue, extern, caplog):
     # Compile-only (CI): the batch norm and its epilogue leave no kernel; one extern call remains.
     _need_nvrtc()
@@ -408,7 +413,7 @@ def test_batch_norm_folds_into_the_convolution_for_sm90(epilogue, extern, caplog
 
 
 @gpu
-@pytest.mark.parametrize("epilogue", ["none", "relu", "add_relu"])
+@pytest.mark.parametrize("epilogue", ["none", "relu", "add_relu", "two_bn_add_relu"])
 @pytest.mark.parametrize("conv_bias,affine", [(False, True), (True, False)])
 def test_folded_batch_norm_equals_eager_and_follows_updates(epilogue, conv_bias, affine):
     g, vals = _conv_bn_graph("cuda", epilogue, conv_bias, affine)

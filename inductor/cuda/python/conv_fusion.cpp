@@ -80,6 +80,7 @@ std::optional<ConvFusionGraph> fold_conv_batch_norm(const Graph& g, bool relu_op
   std::vector<Match> matches;
   std::vector<bool> dropped(n, false), is_final(n, false);
   std::vector<int> match_of(n, -1);
+  std::vector<bool> claimed(n, false);  // adds taken by a match
   int next_input = static_cast<int>(phs.size());
   for (NodeId b = 0; b < static_cast<NodeId>(n); ++b) {
     if (g.node(b).kind != NodeKind::Call || op_def(g.node(b).op).name != "batch_norm") continue;
@@ -121,11 +122,14 @@ std::optional<ConvFusionGraph> fold_conv_batch_norm(const Graph& g, bool relu_op
       NodeId r = users[static_cast<size_t>(u)] == 1 ? sole_user[static_cast<size_t>(u)] : -1;
       const ValueMeta* zm = other.is_node() ? &g.node(other.node).meta : nullptr;
       // NB: the residual must have the result's shape and dtype (no broadcast, no promotion).
-      if (r >= 0 && is_relu(g, r) && zm && zm->is_tensor() && other != Value::of_node(b) &&
+      // NB: a residual block adds two batch norms (main path and downsample): the add goes to the
+      // first one matched; the other stays a plain folded convolution that feeds it.
+      if (r >= 0 && is_relu(g, r) && zm && zm->is_tensor() && other != Value::of_node(b) && !claimed[static_cast<size_t>(u)] &&
           zm->tensor.sizes == g.node(b).meta.tensor.sizes && zm->tensor.dtype == DType::Float32 &&
           g.node(u).meta.is_tensor() && g.node(u).meta.tensor.sizes == zm->tensor.sizes) {
         m.epilogue = Epilogue::AddRelu;
         m.add = u;
+        claimed[static_cast<size_t>(u)] = true;
         m.z = other;
         m.final = r;
       }
@@ -144,6 +148,10 @@ std::optional<ConvFusionGraph> fold_conv_batch_norm(const Graph& g, bool relu_op
     match_of[static_cast<size_t>(m.final)] = static_cast<int>(matches.size());
     matches.push_back(m);
   }
+  for (const Match& m : matches)
+    m.z.for_each_node([&](NodeId z) {
+      FF_CHECK(!dropped[static_cast<size_t>(z)], "a residual operand of a folded convolution was folded away");
+    });
   if (matches.empty()) {
     *why = "no 2-d convolution followed by an eval-mode batch norm with input weights and statistics";
     return std::nullopt;
