@@ -99,8 +99,10 @@ class CompiledCudaGraph:
 
 class CudaGraphReplay:
     """mode="reduce-overhead": the compiled graph's launches recorded once in a CUDA graph and
-    replayed; inputs are copied into static buffers, outputs cloned out of the graph's pool.
-    Calls whose inputs differ in shape, dtype, device or strides from the recorded ones run the
+    replayed. Tensors passed as the very same objects in the first two calls (a module's parameters
+    and buffers) are used in place, as torch.compile's static inputs are; the others are copied into
+    static buffers on each call. Outputs are cloned out of the graph's pool. Calls whose inputs
+    differ (shape, stride, dtype, device, or another tensor where a static one was recorded) run the
     compiled graph directly (with a perf_hints line)."""
 
     def __init__(self, compiled):
@@ -109,7 +111,9 @@ class CudaGraphReplay:
         self._static_in = None
         self._static_out = None
         self._sig = None
-        self._calls = 0
+        self._first_ids = None
+        self._fixed = []  # (index, tensor, data_ptr, version) of inputs used in place
+        self._no_graph = False
 
     def __getattr__(self, name):
         return getattr(self._compiled, name)
@@ -120,7 +124,18 @@ class CudaGraphReplay:
                      for t in inputs)
 
     def _record(self, inputs):
-        self._static_in = [t.clone() if isinstance(t, torch.Tensor) else t for t in inputs]
+        fixed = [isinstance(t, torch.Tensor) and id(t) == i for t, i in zip(inputs, self._first_ids)]
+        # NB: weights the compiled graph converts or folds (channels-last, batch norms) are cached
+        # from their values when recorded; a replay must not see other values there.
+        derived = set(getattr(getattr(self._compiled, "_mod", None), "derived_sources", ()))
+        if any(not fixed[i] for i in derived):
+            _hint("reduce-overhead: weights that the compiled graph converts or folds are passed as new tensors "
+                  "on each call; running without a CUDA graph")
+            self._no_graph = True
+            return False
+        self._static_in = [t if f else t.clone() if isinstance(t, torch.Tensor) else t for t, f in zip(inputs, fixed)]
+        self._fixed = [(i, t, t.data_ptr(), t._version if i in derived else None)
+                       for i, (t, f) in enumerate(zip(inputs, fixed)) if f]
         stream = torch.cuda.Stream()
         stream.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(stream):
@@ -131,21 +146,33 @@ class CudaGraphReplay:
             self._static_out = self._compiled(*self._static_in)
         self._cuda_graph = g
         self._sig = self._signature(inputs)
+        return True
 
     def __call__(self, *inputs):
         if torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in inputs):
             return self._compiled(*inputs)
-        if self._cuda_graph is None:
-            self._calls += 1
-            if self._calls < 2:  # first call: compile-and-run path, as torch.compile warms up
-                return self._compiled(*inputs)
-            self._record(inputs)
-        elif self._signature(inputs) != self._sig:
-            _hint("reduce-overhead: inputs differ from the recorded CUDA graph's (shape, stride, dtype or "
-                  "device); running without the CUDA graph")
+        if self._no_graph:
             return self._compiled(*inputs)
+        if self._cuda_graph is None:
+            if self._first_ids is None:  # first call: compile-and-run path, as torch.compile warms up
+                self._first_ids = [id(t) for t in inputs]
+                return self._compiled(*inputs)
+            if not self._record(inputs):
+                return self._compiled(*inputs)
+        elif self._signature(inputs) != self._sig or any(
+                inputs[i] is not t or t.data_ptr() != ptr for i, t, ptr, _ in self._fixed):
+            _hint("reduce-overhead: inputs differ from the recorded CUDA graph's (shape, stride, dtype, "
+                  "device, or another tensor where a module's parameter was recorded); running without the "
+                  "CUDA graph")
+            return self._compiled(*inputs)
+        elif any(v is not None and t._version != v for _, t, _, v in self._fixed):
+            # A converted or folded weight changed in place: its derived copy is made again.
+            self._first_ids = [id(t) for t in inputs]
+            self._compiled(*inputs)
+            if not self._record(inputs):
+                return self._compiled(*inputs)
         for dst, src in zip(self._static_in, inputs):
-            if isinstance(dst, torch.Tensor):
+            if isinstance(dst, torch.Tensor) and dst is not src:
                 dst.copy_(src)
         self._cuda_graph.replay()
         return _clone_out(self._static_out)

@@ -426,3 +426,28 @@ def test_folded_batch_norm_equals_eager_and_follows_updates(epilogue, conv_bias,
             for v in vals[1:]:
                 v.mul_(1.1)
         _check(fn(*vals), g.run(*vals), 1e-5)
+
+
+@gpu
+def test_reduce_overhead_conv_net_keeps_weights_in_place_and_follows_their_updates():
+    # Parameters and buffers are passed as the same objects: the CUDA graph reads them in place; the
+    # folded batch norms are made again when a statistic changes in place.
+    g, vals = _conv_bn_graph("cuda", "add_relu")
+    fn = ffcuda.compile_graph(g, mode="reduce-overhead")
+    x, rest = vals[0], vals[1:]
+    for step in range(5):
+        x = torch.randn_like(x)
+        if step == 3:
+            rest[2].mul_(1.5)  # running_var, in place
+        _check(fn(x, *rest), g.run(x, *rest), 1e-5)
+    assert fn._cuda_graph is not None
+
+
+@gpu
+def test_reduce_overhead_with_new_weight_tensors_each_call_runs_without_a_graph():
+    g, vals = _conv_bn_graph("cuda", "relu")
+    fn = ffcuda.compile_graph(g, mode="reduce-overhead")
+    for step in range(4):
+        args = [torch.randn_like(v) if i != 3 else v for i, v in enumerate(vals)]  # fresh weights, same var
+        _check(fn(*args), g.run(*args), 1e-5)
+    assert fn._no_graph

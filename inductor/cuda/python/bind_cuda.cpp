@@ -85,6 +85,7 @@ void define_cuda(py::module_& m) {
       .def("kernels", &CudaGraphModule::kernels)
       .def_property_readonly("channels_last_why", &CudaGraphModule::channels_last_why)
       .def_property_readonly("layout_copies", &CudaGraphModule::layout_copies)
+      .def_property_readonly("derived_sources", &CudaGraphModule::derived_sources)
       .def("run", [](CudaGraphModule& g, py::args args) {
         std::vector<py::object> inputs;
         for (py::handle a : args) inputs.push_back(py::reinterpret_borrow<py::object>(a));

@@ -2,6 +2,7 @@
 
 #include <pybind11/stl.h>
 
+#include <algorithm>
 #include <chrono>
 #include <functional>
 #include <optional>
@@ -18,6 +19,23 @@ namespace py = pybind11;
 
 namespace ff::cuda {
 namespace {
+
+// (data pointer, version) of a tensor: what a derived input depends on. Through the C API: this
+// runs for every source tensor on every call.
+std::pair<uintptr_t, int64_t> tensor_identity(PyObject* t) {
+  static PyObject* data_ptr = PyUnicode_InternFromString("data_ptr");
+  static PyObject* version = PyUnicode_InternFromString("_version");
+  PyObject* p = PyObject_CallMethodNoArgs(t, data_ptr);
+  PyObject* v = p ? PyObject_GetAttr(t, version) : nullptr;
+  if (!p || !v) {
+    Py_XDECREF(p);
+    throw py::error_already_set();
+  }
+  std::pair<uintptr_t, int64_t> r{static_cast<uintptr_t>(PyLong_AsUnsignedLongLongMask(p)), PyLong_AsLongLong(v)};
+  Py_DECREF(p);
+  Py_DECREF(v);
+  return r;
+}
 
 bool cudnn_tf32_allowed() {
   try {
@@ -335,13 +353,15 @@ py::object CudaGraphModule::view(int b, const loop::TensorRef& ref) {
   return t.attr("as_strided")(py::cast(ref.sizes), py::cast(ref.strides), base + ref.offset);
 }
 
-py::object CudaGraphModule::folded_value(Folded& f, const std::vector<py::object>& inputs) {
+py::object CudaGraphModule::folded_value(Folded& f, const std::vector<py::object>& inputs,
+                                         std::vector<std::pair<uintptr_t, int64_t>>& seen) {
   const FoldedInput& s = f.spec;
   std::vector<std::pair<uintptr_t, int64_t>> sources;
   for (int i : {s.conv_weight, s.conv_bias, s.mean, s.var, s.weight, s.bias}) {
     if (i < 0) continue;
-    py::handle t = inputs.at(static_cast<size_t>(i));
-    sources.push_back({t.attr("data_ptr")().cast<uintptr_t>(), t.attr("_version").cast<int64_t>()});
+    auto& key = seen.at(static_cast<size_t>(i));
+    if (key.second < 0) key = tensor_identity(inputs.at(static_cast<size_t>(i)).ptr());
+    sources.push_back(key);
   }
   if (sources == f.sources && !f.value.is_none()) return f.value;
   auto in = [&](int i) { return inputs.at(static_cast<size_t>(i)).attr("detach")(); };
@@ -361,6 +381,18 @@ py::object CudaGraphModule::folded_value(Folded& f, const std::vector<py::object
   return f.value;
 }
 
+std::vector<int> CudaGraphModule::derived_sources() const {
+  int n0 = static_cast<int>(graph_.placeholders().size() - folded_.size());
+  std::vector<int> out;
+  auto add = [&](int i) {
+    if (i >= 0 && i < n0 && std::find(out.begin(), out.end(), i) == out.end()) out.push_back(i);
+  };
+  for (const ClInput& c : cl_inputs_) add(c.index);
+  for (const Folded& f : folded_)
+    for (int i : {f.spec.conv_weight, f.spec.conv_bias, f.spec.mean, f.spec.var, f.spec.weight, f.spec.bias}) add(i);
+  return out;
+}
+
 py::object CudaGraphModule::run(const std::vector<py::object>& given) {
   ensure_module();
   std::vector<py::object> inputs = given;
@@ -368,13 +400,14 @@ py::object CudaGraphModule::run(const std::vector<py::object>& given) {
     size_t n0 = graph_.placeholders().size() - folded_.size();
     if (inputs.size() != n0)
       throw py::type_error("compiled graph expects " + std::to_string(n0) + " inputs, got " + std::to_string(inputs.size()));
-    for (Folded& f : folded_) inputs.push_back(folded_value(f, inputs));
+    // NB: every BN reads several inputs and an input may feed several folds: each is read once.
+    std::vector<std::pair<uintptr_t, int64_t>> seen(n0, {0, -1});
+    for (Folded& f : folded_) inputs.push_back(folded_value(f, inputs, seen));
   }
   for (ClInput& c : cl_inputs_) {
     if (static_cast<size_t>(c.index) >= inputs.size()) break;  // the count is checked below
     py::object t = inputs[static_cast<size_t>(c.index)];
-    uintptr_t ptr = t.attr("data_ptr")().cast<uintptr_t>();
-    int64_t version = t.attr("_version").cast<int64_t>();
+    auto [ptr, version] = tensor_identity(t.ptr());
     if (ptr != c.src_ptr || version != c.version || c.converted.is_none()) {
       // NB: exactly the strides the graph was compiled for: contiguous(memory_format=...) keeps a
       // 1x1 kernel's [64, 1, 1, 1] as it is (channels-last by torch's test, not by its strides).

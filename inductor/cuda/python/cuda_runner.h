@@ -57,6 +57,9 @@ class CudaGraphModule {
   const std::string& channels_last_why() const { return channels_last_why_; }
   // Extern results copied into the layout the kernels were generated for, over all runs.
   int64_t layout_copies() const { return layout_copies_; }
+  // Caller's input indices whose values are converted or folded into cached derived tensors (a
+  // CUDA graph replay must see them unchanged, or record again).
+  std::vector<int> derived_sources() const;
 
  private:
   void ensure_module();
@@ -100,7 +103,9 @@ class CudaGraphModule {
     pybind11::object value;
   };
   std::vector<Folded> folded_;
-  pybind11::object folded_value(Folded& f, const std::vector<pybind11::object>& inputs);
+  // seen[i]: input i's (data pointer, version) once read this call ({0, -1} before).
+  pybind11::object folded_value(Folded& f, const std::vector<pybind11::object>& inputs,
+                                std::vector<std::pair<uintptr_t, int64_t>>& seen);
   std::vector<std::pair<NodeId, TensorMeta>> cl_restore_;
   std::string channels_last_why_;
   int64_t layout_copies_ = 0;
