@@ -20,7 +20,7 @@
 namespace ff::cuda {
 
 struct CudaCompileOptions {
-  std::string mode = "default";  // "default" | "max-autotune" | "reduce-overhead" (handled in Python)
+  std::string mode = "default";  // "default" | "max-autotune" | "reduce-overhead" (replay in Python; folds batch norms)
   std::string arch;              // "" = the device's (sm_90 when no GPU is present)
   // Compile-only (inspection, CI without a GPU): a graph of CPU or meta tensors is compiled as if
   // its tensors were on cuda:0. Running it then rejects non-CUDA inputs.
