@@ -42,8 +42,8 @@ MEASURED = ("steady_ms: median ms per step, CUDA-event timed batches after warm-
             "throwaway compile (prewarm_s); peak_mb: torch.cuda.max_memory_allocated from compile() through "
             "warm-up beyond the model and inputs; max_abs_err / rel_err: against eager from the same seed "
             "(inference: first call's outputs; training: 3 steps' losses and the parameters after them), "
-            "TF32 off (with --precision default: TF32 off for the compared first call only, torch's own "
-            "settings while timing)")
+            "TF32 off (with --precision default: torch's own settings for the cold call of inference workloads and "
+            "while timing, TF32 off for the compared call)")
 
 
 def parse_args(argv):

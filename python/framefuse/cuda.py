@@ -99,9 +99,9 @@ class CompiledCudaGraph:
 
 class CudaGraphReplay:
     """mode="reduce-overhead": the compiled graph's launches recorded once in a CUDA graph and
-    replayed. Tensors passed as the very same objects in the first two calls (a module's parameters
-    and buffers) are used in place, as torch.compile's static inputs are; the others are copied into
-    static buffers on each call. Outputs are cloned out of the graph's pool. Calls whose inputs
+    replayed. Parameters, and the tensors the graph derives converted or folded weights from, passed
+    as the very same objects in the first two calls are used in place, as torch.compile's static
+    inputs are; the others are copied into static buffers on each call. Outputs are cloned out of the graph's pool. Calls whose inputs
     differ (shape, stride, dtype, device, or another tensor where a static one was recorded) run the
     compiled graph directly (with a perf_hints line)."""
 
@@ -124,10 +124,13 @@ class CudaGraphReplay:
                      for t in inputs)
 
     def _record(self, inputs):
-        fixed = [isinstance(t, torch.Tensor) and id(t) == i for t, i in zip(inputs, self._first_ids)]
         # NB: weights the compiled graph converts or folds (channels-last, batch norms) are cached
         # from their values when recorded; a replay must not see other values there.
         derived = set(getattr(getattr(self._compiled, "_mod", None), "derived_sources", ()))
+        # Read in place: parameters and the tensors weights are derived from, passed as the same
+        # objects twice (an input batch passed twice is still copied: the next batch is another tensor).
+        fixed = [isinstance(t, torch.Tensor) and id(t) == first and (isinstance(t, torch.nn.Parameter) or i in derived)
+                 for i, (t, first) in enumerate(zip(inputs, self._first_ids))]
         if any(not fixed[i] for i in derived):
             _hint("reduce-overhead: weights that the compiled graph converts or folds are passed as new tensors "
                   "on each call; running without a CUDA graph")

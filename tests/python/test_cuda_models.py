@@ -452,3 +452,19 @@ def test_reduce_overhead_with_new_weight_tensors_each_call_runs_without_a_graph(
         args = [torch.randn_like(v) if i != 3 else v for i, v in enumerate(vals)]  # fresh weights, same var
         _check(fn(*args), g.run(*args), 1e-5)
     assert fn._no_graph
+
+
+@gpu
+def test_reduce_overhead_copies_an_input_batch_passed_twice():
+    # The first two calls get the same batch; later calls other batches: the batch is not taken for
+    # a parameter, so the CUDA graph keeps replaying with each new batch copied in.
+    g, vals = _conv_bn_graph("cuda", "relu")
+    fn = ffcuda.compile_graph(g, mode="reduce-overhead")
+    x, rest = vals[0], vals[1:]
+    fn(x, *rest)
+    fn(x, *rest)
+    graph = fn._cuda_graph
+    for _ in range(3):
+        x = torch.randn_like(x)
+        _check(fn(x, *rest), g.run(x, *rest), 1e-5)
+    assert fn._cuda_graph is graph and not fn._no_graph
