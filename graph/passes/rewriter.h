@@ -32,6 +32,9 @@ class GraphRewriter {
   // A new call in the result (a pass's replacement); `args` are result operands, bound to the op's schema.
   NodeId add_call(OpId op, std::vector<Value> args, ValueMeta meta, const std::string& name_hint);
 
+  // A new input of the result (only before the first call is added).
+  NodeId add_placeholder(const std::string& name, ValueMeta meta) { return dst_.add_placeholder(name, std::move(meta)); }
+
   Graph finish() { return std::move(dst_); }
 
  private:

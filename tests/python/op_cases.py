@@ -588,6 +588,11 @@ cases("mm", C(torch.mm, H, T(4, 5, dtype=f16)), C(torch.mm, BH, T(4, 5, dtype=bf
 cases("linear", C(F.linear, H, T(5, 4, dtype=f16)), C(F.linear, BH, T(5, 4, dtype=bf16), T(5, dtype=bf16)))
 cases("conv2d", C(F.conv2d, T(2, 3, 8, 8, dtype=f16), T(4, 3, 3, 3, dtype=f16)),
       C(F.conv2d, T(2, 3, 8, 8, dtype=bf16), T(4, 3, 3, 3, dtype=bf16)))
+# cuDNN's fused convolutions (CUDA only: on CPU both eager and the graph reject them).
+cases("cudnn_convolution_relu", C(torch.cudnn_convolution_relu, T(2, 3, 8, 8), T(4, 3, 3, 3), T(4), [1, 1], [1, 1], [1, 1], 1,
+                                   fallback=True))
+cases("cudnn_convolution_add_relu", C(torch.cudnn_convolution_add_relu, T(2, 3, 8, 8), T(4, 3, 3, 3), T(2, 4, 8, 8), 1.0, T(4),
+                                       [1, 1], [1, 1], [1, 1], 1, fallback=True))
 cases("max_pool2d", C(F.max_pool2d, T(2, 3, 8, 8, dtype=f16), 2), C(F.max_pool2d, T(2, 3, 8, 8, dtype=bf16), 2))
 cases("avg_pool2d", C(F.avg_pool2d, T(2, 3, 8, 8, dtype=f16), 2), C(F.avg_pool2d, T(2, 3, 8, 8, dtype=bf16), 2))
 cases("adaptive_avg_pool2d", C(F.adaptive_avg_pool2d, T(2, 3, 8, 8, dtype=f16), 2),

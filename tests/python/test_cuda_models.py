@@ -4,6 +4,7 @@ The seed models, a resnet18-style CNN and a nanoGPT-style decoder in inference (
 the CUDA code generator); reduce-overhead on the MLP in inference (CUDA graph replay) and over three
 training steps. Marked `cuda`: skipped where torch sees no GPU.
 """
+import contextlib
 import pytest
 import torch
 import torch.nn.functional as F
@@ -265,11 +266,23 @@ def _conv_graph(dev, weight_also_output=False):
     return g, [x, w, b]
 
 
+@contextlib.contextmanager
+def _tf32_convs():
+    """cuDNN convolutions allowed in TF32 (torch's default) while a graph compiles: the condition
+    for channels-last. The graph then runs with the suite's setting (TF32 off), exactly."""
+    old = torch.backends.cudnn.allow_tf32
+    torch.backends.cudnn.allow_tf32 = True
+    try:
+        yield
+    finally:
+        torch.backends.cudnn.allow_tf32 = old
+
+
 def test_conv_nets_compile_channels_last_for_sm90(tmp_path):
     _need_nvrtc()
     g, _ = _conv_graph("cpu")
     assert "off" in ffcuda.compile_graph(g, arch="sm_90")._mod.channels_last_why  # the default
-    with framefuse.config.patch(cuda_channels_last=True):
+    with framefuse.config.patch(cuda_channels_last=True), _tf32_convs():
         fn = ffcuda.compile_graph(g, arch="sm_90")
         assert fn._mod.channels_last_why == "", fn._mod.channels_last_why
         # A weight with another reader keeps its layout: nothing to convert.
@@ -280,7 +293,7 @@ def test_conv_nets_compile_channels_last_for_sm90(tmp_path):
 @gpu
 def test_channels_last_conv_graph_equals_eager_with_eager_strides():
     g, (x, w, b) = _conv_graph("cuda")
-    with framefuse.config.patch(cuda_channels_last=True):
+    with framefuse.config.patch(cuda_channels_last=True), _tf32_convs():
         fn = ffcuda.compile_graph(g)
     assert fn._mod.channels_last_why == ""
     for step in range(3):
@@ -349,6 +362,62 @@ def test_resnet_block_compiles_channels_last_for_cuda_graphs(tmp_path):
     r = gc.call(F.relu, gc.call(F.batch_norm, gc.call(F.conv2d, gx, gw, None, 1, 1), grm, grv, gbw, gbb, False, 0.1, 1e-5))
     p = gc.call(F.max_pool2d, r, 3, 2, 1)
     gc.output((gc.call(F.relu, gc.call(operator.add, gc.call(F.conv2d, p, gw2, None, 1, 1), p)),))
-    with framefuse.config.patch(cuda_channels_last=True):
+    with framefuse.config.patch(cuda_channels_last=True), _tf32_convs():
         fn = ffcuda.compile_graph(gc, arch="sm_90")
     assert fn._mod.channels_last_why == "", fn._mod.channels_last_why
+
+
+def _conv_bn_graph(dev, epilogue, conv_bias=False, affine=True):
+    """x -> conv -> eval batch norm -> (nothing | relu | + z then relu), and the tensors."""
+    torch.manual_seed(1)
+    t = dict(device=dev)
+    x, w = torch.randn(4, 8, 12, 12, **t), torch.randn(16, 8, 3, 3, **t) / 8
+    cb = torch.randn(16, **t) if conv_bias else None
+    rm, rv = torch.randn(16, **t), torch.rand(16, **t) + 0.5
+    bw, bb = (torch.randn(16, **t), torch.randn(16, **t)) if affine else (None, None)
+    z = torch.randn(4, 16, 12, 12, **t)
+    vals = {"x": x, "w": w, "cb": cb, "rm": rm, "rv": rv, "bw": bw, "bb": bb, "z": z}
+    vals = {k: v for k, v in vals.items() if v is not None}
+    g = Graph()
+    ph = {k: g.placeholder(k, v) for k, v in vals.items()}
+    y = g.call(F.batch_norm, g.call(F.conv2d, ph["x"], ph["w"], ph.get("cb"), 1, 1), ph["rm"], ph["rv"],
+               ph.get("bw"), ph.get("bb"), False, 0.1, 1e-5)
+    if epilogue == "relu":
+        y = g.call(F.relu, y)
+    elif epilogue == "add_relu":
+        y = g.call(torch.relu, g.call(operator.add, ph["z"], y))
+    g.output((y,))
+    return g, list(vals.values())
+
+
+@pytest.mark.parametrize("epilogue,extern", [("none", "conv2d"), ("relu", "conv_relu"), ("add_relu", "conv_relu")])
+def test_batch_norm_folds_into_the_convolution_for_sm90(epilogue, extern, caplog):
+    # Compile-only (CI): the batch norm and its epilogue leave no kernel; one extern call remains.
+    _need_nvrtc()
+    g, _ = _conv_bn_graph("cpu", epilogue)
+    framefuse.set_logs("perf_hints")
+    caplog.set_level("INFO", logger="framefuse")
+    try:
+        fn = ffcuda.compile_graph(g, arch="sm_90")
+    finally:
+        framefuse.set_logs("")
+    assert "batch norm(s) folded" in caplog.text
+    assert f"ExternResult ({extern})" in fn.program and "kernel" not in fn.program, fn.program
+    with framefuse.config.patch(cuda_fold_batch_norm=False):
+        assert "kernel" in ffcuda.compile_graph(g, arch="sm_90").program
+
+
+@gpu
+@pytest.mark.parametrize("epilogue", ["none", "relu", "add_relu"])
+@pytest.mark.parametrize("conv_bias,affine", [(False, True), (True, False)])
+def test_folded_batch_norm_equals_eager_and_follows_updates(epilogue, conv_bias, affine):
+    g, vals = _conv_bn_graph("cuda", epilogue, conv_bias, affine)
+    fn = ffcuda.compile_graph(g)
+    assert "ExternResult (" in fn.program and "batch_norm" not in fn.program
+    for step in range(3):
+        if step == 1:
+            vals[0] = torch.randn_like(vals[0])
+        if step == 2:  # the statistics change in place: the folded weights must follow
+            for v in vals[1:]:
+                v.mul_(1.1)
+        _check(fn(*vals), g.run(*vals), 1e-5)

@@ -19,6 +19,14 @@ namespace py = pybind11;
 namespace ff::cuda {
 namespace {
 
+bool cudnn_tf32_allowed() {
+  try {
+    return py::module::import("torch").attr("backends").attr("cudnn").attr("allow_tf32").cast<bool>();
+  } catch (const py::error_already_set&) {
+    return false;
+  }
+}
+
 std::string layout_str(const std::vector<int64_t>& sizes, const std::vector<int64_t>& strides) {
   auto join = [](const std::vector<int64_t>& v) {
     std::string s;
@@ -154,7 +162,22 @@ CudaGraphModule::CudaGraphModule(const Graph& g, const CudaCompileOptions& opts)
   if (functionalized && log_enabled(LogArtifact::perf_hints) && log_enabled(LogComponent::inductor, LogLevel::Debug))
     log_emit(LogArtifact::perf_hints, "CUDA: " + std::to_string(functionalized) +
                                           " in-place op(s) on private intermediates compiled out of place");
-  if (config().cuda_channels_last) {
+  if (config().cuda_fold_batch_norm) {
+    std::string why;
+    auto relu = op_by_name("cudnn_convolution_relu");
+    auto add_relu = op_by_name("cudnn_convolution_add_relu");
+    bool relu_ops = relu && add_relu && op_callable(*relu) && op_callable(*add_relu);
+    if (auto f = fold_conv_batch_norm(graph_, relu_ops, &why)) {
+      graph_ = std::move(f->graph);
+      for (const FoldedInput& spec : f->folded) folded_.push_back(Folded{spec, {}, py::none()});
+      if (log_enabled(LogArtifact::perf_hints))
+        log_emit(LogArtifact::perf_hints, "CUDA: " + std::to_string(f->fused) + " eval-mode batch norm(s) folded into their convolutions" +
+                                              (relu_ops ? " (relu and residual epilogues in cuDNN)" : ""));
+    }
+  }
+  // NB: channels-last pays off where cuDNN's convolutions run in TF32 (torch's default for them);
+  // in full fp32 its NHWC kernels are slower than NCHW ones.
+  if (config().cuda_channels_last && cudnn_tf32_allowed()) {
     std::string why;
     if (auto cl = inductor::to_channels_last(graph_, &why)) {
       graph_ = std::move(cl->graph);
@@ -164,7 +187,8 @@ CudaGraphModule::CudaGraphModule(const Graph& g, const CudaCompileOptions& opts)
       channels_last_why_ = why;
     }
   } else {
-    channels_last_why_ = "config cuda_channels_last is off";
+    channels_last_why_ = config().cuda_channels_last ? "cuDNN convolutions run in full fp32 (torch.backends.cudnn.allow_tf32 is off)"
+                                                     : "config cuda_channels_last is off";
   }
   Graph neutral = device_neutral(graph_, &device_, opts.assume_cuda);
   prog_ = inductor::compile_to_loop_ir(neutral);
@@ -311,9 +335,41 @@ py::object CudaGraphModule::view(int b, const loop::TensorRef& ref) {
   return t.attr("as_strided")(py::cast(ref.sizes), py::cast(ref.strides), base + ref.offset);
 }
 
+py::object CudaGraphModule::folded_value(Folded& f, const std::vector<py::object>& inputs) {
+  const FoldedInput& s = f.spec;
+  std::vector<std::pair<uintptr_t, int64_t>> sources;
+  for (int i : {s.conv_weight, s.conv_bias, s.mean, s.var, s.weight, s.bias}) {
+    if (i < 0) continue;
+    py::handle t = inputs.at(static_cast<size_t>(i));
+    sources.push_back({t.attr("data_ptr")().cast<uintptr_t>(), t.attr("_version").cast<int64_t>()});
+  }
+  if (sources == f.sources && !f.value.is_none()) return f.value;
+  auto in = [&](int i) { return inputs.at(static_cast<size_t>(i)).attr("detach")(); };
+  py::object torch = py::module::import("torch");
+  py::object scale = torch.attr("rsqrt")(in(s.var) + py::float_(s.eps));
+  if (s.weight >= 0) scale = scale * in(s.weight);
+  py::object value;
+  if (s.is_weight) {
+    value = in(s.conv_weight) * scale.attr("reshape")(-1, 1, 1, 1);
+  } else {
+    value = (s.conv_bias >= 0 ? in(s.conv_bias) - in(s.mean) : -in(s.mean)) * scale;
+    if (s.bias >= 0) value = value + in(s.bias);
+  }
+  f.value = py::none();  // the old tensor goes before the new one is kept
+  f.value = value;
+  f.sources = std::move(sources);
+  return f.value;
+}
+
 py::object CudaGraphModule::run(const std::vector<py::object>& given) {
   ensure_module();
   std::vector<py::object> inputs = given;
+  if (!folded_.empty()) {
+    size_t n0 = graph_.placeholders().size() - folded_.size();
+    if (inputs.size() != n0)
+      throw py::type_error("compiled graph expects " + std::to_string(n0) + " inputs, got " + std::to_string(inputs.size()));
+    for (Folded& f : folded_) inputs.push_back(folded_value(f, inputs));
+  }
   for (ClInput& c : cl_inputs_) {
     if (static_cast<size_t>(c.index) >= inputs.size()) break;  // the count is checked below
     py::object t = inputs[static_cast<size_t>(c.index)];

@@ -13,6 +13,7 @@
 #include "inductor/cuda/cuda_launch.h"
 #include "inductor/cuda/cuda_render.h"
 #include "inductor/channels_last.h"
+#include "inductor/cuda/python/conv_fusion.h"
 #include "inductor/cuda/nvrtc_compiler.h"
 #include "inductor/loop_ir.h"
 
@@ -91,6 +92,15 @@ class CudaGraphModule {
     pybind11::object converted;
   };
   std::vector<ClInput> cl_inputs_;
+  // Batch norms folded into convolutions: the folded weights and biases, recomputed when a tensor
+  // they come from changes (pointer or version).
+  struct Folded {
+    FoldedInput spec;
+    std::vector<std::pair<uintptr_t, int64_t>> sources;
+    pybind11::object value;
+  };
+  std::vector<Folded> folded_;
+  pybind11::object folded_value(Folded& f, const std::vector<pybind11::object>& inputs);
   std::vector<std::pair<NodeId, TensorMeta>> cl_restore_;
   std::string channels_last_why_;
   int64_t layout_copies_ = 0;
