@@ -3,6 +3,8 @@ inductor/channels_last.h): conv weights become NHWC copies made once per weight 
 kernels between convolutions read and write NHWC, and outputs come back in eager's layout. Every
 model here is compiled with the knob on and off and must equal eager, strides included."""
 import logging
+import os
+import sys
 
 import pytest
 import torch
@@ -14,6 +16,11 @@ from framefuse import _C
 from framefuse.graph import Graph
 from framefuse.inductor import compile_graph
 
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+if REPO not in sys.path:
+    sys.path.insert(0, REPO)
+from benchmarks.workloads.nets import BasicBlock  # noqa: E402
+
 pytestmark = [
     pytest.mark.usefixtures("fresh_framefuse"),
     pytest.mark.skipif(not _C.inductor.codegen_available(), reason="framefuse built without LLVM"),
@@ -22,16 +29,8 @@ pytestmark = [
 TOL = {torch.float32: dict(rtol=1e-4, atol=1e-4), torch.float64: dict(rtol=1e-10, atol=1e-10)}
 
 
-class Block(nn.Module):
-    def __init__(self, cin, cout, stride):
-        super().__init__()
-        self.conv1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False)
-        self.bn1 = nn.BatchNorm2d(cout)
-        self.conv2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False)
-        self.bn2 = nn.BatchNorm2d(cout)
-        self.down = None
-        if stride != 1 or cin != cout:
-            self.down = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout))
+class Block(BasicBlock):
+    """The suite's resnet block, with torchvision's in-place residual add and relu."""
 
     def forward(self, x):
         out = F.relu(self.bn1(self.conv1(x)), inplace=True)
