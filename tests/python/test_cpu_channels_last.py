@@ -164,27 +164,34 @@ def test_channels_last_model_equals_eager():
         _check(compiled(x), model(x), torch.float32)
 
 
-def test_weights_changed_in_place_are_converted_again():
+def _same_after(change):
+    """Compiles the model, checks a call, applies change(model), checks again (no_grad)."""
     model = _model()
     x = torch.randn(2, 3, 32, 32)
     compiled = framefuse.compile(model, backend="inductor")
     with torch.no_grad():
         _check(compiled(x), model(x), torch.float32)
+        change(model)
+        _check(compiled(x), model(x), torch.float32)
+    return model, x, compiled
+
+
+def test_weights_changed_in_place_are_converted_again():
+    def change(model):
         model.stem[0].weight.mul_(-2.0)  # bumps the version counter
         model.blocks[1].conv2.weight.zero_()
-        _check(compiled(x), model(x), torch.float32)
+
+    model, x, compiled = _same_after(change)
+    with torch.no_grad():
         model.load_state_dict(_randomize_bn(TinyResNet()).state_dict())
         _check(compiled(x), model(x), torch.float32)
 
 
 def test_a_replaced_weight_tensor_is_used():
-    model = _model()
-    x = torch.randn(2, 3, 32, 32)
-    compiled = framefuse.compile(model, backend="inductor")
-    with torch.no_grad():
-        _check(compiled(x), model(x), torch.float32)
+    def change(model):
         model.blocks[0].conv1.weight = nn.Parameter(torch.randn_like(model.blocks[0].conv1.weight))
-        _check(compiled(x), model(x), torch.float32)
+
+    _same_after(change)
 
 
 def test_inference_mode_weights_without_a_version_counter():
@@ -197,13 +204,17 @@ def test_inference_mode_weights_without_a_version_counter():
         _check(compiled(x), model(x), torch.float32)
 
 
-def test_training_mode_batch_norm_updates_running_stats():
+def _training_pair():
+    """An eager reference and a compiled copy of the same train-mode model, and an input."""
     torch.manual_seed(0)
     ref = _randomize_bn(TinyResNet()).train()
     model = _randomize_bn(TinyResNet()).train()
     model.load_state_dict(ref.state_dict())
-    compiled = framefuse.compile(model, backend="inductor")
-    x = torch.randn(4, 3, 32, 32)
+    return ref, model, framefuse.compile(model, backend="inductor"), torch.randn(4, 3, 32, 32)
+
+
+def test_training_mode_batch_norm_updates_running_stats():
+    ref, model, compiled, x = _training_pair()
     with torch.no_grad():
         for _ in range(2):
             torch.testing.assert_close(compiled(x), ref(x), rtol=1e-4, atol=1e-4)
@@ -216,12 +227,7 @@ def test_training_mode_batch_norm_updates_running_stats():
 
 def test_training_with_autograd_still_matches_eager():
     # Graphs that need autograd run on the reference runner; the rewrite must not change that.
-    torch.manual_seed(0)
-    ref = _randomize_bn(TinyResNet()).train()
-    model = _randomize_bn(TinyResNet()).train()
-    model.load_state_dict(ref.state_dict())
-    compiled = framefuse.compile(model, backend="inductor")
-    x = torch.randn(4, 3, 32, 32)
+    ref, model, compiled, x = _training_pair()
     compiled(x).sum().backward()
     ref(x).sum().backward()
     for (name, p), q in zip(ref.named_parameters(), model.parameters()):
