@@ -14,6 +14,17 @@
 
 namespace ff::inductor {
 
+// What a tensor-derived cache depends on: the data pointer and version counter of the tensor.
+// version -1: the tensor has none (made under torch.inference_mode), so nothing derived from it may
+// be reused. False with a Python error set on failure.
+struct TensorStamp {
+  void* ptr = nullptr;
+  int64_t version = -1;
+  bool reusable() const { return version >= 0; }
+  bool operator==(const TensorStamp&) const = default;
+};
+bool tensor_stamp(PyObject* t, TensorStamp* out);
+
 class ChannelsLastInputs {
  public:
   ChannelsLastInputs() = default;
@@ -21,11 +32,12 @@ class ChannelsLastInputs {
   ChannelsLastInputs& operator=(const ChannelsLastInputs&) = delete;
   ~ChannelsLastInputs();
 
-  // Input `index` (placeholder order) is passed as a copy of `sizes`/`strides`/`dtype` (borrowed
-  // tuples and torch.dtype; they must outlive this).
-  void add(size_t index, PyObject* sizes, PyObject* strides, PyObject* dtype);
+  // Input `index` (placeholder order) is passed as a copy with `sizes`/`strides` (borrowed sequences
+  // that must outlive this), on the tensor's own device and dtype.
+  void add(size_t index, PyObject* sizes, PyObject* strides);
   bool empty() const { return inputs_.empty(); }
   size_t size() const { return inputs_.size(); }
+  size_t index(size_t k) const { return inputs_[k].index; }
 
   // Replaces inputs[index] (borrowed) by its converted copy; owned[k] (size() entries, null on
   // entry) receives a new reference to the k-th copy, which the caller drops after the run (another
@@ -37,16 +49,13 @@ class ChannelsLastInputs {
     size_t index = 0;
     PyObject* sizes = nullptr;
     PyObject* strides = nullptr;
-    PyObject* dtype = nullptr;
     PyObject* src = nullptr;        // strong: the tensor last converted
-    void* src_ptr = nullptr;
-    int64_t version = -1;           // -1: no version counter, never reused
+    TensorStamp stamp;              // src's when it was converted
     PyObject* converted = nullptr;  // strong
   };
   PyObject* convert_one(Input& in, PyObject* t);  // new reference
 
   std::vector<Input> inputs_;
-  PyObject* empty_strided_ = nullptr;  // strong: torch.empty_strided
 };
 
 }  // namespace ff::inductor

@@ -327,7 +327,7 @@ CompiledGraph::CompiledGraph(const Graph& g) {
       // The caller passes the weight as captured; the run converts it to the compiled layout.
       pl.cl_input_strides[i] = int_tuple(g.node(pl.placeholders[i]).meta.tensor.strides);
       strides = pl.cl_input_strides[i].get();
-      pl.cl_inputs.add(i, pb.sizes.get(), pb.strides.get(), pb.dtype.get());
+      pl.cl_inputs.add(i, pb.sizes.get(), pb.strides.get());
     }
     pl.input_check.add(pb.dtype.get(), pb.sizes.get(), strides);
   }

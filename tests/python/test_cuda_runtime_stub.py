@@ -78,6 +78,11 @@ with framefuse.config.patch(cache_dir={cache!r}):
         m = _C.cuda.compile(g._g, "default", "", True, True)
     (out,) = m.run(x, w)
     print("channels-last", repr(m.channels_last_why), out.stride() == g.run(x, w)[0].stride(), m.layout_copies, flush=True)
+    # Weights made under inference mode have no version counter (reading it raises): they are
+    # converted on every call. (The stand-in driver runs no kernel: only the host side is checked.)
+    with torch.inference_mode():
+        shapes = [tuple(m.run(x, torch.randn(16, 8, 1, 1))[0].shape) for _ in range(2)]
+    print("inference-mode weights", shapes == [(2, 16, 6, 6)] * 2, flush=True)
     # A misaligned input: the scalar variant is chosen.
     g, (x,) = CASES["pointwise"][0]("cpu")
     m = _C.cuda.compile(g._g, "default", "", True, True)
@@ -124,6 +129,7 @@ def test_runtime_host_side_with_driver_stand_in(stub_dir, tmp_path):
     # max-autotune timed several block sizes: more launches than kernels.
     assert out.count("stub: launch") > 4 * len(cases)
     assert "channels-last '' True 0" in out, out[-2000:]
+    assert "inference-mode weights True" in out, out[-2000:]
     misaligned = [line for line in out.splitlines() if line.startswith("misaligned")][0]
     assert "ff_k0 block" in misaligned and "_v block" not in misaligned, misaligned
     assert "layout error: input x is float32[65536] strides [2] on cpu; the graph was compiled for float32[65536] strides [1]" in out, out[-2000:]

@@ -20,23 +20,6 @@ namespace py = pybind11;
 namespace ff::cuda {
 namespace {
 
-// (data pointer, version) of a tensor: what a derived input depends on. Through the C API: this
-// runs for every source tensor on every call.
-std::pair<uintptr_t, int64_t> tensor_identity(PyObject* t) {
-  static PyObject* data_ptr = PyUnicode_InternFromString("data_ptr");
-  static PyObject* version = PyUnicode_InternFromString("_version");
-  PyObject* p = PyObject_CallMethodNoArgs(t, data_ptr);
-  PyObject* v = p ? PyObject_GetAttr(t, version) : nullptr;
-  if (!p || !v) {
-    Py_XDECREF(p);
-    throw py::error_already_set();
-  }
-  std::pair<uintptr_t, int64_t> r{static_cast<uintptr_t>(PyLong_AsUnsignedLongLongMask(p)), PyLong_AsLongLong(v)};
-  Py_DECREF(p);
-  Py_DECREF(v);
-  return r;
-}
-
 bool cudnn_tf32_allowed() {
   try {
     return py::module::import("torch").attr("backends").attr("cudnn").attr("allow_tf32").cast<bool>();
@@ -202,7 +185,7 @@ CudaGraphModule::CudaGraphModule(const Graph& g, const CudaCompileOptions& opts)
     std::string why;
     if (auto cl = inductor::to_channels_last(graph_, &why)) {
       graph_ = std::move(cl->graph);
-      for (int i : cl->inputs) cl_inputs_.push_back(ClInput{i, 0, -1, py::none()});
+      cl_indices_ = cl->inputs;
       cl_restore_ = std::move(cl->restore);
     } else {
       channels_last_why_ = why;
@@ -213,6 +196,16 @@ CudaGraphModule::CudaGraphModule(const Graph& g, const CudaCompileOptions& opts)
   }
   Graph neutral = device_neutral(graph_, &device_, opts.assume_cuda);
   prog_ = inductor::compile_to_loop_ir(neutral);
+  num_inputs_ = graph_.placeholders().size() - folded_.size();
+  for (int i : cl_indices_) {
+    // NB: exactly the strides the graph was compiled for (see ChannelsLastInputs).
+    for (const loop::Buffer& b : prog_.buffers) {
+      if (b.role != loop::BufferRole::Input || b.input != i) continue;
+      cl_layouts_.push_back(py::cast(b.sizes));
+      cl_layouts_.push_back(py::cast(b.strides));
+      cl_inputs_.add(static_cast<size_t>(i), cl_layouts_[cl_layouts_.size() - 2].ptr(), cl_layouts_.back().ptr());
+    }
+  }
   autotune_ = opts.mode == "max-autotune";
   host_emulation_ = opts.host_emulation;
   RenderOptions ro;
@@ -357,19 +350,23 @@ py::object CudaGraphModule::view(int b, const loop::TensorRef& ref) {
 }
 
 py::object CudaGraphModule::folded_value(Folded& f, const std::vector<py::object>& inputs,
-                                         std::vector<std::pair<uintptr_t, int64_t>>& seen) {
+                                         std::vector<std::optional<inductor::TensorStamp>>& seen) {
   const FoldedInput& s = f.spec;
-  std::vector<std::pair<uintptr_t, int64_t>> sources;
+  std::vector<inductor::TensorStamp> sources;
+  bool reusable = !f.value.is_none();
   for (int i : {s.conv_weight, s.conv_bias, s.mean, s.var, s.weight, s.bias}) {
     if (i < 0) continue;
-    auto& key = seen.at(static_cast<size_t>(i));
-    if (key.second < 0) key = tensor_identity(inputs.at(static_cast<size_t>(i)).ptr());
-    sources.push_back(key);
+    auto& stamp = seen.at(static_cast<size_t>(i));
+    if (!stamp) {
+      stamp.emplace();
+      if (!inductor::tensor_stamp(inputs.at(static_cast<size_t>(i)).ptr(), &*stamp)) throw py::error_already_set();
+    }
+    reusable &= stamp->reusable();
+    sources.push_back(*stamp);
   }
-  if (sources == f.sources && !f.value.is_none()) return f.value;
+  if (reusable && sources == f.sources) return f.value;
   auto in = [&](int i) { return inputs.at(static_cast<size_t>(i)).attr("detach")(); };
-  py::object torch = py::module::import("torch");
-  py::object scale = torch.attr("rsqrt")(in(s.var) + py::float_(s.eps));
+  py::object scale = torch_.attr("rsqrt")(in(s.var) + py::float_(s.eps));
   if (s.weight >= 0) scale = scale * in(s.weight);
   py::object value;
   if (s.is_weight) {
@@ -385,12 +382,11 @@ py::object CudaGraphModule::folded_value(Folded& f, const std::vector<py::object
 }
 
 std::vector<int> CudaGraphModule::derived_sources() const {
-  int n0 = static_cast<int>(graph_.placeholders().size() - folded_.size());
   std::vector<int> out;
   auto add = [&](int i) {
-    if (i >= 0 && i < n0 && std::find(out.begin(), out.end(), i) == out.end()) out.push_back(i);
+    if (i >= 0 && static_cast<size_t>(i) < num_inputs_ && std::find(out.begin(), out.end(), i) == out.end()) out.push_back(i);
   };
-  for (const ClInput& c : cl_inputs_) add(c.index);
+  for (size_t k = 0; k < cl_inputs_.size(); ++k) add(static_cast<int>(cl_inputs_.index(k)));
   for (const Folded& f : folded_)
     for (int i : {f.spec.conv_weight, f.spec.conv_bias, f.spec.mean, f.spec.var, f.spec.weight, f.spec.bias}) add(i);
   return out;
@@ -400,34 +396,20 @@ py::object CudaGraphModule::run(const std::vector<py::object>& given) {
   ensure_module();
   std::vector<py::object> inputs = given;
   if (!folded_.empty()) {
-    size_t n0 = graph_.placeholders().size() - folded_.size();
-    if (inputs.size() != n0)
-      throw py::type_error("compiled graph expects " + std::to_string(n0) + " inputs, got " + std::to_string(inputs.size()));
+    if (inputs.size() != num_inputs_)
+      throw py::type_error("compiled graph expects " + std::to_string(num_inputs_) + " inputs, got " +
+                           std::to_string(inputs.size()));
     // NB: every BN reads several inputs and an input may feed several folds: each is read once.
-    std::vector<std::pair<uintptr_t, int64_t>> seen(n0, {0, -1});
+    std::vector<std::optional<inductor::TensorStamp>> seen(num_inputs_);
     for (Folded& f : folded_) inputs.push_back(folded_value(f, inputs, seen));
   }
-  for (ClInput& c : cl_inputs_) {
-    if (static_cast<size_t>(c.index) >= inputs.size()) break;  // the count is checked below
-    py::object t = inputs[static_cast<size_t>(c.index)];
-    auto [ptr, version] = tensor_identity(t.ptr());
-    if (ptr != c.src_ptr || version != c.version || c.converted.is_none()) {
-      // NB: exactly the strides the graph was compiled for: contiguous(memory_format=...) keeps a
-      // 1x1 kernel's [64, 1, 1, 1] as it is (channels-last by torch's test, not by its strides).
-      const loop::Buffer* buf = nullptr;
-      for (const loop::Buffer& b : prog_.buffers)
-        if (b.role == loop::BufferRole::Input && b.input == c.index) buf = &b;
-      c.converted = py::none();  // the old copy goes before the new one is made
-      if (!buf) continue;
-      py::dict kw;
-      kw["dtype"] = t.attr("dtype");
-      kw["device"] = t.attr("device");
-      c.converted = empty_strided_(py::cast(buf->sizes), py::cast(buf->strides), **kw);
-      c.converted.attr("copy_")(t);
-      c.src_ptr = ptr;
-      c.version = version;
-    }
-    inputs[static_cast<size_t>(c.index)] = c.converted;
+  if (!cl_inputs_.empty() && inputs.size() == num_inputs_ + folded_.size()) {  // the count is checked below
+    std::vector<PyObject*> args(inputs.size()), owned(cl_inputs_.size(), nullptr);
+    for (size_t i = 0; i < inputs.size(); ++i) args[i] = inputs[i].ptr();
+    bool ok = cl_inputs_.convert(args.data(), owned.data());
+    for (size_t k = 0; k < owned.size(); ++k)
+      if (owned[k]) inputs[cl_inputs_.index(k)] = py::reinterpret_steal<py::object>(owned[k]);
+    if (!ok) throw py::error_already_set();
   }
   size_t nbuf = prog_.buffers.size();
   bufs_.assign(nbuf, py::none());

@@ -6,6 +6,7 @@
 #include <pybind11/pybind11.h>
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -13,6 +14,7 @@
 #include "inductor/cuda/cuda_launch.h"
 #include "inductor/cuda/cuda_render.h"
 #include "inductor/channels_last.h"
+#include "inductor/python/channels_last_inputs.h"
 #include "inductor/cuda/python/conv_fusion.h"
 #include "inductor/cuda/nvrtc_compiler.h"
 #include "inductor/loop_ir.h"
@@ -86,26 +88,23 @@ class CudaGraphModule {
   std::vector<pybind11::object> node_objs_;
   pybind11::object torch_, empty_strided_, raw_stream_, device_obj_;
   std::vector<pybind11::object> dtype_objs_;  // per buffer
-  // Channels-last: inputs converted on the way in (cached per source pointer and version) and
-  // outputs copied back to eager's layout.
-  struct ClInput {
-    int index = 0;
-    uintptr_t src_ptr = 0;
-    int64_t version = -1;
-    pybind11::object converted;
-  };
-  std::vector<ClInput> cl_inputs_;
+  // Channels-last: conv weights converted on the way in (once per weight version) and outputs
+  // copied back to eager's layout.
+  std::vector<int> cl_indices_;                 // from the rewrite, until the buffers exist
+  std::vector<pybind11::object> cl_layouts_;    // the sizes and strides lists cl_inputs_ borrows
+  inductor::ChannelsLastInputs cl_inputs_;
   // Batch norms folded into convolutions: the folded weights and biases, recomputed when a tensor
   // they come from changes (pointer or version).
   struct Folded {
     FoldedInput spec;
-    std::vector<std::pair<uintptr_t, int64_t>> sources;
+    std::vector<inductor::TensorStamp> sources;
     pybind11::object value;
   };
   std::vector<Folded> folded_;
-  // seen[i]: input i's (data pointer, version) once read this call ({0, -1} before).
+  size_t num_inputs_ = 0;  // what callers pass (the folded inputs come after)
+  // seen[i]: input i's stamp once read this call (null while unread).
   pybind11::object folded_value(Folded& f, const std::vector<pybind11::object>& inputs,
-                                std::vector<std::pair<uintptr_t, int64_t>>& seen);
+                                std::vector<std::optional<inductor::TensorStamp>>& seen);
   std::vector<std::pair<NodeId, TensorMeta>> cl_restore_;
   std::string channels_last_why_;
   int64_t layout_copies_ = 0;
