@@ -58,7 +58,16 @@ PyObject* int_lists(const std::vector<std::vector<int64_t>>& v) {
 }  // namespace
 
 PyObject* tensor_guards_type() {
-  static PyObject* type = probe();  // NB: leaked; null when unavailable
+  // NB: not a function-local static initialized by probe(): the probe runs Python code, which may
+  // hand the GIL to another thread; that thread would then wait on the C++ initialization guard
+  // while holding the GIL, and neither could go on. Under the GIL a flag is enough: a thread that
+  // asks while the probe runs gets null (its guards use the per-tensor getters).
+  static bool probed = false;
+  static PyObject* type = nullptr;  // NB: leaked; null when unavailable
+  if (!probed) {
+    probed = true;
+    type = probe();
+  }
   return type;
 }
 

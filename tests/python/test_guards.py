@@ -335,3 +335,23 @@ def test_hook_is_installed_only_during_compiled_calls():
         f(torch.randn(3))
         assert seen == [True]
         assert not _C._hook_installed()
+
+
+def test_first_compiles_in_two_threads_of_a_fresh_process_finish():
+    # The first guard program probes torch's tensor check by running Python code; two threads
+    # compiling at once in a fresh process must not deadlock there (a C++ static initialization
+    # guard held across a GIL hand-off did).
+    import subprocess
+    import sys
+    script = (
+        "import threading, torch, framefuse\n"
+        "def f(x):\n    return x * 2 + 1\n"
+        "cf = framefuse.compile(f, backend='eager')\n"
+        "x = torch.ones(3)\n"
+        "out = []\n"
+        "ts = [threading.Thread(target=lambda: out.append(bool(torch.equal(cf(x), f(x))))) for _ in range(4)]\n"
+        "[t.start() for t in ts]\n[t.join() for t in ts]\n"
+        "print('ok', out)\n")
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "ok [True, True, True, True]" in r.stdout
