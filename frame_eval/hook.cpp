@@ -1,6 +1,7 @@
 // The eval-frame hook: dispatch between the native evaluator, a cached capture and a compile.
 #include "frame_eval/hook.h"
 
+#include <algorithm>
 #include <chrono>
 #include <string>
 
@@ -84,15 +85,23 @@ bool has_tensor_work(const CaptureResult& cap) {
   return false;
 }
 
+// Moves `e` to the front of `entries`, if it is still there.
+void move_to_front(std::vector<std::shared_ptr<CacheEntry>>& entries, const CacheEntry* e) {
+  auto it = std::find_if(entries.begin(), entries.end(), [e](const auto& p) { return p.get() == e; });
+  if (it != entries.end() && it != entries.begin()) std::rotate(entries.begin(), it, it + 1);
+}
+
 void log_recompile(ExtraState& extra, PyCodeObject* code, const FrameValues& values) {
   bool brief = log_enabled(LogArtifact::recompiles);
   bool verbose = log_enabled(LogArtifact::recompiles_verbose);
   if (!brief && !verbose) return;
   std::string msg = "Recompiling function " + code_location(code) + "\n    triggered by the following guard failure(s):";
-  for (size_t i = 0; i < extra.entries.size(); ++i) {
-    std::vector<std::string> fails = extra.entries[i]->runner->guards().explain(values, !verbose);
+  // NB: a copy: explaining runs Python code, during which another thread may change the entries.
+  std::vector<std::shared_ptr<CacheEntry>> entries = extra.entries;
+  for (size_t i = 0; i < entries.size(); ++i) {
+    std::vector<std::string> fails = entries[i]->runner->guards().explain(values, !verbose);
     if (fails.empty()) fails.push_back("(compiled with other framefuse.compile options)");
-    for (const std::string& f : fails) msg += "\n    - " + std::to_string(i) + "/" + std::to_string(extra.entries[i]->compile_id) + ": " + f;
+    for (const std::string& f : fails) msg += "\n    - " + std::to_string(i) + "/" + std::to_string(entries[i]->compile_id) + ": " + f;
     if (!verbose) break;
   }
   log_emit(verbose ? LogArtifact::recompiles_verbose : LogArtifact::recompiles, msg);
@@ -380,18 +389,17 @@ Dispatch dispatch_frame(ThreadState& st, const ff_frame_info& info) {
   values.builtins = info.builtins;
 
   // Hot path: the first entry compiled with these options whose guards pass.
+  // NB: a guard check may release the GIL (torch's per-tensor getters do), and another thread may
+  // then compile, reorder or reset this code's entries: the entry is held before it is checked,
+  // and moved to the front by identity, never by its index from before the check.
   CompileOptions* opts = st.options;
   auto& entries = extra->entries;
   for (size_t i = 0; i < entries.size(); ++i) {
     if (entries[i]->options.get() != opts && !entries[i]->options->same_as(*opts)) continue;
-    Slots slots(entries[i]->runner->guards().num_slots());
-    if (!entries[i]->runner->guards().check(values, slots)) continue;
-    // NB: keep the entry alive while it runs, even if reset() drops it from the cache.
-    std::shared_ptr<CacheEntry> entry = entries[i];
-    if (i != 0) {
-      entries.erase(entries.begin() + static_cast<std::ptrdiff_t>(i));
-      entries.insert(entries.begin(), entry);
-    }
+    std::shared_ptr<CacheEntry> entry = entries[i];  // alive while it runs, even if reset() drops it
+    Slots slots(entry->runner->guards().num_slots());
+    if (!entry->runner->guards().check(values, slots)) continue;
+    move_to_front(entries, entry.get());
     ++g_stats.cache_hits;
     return run_entry(st, std::move(entry), values, slots);
   }
@@ -440,7 +448,8 @@ Dispatch dispatch_frame(ThreadState& st, const ff_frame_info& info) {
     log_emit(LogComponent::frontend, LogLevel::Warning,
              "internal error: the guards of a fresh capture fail on its own frame in " + code_location(info.code) +
                  "; the frame runs eagerly");
-    extra->entries.erase(extra->entries.begin());
+    auto& es = extra->entries;
+    es.erase(std::remove(es.begin(), es.end(), entry), es.end());
     extra->strategy = CodeStrategy::Skip;
     return native();
   }

@@ -388,24 +388,39 @@ def test_resume_functions_are_cached_and_recompile_on_guard_failure(capsys):
     assert len(_C._code_cache_info(scaled.__code__)["guards"]) == 1
 
 
-def test_two_threads():
-    cf = framefuse.compile(loop_range, backend="eager")
-    expected = loop_range(X, 3)
+@pytest.mark.parametrize("batched", [True, False], ids=["batched_guards", "per_tensor_guards"])
+def test_two_threads(batched):
+    """Two threads calling a function whose resume function has one cache entry per loop counter.
+    torch's per-tensor getters release the GIL in the middle of a guard check, so the other thread
+    compiles and reorders entries meanwhile: the entry that runs must be the one that was checked.
+    A tiny switch interval and fifty fresh caches make those hand-offs frequent (before the fix,
+    about one call in a hundred here ran another loop counter's entry)."""
+    old_batched, old_interval = framefuse.config.guard_tensors_batched, sys.getswitchinterval()
+    expected = loop_range(X, 6)  # seven entries for the resume function, under the limit of 8
     errors = []
 
-    def work():
+    def work(cf):
         try:
             for _ in range(20):
-                same(expected, cf(X, 3))
+                same(expected, cf(X, 6))
         except Exception as e:  # reported below
             errors.append(e)
 
-    threads = [threading.Thread(target=work) for _ in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert not errors
+    framefuse.config.guard_tensors_batched = batched
+    sys.setswitchinterval(1e-5)
+    try:
+        for _ in range(50):
+            framefuse.reset()
+            cf = framefuse.compile(loop_range, backend="eager")
+            threads = [threading.Thread(target=work, args=(cf,)) for _ in range(2)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+    finally:
+        framefuse.config.guard_tensors_batched = old_batched
+        sys.setswitchinterval(old_interval)
+    assert not errors, f"{len(errors)} wrong results, first: {errors[0]!r}"
 
 
 def mutates(x, state):
