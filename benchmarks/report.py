@@ -50,7 +50,10 @@ def row(r, width=None, isolated=False):
     steady = fmt_time(r.get("steady_s"))
     if steady and r.get("steady_iqr_s") and r["steady_iqr_s"] > 0.1 * r["steady_s"]:
         steady += f" ±{50 * r['steady_iqr_s'] / r['steady_s']:.0f}%"  # half the IQR: a noisy measurement
-    iso = (fmt_time(r.get("cold_process_first_call_s")), fmt_time(r.get("warm_disk_first_call_s")))
+    warm = fmt_time(r.get("warm_disk_first_call_s"))
+    if warm and r.get("warm_disk_compile_s") is not None:
+        warm += f" (compile {fmt_time(r['warm_disk_compile_s'])})"
+    iso = (fmt_time(r.get("cold_process_first_call_s")), warm)
     rest = (steady, f"{r['speedup']:.2f}x" if r.get("speedup") else "",
             fmt_time(r.get("overhead_s")) if r.get("overhead_s") is not None else "",
             f"{r['gbps']:.1f}" if r.get("gbps") else "",

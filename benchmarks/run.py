@@ -64,7 +64,10 @@ MEASURED = {
                   "cleared with reset() between workloads.",
     "cold proc / warm disk": "with --isolate only: compile() + first call in a new process with empty cache "
                              "directories, then in a second new process that finds the first one's disk "
-                             "caches. Nothing pre-warmed: includes the compiler's lazy imports.",
+                             "caches. Nothing pre-warmed: includes the compiler's lazy imports. '(compile …)': framefuse's "
+                             "own capture + backend seconds within that first call (the rest is the "
+                             "model's first run, which eager pays too: its first call in the same "
+                             "process is kept as warm_disk_eager_first_call_s in the JSON).",
     "steady": "median seconds per call after warm-up, from batched samples (CUDA events on GPU). glibc "
               "malloc's thresholds are fixed for the run (see environment.malloc): left dynamic, the "
               "allocations of one contender changed the speed of the next.",

@@ -197,6 +197,7 @@ CompileOutcome finish_compile(const ff_frame_info& info, const FrameValues& valu
   entry->break_cells = break_cells;
   entry->empty_graph = !tensor_work;
   ++g_stats.frames_compiled;
+  g_stats.compile_seconds += ms_since(t0) / 1e3;
   if (!graph_text.empty()) log_emit(LogArtifact::graph_code, "GRAPH for " + code_location(info.code) + "\n" + graph_text);
   if (log_enabled(LogArtifact::guards)) {
     std::string msg = "GUARDS for " + code_location(info.code) + ":";

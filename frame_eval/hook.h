@@ -49,6 +49,7 @@ struct FrameEvalStats {
   int64_t frames_split = 0;      // captures that end at a graph break (a stub and resume functions follow)
   int64_t resume_calls = 0;      // resume functions entered by the hook after a break stub returned
   int64_t codes_generated = 0;   // break stubs and resume functions built (each once per layout)
+  double compile_seconds = 0;    // capture + backend time of every compile (torch's compile_times)
 };
 FrameEvalStats& frame_eval_stats();
 

@@ -219,6 +219,7 @@ void define_frame_eval(py::module_& m) {
     d["frames_split"] = s.frames_split;
     d["resume_calls"] = s.resume_calls;
     d["codes_generated"] = s.codes_generated;
+    d["compile_seconds"] = s.compile_seconds;
     return d;
   });
   m.def("_hook_installed", &hook_installed);

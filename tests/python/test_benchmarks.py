@@ -269,6 +269,22 @@ def test_isolated_first_calls_run_in_fresh_processes(tmp_path):
     assert "cold proc" in (tmp_path / "results.md").read_text()
 
 
+def test_isolated_first_calls_split_out_framefuse_compile_time(tmp_path):
+    rc = run.main(["--preset", "tiny", "--workloads", "add_one", "--contenders", "eager,framefuse-eager",
+                   "--isolate", "--in-process", "--no-demo", "--no-explain", "--no-charts", "--out", str(tmp_path)])
+    assert rc == 0
+    result = json.loads((tmp_path / "results.json").read_text())
+    r = _records(result, "framefuse-eager")["add_one"]
+    assert r["status"] == "ok", r.get("reason")
+    for label in ("cold_process", "warm_disk"):
+        assert 0 < r[f"{label}_compile_s"] < r[f"{label}_first_call_s"], r
+        assert r[f"{label}_eager_first_call_s"] > 0, r
+    assert "eager_first_call_s" not in r  # only the isolated processes measure it
+    assert "(compile " in (tmp_path / "results.md").read_text()
+    e = _records(result, "eager")["add_one"]
+    assert "warm_disk_compile_s" not in e  # eager never loads framefuse
+
+
 def test_deadline_records_the_rest_as_not_run(tmp_path):
     rc = run.main(["--preset", "tiny", "--in-process", "--deadline", "0.001", "--workloads", "sin_cos,add_one",
                    "--contenders", "eager,framefuse-eager", "--no-demo", "--no-charts", "--out", str(tmp_path)])

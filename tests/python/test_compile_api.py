@@ -276,3 +276,21 @@ def test_internal_error_falls_back_or_raises_when_configured():
                 f(torch.randn(2))
     finally:
         framefuse.config.raise_on_internal_error = False
+
+
+def test_compile_seconds_count_compiles_only():
+    """_frame_eval_stats()["compile_seconds"]: capture + backend time, what the benchmarks report as
+    compile time from a warm disk cache; cached calls add nothing, reset() zeroes it."""
+    framefuse.reset()
+    f = framefuse.compile(lambda x: torch.sin(x) * 2 + 1, backend="eager")
+    assert _C._frame_eval_stats()["compile_seconds"] == 0
+    f(torch.randn(8))
+    after_compile = _C._frame_eval_stats()["compile_seconds"]
+    assert 0 < after_compile < 60
+    for _ in range(3):
+        f(torch.randn(8))
+    assert _C._frame_eval_stats()["compile_seconds"] == after_compile
+    f(torch.randn(8, 2))  # a recompile adds its own time
+    assert _C._frame_eval_stats()["compile_seconds"] > after_compile
+    framefuse.reset()
+    assert _C._frame_eval_stats()["compile_seconds"] == 0
