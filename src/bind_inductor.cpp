@@ -78,6 +78,10 @@ void define_inductor(py::module_& m) {
       .def_property_readonly("from_memory_cache", &inductor::CompiledGraph::from_memory_cache)
       .def_property_readonly("channels_last", &inductor::CompiledGraph::channels_last,
                              "Whether the graph's 2-d convolutions run channels-last (config cpu_channels_last).")
+      .def_property_readonly("packed_linears", &inductor::CompiledGraph::packed_linears,
+                             "Linear layers that run MKL's packed GEMM once their weight is stable (config cpu_pack_linear_weights).")
+      .def_property_readonly("packed_linear_calls", &inductor::CompiledGraph::packed_linear_calls,
+                             "Products those layers ran with packed weights so far.")
       .def_property_readonly("from_disk_cache", [](const inductor::CompiledGraph& self) {
         return self.compiled().module && self.compiled().module->from_disk_cache;
       })

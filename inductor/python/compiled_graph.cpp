@@ -10,6 +10,7 @@
 #include "inductor/parallel.h"
 #include "inductor/python/buffer_pool.h"
 #include "inductor/python/channels_last_inputs.h"
+#include "inductor/python/packed_linear.h"
 #include "inductor/python/prepared_call.h"
 #include "inductor/python/tensor_check.h"
 #include "inductor/schedule.h"
@@ -52,6 +53,27 @@ Ref int_tuple(const std::vector<int64_t>& v) {
   Ref t(PyTuple_New(static_cast<Py_ssize_t>(v.size())));
   for (size_t i = 0; i < v.size(); ++i) PyTuple_SET_ITEM(t.get(), static_cast<Py_ssize_t>(i), PyLong_FromLongLong(v[i]));
   return t;
+}
+
+// The row count of linear(input, weight, bias) (extern call `args`) if MKL's packed GEMM may run
+// it: float32 throughout, the weight a graph input, 2-d and contiguous; 0 otherwise.
+int64_t packable_linear_rows(const Graph& g, const OpDef& op, const std::vector<Value>& args) {
+  const Value& in = args[static_cast<size_t>(op.schema.index_of("input"))];
+  const Value& w = args[static_cast<size_t>(op.schema.index_of("weight"))];
+  const Value& b = args[static_cast<size_t>(op.schema.index_of("bias"))];
+  if (op.schema.index_of("input") != 0 || op.schema.index_of("weight") != 1 || op.schema.index_of("bias") != 2) return 0;
+  if (!in.is_node() || !w.is_node() || !(b.is_none() || b.is_node())) return 0;
+  if (g.node(w.node).kind != NodeKind::Placeholder) return 0;
+  auto f32 = [&](NodeId id) {
+    const ValueMeta& m = g.node(id).meta;
+    return m.is_tensor() && m.tensor.dtype == DType::Float32 && m.tensor.device.type == Device::Type::CPU;
+  };
+  if (!f32(in.node) || !f32(w.node) || (b.is_node() && !f32(b.node))) return 0;
+  const TensorMeta& wm = g.node(w.node).meta.tensor;
+  const TensorMeta& xm = g.node(in.node).meta.tensor;
+  if (wm.dim() != 2 || !wm.is_contiguous() || xm.dim() < 2 || wm.sizes[1] == 0) return 0;
+  if (xm.sizes.back() != wm.sizes[1]) return 0;
+  return xm.numel() / wm.sizes[1];
 }
 
 void throw_py(const std::string& what) {
@@ -207,6 +229,8 @@ struct CompiledGraph::Plan {
     std::unique_ptr<PreparedCall> call;    // null: a GetItem
     bool matmul = false;                   // may write into a pooled buffer (matmul_into_pool)
     std::unique_ptr<LayoutCheck> check;    // result layout, where kernels or views rely on it
+    std::unique_ptr<PackedLinear> packed;  // a linear with a graph-input weight (packed_linear.h)
+    Ref out_sizes;                         // its result's sizes
   };
   std::vector<Extern> externs;
   // Channels-last (see inductor/channels_last.h): the conv weights converted per call, the
@@ -347,12 +371,23 @@ CompiledGraph::CompiledGraph(const Graph& g) {
   // pointers (kernels), views that assume a layout, and out= buffers of the traced size do.
   pl.check_inputs = !p.kernels.empty() || !pl.cl_inputs.empty();
   for (const auto& pb : pl.bufs) pl.check_inputs = pl.check_inputs || pb.strided_views;
+  int packed_linears = 0;
   for (const loop::ExternCall& e : p.externs) {
     Plan::Extern& x = pl.externs.emplace_back();
     if (e.op != kNoOp) {
       const OpDef& op = op_def(e.op);
       if (PyObject* fn = op_callable(e.op)) x.call = std::make_unique<PreparedCall>(fn, op, e.args);
       x.matmul = op.name == "linear" || op.name == "matmul" || op.name == "op_matmul" || op.name == "mm" || op.name == "bmm";
+      if (op.name == "linear" && e.result >= 0 && config().cpu_pack_linear_weights) {
+        int64_t rows = packable_linear_rows(prog_->graph, op, e.args);
+        if (rows > 0 && packed_linear_available()) {
+          x.packed = std::make_unique<PackedLinear>(rows);
+          PyObject* sizes = pl.bufs[static_cast<size_t>(e.result)].sizes.get();
+          Py_INCREF(sizes);
+          x.out_sizes = Ref(sizes);
+          ++packed_linears;
+        }
+      }
       if (x.matmul && e.result >= 0 && pl.bufs[static_cast<size_t>(e.result)].bytes >= kPoolMinBytes) pl.check_inputs = true;
     }
     if (e.result >= 0) {
@@ -365,9 +400,25 @@ CompiledGraph::CompiledGraph(const Graph& g) {
       }
     }
   }
+  if (packed_linears > 0 && log_enabled(LogArtifact::schedule))
+    log_emit(LogArtifact::schedule, "packed weights: " + std::to_string(packed_linears) +
+                                        " linear layer(s) run MKL's packed GEMM once their weight is seen unchanged on two calls");
 }
 
 CompiledGraph::~CompiledGraph() = default;
+
+int CompiledGraph::packed_linears() const {
+  int n = 0;
+  for (const auto& x : plan_->externs) n += x.packed != nullptr;
+  return n;
+}
+
+int64_t CompiledGraph::packed_linear_calls() const {
+  int64_t n = 0;
+  for (const auto& x : plan_->externs)
+    if (x.packed) n += x.packed->packed_calls();
+  return n;
+}
 
 namespace {
 
@@ -622,7 +673,17 @@ PyObject* CompiledGraph::run(PyObject* const* inputs, size_t n) {
         PyErr_SetString(PyExc_RuntimeError, (op_def(e.op).target + " is not available in the installed torch").c_str());
         return nullptr;
       }
-      if (e.result >= 0 && x.matmul && pool_on() && pl.bufs[static_cast<size_t>(e.result)].bytes >= kPoolMinBytes) {
+      if (x.packed) {
+        PyObject* a[3];
+        std::vector<Ref> owned;
+        for (int i = 0; i < 3; ++i) {
+          owned.emplace_back(value_to_py(e.args[static_cast<size_t>(i)], node_objs.data));
+          if (!owned.back()) return nullptr;
+          a[i] = owned.back().get();
+        }
+        result = Ref(x.packed->call(a[0], a[1], a[2], x.out_sizes.get()));
+      }
+      if (!result && e.result >= 0 && x.matmul && pool_on() && pl.bufs[static_cast<size_t>(e.result)].bytes >= kPoolMinBytes) {
         std::vector<Ref> owned;
         std::vector<PyObject*> operands;
         for (const Value& v : e.args) {

@@ -41,6 +41,9 @@ class CompiledGraph {
   const CompiledProgram& compiled() const { return *prog_; }
   bool from_memory_cache() const { return from_memory_cache_; }
   bool channels_last() const { return original_ != nullptr; }
+  // Linear layers set up for MKL's packed GEMM, and the calls they served (packed_linear.h).
+  int packed_linears() const;
+  int64_t packed_linear_calls() const;
 
  private:
   struct Plan;

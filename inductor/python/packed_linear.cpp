@@ -1,0 +1,151 @@
+#include "inductor/python/packed_linear.h"
+
+#include <string>
+
+#include "src/logging.h"
+
+namespace ff::inductor {
+
+namespace {
+
+// NB: plain statics filled under the GIL, not function-local statics: their initializers run
+// Python code, and a second thread blocked on a C++ initialization guard while holding the GIL
+// would deadlock against the first.
+int g_available = -1;  // -1: not checked yet
+PyObject* g_reorder = nullptr;
+PyObject* g_linear = nullptr;
+PyObject* g_is_grad_enabled = nullptr;
+
+PyObject* attr_path(PyObject* root, std::initializer_list<const char*> names) {
+  PyObject* o = root;
+  Py_INCREF(o);
+  for (const char* n : names) {
+    PyObject* next = PyObject_GetAttrString(o, n);
+    Py_DECREF(o);
+    if (!next) return nullptr;
+    o = next;
+  }
+  return o;
+}
+
+bool check_available() {
+  PyObject* torch = PyImport_ImportModule("torch");
+  if (!torch) return false;
+  PyObject* mkl_ok = attr_path(torch, {"backends", "mkl", "is_available"});
+  PyObject* r = mkl_ok ? PyObject_CallNoArgs(mkl_ok) : nullptr;
+  bool ok = r == Py_True;
+  Py_XDECREF(r);
+  Py_XDECREF(mkl_ok);
+  if (ok) {
+    g_reorder = attr_path(torch, {"ops", "mkl", "_mkl_reorder_linear_weight"});
+    g_linear = attr_path(torch, {"ops", "mkl", "_mkl_linear"});
+    g_is_grad_enabled = attr_path(torch, {"is_grad_enabled"});
+    ok = g_reorder && g_linear && g_is_grad_enabled;
+  }
+  Py_DECREF(torch);
+  PyErr_Clear();  // NB: torch 1.13 has no torch.ops.mkl._mkl_linear: not available, not an error
+  return ok;
+}
+
+// Whether autograd would record this product: _mkl_linear has no derivative.
+int needs_autograd(PyObject* const* ts, size_t n) {
+  bool any = false;
+  for (size_t i = 0; i < n; ++i) {
+    if (ts[i] == Py_None) continue;
+    PyObject* r = PyObject_GetAttrString(ts[i], "requires_grad");
+    if (!r) return -1;
+    any |= r == Py_True;
+    Py_DECREF(r);
+  }
+  if (!any) return 0;
+  PyObject* g = PyObject_CallNoArgs(g_is_grad_enabled);
+  if (!g) return -1;
+  int on = g == Py_True;
+  Py_DECREF(g);
+  return on;
+}
+
+}  // namespace
+
+bool packed_linear_available() {
+  if (g_available < 0) g_available = check_available() ? 1 : 0;
+  return g_available == 1;
+}
+
+PackedLinear::~PackedLinear() {
+  if (!Py_IsInitialized()) return;
+  PyGILState_STATE st = PyGILState_Ensure();
+  Py_XDECREF(src_);
+  Py_XDECREF(packed_);
+  PyGILState_Release(st);
+}
+
+PyObject* PackedLinear::call(PyObject* x, PyObject* w, PyObject* bias, PyObject* out_sizes) {
+  if (disabled_ || !packed_linear_available()) return nullptr;
+  PyObject* out = try_call(x, w, bias, out_sizes);
+  if (out) ++packed_calls_;
+  if (out || !PyErr_Occurred()) return out;
+  // NB: the ordinary linear runs instead, and reports the error if it has one too.
+  std::string why = "error";
+  PyObject *type, *value, *tb;
+  PyErr_Fetch(&type, &value, &tb);
+  if (PyObject* str = value ? PyObject_Str(value) : nullptr) {
+    if (const char* u = PyUnicode_AsUTF8(str)) why = u;
+    Py_DECREF(str);
+  }
+  PyErr_Clear();
+  Py_XDECREF(type);
+  Py_XDECREF(value);
+  Py_XDECREF(tb);
+  disabled_ = true;
+  if (log_enabled(LogArtifact::perf_hints))
+    log_emit(LogArtifact::perf_hints, "inductor: a linear layer runs without MKL's packed weights from now on: " + why);
+  return nullptr;
+}
+
+PyObject* PackedLinear::try_call(PyObject* x, PyObject* w, PyObject* bias, PyObject* out_sizes) {
+  PyObject* operands[3] = {x, w, bias};
+  int grad = needs_autograd(operands, 3);
+  if (grad != 0) return nullptr;  // (an error, if any, stays set for the caller)
+  TensorStamp stamp;
+  if (!tensor_stamp(w, &stamp)) return nullptr;
+  if (!stamp.reusable()) return nullptr;  // no version counter: it could change unseen
+  if (src_ != w || !(stamp_ == stamp)) {
+    // A new or changed weight: remember it, and pack it only if the next call brings it unchanged.
+    Py_CLEAR(packed_);
+    Py_INCREF(w);
+    Py_XSETREF(src_, w);
+    stamp_ = stamp;
+    return nullptr;
+  }
+  if (!packed_) {
+    PyObject* rows = PyLong_FromLongLong(rows_);
+    if (!rows) return nullptr;
+    PyObject* args[2] = {w, rows};
+    PyObject* p = PyObject_Vectorcall(g_reorder, args, 2, nullptr);
+    Py_DECREF(rows);
+    if (!p) return nullptr;
+    // NB: XSETREF: torch may have let another thread pack this weight meanwhile.
+    Py_XSETREF(packed_, p);
+  }
+  PyObject* packed = packed_;
+  Py_INCREF(packed);  // NB: another thread may replace packed_ while torch runs the product
+  PyObject* k = PyObject_CallMethod(w, "size", "i", 1);
+  PyObject* x2 = k ? PyObject_CallMethod(x, "reshape", "(iO)", -1, k) : nullptr;
+  Py_XDECREF(k);
+  PyObject* rows = x2 ? PyLong_FromLongLong(rows_) : nullptr;
+  PyObject* y = nullptr;
+  if (rows) {
+    PyObject* args[5] = {x2, packed, w, bias, rows};
+    y = PyObject_Vectorcall(g_linear, args, 5, nullptr);
+  }
+  Py_XDECREF(rows);
+  Py_XDECREF(x2);
+  Py_DECREF(packed);
+  if (!y) return nullptr;
+  PyObject* out = PyObject_CallMethod(y, "view", "O", out_sizes);
+  Py_DECREF(y);
+  return out;
+}
+
+}  // namespace ff::inductor
