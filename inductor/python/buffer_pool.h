@@ -1,8 +1,8 @@
 // Large CPU buffers of compiled graphs (outputs and intermediates of at least kPoolMinBytes) come
 // from a pool instead of torch's allocator. Why: glibc serves such sizes with a fresh mmap, and
 // first-touch page faults then cost more than the kernel itself (22 ms per 64 MB here, against
-// 8 ms for a whole sin kernel). A pooled block comes back with its pages mapped; a new one is
-// asked for transparent huge pages (512x fewer faults).
+// 8 ms for a whole sin kernel). A pooled block comes back with its pages mapped. (New blocks are
+// not advised for transparent huge pages: see acquire() in buffer_pool.cpp.)
 //
 // The tensor is a torch tensor over a `framefuse._C.PoolBlock` (buffer protocol, through
 // torch.frombuffer + set_), so it is an ordinary, non-view tensor; when torch frees its storage,
