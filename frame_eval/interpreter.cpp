@@ -8,6 +8,7 @@
 
 #include "frame_eval/interpreter_impl.h"
 #include "graph/python/graph_calls.h"
+#include "src/gil_once.h"
 
 namespace ff {
 
@@ -83,7 +84,8 @@ PyObject* import_attr(const char* module, const char* attr) {
 }  // namespace
 
 const Known& known() {
-  static Known* k = [] {
+  static Known* known_ = nullptr;
+  return *gil_once(known_, [] {
     auto* k = new Known();  // NB: leaked on purpose; outlives interpreter teardown
     k->torch = PyImport_ImportModule("torch");
     if (k->torch) {
@@ -135,8 +137,7 @@ const Known& known() {
       k->dtypes.push_back(d);
     }
     return k;
-  }();
-  return *k;
+  });
 }
 
 // ---- the tracer ---------------------------------------------------------------------------------

@@ -3,6 +3,7 @@
 
 #include "frame_eval/interpreter_impl.h"
 #include "graph/python/graph_calls.h"
+#include "src/gil_once.h"
 
 namespace ff {
 
@@ -43,7 +44,8 @@ bool is_module_container(PyObject* o) {
 }
 
 bool is_module_dict(PyObject* o) {
-  static PyObject* t = nn_type("ModuleDict");
+  static PyObject* t = nullptr;  // NB: stays null without torch.nn: looked up again per call then
+  gil_once(t, [] { return nn_type("ModuleDict"); });
   return t && PyObject_TypeCheck(o, reinterpret_cast<PyTypeObject*>(t));
 }
 

@@ -4,6 +4,7 @@
 
 #include "frame_eval/py_util.h"
 #include "src/errors.h"
+#include "src/gil_once.h"
 
 namespace ff {
 
@@ -53,8 +54,8 @@ TorchRefs* load_torch_refs() {
 }  // namespace
 
 const TorchRefs& torch_refs() {
-  static TorchRefs* refs = load_torch_refs();
-  return *refs;
+  static TorchRefs* refs = nullptr;
+  return *gil_once(refs, load_torch_refs);
 }
 
 const TensorReaders& tensor_readers(PyTypeObject* type) {

@@ -8,6 +8,7 @@
 #include "graph/op_registry.h"
 #include "src/config.h"
 #include "src/errors.h"
+#include "src/gil_once.h"
 
 namespace py = pybind11;
 
@@ -19,7 +20,8 @@ struct TorchTypes {
 };
 
 const TorchTypes& torch_types() {
-  static TorchTypes* t = [] {
+  static TorchTypes* types = nullptr;
+  return *gil_once(types, [] {
     auto* t = new TorchTypes();  // NB: leaked on purpose; outlives interpreter teardown
     t->torch = py::module_::import("torch");
     t->dtype = t->torch.attr("dtype");
@@ -29,8 +31,7 @@ const TorchTypes& torch_types() {
     t->tensor = t->torch.attr("Tensor");
     t->empty_strided = t->torch.attr("empty_strided");
     return t;
-  }();
-  return *t;
+  });
 }
 
 std::string strip_torch(std::string s) { return s.rfind("torch.", 0) == 0 ? s.substr(6) : s; }
@@ -268,13 +269,13 @@ std::optional<NodeId> add_op_call(Graph& g, OpId op, const std::vector<Value>& a
   if (!bound) return std::nullopt;
   std::optional<ValueMeta> meta;
   try {
-    static const bool version_set = [] {
+    static bool version_set = false;  // NB: a flag under the GIL, not a static initializer (src/gil_once.h)
+    if (!version_set) {
       std::string v = py::str(torch_types().torch.attr("__version__")).cast<std::string>();
       int major = 0, minor = 0;
       if (std::sscanf(v.c_str(), "%d.%d", &major, &minor) == 2) set_torch_version(major, minor);
-      return true;
-    }();
-    (void)version_set;
+      version_set = true;
+    }
     // The rules promote Python floats and integer math to torch's default dtype.
     auto default_dtype = dtype_from_name(strip_torch(py::str(torch_types().torch.attr("get_default_dtype")()).cast<std::string>()));
     if (default_dtype && is_floating(*default_dtype)) set_default_float_dtype(*default_dtype);

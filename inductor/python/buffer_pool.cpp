@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "src/config.h"
+#include "src/gil_once.h"
 
 namespace ff::inductor {
 
@@ -97,7 +98,8 @@ struct TorchFns {
   bool untyped = false;  // Tensor.untyped_storage exists (torch >= 2.0)
 };
 const TorchFns* torch_fns() {
-  static TorchFns* f = []() -> TorchFns* {
+  static TorchFns* fns = nullptr;
+  return gil_once(fns, []() -> TorchFns* {
     PyObject* torch = PyImport_ImportModule("torch");
     if (!torch) return nullptr;
     auto* r = new TorchFns;
@@ -109,8 +111,7 @@ const TorchFns* torch_fns() {
     Py_DECREF(torch);
     if (!r->frombuffer || !r->empty) return nullptr;
     return r;
-  }();
-  return f;
+  });
 }
 
 }  // namespace
