@@ -15,6 +15,7 @@ What each field means (also written into results.json under "measured"):
 
 import os
 import shutil
+import statistics
 import tempfile
 import time
 import traceback
@@ -231,6 +232,52 @@ def run_workload(wl, device, scale, contenders, budget, caches, do_explain=True,
             yield rec
             continue
         yield run_one(wl, device, scale, c, budget, ref, caches, do_explain, lambda s, c=c: stage(c.name, s))
+
+
+def interleaved_steady(wl, device, scale, contenders, budget, rounds):
+    """Steady state with the contenders taking turns: each round takes one batched sample of every
+    contender, back to back, so a minute of background load hits them all alike. (Measured one after
+    another, as run_workload does, whichever contender ran later came out up to 20% faster on the
+    2-core development machine.) Returns dict(workload, device, rounds, steady_s={name: median
+    seconds per call}, paired={name: median per-round eager/name ratio}, notes={name: why left out})."""
+    out = dict(workload=wl.name, device=device, rounds=rounds, steady_s={}, paired={}, notes={})
+    case = build_case(wl, device, scale)
+    fns, inner = {}, {}
+    for c in contenders:
+        try:
+            c.reset()
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                fn = c.compile(case.target)
+                call = (lambda fn=fn: case.run(fn))
+                measure.warmup(call, device, budget)
+                inner[c.name] = measure.calibrate(call, device, budget)
+            fns[c.name] = call
+        except Exception as e:  # noqa: BLE001 — reported in the entry, the others still run
+            out["notes"][c.name] = f"{type(e).__name__}: {first_line(e)}"
+    samples = {name: [] for name in fns}
+    try:
+        for _ in range(rounds):
+            for name, call in fns.items():
+                samples[name].append(measure._batch(call, inner[name], device) / inner[name])
+    finally:
+        del fns
+        for c in contenders:
+            try:
+                c.reset()
+            except Exception:
+                pass
+    for name, ts in samples.items():
+        if ts:
+            out["steady_s"][name] = statistics.median(ts)
+    if "eager" in samples:
+        for name, ts in samples.items():
+            if name != "eager" and ts:
+                out["paired"][name] = statistics.median(e / t for e, t in zip(samples["eager"], ts))
+    if samples.get("framefuse") and samples.get("torch.compile"):
+        out["framefuse_vs_torch_compile"] = statistics.median(
+            t / f for f, t in zip(samples["framefuse"], samples["torch.compile"]))
+    return out
 
 
 def add_speedups(records):

@@ -30,7 +30,8 @@ def jsonable(x):
 
 
 class Journal:
-    """Entries {"header": result skeleton} | {"start": pair} | {"record": record}; in memory when
+    """Entries {"header": result skeleton} | {"start": pair} | {"record": record} | {"interleaved":
+    core.interleaved_steady result}; in memory when
     `path` is None."""
 
     def __init__(self, path=None):
@@ -62,8 +63,9 @@ class Journal:
 
 
 class State:
-    def __init__(self, header, records, done, pending, setups):
+    def __init__(self, header, records, done, pending, setups, interleaved=()):
         self.header = header      # the run's skeleton (environment, demo...), or None
+        self.interleaved = list(interleaved)  # core.interleaved_steady results, in order
         self.records = records    # in order
         self.done = done          # {(workload, device): {contender: status}}
         self.pending = pending    # the last thing started and not finished: a pair or {"setup": name}
@@ -71,7 +73,7 @@ class State:
 
 
 def state(entries):
-    header, records, done, pending, setups = None, [], {}, None, {}
+    header, records, done, pending, setups, interleaved = None, [], {}, None, {}, []
     for e in entries:
         if "header" in e and header is None:
             header = e["header"]
@@ -80,6 +82,8 @@ def state(entries):
         elif "setup" in e:
             setups[e["setup"]["name"]] = e["setup"]
             pending = None
+        elif "interleaved" in e:
+            interleaved.append(e["interleaved"])
         elif "record" in e:
             r = e["record"]
             records.append(r)
@@ -87,7 +91,7 @@ def state(entries):
             if pending and (pending["workload"], pending["device"], pending["contender"]) == \
                     (r["workload"], r["device"], r["contender"]):
                 pending = None
-    return State(header, records, done, pending, setups)
+    return State(header, records, done, pending, setups, interleaved)
 
 
 def describe_exit(rc):

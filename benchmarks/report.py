@@ -148,6 +148,31 @@ def versus_table(records, markdown=True):
     return "\n".join("  ".join(x[i].ljust(widths[i]) for i in range(len(head))).rstrip() for x in [head] + rows)
 
 
+def interleaved_table(entries, markdown=True):
+    """core.interleaved_steady results: per workload, each contender's median with its paired ratio
+    to eager, and framefuse over torch.compile paired per round."""
+    names = []
+    for e in entries:
+        for n in e["steady_s"]:
+            if n not in names:
+                names.append(n)
+    head = ("workload", "rounds") + tuple(names) + ("framefuse / torch.compile",)
+    rows = []
+    for e in entries:
+        cells = []
+        for n in names:
+            t = e["steady_s"].get(n)
+            ratio = e["paired"].get(n)
+            cells.append("" if t is None else fmt_time(t) + (f" ({ratio:.2f}x)" if ratio else ""))
+        vs = e.get("framefuse_vs_torch_compile")
+        rows.append((e["workload"], str(e["rounds"])) + tuple(cells) + (f"{vs:.2f}x" if vs else "",))
+    if markdown:
+        return "\n".join(["| " + " | ".join(head) + " |", "|" + "---|" * len(head)] +
+                         ["| " + " | ".join(r) + " |" for r in rows])
+    widths = [max(len(x[i]) for x in [head] + rows) for i in range(len(head))]
+    return "\n".join("  ".join(x[i].ljust(widths[i]) for i in range(len(head))).rstrip() for x in [head] + rows)
+
+
 def workload_table(result):
     notes = {r["workload"]: r.get("note", "") for r in result["records"] if r["contender"] == "eager"}
     out = ["| workload | kind | what | this run |", "|---|---|---|---|"]
@@ -189,6 +214,13 @@ def markdown_report(result, charts, title="framefuse benchmarks", level=1):
               "steady speedup: torch.compile's steady time over framefuse's; overhead ratio: framefuse's "
               "per-call overhead over torch.compile's. Only where both ran and matched eager.", "",
               vs or "No workload has results from both yet.", ""]
+    if result.get("interleaved"):
+        lines += [f"{h} Steady state, contenders taking turns", "",
+                  "Measured again after each workload's rows above (`--interleave`): every round takes one "
+                  "batched sample of each contender back to back; medians over the rounds, `(Nx)` the median "
+                  "per-round ratio to eager, and the median per-round ratio of torch.compile's time to "
+                  "framefuse's. Load that comes and goes hits every contender alike here, not the rows above.",
+                  "", interleaved_table(result["interleaved"]), ""]
     if charts:
         lines += [f"{h} Charts", ""] + [f"![{c['title']}]({c['file']})" for c in charts] + [""]
     else:

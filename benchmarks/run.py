@@ -126,6 +126,10 @@ def parse_args(argv):
     p.add_argument("--isolate", action="store_true",
                    help="also time each compiler's first call in fresh processes: cold (empty cache dirs) "
                         "and warm disk cache (second process, same dirs)")
+    p.add_argument("--interleave", type=int, default=0, metavar="ROUNDS",
+                   help="after each workload, measure the steady state again with the contenders taking turns "
+                        "(one batched sample each per round, ROUNDS rounds): immune to load that comes and "
+                        "goes, which the one-after-another measurement is not")
     p.add_argument("--isolate-timeout", type=float, default=900, help="seconds per isolated process")
     p.add_argument("--publish", nargs="?", const="", metavar="NAME",
                    help="also store this run as benchmarks/results/NAME.json (+ charts; NAME defaults to the "
@@ -274,7 +278,10 @@ def _run(args, argv, t_start):
         print(f"benchmark run failed ({journal.describe_exit(rc)}) before any result", file=sys.stderr)
         return rc or 1
     contenders = [st.setups.get(c["name"], c) for c in st.header["contenders"]]
-    return finish(args, dict(st.header, contenders=contenders, records=st.records), t_start)
+    result = dict(st.header, contenders=contenders, records=st.records)
+    if st.interleaved:
+        result["interleaved"] = st.interleaved
+    return finish(args, result, t_start)
 
 
 DEADLINE_ENV = "FRAMEFUSE_BENCH_DEADLINE_AT"
@@ -339,6 +346,7 @@ def measure_all(args, argv, jr):
             info["status"] = f"setup failed: {type(e).__name__}: {first_line(e)}"
         jr.write("setup", info)
 
+    interleaved_done = {(e["workload"], e["device"]) for e in st.interleaved}  # by an earlier process
     caches = core.CacheDirs()
     prog = Progress(len(workloads) * len(devices) * len(contenders))
     prog.done = sum(len(v) for v in done.values())
@@ -370,6 +378,7 @@ def measure_all(args, argv, jr):
                                                contender=cname))
                     prog.show(f"{wl.name} [{dev}] · {cname} · {stage}")
 
+                recorded = {}
                 for r in core.run_workload(wl, dev, scale, contenders, preset["budget"], caches,
                                            do_explain=not args.no_explain and preset.get("explain", True),
                                            on_stage=on_stage, done=done_here,
@@ -381,6 +390,12 @@ def measure_all(args, argv, jr):
                         r.update(isolated_first_calls(spec, caches.fresh(), REPO, args.isolate_timeout))
                     prog.step()
                     jr.write("record", r)
+                    recorded[r["contender"]] = r["status"]
+                ok = [c for c in contenders if recorded.get(c.name, done_here.get(c.name)) == "ok"]
+                if (args.interleave and "eager" in {c.name for c in ok} and len(ok) > 1 and not _past_deadline()
+                        and (wl.name, dev) not in interleaved_done):
+                    prog.show(f"{wl.name} [{dev}] · interleaved steady state")
+                    jr.write("interleaved", core.interleaved_steady(wl, dev, scale, ok, preset["budget"], args.interleave))
     finally:
         prog.close()
         caches.cleanup()
@@ -413,6 +428,9 @@ def finish(args, result, t_start):
         print(f"NB: the machine was busy (1-minute load average up to {busy:.1f} on {ncpu} CPUs): "
               "timings are noisy; the ±% marks show how much.\n")
     print(report.terminal_table(result["records"]))
+    if result.get("interleaved"):
+        print("\nsteady state, contenders taking turns (--interleave)\n" +
+              report.interleaved_table(result["interleaved"], markdown=False))
     vs = report.versus_table(result["records"], markdown=False)
     if vs:
         print("\nframefuse against torch.compile (first-call and overhead ratios: lower is better)\n" + vs)

@@ -350,3 +350,19 @@ def test_cpu_models_ab_prints_one_row_per_workload(capsys):
     assert rc == 0
     rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| nanogpt |")]
     assert len(rows) == 1 and rows[0].count(" ms (") == 2, rows
+
+
+def test_interleave_measures_contenders_in_turns(tmp_path):
+    rc = run.main(["--preset", "tiny", "--workloads", "add_one,sin_cos", "--contenders", "eager,framefuse-eager",
+                   "--interleave", "3", "--in-process", "--no-demo", "--no-explain", "--no-charts",
+                   "--out", str(tmp_path)])
+    assert rc == 0
+    result = json.loads((tmp_path / "results.json").read_text())
+    entries = result["interleaved"]
+    assert [e["workload"] for e in entries] == ["add_one", "sin_cos"]
+    for e in entries:
+        assert e["rounds"] == 3 and set(e["steady_s"]) == {"eager", "framefuse-eager"}, e
+        assert all(t > 0 for t in e["steady_s"].values())
+        assert set(e["paired"]) == {"framefuse-eager"} and e["paired"]["framefuse-eager"] > 0
+    md = (tmp_path / "results.md").read_text()
+    assert "contenders taking turns" in md and "| add_one | 3 |" in md
