@@ -257,24 +257,25 @@ def test_versus_table_pairs_framefuse_with_torch_compile():
     assert run.report.versus_rows(records) == []
 
 
-@pytest.mark.torch2
-def test_isolated_first_calls_run_in_fresh_processes(tmp_path):
-    rc = run.main(["--preset", "tiny", "--workloads", "add_one", "--contenders", "eager,torch.compile-eager",
+def _isolated_add_one(tmp_path, contender):
+    """add_one with eager and `contender`, isolated first calls on: (results.json, contender's record)."""
+    rc = run.main(["--preset", "tiny", "--workloads", "add_one", "--contenders", "eager," + contender,
                    "--isolate", "--in-process", "--no-demo", "--no-explain", "--no-charts", "--out", str(tmp_path)])
     assert rc == 0
     result = json.loads((tmp_path / "results.json").read_text())
-    r = _records(result, "torch.compile-eager")["add_one"]
+    return result, _records(result, contender)["add_one"]
+
+
+@pytest.mark.torch2
+def test_isolated_first_calls_run_in_fresh_processes(tmp_path):
+    _, r = _isolated_add_one(tmp_path, "torch.compile-eager")
     assert r["status"] == "ok", r.get("reason")
     assert r["cold_process_first_call_s"] > 0 and r["warm_disk_first_call_s"] > 0, r
     assert "cold proc" in (tmp_path / "results.md").read_text()
 
 
 def test_isolated_first_calls_split_out_framefuse_compile_time(tmp_path):
-    rc = run.main(["--preset", "tiny", "--workloads", "add_one", "--contenders", "eager,framefuse-eager",
-                   "--isolate", "--in-process", "--no-demo", "--no-explain", "--no-charts", "--out", str(tmp_path)])
-    assert rc == 0
-    result = json.loads((tmp_path / "results.json").read_text())
-    r = _records(result, "framefuse-eager")["add_one"]
+    result, r = _isolated_add_one(tmp_path, "framefuse-eager")
     assert r["status"] == "ok", r.get("reason")
     for label in ("cold_process", "warm_disk"):
         assert 0 < r[f"{label}_compile_s"] < r[f"{label}_first_call_s"], r
