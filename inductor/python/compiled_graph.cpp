@@ -386,6 +386,7 @@ CompiledGraph::CompiledGraph(const Graph& g) {
           Py_INCREF(sizes);
           x.out_sizes = Ref(sizes);
           ++packed_linears;
+          pl.check_inputs = true;  // the packed copy assumes the traced weight layout
         }
       }
       if (x.matmul && e.result >= 0 && pl.bufs[static_cast<size_t>(e.result)].bytes >= kPoolMinBytes) pl.check_inputs = true;
