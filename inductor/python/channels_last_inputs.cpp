@@ -49,8 +49,13 @@ PyObject* ChannelsLastInputs::convert_one(Input& in, PyObject* t) {
     return in.converted;
   }
   // The old copy goes before the new one is made (peak memory of one copy, not two).
-  Py_CLEAR(in.converted);
-  Py_CLEAR(in.src);
+  {
+    PyObject* src = in.src;
+    PyObject* converted = in.converted;
+    in.src = in.converted = nullptr;
+    Py_XDECREF(converted);
+    Py_XDECREF(src);
+  }
   // NB: exactly the compiled strides: t.contiguous(memory_format=torch.channels_last) keeps a 1x1
   // kernel's [64, 1, 1, 1] strides (channels-last by torch's test, not by the compiled strides).
   PyObject* out = PyObject_CallMethod(t, "new_empty_strided", "OO", in.sizes, in.strides);
@@ -65,12 +70,18 @@ PyObject* ChannelsLastInputs::convert_one(Input& in, PyObject* t) {
     return nullptr;
   }
   Py_DECREF(done);
-  // NB: XSETREF: torch may have let another thread convert this input meanwhile.
+  // NB: another thread may have converted this input meanwhile (torch releases the GIL). The three
+  // fields are set together and what they held is released only afterwards: releasing a tensor may
+  // let another thread run, which must never see a copy next to another tensor's source or stamp.
   Py_INCREF(t);
-  Py_XSETREF(in.src, t);
-  in.stamp = stamp;
-  Py_XSETREF(in.converted, out);
   Py_INCREF(out);
+  PyObject* old_src = in.src;
+  PyObject* old_converted = in.converted;
+  in.src = t;
+  in.stamp = stamp;
+  in.converted = out;
+  Py_XDECREF(old_src);
+  Py_XDECREF(old_converted);
   return out;
 }
 

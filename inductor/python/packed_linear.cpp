@@ -75,7 +75,8 @@ bool packed_linear_available() {
 PackedLinear::~PackedLinear() {
   if (!Py_IsInitialized()) return;
   PyGILState_STATE st = PyGILState_Ensure();
-  Py_XDECREF(src_);
+  Py_XDECREF(seen_);
+  Py_XDECREF(packed_src_);
   Py_XDECREF(packed_);
   PyGILState_Release(st);
 }
@@ -110,26 +111,39 @@ PyObject* PackedLinear::try_call(PyObject* x, PyObject* w, PyObject* bias, PyObj
   TensorStamp stamp;
   if (!tensor_stamp(w, &stamp)) return nullptr;
   if (!stamp.reusable()) return nullptr;  // no version counter: it could change unseen
-  if (src_ != w || !(stamp_ == stamp)) {
-    // A new or changed weight: remember it, and pack it only if the next call brings it unchanged.
-    Py_CLEAR(packed_);
-    Py_INCREF(w);
-    Py_XSETREF(src_, w);
-    stamp_ = stamp;
-    return nullptr;
-  }
-  if (!packed_) {
+  // NB: `packed` is this call's own reference, and the packed copy carries the weight and stamp it
+  // was made from: torch releases the GIL while it packs and while it multiplies, and another thread
+  // may meanwhile bring another weight through this layer and replace what is kept here.
+  PyObject* packed = nullptr;
+  if (packed_ && packed_src_ == w && packed_stamp_ == stamp) {
+    packed = packed_;
+    Py_INCREF(packed);
+  } else if (seen_ == w && seen_stamp_ == stamp) {
+    // Seen unchanged on the call before: pack it.
     PyObject* rows = PyLong_FromLongLong(rows_);
     if (!rows) return nullptr;
     PyObject* args[2] = {w, rows};
-    PyObject* p = PyObject_Vectorcall(g_reorder, args, 2, nullptr);
+    packed = PyObject_Vectorcall(g_reorder, args, 2, nullptr);
     Py_DECREF(rows);
-    if (!p) return nullptr;
-    // NB: XSETREF: torch may have let another thread pack this weight meanwhile.
-    Py_XSETREF(packed_, p);
+    if (!packed) return nullptr;
+    Py_INCREF(packed);
+    Py_INCREF(w);
+    PyObject* old_packed = packed_;
+    PyObject* old_src = packed_src_;
+    packed_ = packed;
+    packed_src_ = w;
+    packed_stamp_ = stamp;
+    Py_XDECREF(old_packed);  // NB: after the three fields agree again
+    Py_XDECREF(old_src);
+  } else {
+    // A new or changed weight: remembered, and packed if the next call brings it unchanged.
+    Py_INCREF(w);
+    PyObject* old = seen_;
+    seen_ = w;
+    seen_stamp_ = stamp;
+    Py_XDECREF(old);
+    return nullptr;
   }
-  PyObject* packed = packed_;
-  Py_INCREF(packed);  // NB: another thread may replace packed_ while torch runs the product
   PyObject* k = PyObject_CallMethod(w, "size", "i", 1);
   PyObject* x2 = k ? PyObject_CallMethod(x, "reshape", "(iO)", -1, k) : nullptr;
   Py_XDECREF(k);

@@ -43,9 +43,11 @@ class PackedLinear {
   int64_t rows_;
   bool disabled_ = false;
   int64_t packed_calls_ = 0;
-  PyObject* src_ = nullptr;     // strong: the weight last seen
-  TensorStamp stamp_;           // its stamp then
-  PyObject* packed_ = nullptr;  // strong: src_ packed, or null until it is seen twice unchanged
+  PyObject* seen_ = nullptr;        // strong: the weight of the last call that did not run packed
+  TensorStamp seen_stamp_;           // its stamp then
+  PyObject* packed_ = nullptr;       // strong: a packed copy, or null
+  PyObject* packed_src_ = nullptr;   // strong: the weight it was packed from
+  TensorStamp packed_stamp_;         // that weight's stamp then
 };
 
 }  // namespace ff::inductor

@@ -197,3 +197,43 @@ def test_two_threads_share_the_packed_weights():
     if PACKED:
         # NB: both threads may have compiled the first call (one graph each): count over all of them.
         assert sum(g.packed_linear_calls for g in graphs) > 0
+
+
+def test_two_threads_bringing_different_weights_through_one_graph_get_their_own():
+    # One compiled graph (the guards check the weights' layout, not their identity), so its layer
+    # sees two weights: each call must use its own, packed or not, while torch lets the other
+    # thread run in the middle of packing and multiplying.
+    import sys
+
+    def f(x, w):
+        return torch.relu(F.linear(x, w)) * 2
+
+    torch.manual_seed(0)
+    weights = [torch.randn(96, 48) for _ in range(2)]
+    x = torch.randn(6, 48)
+    compiled, graphs = _compiled(f)
+    with torch.no_grad():
+        want = [f(x, w) for w in weights]
+        compiled(x, weights[0])  # compile once, before the threads
+    errors = []
+
+    def work(k):
+        try:
+            with torch.no_grad():
+                for _ in range(300):
+                    _check((compiled(x, weights[k]),), (want[k],))
+        except Exception as e:  # reported below
+            errors.append(e)
+
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1e-5)
+    try:
+        threads = [threading.Thread(target=work, args=(k,)) for k in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        sys.setswitchinterval(old)
+    assert not errors, f"{len(errors)} wrong results, first: {errors[0]!r}"
+    assert len(graphs) == 1
