@@ -375,10 +375,12 @@ py::object CudaGraphModule::folded_value(Folded& f, const std::vector<py::object
     value = (s.conv_bias >= 0 ? in(s.conv_bias) - in(s.mean) : -in(s.mean)) * scale;
     if (s.bias >= 0) value = value + in(s.bias);
   }
-  f.value = py::none();  // the old tensor goes before the new one is kept
-  f.value = value;
+  // NB: releasing the old tensor may let another thread run: it must then find no value, never the
+  // new value next to the old sources. The sources change while the value is None.
+  f.value = py::none();
   f.sources = std::move(sources);
-  return f.value;
+  f.value = value;
+  return value;
 }
 
 std::vector<int> CudaGraphModule::derived_sources() const {
