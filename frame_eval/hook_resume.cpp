@@ -15,6 +15,7 @@
 #include "frame_eval/hook.h"
 #include "frame_eval/hook_internal.h"
 #include "src/errors.h"
+#include "src/gil_once.h"
 
 namespace ff {
 
@@ -22,8 +23,9 @@ namespace {
 
 // What the stubs' tails return first; user code can never return it.
 PyObject* marker() {
-  static PyObject* m = PyObject_CallNoArgs(reinterpret_cast<PyObject*>(&PyBaseObject_Type));
-  return m;
+  // NB: one object for the whole process: stubs compare against the one their code was built with.
+  static PyObject* m = nullptr;
+  return gil_once(m, [] { return PyObject_CallNoArgs(reinterpret_cast<PyObject*>(&PyBaseObject_Type)); });
 }
 
 // Generated code derives from the user's code object: a break in a resume function is a break in

@@ -80,7 +80,8 @@ void block_dealloc(PyObject* self) {
 }
 
 PyTypeObject* block_type() {
-  static PyTypeObject* t = [] {
+  static PyTypeObject* t = nullptr;
+  return gil_once(t, [] {
     static PyType_Slot slots[] = {
         {Py_bf_getbuffer, reinterpret_cast<void*>(block_getbuffer)},
         {Py_tp_dealloc, reinterpret_cast<void*>(block_dealloc)},
@@ -88,8 +89,7 @@ PyTypeObject* block_type() {
     };
     static PyType_Spec spec = {"framefuse._C.PoolBlock", sizeof(Block), 0, Py_TPFLAGS_DEFAULT, slots};
     return reinterpret_cast<PyTypeObject*>(PyType_FromSpec(&spec));
-  }();
-  return t;
+  });
 }
 
 struct TorchFns {
