@@ -6,7 +6,6 @@ import inspect
 import logging
 import os
 import sys
-import threading
 import traceback
 
 import pytest
@@ -14,6 +13,7 @@ import torch
 
 import framefuse
 from framefuse import _C
+from thread_util import run_threads
 
 
 pytestmark = pytest.mark.usefixtures("fresh_framefuse")
@@ -395,31 +395,22 @@ def test_two_threads(batched):
     compiles and reorders entries meanwhile: the entry that runs must be the one that was checked.
     A tiny switch interval and fifty fresh caches make those hand-offs frequent (before the fix,
     about one call in a hundred here ran another loop counter's entry)."""
-    old_batched, old_interval = framefuse.config.guard_tensors_batched, sys.getswitchinterval()
+    old_batched = framefuse.config.guard_tensors_batched
     expected = loop_range(X, 6)  # seven entries for the resume function, under the limit of 8
-    errors = []
 
     def work(cf):
-        try:
-            for _ in range(20):
-                same(expected, cf(X, 6))
-        except Exception as e:  # reported below
-            errors.append(e)
+        for _ in range(20):
+            same(expected, cf(X, 6))
 
     framefuse.config.guard_tensors_batched = batched
-    sys.setswitchinterval(1e-5)
+    errors = []
     try:
         for _ in range(50):
             framefuse.reset()
             cf = framefuse.compile(loop_range, backend="eager")
-            threads = [threading.Thread(target=work, args=(cf,)) for _ in range(2)]
-            for t in threads:
-                t.start()
-            for t in threads:
-                t.join()
+            errors += run_threads(work, [(cf,), (cf,)], switch_interval=1e-5)
     finally:
         framefuse.config.guard_tensors_batched = old_batched
-        sys.setswitchinterval(old_interval)
     assert not errors, f"{len(errors)} wrong results, first: {errors[0]!r}"
 
 

@@ -2,8 +2,6 @@
 inductor/python/packed_linear.h): float32 weights that are graph inputs are packed once they are
 seen unchanged on two calls, repacked when they change, and never packed when they change every
 call. Where torch has no torch.ops.mkl._mkl_linear (1.13) the layers run the ordinary linear."""
-import threading
-
 import pytest
 import torch
 import torch.nn.functional as F
@@ -12,6 +10,7 @@ from torch import nn
 import framefuse
 from framefuse import _C
 from framefuse.inductor import compile_graph
+from thread_util import run_threads
 
 pytestmark = [
     pytest.mark.usefixtures("fresh_framefuse"),
@@ -178,21 +177,13 @@ def test_two_threads_share_the_packed_weights():
     model, x, compiled, graphs = _mlp(6)
     with torch.no_grad():
         want = model(x)
-    errors = []
 
     def work():
-        try:
-            with torch.no_grad():
-                for _ in range(20):
-                    _check(compiled(x), want)
-        except Exception as e:  # reported below
-            errors.append(e)
+        with torch.no_grad():
+            for _ in range(20):
+                _check(compiled(x), want)
 
-    threads = [threading.Thread(target=work) for _ in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    errors = run_threads(work, [(), ()])
     assert not errors, errors[0]
     if PACKED:
         # NB: both threads may have compiled the first call (one graph each): count over all of them.
@@ -203,7 +194,6 @@ def test_two_threads_bringing_different_weights_through_one_graph_get_their_own(
     # One compiled graph (the guards check the weights' layout, not their identity), so its layer
     # sees two weights: each call must use its own, packed or not, while torch lets the other
     # thread run in the middle of packing and multiplying.
-    import sys
 
     def f(x, w):
         return torch.relu(F.linear(x, w)) * 2
@@ -215,25 +205,12 @@ def test_two_threads_bringing_different_weights_through_one_graph_get_their_own(
     with torch.no_grad():
         want = [f(x, w) for w in weights]
         compiled(x, weights[0])  # compile once, before the threads
-    errors = []
 
     def work(k):
-        try:
-            with torch.no_grad():
-                for _ in range(300):
-                    _check((compiled(x, weights[k]),), (want[k],))
-        except Exception as e:  # reported below
-            errors.append(e)
+        with torch.no_grad():
+            for _ in range(300):
+                _check((compiled(x, weights[k]),), (want[k],))
 
-    old = sys.getswitchinterval()
-    sys.setswitchinterval(1e-5)
-    try:
-        threads = [threading.Thread(target=work, args=(k,)) for k in range(2)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-    finally:
-        sys.setswitchinterval(old)
+    errors = run_threads(work, [(0,), (1,)], switch_interval=1e-5)
     assert not errors, f"{len(errors)} wrong results, first: {errors[0]!r}"
     assert len(graphs) == 1
