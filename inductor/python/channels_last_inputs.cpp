@@ -2,15 +2,36 @@
 
 namespace ff::inductor {
 
-ChannelsLastInputs::~ChannelsLastInputs() {
-  if (!Py_IsInitialized()) return;
+DerivedTensor::DerivedTensor(DerivedTensor&& o) noexcept : src_(o.src_), stamp_(o.stamp_), value_(o.value_) {
+  o.src_ = o.value_ = nullptr;
+}
+
+DerivedTensor::~DerivedTensor() {
+  if ((!src_ && !value_) || !Py_IsInitialized()) return;
   PyGILState_STATE st = PyGILState_Ensure();
-  for (Input& in : inputs_) {
-    Py_XDECREF(in.src);
-    Py_XDECREF(in.converted);
-  }
+  clear();
   PyGILState_Release(st);
 }
+
+PyObject* DerivedTensor::get(PyObject* src, const TensorStamp& stamp) const {
+  if (!value_ || !made_from(src, stamp)) return nullptr;
+  Py_INCREF(value_);
+  return value_;
+}
+
+void DerivedTensor::set(PyObject* src, const TensorStamp& stamp, PyObject* value) {
+  Py_XINCREF(src);
+  Py_XINCREF(value);
+  PyObject* old_src = src_;
+  PyObject* old_value = value_;
+  src_ = src;
+  stamp_ = stamp;
+  value_ = value;
+  Py_XDECREF(old_value);  // NB: only now: the fields agree again
+  Py_XDECREF(old_src);
+}
+
+ChannelsLastInputs::~ChannelsLastInputs() = default;
 
 bool tensor_stamp(PyObject* t, TensorStamp* out) {
   static PyObject* data_ptr = PyUnicode_InternFromString("data_ptr");
@@ -34,28 +55,17 @@ bool tensor_stamp(PyObject* t, TensorStamp* out) {
 }
 
 void ChannelsLastInputs::add(size_t index, PyObject* sizes, PyObject* strides) {
-  Input in;
+  Input& in = inputs_.emplace_back();
   in.index = index;
   in.sizes = sizes;
   in.strides = strides;
-  inputs_.push_back(in);
 }
 
 PyObject* ChannelsLastInputs::convert_one(Input& in, PyObject* t) {
   TensorStamp stamp;
   if (!tensor_stamp(t, &stamp)) return nullptr;
-  if (in.converted && in.src == t && stamp.reusable() && in.stamp == stamp) {
-    Py_INCREF(in.converted);
-    return in.converted;
-  }
-  // The old copy goes before the new one is made (peak memory of one copy, not two).
-  {
-    PyObject* src = in.src;
-    PyObject* converted = in.converted;
-    in.src = in.converted = nullptr;
-    Py_XDECREF(converted);
-    Py_XDECREF(src);
-  }
+  if (PyObject* copy = in.copy.get(t, stamp)) return copy;
+  in.copy.clear();  // the old copy goes before the new one is made (peak memory of one copy, not two)
   // NB: exactly the compiled strides: t.contiguous(memory_format=torch.channels_last) keeps a 1x1
   // kernel's [64, 1, 1, 1] strides (channels-last by torch's test, not by the compiled strides).
   PyObject* out = PyObject_CallMethod(t, "new_empty_strided", "OO", in.sizes, in.strides);
@@ -70,18 +80,7 @@ PyObject* ChannelsLastInputs::convert_one(Input& in, PyObject* t) {
     return nullptr;
   }
   Py_DECREF(done);
-  // NB: another thread may have converted this input meanwhile (torch releases the GIL). The three
-  // fields are set together and what they held is released only afterwards: releasing a tensor may
-  // let another thread run, which must never see a copy next to another tensor's source or stamp.
-  Py_INCREF(t);
-  Py_INCREF(out);
-  PyObject* old_src = in.src;
-  PyObject* old_converted = in.converted;
-  in.src = t;
-  in.stamp = stamp;
-  in.converted = out;
-  Py_XDECREF(old_src);
-  Py_XDECREF(old_converted);
+  in.copy.set(t, stamp, out);  // NB: another thread may have converted this input meanwhile: replaced
   return out;
 }
 

@@ -25,6 +25,35 @@ struct TensorStamp {
 };
 bool tensor_stamp(PyObject* t, TensorStamp* out);
 
+// A tensor made from another one (a layout copy, a packed weight), kept while the caller brings the
+// same source object with the same stamp. Every field is replaced before the old references are
+// released: releasing a tensor may let another thread run (torch releases the GIL), and that thread
+// must never find a value next to another source's object or stamp. Needs the GIL.
+class DerivedTensor {
+ public:
+  DerivedTensor() = default;
+  DerivedTensor(DerivedTensor&& o) noexcept;
+  DerivedTensor& operator=(DerivedTensor&&) = delete;
+  DerivedTensor(const DerivedTensor&) = delete;
+  DerivedTensor& operator=(const DerivedTensor&) = delete;
+  ~DerivedTensor();
+
+  // Whether the last set() was for `src` with `stamp` (never for a stamp that is not reusable).
+  bool made_from(PyObject* src, const TensorStamp& stamp) const {
+    return src_ == src && stamp.reusable() && stamp_ == stamp;
+  }
+  // A new reference to the value made from `src` with `stamp`, or null (no error set).
+  PyObject* get(PyObject* src, const TensorStamp& stamp) const;
+  // Keeps `value` (borrowed; may be null: only the source is remembered) as made from `src`.
+  void set(PyObject* src, const TensorStamp& stamp, PyObject* value);
+  void clear() { set(nullptr, TensorStamp{}, nullptr); }
+
+ private:
+  PyObject* src_ = nullptr;    // strong
+  TensorStamp stamp_;
+  PyObject* value_ = nullptr;  // strong
+};
+
 class ChannelsLastInputs {
  public:
   ChannelsLastInputs() = default;
@@ -49,9 +78,7 @@ class ChannelsLastInputs {
     size_t index = 0;
     PyObject* sizes = nullptr;
     PyObject* strides = nullptr;
-    PyObject* src = nullptr;        // strong: the tensor last converted
-    TensorStamp stamp;              // src's when it was converted
-    PyObject* converted = nullptr;  // strong
+    DerivedTensor copy;  // the converted copy and the tensor it was made from
   };
   PyObject* convert_one(Input& in, PyObject* t);  // new reference
 

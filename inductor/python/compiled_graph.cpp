@@ -55,25 +55,26 @@ Ref int_tuple(const std::vector<int64_t>& v) {
   return t;
 }
 
-// The row count of linear(input, weight, bias) (extern call `args`) if MKL's packed GEMM may run
-// it: float32 throughout, the weight a graph input, 2-d and contiguous; 0 otherwise.
-int64_t packable_linear_rows(const Graph& g, const OpDef& op, const std::vector<Value>& args) {
-  const Value& in = args[static_cast<size_t>(op.schema.index_of("input"))];
-  const Value& w = args[static_cast<size_t>(op.schema.index_of("weight"))];
-  const Value& b = args[static_cast<size_t>(op.schema.index_of("bias"))];
-  if (op.schema.index_of("input") != 0 || op.schema.index_of("weight") != 1 || op.schema.index_of("bias") != 2) return 0;
-  if (!in.is_node() || !w.is_node() || !(b.is_none() || b.is_node())) return 0;
-  if (g.node(w.node).kind != NodeKind::Placeholder) return 0;
+// Whether MKL's packed GEMM may run linear(input, weight, bias) (extern call `args`, in that schema
+// order): float32 CPU tensors, the weight a graph input, 2-d and contiguous. Sets the product's
+// row count and in_features.
+bool packable_linear(const Graph& g, const OpDef& op, const std::vector<Value>& args, int64_t* rows, int64_t* k) {
+  if (op.schema.index_of("input") != 0 || op.schema.index_of("weight") != 1 || op.schema.index_of("bias") != 2) return false;
+  const Value &in = args[0], &w = args[1], &b = args[2];
+  if (!in.is_node() || !w.is_node() || !(b.is_none() || b.is_node())) return false;
+  if (g.node(w.node).kind != NodeKind::Placeholder) return false;
   auto f32 = [&](NodeId id) {
     const ValueMeta& m = g.node(id).meta;
     return m.is_tensor() && m.tensor.dtype == DType::Float32 && m.tensor.device.type == Device::Type::CPU;
   };
-  if (!f32(in.node) || !f32(w.node) || (b.is_node() && !f32(b.node))) return 0;
+  if (!f32(in.node) || !f32(w.node) || (b.is_node() && !f32(b.node))) return false;
   const TensorMeta& wm = g.node(w.node).meta.tensor;
   const TensorMeta& xm = g.node(in.node).meta.tensor;
-  if (wm.dim() != 2 || !wm.is_contiguous() || xm.dim() < 2 || wm.sizes[1] == 0) return 0;
-  if (xm.sizes.back() != wm.sizes[1]) return 0;
-  return xm.numel() / wm.sizes[1];
+  if (wm.dim() != 2 || !wm.is_contiguous() || xm.dim() < 2 || wm.sizes[1] == 0 || xm.sizes.back() != wm.sizes[1])
+    return false;
+  *k = wm.sizes[1];
+  *rows = xm.numel() / *k;
+  return *rows > 0;
 }
 
 void throw_py(const std::string& what) {
@@ -230,7 +231,6 @@ struct CompiledGraph::Plan {
     bool matmul = false;                   // may write into a pooled buffer (matmul_into_pool)
     std::unique_ptr<LayoutCheck> check;    // result layout, where kernels or views rely on it
     std::unique_ptr<PackedLinear> packed;  // a linear with a graph-input weight (packed_linear.h)
-    Ref out_sizes;                         // its result's sizes
   };
   std::vector<Extern> externs;
   // Channels-last (see inductor/channels_last.h): the conv weights converted per call, the
@@ -379,12 +379,9 @@ CompiledGraph::CompiledGraph(const Graph& g) {
       if (PyObject* fn = op_callable(e.op)) x.call = std::make_unique<PreparedCall>(fn, op, e.args);
       x.matmul = op.name == "linear" || op.name == "matmul" || op.name == "op_matmul" || op.name == "mm" || op.name == "bmm";
       if (op.name == "linear" && e.result >= 0 && config().cpu_pack_linear_weights) {
-        int64_t rows = packable_linear_rows(prog_->graph, op, e.args);
-        if (rows > 0 && packed_linear_available()) {
-          x.packed = std::make_unique<PackedLinear>(rows);
-          PyObject* sizes = pl.bufs[static_cast<size_t>(e.result)].sizes.get();
-          Py_INCREF(sizes);
-          x.out_sizes = Ref(sizes);
+        int64_t rows = 0, k = 0;
+        if (packable_linear(prog_->graph, op, e.args, &rows, &k) && packed_linear_available()) {
+          x.packed = std::make_unique<PackedLinear>(rows, k, pl.bufs[static_cast<size_t>(e.result)].sizes.get());
           ++packed_linears;
           pl.check_inputs = true;  // the packed copy assumes the traced weight layout
         }
@@ -675,14 +672,10 @@ PyObject* CompiledGraph::run(PyObject* const* inputs, size_t n) {
         return nullptr;
       }
       if (x.packed) {
-        PyObject* a[3];
-        std::vector<Ref> owned;
-        for (int i = 0; i < 3; ++i) {
-          owned.emplace_back(value_to_py(e.args[static_cast<size_t>(i)], node_objs.data));
-          if (!owned.back()) return nullptr;
-          a[i] = owned.back().get();
-        }
-        result = Ref(x.packed->call(a[0], a[1], a[2], x.out_sizes.get()));
+        Ref a[3];
+        for (size_t i = 0; i < 3; ++i)
+          if (!(a[i] = Ref(value_to_py(e.args[i], node_objs.data))).get()) return nullptr;
+        result = Ref(x.packed->call(a[0].get(), a[1].get(), a[2].get()));
       }
       if (!result && e.result >= 0 && x.matmul && pool_on() && pl.bufs[static_cast<size_t>(e.result)].bytes >= kPoolMinBytes) {
         std::vector<Ref> owned;

@@ -72,18 +72,25 @@ bool packed_linear_available() {
   return g_available == 1;
 }
 
+PackedLinear::PackedLinear(int64_t rows, int64_t in_features, PyObject* out_sizes)
+    : rows_(PyLong_FromLongLong(rows)), in_shape_(Py_BuildValue("(LL)", rows, in_features)), out_sizes_(out_sizes) {
+  if (!rows_ || !in_shape_) {
+    PyErr_Clear();
+    disabled_ = true;
+  }
+}
+
 PackedLinear::~PackedLinear() {
   if (!Py_IsInitialized()) return;
   PyGILState_STATE st = PyGILState_Ensure();
-  Py_XDECREF(seen_);
-  Py_XDECREF(packed_src_);
-  Py_XDECREF(packed_);
+  Py_XDECREF(rows_);
+  Py_XDECREF(in_shape_);
   PyGILState_Release(st);
 }
 
-PyObject* PackedLinear::call(PyObject* x, PyObject* w, PyObject* bias, PyObject* out_sizes) {
+PyObject* PackedLinear::call(PyObject* x, PyObject* w, PyObject* bias) {
   if (disabled_ || !packed_linear_available()) return nullptr;
-  PyObject* out = try_call(x, w, bias, out_sizes);
+  PyObject* out = try_call(x, w, bias);
   if (out) ++packed_calls_;
   if (out || !PyErr_Occurred()) return out;
   // NB: the ordinary linear runs instead, and reports the error if it has one too.
@@ -104,60 +111,37 @@ PyObject* PackedLinear::call(PyObject* x, PyObject* w, PyObject* bias, PyObject*
   return nullptr;
 }
 
-PyObject* PackedLinear::try_call(PyObject* x, PyObject* w, PyObject* bias, PyObject* out_sizes) {
+PyObject* PackedLinear::try_call(PyObject* x, PyObject* w, PyObject* bias) {
   PyObject* operands[3] = {x, w, bias};
   int grad = needs_autograd(operands, 3);
   if (grad != 0) return nullptr;  // (an error, if any, stays set for the caller)
   TensorStamp stamp;
   if (!tensor_stamp(w, &stamp)) return nullptr;
-  if (!stamp.reusable()) return nullptr;  // no version counter: it could change unseen
-  // NB: `packed` is this call's own reference, and the packed copy carries the weight and stamp it
-  // was made from: torch releases the GIL while it packs and while it multiplies, and another thread
-  // may meanwhile bring another weight through this layer and replace what is kept here.
-  PyObject* packed = nullptr;
-  if (packed_ && packed_src_ == w && packed_stamp_ == stamp) {
-    packed = packed_;
-    Py_INCREF(packed);
-  } else if (seen_ == w && seen_stamp_ == stamp) {
-    // Seen unchanged on the call before: pack it.
-    PyObject* rows = PyLong_FromLongLong(rows_);
-    if (!rows) return nullptr;
-    PyObject* args[2] = {w, rows};
+  // NB: `packed` is this call's own reference: torch releases the GIL while it packs and while it
+  // multiplies, and another thread may meanwhile bring another weight through this layer.
+  PyObject* packed = packed_.get(w, stamp);
+  if (!packed) {
+    if (!seen_.made_from(w, stamp)) {
+      // A new or changed weight (or one without a version counter, which could change unseen):
+      // remembered, and packed if the next call brings it unchanged.
+      seen_.set(w, stamp, nullptr);
+      return nullptr;
+    }
+    PyObject* args[2] = {w, rows_};
     packed = PyObject_Vectorcall(g_reorder, args, 2, nullptr);
-    Py_DECREF(rows);
     if (!packed) return nullptr;
-    Py_INCREF(packed);
-    Py_INCREF(w);
-    PyObject* old_packed = packed_;
-    PyObject* old_src = packed_src_;
-    packed_ = packed;
-    packed_src_ = w;
-    packed_stamp_ = stamp;
-    Py_XDECREF(old_packed);  // NB: after the three fields agree again
-    Py_XDECREF(old_src);
-  } else {
-    // A new or changed weight: remembered, and packed if the next call brings it unchanged.
-    Py_INCREF(w);
-    PyObject* old = seen_;
-    seen_ = w;
-    seen_stamp_ = stamp;
-    Py_XDECREF(old);
-    return nullptr;
+    packed_.set(w, stamp, packed);
   }
-  PyObject* k = PyObject_CallMethod(w, "size", "i", 1);
-  PyObject* x2 = k ? PyObject_CallMethod(x, "reshape", "(iO)", -1, k) : nullptr;
-  Py_XDECREF(k);
-  PyObject* rows = x2 ? PyLong_FromLongLong(rows_) : nullptr;
+  PyObject* x2 = PyObject_CallMethod(x, "reshape", "(O)", in_shape_);
   PyObject* y = nullptr;
-  if (rows) {
-    PyObject* args[5] = {x2, packed, w, bias, rows};
+  if (x2) {
+    PyObject* args[5] = {x2, packed, w, bias, rows_};
     y = PyObject_Vectorcall(g_linear, args, 5, nullptr);
+    Py_DECREF(x2);
   }
-  Py_XDECREF(rows);
-  Py_XDECREF(x2);
   Py_DECREF(packed);
   if (!y) return nullptr;
-  PyObject* out = PyObject_CallMethod(y, "view", "O", out_sizes);
+  PyObject* out = PyObject_CallMethod(y, "view", "(O)", out_sizes_);
   Py_DECREF(y);
   return out;
 }

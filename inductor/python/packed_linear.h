@@ -23,31 +23,30 @@ bool packed_linear_available();
 
 class PackedLinear {
  public:
-  // `rows`: the product's row count (input elements / in_features) the graph was compiled for.
-  explicit PackedLinear(int64_t rows) : rows_(rows) {}
+  // A product of `rows` rows (input elements / in_features, as the graph was compiled for) with
+  // `out_sizes` (a tuple, borrowed: it must outlive this) as its result's sizes. Needs the GIL.
+  PackedLinear(int64_t rows, int64_t in_features, PyObject* out_sizes);
   PackedLinear(const PackedLinear&) = delete;
   PackedLinear& operator=(const PackedLinear&) = delete;
   ~PackedLinear();
 
-  // linear(x, w, bias) (borrowed; bias may be None) with `out_sizes` (a tuple) as its result's
-  // sizes. New reference, or nullptr (never with an error set) where this path does not apply this
-  // call: the caller runs the ordinary linear. A failing MKL call turns this path off for good (one
-  // perf_hints line).
-  PyObject* call(PyObject* x, PyObject* w, PyObject* bias, PyObject* out_sizes);
+  // linear(x, w, bias) (borrowed; bias may be None). New reference, or nullptr (never with an error
+  // set) where this path does not apply this call: the caller runs the ordinary linear. A failing
+  // MKL call turns this path off for good (one perf_hints line).
+  PyObject* call(PyObject* x, PyObject* w, PyObject* bias);
   // Calls served by the packed product so far.
   int64_t packed_calls() const { return packed_calls_; }
 
  private:
-  PyObject* try_call(PyObject* x, PyObject* w, PyObject* bias, PyObject* out_sizes);
+  PyObject* try_call(PyObject* x, PyObject* w, PyObject* bias);
 
-  int64_t rows_;
+  PyObject* rows_ = nullptr;      // strong: the row count, as _mkl_linear takes it
+  PyObject* in_shape_ = nullptr;  // strong: (rows, in_features), the input as a matrix
+  PyObject* out_sizes_;           // borrowed
   bool disabled_ = false;
   int64_t packed_calls_ = 0;
-  PyObject* seen_ = nullptr;        // strong: the weight of the last call that did not run packed
-  TensorStamp seen_stamp_;           // its stamp then
-  PyObject* packed_ = nullptr;       // strong: a packed copy, or null
-  PyObject* packed_src_ = nullptr;   // strong: the weight it was packed from
-  TensorStamp packed_stamp_;         // that weight's stamp then
+  DerivedTensor seen_;    // the weight of the last call that did not run packed (no value)
+  DerivedTensor packed_;  // the packed copy and the weight it was made from
 };
 
 }  // namespace ff::inductor
