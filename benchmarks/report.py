@@ -141,6 +141,11 @@ def versus_table(records, markdown=True):
     if not rows:
         return ""
     head = ("workload", "framefuse / torch.compile", "first-call ratio", "steady speedup", "overhead ratio")
+    return _render(head, rows, markdown)
+
+
+def _render(head, rows, markdown):
+    """A markdown table, or left-aligned columns for the terminal."""
     if markdown:
         return "\n".join(["| " + " | ".join(head) + " |", "|" + "---|" * len(head)] +
                          ["| " + " | ".join(r) + " |" for r in rows])
@@ -166,11 +171,7 @@ def interleaved_table(entries, markdown=True):
             cells.append("" if t is None else fmt_time(t) + (f" ({ratio:.2f}x)" if ratio else ""))
         vs = e.get("framefuse_vs_torch_compile")
         rows.append((e["workload"], str(e["rounds"])) + tuple(cells) + (f"{vs:.2f}x" if vs else "",))
-    if markdown:
-        return "\n".join(["| " + " | ".join(head) + " |", "|" + "---|" * len(head)] +
-                         ["| " + " | ".join(r) + " |" for r in rows])
-    widths = [max(len(x[i]) for x in [head] + rows) for i in range(len(head))]
-    return "\n".join("  ".join(x[i].ljust(widths[i]) for i in range(len(head))).rstrip() for x in [head] + rows)
+    return _render(head, rows, markdown)
 
 
 def workload_table(result):

@@ -344,15 +344,6 @@ def test_run_workload_stops_starting_contenders_when_told():
     assert recs[1]["reason"] == "not run: deadline" and "steady_s" not in recs[1]
 
 
-def test_cpu_models_ab_prints_one_row_per_workload(capsys):
-    from benchmarks import cpu_models_ab
-    rc = cpu_models_ab.main(["--workloads", "nanogpt", "--rounds", "2", "--scale", "tiny", "--threads", "1",
-                             "--contenders", "eager,framefuse", "--malloc", "default"])
-    assert rc == 0
-    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| nanogpt |")]
-    assert len(rows) == 1 and rows[0].count(" ms (") == 2, rows
-
-
 def test_interleave_measures_contenders_in_turns(tmp_path):
     rc = run.main(["--preset", "tiny", "--workloads", "add_one,sin_cos", "--contenders", "eager,framefuse-eager",
                    "--interleave", "3", "--in-process", "--no-demo", "--no-explain", "--no-charts",
