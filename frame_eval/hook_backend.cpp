@@ -73,7 +73,11 @@ std::string graph_code_text(const Graph& g) {
 
 void compile_backend(const CompileOptions& options, CaptureRunner& runner, const FrameValues& values, bool training) {
   if (options.backend_name == "eager") return;
-  if (options.backend_name == "inductor" && training) {
+  // Graphs that need autograd reach the inductor backend only under mode="reduce-overhead", which
+  // records their forward and backward in CUDA graphs (framefuse.cuda.TrainingGraphReplay).
+  bool reduce_overhead = options.mode && PyUnicode_Check(options.mode) &&
+                         PyUnicode_CompareWithASCIIString(options.mode, "reduce-overhead") == 0;
+  if (options.backend_name == "inductor" && training && !reduce_overhead) {
     if (log_enabled(LogArtifact::perf_hints))
       log_emit(LogArtifact::perf_hints, "backend=inductor: graphs that need autograd run on the reference runner (eager torch ops)");
     return;
@@ -90,7 +94,7 @@ void compile_backend(const CompileOptions& options, CaptureRunner& runner, const
     // generator fall back there, with their perf_hints line.
     py::object result = call_backend(py::handle(options.backend), graph, py::handle(examples.get()),
                                      py::handle(options.mode ? options.mode : Py_None),
-                                     py::handle(options.options ? options.options : Py_None));
+                                     py::handle(options.options ? options.options : Py_None), training);
     compiled = result.release().ptr();
   } catch (py::error_already_set& e) {
     e.restore();

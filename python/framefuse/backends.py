@@ -64,10 +64,26 @@ def _inductor(graph, example_inputs, mode=None, **options):
     return graph.run
 
 
-def _call_backend(backend, cgraph, example_inputs, mode, options):
-    # Called by the frontend (frame_eval/hook_backend.cpp) once per captured graph.
+def _inductor_training(graph, example_inputs, mode):
+    """backend="inductor" for a graph that needs autograd (the frontend sends these only under
+    mode="reduce-overhead"): CUDA graphs of its forward and backward where every tensor is on the GPU."""
+    import torch  # noqa: PLC0415
+    from ._C import logging as _log  # noqa: PLC0415
+    tensors = [t for t in example_inputs if isinstance(t, torch.Tensor)]
+    if mode == "reduce-overhead" and tensors and all(t.is_cuda for t in tensors):
+        from . import cuda  # noqa: PLC0415
+        return cuda.TrainingGraphReplay(graph)
+    _log.emit("perf_hints", "backend=inductor: graphs that need autograd run on the reference runner (eager torch ops)")
+    return graph.run
+
+
+def _call_backend(backend, cgraph, example_inputs, mode, options, training=False):
+    # Called by the frontend (frame_eval/hook_backend.cpp) once per captured graph; `training`: grad
+    # mode is on and an input requires grad.
     graph = Graph.__new__(Graph)
     graph._g = cgraph
+    if backend == "inductor" and training:
+        return _inductor_training(graph, example_inputs, mode)
     if backend == "inductor":
         return _inductor(graph, example_inputs, mode, **(options or {}))
     compiled = backend(graph, example_inputs, **options) if options else backend(graph, example_inputs)

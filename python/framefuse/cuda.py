@@ -14,6 +14,8 @@ the driver from the NVIDIA driver. Neither is needed to import framefuse.
 """
 import importlib.util
 import os
+import threading
+import weakref
 
 import torch
 
@@ -51,6 +53,39 @@ def driver_status():
 
 def _hint(msg):
     _C.cuda.perf_hint(msg)
+
+
+_capture_streams = {}
+
+
+def _precision_state():
+    """torch's precision switches that choose cuBLAS and cuDNN kernels. A CUDA graph keeps the kernels
+    chosen when it was recorded, so it is replayed only under the same switches."""
+    matmul = torch.backends.cuda.matmul
+    return (matmul.allow_tf32, torch.backends.cudnn.allow_tf32,
+            getattr(matmul, "allow_fp16_reduced_precision_reduction", None),
+            getattr(matmul, "allow_bf16_reduced_precision_reduction", None))
+
+
+_PRECISION_HINT = ("TF32 / reduced-precision switches differ from those the CUDA graph was recorded under; "
+                   "running without it")
+
+
+def _capture_stream():
+    """The side stream of the current device on which CUDA graphs are warmed up and recorded: one per
+    device, because cuBLAS keeps a workspace (tens of MB) for each stream it runs on. cuBLAS's cached
+    workspaces are released first, as torch.compile does before recording: the recorded products get
+    theirs in the graph's memory pool, and the released ones go back to the caching allocator."""
+    clear = getattr(torch._C, "_cuda_clearCublasWorkspaces", None)
+    if clear is not None:
+        torch.cuda.synchronize()
+        clear()
+    device = torch.cuda.current_device()
+    stream = _capture_streams.get(device)
+    if stream is None:
+        stream = _capture_streams[device] = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    return stream
 
 
 class CompiledCudaGraph:
@@ -114,6 +149,8 @@ class CudaGraphReplay:
         self._first_ids = None
         self._fixed = []  # (index, tensor, data_ptr, version) of inputs used in place
         self._no_graph = False
+        self._training = None  # TrainingGraphReplay, made on the first call that needs autograd
+        self._precision = None  # _precision_state() when recorded
 
     def __getattr__(self, name):
         return getattr(self._compiled, name)
@@ -139,21 +176,23 @@ class CudaGraphReplay:
         self._static_in = [t if f else t.clone() if isinstance(t, torch.Tensor) else t for t, f in zip(inputs, fixed)]
         self._fixed = [(i, t, t.data_ptr(), t._version if i in derived else None)
                        for i, (t, f) in enumerate(zip(inputs, fixed)) if f]
-        stream = torch.cuda.Stream()
-        stream.wait_stream(torch.cuda.current_stream())
+        stream = _capture_stream()
         with torch.cuda.stream(stream):
             self._compiled(*self._static_in)  # warm up: module load, allocator pools
         torch.cuda.current_stream().wait_stream(stream)
         g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g):
+        with torch.cuda.graph(g, stream=stream):
             self._static_out = self._compiled(*self._static_in)
         self._cuda_graph = g
         self._sig = self._signature(inputs)
+        self._precision = _precision_state()
         return True
 
     def __call__(self, *inputs):
         if torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in inputs):
-            return self._compiled(*inputs)
+            if self._training is None:
+                self._training = TrainingGraphReplay(self._compiled._graph)
+            return self._training(*inputs)
         if self._no_graph:
             return self._compiled(*inputs)
         if self._cuda_graph is None:
@@ -168,6 +207,9 @@ class CudaGraphReplay:
                   "device, or another tensor where a module's parameter was recorded); running without the "
                   "CUDA graph")
             return self._compiled(*inputs)
+        elif _precision_state() != self._precision:
+            _hint("reduce-overhead: " + _PRECISION_HINT)
+            return self._compiled(*inputs)
         elif any(v is not None and t._version != v for _, t, _, v in self._fixed):
             # A converted or folded weight changed in place: its derived copy is made again.
             self._first_ids = [id(t) for t in inputs]
@@ -180,6 +222,258 @@ class CudaGraphReplay:
         self._cuda_graph.replay()
         return _clone_out(self._static_out)
 
+
+
+class _Token:
+    """One replayed forward: which recording it read (gen) and whether its backward has run."""
+    __slots__ = ("gen", "done", "__weakref__")
+
+    def __init__(self, gen):
+        self.gen, self.done = gen, False
+
+
+class _Recorded:
+    """The CUDA graphs of one training recording and the static tensors they read and write."""
+
+    def __init__(self):
+        self.fwd = self.bwd = None
+        self.inputs = []       # static inputs: detached aliases of parameters, copies of the rest
+        self.copied = []       # indices of inputs copied in on each call
+        self.fixed = []        # (index, tensor, data_ptr) of parameters read in place
+        self.copied_meta = []  # (index, (shape, stride, dtype, device, requires_grad)) of copied inputs
+        self.consts = []       # the non-tensor inputs by position, None at tensors
+        self.tensor_at = []    # indices of tensor inputs
+        self.outputs = []      # static outputs
+        self.non_diff = False  # whether an output carries no gradient
+        self.precision = None  # _precision_state() when recorded
+        self.diff_out = []     # indices of outputs that carry gradients
+        self.grad_in = []      # static incoming gradients, one per diff_out
+        self.need_grad = []    # indices of inputs that receive gradients
+        self.grads = []        # static gradients, one per need_grad (None where unused)
+        self.flat = None       # every gradient in one buffer (cloned once per backward), or None
+        self.sizes = []        # numel of each gradient present, in flat's order
+        self.shapes = []       # shape of each gradient (None where unused or already 1-d)
+
+
+class TrainingGraphReplay:
+    """mode="reduce-overhead" for graphs that need autograd: the forward and its backward each
+    recorded once in a CUDA graph (the reference runner's ops and torch.autograd.grad over them) and
+    replayed through one autograd.Function, as torch.compile's CUDA graphs do for training.
+
+    Parameters passed as the same objects in the first two calls are read in place (an optimizer's
+    in-place updates are seen); other inputs are copied in. Outputs and gradients are copies, never
+    the static buffers. A forward is replayed only when the previous replayed forward's backward has
+    run or its autograd graph is gone; otherwise the call runs eagerly, so two forwards never share
+    the recorded activations. A backward whose activations were overwritten (retain_graph and a later
+    forward) or that builds a graph of its own (create_graph) recomputes the forward eagerly. Graphs
+    that draw random numbers, mutate an input, or return aliases run without a CUDA graph."""
+
+    def __init__(self, graph):
+        self._graph = graph
+        self._rec = None
+        self._first_ids = None
+        self._no_graph = None  # why this graph runs without a CUDA graph
+        self._gen = 0
+        self._pending = None  # weakref to the _Token of the last replayed forward
+        self._hinted_pending = False
+        self._lock = threading.Lock()
+        random_ops = {o["name"] for o in _C.graph.ops() if "random" in o["traits"]}
+        drawn = sorted({n.op for n in graph.nodes() if n.op in random_ops})
+        if drawn:
+            self._no_graph = f"the graph draws random numbers ({', '.join(drawn)})"
+            _hint(f"reduce-overhead (training): {self._no_graph}; running without a CUDA graph")
+
+    @staticmethod
+    def _meta(t):
+        return t.shape, t.stride(), t.dtype, t.device, t.requires_grad
+
+    def _matches(self, rec, inputs):
+        """Whether this call's inputs fit the recording: the same parameters at the same addresses,
+        copied inputs of the same metadata, the same other values."""
+        if len(inputs) != len(rec.consts) or _precision_state() != rec.precision:
+            return False
+        for i, t, ptr in rec.fixed:
+            if inputs[i] is not t or t.data_ptr() != ptr:
+                return False
+        for i, meta in rec.copied_meta:
+            t = inputs[i]
+            if not isinstance(t, torch.Tensor) or self._meta(t) != meta:
+                return False
+        return all(c is None or (not isinstance(inputs[i], torch.Tensor) and inputs[i] == c)
+                   for i, c in enumerate(rec.consts))
+
+    def _eager(self, inputs, why=None):
+        if why:
+            _hint(f"reduce-overhead (training): {why}; running without a CUDA graph")
+        return self._graph.run(*inputs)
+
+    def __call__(self, *inputs):
+        if self._no_graph:
+            return self._graph.run(*inputs)
+        if self._rec is None:
+            if self._first_ids is None:  # first call: eager, as torch.compile warms up
+                self._first_ids = [id(t) for t in inputs]
+                return self._graph.run(*inputs)
+            try:
+                self._rec = self._record(inputs)
+            except Exception as e:  # noqa: BLE001  (any failure to record leaves the graph eager)
+                self._no_graph = f"recording failed ({type(e).__name__}: {e})"
+            if self._rec is None:
+                return self._eager(inputs, self._no_graph)
+        if not self._matches(self._rec, inputs):
+            return self._eager(inputs, "inputs or precision switches differ from those of the recorded CUDA graph "
+                                       "(shape, stride, dtype, device, requires_grad, another tensor where a "
+                                       "parameter was recorded, TF32)")
+        pending = self._pending() if self._pending is not None else None
+        if pending is not None and not pending.done:
+            if not self._hinted_pending:
+                self._hinted_pending = True
+                _hint("reduce-overhead (training): a forward ran while the previous one's backward had not; "
+                      "it runs eagerly so the recorded activations stay with the first")
+            return self._graph.run(*inputs)
+        if not self._lock.acquire(blocking=False):  # another thread is replaying
+            return self._graph.run(*inputs)
+        try:
+            return _TrainingReplayFn.apply(self, *inputs)
+        finally:
+            self._lock.release()
+
+    def _record(self, inputs):
+        tensors = [isinstance(t, torch.Tensor) for t in inputs]
+        if not all(t.is_cuda for t, is_t in zip(inputs, tensors) if is_t):
+            self._no_graph = "an input is not a CUDA tensor"
+            return None
+        rec = _Recorded()
+        fixed = [is_t and isinstance(t, torch.nn.Parameter) and id(t) == first
+                 for t, is_t, first in zip(inputs, tensors, self._first_ids)]
+        # A first run on copies of every input finds graphs that mutate one (their writes would go
+        # to the static copies, or twice to a parameter).
+        trial = [t.detach().clone().requires_grad_(t.requires_grad) if is_t else t for t, is_t in zip(inputs, tensors)]
+        versions = [t._version if is_t else None for t, is_t in zip(trial, tensors)]
+        out = self._graph.run(*trial)
+        if any(is_t and t._version != v for t, is_t, v in zip(trial, tensors, versions)):
+            self._no_graph = "the graph changes one of its inputs in place"
+            return None
+        if not isinstance(out, (tuple, list)) or not all(isinstance(o, torch.Tensor) for o in out):
+            self._no_graph = "the graph returns something other than a tuple of tensors"
+            return None
+        storages = [o.untyped_storage().data_ptr() for o in out]
+        inputs_st = {t.untyped_storage().data_ptr() for t, is_t in zip(trial, tensors) if is_t}
+        if len(set(storages)) != len(storages) or inputs_st.intersection(storages):
+            self._no_graph = "the graph returns views of its inputs or of each other"
+            return None
+        del out, trial
+        rec.inputs = [(t.detach().requires_grad_(t.requires_grad) if f else t.detach().clone().requires_grad_(t.requires_grad))
+                      if is_t else t for t, is_t, f in zip(inputs, tensors, fixed)]
+        rec.copied = [i for i, (is_t, f) in enumerate(zip(tensors, fixed)) if is_t and not f]
+        rec.fixed = [(i, inputs[i], inputs[i].data_ptr()) for i, f in enumerate(fixed) if f]
+        rec.precision = _precision_state()
+        rec.copied_meta = [(i, self._meta(inputs[i])) for i in rec.copied]
+        rec.consts = [None if is_t else t for t, is_t in zip(inputs, tensors)]
+        rec.tensor_at = [i for i, is_t in enumerate(tensors) if is_t]
+        rec.need_grad = [i for i, (t, is_t) in enumerate(zip(inputs, tensors)) if is_t and t.requires_grad]
+        need = [rec.inputs[i] for i in rec.need_grad]
+
+        def forward_backward(grad_in=None):
+            outs = self._graph.run(*rec.inputs)
+            diff = [o for o in outs if o.requires_grad]
+            grads = torch.autograd.grad(diff, need, grad_in or [torch.ones_like(o) for o in diff],
+                                        retain_graph=grad_in is not None, allow_unused=True)
+            return outs, grads
+
+        stream = _capture_stream()
+        with torch.cuda.stream(stream):
+            for _ in range(2):  # warm up: cuBLAS workspaces, allocator pools, lazy module loads
+                forward_backward()
+        torch.cuda.current_stream().wait_stream(stream)
+        rec.fwd, rec.bwd = torch.cuda.CUDAGraph(), torch.cuda.CUDAGraph()
+        with torch.cuda.graph(rec.fwd, stream=stream):
+            rec.outputs = list(self._graph.run(*rec.inputs))
+        rec.diff_out = [k for k, o in enumerate(rec.outputs) if o.requires_grad]
+        rec.non_diff = len(rec.diff_out) < len(rec.outputs)
+        if not rec.diff_out:
+            self._no_graph = "no output of the graph carries a gradient"
+            return None
+        rec.grad_in = [torch.empty_like(rec.outputs[k]) for k in rec.diff_out]
+        with torch.cuda.graph(rec.bwd, pool=rec.fwd.pool(), stream=stream):
+            grads = torch.autograd.grad([rec.outputs[k] for k in rec.diff_out], need, rec.grad_in,
+                                        retain_graph=True, allow_unused=True)
+            present = [g for g in grads if g is not None]
+            if present and len({g.dtype for g in present}) == 1:
+                rec.flat = torch.cat([g.reshape(-1) for g in present])
+        rec.grads = list(grads)
+        rec.sizes = [g.numel() for g in grads if g is not None]
+        rec.shapes = [None if g is None or g.dim() == 1 else g.shape for g in grads]
+        return rec
+
+    # The two halves of a replayed call, run by _TrainingReplayFn under self._lock (forward) and
+    # from autograd's backward.
+    def _replay_forward(self, inputs):
+        rec = self._rec
+        for i in rec.copied:
+            rec.inputs[i].detach().copy_(inputs[i])
+        rec.fwd.replay()
+        self._gen += 1
+        token = _Token(self._gen)
+        self._pending = weakref.ref(token)
+        return [o.detach().clone() for o in rec.outputs], token
+
+    def _replay_backward(self, token, grad_outs):
+        rec = self._rec
+        with self._lock:
+            token.done = True
+            if token.gen != self._gen:
+                return None  # a later forward overwrote the activations
+            for buf, k in zip(rec.grad_in, rec.diff_out):
+                buf.copy_(grad_outs[k])
+            rec.bwd.replay()
+            if rec.flat is None:
+                return [None if g is None else g.clone() for g in rec.grads]
+            parts = iter(rec.flat.clone().split(rec.sizes))
+            return [None if g is None else next(parts) if shape is None else next(parts).view(shape)
+                    for g, shape in zip(rec.grads, rec.shapes)]
+
+    def _recompute_backward(self, inputs, grad_outs, create_graph):
+        # On the caller's own tensors, so that a create_graph backward leads back to them.
+        with torch.enable_grad():
+            outs = self._graph.run(*inputs)
+            diff = [k for k, o in enumerate(outs) if o.requires_grad]
+            return list(torch.autograd.grad([outs[k] for k in diff], [inputs[i] for i in self._rec.need_grad],
+                                            [grad_outs[k] for k in diff], create_graph=create_graph,
+                                            allow_unused=True))
+
+
+class _TrainingReplayFn(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, runner, *inputs):
+        outs, token = runner._replay_forward(inputs)
+        rec = runner._rec
+        ctx.runner, ctx.token = runner, token
+        ctx.save_for_backward(*(inputs[i] for i in rec.tensor_at))  # also autograd's in-place checks
+        if rec.non_diff:
+            diff = set(rec.diff_out)
+            ctx.mark_non_differentiable(*(o for k, o in enumerate(outs) if k not in diff))
+        return tuple(outs)
+
+    @staticmethod
+    def backward(ctx, *grad_outs):
+        runner = ctx.runner
+        saved = ctx.saved_tensors  # raises as eager does if an input was changed in place since
+        grads = None
+        if torch.is_grad_enabled():  # create_graph needs the eager ops' own graph
+            ctx.token.done = True
+        else:
+            grads = runner._replay_backward(ctx.token, grad_outs)
+        rec = runner._rec
+        if grads is None:
+            inputs = list(rec.consts)
+            for i, t in zip(rec.tensor_at, saved):
+                inputs[i] = t
+            grads = runner._recompute_backward(inputs, grad_outs, torch.is_grad_enabled())
+        result = [None] * len(rec.consts)
+        for i, g in zip(rec.need_grad, grads):
+            result[i] = g
+        return (None, *result)
 
 def _clone_out(out):
     if isinstance(out, torch.Tensor):

@@ -468,3 +468,22 @@ def test_reduce_overhead_copies_an_input_batch_passed_twice():
         x = torch.randn_like(x)
         _check(fn(x, *rest), g.run(x, *rest), 1e-5)
     assert fn._cuda_graph is graph and not fn._no_graph
+
+
+@gpu
+def test_reduce_overhead_replays_only_under_the_precision_switches_it_was_recorded_under():
+    # A CUDA graph keeps the cuBLAS kernels chosen when it was recorded (here TF32 ones).
+    a, b = torch.randn(256, 4096, device="cuda"), torch.randn(4096, 256, device="cuda")
+    g = Graph()
+    g.output((g.call(torch.mm, g.placeholder("a", a), g.placeholder("b", b)),))
+    fn = ffcuda.compile_graph(g, mode="reduce-overhead")
+    torch.backends.cuda.matmul.allow_tf32 = True
+    fn(a, b)
+    fn(a, b)
+    assert fn._cuda_graph is not None
+    x = torch.randn_like(a)
+    ref = torch.mm(x.double(), b.double()).float()
+    with pytest.raises(AssertionError, match="relative error"):
+        _check(fn(x, b), ref, 1e-5)  # replayed in TF32: the check below could fail
+    torch.backends.cuda.matmul.allow_tf32 = False
+    _check(fn(x, b), ref, 1e-5)

@@ -1,0 +1,232 @@
+"""mode="reduce-overhead" for graphs that need autograd: forward and backward recorded in CUDA graphs
+(framefuse.cuda.TrainingGraphReplay), against eager autograd. GPU tests are marked `cuda` and skipped
+without a GPU; the checks that need no GPU run everywhere."""
+import pytest
+import torch
+import torch.nn.functional as F
+
+import framefuse
+from framefuse import cuda as ffcuda
+from framefuse.graph import Graph
+
+HAVE_GPU = torch.cuda.is_available()
+
+
+def gpu(test):
+    """Marked `cuda` and skipped without a GPU."""
+    return pytest.mark.cuda(pytest.mark.skipif(not HAVE_GPU, reason="needs a CUDA GPU")(test))
+
+
+@pytest.fixture(autouse=True)
+def fp32_and_fresh(tmp_path):  # noqa: PT004
+    old = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    framefuse.reset()
+    with framefuse.config.patch(cache_dir=str(tmp_path)):
+        yield
+    framefuse.reset()
+    torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = old
+
+
+def _mlp_graph(dev, dropout=False):
+    """linear -> relu (-> dropout) -> linear over (x, w1, b1, w2, b2), and parameters for it."""
+    torch.manual_seed(0)
+    params = [torch.nn.Parameter(torch.randn(64, 32, device=dev) * 0.1), torch.nn.Parameter(torch.zeros(64, device=dev)),
+              torch.nn.Parameter(torch.randn(10, 64, device=dev) * 0.1), torch.nn.Parameter(torch.zeros(10, device=dev))]
+    x = torch.randn(16, 32, device=dev)
+    g = Graph()
+    gx = g.placeholder("x", x)
+    gw1, gb1, gw2, gb2 = (g.placeholder(n, p) for n, p in zip(("w1", "b1", "w2", "b2"), params))
+    h = g.call(torch.relu, g.call(F.linear, gx, gw1, gb1))
+    if dropout:
+        h = g.call(F.dropout, h, 0.5, True)
+    g.output((g.call(F.linear, h, gw2, gb2),))
+    return g, params
+
+
+def _eager(x, w1, b1, w2, b2):
+    return F.linear(torch.relu(F.linear(x, w1, b1)), w2, b2)
+
+
+def _close(a, b):
+    torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+
+
+def _replay(fn):
+    return fn._training  # the TrainingGraphReplay a reduce-overhead graph made for autograd calls
+
+
+def test_graphs_that_draw_random_numbers_are_not_recorded():
+    g, _ = _mlp_graph("cpu", dropout=True)
+    assert ffcuda.TrainingGraphReplay(g)._no_graph == "the graph draws random numbers (f_dropout)"
+    g, _ = _mlp_graph("cpu")
+    assert ffcuda.TrainingGraphReplay(g)._no_graph is None
+
+
+@gpu
+def test_training_steps_replay_and_equal_eager():
+    g, params = _mlp_graph("cuda")
+    ref = [p.detach().clone().requires_grad_(True) for p in params]
+    fn = ffcuda.compile_graph(g, mode="reduce-overhead")
+    opt, opt_ref = torch.optim.SGD(params, lr=0.1), torch.optim.SGD(ref, lr=0.1)
+    for step in range(6):
+        x, y = torch.randn(16, 32, device="cuda"), torch.randint(0, 10, (16,), device="cuda")
+        losses = []
+        for run, ps, o in ((lambda *a: fn(*a)[0], params, opt), (_eager, ref, opt_ref)):
+            o.zero_grad(set_to_none=True)
+            loss = F.cross_entropy(run(x, *ps), y)
+            loss.backward()
+            losses.append(loss.detach())
+            o.step()
+        _close(losses[0], losses[1])
+        for p, q in zip(params, ref):
+            _close(p.grad, q.grad)
+            _close(p.detach(), q.detach())
+    replay = _replay(fn)
+    assert replay._no_graph is None and replay._rec is not None
+    assert replay._gen == 5  # the first call runs eagerly, the second records, every later one replays
+
+
+@gpu
+def test_gradients_accumulate_across_replays_without_aliasing_the_recording():
+    g, params = _mlp_graph("cuda")
+    ref = [p.detach().clone().requires_grad_(True) for p in params]
+    fn = ffcuda.compile_graph(g, mode="reduce-overhead")
+    kept = []
+    for _ in range(4):  # no zero_grad: .grad accumulates, as in gradient accumulation
+        x = torch.randn(16, 32, device="cuda")
+        fn(x, *params)[0].square().sum().backward()
+        _eager(x, *ref).square().sum().backward()
+        kept.append(params[0].grad.clone())
+        for p, q in zip(params, ref):
+            _close(p.grad, q.grad)
+    assert _replay(fn)._gen >= 2
+    assert not torch.equal(kept[-1], kept[-2])
+
+
+@gpu
+def test_two_forwards_before_one_backward_keep_their_own_activations():
+    g, params = _mlp_graph("cuda")
+    ref = [p.detach().clone().requires_grad_(True) for p in params]
+    fn = ffcuda.compile_graph(g, mode="reduce-overhead")
+    for _ in range(2):  # eager call, then the recording
+        fn(torch.randn(16, 32, device="cuda"), *params)[0].sum().backward()
+        _eager(torch.randn(16, 32, device="cuda"), *ref).sum().backward()
+    for p in params + ref:
+        p.grad = None
+    xa, xb = torch.randn(16, 32, device="cuda"), torch.randn(16, 32, device="cuda")
+    (fn(xa, *params)[0].square().sum() + fn(xb, *params)[0].exp().sum()).backward()
+    (_eager(xa, *ref).square().sum() + _eager(xb, *ref).exp().sum()).backward()
+    for p, q in zip(params, ref):
+        _close(p.grad, q.grad)
+
+
+@gpu
+def test_retained_graph_backward_after_a_later_forward_recomputes():
+    g, params = _mlp_graph("cuda")
+    ref = [p.detach().clone().requires_grad_(True) for p in params]
+    fn = ffcuda.compile_graph(g, mode="reduce-overhead")
+    for _ in range(2):
+        fn(torch.randn(16, 32, device="cuda"), *params)[0].sum().backward()
+    xa, xb = torch.randn(16, 32, device="cuda"), torch.randn(16, 32, device="cuda")
+    out_a = fn(xa, *params)[0].square().sum()
+    out_a.backward(retain_graph=True)
+    fn(xb, *params)[0].sum().backward()  # replays: the activations of xa are overwritten
+    for p in params:
+        p.grad = None
+    out_a.backward()
+    _eager(xa, *ref).square().sum().backward()
+    for p, q in zip(params, ref):
+        _close(p.grad, q.grad)
+
+
+@gpu
+def test_double_backward_goes_through_the_eager_ops():
+    g, params = _mlp_graph("cuda")
+    ref = [p.detach().clone().requires_grad_(True) for p in params]
+    fn = ffcuda.compile_graph(g, mode="reduce-overhead")
+    for _ in range(3):
+        x = torch.randn(16, 32, device="cuda", requires_grad=True)
+        xr = x.detach().clone().requires_grad_(True)
+        (gx,) = torch.autograd.grad(fn(x, *params)[0].tanh().sum(), x, create_graph=True)
+        (gxr,) = torch.autograd.grad(_eager(xr, *ref).tanh().sum(), xr, create_graph=True)
+        _close(gx, gxr)
+        gx.square().sum().backward()
+        gxr.square().sum().backward()
+        for p, q in zip(params, ref):
+            _close(p.grad, q.grad)
+
+
+@gpu
+def test_parameter_changed_between_forward_and_backward_raises_as_eager():
+    g, params = _mlp_graph("cuda")
+    fn = ffcuda.compile_graph(g, mode="reduce-overhead")
+    for _ in range(3):
+        fn(torch.randn(16, 32, device="cuda"), *params)[0].sum().backward()
+    out = fn(torch.randn(16, 32, device="cuda"), *params)[0].sum()
+    with torch.no_grad():
+        params[2].mul_(2)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        out.backward()
+
+
+@gpu
+def test_graph_with_dropout_runs_eagerly_and_trains():
+    g, params = _mlp_graph("cuda", dropout=True)
+    fn = ffcuda.compile_graph(g, mode="reduce-overhead")
+    for _ in range(3):
+        fn(torch.randn(16, 32, device="cuda"), *params)[0].sum().backward()
+    assert _replay(fn)._rec is None
+    assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in params)
+
+
+@gpu
+def test_compiled_module_training_step_replays_forward_and_backward_graphs():
+    from torch.profiler import ProfilerActivity, profile
+    torch.manual_seed(0)
+    ref = torch.nn.Sequential(torch.nn.Linear(128, 256), torch.nn.ReLU(), torch.nn.Linear(256, 10)).cuda()
+    model = torch.nn.Sequential(torch.nn.Linear(128, 256), torch.nn.ReLU(), torch.nn.Linear(256, 10)).cuda()
+    model.load_state_dict(ref.state_dict())
+    compiled = framefuse.compile(model, backend="inductor", mode="reduce-overhead")
+    opt_ref, opt = torch.optim.Adam(ref.parameters(), lr=1e-3), torch.optim.Adam(model.parameters(), lr=1e-3)
+
+    def step(m, o, x, y):
+        o.zero_grad(set_to_none=True)
+        loss = F.cross_entropy(m(x), y)
+        loss.backward()
+        o.step()
+        return loss.detach()
+
+    for i in range(5):
+        x, y = torch.randn(32, 128, device="cuda"), torch.randint(0, 10, (32,), device="cuda")
+        if i == 4:
+            with profile(activities=[ProfilerActivity.CPU]) as prof:
+                loss = step(compiled, opt, x, y)
+                torch.cuda.synchronize()
+            launches = sum(e.count for e in prof.key_averages() if e.key == "cudaGraphLaunch")
+            assert launches == 2, launches  # one forward and one backward replay
+        else:
+            loss = step(compiled, opt, x, y)
+        _close(loss, step(ref, opt_ref, x, y))
+    for p, q in zip(model.parameters(), ref.parameters()):
+        _close(p.detach(), q.detach())
+
+
+@gpu
+def test_training_replay_only_under_the_precision_switches_it_was_recorded_under():
+    g, params = _mlp_graph("cuda")
+    ref = [p.detach().double().requires_grad_(True) for p in params]
+    fn = ffcuda.compile_graph(g, mode="reduce-overhead")
+    torch.backends.cuda.matmul.allow_tf32 = True
+    for _ in range(3):
+        fn(torch.randn(16, 32, device="cuda"), *params)[0].sum().backward()
+    assert _replay(fn)._rec is not None
+    torch.backends.cuda.matmul.allow_tf32 = False
+    for p in params:
+        p.grad = None
+    x = torch.randn(16, 32, device="cuda")
+    fn(x, *params)[0].square().sum().backward()
+    _eager(x.double(), *ref).square().sum().backward()
+    for p, q in zip(params, ref):
+        torch.testing.assert_close(p.grad.double(), q.grad, rtol=1e-5, atol=1e-5)
