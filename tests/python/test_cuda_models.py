@@ -21,12 +21,9 @@ import os
 
 from framefuse.graph import Graph
 
-HAVE_GPU = torch.cuda.is_available()
+from cuda_util import HAVE_GPU, fp32_and_fresh, gpu  # noqa: F401  (fixture)
 
-
-def gpu(test):
-    """Marked `cuda` and skipped without a GPU."""
-    return pytest.mark.cuda(pytest.mark.skipif(not HAVE_GPU, reason="needs a CUDA GPU")(test))
+pytestmark = pytest.mark.usefixtures("fp32_and_fresh")
 
 
 def _need_nvrtc():
@@ -36,18 +33,6 @@ def _need_nvrtc():
     if os.environ.get("FRAMEFUSE_TEST_LANE") == "main":
         pytest.fail("NVRTC is required in the main lane (pip install nvidia-cuda-nvrtc): " + st["error"])
     pytest.skip("NVRTC not installed: " + st["error"].splitlines()[0])
-
-
-@pytest.fixture(autouse=True)
-def fp32_and_fresh(tmp_path):  # noqa: PT004
-    old = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
-    framefuse.reset()
-    with framefuse.config.patch(cache_dir=str(tmp_path)):
-        yield
-    framefuse.reset()
-    torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = old
 
 
 def _tensors(out):

@@ -9,24 +9,9 @@ import framefuse
 from framefuse import cuda as ffcuda
 from framefuse.graph import Graph
 
-HAVE_GPU = torch.cuda.is_available()
+from cuda_util import fp32_and_fresh, gpu  # noqa: F401  (fixture)
 
-
-def gpu(test):
-    """Marked `cuda` and skipped without a GPU."""
-    return pytest.mark.cuda(pytest.mark.skipif(not HAVE_GPU, reason="needs a CUDA GPU")(test))
-
-
-@pytest.fixture(autouse=True)
-def fp32_and_fresh(tmp_path):  # noqa: PT004
-    old = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
-    framefuse.reset()
-    with framefuse.config.patch(cache_dir=str(tmp_path)):
-        yield
-    framefuse.reset()
-    torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = old
+pytestmark = pytest.mark.usefixtures("fp32_and_fresh")
 
 
 def _mlp_graph(dev, dropout=False):
@@ -55,6 +40,19 @@ def _close(a, b):
 
 def _replay(fn):
     return fn._training  # the TrainingGraphReplay a reduce-overhead graph made for autograd calls
+
+
+def _recorded(calls=2, dropout=False):
+    """The MLP graph under reduce-overhead after `calls` forward/backward calls (the first runs
+    eagerly, the second records), its parameters (gradients cleared) and a float32 copy of them."""
+    g, params = _mlp_graph("cuda", dropout)
+    ref = [p.detach().clone().requires_grad_(True) for p in params]
+    fn = ffcuda.compile_graph(g, mode="reduce-overhead")
+    for _ in range(calls):
+        fn(torch.randn(16, 32, device="cuda"), *params)[0].sum().backward()
+    for p in params:
+        p.grad = None
+    return fn, params, ref
 
 
 def test_graphs_that_draw_random_numbers_are_not_recorded():
@@ -107,14 +105,7 @@ def test_gradients_accumulate_across_replays_without_aliasing_the_recording():
 
 @gpu
 def test_two_forwards_before_one_backward_keep_their_own_activations():
-    g, params = _mlp_graph("cuda")
-    ref = [p.detach().clone().requires_grad_(True) for p in params]
-    fn = ffcuda.compile_graph(g, mode="reduce-overhead")
-    for _ in range(2):  # eager call, then the recording
-        fn(torch.randn(16, 32, device="cuda"), *params)[0].sum().backward()
-        _eager(torch.randn(16, 32, device="cuda"), *ref).sum().backward()
-    for p in params + ref:
-        p.grad = None
+    fn, params, ref = _recorded()
     xa, xb = torch.randn(16, 32, device="cuda"), torch.randn(16, 32, device="cuda")
     (fn(xa, *params)[0].square().sum() + fn(xb, *params)[0].exp().sum()).backward()
     (_eager(xa, *ref).square().sum() + _eager(xb, *ref).exp().sum()).backward()
@@ -124,11 +115,7 @@ def test_two_forwards_before_one_backward_keep_their_own_activations():
 
 @gpu
 def test_retained_graph_backward_after_a_later_forward_recomputes():
-    g, params = _mlp_graph("cuda")
-    ref = [p.detach().clone().requires_grad_(True) for p in params]
-    fn = ffcuda.compile_graph(g, mode="reduce-overhead")
-    for _ in range(2):
-        fn(torch.randn(16, 32, device="cuda"), *params)[0].sum().backward()
+    fn, params, ref = _recorded()
     xa, xb = torch.randn(16, 32, device="cuda"), torch.randn(16, 32, device="cuda")
     out_a = fn(xa, *params)[0].square().sum()
     out_a.backward(retain_graph=True)
@@ -143,9 +130,7 @@ def test_retained_graph_backward_after_a_later_forward_recomputes():
 
 @gpu
 def test_double_backward_goes_through_the_eager_ops():
-    g, params = _mlp_graph("cuda")
-    ref = [p.detach().clone().requires_grad_(True) for p in params]
-    fn = ffcuda.compile_graph(g, mode="reduce-overhead")
+    fn, params, ref = _recorded(calls=0)
     for _ in range(3):
         x = torch.randn(16, 32, device="cuda", requires_grad=True)
         xr = x.detach().clone().requires_grad_(True)
@@ -160,10 +145,7 @@ def test_double_backward_goes_through_the_eager_ops():
 
 @gpu
 def test_parameter_changed_between_forward_and_backward_raises_as_eager():
-    g, params = _mlp_graph("cuda")
-    fn = ffcuda.compile_graph(g, mode="reduce-overhead")
-    for _ in range(3):
-        fn(torch.randn(16, 32, device="cuda"), *params)[0].sum().backward()
+    fn, params, _ = _recorded(calls=3)
     out = fn(torch.randn(16, 32, device="cuda"), *params)[0].sum()
     with torch.no_grad():
         params[2].mul_(2)
@@ -173,10 +155,8 @@ def test_parameter_changed_between_forward_and_backward_raises_as_eager():
 
 @gpu
 def test_graph_with_dropout_runs_eagerly_and_trains():
-    g, params = _mlp_graph("cuda", dropout=True)
-    fn = ffcuda.compile_graph(g, mode="reduce-overhead")
-    for _ in range(3):
-        fn(torch.randn(16, 32, device="cuda"), *params)[0].sum().backward()
+    fn, params, _ = _recorded(calls=3, dropout=True)
+    fn(torch.randn(16, 32, device="cuda"), *params)[0].sum().backward()
     assert _replay(fn)._rec is None
     assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in params)
 
@@ -215,16 +195,11 @@ def test_compiled_module_training_step_replays_forward_and_backward_graphs():
 
 @gpu
 def test_training_replay_only_under_the_precision_switches_it_was_recorded_under():
-    g, params = _mlp_graph("cuda")
-    ref = [p.detach().double().requires_grad_(True) for p in params]
-    fn = ffcuda.compile_graph(g, mode="reduce-overhead")
     torch.backends.cuda.matmul.allow_tf32 = True
-    for _ in range(3):
-        fn(torch.randn(16, 32, device="cuda"), *params)[0].sum().backward()
+    fn, params, _ = _recorded(calls=3)
+    ref = [p.detach().double().requires_grad_(True) for p in params]
     assert _replay(fn)._rec is not None
     torch.backends.cuda.matmul.allow_tf32 = False
-    for p in params:
-        p.grad = None
     x = torch.randn(16, 32, device="cuda")
     fn(x, *params)[0].square().sum().backward()
     _eager(x.double(), *ref).square().sum().backward()
