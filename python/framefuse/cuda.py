@@ -58,11 +58,16 @@ def _hint(msg):
 _capture_streams = {}
 
 
-def _precision_state():
-    """torch's precision switches that choose cuBLAS and cuDNN kernels. A CUDA graph keeps the kernels
-    chosen when it was recorded, so it is replayed only under the same switches."""
+def _uses_cudnn(graph):
+    """Whether the graph has an op that runs on cuDNN with a TF32 choice (its convolutions)."""
+    return any(n.op is not None and "conv" in n.op for n in graph.nodes())
+
+
+def _precision_state(cudnn):
+    """torch's precision switches that choose cuBLAS kernels, and cuDNN's where `cudnn`. A CUDA graph
+    keeps the kernels chosen when it was recorded, so it is replayed only under the same switches."""
     matmul = torch.backends.cuda.matmul
-    return (matmul.allow_tf32, torch.backends.cudnn.allow_tf32,
+    return (matmul.allow_tf32, cudnn and torch.backends.cudnn.allow_tf32,
             getattr(matmul, "allow_fp16_reduced_precision_reduction", None),
             getattr(matmul, "allow_bf16_reduced_precision_reduction", None))
 
@@ -151,6 +156,7 @@ class CudaGraphReplay:
         self._no_graph = False
         self._training = None  # TrainingGraphReplay, made on the first call that needs autograd
         self._precision = None  # _precision_state() when recorded
+        self._cudnn = _uses_cudnn(compiled._graph)
 
     def __getattr__(self, name):
         return getattr(self._compiled, name)
@@ -185,7 +191,7 @@ class CudaGraphReplay:
             self._static_out = self._compiled(*self._static_in)
         self._cuda_graph = g
         self._sig = self._signature(inputs)
-        self._precision = _precision_state()
+        self._precision = _precision_state(self._cudnn)
         return True
 
     def __call__(self, *inputs):
@@ -207,7 +213,7 @@ class CudaGraphReplay:
                   "device, or another tensor where a module's parameter was recorded); running without the "
                   "CUDA graph")
             return self._compiled(*inputs)
-        elif _precision_state() != self._precision:
+        elif _precision_state(self._cudnn) != self._precision:
             _hint("reduce-overhead: " + _PRECISION_HINT)
             return self._compiled(*inputs)
         elif any(v is not None and t._version != v for _, t, _, v in self._fixed):
@@ -277,6 +283,7 @@ class TrainingGraphReplay:
         self._pending = None  # weakref to the _Token of the last replayed forward
         self._hinted_pending = False
         self._lock = threading.Lock()
+        self._cudnn = _uses_cudnn(graph)
         random_ops = {o["name"] for o in _C.graph.ops() if "random" in o["traits"]}
         drawn = sorted({n.op for n in graph.nodes() if n.op in random_ops})
         if drawn:
@@ -290,7 +297,7 @@ class TrainingGraphReplay:
     def _matches(self, rec, inputs):
         """Whether this call's inputs fit the recording: the same parameters at the same addresses,
         copied inputs of the same metadata, the same other values."""
-        if len(inputs) != len(rec.consts) or _precision_state() != rec.precision:
+        if len(inputs) != len(rec.consts) or _precision_state(self._cudnn) != rec.precision:
             return False
         for i, t, ptr in rec.fixed:
             if inputs[i] is not t or t.data_ptr() != ptr:
@@ -367,7 +374,7 @@ class TrainingGraphReplay:
                       if is_t else t for t, is_t, f in zip(inputs, tensors, fixed)]
         rec.copied = [i for i, (is_t, f) in enumerate(zip(tensors, fixed)) if is_t and not f]
         rec.fixed = [(i, inputs[i], inputs[i].data_ptr()) for i, f in enumerate(fixed) if f]
-        rec.precision = _precision_state()
+        rec.precision = _precision_state(self._cudnn)
         rec.copied_meta = [(i, self._meta(inputs[i])) for i in rec.copied]
         rec.consts = [None if is_t else t for t, is_t in zip(inputs, tensors)]
         rec.tensor_at = [i for i, is_t in enumerate(tensors) if is_t]
@@ -411,12 +418,12 @@ class TrainingGraphReplay:
     def _replay_forward(self, inputs):
         rec = self._rec
         for i in rec.copied:
-            rec.inputs[i].detach().copy_(inputs[i])
+            rec.inputs[i].copy_(inputs[i])  # autograd.Function.forward runs without grad mode
         rec.fwd.replay()
         self._gen += 1
         token = _Token(self._gen)
         self._pending = weakref.ref(token)
-        return [o.detach().clone() for o in rec.outputs], token
+        return [o.clone() for o in rec.outputs], token
 
     def _replay_backward(self, token, grad_outs):
         rec = self._rec

@@ -199,6 +199,12 @@ def test_training_replay_only_under_the_precision_switches_it_was_recorded_under
     fn, params, _ = _recorded(calls=3)
     ref = [p.detach().double().requires_grad_(True) for p in params]
     assert _replay(fn)._rec is not None
+    replays = _replay(fn)._gen
+    torch.backends.cudnn.allow_tf32 = True  # no convolution here: cuDNN's switch does not matter
+    fn(torch.randn(16, 32, device="cuda"), *params)[0].sum().backward()
+    assert _replay(fn)._gen == replays + 1
+    for p in params:
+        p.grad = None
     torch.backends.cuda.matmul.allow_tf32 = False
     x = torch.randn(16, 32, device="cuda")
     fn(x, *params)[0].square().sum().backward()
