@@ -76,15 +76,24 @@ _PRECISION_HINT = ("TF32 / reduced-precision switches differ from those the CUDA
                    "running without it")
 
 
-def _capture_stream():
-    """The side stream of the current device on which CUDA graphs are warmed up and recorded: one per
-    device, because cuBLAS keeps a workspace (tens of MB) for each stream it runs on. cuBLAS's cached
-    workspaces are released first, as torch.compile does before recording: the recorded products get
-    theirs in the graph's memory pool, and the released ones go back to the caching allocator."""
+def _release_cublas_workspaces():
+    """Drops cuBLAS's cached workspaces (one per handle and stream). A recorded kernel keeps its
+    workspace's address, so recordings release them just before capturing (the capture then makes
+    its own, inside the graph's memory pool, where nothing else is given that memory) and right after
+    (so that no later work on the capture stream shares a recorded graph's workspace). torch.compile's
+    CUDA graphs do the same; a graph recorded with a workspace from the common pool crashed once
+    torch.compile released it."""
     clear = getattr(torch._C, "_cuda_clearCublasWorkspaces", None)
     if clear is not None:
         torch.cuda.synchronize()
         clear()
+
+
+def _capture_stream():
+    """The side stream of the current device on which CUDA graphs are warmed up and recorded: one per
+    device, because cuBLAS keeps a workspace (tens of MB) for each stream it runs on. The cached
+    workspaces are released first too: the warm-up's then take the memory of the ones let go."""
+    _release_cublas_workspaces()
     device = torch.cuda.current_device()
     stream = _capture_streams.get(device)
     if stream is None:
@@ -187,8 +196,10 @@ class CudaGraphReplay:
             self._compiled(*self._static_in)  # warm up: module load, allocator pools
         torch.cuda.current_stream().wait_stream(stream)
         g = torch.cuda.CUDAGraph()
+        _release_cublas_workspaces()
         with torch.cuda.graph(g, stream=stream):
             self._static_out = self._compiled(*self._static_in)
+        _release_cublas_workspaces()
         self._cuda_graph = g
         self._sig = self._signature(inputs)
         self._precision = _precision_state(self._cudnn)
@@ -394,11 +405,13 @@ class TrainingGraphReplay:
                 forward_backward()
         torch.cuda.current_stream().wait_stream(stream)
         rec.fwd, rec.bwd = torch.cuda.CUDAGraph(), torch.cuda.CUDAGraph()
+        _release_cublas_workspaces()
         with torch.cuda.graph(rec.fwd, stream=stream):
             rec.outputs = list(self._graph.run(*rec.inputs))
         rec.diff_out = [k for k, o in enumerate(rec.outputs) if o.requires_grad]
         rec.non_diff = len(rec.diff_out) < len(rec.outputs)
         if not rec.diff_out:
+            _release_cublas_workspaces()
             self._no_graph = "no output of the graph carries a gradient"
             return None
         rec.grad_in = [torch.empty_like(rec.outputs[k]) for k in rec.diff_out]
@@ -408,6 +421,7 @@ class TrainingGraphReplay:
             present = [g for g in grads if g is not None]
             if present and len({g.dtype for g in present}) == 1:
                 rec.flat = torch.cat([g.reshape(-1) for g in present])
+        _release_cublas_workspaces()
         rec.grads = list(grads)
         rec.sizes = [g.numel() for g in grads if g is not None]
         rec.shapes = [None if g is None or g.dim() == 1 else g.shape for g in grads]

@@ -211,3 +211,42 @@ def test_training_replay_only_under_the_precision_switches_it_was_recorded_under
     _eager(x.double(), *ref).square().sum().backward()
     for p, q in zip(params, ref):
         torch.testing.assert_close(p.grad.double(), q.grad, rtol=1e-5, atol=1e-5)
+
+
+_RELEASED_WORKSPACES = """
+import torch, torch.nn.functional as F, framefuse
+torch.backends.cuda.matmul.allow_tf32 = False
+torch.manual_seed(0)
+make = lambda: torch.nn.Sequential(torch.nn.Linear(128, 256), torch.nn.ReLU(), torch.nn.Linear(256, 10)).cuda()
+ref, model = make(), make()
+model.load_state_dict(ref.state_dict())
+compiled = framefuse.compile(model, backend="inductor", mode="reduce-overhead")
+infer = framefuse.compile(make().eval(), backend="inductor", mode="reduce-overhead")
+x = torch.randn(32, 128, device="cuda")
+for i in range(6):
+    if i == 3:  # what torch.compile's CUDA graphs do around each recording
+        torch._C._cuda_clearCublasWorkspaces()
+        torch.cuda.empty_cache()
+        torch.randn(64 << 20, device="cuda").mul_(2)  # reuses whatever was let go
+    for m in (compiled, ref):
+        m.zero_grad(set_to_none=True)
+        F.cross_entropy(m(x), torch.arange(32, device="cuda") % 10).backward()
+    with torch.no_grad():
+        infer(x)
+    torch.cuda.synchronize()
+    for p, q in zip(model.parameters(), ref.parameters()):
+        torch.testing.assert_close(p.grad, q.grad, rtol=1e-5, atol=1e-6)
+print("ok")
+"""
+
+
+@gpu
+def test_recorded_graphs_survive_torch_releasing_cublas_workspaces():
+    # A recording whose cuBLAS workspace came from the common pool replayed into freed memory once
+    # torch.compile released the workspaces (the process died). Run apart, so a crash is a failure.
+    import subprocess
+    import sys
+    if not hasattr(torch._C, "_cuda_clearCublasWorkspaces"):
+        pytest.skip("this torch keeps no per-stream cuBLAS workspaces")
+    r = subprocess.run([sys.executable, "-c", _RELEASED_WORKSPACES], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and r.stdout.strip().endswith("ok"), r.stdout[-2000:] + r.stderr[-4000:]
