@@ -89,6 +89,15 @@ def _release_cublas_workspaces():
         clear()
 
 
+def _after_last_replay(last):
+    """The current stream, made to wait for `last` (the stream a graph last replayed on) where it is
+    another one: the next replay overwrites the static buffers that replay read and wrote."""
+    stream = torch.cuda.current_stream()
+    if last is not None and last != stream:
+        stream.wait_stream(last)
+    return stream
+
+
 def _capture_stream():
     """The side stream of the current device on which CUDA graphs are warmed up and recorded: one per
     device, because cuBLAS keeps a workspace (tens of MB) for each stream it runs on. The cached
@@ -166,6 +175,8 @@ class CudaGraphReplay:
         self._training = None  # TrainingGraphReplay, made on the first call that needs autograd
         self._precision = None  # _precision_state() when recorded
         self._cudnn = _uses_cudnn(compiled._graph)
+        self._lock = threading.Lock()  # one thread records or replays at a time: the buffers are shared
+        self._stream = None  # the stream of the last replay
 
     def __getattr__(self, name):
         return getattr(self._compiled, name)
@@ -212,6 +223,14 @@ class CudaGraphReplay:
             return self._training(*inputs)
         if self._no_graph:
             return self._compiled(*inputs)
+        if not self._lock.acquire(blocking=False):  # another thread is recording or replaying
+            return self._compiled(*inputs)
+        try:
+            return self._replay(inputs)
+        finally:
+            self._lock.release()
+
+    def _replay(self, inputs):
         if self._cuda_graph is None:
             if self._first_ids is None:  # first call: compile-and-run path, as torch.compile warms up
                 self._first_ids = [id(t) for t in inputs]
@@ -233,6 +252,7 @@ class CudaGraphReplay:
             self._compiled(*inputs)
             if not self._record(inputs):
                 return self._compiled(*inputs)
+        self._stream = _after_last_replay(self._stream)
         for dst, src in zip(self._static_in, inputs):
             if isinstance(dst, torch.Tensor) and dst is not src:
                 dst.copy_(src)
@@ -294,6 +314,7 @@ class TrainingGraphReplay:
         self._pending = None  # weakref to the _Token of the last replayed forward
         self._hinted_pending = False
         self._lock = threading.Lock()
+        self._stream = None  # the stream of the last replay (forward or backward)
         self._cudnn = _uses_cudnn(graph)
         random_ops = {o["name"] for o in _C.graph.ops() if "random" in o["traits"]}
         drawn = sorted({n.op for n in graph.nodes() if n.op in random_ops})
@@ -431,6 +452,7 @@ class TrainingGraphReplay:
     # from autograd's backward.
     def _replay_forward(self, inputs):
         rec = self._rec
+        self._stream = _after_last_replay(self._stream)
         for i in rec.copied:
             rec.inputs[i].copy_(inputs[i])  # autograd.Function.forward runs without grad mode
         rec.fwd.replay()
@@ -445,6 +467,7 @@ class TrainingGraphReplay:
             token.done = True
             if token.gen != self._gen:
                 return None  # a later forward overwrote the activations
+            self._stream = _after_last_replay(self._stream)
             for buf, k in zip(rec.grad_in, rec.diff_out):
                 buf.copy_(grad_outs[k])
             rec.bwd.replay()

@@ -472,3 +472,28 @@ def test_reduce_overhead_replays_only_under_the_precision_switches_it_was_record
         _check(fn(x, b), ref, 1e-5)  # replayed in TF32: the check below could fail
     torch.backends.cuda.matmul.allow_tf32 = False
     _check(fn(x, b), ref, 1e-5)
+
+
+@gpu
+def test_reduce_overhead_from_two_threads_on_their_own_streams_equals_eager():
+    # The recorded graph's input and output buffers are shared: one thread replays at a time (the
+    # other runs the compiled graph without it), and a replay on another stream waits for the last.
+    from thread_util import run_threads
+    b = torch.randn(1024, 256, device="cuda")
+    g = Graph()
+    g.output((g.call(torch.relu, g.call(torch.mm, g.placeholder("a", torch.randn(256, 1024, device="cuda")),
+                                          g.placeholder("b", b))),))
+    fn = ffcuda.compile_graph(g, mode="reduce-overhead")
+    for _ in range(2):
+        fn(torch.randn(256, 1024, device="cuda"), b)
+    assert fn._cuda_graph is not None
+
+    def work(seed):
+        gen = torch.Generator(device="cuda").manual_seed(seed)
+        with torch.cuda.stream(torch.cuda.Stream()):
+            for _ in range(150):
+                x = torch.randn(256, 1024, device="cuda", generator=gen)
+                (out,) = fn(x, b)
+                torch.testing.assert_close(out, torch.relu(x @ b), rtol=1e-4, atol=1e-4)
+
+    assert run_threads(work, [(1,), (2,)], switch_interval=1e-5) == []
