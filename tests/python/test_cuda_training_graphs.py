@@ -250,3 +250,24 @@ def test_recorded_graphs_survive_torch_releasing_cublas_workspaces():
         pytest.skip("this torch keeps no per-stream cuBLAS workspaces")
     r = subprocess.run([sys.executable, "-c", _RELEASED_WORKSPACES], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0 and r.stdout.strip().endswith("ok"), r.stdout[-2000:] + r.stderr[-4000:]
+
+
+@gpu
+def test_batch_norm_in_training_mode_keeps_running_statistics_equal_to_eager():
+    # The graph updates running_mean/var (inputs) in place: it is not recorded, and no warm-up or
+    # trial run may update them an extra time.
+    torch.manual_seed(0)
+    make = lambda: torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.BatchNorm1d(64), torch.nn.ReLU(),  # noqa: E731
+                                       torch.nn.Linear(64, 10)).cuda().train()
+    ref, model = make(), make()
+    model.load_state_dict(ref.state_dict())
+    compiled = framefuse.compile(model, backend="inductor", mode="reduce-overhead")
+    opt_ref, opt = torch.optim.SGD(ref.parameters(), lr=0.1), torch.optim.SGD(model.parameters(), lr=0.1)
+    for _ in range(5):
+        x = torch.randn(16, 32, device="cuda")
+        for m, o in ((compiled, opt), (ref, opt_ref)):
+            o.zero_grad(set_to_none=True)
+            m(x).square().mean().backward()
+            o.step()
+    for (name, a), (_, b) in zip(model.state_dict().items(), ref.state_dict().items()):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6, msg=name)
