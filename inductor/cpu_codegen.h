@@ -31,6 +31,9 @@ struct CpuModule {
 struct CpuCompileOptions {
   std::string cache_dir;  // empty: no disk cache
   bool want_llvm_ir = false;
+  // Buffers of at least this many bytes that a kernel stores to get a second body that writes them
+  // with non-temporal stores, run when their pointers are 64-byte aligned (x86 only); 0: none.
+  int64_t streaming_store_bytes = 0;
 };
 
 bool cpu_codegen_available();

@@ -7,9 +7,13 @@
 //    kernel has float max/min reductions (NaNs are tracked by an integer flag instead, so results
 //    still propagate NaN like torch);
 //  - alignstack(64), noalias buffer parameters, host cpu/features on every function;
-//  - interleaving off in kernels with several inner loops (compile time).
+//  - interleaving off in kernels with several inner loops (compile time);
+//  - non-temporal stores for large graph outputs (config cpu_streaming_store_mb): a second body,
+//    run when their pointers are 64-byte aligned, whose one-level loop is split at 64-byte bounds
+//    so the optimizer proves its vector stores aligned; mark_streaming_stores marks those.
 #include "inductor/cpu_codegen.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <map>
@@ -20,11 +24,13 @@
 
 #ifdef FRAMEFUSE_HAVE_LLVM
 #include <llvm/Analysis/TargetLibraryInfo.h>
+#include <llvm/Analysis/ValueTracking.h>
 #include <llvm/ExecutionEngine/Orc/ExecutionUtils.h>
 #include <llvm/ExecutionEngine/Orc/JITTargetMachineBuilder.h>
 #include <llvm/ExecutionEngine/Orc/LLJIT.h>
 #include <llvm/IR/IRBuilder.h>
 #include <llvm/IR/Intrinsics.h>
+#include <llvm/IR/IntrinsicsX86.h>
 #include <llvm/IR/LegacyPassManager.h>
 #include <llvm/IR/MDBuilder.h>
 #include <llvm/IR/Module.h>
@@ -145,33 +151,94 @@ class KernelEmitter {
   KernelEmitter(LLVMContext& ctx, Module& m, const loop::Program& p, const loop::Kernel& k)
       : ctx_(ctx), m_(m), p_(p), k_(k), b_(ctx) {}
 
-  void emit(const std::string& name) {
+  // Emits `name` (the exported entry: unpacks the buffer array) and its body. With stream_bytes > 0,
+  // stored buffers of at least that size get a second body that writes them with non-temporal
+  // stores (see mark_streaming_stores), which the entry runs when their pointers are 64-byte aligned.
+  void emit(const std::string& name, int64_t stream_bytes) {
     bufs_ = k_.buffers();
-    bool has_minmax = false, inner_loops = false;
     int loops = 0;
     std::function<void(const loop::Stmt&)> scan = [&](const loop::Stmt& s) {
       if (s.kind == StmtKind::Reduce && (s.rop == ReduceOp::Max || s.rop == ReduceOp::Min) && loop::is_float(k_.locals[static_cast<size_t>(s.local)]))
-        has_minmax = true;
+        has_minmax_ = true;
       if (s.kind == StmtKind::Loop) loops++;
       for (auto& c : s.body) scan(c);
     };
     scan(k_.root);
-    inner_loops = loops > 2;
-    multi_loop_ = inner_loops;
+    multi_loop_ = loops > 2;
+    std::vector<int> streamed;
+    if (stream_bytes > 0)
+      for (int id : k_.stored_buffers()) {
+        const loop::Buffer& buf = p_.buffers[static_cast<size_t>(id)];
+        // NB: graph outputs only: an intermediate is read again by a later kernel of the graph,
+        // which streaming would send to memory for it.
+        if (buf.role != loop::BufferRole::Output) continue;
+        int64_t n = 1;
+        for (int64_t d : buf.sizes) n *= d;
+        if (n * static_cast<int64_t>(elem_bytes(buf.dtype)) >= stream_bytes) streamed.push_back(id);
+      }
+    Function* body = emit_body(name + "_body", {});
+    Function* stream_body = streamed.empty() ? nullptr : emit_body(name + "_stream", streamed);
 
+    Type* i64 = b_.getInt64Ty();
+    Type* i8p = b_.getInt8PtrTy();
+    Function* entry_fn = Function::Create(FunctionType::get(b_.getVoidTy(), {i8p->getPointerTo(), i64, i64}, false),
+                                          Function::ExternalLinkage, name, m_);
+    set_attrs(entry_fn, false);
+    b_.SetInsertPoint(BasicBlock::Create(ctx_, "entry", entry_fn));
+    auto ea = entry_fn->arg_begin();
+    Value* arr = &*ea++;
+    Value* lo = &*ea++;
+    Value* hi = &*ea++;
+    std::vector<Value*> args{lo, hi};
+    for (size_t i = 0; i < bufs_.size(); ++i)
+      args.push_back(b_.CreateLoad(i8p, b_.CreateConstGEP1_64(i8p, arr, i)));
+    if (!stream_body) {
+      b_.CreateCall(body, args);
+      b_.CreateRetVoid();
+      return;
+    }
+    Value* aligned = b_.getTrue();
+    for (size_t i = 0; i < bufs_.size(); ++i)
+      if (std::find(streamed.begin(), streamed.end(), bufs_[i]) != streamed.end())
+        aligned = b_.CreateAnd(aligned, b_.CreateICmpEQ(b_.CreateAnd(b_.CreatePtrToInt(args[2 + i], i64), 63), b_.getInt64(0)));
+    BasicBlock* fast = BasicBlock::Create(ctx_, "streaming", entry_fn);
+    BasicBlock* plain = BasicBlock::Create(ctx_, "plain", entry_fn);
+    b_.CreateCondBr(aligned, fast, plain);
+    b_.SetInsertPoint(fast);
+    b_.CreateCall(stream_body, args);
+    b_.CreateRetVoid();
+    b_.SetInsertPoint(plain);
+    b_.CreateCall(body, args);
+    b_.CreateRetVoid();
+  }
+
+ private:
+  // The kernel body over [begin, end) of its root loop. `streamed`: buffers whose pointers are
+  // 64-byte aligned here (align attribute); a one-level root loop is then split at multiples of 64
+  // bytes so that its vectorized stores are provably aligned.
+  Function* emit_body(const std::string& name, const std::vector<int>& streamed) {
     Type* i64 = b_.getInt64Ty();
     Type* i8p = b_.getInt8PtrTy();
     std::vector<Type*> params{i64, i64};
     for (size_t i = 0; i < bufs_.size(); ++i) params.push_back(i8p);
-    Function* body = Function::Create(FunctionType::get(b_.getVoidTy(), params, false), Function::InternalLinkage, name + "_body", m_);
+    Function* body = Function::Create(FunctionType::get(b_.getVoidTy(), params, false), Function::InternalLinkage, name, m_);
+    size_t min_elem = 8;
     for (size_t i = 0; i < bufs_.size(); ++i) {
       body->addParamAttr(static_cast<unsigned>(2 + i), Attribute::NoAlias);
       body->addParamAttr(static_cast<unsigned>(2 + i), Attribute::NoCapture);
+      if (std::find(streamed.begin(), streamed.end(), bufs_[i]) != streamed.end()) {
+        body->addParamAttr(static_cast<unsigned>(2 + i), Attribute::getWithAlignment(ctx_, Align(64)));
+        min_elem = std::min(min_elem, elem_bytes(p_.buffers[static_cast<size_t>(bufs_[i])].dtype));
+      }
     }
-    set_attrs(body, has_minmax);
-    no_nans_ = has_minmax;
+    set_attrs(body, has_minmax_);
+    no_nans_ = has_minmax_;
     body->addFnAttr(Attribute::NoInline);
     fn_ = body;
+    ptrs_.clear();
+    locals_.clear();
+    flags_.clear();
+    nan_tracked_.clear();
     BasicBlock* entry = BasicBlock::Create(ctx_, "entry", body);
     b_.SetInsertPoint(entry);
     auto arg = body->arg_begin();
@@ -187,26 +254,33 @@ class KernelEmitter {
       flags_.push_back(b_.CreateAlloca(b_.getInt8Ty(), nullptr, "nan" + std::to_string(l)));
     }
     vars_.assign(static_cast<size_t>(k_.num_vars), nullptr);
-    emit_stmt(k_.root, true);
+    bool one_level = !streamed.empty() && std::none_of(k_.root.body.begin(), k_.root.body.end(),
+                                                        [](const loop::Stmt& c) { return c.kind == StmtKind::Loop; });
+    if (one_level) {
+      // [begin, min(up, end)) and [max(down, up), end) around [up, max(down, up)): `up` and `down`
+      // are begin and end rounded to 64 bytes, up computed by a mask so that the optimizer knows
+      // the middle loop starts aligned (the loops run empty where the range is short).
+      Value* mask = ConstantInt::get(i64, ~static_cast<uint64_t>(64 / min_elem - 1));
+      Value* up = b_.CreateAnd(b_.CreateAdd(begin_, b_.getInt64(static_cast<int64_t>(64 / min_elem - 1))), mask);
+      Value* down = b_.CreateAnd(end_, mask);
+      Value* head_end = b_.CreateSelect(b_.CreateICmpSLT(up, end_), up, end_);
+      Value* mid_end = b_.CreateSelect(b_.CreateICmpSGT(down, up), down, up);
+      Value* lo = begin_;
+      Value* hi = end_;
+      for (auto [from, to] : {std::pair<Value*, Value*>{lo, head_end}, {up, mid_end}, {mid_end, hi}}) {
+        begin_ = from;
+        end_ = to;
+        emit_stmt(k_.root, true);
+      }
+    } else {
+      emit_stmt(k_.root, true);
+    }
     b_.CreateRetVoid();
-
-    // The exported entry point: unpacks the buffer array.
-    Function* entry_fn = Function::Create(FunctionType::get(b_.getVoidTy(), {i8p->getPointerTo(), i64, i64}, false),
-                                          Function::ExternalLinkage, name, m_);
-    set_attrs(entry_fn, false);
-    b_.SetInsertPoint(BasicBlock::Create(ctx_, "entry", entry_fn));
-    auto ea = entry_fn->arg_begin();
-    Value* arr = &*ea++;
-    Value* lo = &*ea++;
-    Value* hi = &*ea++;
-    std::vector<Value*> args{lo, hi};
-    for (size_t i = 0; i < bufs_.size(); ++i)
-      args.push_back(b_.CreateLoad(i8p, b_.CreateConstGEP1_64(i8p, arr, i)));
-    b_.CreateCall(body, args);
-    b_.CreateRetVoid();
+    return body;
   }
 
- private:
+  size_t elem_bytes(DType dt) { return static_cast<size_t>(m_.getDataLayout().getTypeAllocSize(storage_type(dt))); }
+
   void set_attrs(Function* f, bool no_nans) {
     Jit& j = jit();
     f->addFnAttr("target-cpu", j.cpu);
@@ -631,7 +705,36 @@ class KernelEmitter {
   std::set<int> nan_tracked_;
   bool multi_loop_ = false;
   bool no_nans_ = false;
+  bool has_minmax_ = false;
 };
+
+// In the streaming bodies (name ending in "_stream"), vector stores that the optimizer proved
+// aligned to their whole width, into a buffer argument with the align attribute, become
+// non-temporal; an sfence before each return orders them before whatever reads the buffer next
+// (another thread after the parallel loop's barrier).
+void mark_streaming_stores(Module& m) {
+  const DataLayout& dl = m.getDataLayout();
+  for (Function& f : m) {
+    if (f.isDeclaration() || !f.getName().endswith("_stream")) continue;
+    bool any = false;
+    for (BasicBlock& bb : f)
+      for (Instruction& in : bb) {
+        auto* st = dyn_cast<StoreInst>(&in);
+        if (!st || !st->getValueOperand()->getType()->isVectorTy()) continue;
+        uint64_t bytes = dl.getTypeStoreSize(st->getValueOperand()->getType());
+        if (bytes < 16 || st->getAlign().value() < bytes) continue;
+        auto* base = dyn_cast<Argument>(getUnderlyingObject(st->getPointerOperand()));
+        if (!base || base->getParamAlign().valueOrOne().value() < 64) continue;
+        st->setMetadata(LLVMContext::MD_nontemporal, MDNode::get(m.getContext(), ConstantAsMetadata::get(
+                                                                     ConstantInt::get(Type::getInt32Ty(m.getContext()), 1))));
+        any = true;
+      }
+    if (!any) continue;
+    Function* sfence = Intrinsic::getDeclaration(&m, Intrinsic::x86_sse_sfence);
+    for (BasicBlock& bb : f)
+      if (auto* ret = dyn_cast<ReturnInst>(bb.getTerminator())) CallInst::Create(sfence, "", ret);
+  }
+}
 
 void optimize(Module& m, TargetMachine& tm) {
   Jit& j = jit();
@@ -681,7 +784,10 @@ std::shared_ptr<CpuModule> compile_cpu(const loop::Program& p, const CpuCompileO
   Jit& j = jit();
   std::lock_guard<std::mutex> lock(j.mu);
   auto mod = std::make_shared<CpuModule>();
-  std::string text = "framefuse-cpu-v4\nllvm " LLVM_VERSION_STRING "\n" + j.cpu + "\n" + j.features + "\n" + loop::program_str(p);
+  // NB: non-temporal stores are x86's (sfence); elsewhere the option does nothing.
+  int64_t stream_bytes = j.tm->getTargetTriple().isX86() ? options.streaming_store_bytes : 0;
+  std::string text = "framefuse-cpu-v5\nllvm " LLVM_VERSION_STRING "\n" + j.cpu + "\n" + j.features +
+                     "\nstreaming " + std::to_string(stream_bytes) + "\n" + loop::program_str(p);
   mod->cache_key = cache_key_hash(text);
   std::string object;
   bool cached = !options.want_llvm_ir && disk_cache_load(options.cache_dir, mod->cache_key, &object);
@@ -690,11 +796,13 @@ std::shared_ptr<CpuModule> compile_cpu(const loop::Program& p, const CpuCompileO
     Module m("ff_" + mod->cache_key, ctx);
     m.setTargetTriple(j.tm->getTargetTriple().str());
     m.setDataLayout(j.tm->createDataLayout());
-    for (size_t k = 0; k < p.kernels.size(); ++k) KernelEmitter(ctx, m, p, p.kernels[k]).emit("ff_kernel_" + std::to_string(k));
+    for (size_t k = 0; k < p.kernels.size(); ++k)
+      KernelEmitter(ctx, m, p, p.kernels[k]).emit("ff_kernel_" + std::to_string(k), stream_bytes);
     std::string err;
     raw_string_ostream es(err);
     FF_CHECK(!verifyModule(m, &es), "invalid LLVM IR: " + es.str());
     optimize(m, *j.tm);
+    if (stream_bytes > 0) mark_streaming_stores(m);
     if (options.want_llvm_ir) {
       raw_string_ostream os(mod->llvm_ir);
       m.print(os, nullptr);

@@ -1,5 +1,6 @@
 #include "inductor/python/compiled_graph.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <map>
 #include <mutex>
@@ -163,6 +164,7 @@ std::shared_ptr<const CompiledProgram> build(const Graph& g, const std::string& 
     CpuCompileOptions opt;
     opt.cache_dir = disk_cache_dir();
     opt.want_llvm_ir = log_enabled(LogArtifact::output_code) && log_enabled(LogComponent::inductor, LogLevel::Debug);
+    opt.streaming_store_bytes = std::max<int64_t>(0, config().cpu_streaming_store_mb) << 20;
     cp->module = compile_cpu(cp->program, opt);
     if (opt.want_llvm_ir) log_emit(LogArtifact::output_code, "LLVM IR:\n" + cp->module->llvm_ir);
     if (log_enabled(LogArtifact::schedule))
@@ -245,7 +247,8 @@ struct CompiledGraph::Plan {
 };
 
 void CompiledGraph::load(const Graph& g) {
-  std::string key = graph_structure_key(g);
+  // NB: the streaming-store size changes the generated code: part of the key.
+  std::string key = graph_structure_key(g) + " stream " + std::to_string(config().cpu_streaming_store_mb);
   from_memory_cache_ = false;
   prog_.reset();
   {
