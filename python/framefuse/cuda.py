@@ -280,6 +280,7 @@ class _Recorded:
         self.copied_meta = []  # (index, (shape, stride, dtype, device, requires_grad)) of copied inputs
         self.consts = []       # the non-tensor inputs by position, None at tensors
         self.tensor_at = []    # indices of tensor inputs
+        self.const_at = []     # indices of the other inputs
         self.outputs = []      # static outputs
         self.non_diff = False  # whether an output carries no gradient
         self.precision = None  # _precision_state() when recorded
@@ -338,8 +339,7 @@ class TrainingGraphReplay:
             t = inputs[i]
             if not isinstance(t, torch.Tensor) or self._meta(t) != meta:
                 return False
-        return all(c is None or (not isinstance(inputs[i], torch.Tensor) and inputs[i] == c)
-                   for i, c in enumerate(rec.consts))
+        return all(not isinstance(inputs[i], torch.Tensor) and inputs[i] == rec.consts[i] for i in rec.const_at)
 
     def _eager(self, inputs, why=None):
         if why:
@@ -410,6 +410,7 @@ class TrainingGraphReplay:
         rec.copied_meta = [(i, self._meta(inputs[i])) for i in rec.copied]
         rec.consts = [None if is_t else t for t, is_t in zip(inputs, tensors)]
         rec.tensor_at = [i for i, is_t in enumerate(tensors) if is_t]
+        rec.const_at = [i for i, is_t in enumerate(tensors) if not is_t]
         rec.need_grad = [i for i, (t, is_t) in enumerate(zip(inputs, tensors)) if is_t and t.requires_grad]
         need = [rec.inputs[i] for i in rec.need_grad]
 
