@@ -171,10 +171,7 @@ class KernelEmitter {
         const loop::Buffer& buf = p_.buffers[static_cast<size_t>(id)];
         // NB: graph outputs only: an intermediate is read again by a later kernel of the graph,
         // which streaming would send to memory for it.
-        if (buf.role != loop::BufferRole::Output) continue;
-        int64_t n = 1;
-        for (int64_t d : buf.sizes) n *= d;
-        if (n * static_cast<int64_t>(elem_bytes(buf.dtype)) >= stream_bytes) streamed.push_back(id);
+        if (buf.role == loop::BufferRole::Output && loop::buffer_bytes(buf) >= stream_bytes) streamed.push_back(id);
       }
     Function* body = emit_body(name + "_body", {});
     Function* stream_body = streamed.empty() ? nullptr : emit_body(name + "_stream", streamed);
@@ -222,13 +219,13 @@ class KernelEmitter {
     std::vector<Type*> params{i64, i64};
     for (size_t i = 0; i < bufs_.size(); ++i) params.push_back(i8p);
     Function* body = Function::Create(FunctionType::get(b_.getVoidTy(), params, false), Function::InternalLinkage, name, m_);
-    size_t min_elem = 8;
+    int min_elem = 8;
     for (size_t i = 0; i < bufs_.size(); ++i) {
       body->addParamAttr(static_cast<unsigned>(2 + i), Attribute::NoAlias);
       body->addParamAttr(static_cast<unsigned>(2 + i), Attribute::NoCapture);
       if (std::find(streamed.begin(), streamed.end(), bufs_[i]) != streamed.end()) {
         body->addParamAttr(static_cast<unsigned>(2 + i), Attribute::getWithAlignment(ctx_, Align(64)));
-        min_elem = std::min(min_elem, elem_bytes(p_.buffers[static_cast<size_t>(bufs_[i])].dtype));
+        min_elem = std::min(min_elem, dtype_size(p_.buffers[static_cast<size_t>(bufs_[i])].dtype));
       }
     }
     set_attrs(body, has_minmax_);
@@ -278,8 +275,6 @@ class KernelEmitter {
     b_.CreateRetVoid();
     return body;
   }
-
-  size_t elem_bytes(DType dt) { return static_cast<size_t>(m_.getDataLayout().getTypeAllocSize(storage_type(dt))); }
 
   void set_attrs(Function* f, bool no_nans) {
     Jit& j = jit();

@@ -275,14 +275,12 @@ class _Recorded:
     def __init__(self):
         self.fwd = self.bwd = None
         self.inputs = []       # static inputs: detached aliases of parameters, copies of the rest
-        self.copied = []       # indices of inputs copied in on each call
         self.fixed = []        # (index, tensor, data_ptr) of parameters read in place
         self.copied_meta = []  # (index, (shape, stride, dtype, device, requires_grad)) of copied inputs
         self.consts = []       # the non-tensor inputs by position, None at tensors
         self.tensor_at = []    # indices of tensor inputs
         self.const_at = []     # indices of the other inputs
         self.outputs = []      # static outputs
-        self.non_diff = False  # whether an output carries no gradient
         self.precision = None  # _precision_state() when recorded
         self.diff_out = []     # indices of outputs that carry gradients
         self.grad_in = []      # static incoming gradients, one per diff_out
@@ -404,10 +402,9 @@ class TrainingGraphReplay:
         del out, trial
         rec.inputs = [(t.detach().requires_grad_(t.requires_grad) if f else t.detach().clone().requires_grad_(t.requires_grad))
                       if is_t else t for t, is_t, f in zip(inputs, tensors, fixed)]
-        rec.copied = [i for i, (is_t, f) in enumerate(zip(tensors, fixed)) if is_t and not f]
         rec.fixed = [(i, inputs[i], inputs[i].data_ptr()) for i, f in enumerate(fixed) if f]
         rec.precision = _precision_state(self._cudnn)
-        rec.copied_meta = [(i, self._meta(inputs[i])) for i in rec.copied]
+        rec.copied_meta = [(i, self._meta(t)) for i, (t, is_t, f) in enumerate(zip(inputs, tensors, fixed)) if is_t and not f]
         rec.consts = [None if is_t else t for t, is_t in zip(inputs, tensors)]
         rec.tensor_at = [i for i, is_t in enumerate(tensors) if is_t]
         rec.const_at = [i for i, is_t in enumerate(tensors) if not is_t]
@@ -431,7 +428,6 @@ class TrainingGraphReplay:
         with torch.cuda.graph(rec.fwd, stream=stream):
             rec.outputs = list(self._graph.run(*rec.inputs))
         rec.diff_out = [k for k, o in enumerate(rec.outputs) if o.requires_grad]
-        rec.non_diff = len(rec.diff_out) < len(rec.outputs)
         if not rec.diff_out:
             _release_cublas_workspaces()
             self._no_graph = "no output of the graph carries a gradient"
@@ -454,7 +450,7 @@ class TrainingGraphReplay:
     def _replay_forward(self, inputs):
         rec = self._rec
         self._stream = _after_last_replay(self._stream)
-        for i in rec.copied:
+        for i, _ in rec.copied_meta:
             rec.inputs[i].copy_(inputs[i])  # autograd.Function.forward runs without grad mode
         rec.fwd.replay()
         self._gen += 1
@@ -495,7 +491,7 @@ class _TrainingReplayFn(torch.autograd.Function):
         rec = runner._rec
         ctx.runner, ctx.token = runner, token
         ctx.save_for_backward(*(inputs[i] for i in rec.tensor_at))  # also autograd's in-place checks
-        if rec.non_diff:
+        if len(rec.diff_out) < len(outs):
             diff = set(rec.diff_out)
             ctx.mark_non_differentiable(*(o for k, o in enumerate(outs) if k not in diff))
         return tuple(outs)
@@ -504,17 +500,15 @@ class _TrainingReplayFn(torch.autograd.Function):
     def backward(ctx, *grad_outs):
         runner = ctx.runner
         saved = ctx.saved_tensors  # raises as eager does if an input was changed in place since
-        grads = None
-        if torch.is_grad_enabled():  # create_graph needs the eager ops' own graph
-            ctx.token.done = True
-        else:
-            grads = runner._replay_backward(ctx.token, grad_outs)
+        create_graph = torch.is_grad_enabled()  # then the eager ops' own graph is needed
+        grads = None if create_graph else runner._replay_backward(ctx.token, grad_outs)
         rec = runner._rec
         if grads is None:
+            ctx.token.done = True
             inputs = list(rec.consts)
             for i, t in zip(rec.tensor_at, saved):
                 inputs[i] = t
-            grads = runner._recompute_backward(inputs, grad_outs, torch.is_grad_enabled())
+            grads = runner._recompute_backward(inputs, grad_outs, create_graph)
         result = [None] * len(rec.consts)
         for i, g in zip(rec.need_grad, grads):
             result[i] = g
