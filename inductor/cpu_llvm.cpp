@@ -8,9 +8,9 @@
 //    still propagate NaN like torch);
 //  - alignstack(64), noalias buffer parameters, host cpu/features on every function;
 //  - interleaving off in kernels with several inner loops (compile time);
-//  - non-temporal stores for large graph outputs (config cpu_streaming_store_mb): a second body,
-//    run when their pointers are 64-byte aligned, whose one-level loop is split at 64-byte bounds
-//    so the optimizer proves its vector stores aligned; mark_streaming_stores marks those.
+//  - non-temporal stores for large graph outputs and written inputs (config cpu_streaming_store_mb):
+//    a second body, run when their pointers are 64-byte aligned, whose one-level loop is split at
+//    64-byte bounds so the optimizer proves its vector stores aligned; mark_streaming_stores marks those.
 #include "inductor/cpu_codegen.h"
 
 #include <algorithm>
@@ -169,9 +169,10 @@ class KernelEmitter {
     if (stream_bytes > 0)
       for (int id : k_.stored_buffers()) {
         const loop::Buffer& buf = p_.buffers[static_cast<size_t>(id)];
-        // NB: graph outputs only: an intermediate is read again by a later kernel of the graph,
-        // which streaming would send to memory for it.
-        if (buf.role == loop::BufferRole::Output && loop::buffer_bytes(buf) >= stream_bytes) streamed.push_back(id);
+        // NB: graph outputs and the inputs an in-place op writes only: an intermediate is read
+        // again by a later kernel of the graph, which streaming would send to memory for it.
+        bool leaves = buf.role == loop::BufferRole::Output || (buf.role == loop::BufferRole::Input && buf.mutated);
+        if (leaves && loop::buffer_bytes(buf) >= stream_bytes) streamed.push_back(id);
       }
     Function* body = emit_body(name + "_body", {});
     Function* stream_body = streamed.empty() ? nullptr : emit_body(name + "_stream", streamed);

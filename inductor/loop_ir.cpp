@@ -474,7 +474,7 @@ std::string program_str(const Program& p) {
     const Buffer& buf = p.buffers[b];
     out += "buf" + std::to_string(b) + ": " + std::string(dtype_short_name(buf.dtype)) + list_str(buf.sizes) +
            " strides " + list_str(buf.strides) + " " + role_name(buf.role);
-    if (buf.role == BufferRole::Input) out += " #" + std::to_string(buf.input);
+    if (buf.role == BufferRole::Input) out += " #" + std::to_string(buf.input) + (buf.mutated ? " mutated" : "");
     if (!buf.name.empty()) out += " (" + buf.name + ")";
     out += "\n";
   }
@@ -526,7 +526,10 @@ std::string verify_kernel(const Kernel& k, const Program& p) {
         return;
       case StmtKind::Store:
         if (s.buf < 0 || s.buf >= static_cast<int>(p.buffers.size())) { err = where + "buffers_exist violated"; return; }
-        if (p.buffers[static_cast<size_t>(s.buf)].role == BufferRole::Input) { err = where + "inputs_read_only violated"; return; }
+        if (p.buffers[static_cast<size_t>(s.buf)].role == BufferRole::Input && !p.buffers[static_cast<size_t>(s.buf)].mutated) {
+          err = where + "inputs_read_only violated";  // only inputs an in-place op mutates are written
+          return;
+        }
         check_expr(s.index);
         check_expr(s.value);
         if (err.empty() && s.value->type != dtype_compute_type(p.buffers[static_cast<size_t>(s.buf)].dtype))

@@ -185,6 +185,7 @@ struct Buffer {
   std::vector<int64_t> sizes, strides;  // the layout kernels assume (elements)
   BufferRole role = BufferRole::Intermediate;
   int input = -1;     // Input: placeholder position
+  bool mutated = false;  // Input: an in-place op on the graph input stores into the caller's tensor
   NodeId node = -1;   // the graph node it holds (when one does)
 };
 

@@ -331,8 +331,12 @@ LT Lowerer::realize(const LT& x, const std::vector<int64_t>& strides, BufferRole
   if (!supported_dtype(x.dtype)) throw NoLowering("dtype not supported in kernels");
   int b = new_buffer(x.dtype, x.sizes, strides, role, node);
   note("realize buf" + std::to_string(b) + (node >= 0 ? " (" + g_.node(node).name + ")" : "") + ": " + why);
-  loop::TensorRef ref{b, x.sizes, strides, 0};
-  if (x.numel() == 0) return from_ref(ref, x.dtype);
+  store_kernel(x, b, strides);
+  return from_ref(loop::TensorRef{b, x.sizes, strides, 0}, x.dtype);
+}
+
+void Lowerer::store_kernel(const LT& x, int b, const std::vector<int64_t>& strides) {
+  if (x.numel() == 0) return;
   std::vector<int> order;
   for (size_t d = 0; d < x.sizes.size(); ++d)
     if (x.sizes[d] != 1) order.push_back(static_cast<int>(d));
@@ -353,7 +357,6 @@ LT Lowerer::realize(const LT& x, const std::vector<int64_t>& strides, BufferRole
     k.num_vars = static_cast<int>(order.size());
   }
   add_kernel(prog_, std::move(k));
-  return from_ref(ref, x.dtype);
 }
 
 LT Lowerer::realize_contiguous(const LT& x, const std::string& why) {
@@ -466,30 +469,18 @@ LT Lowerer::extern_call(const Node& n, NodeId id, OpId op, std::vector<Value> ar
   return result;
 }
 
-// In-place calls whose mutation nobody can observe are computed out of place: the mutated
-// operand must be a fresh tensor (made by a pointwise, reduction, composite or extern op that
-// never returns an alias of its inputs, or by an in-place call already rewritten so) whose only
-// user is this call. Returns "" and the out-of-place call in *out, or why not.
-std::string Lowerer::functional_form(NodeId id, Node* out) const {
+namespace {
+
+// The out-of-place form of in-place call n in *out: add_ -> add, relu(inplace=True) ->
+// relu(inplace=False). Returns "" or why there is none.
+std::string out_of_place(const Node& n, Node* out) {
   static const std::map<std::string, std::string> kOutOfPlace = {
       {"op_iadd", "op_add"}, {"op_isub", "op_sub"}, {"op_imul", "op_mul"}, {"op_itruediv", "op_truediv"},
       {"add_", "add"},       {"sub_", "sub"},       {"mul_", "mul"},       {"div_", "div"},
       {"clamp_", "clamp"},   {"masked_fill_", "masked_fill"}, {"relu_", "relu"},
       {"sigmoid_", "sigmoid"}, {"tanh_", "tanh"},
   };
-  const Node& n = g_.node(id);
   const OpDef& op = op_def(n.op);
-  if (n.args.empty() || n.args[0].kind != Value::Kind::Node) return "its first operand is not a graph value";
-  NodeId x = n.args[0].node;
-  const Node& xn = g_.node(x);
-  if (!xn.meta.is_tensor() || !n.meta.is_tensor()) return "it does not mutate a tensor";
-  if (users_[static_cast<size_t>(x)] != 1) return "the tensor it mutates has other users";
-  if (xn.kind != NodeKind::Call) return "the tensor it mutates is a graph input or a tuple element";
-  const OpDef& xo = op_def(xn.op);
-  bool allocates = (xo.traits & (kPointwise | kReduction | kComposite | kExtern)) && !xo.has(kView) &&
-                   xo.name != "einsum" && (!call_mutates_input(xo, xn.args) || fresh_[static_cast<size_t>(x)]);
-  if (!allocates) return "the tensor it mutates may alias another tensor";
-  if (xn.meta.tensor.sizes != n.meta.tensor.sizes) return "it would broadcast";
   *out = n;
   if (op.has(kInplace)) {
     auto it = kOutOfPlace.find(op.name);
@@ -502,6 +493,92 @@ std::string Lowerer::functional_form(NodeId id, Node* out) const {
     int i = op.schema.index_of("inplace");
     out->args[static_cast<size_t>(i)] = Value::of_bool(false);
   }
+  return "";
+}
+
+// Whether two elements of a tensor with this layout share memory (an expanded tensor).
+bool self_overlapping(const TensorMeta& m) {
+  std::vector<std::pair<int64_t, int64_t>> dims;  // (stride, size) of dims with more than one element
+  for (size_t d = 0; d < m.sizes.size(); ++d)
+    if (m.sizes[d] > 1) dims.push_back({m.strides[d], m.sizes[d]});
+  std::sort(dims.begin(), dims.end());
+  int64_t span = 1;  // elements the smaller-stride dims cover
+  for (auto [stride, size] : dims) {
+    if (stride < span) return true;
+    span = stride * size;
+  }
+  return false;
+}
+
+}  // namespace
+
+// In-place calls whose mutation nobody can observe are computed out of place: the mutated
+// operand must be a fresh tensor (made by a pointwise, reduction, composite or extern op that
+// never returns an alias of its inputs, or by an in-place call already rewritten so) whose only
+// user is this call. Returns "" and the out-of-place call in *out, or why not.
+std::string Lowerer::functional_form(NodeId id, Node* out) const {
+  const Node& n = g_.node(id);
+  if (n.args.empty() || n.args[0].kind != Value::Kind::Node) return "its first operand is not a graph value";
+  NodeId x = n.args[0].node;
+  const Node& xn = g_.node(x);
+  if (!xn.meta.is_tensor() || !n.meta.is_tensor()) return "it does not mutate a tensor";
+  if (users_[static_cast<size_t>(x)] != 1) return "the tensor it mutates has other users";
+  if (xn.kind != NodeKind::Call) return "the tensor it mutates is a tuple element";
+  const OpDef& xo = op_def(xn.op);
+  bool allocates = (xo.traits & (kPointwise | kReduction | kComposite | kExtern)) && !xo.has(kView) &&
+                   xo.name != "einsum" && (!call_mutates_input(xo, xn.args) || fresh_[static_cast<size_t>(x)]);
+  if (!allocates) return "the tensor it mutates may alias another tensor";
+  if (xn.meta.tensor.sizes != n.meta.tensor.sizes) return "it would broadcast";
+  return out_of_place(n, out);
+}
+
+// An in-place call on a graph input (or on an earlier such call's result) becomes a kernel that
+// stores the new value into the caller's tensor. The runtime bumps the tensor's version and runs
+// the reference runner instead when the input shares memory with another input.
+// NB: later reads of the input must see the new value and nothing may still want the old one,
+// so no node before this call may read the input except earlier writes of it.
+std::string Lowerer::write_input(NodeId id) {
+  const Node& n = g_.node(id);
+  const OpDef& op = op_def(n.op);
+  NodeId root = input_root_[static_cast<size_t>(n.args[0].node)];
+  const TensorMeta& m = g_.node(root).meta.tensor;
+  if (!n.meta.is_tensor() || n.meta.tensor.sizes != m.sizes || n.meta.tensor.dtype != m.dtype)
+    return "its result differs from the input in shape or dtype";
+  if (!supported_dtype(m.dtype)) return "dtype " + std::string(dtype_name(m.dtype)) + " is not supported in kernels";
+  if (self_overlapping(m)) return "elements of the input share memory (an expanded tensor)";
+  for (NodeId u = root + 1; u < id; ++u) {
+    if (input_root_[static_cast<size_t>(u)] == root) continue;  // an earlier write of the same input
+    bool reads = false;
+    for (const Value& v : g_.node(u).args) v.for_each_node([&](NodeId o) { reads |= input_root_[static_cast<size_t>(o)] == root; });
+    if (reads) return g_.node(u).name + " reads the input before it changes";
+  }
+  LT value;
+  try {
+    if (op.name == "copy_") {
+      value = broadcast(tensor_arg(n, "other"), m.sizes);
+    } else if (op.name == "fill_") {
+      value = broadcast(tensor_arg(n, "value"), m.sizes);
+    } else if (op.name == "zero_") {
+      value = broadcast(scalar(0, m.dtype), m.sizes);
+    } else {
+      Node fn;
+      if (std::string why = out_of_place(n, &fn); !why.empty()) return why;
+      auto it = op_lowerings().find(op_def(fn.op).name);
+      if (it == op_lowerings().end()) return "no lowering for " + op_def(fn.op).name;
+      value = it->second(*this, fn);
+    }
+  } catch (const NoLowering& e) {
+    return e.what();
+  }
+  FF_CHECK(value.sizes == m.sizes, "in-place write of the wrong shape");
+  int b = values_.at(static_cast<size_t>(root))->ref->buf;
+  prog_.buffers[static_cast<size_t>(b)].mutated = true;
+  store_kernel(cast(value, m.dtype), b, m.strides);
+  LT now = from_ref(loop::TensorRef{b, m.sizes, m.strides, 0}, m.dtype);
+  values_[static_cast<size_t>(root)] = now;
+  values_[static_cast<size_t>(id)] = now;
+  input_root_[static_cast<size_t>(id)] = root;
+  note("in-place " + node_desc(g_, id) + " stores into graph input " + g_.node(root).name + " (buf" + std::to_string(b) + ")");
   return "";
 }
 
@@ -518,6 +595,7 @@ std::optional<LT> Lowerer::lower_node(NodeId id) {
       ++pos;
     }
     prog_.buffers[static_cast<size_t>(b)].input = pos;
+    input_root_[static_cast<size_t>(id)] = id;
     return from_ref(loop::TensorRef{b, m.sizes, m.strides, 0}, m.dtype);
   }
   if (n.kind == NodeKind::GetItem) {
@@ -528,6 +606,12 @@ std::optional<LT> Lowerer::lower_node(NodeId id) {
   FF_CHECK(n.kind == NodeKind::Call, "unexpected node kind");
   Node fn = n;  // the call lowered: n, or its out-of-place form
   if (call_mutates_input(op_def(n.op), n.args)) {
+    if (!n.args.empty() && n.args[0].kind == Value::Kind::Node && input_root_[static_cast<size_t>(n.args[0].node)] >= 0) {
+      std::string why = write_input(id);
+      if (!why.empty())
+        throw Unsupported("in-place " + op_def(n.op).target + " (" + n.name + ") on a graph input is not compiled by inductor: " + why);
+      return values_[static_cast<size_t>(id)];
+    }
     std::string why = functional_form(id, &fn);
     if (!why.empty()) throw Unsupported("in-place " + op_def(n.op).target + " (" + n.name + ") is not compiled by inductor: " + why);
     fresh_[static_cast<size_t>(id)] = true;
@@ -574,6 +658,7 @@ loop::Program Lowerer::run() {
   }
   users_.assign(g_.size(), 0);
   fresh_.assign(g_.size(), false);
+  input_root_.assign(g_.size(), -1);
   for (const Node& n : g_.nodes())
     for (const Value& v : n.args) v.for_each_node([&](NodeId o) { users_[static_cast<size_t>(o)]++; });
   values_.assign(g_.size(), std::nullopt);

@@ -83,6 +83,8 @@ class Lowerer {
  private:
   std::optional<LT> lower_node(NodeId id);
   std::string functional_form(NodeId id, Node* out) const;
+  std::string write_input(NodeId id);
+  void store_kernel(const LT& x, int b, const std::vector<int64_t>& strides);  // x into buffer b
   loop::TensorRef ensure_ref(NodeId id, const std::string& why);
   int new_buffer(DType dt, std::vector<int64_t> sizes, std::vector<int64_t> strides, loop::BufferRole role, NodeId node);
   LT from_ref(const loop::TensorRef& r, DType dt) const;
@@ -93,6 +95,7 @@ class Lowerer {
   std::vector<std::optional<LT>> values_;
   std::vector<int> users_;
   std::vector<bool> fresh_;  // in-place calls computed out of place (their result is fresh)
+  std::vector<NodeId> input_root_;  // a tensor placeholder, or an in-place write of one: that placeholder; -1
   NodeId current_ = -1;
 };
 

@@ -152,8 +152,9 @@ struct Fuser {
   int placement(size_t i, size_t j) const {
     const auto& wi = writes(i);
     std::set<int> before;
+    // NB: an input a kernel writes (an in-place op on it) holds its new value only after that kernel.
     for (const auto& b : p.buffers)
-      if (b.role == loop::BufferRole::Input) before.insert(static_cast<int>(&b - p.buffers.data()));
+      if (b.role == loop::BufferRole::Input && !b.mutated) before.insert(static_cast<int>(&b - p.buffers.data()));
     for (size_t s = 0; s < i; ++s)
       for (int b : writes(s)) before.insert(b);
     bool at_i = true;

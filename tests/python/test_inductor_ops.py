@@ -238,8 +238,8 @@ def test_inplace_graph_falls_back_with_a_perf_hint(caplog):
     import framefuse
     from framefuse.inductor import compile_graph
     x = randn(4, 4)
-    # relu mutates a graph input: observable by the caller, so the graph runs eagerly
-    g = inductor_util.build(lambda g, a: g.call(F.relu, a, inplace=True), [x])
+    # relu mutates a graph input whose old value is read afterwards: the graph runs eagerly
+    g = inductor_util.build(lambda g, a: (lambda old: (g.call(F.relu, a, inplace=True), old))(g.call(torch.neg, a)), [x])
     framefuse.set_logs("perf_hints")
     try:
         with caplog.at_level(logging.INFO, logger="framefuse"):
@@ -249,8 +249,8 @@ def test_inplace_graph_falls_back_with_a_perf_hint(caplog):
     assert not isinstance(fn, _C.inductor.CompiledGraph)
     assert any("reference runner" in r.getMessage() and "in-place" in r.getMessage() for r in caplog.records)
     y = x.clone()
-    (out,) = fn(y)
-    assert torch.equal(out, torch.relu(x)) and torch.equal(y, torch.relu(x))
+    out, old = fn(y)
+    assert torch.equal(out, torch.relu(x)) and torch.equal(y, torch.relu(x)) and torch.equal(old, -x)
 
 
 # ---- in-place calls on fresh intermediates are computed out of place --------------------------
@@ -284,12 +284,13 @@ def test_inplace_with_promotion_keeps_the_mutated_dtype():
 def test_inplace_on_input_or_shared_value_runs_eagerly():
     import operator
     a = randn(4, 5)
-    # mutates a graph input: the graph runs on the reference runner, and the input changes like eager
-    g, cg = _compiled(lambda g, x: g.call(F.relu, x, inplace=True), [a])
+    # mutates a graph input (test_inductor_input_mutation.py has the compiled cases) after a view
+    # of it was taken: the view sees the new value, so the graph runs on the reference runner
+    g, cg = _compiled(lambda g, x: (g.call(torch.Tensor.view, x, 20), g.call(F.relu, x, inplace=True))[0], [a])
     assert not isinstance(cg, _C.inductor.CompiledGraph)
     x = a.clone()
-    cg(x)
-    assert torch.equal(x, torch.relu(a))
+    (v,) = cg(x)
+    assert torch.equal(x, torch.relu(a)) and torch.equal(v, torch.relu(a).view(20))
     # the mutated intermediate has another user that reads it afterwards
     fn = lambda g, x: (lambda t: (g.call(F.relu, t, inplace=True), g.call(torch.mul, t, 3.0)))(g.call(torch.sub, x, 0.1))
     g, cg = _compiled(fn, [a])

@@ -196,6 +196,8 @@ CudaGraphModule::CudaGraphModule(const Graph& g, const CudaCompileOptions& opts)
   }
   Graph neutral = device_neutral(graph_, &device_, opts.assume_cuda);
   prog_ = inductor::compile_to_loop_ir(neutral);
+  for (const loop::Buffer& b : prog_.buffers)
+    if (b.mutated) throw Unsupported("an in-place op writes graph input " + b.name + ": the CUDA runner does not write graph inputs");
   num_inputs_ = graph_.placeholders().size() - folded_.size();
   for (int i : cl_indices_) {
     // NB: exactly the strides the graph was compiled for (see ChannelsLastInputs).
