@@ -99,6 +99,9 @@ TEST(LoopIR, VerifierNamesTheBrokenInvariant) {
   k.root.body.push_back(store_stmt(0, var(0), const_float(0, ScalarType::F32)));
   p.kernels = {k};
   EXPECT_EQ(verify_program(p), "kernel k0: inputs_read_only violated");
+  p.buffers[0].mutated = true;  // an in-place op on the graph input may store into it
+  EXPECT_EQ(verify_program(p), "");
+  p.buffers[0].mutated = false;
 
   k = row_sum_kernel();
   k.root.body.push_back(store_stmt(1, var(1), const_float(0, ScalarType::F32)));  // v1 not bound here
