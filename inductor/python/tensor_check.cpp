@@ -9,6 +9,7 @@ struct Names {
   PyObject* shape;
   PyObject* stride;
   PyObject* is_cpu;
+  PyObject* device;
   PyObject* tensor_type;  // torch.Tensor (strong), or null if torch cannot be imported
 };
 
@@ -16,7 +17,8 @@ struct Names {
 const Names& names() {
   static const Names* n = [] {
     auto* r = new Names{PyUnicode_InternFromString("dtype"), PyUnicode_InternFromString("shape"),
-                        PyUnicode_InternFromString("stride"), PyUnicode_InternFromString("is_cpu"), nullptr};
+                        PyUnicode_InternFromString("stride"), PyUnicode_InternFromString("is_cpu"),
+                        PyUnicode_InternFromString("device"), nullptr};
     if (PyObject* torch = PyImport_ImportModule("torch")) {
       r->tensor_type = PyObject_GetAttrString(torch, "Tensor");
       Py_DECREF(torch);
@@ -57,15 +59,16 @@ int LayoutCheck::exact(PyObject* const* tensors) {
     int is = PyObject_IsInstance(t, nm.tensor_type);
     if (is != 1) return is;
     PyObject* dt = PyObject_GetAttr(t, nm.dtype);
-    PyObject* cpu = dt ? PyObject_GetAttr(t, nm.is_cpu) : nullptr;
-    PyObject* shape = cpu ? PyObject_GetAttr(t, nm.shape) : nullptr;
+    PyObject* where = dt ? PyObject_GetAttr(t, device_ ? nm.device : nm.is_cpu) : nullptr;
+    PyObject* shape = where ? PyObject_GetAttr(t, nm.shape) : nullptr;
     PyObject* stride = shape ? PyObject_CallMethodNoArgs(t, nm.stride) : nullptr;
     int ok = stride ? 1 : -1;
-    if (ok == 1 && (dt != want_[i].dtype || cpu != Py_True)) ok = 0;
+    if (ok == 1 && dt != want_[i].dtype) ok = 0;
+    if (ok == 1) ok = device_ ? PyObject_RichCompareBool(where, device_, Py_EQ) : where == Py_True;
     if (ok == 1) ok = PyObject_RichCompareBool(shape, want_[i].sizes, Py_EQ);
     if (ok == 1) ok = PyObject_RichCompareBool(stride, want_[i].strides, Py_EQ);
     Py_XDECREF(dt);
-    Py_XDECREF(cpu);
+    Py_XDECREF(where);
     Py_XDECREF(shape);
     Py_XDECREF(stride);
     if (ok != 1) return ok;

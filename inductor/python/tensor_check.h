@@ -20,7 +20,8 @@ namespace ff::inductor {
 
 class LayoutCheck {
  public:
-  LayoutCheck() = default;
+  // `device`: a torch.device (borrowed, must outlive this check) the tensors must be on; null: the CPU.
+  explicit LayoutCheck(PyObject* device = nullptr) : device_(device) {}
   LayoutCheck(const LayoutCheck&) = delete;
   LayoutCheck& operator=(const LayoutCheck&) = delete;
   ~LayoutCheck() = default;
@@ -30,8 +31,8 @@ class LayoutCheck {
   void add(PyObject* dtype, PyObject* sizes, PyObject* strides);
   size_t size() const { return want_.size(); }
 
-  // 1 if every tensors[i] (borrowed) is a CPU torch tensor of the i-th layout, 0 if not, -1 with
-  // a Python error set.
+  // 1 if every tensors[i] (borrowed) is a torch tensor of the i-th layout on the device, 0 if not,
+  // -1 with a Python error set.
   int check(PyObject* const* tensors);
 
  private:
@@ -44,6 +45,7 @@ class LayoutCheck {
   void arm(PyObject* const* tensors);
 
   std::vector<Want> want_;
+  PyObject* device_ = nullptr;
   TensorGuardsCall fast_;     // TensorGuards.check, or empty
   bool tried_ = false;        // arm() ran (it runs once, after the first exact match)
 };

@@ -10,6 +10,8 @@
 
 #include "graph/op_registry.h"
 #include "graph/python/graph_calls.h"
+#include "inductor/python/prepared_call.h"
+#include "inductor/python/tensor_check.h"
 #include "inductor/schedule.h"
 #include "src/config.h"
 #include "src/errors.h"
@@ -332,19 +334,82 @@ void CudaGraphModule::ensure_module() {
   device_obj_ = host_emulation_ ? torch_.attr("device")("cpu") : torch_.attr("device")("cuda", device_);
   for (const loop::Buffer& b : prog_.buffers) dtype_objs_.push_back(torch_.attr(std::string(dtype_name(b.dtype)).c_str()));
   if (!src_.kernels.empty()) module_ = std::make_unique<CudaModule>(cubins_, src_.units, arch_, src_.kernels, hash_, autotune_);
+  prepare();
+}
+
+// What a run needs as Python objects, made once: the layouts as tuples, the input check, each
+// extern call with its arguments converted (PreparedCall) and the check of its result's layout.
+struct CudaGraphModule::Prepared {
+  explicit Prepared(PyObject* device) : input_check(device) {}
+  std::vector<py::object> layouts;  // buffer b: sizes at 2b, strides at 2b + 1 (tuples)
+  std::vector<int> input_bufs;      // the Input buffers, in input_check's order
+  std::vector<int> input_of_node;   // node id -> input position (placeholders), else -1
+  inductor::LayoutCheck input_check;
+  std::vector<std::unique_ptr<inductor::PreparedCall>> calls;     // per extern; null: a GetItem or unavailable
+  std::vector<std::unique_ptr<inductor::LayoutCheck>> results;    // per extern with a tensor result
+  py::object alloc_kwnames, data_ptr;  // ("dtype", "device"), "data_ptr"
+};
+
+CudaGraphModule::~CudaGraphModule() = default;
+
+void CudaGraphModule::prepare() {
+  auto p = std::make_unique<Prepared>(device_obj_.ptr());
+  size_t nb = prog_.buffers.size();
+  p->layouts.reserve(2 * nb);  // NB: the checks borrow these: no reallocation after add()
+  for (const loop::Buffer& b : prog_.buffers) {
+    p->layouts.push_back(py::tuple(py::cast(b.sizes)));
+    p->layouts.push_back(py::tuple(py::cast(b.strides)));
+  }
+  for (size_t b = 0; b < nb; ++b) {
+    if (prog_.buffers[b].role != loop::BufferRole::Input) continue;
+    p->input_bufs.push_back(static_cast<int>(b));
+    p->input_check.add(dtype_objs_[b].ptr(), p->layouts[2 * b].ptr(), p->layouts[2 * b + 1].ptr());
+  }
+  for (const loop::ExternCall& e : prog_.externs) {
+    std::unique_ptr<inductor::PreparedCall> call;
+    if (e.op != kNoOp)
+      if (PyObject* fn = op_callable(e.op)) call = std::make_unique<inductor::PreparedCall>(fn, op_def(e.op), e.args);
+    p->calls.push_back(std::move(call));
+    std::unique_ptr<inductor::LayoutCheck> check;
+    if (e.result >= 0) {
+      size_t r = static_cast<size_t>(e.result);
+      check = std::make_unique<inductor::LayoutCheck>(device_obj_.ptr());
+      check->add(dtype_objs_[r].ptr(), p->layouts[2 * r].ptr(), p->layouts[2 * r + 1].ptr());
+    }
+    p->results.push_back(std::move(check));
+  }
+  p->input_of_node.assign(graph_.size(), -1);
+  std::vector<NodeId> placeholders = graph_.placeholders();
+  for (size_t i = 0; i < placeholders.size(); ++i) p->input_of_node[static_cast<size_t>(placeholders[i])] = static_cast<int>(i);
+  p->alloc_kwnames = py::make_tuple("dtype", "device");
+  p->data_ptr = py::reinterpret_steal<py::object>(PyUnicode_InternFromString("data_ptr"));
+  prep_ = std::move(p);
 }
 
 py::object CudaGraphModule::alloc(int b) {
-  const loop::Buffer& buf = prog_.buffers[static_cast<size_t>(b)];
-  py::dict kw;
-  kw["dtype"] = dtype_objs_[static_cast<size_t>(b)];
-  kw["device"] = device_obj_;
-  return empty_strided_(py::cast(buf.sizes), py::cast(buf.strides), **kw);
+  size_t i = static_cast<size_t>(b);
+  PyObject* args[4] = {prep_->layouts[2 * i].ptr(), prep_->layouts[2 * i + 1].ptr(), dtype_objs_[i].ptr(), device_obj_.ptr()};
+  PyObject* t = PyObject_Vectorcall(empty_strided_.ptr(), args, 2, prep_->alloc_kwnames.ptr());
+  if (!t) throw py::error_already_set();
+  return py::reinterpret_steal<py::object>(t);
 }
 
-py::object CudaGraphModule::view(int b, const loop::TensorRef& ref) {
+namespace {
+
+void* data_pointer(const py::object& t, const py::object& name) {
+  PyObject* r = PyObject_CallMethodNoArgs(t.ptr(), name.ptr());
+  if (!r) throw py::error_already_set();
+  void* p = PyLong_AsVoidPtr(r);
+  Py_DECREF(r);
+  if (!p && PyErr_Occurred()) throw py::error_already_set();
+  return p;
+}
+
+}  // namespace
+
+py::object CudaGraphModule::view(const std::vector<py::object>& bufs, int b, const loop::TensorRef& ref) const {
   const loop::Buffer& buf = prog_.buffers[static_cast<size_t>(b)];
-  py::object t = bufs_[static_cast<size_t>(b)];
+  const py::object& t = bufs[static_cast<size_t>(b)];
   FF_CHECK(t && !t.is_none(), "buffer " + buf.name + " used before it was produced");
   if (ref.offset == 0 && ref.sizes == buf.sizes && ref.strides == buf.strides) return t;
   int64_t base = t.attr("storage_offset")().cast<int64_t>();
@@ -416,122 +481,123 @@ py::object CudaGraphModule::run(const std::vector<py::object>& given) {
     if (!ok) throw py::error_already_set();
   }
   size_t nbuf = prog_.buffers.size();
-  bufs_.assign(nbuf, py::none());
-  ptrs_.assign(nbuf, nullptr);
-  node_objs_.assign(graph_.size(), py::none());
   std::vector<NodeId> placeholders = graph_.placeholders();
   if (inputs.size() != placeholders.size())
     throw UserError("the compiled graph takes " + std::to_string(placeholders.size()) + " inputs, got " +
                     std::to_string(inputs.size()));
-  for (size_t i = 0; i < inputs.size(); ++i) node_objs_[static_cast<size_t>(placeholders[i])] = inputs[i];
-  std::vector<py::object> inputs_by_node = node_objs_;
-  for (size_t b = 0; b < nbuf; ++b) {
-    const loop::Buffer& buf = prog_.buffers[b];
-    if (buf.role != loop::BufferRole::Input) continue;
-    const py::object& t = inputs.at(static_cast<size_t>(buf.input));
-    TensorMeta m = meta_from_tensor(t.ptr());
-    bool device_ok = host_emulation_ ? m.device.type == Device::Type::CPU
-                                     : m.device.type == Device::Type::CUDA && std::max(0, m.device.index) == device_;
-    if (!device_ok || m.dtype != buf.dtype ||
-        m.sizes != buf.sizes || m.strides != buf.strides)
-      throw UserError("input " + buf.name + " is " + std::string(dtype_name(m.dtype)) + layout_str(m.sizes, m.strides) +
-                      " on " + m.device.str() + "; the graph was compiled for " + std::string(dtype_name(buf.dtype)) +
-                      layout_str(buf.sizes, buf.strides) + " on cuda:" + std::to_string(device_));
-    bufs_[b] = t;
-    ptrs_[b] = reinterpret_cast<void*>(t.attr("data_ptr")().cast<uintptr_t>());
+  {
+    std::vector<PyObject*> tensors;
+    tensors.reserve(prep_->input_bufs.size());
+    for (int b : prep_->input_bufs) tensors.push_back(inputs.at(static_cast<size_t>(prog_.buffers[static_cast<size_t>(b)].input)).ptr());
+    int ok = prep_->input_check.check(tensors.data());
+    if (ok < 0) throw py::error_already_set();
+    if (!ok) input_mismatch(inputs);
+  }
+  // Per run, so that two threads may run the same graph: each buffer's tensor and pointer, and the
+  // Python value of each node an extern call reads or returns.
+  std::vector<py::object> bufs(nbuf, py::none());
+  std::vector<void*> ptrs(nbuf, nullptr);
+  std::vector<py::object> node_objs(graph_.size(), py::none());
+  static_assert(sizeof(py::object) == sizeof(PyObject*), "node_objs is passed to PreparedCall as PyObject* const*");
+  for (size_t i = 0; i < inputs.size(); ++i) node_objs[static_cast<size_t>(placeholders[i])] = inputs[i];
+  for (int b : prep_->input_bufs) {
+    bufs[static_cast<size_t>(b)] = inputs[static_cast<size_t>(prog_.buffers[static_cast<size_t>(b)].input)];
+    ptrs[static_cast<size_t>(b)] = data_pointer(bufs[static_cast<size_t>(b)], prep_->data_ptr);
   }
   CUstream stream = nullptr;
   if (raw_stream_ && !src_.kernels.empty() && !host_emulation_) stream = reinterpret_cast<CUstream>(raw_stream_(device_).cast<uintptr_t>());
   for (size_t s = 0; s < prog_.steps.size(); ++s) {
     for (int b : alloc_at_[s]) {
-      bufs_[static_cast<size_t>(b)] = alloc(b);
-      ptrs_[static_cast<size_t>(b)] = reinterpret_cast<void*>(bufs_[static_cast<size_t>(b)].attr("data_ptr")().cast<uintptr_t>());
+      bufs[static_cast<size_t>(b)] = alloc(b);
+      ptrs[static_cast<size_t>(b)] = data_pointer(bufs[static_cast<size_t>(b)], prep_->data_ptr);
     }
     const loop::Step& st = prog_.steps[s];
     if (st.kind == loop::Step::Kind::Kernel) {
-      module_->launch(static_cast<size_t>(st.index), ptrs_, stream, device_);
+      module_->launch(static_cast<size_t>(st.index), ptrs, stream, device_);
     } else {
-      const loop::ExternCall& e = prog_.externs[static_cast<size_t>(st.index)];
-      for (auto& [nid, ref] : e.operands) node_objs_[static_cast<size_t>(nid)] = view(ref.buf, ref);
-      std::vector<PyObject*> borrowed(node_objs_.size());
-      for (size_t i = 0; i < node_objs_.size(); ++i) borrowed[i] = node_objs_[i].ptr();
+      size_t x = static_cast<size_t>(st.index);
+      const loop::ExternCall& e = prog_.externs[x];
+      for (auto& [nid, ref] : e.operands) node_objs[static_cast<size_t>(nid)] = view(bufs, ref.buf, ref);
       py::object result;
       if (e.op == kNoOp) {
         // A GetItem's extern call carries no args of its own (lower.cpp): the node holds them.
         const Node& nd = graph_.node(e.node);
         FF_CHECK(nd.args.size() >= 2, "getitem node " + nd.name + " without its operands");
-        py::object seq = node_objs_.at(static_cast<size_t>(nd.args[0].node));
+        py::object seq = node_objs.at(static_cast<size_t>(nd.args[0].node));
         FF_CHECK(seq && !seq.is_none(), "getitem of a value the runtime does not hold");
         result = seq[py::int_(nd.args[1].i)];
       } else {
-        CallArgs ca = call_args(op_def(e.op), e.args);
-        py::list pos;
-        for (const Value* v : ca.positional) {
-          PyObject* o = value_to_py(*v, borrowed.data());
-          if (!o) throw py::error_already_set();
-          pos.append(py::reinterpret_steal<py::object>(o));
-        }
-        py::dict kw;
-        for (auto& [name, v] : ca.keywords) {
-          PyObject* o = value_to_py(*v, borrowed.data());
-          if (!o) throw py::error_already_set();
-          kw[py::str(name)] = py::reinterpret_steal<py::object>(o);
-        }
-        PyObject* fn = op_callable(e.op);
-        FF_CHECK(fn, "extern op " + op_def(e.op).name + " is not available");
-        result = py::reinterpret_borrow<py::object>(fn)(*py::tuple(pos), **kw);
+        FF_CHECK(prep_->calls[x], "extern op " + op_def(e.op).name + " is not available");
+        PyObject* r = prep_->calls[x]->call(reinterpret_cast<PyObject* const*>(node_objs.data()));
+        if (!r) throw py::error_already_set();
+        result = py::reinterpret_steal<py::object>(r);
       }
       // NB: what this call held is let go right after it: operand views and a tensor result kept in
-      // node_objs_ would keep every buffer alive to the end of the graph (free_after_ releases only
-      // bufs_), which tripled resnet18's and nanoGPT's peak memory. Later calls take their operands
-      // from bufs_ again; placeholders get their input back.
+      // node_objs would keep every buffer alive to the end of the graph (free_after_ releases only
+      // bufs), which tripled resnet18's and nanoGPT's peak memory. Later calls take their operands
+      // from bufs again; placeholders get their input back.
       for (auto& [nid, ref] : e.operands) {
         const Node& on = graph_.node(nid);
-        node_objs_[static_cast<size_t>(nid)] =
-            on.kind == NodeKind::Placeholder ? inputs_by_node[static_cast<size_t>(nid)] : py::none();
+        int pos = prep_->input_of_node[static_cast<size_t>(nid)];
+        node_objs[static_cast<size_t>(nid)] = pos >= 0 ? inputs[static_cast<size_t>(pos)] : py::none();
       }
-      node_objs_[static_cast<size_t>(e.node)] = e.result >= 0 ? py::none() : result;
+      node_objs[static_cast<size_t>(e.node)] = e.result >= 0 ? py::none() : result;
       if (e.result >= 0) {
-        const loop::Buffer& buf = prog_.buffers[static_cast<size_t>(e.result)];
-        TensorMeta m = meta_from_tensor(result.ptr());
-        if (m.sizes != buf.sizes || m.strides != buf.strides || m.dtype != buf.dtype) {
+        PyObject* rp = result.ptr();
+        int ok = prep_->results[x]->check(&rp);
+        if (ok < 0) throw py::error_already_set();
+        if (!ok) {
           // Kernels were generated for the predicted layout: copy the result into it.
           ++layout_copies_;
-          if (log_enabled(LogArtifact::perf_hints) && log_enabled(LogComponent::inductor, LogLevel::Debug))
+          const loop::Buffer& buf = prog_.buffers[static_cast<size_t>(e.result)];
+          if (log_enabled(LogArtifact::perf_hints) && log_enabled(LogComponent::inductor, LogLevel::Debug)) {
+            TensorMeta m = meta_from_tensor(result.ptr());
             log_emit(LogArtifact::perf_hints, "CUDA: " + op_def(e.op).name + " returned " + layout_str(m.sizes, m.strides) +
                                                   ", copied into the predicted " + layout_str(buf.sizes, buf.strides));
+          }
           py::object t = alloc(e.result);
           t.attr("copy_")(result);
           result = t;
         }
-        bufs_[static_cast<size_t>(e.result)] = result;
-        ptrs_[static_cast<size_t>(e.result)] = reinterpret_cast<void*>(result.attr("data_ptr")().cast<uintptr_t>());
+        bufs[static_cast<size_t>(e.result)] = result;
+        ptrs[static_cast<size_t>(e.result)] = data_pointer(result, prep_->data_ptr);
       }
     }
     for (int b : free_after_[s]) {
-      bufs_[static_cast<size_t>(b)] = py::none();
-      ptrs_[static_cast<size_t>(b)] = nullptr;
+      bufs[static_cast<size_t>(b)] = py::none();
+      ptrs[static_cast<size_t>(b)] = nullptr;
     }
-    for (NodeId id : release_after_[s]) node_objs_[static_cast<size_t>(id)] = py::none();
+    for (NodeId id : release_after_[s]) node_objs[static_cast<size_t>(id)] = py::none();
   }
-  for (auto& [nid, ref] : prog_.outputs) node_objs_[static_cast<size_t>(nid)] = view(ref.buf, ref);
+  for (auto& [nid, ref] : prog_.outputs) node_objs[static_cast<size_t>(nid)] = view(bufs, ref.buf, ref);
   for (auto& [nid, meta] : cl_restore_) {
-    py::object t = node_objs_[static_cast<size_t>(nid)];
+    py::object t = node_objs[static_cast<size_t>(nid)];
     if (!t || t.is_none()) continue;
     py::dict kw;
     kw["dtype"] = t.attr("dtype");
     kw["device"] = t.attr("device");
     py::object r = empty_strided_(py::cast(meta.sizes), py::cast(meta.strides), **kw);
     r.attr("copy_")(t);
-    node_objs_[static_cast<size_t>(nid)] = r;
+    node_objs[static_cast<size_t>(nid)] = r;
   }
-  std::vector<PyObject*> borrowed(node_objs_.size());
-  for (size_t i = 0; i < node_objs_.size(); ++i) borrowed[i] = node_objs_[i].ptr();
-  PyObject* out = value_to_py(graph_.output_value(), borrowed.data());
+  PyObject* out = value_to_py(graph_.output_value(), reinterpret_cast<PyObject* const*>(node_objs.data()));
   if (!out) throw py::error_already_set();
-  bufs_.clear();
-  node_objs_.clear();
   return py::reinterpret_steal<py::object>(out);
+}
+
+void CudaGraphModule::input_mismatch(const std::vector<py::object>& inputs) const {
+  for (int b : prep_->input_bufs) {
+    const loop::Buffer& buf = prog_.buffers[static_cast<size_t>(b)];
+    const py::object& t = inputs.at(static_cast<size_t>(buf.input));
+    TensorMeta m = meta_from_tensor(t.ptr());
+    bool device_ok = host_emulation_ ? m.device.type == Device::Type::CPU
+                                     : m.device.type == Device::Type::CUDA && std::max(0, m.device.index) == device_;
+    if (!device_ok || m.dtype != buf.dtype || m.sizes != buf.sizes || m.strides != buf.strides)
+      throw UserError("input " + buf.name + " is " + std::string(dtype_name(m.dtype)) + layout_str(m.sizes, m.strides) +
+                      " on " + m.device.str() + "; the graph was compiled for " + std::string(dtype_name(buf.dtype)) +
+                      layout_str(buf.sizes, buf.strides) + " on cuda:" + std::to_string(device_));
+  }
+  throw UserError("an input is not a tensor of the layout and device the graph was compiled for");
 }
 
 }  // namespace ff::cuda

@@ -40,6 +40,7 @@ Graph functionalize_private_inplace(const Graph& g, int* count = nullptr);
 
 class CudaGraphModule {
  public:
+  ~CudaGraphModule();
   // Lowers, fuses, renders and compiles `g` (all tensors on one CUDA device). Needs no GPU.
   // Throws ff::Unsupported when the graph cannot be compiled for CUDA.
   CudaGraphModule(const Graph& g, const CudaCompileOptions& opts);
@@ -65,7 +66,9 @@ class CudaGraphModule {
 
  private:
   void ensure_module();
-  pybind11::object view(int buf, const loop::TensorRef& ref);
+  void prepare();
+  [[noreturn]] void input_mismatch(const std::vector<pybind11::object>& inputs) const;
+  pybind11::object view(const std::vector<pybind11::object>& bufs, int buf, const loop::TensorRef& ref) const;
   pybind11::object alloc(int buf);
 
   Graph graph_;
@@ -80,14 +83,14 @@ class CudaGraphModule {
   bool host_emulation_ = false;
   int device_ = 0;
   std::unique_ptr<CudaModule> module_;
-  // Per run: each buffer's tensor and pointer; buffers first/last used at each step.
-  std::vector<pybind11::object> bufs_;
-  std::vector<void*> ptrs_;
+  // Buffers first/last used at each step.
   std::vector<std::vector<int>> alloc_at_, free_after_;  // [step] -> buffers
   std::vector<std::vector<NodeId>> release_after_;       // [step] -> nodes whose held value goes
-  std::vector<pybind11::object> node_objs_;
   pybind11::object torch_, empty_strided_, raw_stream_, device_obj_;
   std::vector<pybind11::object> dtype_objs_;  // per buffer
+  // Made once (prepare()): what a run needs as Python objects, so that a call converts nothing.
+  struct Prepared;
+  std::unique_ptr<Prepared> prep_;
   // Channels-last: conv weights converted on the way in (once per weight version) and outputs
   // copied back to eager's layout.
   std::vector<int> cl_indices_;                 // from the rewrite, until the buffers exist
