@@ -32,6 +32,41 @@ def _resnet(name):
     return lambda i: spec.step(fn, args)
 
 
+def _memory(names):
+    """resnet18's peak allocation per phase, beyond what the model and inputs hold: the first call
+    (capture and compile), the second, then one call with TF32 off and one with torch's defaults."""
+    print("\n## resnet18 peak memory per phase (MB above the model and inputs)\n")
+    print("| contender | first call | second call | fp32 call | default-precision call |")
+    print("|---|---|---|---|---|")
+    defaults = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
+    for n in names:
+        torch.manual_seed(0)
+        spec = gpu_cases.build("resnet18", "cuda", False)
+        compile_fn = {"eager": lambda t: t, "torch.compile": gpu_cases._tc(None),
+                      "framefuse": gpu_cases._ff(None), "framefuse-ro": gpu_cases._ff("reduce-overhead")}[n]
+        torch.cuda.synchronize()
+        base = torch.cuda.memory_allocated()
+        row = []
+        fn = None
+        for phase in ("first", "second", "fp32", "default"):
+            if phase == "fp32":
+                torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+            else:
+                torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = defaults
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+            if fn is None:
+                fn = compile_fn(spec.target)
+            out = spec.step(fn, spec.arg_sets[0])
+            torch.cuda.synchronize()
+            row.append((torch.cuda.max_memory_allocated() - base) / 2 ** 20)
+            del out
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = defaults
+        print(f"| {n} | " + " | ".join(f"{v:.0f}" for v in row) + " |")
+        del fn, spec
+        torch.cuda.synchronize()
+
+
 def _timed(step, calls):
     torch.cuda.synchronize()
     t0 = time.perf_counter()
@@ -74,11 +109,14 @@ def main():
     p.add_argument("--workloads", default="mlp,resnet18")
     p.add_argument("--calls", type=int, default=200)
     p.add_argument("--precision", default="default", choices=["default", "fp32"])
+    p.add_argument("--memory", action="store_true", help="only resnet18's peak memory per phase")
     args = p.parse_args()
     if args.precision == "fp32":
         torch.backends.cuda.matmul.allow_tf32 = False
         torch.backends.cudnn.allow_tf32 = False
     print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}, precision {args.precision}")
+    if args.memory:
+        return _memory(["eager", "framefuse", "torch.compile"])
     for w in args.workloads.split(","):
         if w == "mlp":
             xs = [torch.randn(32, 128, device="cuda") for _ in range(3)]
