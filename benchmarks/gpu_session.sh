@@ -26,7 +26,7 @@ nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=c
 timeout "${SUITE_S:-240}" python3 -m benchmarks.gpu_suite --json "$OUT/gpu_suite.json" --cap 100 \
   --deadline $(( ${SUITE_S:-240} - 40 )) 2>&1 | tee "$OUT/gpu_suite.txt"
 stamp "cuda tests"
-for f in test_cuda_codegen.py test_cuda_models.py test_cuda_runtime_stub.py; do
+for f in test_cuda_codegen.py test_cuda_models.py test_cuda_runtime_stub.py test_cuda_training_graphs.py; do
   echo "### $f"
   timeout "${TESTS_S:-120}" python3 -m pytest -q -p no:cacheprovider -rfE "tests/python/$f"
   echo "rc=$?"
