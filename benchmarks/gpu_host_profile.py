@@ -100,7 +100,7 @@ def _python_profile(step, calls):
     torch.cuda.synchronize()
     pr.disable()
     out = io.StringIO()
-    pstats.Stats(pr, stream=out).sort_stats("tottime").print_stats(18)
+    pstats.Stats(pr, stream=out).strip_dirs().sort_stats("tottime").print_stats(18)
     return out.getvalue()
 
 
