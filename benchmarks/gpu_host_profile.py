@@ -67,6 +67,62 @@ def _memory(names):
         torch.cuda.synchronize()
 
 
+def _mlp_phases(xs, ys, calls):
+    """Host time per phase of the MLP step (zero_grad, forward, loss, backward, optimizer step) for
+    each contender, in us per step; the step is host-bound, so these add up to its time."""
+    import torch.nn as nn
+    from benchmarks.workloads.nets import MLP
+    print("\n## mlp: host time per phase (us per step)\n")
+    print("| contender | zero_grad | forward | loss | backward | opt.step | total |")
+    print("|---|---|---|---|---|---|---|")
+    for name in ("eager", "framefuse-ro", "make_graphed", "torch.compile-ro"):
+        torch.manual_seed(0)
+        model = MLP().cuda()
+        opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+        loss_fn = nn.CrossEntropyLoss()
+        fwd = model
+        if name == "framefuse-ro":
+            import framefuse
+            fwd = framefuse.compile(model, backend="inductor", mode="reduce-overhead")
+        elif name == "torch.compile-ro":
+            fwd = torch.compile(model, mode="reduce-overhead")
+        elif name == "make_graphed":
+            fwd = torch.cuda.make_graphed_callables(model, (xs[0],))
+        acc = [0.0] * 5
+        for i in range(calls + 25):
+            x, y = xs[i % len(xs)], ys[i % len(ys)]
+            t0 = time.perf_counter()
+            opt.zero_grad(set_to_none=True)
+            t1 = time.perf_counter()
+            out = fwd(x)
+            t2 = time.perf_counter()
+            loss = loss_fn(out, y)
+            t3 = time.perf_counter()
+            loss.backward()
+            t4 = time.perf_counter()
+            opt.step()
+            t5 = time.perf_counter()
+            if i >= 25:
+                for k, d in enumerate((t1 - t0, t2 - t1, t3 - t2, t4 - t3, t5 - t4)):
+                    acc[k] += d
+            del out, loss
+        torch.cuda.synchronize()
+        us = [a / calls * 1e6 for a in acc]
+        print(f"| {name} | " + " | ".join(f"{u:.1f}" for u in us) + f" | {sum(us):.1f} |")
+        if name == "framefuse-ro":
+            pr = cProfile.Profile()
+            for i in range(calls):
+                opt.zero_grad(set_to_none=True)
+                pr.enable()
+                out = fwd(xs[i % len(xs)])
+                pr.disable()
+                loss_fn(out, ys[i % len(ys)]).backward()
+                opt.step()
+            text = io.StringIO()
+            pstats.Stats(pr, stream=text).strip_dirs().sort_stats("tottime").print_stats(30)
+            print(f"\nframefuse-ro forward call only, cProfile over {calls} steps:\n{text.getvalue()}")
+
+
 def _timed(step, calls):
     torch.cuda.synchronize()
     t0 = time.perf_counter()
@@ -110,6 +166,7 @@ def main():
     p.add_argument("--calls", type=int, default=200)
     p.add_argument("--precision", default="default", choices=["default", "fp32"])
     p.add_argument("--memory", action="store_true", help="only resnet18's peak memory per phase")
+    p.add_argument("--phases", action="store_true", help="only the MLP step's host time per phase")
     args = p.parse_args()
     if args.precision == "fp32":
         torch.backends.cuda.matmul.allow_tf32 = False
@@ -117,6 +174,10 @@ def main():
     print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}, precision {args.precision}")
     if args.memory:
         return _memory(["eager", "framefuse", "torch.compile"])
+    if args.phases:
+        xs = [torch.randn(32, 128, device="cuda") for _ in range(3)]
+        ys = [torch.randint(0, 10, (32,), device="cuda") for _ in range(3)]
+        return _mlp_phases(xs, ys, args.calls)
     for w in args.workloads.split(","):
         if w == "mlp":
             xs = [torch.randn(32, 128, device="cuda") for _ in range(3)]

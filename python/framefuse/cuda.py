@@ -91,11 +91,17 @@ def _release_cublas_workspaces():
 
 def _after_last_replay(last):
     """The current stream, made to wait for `last` (the stream a graph last replayed on) where it is
-    another one: the next replay overwrites the static buffers that replay read and wrote."""
-    stream = torch.cuda.current_stream()
+    another one: the next replay overwrites the static buffers that replay read and wrote. Streams
+    are (id, device index, device type) keys: torch.cuda.current_stream() builds a Stream object and
+    looks the device up in Python, about 10 us of a replay's host time."""
+    stream = torch._C._cuda_getCurrentStream(torch._C._cuda_getDevice())
     if last is not None and last != stream:
-        stream.wait_stream(last)
+        _stream_of(stream).wait_stream(_stream_of(last))
     return stream
+
+
+def _stream_of(key):
+    return torch.cuda.Stream(stream_id=key[0], device_index=key[1], device_type=key[2])
 
 
 def _capture_stream():
@@ -176,7 +182,7 @@ class CudaGraphReplay:
         self._precision = None  # _precision_state() when recorded
         self._cudnn = _uses_cudnn(compiled._graph)
         self._lock = threading.Lock()  # one thread records or replays at a time: the buffers are shared
-        self._stream = None  # the stream of the last replay
+        self._stream = None  # the stream of the last replay (a key, see _after_last_replay)
 
     def __getattr__(self, name):
         return getattr(self._compiled, name)
