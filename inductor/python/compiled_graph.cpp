@@ -13,6 +13,7 @@
 #include "inductor/python/channels_last_inputs.h"
 #include "inductor/python/packed_linear.h"
 #include "inductor/python/prepared_call.h"
+#include "inductor/python/input_writes.h"
 #include "inductor/python/tensor_check.h"
 #include "inductor/schedule.h"
 #include "src/config.h"
@@ -244,11 +245,7 @@ struct CompiledGraph::Plan {
     Ref sizes, strides, dtype;
   };
   std::vector<Restore> restore;
-  // Inputs an in-place op writes (Lowerer::write_input): their placeholder positions, the bytes
-  // every tensor input's layout spans (for the overlap check), torch's version bump.
-  std::vector<size_t> mutated_inputs;
-  std::vector<int64_t> input_span;  // placeholder position -> bytes (0: not a tensor input)
-  Ref increment_version, is_inference_name;
+  InputWrites writes;  // the inputs an in-place op writes (Lowerer::write_input)
 };
 
 void CompiledGraph::load(const Graph& g) {
@@ -373,32 +370,12 @@ CompiledGraph::CompiledGraph(const Graph& g) {
                                           "them run NHWC; " + std::to_string(pl.restore.size()) +
                                           " output(s) copied back to eager's layout");
   }
-  pl.input_span.assign(pl.input_buf.size(), 0);
-  for (size_t i = 0; i < pl.input_buf.size(); ++i) {
-    int b = pl.input_buf[i];
-    if (b < 0) continue;
-    pl.input_span[i] = pl.bufs[static_cast<size_t>(b)].bytes;
-    if (p.buffers[static_cast<size_t>(b)].mutated) {
-      pl.mutated_inputs.push_back(i);
-      pl.bufs[static_cast<size_t>(b)].kernel_reads = true;  // its pointer is needed for the overlap check
-    }
-  }
-  if (!pl.mutated_inputs.empty()) {
-    // NB: torch < 2.1 has no public way to bump a version counter; without it autograd could not
-    // tell that the tensor changed.
-    Ref graph_mod(PyImport_ImportModule("torch.autograd.graph"));
-    if (graph_mod) pl.increment_version = Ref(PyObject_GetAttrString(graph_mod.get(), "increment_version"));
-    if (!pl.increment_version) {
-      PyErr_Clear();
-      throw Unsupported("the graph writes a graph input in place and this torch has no torch.autograd.graph.increment_version");
-    }
-    pl.is_inference_name = Ref(PyUnicode_InternFromString("is_inference"));
-  }
+  pl.writes.prepare(p);
   for (const auto& k : p.kernels) pl.kernel_bufs.push_back(k.buffers());
   // NB: a program of extern calls only, on whole tensors, is the graph's own torch calls on
   // whatever it is given (what the reference runner would do), so its inputs need no check. Raw
   // pointers (kernels), views that assume a layout, and out= buffers of the traced size do.
-  pl.check_inputs = !p.kernels.empty() || !pl.cl_inputs.empty() || !pl.mutated_inputs.empty();
+  pl.check_inputs = !p.kernels.empty() || !pl.cl_inputs.empty() || !pl.writes.empty();
   for (const auto& pb : pl.bufs) pl.check_inputs = pl.check_inputs || pb.strided_views;
   int packed_linears = 0;
   for (const loop::ExternCall& e : p.externs) {
@@ -545,34 +522,6 @@ struct RunArray {
 
 }  // namespace
 
-// 1 when every input the graph writes in place may be written by its kernels: not an inference
-// tensor (eager refuses to write those outside inference mode: the reference runner says so) and
-// sharing no byte with another tensor input (the kernels assume they do not). 0 when not, -1 on error.
-int CompiledGraph::mutated_inputs_writable(PyObject* const* inputs) const {
-  const Plan& pl = *plan_;
-  RunArray<uintptr_t, 16> start(pl.tensor_inputs.size());
-  for (size_t k = 0; k < pl.tensor_inputs.size(); ++k) {
-    void* ptr = data_ptr(inputs[pl.tensor_inputs[k]], pl.data_ptr_name.get());
-    if (!ptr && PyErr_Occurred()) return -1;
-    start[k] = reinterpret_cast<uintptr_t>(ptr);
-  }
-  for (size_t k = 0; k < pl.tensor_inputs.size(); ++k) {
-    size_t i = pl.tensor_inputs[k];
-    if (std::find(pl.mutated_inputs.begin(), pl.mutated_inputs.end(), i) == pl.mutated_inputs.end()) continue;
-    Ref inference(PyObject_CallMethodNoArgs(inputs[i], pl.is_inference_name.get()));
-    if (!inference) return -1;
-    if (inference.get() == Py_True) return 0;
-    for (size_t o = 0; o < pl.tensor_inputs.size(); ++o) {
-      size_t j = pl.tensor_inputs[o];
-      if (o == k || pl.input_span[i] == 0 || pl.input_span[j] == 0) continue;
-      if (start[k] < start[o] + static_cast<uintptr_t>(pl.input_span[j]) &&
-          start[o] < start[k] + static_cast<uintptr_t>(pl.input_span[i]))
-        return 0;
-    }
-  }
-  return 1;
-}
-
 PyObject* CompiledGraph::run(PyObject* const* inputs, size_t n) {
   const loop::Program& p = prog_->program;
   const Graph& g = prog_->graph;
@@ -594,21 +543,11 @@ PyObject* CompiledGraph::run(PyObject* const* inputs, size_t n) {
     return fallback_->run(inputs, n);
   };
   if (!match) return run_reference("inputs differ from the ones the graph was compiled for (sizes, strides, dtype or device)");
-  if (!pl.mutated_inputs.empty()) {
-    int safe = mutated_inputs_writable(inputs);
+  if (!pl.writes.empty()) {
+    int safe = pl.writes.writable(inputs);
     if (safe < 0) return nullptr;
     if (!safe) return run_reference("an input the graph writes in place shares memory with another input or is an inference tensor");
-    Ref args(PyTuple_New(static_cast<Py_ssize_t>(pl.mutated_inputs.size())));
-    if (!args) return nullptr;
-    for (size_t k = 0; k < pl.mutated_inputs.size(); ++k) {
-      PyObject* t = inputs[pl.mutated_inputs[k]];
-      Py_INCREF(t);
-      PyTuple_SET_ITEM(args.get(), static_cast<Py_ssize_t>(k), t);
-    }
-    // NB: bumped before the kernels write: a packed linear of the same weight later in the graph
-    // must see a new version and repack from the written values.
-    Ref done(PyObject_CallOneArg(pl.increment_version.get(), args.get()));
-    if (!done) return nullptr;
+    if (!pl.writes.bump(inputs)) return nullptr;
   }
   // Channels-last: the conv weights in the compiled layout, referenced until the run ends.
   RunArray<PyObject*, 128> cl_args(pl.cl_inputs.empty() ? 0 : n);

@@ -49,7 +49,6 @@ class CompiledGraph {
   struct Plan;
   PyObject* matmul_into_pool(const std::string& op, const std::vector<PyObject*>& operands, int result);
   void load(const Graph& g);
-  int mutated_inputs_writable(PyObject* const* inputs) const;
   std::shared_ptr<const CompiledProgram> prog_;
   std::unique_ptr<Graph> original_;  // the graph as captured, when prog_ runs it channels-last
   std::unique_ptr<Plan> plan_;

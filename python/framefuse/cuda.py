@@ -193,9 +193,14 @@ class CudaGraphReplay:
                      for t in inputs)
 
     def _record(self, inputs):
+        mod = getattr(self._compiled, "_mod", None)
+        if getattr(mod, "writes_inputs", False):  # a replay would write the static copies, bump no version
+            _hint("reduce-overhead: the graph writes its inputs in place; running without a CUDA graph")
+            self._no_graph = True
+            return False
         # NB: weights the compiled graph converts or folds (channels-last, batch norms) are cached
         # from their values when recorded; a replay must not see other values there.
-        derived = set(getattr(getattr(self._compiled, "_mod", None), "derived_sources", ()))
+        derived = set(getattr(mod, "derived_sources", ()))
         # Read in place: parameters and the tensors weights are derived from, passed as the same
         # objects twice (an input batch passed twice is still copied: the next batch is another tensor).
         fixed = [isinstance(t, torch.Tensor) and id(t) == first and (isinstance(t, torch.nn.Parameter) or i in derived)

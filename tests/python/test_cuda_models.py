@@ -211,12 +211,22 @@ def test_private_inplace_ops_compile_for_sm90(tmp_path):
     assert fn.kernels(), fn.program
 
 
-@pytest.mark.parametrize("case", ["read_after", "on_input"])
-def test_observable_inplace_ops_are_not_rewritten(case, tmp_path):
+def test_observable_inplace_ops_are_not_rewritten(tmp_path):
     _need_nvrtc()
-    g, _ = _block_graph("cpu", **{case: True})
+    g, _ = _block_graph("cpu", read_after=True)
     with framefuse.config.patch(cache_dir=str(tmp_path)), pytest.raises(framefuse.Unsupported, match="in-place|inplace=True"):
         ffcuda.compile_graph(g, arch="sm_90")
+
+
+def test_inplace_op_on_an_input_is_a_store_into_it(tmp_path):
+    _need_nvrtc()
+    g, _ = _block_graph("cpu", on_input=True)
+    with framefuse.config.patch(cache_dir=str(tmp_path)):
+        fn = ffcuda.compile_graph(g, arch="sm_90")
+    assert fn._mod.writes_inputs and "Input #0 mutated" in fn.program, fn.program
+    g, _ = _block_graph("cpu")
+    with framefuse.config.patch(cache_dir=str(tmp_path)):
+        assert not ffcuda.compile_graph(g, arch="sm_90")._mod.writes_inputs
 
 
 @pytest.mark.parametrize("case", ["private", "read_after", "on_input"])
@@ -233,6 +243,41 @@ def test_inplace_blocks_equal_eager_on_cuda(case):
         out = fn(*fresh)
         _check(out, ref, 1e-5)
         _check(fresh, ref_in, 0.0)  # inputs mutated exactly as eager mutates them
+
+
+@pytest.mark.parametrize("mode", [None, "reduce-overhead"])
+@gpu
+def test_inplace_writes_to_inputs_equal_eager_on_cuda(mode):
+    # An optimizer-like update through framefuse.compile: the kernels store into the caller's
+    # tensors and their versions move; under reduce-overhead such a graph is not recorded.
+    def step(params, grads, lr):
+        for p, gr in zip(params, grads):
+            p.add_(gr, alpha=-lr)
+        return params[0] * 2
+
+    params = [torch.randn(50, 20, device="cuda"), torch.randn(20, device="cuda")]
+    grads = [torch.randn_like(p) for p in params]
+    mine = [p.clone() for p in params]
+    compiled = framefuse.compile(step, backend="inductor", **({"mode": mode} if mode else {}))
+    with torch.no_grad():
+        for _ in range(4):
+            want = step(params, grads, 0.1)
+            versions = [p._version for p in mine]
+            got = compiled(mine, grads, 0.1)
+            _check(got, want, 1e-6)
+            assert all(p._version > v for p, v in zip(mine, versions))
+    _check(mine, params, 1e-6)
+    # Overlapping operands: the call runs eagerly and gives eager's result.
+    x = torch.randn(101, device="cuda")
+    ref = x.clone()
+    g = Graph()
+    gd, gs = g.placeholder("d", x[:50]), g.placeholder("s", x[50:100])
+    g.output((g.call(torch.Tensor.add_, gd, gs),))
+    fn = ffcuda.backend(g, [x[:50], x[50:100]])
+    assert isinstance(fn, ffcuda.CompiledCudaGraph) and fn._mod.writes_inputs
+    fn(x[:50], x[:50])
+    ref[:50].add_(ref[:50])
+    assert torch.equal(x, ref)
 
 
 # ---- channels-last convolutions -----------------------------------------------------------------

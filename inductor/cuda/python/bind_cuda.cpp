@@ -77,6 +77,7 @@ void define_cuda(py::module_& m) {
       .def_property_readonly("program", &CudaGraphModule::program_text)
       .def_property_readonly("arch", &CudaGraphModule::arch)
       .def_property_readonly("device", &CudaGraphModule::device)
+      .def_property_readonly("writes_inputs", &CudaGraphModule::writes_inputs)
       .def_property_readonly("compile_ms", &CudaGraphModule::compile_ms)
       .def_property_readonly("nvrtc_ms", [](const CudaGraphModule& g) { return g.compile_stats().nvrtc_ms; })
       .def_property_readonly("disk_hit", [](const CudaGraphModule& g) { return g.compile_stats().disk_hit; })

@@ -198,8 +198,7 @@ CudaGraphModule::CudaGraphModule(const Graph& g, const CudaCompileOptions& opts)
   }
   Graph neutral = device_neutral(graph_, &device_, opts.assume_cuda);
   prog_ = inductor::compile_to_loop_ir(neutral);
-  for (const loop::Buffer& b : prog_.buffers)
-    if (b.mutated) throw Unsupported("an in-place op writes graph input " + b.name + ": the CUDA runner does not write graph inputs");
+  writes_.prepare(prog_);
   num_inputs_ = graph_.placeholders().size() - folded_.size();
   for (int i : cl_indices_) {
     // NB: exactly the strides the graph was compiled for (see ChannelsLastInputs).
@@ -492,6 +491,13 @@ py::object CudaGraphModule::run(const std::vector<py::object>& given) {
     int ok = prep_->input_check.check(tensors.data());
     if (ok < 0) throw py::error_already_set();
     if (!ok) input_mismatch(inputs);
+  }
+  if (!writes_.empty()) {
+    PyObject* const* args = reinterpret_cast<PyObject* const*>(inputs.data());
+    int ok = writes_.writable(args);
+    if (ok < 0) throw py::error_already_set();
+    if (!ok) throw UserError("an input the graph writes in place shares memory with another input or is an inference tensor");
+    if (!writes_.bump(args)) throw py::error_already_set();
   }
   // Per run, so that two threads may run the same graph: each buffer's tensor and pointer, and the
   // Python value of each node an extern call reads or returns.

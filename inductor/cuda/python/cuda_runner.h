@@ -15,6 +15,7 @@
 #include "inductor/cuda/cuda_render.h"
 #include "inductor/channels_last.h"
 #include "inductor/python/channels_last_inputs.h"
+#include "inductor/python/input_writes.h"
 #include "inductor/cuda/python/conv_fusion.h"
 #include "inductor/cuda/nvrtc_compiler.h"
 #include "inductor/loop_ir.h"
@@ -63,6 +64,8 @@ class CudaGraphModule {
   // Caller's input indices whose values are converted or folded into cached derived tensors (a
   // CUDA graph replay must see them unchanged, or record again).
   std::vector<int> derived_sources() const;
+  // Whether the kernels write graph inputs in place (a CUDA graph replay would write its copies).
+  bool writes_inputs() const { return !writes_.empty(); }
 
  private:
   void ensure_module();
@@ -105,6 +108,7 @@ class CudaGraphModule {
   };
   std::vector<Folded> folded_;
   size_t num_inputs_ = 0;  // what callers pass (the folded inputs come after)
+  inductor::InputWrites writes_;  // inputs the kernels write in place
   // seen[i]: input i's stamp once read this call (null while unread).
   pybind11::object folded_value(Folded& f, const std::vector<pybind11::object>& inputs,
                                 std::vector<std::optional<inductor::TensorStamp>>& seen);
