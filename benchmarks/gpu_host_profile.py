@@ -19,7 +19,7 @@ import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 from benchmarks import gpu_cases  # noqa: E402
-from benchmarks.gpu_train_step import _contender  # noqa: E402
+from benchmarks.gpu_train_step import _contender, parts  # noqa: E402
 
 
 def _resnet(name):
@@ -70,24 +70,11 @@ def _memory(names):
 def _mlp_phases(xs, ys, calls):
     """Host time per phase of the MLP step (zero_grad, forward, loss, backward, optimizer step) for
     each contender, in us per step; the step is host-bound, so these add up to its time."""
-    import torch.nn as nn
-    from benchmarks.workloads.nets import MLP
     print("\n## mlp: host time per phase (us per step)\n")
     print("| contender | zero_grad | forward | loss | backward | opt.step | total |")
     print("|---|---|---|---|---|---|---|")
     for name in ("eager", "framefuse-ro", "make_graphed", "torch.compile-ro"):
-        torch.manual_seed(0)
-        model = MLP().cuda()
-        opt = torch.optim.Adam(model.parameters(), lr=1e-3)
-        loss_fn = nn.CrossEntropyLoss()
-        fwd = model
-        if name == "framefuse-ro":
-            import framefuse
-            fwd = framefuse.compile(model, backend="inductor", mode="reduce-overhead")
-        elif name == "torch.compile-ro":
-            fwd = torch.compile(model, mode="reduce-overhead")
-        elif name == "make_graphed":
-            fwd = torch.cuda.make_graphed_callables(model, (xs[0],))
+        fwd, opt, loss_fn = parts(name, xs[0])
         acc = [0.0] * 5
         for i in range(calls + 25):
             x, y = xs[i % len(xs)], ys[i % len(ys)]

@@ -23,11 +23,11 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from benchmarks.workloads.nets import MLP  # noqa: E402
 
 
-def _contender(name, xs, ys):
+def parts(name, example):
+    """(forward, optimizer, loss function) of contender `name` over a fresh seeded MLP."""
     torch.manual_seed(0)
     model = MLP().cuda()
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
-    loss_fn = nn.CrossEntropyLoss()
     fwd = model
     if name == "framefuse-ro":
         import framefuse
@@ -35,7 +35,12 @@ def _contender(name, xs, ys):
     elif name == "torch.compile-ro":
         fwd = torch.compile(model, mode="reduce-overhead")
     elif name == "make_graphed":  # a reference, not a compiler: torch's own CUDA graphs of the module,
-        fwd = torch.cuda.make_graphed_callables(model, (xs[0],))  # outputs and grads left in static memory
+        fwd = torch.cuda.make_graphed_callables(model, (example,))  # outputs and grads left in static memory
+    return fwd, opt, nn.CrossEntropyLoss()
+
+
+def _contender(name, xs, ys):
+    fwd, opt, loss_fn = parts(name, xs[0])
 
     def step(i):
         opt.zero_grad(set_to_none=True)
