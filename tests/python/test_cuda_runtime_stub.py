@@ -10,6 +10,7 @@ import sys
 import textwrap
 
 import pytest
+import torch
 
 from framefuse import cuda
 from test_cuda_codegen import CASES as CODEGEN_CASES
@@ -99,16 +100,20 @@ with framefuse.config.patch(cache_dir={cache!r}):
     g = framefuse.graph.Graph()
     gs, gd = g.placeholder("src", torch.randn(64)), g.placeholder("dst", torch.randn(64))
     g.output((g.call(torch.Tensor.copy_, gd, gs),))
-    m = _C.cuda.compile(g._g, "default", "", True, True)
-    src, dst = torch.randn(64), torch.zeros(64)
-    version = dst._version
-    (r,) = m.run(src, dst)
-    print("writes inputs", m.writes_inputs, r is dst, dst._version > version, flush=True)
-    buf = torch.randn(65)
     try:
-        m.run(buf[:-1], buf[1:])
-    except framefuse.UserError as e:
-        print("overlap error:", e, flush=True)
+        m = _C.cuda.compile(g._g, "default", "", True, True)
+    except framefuse.Unsupported as e:  # torch 1.13 cannot bump a version: such graphs run eagerly
+        print("writes inputs unsupported:", e, flush=True)
+    else:
+        src, dst = torch.randn(64), torch.zeros(64)
+        version = dst._version
+        (r,) = m.run(src, dst)
+        print("writes inputs", m.writes_inputs, r is dst, dst._version > version, flush=True)
+        buf = torch.randn(65)
+        try:
+            m.run(buf[:-1], buf[1:])
+        except framefuse.UserError as e:
+            print("overlap error:", e, flush=True)
 """
 
 
@@ -148,8 +153,11 @@ def test_runtime_host_side_with_driver_stand_in(stub_dir, tmp_path):
     misaligned = [line for line in out.splitlines() if line.startswith("misaligned")][0]
     assert "ff_k0 block" in misaligned and "_v block" not in misaligned, misaligned
     assert "layout error: input x is float32[65536] strides [2] on cpu; the graph was compiled for float32[65536] strides [1]" in out, out[-2000:]
-    assert "writes inputs True True True" in out, out[-2000:]
-    assert "overlap error: an input the graph writes in place shares memory with another input" in out, out[-2000:]
+    if hasattr(torch.autograd.graph, "increment_version"):
+        assert "writes inputs True True True" in out, out[-2000:]
+        assert "overlap error: an input the graph writes in place shares memory with another input" in out, out[-2000:]
+    else:
+        assert "writes inputs unsupported: the graph writes a graph input in place and this torch has no" in out, out[-2000:]
 
 
 MEMORY_SCRIPT = r"""
