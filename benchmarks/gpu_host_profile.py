@@ -22,11 +22,17 @@ from benchmarks import gpu_cases  # noqa: E402
 from benchmarks.gpu_train_step import _contender, parts  # noqa: E402
 
 
-def _resnet(name):
+def _resnet_spec(name):
+    """A fresh seeded resnet18 spec and contender `name`'s compile function."""
     torch.manual_seed(0)
     spec = gpu_cases.build("resnet18", "cuda", False)
     compile_fn = {"eager": lambda t: t, "torch.compile": gpu_cases._tc(None), "framefuse": gpu_cases._ff(None),
                   "framefuse-ro": gpu_cases._ff("reduce-overhead")}[name]
+    return spec, compile_fn
+
+
+def _resnet(name):
+    spec, compile_fn = _resnet_spec(name)
     fn = compile_fn(spec.target)
     args = spec.arg_sets[0]
     return lambda i: spec.step(fn, args)
@@ -40,10 +46,7 @@ def _memory(names):
     print("|---|---|---|---|---|")
     defaults = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
     for n in names:
-        torch.manual_seed(0)
-        spec = gpu_cases.build("resnet18", "cuda", False)
-        compile_fn = {"eager": lambda t: t, "torch.compile": gpu_cases._tc(None),
-                      "framefuse": gpu_cases._ff(None), "framefuse-ro": gpu_cases._ff("reduce-overhead")}[n]
+        spec, compile_fn = _resnet_spec(n)
         torch.cuda.synchronize()
         base = torch.cuda.memory_allocated()
         row = []
