@@ -543,12 +543,16 @@ PyObject* CompiledGraph::run(PyObject* const* inputs, size_t n) {
     return fallback_->run(inputs, n);
   };
   if (!match) return run_reference("inputs differ from the ones the graph was compiled for (sizes, strides, dtype or device)");
+  // The caller's data pointers, read once for the checks of inputs written in place and the kernels.
+  RunArray<void*, 32> given_ptrs(pl.writes.empty() ? 0 : n);
   if (!pl.writes.empty()) {
-    int safe = pl.writes.writable(inputs);
+    if (!pl.writes.pointers(inputs, n, given_ptrs.data)) return nullptr;
+    int safe = pl.writes.writable(inputs, n, given_ptrs.data);
     if (safe < 0) return nullptr;
     if (!safe) return run_reference("an input the graph writes in place shares memory with another input or is an inference tensor");
     if (!pl.writes.bump(inputs)) return nullptr;
   }
+  PyObject* const* given = inputs;
   // Channels-last: the conv weights in the compiled layout, referenced until the run ends.
   RunArray<PyObject*, 128> cl_args(pl.cl_inputs.empty() ? 0 : n);
   RunArray<PyObject*, 32> cl_owned(pl.cl_inputs.size());
@@ -588,6 +592,10 @@ PyObject* CompiledGraph::run(PyObject* const* inputs, size_t n) {
     Py_INCREF(inputs[i]);
     tensors[static_cast<size_t>(b)] = inputs[i];
     if (pl.bufs[static_cast<size_t>(b)].kernel_reads) {
+      if (!pl.writes.empty() && inputs[i] == given[i]) {
+        ptrs[static_cast<size_t>(b)] = given_ptrs[i];
+        continue;
+      }
       ptrs[static_cast<size_t>(b)] = data_ptr(inputs[i], pl.data_ptr_name.get());
       if (PyErr_Occurred()) return nullptr;
     }

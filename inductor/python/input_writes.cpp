@@ -1,7 +1,5 @@
 #include "inductor/python/input_writes.h"
 
-#include <algorithm>
-
 #include "src/errors.h"
 
 namespace ff::inductor {
@@ -16,7 +14,7 @@ InputWrites::~InputWrites() {
 void InputWrites::prepare(const loop::Program& p) {
   for (const loop::Buffer& b : p.buffers) {
     if (b.role != loop::BufferRole::Input) continue;
-    tensors_.push_back({static_cast<size_t>(b.input), loop::buffer_bytes(b)});
+    tensors_.push_back({static_cast<size_t>(b.input), loop::buffer_bytes(b), b.mutated});
     if (b.mutated) written_.push_back(static_cast<size_t>(b.input));
   }
   if (written_.empty()) return;
@@ -33,34 +31,31 @@ void InputWrites::prepare(const loop::Program& p) {
   FF_CHECK(is_inference_ && data_ptr_, "out of memory");
 }
 
-int InputWrites::writable(PyObject* const* inputs) const {
-  constexpr size_t kInline = 16;
-  uintptr_t inline_start[kInline];
-  std::vector<uintptr_t> heap;
-  uintptr_t* start = inline_start;
-  if (tensors_.size() > kInline) {
-    heap.resize(tensors_.size());
-    start = heap.data();
-  }
-  for (size_t k = 0; k < tensors_.size(); ++k) {
-    PyObject* r = PyObject_CallMethodNoArgs(inputs[tensors_[k].first], data_ptr_);
-    if (!r) return -1;
-    start[k] = reinterpret_cast<uintptr_t>(PyLong_AsVoidPtr(r));
+bool InputWrites::pointers(PyObject* const* inputs, size_t n, void** ptrs) const {
+  for (const Tensor& t : tensors_) {
+    if (t.pos >= n) continue;
+    PyObject* r = PyObject_CallMethodNoArgs(inputs[t.pos], data_ptr_);
+    if (!r) return false;
+    ptrs[t.pos] = PyLong_AsVoidPtr(r);
     Py_DECREF(r);
-    if (PyErr_Occurred()) return -1;
+    if (PyErr_Occurred()) return false;
   }
-  for (size_t k = 0; k < tensors_.size(); ++k) {
-    auto [pos, bytes] = tensors_[k];
-    if (std::find(written_.begin(), written_.end(), pos) == written_.end()) continue;
-    PyObject* inference = PyObject_CallMethodNoArgs(inputs[pos], is_inference_);
+  return true;
+}
+
+int InputWrites::writable(PyObject* const* inputs, size_t n, void* const* ptrs) const {
+  for (const Tensor& w : tensors_) {
+    if (!w.written || w.pos >= n) continue;
+    PyObject* inference = PyObject_CallMethodNoArgs(inputs[w.pos], is_inference_);
     if (!inference) return -1;
     bool is_inference = inference == Py_True;
     Py_DECREF(inference);
     if (is_inference) return 0;
-    for (size_t o = 0; o < tensors_.size(); ++o) {
-      int64_t other = tensors_[o].second;
-      if (o == k || bytes == 0 || other == 0) continue;
-      if (start[k] < start[o] + static_cast<uintptr_t>(other) && start[o] < start[k] + static_cast<uintptr_t>(bytes)) return 0;
+    auto start = reinterpret_cast<uintptr_t>(ptrs[w.pos]);
+    for (const Tensor& o : tensors_) {
+      if (o.pos == w.pos || o.pos >= n || w.bytes == 0 || o.bytes == 0) continue;
+      auto other = reinterpret_cast<uintptr_t>(ptrs[o.pos]);
+      if (start < other + static_cast<uintptr_t>(o.bytes) && other < start + static_cast<uintptr_t>(w.bytes)) return 0;
     }
   }
   return 1;

@@ -8,7 +8,6 @@
 #include <Python.h>
 
 #include <cstdint>
-#include <utility>
 #include <vector>
 
 #include "inductor/loop_ir.h"
@@ -27,20 +26,30 @@ class InputWrites {
   void prepare(const loop::Program& p);
   bool empty() const { return written_.empty(); }
 
-  // On a call's inputs (borrowed, by placeholder position), before the kernels run: 1 when they
-  // may write, 0 when a written input is an inference tensor or shares a byte with another tensor
-  // input (the caller runs the graph some other way), -1 with a Python error set.
-  int writable(PyObject* const* inputs) const;
+  // The data pointers of the caller's tensor inputs into ptrs[position]: `inputs` (borrowed) and
+  // ptrs are indexed by placeholder position, the first n being the caller's own (inputs a runtime
+  // derives and appends, such as folded weights, are fresh tensors and never written). The caller
+  // reuses them for its kernels. False with a Python error set.
+  bool pointers(PyObject* const* inputs, size_t n, void** ptrs) const;
+  // With those pointers, before the kernels run: 1 when the kernels may write, 0 when a written
+  // input is an inference tensor or shares a byte with another tensor input (the caller runs the
+  // graph some other way), -1 with a Python error set.
+  int writable(PyObject* const* inputs, size_t n, void* const* ptrs) const;
   // Bumps the written inputs' version counters. NB: before the kernels: a packed linear of the
   // same weight later in the graph must see a new version. False with a Python error set.
   bool bump(PyObject* const* inputs) const;
 
  private:
-  std::vector<size_t> written_;                      // placeholder positions
-  std::vector<std::pair<size_t, int64_t>> tensors_;  // every tensor input: position, bytes its layout spans
-  PyObject* increment_version_ = nullptr;            // torch.autograd.graph.increment_version (strong)
-  PyObject* is_inference_ = nullptr;                 // "is_inference" (strong)
-  PyObject* data_ptr_ = nullptr;                     // "data_ptr" (strong)
+  struct Tensor {
+    size_t pos;     // placeholder position
+    int64_t bytes;  // what its layout spans
+    bool written;
+  };
+  std::vector<Tensor> tensors_;            // every tensor input
+  std::vector<size_t> written_;            // placeholder positions of the written ones
+  PyObject* increment_version_ = nullptr;  // torch.autograd.graph.increment_version (strong)
+  PyObject* is_inference_ = nullptr;       // "is_inference" (strong)
+  PyObject* data_ptr_ = nullptr;           // "data_ptr" (strong)
 };
 
 }  // namespace ff::inductor

@@ -492,9 +492,14 @@ py::object CudaGraphModule::run(const std::vector<py::object>& given) {
     if (ok < 0) throw py::error_already_set();
     if (!ok) input_mismatch(inputs);
   }
+  // NB: on the caller's tensors: a weight converted or folded above is a copy taken before the
+  // kernels write, so an alias of a written input must be seen on the original.
+  std::vector<void*> given_ptrs;  // read once for these checks and the kernels
   if (!writes_.empty()) {
-    PyObject* const* args = reinterpret_cast<PyObject* const*>(inputs.data());
-    int ok = writes_.writable(args);
+    PyObject* const* args = reinterpret_cast<PyObject* const*>(given.data());
+    given_ptrs.resize(given.size());
+    if (!writes_.pointers(args, given.size(), given_ptrs.data())) throw py::error_already_set();
+    int ok = writes_.writable(args, given.size(), given_ptrs.data());
     if (ok < 0) throw py::error_already_set();
     if (!ok) throw UserError("an input the graph writes in place shares memory with another input or is an inference tensor");
     if (!writes_.bump(args)) throw py::error_already_set();
@@ -507,8 +512,10 @@ py::object CudaGraphModule::run(const std::vector<py::object>& given) {
   static_assert(sizeof(py::object) == sizeof(PyObject*), "node_objs is passed to PreparedCall as PyObject* const*");
   for (size_t i = 0; i < inputs.size(); ++i) node_objs[static_cast<size_t>(placeholders[i])] = inputs[i];
   for (int b : prep_->input_bufs) {
-    bufs[static_cast<size_t>(b)] = inputs[static_cast<size_t>(prog_.buffers[static_cast<size_t>(b)].input)];
-    ptrs[static_cast<size_t>(b)] = data_pointer(bufs[static_cast<size_t>(b)], prep_->data_ptr);
+    size_t pos = static_cast<size_t>(prog_.buffers[static_cast<size_t>(b)].input);
+    bufs[static_cast<size_t>(b)] = inputs[pos];
+    bool given_ptr = pos < given_ptrs.size() && inputs[pos].ptr() == given[pos].ptr();
+    ptrs[static_cast<size_t>(b)] = given_ptr ? given_ptrs[pos] : data_pointer(inputs[pos], prep_->data_ptr);
   }
   CUstream stream = nullptr;
   if (raw_stream_ && !src_.kernels.empty() && !host_emulation_) stream = reinterpret_cast<CUstream>(raw_stream_(device_).cast<uintptr_t>());
