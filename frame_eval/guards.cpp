@@ -6,6 +6,7 @@
 #include "frame_eval/py_util.h"
 #include "frame_eval/torch_refs.h"
 #include "graph/python/tensor_guards.h"
+#include "graph/python/torch_native.h"
 #include "src/config.h"
 #include "src/errors.h"
 
@@ -42,9 +43,13 @@ struct GuardProgram::Check {
   // The negative and conjugate view bits (a view that reads its storage negated or conjugated):
   // compiled kernels read storage, so an entry traced on plain tensors must not take such views.
   bool neg = false, conj = false;
+  // The hot-path check through framefuse._torch_native, where it reads the traced tensor; null: the
+  // exact check above (or torch's TensorGuards batch).
+  std::unique_ptr<NativeTensorMatch> native;
   // GlobalState
   bool grad_enabled = true;
   PyObject* default_dtype = nullptr;  // borrowed
+  int native_default_dtype = -1;      // its c10::ScalarType where framefuse._torch_native is loaded
 };
 
 namespace {
@@ -132,6 +137,8 @@ PyRef eval_source_cold(const SourcePtr& s, const FrameValues& fr) {
   return {};
 }
 
+bool tensor_match_exact(const GuardProgram::Check& c, PyObject* v, std::string* why);
+
 std::string ints_str(const std::vector<int64_t>& v) {
   std::string out = "[";
   for (size_t i = 0; i < v.size(); ++i) out += (i ? ", " : "") + std::to_string(v[i]);
@@ -192,8 +199,9 @@ int GuardProgram::add_source(const SourcePtr& s) {
 }
 
 GuardProgram::GuardProgram(const std::vector<Guard>& guards, const std::vector<SourcePtr>& extra_sources,
-                           const FrameValues& frame) {
-  std::vector<PyRef> live_tensors;  // per TensorMatch check, in order
+                           const FrameValues& frame)
+    : native_(torch_native()) {
+  std::vector<PyRef> live_tensors;  // per TensorMatch check without a native check, in order
   for (size_t gi = 0; gi < guards.size(); ++gi) {
     const Guard& g = guards[gi];
     Check c;
@@ -233,13 +241,20 @@ GuardProgram::GuardProgram(const std::vector<Guard>& guards, const std::vector<S
         c.device = g.tensor_meta.device;
         c.neg = method_flag(c.readers->is_neg, live.get()) == 1;
         c.conj = method_flag(c.readers->is_conj, live.get()) == 1;
-        live_tensors.push_back(std::move(live));
+        // NB: the native check records the traced tensor as it is now, so it is taken only where that
+        // tensor still passes the exact check (the trace may have changed it in place).
+        if (native_) {
+          auto native = std::make_unique<NativeTensorMatch>();
+          if (tensor_match_exact(c, live.get(), nullptr) && native->record(live.get())) c.native = std::move(native);
+        }
+        if (!c.native) live_tensors.push_back(std::move(live));
         break;
       }
       case Guard::Kind::GlobalState:
         c.grad_enabled = g.grad_enabled;
         c.default_dtype = torch_dtype_object(g.default_dtype);
         FF_CHECK(c.default_dtype != nullptr, "unknown default dtype");
+        if (native_) c.native_default_dtype = native_->dtype_scalar_type(c.default_dtype);
         break;
     }
     checks_.push_back(std::move(c));
@@ -254,8 +269,8 @@ GuardProgram::GuardProgram(const std::vector<Guard>& guards, const std::vector<S
 void GuardProgram::batch_tensor_checks(const std::vector<PyRef>& live) {
   std::vector<const Check*> tensor_checks;
   for (const Check& c : checks_)
-    if (c.kind == Guard::Kind::TensorMatch) tensor_checks.push_back(&c);
-  FF_CHECK(tensor_checks.size() == live.size(), "one traced tensor per TensorMatch");
+    if (c.kind == Guard::Kind::TensorMatch && !c.native) tensor_checks.push_back(&c);
+  FF_CHECK(tensor_checks.size() == live.size(), "one traced tensor per TensorMatch without a native check");
   Py_ssize_t n = static_cast<Py_ssize_t>(live.size());
   PyRef args = PyRef::steal(PyTuple_New(n));
   if (!args) return PyErr_Clear();
@@ -277,7 +292,9 @@ void GuardProgram::batch_tensor_checks(const std::vector<PyRef>& live) {
   tensor_batch_args_.assign(live.size(), nullptr);
   hot_program_.clear();
   for (const Instr& ins : program_) {
-    if (!ins.is_fetch && checks_[static_cast<size_t>(ins.index)].kind == Guard::Kind::TensorMatch) continue;
+    if (!ins.is_fetch && checks_[static_cast<size_t>(ins.index)].kind == Guard::Kind::TensorMatch &&
+        !checks_[static_cast<size_t>(ins.index)].native)
+      continue;
     hot_program_.push_back(ins);
   }
   for (const Check* c : tensor_checks) tensor_batch_slots_.push_back(c->slot);
@@ -333,6 +350,85 @@ inline bool ints_equal(PyObject* seq, const std::vector<int64_t>& expected, int*
 }
 
 inline int bool_getter(const AttrGetter& g, PyObject* obj) { return take_flag(g.get(obj)); }
+
+// The exact tensor check, through torch's Python-level getters; `why` (cold path) gets the first
+// difference as Python source.
+bool tensor_match_exact(const GuardProgram::Check& c, PyObject* v, std::string* why) {
+    const std::string& s = c.source_text;
+    if (Py_TYPE(v) != c.tensor_type) {
+      if (why) *why = "type(" + s + ") is " + py_type_name(reinterpret_cast<PyObject*>(c.tensor_type)) + " (got " + py_type_name(v) + ")";
+      return false;
+    }
+    const TensorReaders& r = *c.readers;
+    PyObject* dt = r.dtype.get(v);
+    if (!dt) PyErr_Clear();
+    bool dtype_ok = dt == c.dtype;
+    if (!dtype_ok && why) *why = s + ".dtype == " + py_short_repr(c.dtype) + " (got " + py_short_repr(dt) + ")";
+    Py_XDECREF(dt);
+    if (!dtype_ok) return false;
+    // Device.
+    bool dev_ok;
+    switch (c.device.type) {
+      case Device::Type::CPU: dev_ok = bool_getter(r.is_cpu, v) == 1; break;
+      case Device::Type::Meta: dev_ok = bool_getter(r.is_meta, v) == 1; break;
+      case Device::Type::CUDA: {
+        dev_ok = bool_getter(r.is_cuda, v) == 1;
+        if (dev_ok && c.device.index >= 0) {
+          PyObject* idx = PyObject_Vectorcall(r.get_device, &v, 1, nullptr);
+          dev_ok = idx && PyLong_AsLong(idx) == c.device.index;
+          if (!idx || PyErr_Occurred()) PyErr_Clear();
+          Py_XDECREF(idx);
+        }
+        break;
+      }
+      default: dev_ok = false;
+    }
+    if (!dev_ok) {
+      if (why) {
+        PyRef d = PyRef::steal(r.device.get(v));
+        if (!d) PyErr_Clear();
+        *why = s + ".device == " + c.device.str() + " (got " + py_short_repr(d.get()) + ")";
+      }
+      return false;
+    }
+    int rg = bool_getter(r.requires_grad, v);
+    if (rg != static_cast<int>(c.requires_grad)) {
+      if (why) *why = s + ".requires_grad == " + (c.requires_grad ? "True" : "False") + " (got " + (rg == 1 ? "True" : "False") + ")";
+      return false;
+    }
+    // NB: no layout check: stride() raises for every layout but torch.strided (sparse, CSR,
+    // mkldnn), so the stride comparison below fails for them.
+    int at = 0;
+    int64_t got = 0;
+    PyObject* shape = r.shape.get(v);
+    if (!shape) PyErr_Clear();
+    bool sizes_ok = shape && ints_equal(shape, c.sizes, &at, &got);
+    Py_XDECREF(shape);
+    if (!sizes_ok) {
+      if (why) {
+        if (at < 0) *why = s + ".dim() == " + std::to_string(c.sizes.size()) + " (got " + std::to_string(got) + ")";
+        else *why = s + ".size()[" + std::to_string(at) + "] == " + std::to_string(c.sizes[static_cast<size_t>(at)]) + " (got " + std::to_string(got) + ")";
+      }
+      return false;
+    }
+    PyObject* stride = PyObject_Vectorcall(r.stride, &v, 1, nullptr);
+    if (!stride) PyErr_Clear();
+    bool strides_ok = stride && ints_equal(stride, c.strides, &at, &got);
+    Py_XDECREF(stride);
+    if (!strides_ok) {
+      if (why) *why = s + ".stride()[" + std::to_string(at < 0 ? 0 : at) + "] == " +
+                      std::to_string(at < 0 || c.strides.empty() ? 0 : c.strides[static_cast<size_t>(at)]) + " (got " + std::to_string(got) + ")";
+      return false;
+    }
+    for (auto [method, want, name] : {std::tuple{r.is_neg, c.neg, ".is_neg()"}, std::tuple{r.is_conj, c.conj, ".is_conj()"}}) {
+      int got_bit = method_flag(method, v);
+      if (got_bit >= 0 && got_bit != static_cast<int>(want)) {
+        if (why) *why = s + name + " == " + (want ? "True" : "False") + " (got " + (got_bit ? "True" : "False") + ")";
+        return false;
+      }
+    }
+    return true;
+}
 
 }  // namespace
 
@@ -450,82 +546,19 @@ bool GuardProgram::run_check(const Check& c, const Slots& slots, std::string* wh
       return false;
     }
     case Guard::Kind::TensorMatch: {
-      const std::string& s = c.source_text;
-      if (Py_TYPE(v) != c.tensor_type) {
-        if (why) *why = "type(" + s + ") is " + py_type_name(reinterpret_cast<PyObject*>(c.tensor_type)) + " (got " + py_type_name(v) + ")";
-        return false;
-      }
-      const TensorReaders& r = *c.readers;
-      PyObject* dt = r.dtype.get(v);
-      if (!dt) PyErr_Clear();
-      bool dtype_ok = dt == c.dtype;
-      if (!dtype_ok && why) *why = s + ".dtype == " + py_short_repr(c.dtype) + " (got " + py_short_repr(dt) + ")";
-      Py_XDECREF(dt);
-      if (!dtype_ok) return false;
-      // Device.
-      bool dev_ok;
-      switch (c.device.type) {
-        case Device::Type::CPU: dev_ok = bool_getter(r.is_cpu, v) == 1; break;
-        case Device::Type::Meta: dev_ok = bool_getter(r.is_meta, v) == 1; break;
-        case Device::Type::CUDA: {
-          dev_ok = bool_getter(r.is_cuda, v) == 1;
-          if (dev_ok && c.device.index >= 0) {
-            PyObject* idx = PyObject_Vectorcall(r.get_device, &v, 1, nullptr);
-            dev_ok = idx && PyLong_AsLong(idx) == c.device.index;
-            if (!idx || PyErr_Occurred()) PyErr_Clear();
-            Py_XDECREF(idx);
-          }
-          break;
-        }
-        default: dev_ok = false;
-      }
-      if (!dev_ok) {
-        if (why) {
-          PyRef d = PyRef::steal(r.device.get(v));
-          if (!d) PyErr_Clear();
-          *why = s + ".device == " + c.device.str() + " (got " + py_short_repr(d.get()) + ")";
-        }
-        return false;
-      }
-      int rg = bool_getter(r.requires_grad, v);
-      if (rg != static_cast<int>(c.requires_grad)) {
-        if (why) *why = s + ".requires_grad == " + (c.requires_grad ? "True" : "False") + " (got " + (rg == 1 ? "True" : "False") + ")";
-        return false;
-      }
-      // NB: no layout check: stride() raises for every layout but torch.strided (sparse, CSR,
-      // mkldnn), so the stride comparison below fails for them.
-      int at = 0;
-      int64_t got = 0;
-      PyObject* shape = r.shape.get(v);
-      if (!shape) PyErr_Clear();
-      bool sizes_ok = shape && ints_equal(shape, c.sizes, &at, &got);
-      Py_XDECREF(shape);
-      if (!sizes_ok) {
-        if (why) {
-          if (at < 0) *why = s + ".dim() == " + std::to_string(c.sizes.size()) + " (got " + std::to_string(got) + ")";
-          else *why = s + ".size()[" + std::to_string(at) + "] == " + std::to_string(c.sizes[static_cast<size_t>(at)]) + " (got " + std::to_string(got) + ")";
-        }
-        return false;
-      }
-      PyObject* stride = PyObject_Vectorcall(r.stride, &v, 1, nullptr);
-      if (!stride) PyErr_Clear();
-      bool strides_ok = stride && ints_equal(stride, c.strides, &at, &got);
-      Py_XDECREF(stride);
-      if (!strides_ok) {
-        if (why) *why = s + ".stride()[" + std::to_string(at < 0 ? 0 : at) + "] == " +
-                        std::to_string(at < 0 || c.strides.empty() ? 0 : c.strides[static_cast<size_t>(at)]) + " (got " + std::to_string(got) + ")";
-        return false;
-      }
-      for (auto [method, want, name] : {std::tuple{r.is_neg, c.neg, ".is_neg()"}, std::tuple{r.is_conj, c.conj, ".is_conj()"}}) {
-        int got_bit = method_flag(method, v);
-        if (got_bit >= 0 && got_bit != static_cast<int>(want)) {
-          if (why) *why = s + name + " == " + (want ? "True" : "False") + " (got " + (got_bit ? "True" : "False") + ")";
-          return false;
-        }
-      }
-      return true;
+      if (!c.native) return tensor_match_exact(c, v, why);
+      if (!why) return c.native->matches(v);
+      // NB: the native check also compares dispatch keys; the exact one explains everything else.
+      if (!tensor_match_exact(c, v, why)) return false;
+      std::string diff = c.native->mismatch(v);
+      if (diff.empty()) return true;
+      *why = c.source_text + ": " + diff;
+      return false;
     }
     case Guard::Kind::GlobalState: {
+      if (c.native_default_dtype >= 0 && !why)
+        return native_->grad_enabled() == static_cast<int>(c.grad_enabled) &&
+               native_->default_scalar_type() == c.native_default_dtype;
       int ge = grad_enabled_now();
       if (ge < 0) PyErr_Clear();
       if (ge != static_cast<int>(c.grad_enabled)) {
@@ -600,7 +633,7 @@ std::string GuardProgram::explain_tensor_batch(const Slots& slots) const {
   if (!args || !names) return PyErr_Clear(), generic;
   Py_ssize_t i = 0;
   for (const Check& c : checks_) {
-    if (c.kind != Guard::Kind::TensorMatch) continue;
+    if (c.kind != Guard::Kind::TensorMatch || c.native) continue;
     PyObject* t = slots[static_cast<size_t>(c.slot)];
     Py_INCREF(t);
     PyTuple_SET_ITEM(args.get(), i, t);

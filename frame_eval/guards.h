@@ -16,6 +16,7 @@
 
 #include "frame_eval/capture.h"
 #include "graph/python/tensor_guards.h"
+#include "graph/python/torch_native_api.h"
 
 namespace ff {
 
@@ -95,6 +96,7 @@ class GuardProgram {
   // Cold: why the tensor batch fails where no single tensor guard does (dispatch keys).
   std::string explain_tensor_batch(const Slots& slots) const;
 
+  const ff_torch_native_api* native_ = nullptr;  // framefuse._torch_native, or null
   std::vector<SourcePtr> slot_sources_;
   std::vector<std::string> slot_names_;
   std::vector<Fetch> fetches_;

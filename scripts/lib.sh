@@ -60,7 +60,7 @@ ff_apt_ensure() {
 # NB: zlib1g-dev: LLVM's CMake package refers to ZLIB::ZLIB, and llvm-14-dev
 # does not depend on it.
 FF_APT_BUILD=(g++ "llvm-dev|llvm-14-dev" zlib1g-dev libgtest-dev ccache)
-FF_APT_DEBIAN_LANE=(python3-dev python3-torch python3-pytest python3-numpy python3-pybind11
+FF_APT_DEBIAN_LANE=(python3-dev python3-torch libtorch-dev python3-pytest python3-numpy python3-pybind11
                     python3-torchvision python3-matplotlib)
 
 # The interpreter the main venv is made from: python3 on PATH (pyenv's 3.11 on

@@ -13,6 +13,7 @@
 #include "graph/verifier.h"
 #include "graph/python/graph_calls.h"
 #include "graph/python/reference_runner.h"
+#include "graph/python/torch_native.h"
 #include "src/config.h"
 #include "src/errors.h"
 
@@ -108,6 +109,15 @@ void define_graph(py::module_& m) {
   py::module_ g = m.def_submodule("graph", "graph IR bindings");
 
   g.def("init_ops", &init_op_callables, "Resolve every op's torch callable (call after importing torch).");
+
+  g.def("torch_native_status", &torch_native_status,
+        "\"loaded\" when framefuse._torch_native serves the hot-path tensor checks, else why not.");
+  g.def("native_tensor_mismatch", [](py::handle expected, py::handle actual) -> py::object {
+    NativeTensorMatch m;
+    if (!m.record(expected.ptr())) return py::none();
+    return py::str(m.mismatch(actual.ptr()));
+  }, "Testing: how `actual` differs from `expected` for the native tensor check (\"\" if it matches); "
+     "None when the check does not read `expected`.");
 
   g.def("ops", [] {
     py::list out;

@@ -26,6 +26,11 @@ PYBIND11_MODULE(_C, m) {
 #else
   m.attr("HAVE_CUDA_CODEGEN") = false;
 #endif
+#ifdef FRAMEFUSE_HAVE_TORCH_NATIVE
+  m.attr("HAVE_TORCH_NATIVE") = true;  // framefuse._torch_native was built (it may still refuse this torch)
+#else
+  m.attr("HAVE_TORCH_NATIVE") = false;
+#endif
   ff::define_common(m);
   ff::define_graph(m);
   ff::define_frame_eval(m);

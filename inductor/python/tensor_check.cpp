@@ -42,7 +42,13 @@ void LayoutCheck::add(PyObject* dtype, PyObject* sizes, PyObject* strides) { wan
 int LayoutCheck::check(PyObject* const* tensors) {
   if (want_.empty()) return 1;
   // NB: a rejection or a failure of the shortcut: the exact check decides.
-  if (fast_ && fast_(tensors)) return 1;
+  if (native_) {
+    size_t i = 0;
+    while (i < want_.size() && native_[i].matches(tensors[i])) ++i;
+    if (i == want_.size()) return 1;
+  } else if (fast_ && fast_(tensors)) {
+    return 1;
+  }
   int ok = exact(tensors);
   if (ok == 1 && !tried_) arm(tensors);
   return ok;
@@ -78,6 +84,15 @@ int LayoutCheck::exact(PyObject* const* tensors) {
 
 void LayoutCheck::arm(PyObject* const* tensors) {
   tried_ = true;
+  if (torch_native()) {
+    auto native = std::make_unique<NativeTensorMatch[]>(want_.size());
+    size_t i = 0;
+    while (i < want_.size() && native[i].record(tensors[i])) ++i;
+    if (i == want_.size()) {
+      native_ = std::move(native);
+      return;
+    }
+  }
   Py_ssize_t n = static_cast<Py_ssize_t>(want_.size());
   PyObject* args = PyTuple_New(n);
   if (!args) return PyErr_Clear();

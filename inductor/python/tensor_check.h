@@ -3,18 +3,21 @@
 //
 // Why not plain attribute reads: `t.dtype`, `t.shape`, `t.stride()` and two tuple comparisons
 // cost about 0.6 us per tensor, as much as a whole small kernel. After the first tensors that pass
-// the exact check, a torch._C._dynamo.guards.TensorGuards built from them (where torch has it)
-// checks the whole list in C++ in one call. It is stricter (same Python type, dispatch keys,
-// requires_grad, device index), so a tensor it rejects goes through the exact check again: the
-// shortcut only ever says "matches" for tensors the exact check would accept.
+// the exact check, a shortcut recorded from them checks later calls: framefuse._torch_native's
+// NativeTensorMatch where it is loaded (no allocation), else a torch._C._dynamo.guards.TensorGuards
+// (where torch has it), the whole list in one call. Both are stricter (same Python type, dispatch
+// keys, requires_grad, device index), so a tensor they reject goes through the exact check again:
+// the shortcut only ever says "matches" for tensors the exact check would accept.
 #pragma once
 
 #include <Python.h>
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "graph/python/tensor_guards.h"
+#include "graph/python/torch_native.h"
 
 namespace ff::inductor {
 
@@ -46,6 +49,7 @@ class LayoutCheck {
 
   std::vector<Want> want_;
   PyObject* device_ = nullptr;
+  std::unique_ptr<NativeTensorMatch[]> native_;  // one per tensor, or null
   TensorGuardsCall fast_;     // TensorGuards.check, or empty
   bool tried_ = false;        // arm() ran (it runs once, after the first exact match)
 };

@@ -13,6 +13,7 @@ import torch
 
 import framefuse
 from framefuse import _C
+from check_modes import MODES, check_mode
 from thread_util import run_threads
 
 
@@ -388,29 +389,25 @@ def test_resume_functions_are_cached_and_recompile_on_guard_failure(capsys):
     assert len(_C._code_cache_info(scaled.__code__)["guards"]) == 1
 
 
-@pytest.mark.parametrize("batched", [True, False], ids=["batched_guards", "per_tensor_guards"])
-def test_two_threads(batched):
+@pytest.mark.parametrize("mode", MODES)
+def test_two_threads(mode):
     """Two threads calling a function whose resume function has one cache entry per loop counter.
     torch's per-tensor getters release the GIL in the middle of a guard check, so the other thread
     compiles and reorders entries meanwhile: the entry that runs must be the one that was checked.
     A tiny switch interval and fifty fresh caches make those hand-offs frequent (before the fix,
     about one call in a hundred here ran another loop counter's entry)."""
-    old_batched = framefuse.config.guard_tensors_batched
     expected = loop_range(X, 6)  # seven entries for the resume function, under the limit of 8
 
     def work(cf):
         for _ in range(20):
             same(expected, cf(X, 6))
 
-    framefuse.config.guard_tensors_batched = batched
     errors = []
-    try:
+    with check_mode(mode):
         for _ in range(50):
             framefuse.reset()
             cf = framefuse.compile(loop_range, backend="eager")
             errors += run_threads(work, [(cf,), (cf,)], switch_interval=1e-5)
-    finally:
-        framefuse.config.guard_tensors_batched = old_batched
     assert not errors, f"{len(errors)} wrong results, first: {errors[0]!r}"
 
 

@@ -8,6 +8,7 @@ import torch
 import framefuse
 from framefuse import _C
 from capture_specs import local, stats, tensor_args_capture, tracer
+from check_modes import HAS_TENSOR_GUARDS, MODES, check_mode
 
 SCALE = 2
 
@@ -44,17 +45,11 @@ def test_cached_call_does_not_retrace():
         assert stats()["cache_hits"] == 4
 
 
-HAS_TENSOR_GUARDS = hasattr(getattr(torch._C, "_dynamo", None), "guards")
-
-
-@pytest.fixture(params=[True, False], ids=["batched", "per_tensor"])
+@pytest.fixture(params=MODES)
 def tensor_check_mode(request):
-    """Both ways tensor guards run: one call to torch's C++ check for all tensors (torch 2.x) and
-    the per-tensor getters (torch 1.13, or config.guard_tensors_batched off)."""
-    old = framefuse.config.guard_tensors_batched
-    framefuse.config.guard_tensors_batched = request.param
-    yield request.param
-    framefuse.config.guard_tensors_batched = old
+    """Each way tensor guards run (tests/python/check_modes.py)."""
+    with check_mode(request.param) as mode:
+        yield mode
 
 
 @pytest.mark.parametrize("change", ["shape", "dtype", "stride", "requires_grad", "dim"])
@@ -130,25 +125,27 @@ def test_negative_view_is_not_read_as_plain(backend, tensor_check_mode, logs, fr
     assert n.is_neg()
     assert torch.equal(f(n), n * 2 + 1)
     assert stats()["recompiles"] == 1
-    if not tensor_check_mode:
-        assert "L['x'].is_neg() == False (got True)" in logs.text
+    # NB: every mode explains the failure with the exact per-tensor check first.
+    assert "L['x'].is_neg() == False (got True)" in logs.text
     assert torch.equal(f(x), x * 2 + 1) and torch.equal(f(n), n * 2 + 1)
     assert stats()["recompiles"] == 1
 
 
-@pytest.mark.skipif(not HAS_TENSOR_GUARDS, reason="torch without torch._C._dynamo (1.13) checks tensors one by one")
-def test_batched_check_names_dispatch_key_change(logs, fresh_framefuse):
-    # Inference-mode tensors lack the autograd keys: the batched check tells them apart and the
-    # recompile reason says why, from torch's own verbose check.
-    framefuse.config.guard_tensors_batched = True
-    f = framefuse.compile(scaled_sum, backend="eager")
-    x = torch.randn(6)
-    f(x)
-    with torch.inference_mode():
-        y = torch.randn(6)
-    assert torch.equal(f(y), y * 2 + 1)
-    assert stats()["recompiles"] == 1
-    assert "dispatch keys differ" in logs.text and "L['x']" in logs.text
+@pytest.mark.parametrize("mode", ["native", "batched"])
+def test_dispatch_key_change_recompiles_and_says_why(mode, logs, fresh_framefuse):
+    # Inference-mode tensors lack the autograd keys: the native and the batched check tell them
+    # apart (as torch.compile's guards do) and the recompile reason says so.
+    with check_mode(mode):
+        f = framefuse.compile(scaled_sum, backend="eager")
+        x = torch.randn(6)
+        f(x)
+        with torch.inference_mode():
+            y = torch.randn(6)
+        assert torch.equal(f(y), y * 2 + 1)
+        assert stats()["recompiles"] == 1
+        assert "dispatch keys differ" in logs.text and "L['x']" in logs.text
+        assert torch.equal(f(x), x * 2 + 1) and torch.equal(f(y), y * 2 + 1)
+        assert stats()["recompiles"] == 1
 
 
 def test_guards_log_prints_python_expressions(logs):
