@@ -102,10 +102,13 @@ bool NativeTensorMatch::matches(PyObject* tensor) const {
   ff_native_tensor_meta m;
   if (Py_TYPE(tensor) != type_ || !api_->tensor_meta(tensor, &m)) return false;
   size_t dim = sizes_.size();
-  return m.keys == keys_ && m.scalar_type == scalar_type_ && m.device_type == device_type_ &&
-         m.device_index == device_index_ && m.requires_grad == requires_grad_ &&
-         m.dim == static_cast<int64_t>(dim) && std::memcmp(m.sizes, sizes_.data(), dim * sizeof(int64_t)) == 0 &&
-         std::memcmp(m.strides, strides_.data(), dim * sizeof(int64_t)) == 0;
+  if (m.keys != keys_ || m.scalar_type != scalar_type_ || m.device_type != device_type_ ||
+      m.device_index != device_index_ || m.requires_grad != requires_grad_ || m.dim != static_cast<int64_t>(dim))
+    return false;
+  // NB: a loop, not memcmp: ranks are small and a library call costs more than the compares.
+  for (size_t i = 0; i < dim; ++i)
+    if (m.sizes[i] != sizes_[i] || m.strides[i] != strides_[i]) return false;
+  return true;
 }
 
 std::string NativeTensorMatch::mismatch(PyObject* tensor) const {
