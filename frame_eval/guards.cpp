@@ -139,6 +139,9 @@ PyRef eval_source_cold(const SourcePtr& s, const FrameValues& fr) {
 
 bool tensor_match_exact(const GuardProgram::Check& c, PyObject* v, std::string* why);
 
+// A tensor guard that torch's TensorGuards batch checks (those without a native check).
+bool in_tensor_batch(const GuardProgram::Check& c) { return c.kind == Guard::Kind::TensorMatch && !c.native; }
+
 std::string ints_str(const std::vector<int64_t>& v) {
   std::string out = "[";
   for (size_t i = 0; i < v.size(); ++i) out += (i ? ", " : "") + std::to_string(v[i]);
@@ -269,7 +272,7 @@ GuardProgram::GuardProgram(const std::vector<Guard>& guards, const std::vector<S
 void GuardProgram::batch_tensor_checks(const std::vector<PyRef>& live) {
   std::vector<const Check*> tensor_checks;
   for (const Check& c : checks_)
-    if (c.kind == Guard::Kind::TensorMatch && !c.native) tensor_checks.push_back(&c);
+    if (in_tensor_batch(c)) tensor_checks.push_back(&c);
   FF_CHECK(tensor_checks.size() == live.size(), "one traced tensor per TensorMatch without a native check");
   Py_ssize_t n = static_cast<Py_ssize_t>(live.size());
   PyRef args = PyRef::steal(PyTuple_New(n));
@@ -292,9 +295,7 @@ void GuardProgram::batch_tensor_checks(const std::vector<PyRef>& live) {
   tensor_batch_args_.assign(live.size(), nullptr);
   hot_program_.clear();
   for (const Instr& ins : program_) {
-    if (!ins.is_fetch && checks_[static_cast<size_t>(ins.index)].kind == Guard::Kind::TensorMatch &&
-        !checks_[static_cast<size_t>(ins.index)].native)
-      continue;
+    if (!ins.is_fetch && in_tensor_batch(checks_[static_cast<size_t>(ins.index)])) continue;
     hot_program_.push_back(ins);
   }
   for (const Check* c : tensor_checks) tensor_batch_slots_.push_back(c->slot);
@@ -354,80 +355,80 @@ inline int bool_getter(const AttrGetter& g, PyObject* obj) { return take_flag(g.
 // The exact tensor check, through torch's Python-level getters; `why` (cold path) gets the first
 // difference as Python source.
 bool tensor_match_exact(const GuardProgram::Check& c, PyObject* v, std::string* why) {
-    const std::string& s = c.source_text;
-    if (Py_TYPE(v) != c.tensor_type) {
-      if (why) *why = "type(" + s + ") is " + py_type_name(reinterpret_cast<PyObject*>(c.tensor_type)) + " (got " + py_type_name(v) + ")";
-      return false;
-    }
-    const TensorReaders& r = *c.readers;
-    PyObject* dt = r.dtype.get(v);
-    if (!dt) PyErr_Clear();
-    bool dtype_ok = dt == c.dtype;
-    if (!dtype_ok && why) *why = s + ".dtype == " + py_short_repr(c.dtype) + " (got " + py_short_repr(dt) + ")";
-    Py_XDECREF(dt);
-    if (!dtype_ok) return false;
-    // Device.
-    bool dev_ok;
-    switch (c.device.type) {
-      case Device::Type::CPU: dev_ok = bool_getter(r.is_cpu, v) == 1; break;
-      case Device::Type::Meta: dev_ok = bool_getter(r.is_meta, v) == 1; break;
-      case Device::Type::CUDA: {
-        dev_ok = bool_getter(r.is_cuda, v) == 1;
-        if (dev_ok && c.device.index >= 0) {
-          PyObject* idx = PyObject_Vectorcall(r.get_device, &v, 1, nullptr);
-          dev_ok = idx && PyLong_AsLong(idx) == c.device.index;
-          if (!idx || PyErr_Occurred()) PyErr_Clear();
-          Py_XDECREF(idx);
-        }
-        break;
+  const std::string& s = c.source_text;
+  if (Py_TYPE(v) != c.tensor_type) {
+    if (why) *why = "type(" + s + ") is " + py_type_name(reinterpret_cast<PyObject*>(c.tensor_type)) + " (got " + py_type_name(v) + ")";
+    return false;
+  }
+  const TensorReaders& r = *c.readers;
+  PyObject* dt = r.dtype.get(v);
+  if (!dt) PyErr_Clear();
+  bool dtype_ok = dt == c.dtype;
+  if (!dtype_ok && why) *why = s + ".dtype == " + py_short_repr(c.dtype) + " (got " + py_short_repr(dt) + ")";
+  Py_XDECREF(dt);
+  if (!dtype_ok) return false;
+  // Device.
+  bool dev_ok;
+  switch (c.device.type) {
+    case Device::Type::CPU: dev_ok = bool_getter(r.is_cpu, v) == 1; break;
+    case Device::Type::Meta: dev_ok = bool_getter(r.is_meta, v) == 1; break;
+    case Device::Type::CUDA: {
+      dev_ok = bool_getter(r.is_cuda, v) == 1;
+      if (dev_ok && c.device.index >= 0) {
+        PyObject* idx = PyObject_Vectorcall(r.get_device, &v, 1, nullptr);
+        dev_ok = idx && PyLong_AsLong(idx) == c.device.index;
+        if (!idx || PyErr_Occurred()) PyErr_Clear();
+        Py_XDECREF(idx);
       }
-      default: dev_ok = false;
+      break;
     }
-    if (!dev_ok) {
-      if (why) {
-        PyRef d = PyRef::steal(r.device.get(v));
-        if (!d) PyErr_Clear();
-        *why = s + ".device == " + c.device.str() + " (got " + py_short_repr(d.get()) + ")";
-      }
+    default: dev_ok = false;
+  }
+  if (!dev_ok) {
+    if (why) {
+      PyRef d = PyRef::steal(r.device.get(v));
+      if (!d) PyErr_Clear();
+      *why = s + ".device == " + c.device.str() + " (got " + py_short_repr(d.get()) + ")";
+    }
+    return false;
+  }
+  int rg = bool_getter(r.requires_grad, v);
+  if (rg != static_cast<int>(c.requires_grad)) {
+    if (why) *why = s + ".requires_grad == " + (c.requires_grad ? "True" : "False") + " (got " + (rg == 1 ? "True" : "False") + ")";
+    return false;
+  }
+  // NB: no layout check: stride() raises for every layout but torch.strided (sparse, CSR,
+  // mkldnn), so the stride comparison below fails for them.
+  int at = 0;
+  int64_t got = 0;
+  PyObject* shape = r.shape.get(v);
+  if (!shape) PyErr_Clear();
+  bool sizes_ok = shape && ints_equal(shape, c.sizes, &at, &got);
+  Py_XDECREF(shape);
+  if (!sizes_ok) {
+    if (why) {
+      if (at < 0) *why = s + ".dim() == " + std::to_string(c.sizes.size()) + " (got " + std::to_string(got) + ")";
+      else *why = s + ".size()[" + std::to_string(at) + "] == " + std::to_string(c.sizes[static_cast<size_t>(at)]) + " (got " + std::to_string(got) + ")";
+    }
+    return false;
+  }
+  PyObject* stride = PyObject_Vectorcall(r.stride, &v, 1, nullptr);
+  if (!stride) PyErr_Clear();
+  bool strides_ok = stride && ints_equal(stride, c.strides, &at, &got);
+  Py_XDECREF(stride);
+  if (!strides_ok) {
+    if (why) *why = s + ".stride()[" + std::to_string(at < 0 ? 0 : at) + "] == " +
+                    std::to_string(at < 0 || c.strides.empty() ? 0 : c.strides[static_cast<size_t>(at)]) + " (got " + std::to_string(got) + ")";
+    return false;
+  }
+  for (auto [method, want, name] : {std::tuple{r.is_neg, c.neg, ".is_neg()"}, std::tuple{r.is_conj, c.conj, ".is_conj()"}}) {
+    int got_bit = method_flag(method, v);
+    if (got_bit >= 0 && got_bit != static_cast<int>(want)) {
+      if (why) *why = s + name + " == " + (want ? "True" : "False") + " (got " + (got_bit ? "True" : "False") + ")";
       return false;
     }
-    int rg = bool_getter(r.requires_grad, v);
-    if (rg != static_cast<int>(c.requires_grad)) {
-      if (why) *why = s + ".requires_grad == " + (c.requires_grad ? "True" : "False") + " (got " + (rg == 1 ? "True" : "False") + ")";
-      return false;
-    }
-    // NB: no layout check: stride() raises for every layout but torch.strided (sparse, CSR,
-    // mkldnn), so the stride comparison below fails for them.
-    int at = 0;
-    int64_t got = 0;
-    PyObject* shape = r.shape.get(v);
-    if (!shape) PyErr_Clear();
-    bool sizes_ok = shape && ints_equal(shape, c.sizes, &at, &got);
-    Py_XDECREF(shape);
-    if (!sizes_ok) {
-      if (why) {
-        if (at < 0) *why = s + ".dim() == " + std::to_string(c.sizes.size()) + " (got " + std::to_string(got) + ")";
-        else *why = s + ".size()[" + std::to_string(at) + "] == " + std::to_string(c.sizes[static_cast<size_t>(at)]) + " (got " + std::to_string(got) + ")";
-      }
-      return false;
-    }
-    PyObject* stride = PyObject_Vectorcall(r.stride, &v, 1, nullptr);
-    if (!stride) PyErr_Clear();
-    bool strides_ok = stride && ints_equal(stride, c.strides, &at, &got);
-    Py_XDECREF(stride);
-    if (!strides_ok) {
-      if (why) *why = s + ".stride()[" + std::to_string(at < 0 ? 0 : at) + "] == " +
-                      std::to_string(at < 0 || c.strides.empty() ? 0 : c.strides[static_cast<size_t>(at)]) + " (got " + std::to_string(got) + ")";
-      return false;
-    }
-    for (auto [method, want, name] : {std::tuple{r.is_neg, c.neg, ".is_neg()"}, std::tuple{r.is_conj, c.conj, ".is_conj()"}}) {
-      int got_bit = method_flag(method, v);
-      if (got_bit >= 0 && got_bit != static_cast<int>(want)) {
-        if (why) *why = s + name + " == " + (want ? "True" : "False") + " (got " + (got_bit ? "True" : "False") + ")";
-        return false;
-      }
-    }
-    return true;
+  }
+  return true;
 }
 
 }  // namespace
@@ -633,7 +634,7 @@ std::string GuardProgram::explain_tensor_batch(const Slots& slots) const {
   if (!args || !names) return PyErr_Clear(), generic;
   Py_ssize_t i = 0;
   for (const Check& c : checks_) {
-    if (c.kind != Guard::Kind::TensorMatch || c.native) continue;
+    if (!in_tensor_batch(c)) continue;
     PyObject* t = slots[static_cast<size_t>(c.slot)];
     Py_INCREF(t);
     PyTuple_SET_ITEM(args.get(), i, t);

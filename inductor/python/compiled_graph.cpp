@@ -212,7 +212,7 @@ void clear_memory_cache() {
 struct CompiledGraph::Plan {
   Ref torch, tensor_type, empty_strided, empty, as_strided, get_num_threads, uint8, matmul, addmm;
   Ref dtype_kwnames;                    // ("dtype",)
-  Ref data_ptr_name, storage_offset_name;
+  Ref storage_offset_name;
   struct Buf {
     Ref sizes, strides, dtype;
     bool allocate = false;       // Intermediate/Output that some step uses, not in a slot
@@ -305,9 +305,8 @@ CompiledGraph::CompiledGraph(const Graph& g) {
   pl.matmul = attr(pl.torch.get(), "matmul");
   pl.addmm = attr(pl.torch.get(), "addmm");
   pl.dtype_kwnames = Ref(Py_BuildValue("(s)", "dtype"));
-  pl.data_ptr_name = Ref(PyUnicode_InternFromString("data_ptr"));
   pl.storage_offset_name = Ref(PyUnicode_InternFromString("storage_offset"));
-  if (!pl.dtype_kwnames || !pl.data_ptr_name || !pl.storage_offset_name) throw_py("out of memory");
+  if (!pl.dtype_kwnames || !pl.storage_offset_name) throw_py("out of memory");
   std::vector<bool> used(p.buffers.size(), false);
   pl.bufs.resize(p.buffers.size());
   for (const auto& k : p.kernels) {
@@ -497,13 +496,6 @@ PyObject* CompiledGraph::matmul_into_pool(const std::string& op, const std::vect
 
 namespace {
 
-// t.data_ptr() through the interned method name; nullptr with an error set on failure.
-void* data_ptr(PyObject* t, PyObject* name) {
-  Ref r(PyObject_CallMethodNoArgs(t, name));
-  if (!r) return nullptr;
-  return PyLong_AsVoidPtr(r.get());
-}
-
 // Small per-run arrays on the stack; the heap only for large graphs.
 template <typename T, size_t N>
 struct RunArray {
@@ -596,7 +588,7 @@ PyObject* CompiledGraph::run(PyObject* const* inputs, size_t n) {
         ptrs[static_cast<size_t>(b)] = given_ptrs[i];
         continue;
       }
-      ptrs[static_cast<size_t>(b)] = data_ptr(inputs[i], pl.data_ptr_name.get());
+      ptrs[static_cast<size_t>(b)] = tensor_data_ptr(inputs[i]);
       if (PyErr_Occurred()) return nullptr;
     }
   }
@@ -614,7 +606,7 @@ PyObject* CompiledGraph::run(PyObject* const* inputs, size_t n) {
   }
   for (size_t b = 0; b < nb; ++b) {
     if (!p.slot.empty() && p.slot[b] >= 0) {
-      ptrs[b] = data_ptr(slots[static_cast<size_t>(p.slot[b])].get(), pl.data_ptr_name.get());
+      ptrs[b] = tensor_data_ptr(slots[static_cast<size_t>(p.slot[b])].get());
       if (PyErr_Occurred()) return nullptr;
       continue;
     }
@@ -628,7 +620,7 @@ PyObject* CompiledGraph::run(PyObject* const* inputs, size_t n) {
     }
     if (!tensors[b]) return nullptr;
     if (pb.kernel_reads) {
-      ptrs[b] = data_ptr(tensors[b], pl.data_ptr_name.get());
+      ptrs[b] = tensor_data_ptr(tensors[b]);
       if (PyErr_Occurred()) return nullptr;
     }
   }
@@ -730,7 +722,7 @@ PyObject* CompiledGraph::run(PyObject* const* inputs, size_t n) {
       Py_INCREF(result.get());
       Py_XSETREF(tensors[static_cast<size_t>(e.result)], result.get());
       if (pb.kernel_reads) {
-        ptrs[static_cast<size_t>(e.result)] = data_ptr(result.get(), pl.data_ptr_name.get());
+        ptrs[static_cast<size_t>(e.result)] = tensor_data_ptr(result.get());
         if (PyErr_Occurred()) return nullptr;
       }
     }

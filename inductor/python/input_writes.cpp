@@ -1,5 +1,6 @@
 #include "inductor/python/input_writes.h"
 
+#include "inductor/python/tensor_check.h"
 #include "src/errors.h"
 
 namespace ff::inductor {
@@ -8,7 +9,6 @@ InputWrites::~InputWrites() {
   if (!Py_IsInitialized()) return;
   Py_CLEAR(increment_version_);
   Py_CLEAR(is_inference_);
-  Py_CLEAR(data_ptr_);
 }
 
 void InputWrites::prepare(const loop::Program& p) {
@@ -27,18 +27,14 @@ void InputWrites::prepare(const loop::Program& p) {
     throw Unsupported("the graph writes a graph input in place and this torch has no torch.autograd.graph.increment_version");
   }
   is_inference_ = PyUnicode_InternFromString("is_inference");
-  data_ptr_ = PyUnicode_InternFromString("data_ptr");
-  FF_CHECK(is_inference_ && data_ptr_, "out of memory");
+  FF_CHECK(is_inference_, "out of memory");
 }
 
 bool InputWrites::pointers(PyObject* const* inputs, size_t n, void** ptrs) const {
   for (const Tensor& t : tensors_) {
     if (t.pos >= n) continue;
-    PyObject* r = PyObject_CallMethodNoArgs(inputs[t.pos], data_ptr_);
-    if (!r) return false;
-    ptrs[t.pos] = PyLong_AsVoidPtr(r);
-    Py_DECREF(r);
-    if (PyErr_Occurred()) return false;
+    ptrs[t.pos] = tensor_data_ptr(inputs[t.pos]);
+    if (!ptrs[t.pos] && PyErr_Occurred()) return false;
   }
   return true;
 }

@@ -49,7 +49,6 @@ class InputWrites {
   std::vector<size_t> written_;            // placeholder positions of the written ones
   PyObject* increment_version_ = nullptr;  // torch.autograd.graph.increment_version (strong)
   PyObject* is_inference_ = nullptr;       // "is_inference" (strong)
-  PyObject* data_ptr_ = nullptr;           // "data_ptr" (strong)
 };
 
 }  // namespace ff::inductor

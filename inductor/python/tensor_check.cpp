@@ -37,6 +37,15 @@ std::vector<int64_t> int_vector(PyObject* tuple) {
 
 }  // namespace
 
+void* tensor_data_ptr(PyObject* t) {
+  static PyObject* name = PyUnicode_InternFromString("data_ptr");  // NB: leaked: used during shutdown
+  PyObject* r = name ? PyObject_CallMethodNoArgs(t, name) : nullptr;
+  if (!r) return nullptr;
+  void* p = PyLong_AsVoidPtr(r);
+  Py_DECREF(r);
+  return p;
+}
+
 void LayoutCheck::add(PyObject* dtype, PyObject* sizes, PyObject* strides) { want_.push_back({dtype, sizes, strides}); }
 
 int LayoutCheck::check(PyObject* const* tensors) {

@@ -54,4 +54,8 @@ class LayoutCheck {
   bool tried_ = false;        // arm() ran (it runs once, after the first exact match)
 };
 
+// t.data_ptr() (t borrowed); nullptr with a Python error set on failure (an empty tensor's null
+// pointer comes without an error). Shared by the CPU and CUDA runtimes.
+void* tensor_data_ptr(PyObject* t);
+
 }  // namespace ff::inductor

@@ -346,7 +346,7 @@ struct CudaGraphModule::Prepared {
   inductor::LayoutCheck input_check;
   std::vector<std::unique_ptr<inductor::PreparedCall>> calls;     // per extern; null: a GetItem or unavailable
   std::vector<std::unique_ptr<inductor::LayoutCheck>> results;    // per extern with a tensor result
-  py::object alloc_kwnames, data_ptr;  // ("dtype", "device"), "data_ptr"
+  py::object alloc_kwnames;  // ("dtype", "device")
 };
 
 CudaGraphModule::~CudaGraphModule() = default;
@@ -381,7 +381,6 @@ void CudaGraphModule::prepare() {
   std::vector<NodeId> placeholders = graph_.placeholders();
   for (size_t i = 0; i < placeholders.size(); ++i) p->input_of_node[static_cast<size_t>(placeholders[i])] = static_cast<int>(i);
   p->alloc_kwnames = py::make_tuple("dtype", "device");
-  p->data_ptr = py::reinterpret_steal<py::object>(PyUnicode_InternFromString("data_ptr"));
   prep_ = std::move(p);
 }
 
@@ -395,11 +394,8 @@ py::object CudaGraphModule::alloc(int b) {
 
 namespace {
 
-void* data_pointer(const py::object& t, const py::object& name) {
-  PyObject* r = PyObject_CallMethodNoArgs(t.ptr(), name.ptr());
-  if (!r) throw py::error_already_set();
-  void* p = PyLong_AsVoidPtr(r);
-  Py_DECREF(r);
+void* data_pointer(const py::object& t) {
+  void* p = inductor::tensor_data_ptr(t.ptr());
   if (!p && PyErr_Occurred()) throw py::error_already_set();
   return p;
 }
@@ -515,14 +511,14 @@ py::object CudaGraphModule::run(const std::vector<py::object>& given) {
     size_t pos = static_cast<size_t>(prog_.buffers[static_cast<size_t>(b)].input);
     bufs[static_cast<size_t>(b)] = inputs[pos];
     bool given_ptr = pos < given_ptrs.size() && inputs[pos].ptr() == given[pos].ptr();
-    ptrs[static_cast<size_t>(b)] = given_ptr ? given_ptrs[pos] : data_pointer(inputs[pos], prep_->data_ptr);
+    ptrs[static_cast<size_t>(b)] = given_ptr ? given_ptrs[pos] : data_pointer(inputs[pos]);
   }
   CUstream stream = nullptr;
   if (raw_stream_ && !src_.kernels.empty() && !host_emulation_) stream = reinterpret_cast<CUstream>(raw_stream_(device_).cast<uintptr_t>());
   for (size_t s = 0; s < prog_.steps.size(); ++s) {
     for (int b : alloc_at_[s]) {
       bufs[static_cast<size_t>(b)] = alloc(b);
-      ptrs[static_cast<size_t>(b)] = data_pointer(bufs[static_cast<size_t>(b)], prep_->data_ptr);
+      ptrs[static_cast<size_t>(b)] = data_pointer(bufs[static_cast<size_t>(b)]);
     }
     const loop::Step& st = prog_.steps[s];
     if (st.kind == loop::Step::Kind::Kernel) {
@@ -573,7 +569,7 @@ py::object CudaGraphModule::run(const std::vector<py::object>& given) {
           result = t;
         }
         bufs[static_cast<size_t>(e.result)] = result;
-        ptrs[static_cast<size_t>(e.result)] = data_pointer(result, prep_->data_ptr);
+        ptrs[static_cast<size_t>(e.result)] = data_pointer(result);
       }
     }
     for (int b : free_after_[s]) {
