@@ -95,6 +95,8 @@ PyTypeObject* block_type() {
 struct TorchFns {
   PyObject* frombuffer = nullptr;
   PyObject* empty = nullptr;
+  PyObject* empty_strided = nullptr;
+  PyObject* dtype_kwnames = nullptr;  // ("dtype",)
   bool untyped = false;  // Tensor.untyped_storage exists (torch >= 2.0)
 };
 const TorchFns* torch_fns() {
@@ -105,16 +107,31 @@ const TorchFns* torch_fns() {
     auto* r = new TorchFns;
     r->frombuffer = PyObject_GetAttrString(torch, "frombuffer");
     r->empty = PyObject_GetAttrString(torch, "empty");
+    r->empty_strided = PyObject_GetAttrString(torch, "empty_strided");
+    r->dtype_kwnames = Py_BuildValue("(s)", "dtype");
     PyObject* tensor = PyObject_GetAttrString(torch, "Tensor");
     r->untyped = tensor && PyObject_HasAttrString(tensor, "untyped_storage");
     Py_XDECREF(tensor);
     Py_DECREF(torch);
-    if (!r->frombuffer || !r->empty) return nullptr;
+    if (!r->frombuffer || !r->empty || !r->empty_strided || !r->dtype_kwnames) return nullptr;
     return r;
   });
 }
 
 }  // namespace
+
+bool buffer_pool_on() { return config().cpu_buffer_pool_mb > 0; }
+
+PyObject* cpu_empty_strided(PyObject* sizes, PyObject* strides, PyObject* dtype, int64_t bytes) {
+  if (buffer_pool_on() && bytes >= kPoolMinBytes) return pooled_empty_strided(sizes, strides, dtype, bytes);
+  const TorchFns* fns = torch_fns();
+  if (!fns) {
+    if (!PyErr_Occurred()) PyErr_SetString(PyExc_RuntimeError, "framefuse: cannot find torch.empty_strided");
+    return nullptr;
+  }
+  PyObject* args[3] = {sizes, strides, dtype};
+  return PyObject_Vectorcall(fns->empty_strided, args, 2, fns->dtype_kwnames);
+}
 
 PyObject* pooled_empty_strided(PyObject* sizes, PyObject* strides, PyObject* dtype, int64_t bytes) {
   const TorchFns* fns = torch_fns();

@@ -19,9 +19,18 @@ namespace ff::inductor {
 
 constexpr int64_t kPoolMinBytes = int64_t{1} << 20;
 
+// Whether the pool is on (config cpu_buffer_pool_mb > 0). Off, every tensor comes from torch's
+// allocator (e.g. for callers that grow outputs with resize_ or move them to shared memory, which a
+// pooled tensor's fixed-size storage does not allow).
+bool buffer_pool_on();
+
 // A new tensor of `dtype` (a torch.dtype) with `sizes`/`strides` (tuples) spanning `bytes` bytes,
 // or nullptr with a Python error set. `bytes` must be a multiple of the element size.
 PyObject* pooled_empty_strided(PyObject* sizes, PyObject* strides, PyObject* dtype, int64_t bytes);
+
+// The same tensor from the pool where it is on and `bytes` >= kPoolMinBytes, else from
+// torch.empty_strided. Needs the GIL.
+PyObject* cpu_empty_strided(PyObject* sizes, PyObject* strides, PyObject* dtype, int64_t bytes);
 
 // Bytes held by free blocks (tests).
 int64_t buffer_pool_cached_bytes();

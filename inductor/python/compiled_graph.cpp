@@ -13,6 +13,7 @@
 #include "inductor/python/channels_last_inputs.h"
 #include "inductor/python/packed_linear.h"
 #include "inductor/python/prepared_call.h"
+#include "inductor/python/py_ref.h"
 #include "inductor/python/input_writes.h"
 #include "inductor/python/tensor_check.h"
 #include "inductor/schedule.h"
@@ -29,28 +30,6 @@ namespace {
 constexpr double kParallelWork = 32768;
 constexpr int64_t kMinRootExtent = 256;
 
-// An owned reference that decrefs on scope exit.
-struct Ref {
-  PyObject* p = nullptr;
-  Ref() = default;
-  explicit Ref(PyObject* o) : p(o) {}  // steals
-  Ref(const Ref&) = delete;
-  Ref& operator=(const Ref&) = delete;
-  Ref(Ref&& o) noexcept : p(o.p) { o.p = nullptr; }
-  Ref& operator=(Ref&& o) noexcept {
-    std::swap(p, o.p);
-    return *this;
-  }
-  ~Ref() { Py_XDECREF(p); }
-  PyObject* get() const { return p; }
-  PyObject* release() {
-    PyObject* r = p;
-    p = nullptr;
-    return r;
-  }
-  explicit operator bool() const { return p != nullptr; }
-};
-
 Ref int_tuple(const std::vector<int64_t>& v) {
   Ref t(PyTuple_New(static_cast<Py_ssize_t>(v.size())));
   for (size_t i = 0; i < v.size(); ++i) PyTuple_SET_ITEM(t.get(), static_cast<Py_ssize_t>(i), PyLong_FromLongLong(v[i]));
@@ -59,8 +38,9 @@ Ref int_tuple(const std::vector<int64_t>& v) {
 
 // Whether MKL's packed GEMM may run linear(input, weight, bias) (extern call `args`, in that schema
 // order): float32 CPU tensors, the weight a graph input, 2-d and contiguous. Sets the product's
-// row count and in_features.
-bool packable_linear(const Graph& g, const OpDef& op, const std::vector<Value>& args, int64_t* rows, int64_t* k) {
+// row count, in_features and out_features.
+bool packable_linear(const Graph& g, const OpDef& op, const std::vector<Value>& args, int64_t* rows, int64_t* k,
+                     int64_t* n) {
   if (op.schema.index_of("input") != 0 || op.schema.index_of("weight") != 1 || op.schema.index_of("bias") != 2) return false;
   const Value &in = args[0], &w = args[1], &b = args[2];
   if (!in.is_node() || !w.is_node() || !(b.is_none() || b.is_node())) return false;
@@ -75,8 +55,9 @@ bool packable_linear(const Graph& g, const OpDef& op, const std::vector<Value>& 
   if (wm.dim() != 2 || !wm.is_contiguous() || xm.dim() < 2 || wm.sizes[1] == 0 || xm.sizes.back() != wm.sizes[1])
     return false;
   *k = wm.sizes[1];
+  *n = wm.sizes[0];
   *rows = xm.numel() / *k;
-  return *rows > 0;
+  return *rows > 0 && *n > 0;
 }
 
 void throw_py(const std::string& what) {
@@ -228,6 +209,7 @@ struct CompiledGraph::Plan {
   std::vector<NodeId> placeholders;
   std::vector<std::vector<int>> kernel_bufs;
   bool any_parallel = false;  // some kernel has enough work to be split across threads
+  int packed_linears = 0;     // externs with a PackedLinear (they copy biases on several threads)
   bool check_inputs = true;   // see the constructor
   struct Extern {
     std::unique_ptr<PreparedCall> call;    // null: a GetItem
@@ -384,9 +366,10 @@ CompiledGraph::CompiledGraph(const Graph& g) {
       if (PyObject* fn = op_callable(e.op)) x.call = std::make_unique<PreparedCall>(fn, op, e.args);
       x.matmul = op.name == "linear" || op.name == "matmul" || op.name == "op_matmul" || op.name == "mm" || op.name == "bmm";
       if (op.name == "linear" && e.result >= 0 && config().cpu_pack_linear_weights) {
-        int64_t rows = 0, k = 0;
-        if (packable_linear(prog_->graph, op, e.args, &rows, &k) && packed_linear_available()) {
-          x.packed = std::make_unique<PackedLinear>(rows, k, pl.bufs[static_cast<size_t>(e.result)].sizes.get());
+        int64_t rows = 0, k = 0, n = 0;
+        const auto& pb = pl.bufs[static_cast<size_t>(e.result)];
+        if (packable_linear(prog_->graph, op, e.args, &rows, &k, &n) && pb.contiguous && packed_linear_available()) {
+          x.packed = std::make_unique<PackedLinear>(rows, k, n, pb.sizes.get(), pb.strides.get(), pb.bytes);
           ++packed_linears;
           pl.check_inputs = true;  // the packed copy assumes the traced weight layout
         }
@@ -403,6 +386,7 @@ CompiledGraph::CompiledGraph(const Graph& g) {
       }
     }
   }
+  pl.packed_linears = packed_linears;
   if (packed_linears > 0 && log_enabled(LogArtifact::schedule))
     log_emit(LogArtifact::schedule, "packed weights: " + std::to_string(packed_linears) +
                                         " linear layer(s) run MKL's packed GEMM once their weight is seen unchanged on two calls");
@@ -425,11 +409,6 @@ int64_t CompiledGraph::packed_linear_calls() const {
 
 namespace {
 
-// NB: cpu_buffer_pool_mb = 0 also takes the pool out of the allocation path: every tensor then
-// comes from torch's allocator (e.g. for callers that grow outputs with resize_ or move them to
-// shared memory, which a pooled tensor's fixed-size storage does not allow).
-bool pool_on() { return config().cpu_buffer_pool_mb > 0; }
-
 bool requires_grad(PyObject* t) {
   if (t == Py_None) return false;
   Ref r(PyObject_GetAttrString(t, "requires_grad"));
@@ -448,7 +427,7 @@ bool requires_grad(PyObject* t) {
 PyObject* CompiledGraph::matmul_into_pool(const std::string& op, const std::vector<PyObject*>& operands, int result) {
   Plan& pl = *plan_;
   const auto& pb = pl.bufs[static_cast<size_t>(result)];
-  if (!pool_on() || pb.bytes < kPoolMinBytes || !pb.contiguous) return nullptr;
+  if (!buffer_pool_on() || pb.bytes < kPoolMinBytes || !pb.contiguous) return nullptr;
   for (PyObject* o : operands)
     if (requires_grad(o)) return nullptr;
   Ref out(pooled_empty_strided(pb.sizes.get(), pb.strides.get(), pb.dtype.get(), pb.bytes));
@@ -595,7 +574,7 @@ PyObject* CompiledGraph::run(PyObject* const* inputs, size_t n) {
   for (size_t s = 0; s < slots.size(); ++s) {
     int64_t bytes = std::max<int64_t>(p.slot_bytes[s], 1);
     Ref size(PyTuple_Pack(1, Ref(PyLong_FromLongLong(bytes)).get()));
-    if (pool_on() && bytes >= kPoolMinBytes) {
+    if (buffer_pool_on() && bytes >= kPoolMinBytes) {
       Ref stride(Py_BuildValue("(i)", 1));
       slots[s] = Ref(pooled_empty_strided(size.get(), stride.get(), pl.uint8.get(), bytes));
     } else {
@@ -612,12 +591,7 @@ PyObject* CompiledGraph::run(PyObject* const* inputs, size_t n) {
     }
     const auto& pb = pl.bufs[b];
     if (!pb.allocate) continue;
-    if (pool_on() && pb.bytes >= kPoolMinBytes) {
-      tensors[b] = pooled_empty_strided(pb.sizes.get(), pb.strides.get(), pb.dtype.get(), pb.bytes);
-    } else {
-      PyObject* args[3] = {pb.sizes.get(), pb.strides.get(), pb.dtype.get()};
-      tensors[b] = PyObject_Vectorcall(pl.empty_strided.get(), args, 2, pl.dtype_kwnames.get());
-    }
+    tensors[b] = cpu_empty_strided(pb.sizes.get(), pb.strides.get(), pb.dtype.get(), pb.bytes);
     if (!tensors[b]) return nullptr;
     if (pb.kernel_reads) {
       ptrs[b] = tensor_data_ptr(tensors[b]);
@@ -642,7 +616,7 @@ PyObject* CompiledGraph::run(PyObject* const* inputs, size_t n) {
   };
 
   int threads = 1;
-  if (pl.any_parallel) {
+  if (pl.any_parallel || pl.packed_linears > 0) {
     threads = static_cast<int>(config().cpu_threads);
     if (threads <= 0) {
       Ref nt(PyObject_CallNoArgs(pl.get_num_threads.get()));
@@ -688,9 +662,9 @@ PyObject* CompiledGraph::run(PyObject* const* inputs, size_t n) {
         Ref a[3];
         for (size_t i = 0; i < 3; ++i)
           if (!(a[i] = Ref(value_to_py(e.args[i], node_objs.data))).get()) return nullptr;
-        result = Ref(x.packed->call(a[0].get(), a[1].get(), a[2].get()));
+        result = Ref(x.packed->call(a[0].get(), a[1].get(), a[2].get(), threads));
       }
-      if (!result && e.result >= 0 && x.matmul && pool_on() && pl.bufs[static_cast<size_t>(e.result)].bytes >= kPoolMinBytes) {
+      if (!result && e.result >= 0 && x.matmul && buffer_pool_on() && pl.bufs[static_cast<size_t>(e.result)].bytes >= kPoolMinBytes) {
         std::vector<Ref> owned;
         std::vector<PyObject*> operands;
         for (const Value& v : e.args) {

@@ -1,7 +1,11 @@
 """CPU linear layers through MKL's packed GEMM (config cpu_pack_linear_weights,
 inductor/python/packed_linear.h): float32 weights that are graph inputs are packed once they are
 seen unchanged on two calls, repacked when they change, and never packed when they change every
-call. Where torch has no torch.ops.mkl._mkl_linear (1.13) the layers run the ordinary linear."""
+call. The products equal torch.ops.mkl._mkl_linear's bit for bit and are written into the runtime's
+own outputs (pooled when large). Where torch carries no MKL (Debian's 1.13) the layers run the
+ordinary linear."""
+import gc
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -20,12 +24,20 @@ pytestmark = [
 
 def _has_packed_linear():
     try:
-        return bool(torch.backends.mkl.is_available()) and hasattr(torch.ops.mkl, "_mkl_linear")
+        return bool(torch.backends.mkl.is_available())
+    except (AttributeError, RuntimeError):
+        return False
+
+
+def _has_mkl_linear():
+    try:
+        return PACKED and hasattr(torch.ops.mkl, "_mkl_linear")
     except (AttributeError, RuntimeError):
         return False
 
 
 PACKED = _has_packed_linear()
+MKL_LINEAR = _has_mkl_linear()
 TOL = dict(rtol=1e-5, atol=1e-5)
 
 
@@ -214,3 +226,73 @@ def test_two_threads_bringing_different_weights_through_one_graph_get_their_own(
     errors = run_threads(work, [(0,), (1,)], switch_interval=1e-5)
     assert not errors, f"{len(errors)} wrong results, first: {errors[0]!r}"
     assert len(graphs) == 1
+
+
+def _linear_graph(x, w, b):
+    """A compiled graph of F.linear(x, w, b) (b may be None) whose weight is a graph input."""
+    def f(x, w, *b):
+        return (F.linear(x, w, *b),)
+
+    compiled, graphs = _compiled(f)
+    args = (x, w) if b is None else (x, w, b)
+    return (lambda: compiled(*args)[0]), graphs
+
+
+@pytest.mark.skipif(not MKL_LINEAR, reason="this torch has no torch.ops.mkl._mkl_linear to compare with")
+@pytest.mark.parametrize("shape, n, bias", [((256, 96), 80, True), ((2, 7, 33), 130, True), ((64, 48), 1000, False),
+                                            ((1, 5), 3, True)])
+def test_products_equal_mkls_packed_linear_bit_for_bit(shape, n, bias):
+    torch.manual_seed(0)
+    x, w = torch.randn(*shape), torch.randn(n, shape[-1])
+    b = torch.randn(n) if bias else None
+    run, graphs = _linear_graph(x, w, b)
+    rows = x.numel() // shape[-1]
+    want = torch.ops.mkl._mkl_linear(x, torch.ops.mkl._mkl_reorder_linear_weight(w, rows), w, b, rows)
+    with torch.no_grad():
+        for _ in range(3):
+            got = run()
+    assert graphs[0].packed_linear_calls == 2
+    assert got.shape == want.shape and got.stride() == want.stride()
+    assert torch.equal(got, want)
+
+
+@pytest.mark.skipif(not PACKED, reason="this torch carries no MKL: no packed product to test")
+def test_a_large_packed_output_comes_from_the_pool_and_its_memory_is_reused():
+    # 64 x 8192 float32 = 2 MB, above the pool's threshold: the second product on the same memory
+    # needs no fresh pages.
+    torch.manual_seed(0)
+    x, w = torch.randn(64, 32), torch.randn(8192, 32)
+    run, graphs = _linear_graph(x, w, None)
+    want = F.linear(x, w)
+    seen = set()
+    with torch.no_grad():
+        for _ in range(3):
+            a = run()
+            seen.add(a.data_ptr())
+            torch.testing.assert_close(a, want, **TOL)
+            del a
+            gc.collect()
+        b = run()
+    assert len(seen) == 1 and b.data_ptr() in seen  # each call's block freed, then reused
+    assert b._base is None and b.is_contiguous()
+    torch.testing.assert_close(b, want, **TOL)
+    assert graphs[0].packed_linear_calls == 3
+    with pytest.raises(RuntimeError):
+        b.resize_(2 * b.numel())  # a pooled block, not torch's allocation: it cannot grow
+    with framefuse.config.patch(cpu_buffer_pool_mb=0), torch.no_grad():
+        c = run()
+        c.resize_(2 * c.numel())  # torch's own storage: it can grow
+    assert graphs[0].packed_linear_calls == 4
+
+
+def test_an_input_of_other_strides_runs_the_ordinary_linear():
+    # The packed product reads its input as a dense row-major matrix: a transposed one (traced so)
+    # goes to torch's linear.
+    torch.manual_seed(0)
+    x, w, b = torch.randn(48, 6).t(), torch.randn(20, 48), torch.randn(20)
+    run, graphs = _linear_graph(x, w, b)
+    with torch.no_grad():
+        for _ in range(3):
+            _check((run(),), (F.linear(x, w, b),))
+    assert graphs[0].packed_linears == (1 if PACKED else 0)
+    assert graphs[0].packed_linear_calls == 0
