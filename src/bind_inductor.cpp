@@ -7,6 +7,7 @@
 #include "inductor/loop_ir.h"
 #include "inductor/parallel.h"
 #include "inductor/python/compiled_graph.h"
+#include "inductor/python/replay_inputs.h"
 #include "inductor/schedule.h"
 #include "src/errors.h"
 
@@ -88,6 +89,23 @@ void define_inductor(py::module_& m) {
       .def_property_readonly("compile_ms", [](const inductor::CompiledGraph& self) {
         return self.compiled().module ? self.compiled().module->compile_ms : 0.0;
       });
+
+  py::class_<inductor::ReplayInputs>(ind, "ReplayInputs",
+                                     "The inputs a CUDA graph was recorded with, checked before each replay "
+                                     "(framefuse.cuda.CudaGraphReplay): in-place inputs the same objects at the "
+                                     "same addresses, copied tensors of the recorded layout and device, other "
+                                     "values equal.")
+      .def(py::init([](const py::sequence& inputs, const std::vector<bool>& fixed) {
+             std::vector<PyObject*> objs;
+             for (py::handle o : inputs) objs.push_back(o.ptr());  // NB: borrowed, `inputs` holds them
+             return std::make_unique<inductor::ReplayInputs>(objs, fixed);
+           }),
+           py::arg("inputs"), py::arg("fixed"))
+      .def("matches", [](inductor::ReplayInputs& self, const py::tuple& inputs) {
+        int ok = self.matches(&PyTuple_GET_ITEM(inputs.ptr(), 0), static_cast<size_t>(PyTuple_GET_SIZE(inputs.ptr())));
+        if (ok < 0) throw py::error_already_set();
+        return ok == 1;
+      }, py::arg("inputs"), "Whether these inputs (a tuple) fit the recording.");
 }
 
 }  // namespace ff
