@@ -258,31 +258,34 @@ def test_products_equal_mkls_packed_linear_bit_for_bit(shape, n, bias):
 
 @pytest.mark.skipif(not PACKED, reason="this torch carries no MKL: no packed product to test")
 def test_a_large_packed_output_comes_from_the_pool_and_its_memory_is_reused():
-    # 64 x 8192 float32 = 2 MB, above the pool's threshold: the second product on the same memory
-    # needs no fresh pages.
+    # 64 x 8192 float32 = 2 MB, above the pool's threshold: the products reuse freed blocks, whose
+    # pages are mapped already.
     torch.manual_seed(0)
     x, w = torch.randn(64, 32), torch.randn(8192, 32)
     run, graphs = _linear_graph(x, w, None)
     want = F.linear(x, w)
-    seen = set()
     with torch.no_grad():
-        for _ in range(3):
+        for _ in range(3):  # compile, first sighting of the weight, packing
+            run()
+        gc.collect()
+        seen = set()
+        for _ in range(6):
             a = run()
             seen.add(a.data_ptr())
             torch.testing.assert_close(a, want, **TOL)
             del a
-            gc.collect()
         b = run()
-    assert len(seen) == 1 and b.data_ptr() in seen  # each call's block freed, then reused
+    # NB: the pool may also hold a block the compile's own first run freed: two at the most.
+    assert len(seen) <= 2 and b.data_ptr() in seen
     assert b._base is None and b.is_contiguous()
     torch.testing.assert_close(b, want, **TOL)
-    assert graphs[0].packed_linear_calls == 3
+    assert graphs[0].packed_linear_calls == 9
     with pytest.raises(RuntimeError):
         b.resize_(2 * b.numel())  # a pooled block, not torch's allocation: it cannot grow
     with framefuse.config.patch(cpu_buffer_pool_mb=0), torch.no_grad():
         c = run()
         c.resize_(2 * c.numel())  # torch's own storage: it can grow
-    assert graphs[0].packed_linear_calls == 4
+    assert graphs[0].packed_linear_calls == 10
 
 
 def test_an_input_of_other_strides_runs_the_ordinary_linear():
