@@ -191,7 +191,7 @@ void clear_memory_cache() {
 
 // Python objects prepared once per compiled graph.
 struct CompiledGraph::Plan {
-  Ref torch, tensor_type, empty_strided, empty, as_strided, get_num_threads, uint8, matmul, addmm;
+  Ref torch, tensor_type, empty_strided, as_strided, get_num_threads, uint8, matmul, addmm;
   Ref dtype_kwnames;                    // ("dtype",)
   Ref storage_offset_name;
   struct Buf {
@@ -280,7 +280,6 @@ CompiledGraph::CompiledGraph(const Graph& g) {
   };
   pl.tensor_type = attr(pl.torch.get(), "Tensor");
   pl.empty_strided = attr(pl.torch.get(), "empty_strided");
-  pl.empty = attr(pl.torch.get(), "empty");
   pl.as_strided = attr(pl.torch.get(), "as_strided");
   pl.get_num_threads = attr(pl.torch.get(), "get_num_threads");
   pl.uint8 = attr(pl.torch.get(), "uint8");
@@ -394,11 +393,7 @@ CompiledGraph::CompiledGraph(const Graph& g) {
 
 CompiledGraph::~CompiledGraph() = default;
 
-int CompiledGraph::packed_linears() const {
-  int n = 0;
-  for (const auto& x : plan_->externs) n += x.packed != nullptr;
-  return n;
-}
+int CompiledGraph::packed_linears() const { return plan_->packed_linears; }
 
 int64_t CompiledGraph::packed_linear_calls() const {
   int64_t n = 0;
@@ -574,13 +569,8 @@ PyObject* CompiledGraph::run(PyObject* const* inputs, size_t n) {
   for (size_t s = 0; s < slots.size(); ++s) {
     int64_t bytes = std::max<int64_t>(p.slot_bytes[s], 1);
     Ref size(PyTuple_Pack(1, Ref(PyLong_FromLongLong(bytes)).get()));
-    if (buffer_pool_on() && bytes >= kPoolMinBytes) {
-      Ref stride(Py_BuildValue("(i)", 1));
-      slots[s] = Ref(pooled_empty_strided(size.get(), stride.get(), pl.uint8.get(), bytes));
-    } else {
-      PyObject* args[2] = {size.get(), pl.uint8.get()};
-      slots[s] = Ref(PyObject_Vectorcall(pl.empty.get(), args, 1, pl.dtype_kwnames.get()));
-    }
+    Ref stride(Py_BuildValue("(i)", 1));
+    slots[s] = Ref(cpu_empty_strided(size.get(), stride.get(), pl.uint8.get(), bytes));
     if (!slots[s]) return nullptr;
   }
   for (size_t b = 0; b < nb; ++b) {

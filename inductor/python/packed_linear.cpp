@@ -83,35 +83,10 @@ bool check_available() {
   return ok;
 }
 
-// Whether autograd would record this product: MKL's product has no derivative. 1, 0, or -1 with
-// a Python error set.
-int needs_autograd(PyObject* const* ts, size_t n) {
-  const ff_torch_native_api* api = torch_native();
-  bool any = false;
-  for (size_t i = 0; i < n && !any; ++i) {
-    if (ts[i] == Py_None) continue;
-    ff_native_tensor_meta m;
-    if (api && api->tensor_meta(ts[i], &m)) {
-      any = m.requires_grad != 0;
-      continue;
-    }
-    PyObject* r = PyObject_GetAttrString(ts[i], "requires_grad");
-    if (!r) return -1;
-    any = r == Py_True;
-    Py_DECREF(r);
-  }
-  if (!any) return 0;
-  if (api) return api->grad_enabled();
-  PyObject* g = PyObject_CallNoArgs(g_is_grad_enabled);
-  if (!g) return -1;
-  int on = g == Py_True;
-  Py_DECREF(g);
-  return on;
-}
-
 // Whether `t` is a contiguous float32 CPU tensor of `numel` elements whose last size is `cols`
-// (and, with `rows` >= 0, a `rows` × `cols` matrix). 1, 0, or -1 with a Python error set.
-int float_matrix(PyObject* t, int64_t numel, int64_t cols, int64_t rows) {
+// (and, with `rows` >= 0, a `rows` × `cols` matrix): 1, 0, or -1 with a Python error set. Where it
+// is, *requires_grad is or-ed with the tensor's.
+int float_matrix(PyObject* t, int64_t numel, int64_t cols, int64_t rows, bool* requires_grad) {
   constexpr int32_t kFloat = 6, kCpu = 0;  // c10::ScalarType::Float, c10::DeviceType::CPU
   if (const ff_torch_native_api* api = torch_native()) {
     ff_native_tensor_meta m;
@@ -123,6 +98,7 @@ int float_matrix(PyObject* t, int64_t numel, int64_t cols, int64_t rows) {
         if (m.sizes[d] != 1 && m.strides[d] != expect) return 0;
         expect *= m.sizes[d];
       }
+      *requires_grad |= m.requires_grad != 0;
       return expect == numel;
     }
   }
@@ -132,7 +108,8 @@ int float_matrix(PyObject* t, int64_t numel, int64_t cols, int64_t rows) {
   if (dtype.get() != g_float32) return 0;
   Ref cpu(PyObject_GetAttrString(t, "is_cpu")), contig(PyObject_CallMethod(t, "is_contiguous", nullptr));
   Ref shape(PyObject_GetAttrString(t, "shape")), count(PyObject_CallMethod(t, "numel", nullptr));
-  if (!cpu || !contig || !shape || !count) return -1;
+  Ref grad(PyObject_GetAttrString(t, "requires_grad"));
+  if (!cpu || !contig || !shape || !count || !grad) return -1;
   Py_ssize_t dim = PyObject_Length(shape.get());
   if (dim < 1 || cpu.get() != Py_True || contig.get() != Py_True || PyLong_AsLongLong(count.get()) != numel) return 0;
   Ref last(PySequence_GetItem(shape.get(), dim - 1));
@@ -143,7 +120,18 @@ int float_matrix(PyObject* t, int64_t numel, int64_t cols, int64_t rows) {
     if (!first) return -1;
     if (dim != 2 || PyLong_AsLongLong(first.get()) != rows) return 0;
   }
+  *requires_grad |= grad.get() == Py_True;
   return 1;
+}
+
+// torch.is_grad_enabled(): 1, 0, or -1 with a Python error set.
+int grad_enabled() {
+  if (const ff_torch_native_api* api = torch_native()) return api->grad_enabled();
+  PyObject* g = PyObject_CallNoArgs(g_is_grad_enabled);
+  if (!g) return -1;
+  int on = g == Py_True;
+  Py_DECREF(g);
+  return on;
 }
 
 // Rows [begin, end) of the output (buffers[0], buffers[2] floats each) set to the bias (buffers[1]).
@@ -214,13 +202,13 @@ PyObject* PackedLinear::pack(PyObject* w) {
 }
 
 PyObject* PackedLinear::try_call(PyObject* x, PyObject* w, PyObject* bias, int threads) {
-  PyObject* operands[3] = {x, w, bias};
-  int grad = needs_autograd(operands, 3);
-  if (grad != 0) return nullptr;  // (an error, if any, stays set for the caller)
-  int fits = float_matrix(x, rows_ * k_, k_, -1);
-  if (fits == 1) fits = float_matrix(w, n_ * k_, k_, n_);
-  if (fits == 1 && bias != Py_None) fits = float_matrix(bias, n_, n_, -1);
-  if (fits != 1) return nullptr;
+  // Each operand's layout, and whether autograd would record the product (MKL's has no derivative).
+  bool requires_grad = false;
+  int fits = float_matrix(x, rows_ * k_, k_, -1, &requires_grad);
+  if (fits == 1) fits = float_matrix(w, n_ * k_, k_, n_, &requires_grad);
+  if (fits == 1 && bias != Py_None) fits = float_matrix(bias, n_, n_, -1, &requires_grad);
+  if (fits == 1 && requires_grad) fits = grad_enabled() == 0;  // on, or an error (set): not this path
+  if (fits != 1) return nullptr;  // (an error, if any, stays set for the caller)
   TensorStamp stamp;
   if (!tensor_stamp(w, &stamp)) return nullptr;
   // NB: `packed` is this call's own reference: the GIL is released while packing and multiplying,

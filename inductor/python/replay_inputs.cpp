@@ -3,20 +3,20 @@
 #include <string>
 
 #include "src/errors.h"
+#include "src/gil_once.h"
 
 namespace ff::inductor {
 
 namespace {
 
 PyObject* tensor_type() {
-  static PyObject* t = nullptr;  // NB: leaked, filled under the GIL
-  if (!t) {
-    if (PyObject* torch = PyImport_ImportModule("torch")) {
-      t = PyObject_GetAttrString(torch, "Tensor");
-      Py_DECREF(torch);
-    }
-  }
-  return t;
+  static PyObject* t = nullptr;
+  return gil_once(t, []() -> PyObject* {
+    PyObject* torch = PyImport_ImportModule("torch");
+    PyObject* r = torch ? PyObject_GetAttrString(torch, "Tensor") : nullptr;
+    Py_XDECREF(torch);
+    return r;
+  });
 }
 
 [[noreturn]] void fail(const char* what) {
@@ -47,16 +47,19 @@ ReplayInputs::ReplayInputs(const std::vector<PyObject*>& inputs, const std::vect
     }
     PyObject* device = PyObject_GetAttrString(t, "device");
     if (!device) fail("no device");
-    if (!device_) {
-      device_ = device;
-      layouts_ = std::make_unique<LayoutCheck>(device_);
-    } else {
-      int same = PyObject_RichCompareBool(device, device_, Py_EQ);
-      Py_DECREF(device);
-      if (same != 1) {
-        PyErr_Clear();
-        throw UserError("the copied inputs are on more than one device");
+    Device* at = nullptr;
+    for (Device& d : devices_) {
+      int same = PyObject_RichCompareBool(device, d.device, Py_EQ);
+      if (same < 0) fail("cannot compare devices");
+      if (same) {
+        at = &d;
+        break;
       }
+    }
+    if (at) {
+      Py_DECREF(device);
+    } else {
+      at = &devices_.emplace_back(Device{device, std::make_unique<LayoutCheck>(device), {}, {}});
     }
     PyObject* dtype = PyObject_GetAttrString(t, "dtype");
     PyObject* shape = dtype ? PyObject_GetAttrString(t, "shape") : nullptr;
@@ -66,20 +69,22 @@ ReplayInputs::ReplayInputs(const std::vector<PyObject*>& inputs, const std::vect
     for (PyObject* o : {dtype, sizes, strides})
       if (o) owned_.push_back(o);
     if (!strides) fail("cannot read a tensor's layout");
-    layouts_->add(dtype, sizes, strides);
-    copied_.push_back(i);
+    at->layouts->add(dtype, sizes, strides);
+    at->indices.push_back(i);
   }
-  scratch_.resize(copied_.size());
+  for (Device& d : devices_) d.scratch.resize(d.indices.size());
 }
 
 ReplayInputs::~ReplayInputs() {
   if (!Py_IsInitialized()) return;
   PyGILState_STATE st = PyGILState_Ensure();
-  layouts_.reset();
+  for (Device& d : devices_) {
+    d.layouts.reset();
+    Py_DECREF(d.device);
+  }
   for (auto& f : fixed_) Py_DECREF(f.tensor);
   for (auto& [i, v] : values_) Py_DECREF(v);
   for (PyObject* o : owned_) Py_DECREF(o);
-  Py_XDECREF(device_);
   PyGILState_Release(st);
 }
 
@@ -98,9 +103,12 @@ int ReplayInputs::matches(PyObject* const* inputs, size_t n) {
     int eq = PyObject_RichCompareBool(got, v, Py_EQ);
     if (eq != 1) return eq;
   }
-  if (!layouts_) return 1;
-  for (size_t k = 0; k < copied_.size(); ++k) scratch_[k] = inputs[copied_[k]];
-  return layouts_->check(scratch_.data());
+  for (Device& d : devices_) {
+    for (size_t k = 0; k < d.indices.size(); ++k) d.scratch[k] = inputs[d.indices[k]];
+    int ok = d.layouts->check(d.scratch.data());
+    if (ok != 1) return ok;
+  }
+  return 1;
 }
 
 }  // namespace ff::inductor

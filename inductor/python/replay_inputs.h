@@ -18,8 +18,7 @@ namespace ff::inductor {
 
 class ReplayInputs {
  public:
-  // `inputs` (borrowed) as recorded; fixed[i]: input i is read in place. Needs the GIL. Throws
-  // UserError when the copied tensors are on more than one device (the caller then checks in Python).
+  // `inputs` (borrowed) as recorded; fixed[i]: input i is read in place. Needs the GIL.
   ReplayInputs(const std::vector<PyObject*>& inputs, const std::vector<bool>& fixed);
   ReplayInputs(const ReplayInputs&) = delete;
   ReplayInputs& operator=(const ReplayInputs&) = delete;
@@ -35,14 +34,18 @@ class ReplayInputs {
     PyObject* tensor;  // strong
     void* data;
   };
+  // The copied tensors on one device (a LayoutCheck checks one device).
+  struct Device {
+    PyObject* device;             // strong
+    std::unique_ptr<LayoutCheck> layouts;
+    std::vector<size_t> indices;  // of the inputs it checks
+    std::vector<PyObject*> scratch;  // those inputs in one call
+  };
   size_t n_ = 0;
   std::vector<Fixed> fixed_;
-  std::vector<size_t> copied_;                          // indices of the copied tensors
-  std::vector<std::pair<size_t, PyObject*>> values_;   // index, recorded value (strong)
-  std::vector<PyObject*> owned_;                        // dtypes, sizes and strides LayoutCheck borrows
-  PyObject* device_ = nullptr;                          // strong
-  std::unique_ptr<LayoutCheck> layouts_;
-  std::vector<PyObject*> scratch_;                      // the copied tensors of one call
+  std::vector<std::pair<size_t, PyObject*>> values_;  // index, recorded value (strong)
+  std::vector<PyObject*> owned_;                       // dtypes, sizes and strides the checks borrow
+  std::vector<Device> devices_;
 };
 
 }  // namespace ff::inductor

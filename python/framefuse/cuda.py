@@ -183,10 +183,9 @@ class CudaGraphReplay:
         self._cuda_graph = None
         self._static_in = None
         self._static_out = None
-        self._sig = None
         self._inputs = None  # _C.inductor.ReplayInputs of the recording
         self._first_ids = None
-        self._fixed = []  # (index, tensor, data_ptr, version) of inputs used in place
+        self._derived = []  # (tensor, version) of the in-place inputs weights are converted or folded from
         self._no_graph = False
         self._training = None  # TrainingGraphReplay, made on the first call that needs autograd
         self._precision = None  # _precision_state() when recorded
@@ -196,15 +195,6 @@ class CudaGraphReplay:
 
     def __getattr__(self, name):
         return getattr(self._compiled, name)
-
-    @staticmethod
-    def _signature(inputs):
-        return tuple((t.shape, t.stride(), t.dtype, t.device) if isinstance(t, torch.Tensor) else ("obj", t)
-                     for t in inputs)
-
-    def _matches(self, inputs):
-        return self._signature(inputs) == self._sig and all(
-            inputs[i] is t and t.data_ptr() == ptr for i, t, ptr, _ in self._fixed)
 
     def _record(self, inputs):
         mod = getattr(self._compiled, "_mod", None)
@@ -225,8 +215,7 @@ class CudaGraphReplay:
             self._no_graph = True
             return False
         self._static_in = [t if f else t.clone() if isinstance(t, torch.Tensor) else t for t, f in zip(inputs, fixed)]
-        self._fixed = [(i, t, t.data_ptr(), t._version if i in derived else None)
-                       for i, (t, f) in enumerate(zip(inputs, fixed)) if f]
+        self._derived = [(inputs[i], inputs[i]._version) for i in sorted(derived)]
         stream = _capture_stream()
         with torch.cuda.stream(stream):
             self._compiled(*self._static_in)  # warm up: module load, allocator pools
@@ -237,11 +226,7 @@ class CudaGraphReplay:
             self._static_out = self._compiled(*self._static_in)
         _release_cublas_workspaces()
         self._cuda_graph = g
-        self._sig = self._signature(inputs)
-        try:  # the same check in one C++ call (None: inputs on several devices, checked here)
-            self._inputs = _C.inductor.ReplayInputs(inputs, fixed)
-        except _C.UserError:
-            self._inputs = None
+        self._inputs = _C.inductor.ReplayInputs(inputs, fixed)
         self._precision = _precision_state(self._cudnn)
         return True
 
@@ -266,7 +251,7 @@ class CudaGraphReplay:
                 return self._compiled(*inputs)
             if not self._record(inputs):
                 return self._compiled(*inputs)
-        elif not (self._inputs.matches(inputs) if self._inputs is not None else self._matches(inputs)):
+        elif not self._inputs.matches(inputs):
             _hint("reduce-overhead: inputs differ from the recorded CUDA graph's (shape, stride, dtype, "
                   "device, or another tensor where a module's parameter was recorded); running without the "
                   "CUDA graph")
@@ -274,7 +259,7 @@ class CudaGraphReplay:
         elif _precision_state(self._cudnn) != self._precision:
             _hint("reduce-overhead: " + _PRECISION_HINT)
             return self._compiled(*inputs)
-        elif any(v is not None and t._version != v for _, t, _, v in self._fixed):
+        elif any(t._version != v for t, v in self._derived):
             # A converted or folded weight changed in place: its derived copy is made again.
             self._first_ids = [id(t) for t in inputs]
             self._compiled(*inputs)

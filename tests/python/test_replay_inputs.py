@@ -50,10 +50,13 @@ def test_every_difference_is_a_mismatch(change):
     assert check.matches(inputs) == (change not in ("param moved",))
 
 
-def test_copied_inputs_on_two_devices_are_refused():
-    # The caller then checks in Python (one device per check here).
-    with pytest.raises(_C.UserError, match="more than one device"):
-        _C.inductor.ReplayInputs((torch.randn(2), torch.empty(2, device="meta")), [False, False])
+def test_copied_inputs_on_two_devices_are_checked_each_on_its_own():
+    cpu, meta = torch.randn(2), torch.empty(3, device="meta")
+    check = _C.inductor.ReplayInputs((cpu, meta), [False, False])
+    assert check.matches((torch.randn(2), torch.empty(3, device="meta")))
+    assert not check.matches((torch.randn(2), torch.empty(4, device="meta")))  # the meta tensor's size
+    assert not check.matches((torch.randn(3), torch.empty(3, device="meta")))  # the CPU tensor's size
+    assert not check.matches((torch.empty(3, device="meta"), torch.randn(2)))  # swapped devices
 
 
 def test_fixed_must_give_one_flag_per_input():
