@@ -1,6 +1,6 @@
 """Host time of a reduce-overhead replay with its input check in C++ (_C.inductor.ReplayInputs, one
-call) against the same check in Python (a loop over every input), the two taking turns on one
-recorded CUDA graph. resnet18 brings ~100 inputs (its parameters and the batch); at batch 1 the
+call) against the same check in Python (a loop over every input: what framefuse.cuda.CudaGraphReplay
+ran before, kept here as `PythonCheck`), the two taking turns on one recorded CUDA graph. resnet18 brings ~100 inputs (its parameters and the batch); at batch 1 the
 replay is host-bound.
 
     PYTHONPATH=python python3 benchmarks/gpu_replay_inputs.py [--batches 1,32] [--rounds 15] [--calls 200]
@@ -18,6 +18,28 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import framefuse  # noqa: E402
 from framefuse import cuda  # noqa: E402
 from benchmarks.workloads.models import build_resnet18  # noqa: E402
+
+
+class PythonCheck:
+    """The Python input check replays made before _C.inductor.ReplayInputs: a signature of every
+    input (shape, strides, dtype and device of tensors, the value of others) and, per in-place
+    input, the same object at the same address."""
+
+    def __init__(self, inputs, fixed):
+        self._sig = self._signature(inputs)
+        self._fixed = [(i, t, t.data_ptr()) for i, (t, f) in enumerate(zip(inputs, fixed)) if f]
+        self.misses = 0  # calls it sent off the CUDA graph: none, or the timing is not of replays
+
+    @staticmethod
+    def _signature(inputs):
+        return tuple((t.shape, t.stride(), t.dtype, t.device) if isinstance(t, torch.Tensor) else ("obj", t)
+                     for t in inputs)
+
+    def matches(self, inputs):
+        ok = self._signature(inputs) == self._sig and all(
+            inputs[i] is t and t.data_ptr() == ptr for i, t, ptr in self._fixed)
+        self.misses += not ok
+        return ok
 
 
 def _replay_of(model, x):
@@ -61,12 +83,17 @@ def main():
         fn, replay = _replay_of(model, x)
         native = replay._inputs
         n_inputs = len(replay._static_in)
+        # In-place inputs are the recorded call's own objects; the others are copies of its inputs,
+        # of the same layouts.
+        fixed = [id(t) == first for t, first in zip(replay._static_in, replay._first_ids)]
+        python = PythonCheck(replay._static_in, fixed)
         times = {"C++ check": [], "Python check": []}
         for _ in range(args.rounds):
             for name in times:
-                replay._inputs = native if name == "C++ check" else None
+                replay._inputs = native if name == "C++ check" else python
                 times[name].append(_host_us(fn, x, args.calls))
         replay._inputs = native
+        assert python.misses == 0, "the Python check sent calls off the CUDA graph"
         med = {k: statistics.median(v) for k, v in times.items()}
         print(f"resnet18 b{batch} reduce-overhead, {n_inputs} graph inputs: host us per call "
               + ", ".join(f"{k} {v:.1f}" for k, v in med.items())
