@@ -250,16 +250,17 @@ def steady_ms(fn, spec, device, samples=25, max_s=3.0, min_batch_s=0.002):
     return statistics.median(per) * 1e3, (per[(3 * len(per)) // 4] - per[len(per) // 4]) * 1e3 / 2, inner
 
 
-PRECISION = "fp32"  # or "default": torch's own TF32 settings while timing (set by gpu_suite)
+PRECISION = "fp32"  # "default": torch's own TF32 settings while timing; "high": matmuls in TF32 too (gpu_suite)
 
 
 def _timing_precision():
     """After the compared first call(s): with PRECISION "default", torch's own TF32 settings (cuDNN
-    convolutions in TF32, matmuls not) for the timing. Both code paths call cuBLAS and cuDNN at run
-    time, so the flags apply to compiled code as well."""
-    if PRECISION == "default":
+    convolutions in TF32, matmuls not) for the timing; with "high", what
+    torch.set_float32_matmul_precision("high") sets (matmuls in TF32 as well). Both code paths call
+    cuBLAS and cuDNN at run time, so the flags apply to compiled code as well."""
+    if PRECISION in ("default", "high"):
         torch.backends.cudnn.allow_tf32 = True
-        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cuda.matmul.allow_tf32 = PRECISION == "high"
 
 
 def _compare_precision():
@@ -286,9 +287,9 @@ def measure(workload, cname, family, compile_fn, device, tiny, ref, cache_root, 
     if cuda:
         base = torch.cuda.memory_allocated()
         torch.cuda.reset_peak_memory_stats()
-    # NB: with PRECISION "default" an inference workload's cold call runs as a user's would, under
+    # NB: with PRECISION "default" or "high" an inference workload's cold call runs as a user's would, under
     # torch's own settings (a compiler may choose layouts by them); the compared call follows.
-    user_settings_cold = PRECISION == "default" and spec.kind != "train"
+    user_settings_cold = PRECISION != "fp32" and spec.kind != "train"
     if user_settings_cold:
         _timing_precision()
     t0 = time.perf_counter()

@@ -43,7 +43,7 @@ MEASURED = ("steady_ms: median ms per step, CUDA-event timed batches after warm-
             "warm-up beyond the model and inputs; max_abs_err / rel_err: against eager from the same seed "
             "(inference: first call's outputs; training: 3 steps' losses and the parameters after them), "
             "TF32 off (with --precision default: torch's own settings for the cold call of inference workloads and "
-            "while timing, TF32 off for the compared call)")
+            "while timing, TF32 off for the compared call; with --precision high: matmuls in TF32 too)")
 
 
 def parse_args(argv):
@@ -54,9 +54,11 @@ def parse_args(argv):
     p.add_argument("--tiny", action="store_true", help="tiny sizes (a check of the code paths, not a benchmark)")
     p.add_argument("--workloads", default=",".join(WORKLOADS), help="comma list; default: all")
     p.add_argument("--contenders", help="comma list of contender families: eager, torch.compile, framefuse")
-    p.add_argument("--precision", choices=("fp32", "default"), default="fp32",
+    p.add_argument("--precision", choices=("fp32", "default", "high"), default="fp32",
                    help="fp32 (default): TF32 off for matmuls and cuDNN convolutions in timing and comparison; "
-                        "default: torch's own settings (cuDNN convolutions in TF32) in timing, TF32 off for the "
+                        "default: torch's own settings (cuDNN convolutions in TF32) in timing; high: "
+                        "torch.set_float32_matmul_precision('high') as well (matmuls in TF32, as nanoGPT's own "
+                        "scripts set and torch.compile's hint suggests) in timing; with either, TF32 off for the "
                         "first call that the error compares")
     p.add_argument("--cap", type=float, default=150, help="seconds one workload may take (all contenders)")
     p.add_argument("--deadline", type=float, default=0,

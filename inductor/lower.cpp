@@ -442,6 +442,48 @@ loop::TensorRef Lowerer::ensure_ref(NodeId id, const std::string& why) {
   return *r.ref;
 }
 
+namespace {
+
+// Whether torch's batched matrix product takes this layout as it is: the batch dims (all but the
+// last two) flatten into one stride, and one of the last two dims is unit-stride (a BLAS operand).
+// Otherwise torch.matmul copies the operand with its generic strided copy first.
+bool batched_blas_layout(const std::vector<int64_t>& sizes, const std::vector<int64_t>& strides) {
+  size_t nd = sizes.size();
+  int64_t inner = -1;  // stride * size of the next batch dim inwards
+  for (size_t d = nd - 2; d-- > 0;) {
+    if (sizes[d] == 1) continue;
+    if (inner >= 0 && strides[d] != inner) return false;
+    inner = strides[d] * sizes[d];
+  }
+  int64_t rows = sizes[nd - 2], cols = sizes[nd - 1];
+  return (strides[nd - 1] == 1 || cols == 1) ? strides[nd - 2] >= std::max<int64_t>(1, cols)
+                                             : strides[nd - 2] == 1 && strides[nd - 1] >= std::max<int64_t>(1, rows);
+}
+
+// Strides for such an operand made afresh: batch dims outermost, the last two in the order the
+// source keeps in memory (so the copy reads and writes along the same dim).
+std::vector<int64_t> batched_operand_strides(const std::vector<int64_t>& sizes, const std::vector<int64_t>& strides) {
+  size_t nd = sizes.size();
+  bool column_major = strides[nd - 1] > strides[nd - 2] && sizes[nd - 1] > 1 && sizes[nd - 2] > 1;
+  std::vector<int64_t> out(nd);
+  int64_t step = 1;
+  if (column_major) {
+    out[nd - 2] = 1;
+    out[nd - 1] = sizes[nd - 2];
+  } else {
+    out[nd - 1] = 1;
+    out[nd - 2] = sizes[nd - 1];
+  }
+  step = sizes[nd - 1] * sizes[nd - 2];
+  for (size_t d = nd - 2; d-- > 0;) {
+    out[d] = step;
+    step *= sizes[d];
+  }
+  return out;
+}
+
+}  // namespace
+
 LT Lowerer::extern_call(const Node& n, NodeId id, OpId op, std::vector<Value> args, const std::string& reason) {
   loop::ExternCall e;
   e.node = id;
@@ -456,6 +498,20 @@ LT Lowerer::extern_call(const Node& n, NodeId id, OpId op, std::vector<Value> ar
     bool seen = false;
     for (auto& [nn, r] : e.operands) seen |= nn == o;
     if (!seen) e.operands.push_back({o, ensure_ref(o, "operand of extern " + node_desc(g_, id))});
+  }
+  // Batched products (both operands >= 3-d): an operand torch would copy with its strided copy
+  // before the product (nanoGPT's q, k and v, heads split out of one product) is copied by a
+  // vectorized kernel here instead, into a layout the product takes as it is.
+  const std::string opname = op == kNoOp ? "" : op_def(op).name;
+  if ((opname == "matmul" || opname == "op_matmul" || opname == "bmm") && e.operands.size() == 2 && operands.size() == 2) {
+    bool batched = true;
+    for (auto& [o, ref] : e.operands) batched &= ref.sizes.size() >= 3;
+    for (auto& [o, ref] : e.operands) {
+      if (!batched || batched_blas_layout(ref.sizes, ref.strides) || !supported_dtype(g_.node(o).meta.tensor.dtype)) continue;
+      LT view = from_ref(ref, g_.node(o).meta.tensor.dtype);
+      ref = *realize(view, batched_operand_strides(ref.sizes, ref.strides), BufferRole::Intermediate, -1,
+                     "operand of batched product " + node_desc(g_, id) + " in a layout BLAS takes").ref;
+    }
   }
   LT result;
   if (n.meta.is_tensor()) {

@@ -207,14 +207,18 @@ void define_graph(py::module_& m) {
            },
            "A new graph after the graph passes (dead code, CSE, constant folding).")
       .def("fuse_attention",
-           [](const PyGraph& self) {
+           [](const PyGraph& self, bool cuda_tf32_matmul) {
              auto out = std::make_shared<PyGraph>();
              std::vector<std::string> fired;
-             out->g = config().fuse_attention ? fuse_attention(self.g, attention_support(), &fired) : self.g;
+             AttentionSupport support = attention_support();
+             support.cuda_tf32_matmul = cuda_tf32_matmul;
+             out->g = config().fuse_attention ? fuse_attention(self.g, support, &fired) : self.g;
              return py::make_tuple(out, fired);
            },
+           py::arg("cuda_tf32_matmul") = false,
            "(graph, rewritten softmax names): explicit attention rewritten into scaled_dot_product_attention "
-           "(config fuse_attention; a no-op where the installed torch has no SDPA).")
+           "(config fuse_attention; a no-op where the installed torch has no SDPA). cuda_tf32_matmul: float32 "
+           "matmuls on CUDA run in TF32 now, so float32 CUDA attention stays explicit.")
       .def("pass_trace", [](const PyGraph& self) { return graph_pass_trace(self.g); },
            "The IR after each graph pass, as text.")
       .def_static("parse",

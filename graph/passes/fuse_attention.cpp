@@ -341,6 +341,11 @@ std::optional<Graph> rewrite(const Graph& g, const std::vector<Match>& matches, 
   return rw.finish();
 }
 
+bool float32_on_cuda(const Graph& g, const Value& q) {
+  const TensorMeta* t = tensor_meta(g, q);
+  return t && t->dtype == DType::Float32 && t->device.type == Device::Type::CUDA;
+}
+
 void hint(const Graph& g, NodeId softmax, const std::string& why) {
   if (log_enabled(LogArtifact::perf_hints))
     log_emit(LogArtifact::perf_hints, "graph: attention at '" + g.node(softmax).name +
@@ -369,6 +374,11 @@ Graph fuse_attention(const Graph& g, const AttentionSupport& support, std::vecto
     if (m && m->scale && !support.scale_keyword) {
       m.reset();
       why = "the scale is not 1/sqrt(E) and this torch's scaled_dot_product_attention has no scale= keyword";
+    }
+    if (m && support.cuda_tf32_matmul && float32_on_cuda(g, m->q)) {
+      m.reset();
+      why = "float32 on CUDA with TF32 matmuls on: the explicit matmuls run on tensor cores, SDPA's float32 "
+            "kernels do not";
     }
     if (m) matches.push_back(std::move(*m));
     else hint(g, *softmax, why);

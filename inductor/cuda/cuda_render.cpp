@@ -173,11 +173,33 @@ std::vector<std::pair<const loop::ExprNode*, std::pair<int, std::string>>> order
   return v;
 }
 
+// A row's loads kept in registers from one pass over the row to the next (softmax's max, sum and
+// output passes; layer norm's mean, variance and output passes read the same elements): the later
+// passes take them from `arrays` instead of memory. Only for buffers the kernel never stores, and
+// where each thread's share of the row is a few vectors (`per_thread`, the passes unrolled).
+struct RowCache {
+  int per_thread = 0;                          // vectors per thread per pass (0: no cache)
+  std::string slot;                            // the unrolled pass's vector index, while emitting one
+  std::map<std::string, std::string> arrays;   // load key without the pass's variable -> register array
+  std::map<std::string, std::string> types;    // load key -> its vector type
+  std::set<std::string> filled;                // keys an earlier pass has loaded
+};
+
+// A vector load's key with the pass's own lane variable left out: the same element in every pass.
+std::string row_load_key(const loop::ExprNode* load, int buf, int lane_var, int vec) {
+  loop::Affine a;
+  as_affine(load->args[0], &a);
+  std::string key = "b" + std::to_string(buf) + "/" + std::to_string(vec);
+  for (auto [v, c] : a.terms) key += v == lane_var ? "|L*" + std::to_string(c) : "|" + std::to_string(v) + "*" + std::to_string(c);
+  return key + "+" + std::to_string(a.offset);
+}
+
 // Emits the straight-line statements `stmts` for VEC lanes starting at lane variable value
 // `lane_base` (vector loads before, vector stores after). Returns the alignment requirements.
+// With `cache`, loads it holds are taken from (or, in the first pass, also put into) its arrays.
 std::vector<std::pair<int, int>> emit_vector_lanes(Emitter& em, const Program& p, const Kernel& k, const VecPlan& vp,
                                                    const std::vector<const Stmt*>& stmts, int lane_var,
-                                                   const std::string& lane_base, int indent) {
+                                                   const std::string& lane_base, int indent, RowCache* cache = nullptr) {
   std::vector<std::pair<int, int>> aligned;
   std::map<std::string, std::string> regs;  // key -> register
   em.bind_var(lane_var, lane_base);
@@ -190,11 +212,17 @@ std::vector<std::pair<int, int>> emit_vector_lanes(Emitter& em, const Program& p
     if (it == regs.end()) {
       std::string reg = "ld" + std::to_string(regs.size());
       std::string st = storage_type(p.buffers[static_cast<size_t>(b)].dtype);
-      std::string index = em.expr(node->args[0], indent);
-      em.line(indent, "const ff_vec<" + st + ", " + vec + "> " + reg + " = *reinterpret_cast<const ff_vec<" + st + ", " +
-                          vec + ">*>(b" + std::to_string(b) + " + " + index + ");");
+      std::string decl = "const ff_vec<" + st + ", " + vec + "> " + reg + " = ";
+      auto held = cache ? cache->arrays.find(row_load_key(node, b, lane_var, vp.vec)) : std::map<std::string, std::string>::iterator{};
+      if (cache && held != cache->arrays.end() && cache->filled.count(held->first)) {
+        em.line(indent, decl + held->second + "[" + cache->slot + "];");
+      } else {
+        std::string index = em.expr(node->args[0], indent);
+        em.line(indent, decl + "*reinterpret_cast<const ff_vec<" + st + ", " + vec + ">*>(b" + std::to_string(b) + " + " + index + ");");
+        aligned.push_back({b, vp.vec * dtype_size(p.buffers[static_cast<size_t>(b)].dtype)});
+        if (cache && held != cache->arrays.end()) em.line(indent, held->second + "[" + cache->slot + "] = " + reg + ";");
+      }
       it = regs.emplace(key, reg).first;
-      aligned.push_back({b, vp.vec * dtype_size(p.buffers[static_cast<size_t>(b)].dtype)});
     }
     em.vec_loads[node] = it->second;
   }
@@ -271,6 +299,22 @@ void render_pointwise(const Program& p, const Kernel& k, const Nest& n, bool vec
       out->terms.push_back({kFlat, 1});
       return true;
     };
+    // Loads that do not follow the flat index but are contiguous along the innermost loop (a
+    // permuting copy: nanoGPT's heads moved next to the batch): lane 0's index starts a vector
+    // when the innermost extent is a multiple of VEC and every other term keeps VEC alignment.
+    int innermost = -1;
+    for (const Stmt* l : n.chain)
+      if (l->extent > 1) innermost = l->var;
+    std::vector<std::pair<const loop::ExprNode*, loop::Affine>> row_loads;
+    auto along_innermost = [&](const Expr& idx, loop::Affine* out) {
+      if (innermost < 0 || !as_affine(idx, out)) return false;
+      bool unit = false;
+      for (auto [v, c] : out->terms) {
+        if (v == innermost) unit = c == 1;
+        else if (!extent_of.count(v)) return false;
+      }
+      return unit;
+    };
     std::set<int> stored, loaded;
     for (int b : k.stored_buffers()) stored.insert(b);
     for (int b : k.loaded_buffers()) loaded.insert(b);
@@ -281,7 +325,9 @@ void render_pointwise(const Program& p, const Kernel& k, const Nest& n, bool vec
       if (s->value)
         for_each_expr(s->value, [&](const Expr& e) {
           loop::Affine a;
-          if (e->kind == ExprKind::Load && !stored.count(e->id) && collapse(e->args[0], &a)) loads.push_back({e.get(), a.offset});
+          if (e->kind != ExprKind::Load || stored.count(e->id)) return;
+          if (collapse(e->args[0], &a)) loads.push_back({e.get(), a.offset});
+          else if (along_innermost(e->args[0], &a)) row_loads.push_back({e.get(), a});
         });
       loop::Affine a;
       if (s->kind == StmtKind::Store && !loaded.count(s->buf) && collapse(s->index, &a)) stores.push_back({s, a.offset});
@@ -292,6 +338,16 @@ void render_pointwise(const Program& p, const Kernel& k, const Nest& n, bool vec
       vp.vec = std::min(8, 16 / max_size);
       for (auto& [e, off] : loads)
         if (off % vp.vec == 0) vp.loads[e] = {e->id, "b" + std::to_string(e->id) + "+" + std::to_string(off)};
+      if (extent_of[innermost] % vp.vec == 0)
+        for (auto& [e, a] : row_loads) {
+          bool aligned = a.offset % vp.vec == 0;
+          std::string key = "b" + std::to_string(e->id) + "|row";
+          for (auto [v, c] : a.terms) {
+            aligned &= v == innermost || c % vp.vec == 0;
+            key += "|" + std::to_string(v) + "*" + std::to_string(c);
+          }
+          if (aligned) vp.loads[e] = {e->id, key + "+" + std::to_string(a.offset)};
+        }
       for (auto& [s, off] : stores)
         if (off % vp.vec == 0) vp.stores[s] = s->buf;
       if (vp.loads.empty() && vp.stores.empty()) vp.vec = 1;
@@ -481,6 +537,42 @@ bool prefers_row_block(const Nest& n) {
   return !(max_extent <= 16 && n.rows >= 65536);
 }
 
+// The loads to keep in registers across a row's passes (see RowCache): every vectorized pass
+// covers the row in the same number of whole vectors per thread (at most 8), and the arrays take
+// at most 64 registers a thread.
+RowCache plan_row_cache(const Program& p, const std::vector<Stmt>& body, const std::vector<VecPlan>& plans, int tx) {
+  RowCache cache;
+  int64_t per_thread = 0;
+  std::map<std::string, int> passes;  // key -> passes reading it
+  std::map<std::string, int> bytes;   // key -> bytes per vector
+  for (size_t i = 0; i < body.size(); ++i) {
+    const VecPlan& vp = plans[i];
+    if (body[i].kind != StmtKind::Loop || vp.vec <= 1) continue;
+    int64_t step = static_cast<int64_t>(tx) * vp.vec;
+    if (body[i].extent % step != 0) return cache;
+    int64_t kk = body[i].extent / step;
+    if (per_thread != 0 && kk != per_thread) return cache;
+    per_thread = kk;
+    std::set<std::string> seen;
+    for (auto& [node, bk] : vp.loads) {
+      std::string key = row_load_key(node, bk.first, body[i].var, vp.vec);
+      if (seen.insert(key).second) ++passes[key];
+      DType dt = p.buffers[static_cast<size_t>(bk.first)].dtype;
+      bytes[key] = vp.vec * dtype_size(dt);
+      cache.types[key] = "ff_vec<" + std::string(storage_type(dt)) + ", " + std::to_string(vp.vec) + ">";
+    }
+  }
+  if (per_thread < 1 || per_thread > 8) return cache;
+  int64_t total = 0;
+  for (auto& [key, n] : passes)
+    if (n > 1) total += bytes[key] * per_thread;
+  if (total == 0 || total > 256) return RowCache{};
+  cache.per_thread = static_cast<int>(per_thread);
+  for (auto& [key, n] : passes)
+    if (n > 1) cache.arrays[key] = "rc" + std::to_string(cache.arrays.size());
+  return cache;
+}
+
 void render_row_block(const Program& p, const Kernel& k, const Nest& n, int tx, bool vectorize, bool wide,
                       const std::string& fn, std::ostringstream& out, KernelPlan& plan) {
   int r = 1;
@@ -496,6 +588,22 @@ void render_row_block(const Program& p, const Kernel& k, const Nest& n, int tx, 
     for (auto t : red_types)
       em.line(1, std::string("__shared__ ") + c_type(t) + " sm_" + loop::scalar_type_name(t) + "[" + std::to_string(r * tx / 32) + "];");
   em.declare_locals(1);
+  std::set<int> chain_vars;
+  for (const Stmt* l : n.chain) chain_vars.insert(l->var);
+  // Each distributed loop's vector plan, and the loads more than one of them reads.
+  std::vector<VecPlan> plans(n.body->size());
+  std::vector<std::vector<const Stmt*>> bodies(n.body->size());
+  for (size_t i = 0; i < n.body->size(); ++i) {
+    const Stmt& s = (*n.body)[i];
+    if (s.kind != StmtKind::Loop) continue;
+    bool straight = !has_loop(s.body);
+    for (const Stmt& c : s.body) straight &= c.kind != StmtKind::Init;
+    for (const Stmt& c : s.body) bodies[i].push_back(&c);
+    if (vectorize && straight) plans[i] = plan_vectors(p, k, bodies[i], s.var, s.extent, chain_vars);
+  }
+  RowCache cache = plan_row_cache(p, *n.body, plans, tx);
+  for (auto& [key, arr] : cache.arrays)
+    em.line(1, cache.types[key] + " " + arr + "[" + std::to_string(cache.per_thread) + "];");
   std::string ix = em.ix();
   em.line(1, "const " + ix + " row = (" + ix + ")blockIdx.x * " + std::to_string(r) + " + threadIdx.y;");
   em.line(1, "const int tid = threadIdx.x;");
@@ -506,9 +614,8 @@ void render_row_block(const Program& p, const Kernel& k, const Nest& n, int tx, 
   var.block_y = r;
   var.fixed_block = true;
   std::set<int> stored_so_far;
-  std::set<int> chain_vars;
-  for (const Stmt* l : n.chain) chain_vars.insert(l->var);
-  for (const Stmt& s : *n.body) {
+  for (size_t si = 0; si < n.body->size(); ++si) {
+    const Stmt& s = (*n.body)[si];
     // A value stored by one thread and loaded by another in a later statement needs a barrier.
     bool reads_stored = false;
     for_each_expr_in(s, [&](const Expr& e) { reads_stored |= e->kind == ExprKind::Load && stored_so_far.count(e->id); });
@@ -530,13 +637,21 @@ void render_row_block(const Program& p, const Kernel& k, const Nest& n, int tx, 
       continue;
     }
     std::string v = "v" + std::to_string(s.var);
-    VecPlan vp;
-    bool straight = !has_loop(s.body);
-    for (const Stmt& c : s.body) straight &= c.kind != StmtKind::Init;
-    std::vector<const Stmt*> body;
-    for (const Stmt& c : s.body) body.push_back(&c);
-    if (vectorize && straight) vp = plan_vectors(p, k, body, s.var, s.extent, chain_vars);
-    if (vp.vec > 1) {
+    const VecPlan& vp = plans[si];
+    const std::vector<const Stmt*>& body = bodies[si];
+    if (vp.vec > 1 && cache.per_thread > 0) {
+      // The pass unrolled: each thread's vectors of the row by a constant index into the arrays.
+      std::string V = std::to_string(vp.vec);
+      cache.slot = v + "k";
+      em.line(1, "#pragma unroll");
+      em.line(1, "for (int " + cache.slot + " = 0; " + cache.slot + " < " + std::to_string(cache.per_thread) + "; ++" +
+                     cache.slot + ") {");
+      em.line(2, "const " + ix + " " + v + "b = tid * " + V + " + " + cache.slot + " * " + std::to_string(tx * vp.vec) + ";");
+      auto al = emit_vector_lanes(em, p, k, vp, body, s.var, v + "b", 2, &cache);
+      var.aligned.insert(var.aligned.end(), al.begin(), al.end());
+      em.line(1, "}");
+      for (auto& [key, arr] : cache.arrays) cache.filled.insert(key);
+    } else if (vp.vec > 1) {
       std::string V = std::to_string(vp.vec);
       em.line(1, "for (" + ix + " " + v + "b = tid * " + V + "; " + v + "b < " + std::to_string(s.extent) + "; " + v +
                      "b += " + std::to_string(tx) + " * " + V + ") {");

@@ -68,11 +68,12 @@ class Graph:
         subexpressions, dead code)."""
         return Graph(self._g.optimized())
 
-    def fuse_attention(self):
+    def fuse_attention(self, cuda_tf32_matmul=False):
         """(new graph, names of the softmax nodes rewritten): explicit attention replaced by one
         torch.nn.functional.scaled_dot_product_attention call where exactly equivalent (what the
-        inductor backend does before code generation)."""
-        g, fired = self._g.fuse_attention()
+        inductor backend does before code generation). With `cuda_tf32_matmul` (torch runs float32
+        matmuls in TF32, as the backend reads from torch), float32 attention on CUDA stays explicit."""
+        g, fired = self._g.fuse_attention(cuda_tf32_matmul)
         return Graph(g), list(fired)
 
     def pass_trace(self):

@@ -64,12 +64,21 @@ class _ReferenceFallback:
         return self._g.run(*inputs)
 
 
+def _cuda_tf32_matmul():
+    """Whether torch runs float32 CUDA matmuls in TF32 now (allow_tf32, or float32 matmul precision
+    "high" / "medium")."""
+    import torch  # noqa: PLC0415
+    get = getattr(torch._C, "_get_cublas_allow_tf32", None)
+    return bool(get()) if get is not None else bool(torch.backends.cuda.matmul.allow_tf32)
+
+
 def _fuse_attention(graph):
     """`graph` with explicit attention rewritten into one scaled_dot_product_attention call where
     that is exactly equivalent (graph/passes/fuse_attention.h; config `fuse_attention`, log
-    `graph_rewrites`); `graph` itself where nothing was rewritten."""
+    `graph_rewrites`); `graph` itself where nothing was rewritten. float32 attention on CUDA stays
+    explicit while torch runs float32 matmuls in TF32 (the pass's header says why)."""
     try:
-        rewritten, fired = _graph_handle(graph).fuse_attention()
+        rewritten, fired = _graph_handle(graph).fuse_attention(_cuda_tf32_matmul())
     except Exception as e:  # a pass failure keeps the graph as captured
         if _C.config.get("raise_on_internal_error") and isinstance(e, _C.InternalError):
             raise

@@ -98,7 +98,33 @@ def _bn_relu_max_pool(dev, channels_last=False):
     return g, [x, sc, sh]
 
 
+def _attention_heads(dev):
+    # nanoGPT's explicit attention from the qkv product: q, k and v are strided views of it whose
+    # batch dims (batch, head) do not flatten, so the batched products get copies made by kernels.
+    B, T, nh, hs = 2, 32, 4, 16
+    C = nh * hs
+    qkv = torch.randn(B, T, 3 * C, device=dev)
+    mask = torch.tril(torch.ones(T, T, device=dev)).view(1, 1, T, T)
+
+    def f(qkv, mask):
+        q, k, v = qkv.split(C, dim=2)
+        q, k, v = (t.view(B, T, nh, hs).transpose(1, 2) for t in (q, k, v))
+        att = (q @ k.transpose(-2, -1)) * 0.25
+        att = F.softmax(att.masked_fill(mask == 0, float("-inf")), dim=-1)
+        return (att @ v).transpose(1, 2).contiguous().view(B, T, C)
+
+    seen = []
+
+    def backend(graph, example_inputs):
+        seen.append(graph)
+        return graph.run
+
+    framefuse.compile(f, backend=backend, fullgraph=True)(qkv, mask)
+    return seen[0], [qkv, mask]
+
+
 CASES = {
+    "attention_heads": (_attention_heads, 1e-5),
     "bn_relu_max_pool": (_bn_relu_max_pool, 1e-6),
     "bn_relu_max_pool_cl": (lambda d: _bn_relu_max_pool(d, True), 1e-6),
     "pointwise": (_pointwise, 1e-5),
@@ -129,6 +155,40 @@ def test_softmax_is_one_row_block_kernel():
     fn = cuda.compile_graph(g, arch="sm_90")
     (k,) = fn.kernels()
     assert "RowBlock over 64 rows" in k
+
+
+def _vector_variant(source, fn_name):
+    body = source[source.index(fn_name + "("):]
+    return body[:body.index("\n}\n")]
+
+
+def test_batched_product_operands_are_copied_by_vector_kernels(tmp_path):
+    # q, k and v: one pointwise kernel each, reading and writing whole vectors (not torch's
+    # strided copy inside matmul).
+    _need_nvrtc()
+    g, _ = _attention_heads("cpu")
+    with framefuse.config.patch(cache_dir=str(tmp_path)):
+        fn = cuda.compile_graph(g, arch="sm_90")
+    copies = [k.split(":")[0] for k in fn.kernels() if "Pointwise over 4096 elements" in k]
+    assert len(copies) >= 3, fn.kernels()
+    for name in copies[:3]:
+        body = _vector_variant(fn.source, "ff_" + name + "_v")
+        assert "const ff_vec<float, 4> ld0 = *reinterpret_cast" in body and "ff_vec<float, 4>*>(b" in body, body
+
+
+def test_row_passes_read_the_row_once(tmp_path):
+    # softmax's max, sum and output passes over a 512-wide row: the first loads it into registers,
+    # the other two read those.
+    _need_nvrtc()
+    g = Graph()
+    gx = g.placeholder("x", torch.randn(64, 512))
+    g.output((g.call(torch.softmax, g.call(operator.mul, gx, 0.125), -1),))
+    with framefuse.config.patch(cache_dir=str(tmp_path)):
+        fn = cuda.compile_graph(g, arch="sm_90")
+    (k,) = fn.kernels()
+    body = _vector_variant(fn.source, "ff_" + k.split(":")[0] + "_t64v")
+    assert body.count("reinterpret_cast<const ff_vec<float, 4>*>(b0") == 1, body
+    assert body.count("= rc0[") == 2, body
 
 
 def test_cubin_disk_cache_hit_in_second_compile(tmp_path):

@@ -4,6 +4,7 @@ stays explicit everywhere else. Each positive case checks the rewritten graph ag
 negative case checks that nothing was rewritten (and why, in the perf_hints line)."""
 import logging
 import math
+import re
 
 import pytest
 import torch
@@ -12,6 +13,7 @@ import torch.nn.functional as F
 
 import framefuse
 from framefuse import _C
+from framefuse.graph import Graph
 from interp_models import CausalSelfAttention, GPTConfig
 
 pytestmark = pytest.mark.usefixtures("fresh_framefuse")
@@ -417,3 +419,50 @@ def test_nan_rows_survive_reductions_fused_after_the_attention():
     for got, want in zip(out, f(q, k, v, keep)):
         assert want.isnan().any()
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5, equal_nan=True)
+
+
+def _masked(q, k, v, m):
+    return F.softmax((q @ k.transpose(-2, -1) * 0.3).masked_fill(m, NEG_INF), dim=-1) @ v
+
+
+def _on_cuda(graph):
+    """The same graph with every tensor on cuda:0 (parsed from its code: no GPU needed)."""
+    code = re.sub(r'"([a-z0-9]+\[[^"]*?\](?:\[[^"]*?\])?)( rg)?"', lambda m: f'"{m.group(1)}cuda:0{m.group(2) or ""}"',
+                  graph.code())
+    assert code.count("cuda:0") >= 5, code
+    return Graph.parse(code)
+
+
+@needs_sdpa
+@pytest.mark.parametrize("dtype, rewritten", [(torch.float32, False), (torch.float16, True), (torch.bfloat16, True)])
+def test_float32_cuda_attention_stays_explicit_under_tf32_matmuls(dtype, rewritten, caplog):
+    # TF32 matmuls beat SDPA's float32 kernels (which never use TF32); half types keep the rewrite.
+    graph, _ = capture(_masked, *qkv(2, 2, dtype=dtype), torch.ones(8, 8, dtype=torch.bool).triu(1))
+    cuda = _on_cuda(graph)
+    assert cuda.fuse_attention()[1] == ["softmax"]
+    framefuse.set_logs("perf_hints")
+    caplog.set_level(logging.INFO, logger="framefuse")
+    try:
+        new, fired = cuda.fuse_attention(cuda_tf32_matmul=True)
+    finally:
+        framefuse.set_logs("")
+    assert (fired == ["softmax"]) == rewritten
+    assert ("scaled_dot_product_attention" in new.code()) == rewritten
+    assert ("TF32 matmuls on" in caplog.text) != rewritten, caplog.text
+    # The switch concerns CUDA only: the CPU graph is rewritten either way.
+    assert graph.fuse_attention(cuda_tf32_matmul=True)[1] == ["softmax"]
+
+
+@needs_sdpa
+def test_the_backend_reads_torchs_tf32_switch(monkeypatch):
+    from framefuse import inductor
+    graph, _ = capture(_masked, *qkv(2, 2), torch.ones(8, 8, dtype=torch.bool).triu(1))
+    cuda = _on_cuda(graph)
+    saved = torch.backends.cuda.matmul.allow_tf32
+    try:
+        torch.backends.cuda.matmul.allow_tf32 = True
+        assert inductor._fuse_attention(cuda) is cuda
+        torch.backends.cuda.matmul.allow_tf32 = False
+        assert "scaled_dot_product_attention" in inductor._fuse_attention(cuda).code()
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = saved

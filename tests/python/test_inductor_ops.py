@@ -136,6 +136,23 @@ def test_layer_norm(dtype, affine):
         check(lambda g, a: g.call(F.layer_norm, a, [3, 64]), [x], scale=2)
 
 
+def test_batched_product_of_head_views():
+    # q @ k^T and p @ v on views of one product whose (batch, head) dims do not flatten: each such
+    # operand is copied by a kernel into a layout the batched product takes (torch.matmul would
+    # copy it itself); a flattenable operand (the softmax) goes to the product as it is.
+    B, T, nh, hs = 2, 8, 3, 4
+    C = nh * hs
+
+    def f(g, qkv):
+        q, k, v = (g.call(torch.transpose, g.call(torch.Tensor.view, g.call(torch.narrow, qkv, 2, i * C, C), B, T, nh, hs), 1, 2)
+                   for i in range(3))
+        p = g.call(torch.softmax, g.call(operator.matmul, q, g.call(torch.transpose, k, -2, -1)), -1)
+        return g.call(operator.matmul, p, v)
+
+    cg = check(f, [randn(B, T, 3 * C)])
+    assert cg.num_kernels == 4, cg.num_kernels  # the three copies and the softmax
+
+
 def test_linear_epilogue():
     x, w, b = randn(8, 16), randn(32, 16), randn(32)
     cg = check(lambda g, a, ww, bb: g.call(torch.relu, g.call(F.linear, a, ww, bb)), [x, w, b])
