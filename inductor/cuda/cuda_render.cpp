@@ -183,6 +183,7 @@ struct RowCache {
   std::map<std::string, std::string> arrays;   // load key without the pass's variable -> register array
   std::map<std::string, std::string> types;    // load key -> its vector type
   std::set<std::string> filled;                // keys an earlier pass has loaded
+  std::set<std::string> loading;               // keys the pass being emitted puts into the arrays
 };
 
 // A vector load's key with the pass's own lane variable left out: the same element in every pass.
@@ -220,7 +221,10 @@ std::vector<std::pair<int, int>> emit_vector_lanes(Emitter& em, const Program& p
         std::string index = em.expr(node->args[0], indent);
         em.line(indent, decl + "*reinterpret_cast<const ff_vec<" + st + ", " + vec + ">*>(b" + std::to_string(b) + " + " + index + ");");
         aligned.push_back({b, vp.vec * dtype_size(p.buffers[static_cast<size_t>(b)].dtype)});
-        if (cache && held != cache->arrays.end()) em.line(indent, held->second + "[" + cache->slot + "] = " + reg + ";");
+        if (cache && held != cache->arrays.end()) {
+          em.line(indent, held->second + "[" + cache->slot + "] = " + reg + ";");
+          cache->loading.insert(held->first);
+        }
       }
       it = regs.emplace(key, reg).first;
     }
@@ -650,7 +654,8 @@ void render_row_block(const Program& p, const Kernel& k, const Nest& n, int tx, 
       auto al = emit_vector_lanes(em, p, k, vp, body, s.var, v + "b", 2, &cache);
       var.aligned.insert(var.aligned.end(), al.begin(), al.end());
       em.line(1, "}");
-      for (auto& [key, arr] : cache.arrays) cache.filled.insert(key);
+      cache.filled.insert(cache.loading.begin(), cache.loading.end());  // NB: only what this pass loaded
+      cache.loading.clear();
     } else if (vp.vec > 1) {
       std::string V = std::to_string(vp.vec);
       em.line(1, "for (" + ix + " " + v + "b = tid * " + V + "; " + v + "b < " + std::to_string(s.extent) + "; " + v +

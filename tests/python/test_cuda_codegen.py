@@ -5,6 +5,7 @@ NVRTC for sm_90. GPU tests (marked `cuda`, skipped without a GPU): compiled grap
 """
 import operator
 import os
+import re
 
 import pytest
 import torch
@@ -123,8 +124,20 @@ def _attention_heads(dev):
     return seen[0], [qkv, mask]
 
 
+def _softmax_times_centered(dev):
+    # One row kernel whose passes read x (max, sum), then y (mean), then both (output): each row
+    # register array is filled by the first pass that reads its buffer.
+    x, y = torch.randn(64, 512, device=dev), torch.randn(64, 512, device=dev)
+    g = Graph()
+    gx, gy = g.placeholder("x", x), g.placeholder("y", y)
+    centered = g.call(operator.sub, gy, g.call(torch.mean, gy, [-1], True))
+    g.output((g.call(operator.mul, g.call(torch.softmax, gx, -1), centered),))
+    return g, [x, y]
+
+
 CASES = {
     "attention_heads": (_attention_heads, 1e-5),
+    "softmax_times_centered": (_softmax_times_centered, 1e-5),
     "bn_relu_max_pool": (_bn_relu_max_pool, 1e-6),
     "bn_relu_max_pool_cl": (lambda d: _bn_relu_max_pool(d, True), 1e-6),
     "pointwise": (_pointwise, 1e-5),
@@ -189,6 +202,20 @@ def test_row_passes_read_the_row_once(tmp_path):
     body = _vector_variant(fn.source, "ff_" + k.split(":")[0] + "_t64v")
     assert body.count("reinterpret_cast<const ff_vec<float, 4>*>(b0") == 1, body
     assert body.count("= rc0[") == 2, body
+
+
+def test_row_registers_are_filled_before_they_are_read(tmp_path):
+    _need_nvrtc()
+    g, _ = _softmax_times_centered("cpu")
+    with framefuse.config.patch(cache_dir=str(tmp_path)):
+        fn = cuda.compile_graph(g, arch="sm_90")
+    (k,) = fn.kernels()
+    body = _vector_variant(fn.source, "ff_" + k.split(":")[0] + "_t64v")
+    arrays = sorted(set(re.findall(r"\b(rc\d+)\[2\];", body)))
+    assert len(arrays) == 2, body
+    for arr in arrays:
+        uses = re.findall(arr + r"\[v\d+k\]( = |;)", body)
+        assert uses and uses[0] == " = ", (arr, body)
 
 
 def test_cubin_disk_cache_hit_in_second_compile(tmp_path):
