@@ -466,7 +466,6 @@ std::vector<int64_t> batched_operand_strides(const std::vector<int64_t>& sizes, 
   size_t nd = sizes.size();
   bool column_major = strides[nd - 1] > strides[nd - 2] && sizes[nd - 1] > 1 && sizes[nd - 2] > 1;
   std::vector<int64_t> out(nd);
-  int64_t step = 1;
   if (column_major) {
     out[nd - 2] = 1;
     out[nd - 1] = sizes[nd - 2];
@@ -474,7 +473,7 @@ std::vector<int64_t> batched_operand_strides(const std::vector<int64_t>& sizes, 
     out[nd - 1] = 1;
     out[nd - 2] = sizes[nd - 1];
   }
-  step = sizes[nd - 1] * sizes[nd - 2];
+  int64_t step = sizes[nd - 1] * sizes[nd - 2];
   for (size_t d = nd - 2; d-- > 0;) {
     out[d] = step;
     step *= sizes[d];

@@ -110,7 +110,9 @@ bool vector_index(const loop::Affine& a, int lane_var, int vec, const std::funct
 
 struct VecPlan {
   int vec = 1;
-  std::map<const loop::ExprNode*, std::pair<int, std::string>> loads;  // node -> (buf, index key)
+  // node -> (buf, index key); the key names the lane variable "L", so the same element read by
+  // two passes over a row (each with its own lane variable) has the same key.
+  std::map<const loop::ExprNode*, std::pair<int, std::string>> loads;
   std::map<const Stmt*, int> stores;                                    // stmt -> buf
 };
 
@@ -151,7 +153,7 @@ VecPlan plan_vectors(const Program& p, const Kernel& k, const std::vector<const 
     as_affine(n->args[0], &a);
     if (!vector_index(a, lane_var, vec, ok_var)) continue;
     std::string key = "b" + std::to_string(b);
-    for (auto [v, c] : a.terms) key += "|" + std::to_string(v) + "*" + std::to_string(c);
+    for (auto [v, c] : a.terms) key += "|" + (v == lane_var ? std::string("L") : std::to_string(v)) + "*" + std::to_string(c);
     key += "+" + std::to_string(a.offset);
     vp.loads[n] = {b, key};
   }
@@ -178,22 +180,17 @@ std::vector<std::pair<const loop::ExprNode*, std::pair<int, std::string>>> order
 // passes take them from `arrays` instead of memory. Only for buffers the kernel never stores, and
 // where each thread's share of the row is a few vectors (`per_thread`, the passes unrolled).
 struct RowCache {
-  int per_thread = 0;                          // vectors per thread per pass (0: no cache)
-  std::string slot;                            // the unrolled pass's vector index, while emitting one
-  std::map<std::string, std::string> arrays;   // load key without the pass's variable -> register array
-  std::map<std::string, std::string> types;    // load key -> its vector type
-  std::set<std::string> filled;                // keys an earlier pass has loaded
-  std::set<std::string> loading;               // keys the pass being emitted puts into the arrays
-};
+  int per_thread = 0;                        // vectors per thread per pass (0: no cache)
+  std::string slot;                          // the unrolled pass's vector index, while emitting one
+  std::map<std::string, std::string> arrays; // VecPlan load key -> register array
+  std::set<std::string> filled;              // keys an earlier pass has loaded
+  std::set<std::string> loading;             // keys the pass being emitted puts into the arrays
 
-// A vector load's key with the pass's own lane variable left out: the same element in every pass.
-std::string row_load_key(const loop::ExprNode* load, int buf, int lane_var, int vec) {
-  loop::Affine a;
-  as_affine(load->args[0], &a);
-  std::string key = "b" + std::to_string(buf) + "/" + std::to_string(vec);
-  for (auto [v, c] : a.terms) key += v == lane_var ? "|L*" + std::to_string(c) : "|" + std::to_string(v) + "*" + std::to_string(c);
-  return key + "+" + std::to_string(a.offset);
-}
+  const std::string* array(const std::string& key) const {
+    auto it = arrays.find(key);
+    return it == arrays.end() ? nullptr : &it->second;
+  }
+};
 
 // Emits the straight-line statements `stmts` for VEC lanes starting at lane variable value
 // `lane_base` (vector loads before, vector stores after). Returns the alignment requirements.
@@ -214,16 +211,16 @@ std::vector<std::pair<int, int>> emit_vector_lanes(Emitter& em, const Program& p
       std::string reg = "ld" + std::to_string(regs.size());
       std::string st = storage_type(p.buffers[static_cast<size_t>(b)].dtype);
       std::string decl = "const ff_vec<" + st + ", " + vec + "> " + reg + " = ";
-      auto held = cache ? cache->arrays.find(row_load_key(node, b, lane_var, vp.vec)) : std::map<std::string, std::string>::iterator{};
-      if (cache && held != cache->arrays.end() && cache->filled.count(held->first)) {
-        em.line(indent, decl + held->second + "[" + cache->slot + "];");
+      const std::string* held = cache ? cache->array(key) : nullptr;
+      if (held && cache->filled.count(key)) {
+        em.line(indent, decl + *held + "[" + cache->slot + "];");
       } else {
         std::string index = em.expr(node->args[0], indent);
         em.line(indent, decl + "*reinterpret_cast<const ff_vec<" + st + ", " + vec + ">*>(b" + std::to_string(b) + " + " + index + ");");
         aligned.push_back({b, vp.vec * dtype_size(p.buffers[static_cast<size_t>(b)].dtype)});
-        if (cache && held != cache->arrays.end()) {
-          em.line(indent, held->second + "[" + cache->slot + "] = " + reg + ";");
-          cache->loading.insert(held->first);
+        if (held) {
+          em.line(indent, *held + "[" + cache->slot + "] = " + reg + ";");
+          cache->loading.insert(key);
         }
       }
       it = regs.emplace(key, reg).first;
@@ -542,38 +539,40 @@ bool prefers_row_block(const Nest& n) {
 }
 
 // The loads to keep in registers across a row's passes (see RowCache): every vectorized pass
-// covers the row in the same number of whole vectors per thread (at most 8), and the arrays take
-// at most 64 registers a thread.
-RowCache plan_row_cache(const Program& p, const std::vector<Stmt>& body, const std::vector<VecPlan>& plans, int tx) {
-  RowCache cache;
+// covers the row with the same vector width in the same number of whole vectors per thread (at
+// most 8), and the arrays take at most 64 registers a thread. Emits the arrays' declarations.
+RowCache plan_row_cache(Emitter& em, const Program& p, const std::vector<Stmt>& body, const std::vector<VecPlan>& plans,
+                        int tx) {
+  int vec = 0;
   int64_t per_thread = 0;
-  std::map<std::string, int> passes;  // key -> passes reading it
-  std::map<std::string, int> bytes;   // key -> bytes per vector
+  std::map<std::string, std::pair<int, int>> passes;  // key -> (buffer, passes reading it)
   for (size_t i = 0; i < body.size(); ++i) {
     const VecPlan& vp = plans[i];
     if (body[i].kind != StmtKind::Loop || vp.vec <= 1) continue;
     int64_t step = static_cast<int64_t>(tx) * vp.vec;
-    if (body[i].extent % step != 0) return cache;
-    int64_t kk = body[i].extent / step;
-    if (per_thread != 0 && kk != per_thread) return cache;
-    per_thread = kk;
+    if (body[i].extent % step != 0 || (vec != 0 && (vp.vec != vec || body[i].extent / step != per_thread))) return {};
+    vec = vp.vec;
+    per_thread = body[i].extent / step;
     std::set<std::string> seen;
-    for (auto& [node, bk] : vp.loads) {
-      std::string key = row_load_key(node, bk.first, body[i].var, vp.vec);
-      if (seen.insert(key).second) ++passes[key];
-      DType dt = p.buffers[static_cast<size_t>(bk.first)].dtype;
-      bytes[key] = vp.vec * dtype_size(dt);
-      cache.types[key] = "ff_vec<" + std::string(storage_type(dt)) + ", " + std::to_string(vp.vec) + ">";
-    }
+    for (auto& [node, bk] : vp.loads)
+      if (seen.insert(bk.second).second) {
+        passes[bk.second].first = bk.first;
+        ++passes[bk.second].second;
+      }
   }
-  if (per_thread < 1 || per_thread > 8) return cache;
-  int64_t total = 0;
-  for (auto& [key, n] : passes)
-    if (n > 1) total += bytes[key] * per_thread;
-  if (total == 0 || total > 256) return RowCache{};
+  int64_t bytes = 0;
+  for (auto& [key, bn] : passes)
+    if (bn.second > 1) bytes += vec * dtype_size(p.buffers[static_cast<size_t>(bn.first)].dtype) * per_thread;
+  if (per_thread < 1 || per_thread > 8 || bytes == 0 || bytes > 256) return {};
+  RowCache cache;
   cache.per_thread = static_cast<int>(per_thread);
-  for (auto& [key, n] : passes)
-    if (n > 1) cache.arrays[key] = "rc" + std::to_string(cache.arrays.size());
+  for (auto& [key, bn] : passes) {
+    if (bn.second < 2) continue;
+    std::string name = "rc" + std::to_string(cache.arrays.size());
+    em.line(1, "ff_vec<" + std::string(storage_type(p.buffers[static_cast<size_t>(bn.first)].dtype)) + ", " +
+                   std::to_string(vec) + "> " + name + "[" + std::to_string(per_thread) + "];");
+    cache.arrays[key] = name;
+  }
   return cache;
 }
 
@@ -605,9 +604,7 @@ void render_row_block(const Program& p, const Kernel& k, const Nest& n, int tx, 
     for (const Stmt& c : s.body) bodies[i].push_back(&c);
     if (vectorize && straight) plans[i] = plan_vectors(p, k, bodies[i], s.var, s.extent, chain_vars);
   }
-  RowCache cache = plan_row_cache(p, *n.body, plans, tx);
-  for (auto& [key, arr] : cache.arrays)
-    em.line(1, cache.types[key] + " " + arr + "[" + std::to_string(cache.per_thread) + "];");
+  RowCache cache = plan_row_cache(em, p, *n.body, plans, tx);
   std::string ix = em.ix();
   em.line(1, "const " + ix + " row = (" + ix + ")blockIdx.x * " + std::to_string(r) + " + threadIdx.y;");
   em.line(1, "const int tid = threadIdx.x;");

@@ -193,6 +193,7 @@ void clear_memory_cache() {
 struct CompiledGraph::Plan {
   Ref torch, tensor_type, empty_strided, as_strided, get_num_threads, uint8, matmul, addmm;
   Ref dtype_kwnames;                    // ("dtype",)
+  Ref unit_stride;                      // (1,): the byte slots' stride
   Ref storage_offset_name;
   struct Buf {
     Ref sizes, strides, dtype;
@@ -286,8 +287,9 @@ CompiledGraph::CompiledGraph(const Graph& g) {
   pl.matmul = attr(pl.torch.get(), "matmul");
   pl.addmm = attr(pl.torch.get(), "addmm");
   pl.dtype_kwnames = Ref(Py_BuildValue("(s)", "dtype"));
+  pl.unit_stride = Ref(Py_BuildValue("(i)", 1));
   pl.storage_offset_name = Ref(PyUnicode_InternFromString("storage_offset"));
-  if (!pl.dtype_kwnames || !pl.storage_offset_name) throw_py("out of memory");
+  if (!pl.dtype_kwnames || !pl.unit_stride || !pl.storage_offset_name) throw_py("out of memory");
   std::vector<bool> used(p.buffers.size(), false);
   pl.bufs.resize(p.buffers.size());
   for (const auto& k : p.kernels) {
@@ -569,8 +571,7 @@ PyObject* CompiledGraph::run(PyObject* const* inputs, size_t n) {
   for (size_t s = 0; s < slots.size(); ++s) {
     int64_t bytes = std::max<int64_t>(p.slot_bytes[s], 1);
     Ref size(PyTuple_Pack(1, Ref(PyLong_FromLongLong(bytes)).get()));
-    Ref stride(Py_BuildValue("(i)", 1));
-    slots[s] = Ref(cpu_empty_strided(size.get(), stride.get(), pl.uint8.get(), bytes));
+    slots[s] = Ref(cpu_empty_strided(size.get(), pl.unit_stride.get(), pl.uint8.get(), bytes));
     if (!slots[s]) return nullptr;
   }
   for (size_t b = 0; b < nb; ++b) {
