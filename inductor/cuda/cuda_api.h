@@ -21,6 +21,7 @@ using CUmodule = struct CUmod_st*;
 using CUfunction = struct CUfunc_st*;
 using CUstream = struct CUstream_st*;
 using CUevent = struct CUevent_st*;
+using CUgraphExec = struct CUgraphExec_st*;
 using nvrtcResult = int;
 using nvrtcProgram = struct _nvrtcProgram*;
 
@@ -56,7 +57,8 @@ constexpr int kCudaErrorNotInitialized = 3;
   X(cuEventSynchronize, "cuEventSynchronize", nullptr, CUresult (*)(CUevent))                          \
   X(cuEventElapsedTime, "cuEventElapsedTime_v2", "cuEventElapsedTime", CUresult (*)(float*, CUevent, CUevent)) \
   X(cuEventDestroy, "cuEventDestroy_v2", "cuEventDestroy", CUresult (*)(CUevent))                      \
-  X(cuStreamIsCapturing, "cuStreamIsCapturing", nullptr, CUresult (*)(CUstream, int*))
+  X(cuStreamIsCapturing, "cuStreamIsCapturing", nullptr, CUresult (*)(CUstream, int*))                \
+  X(cuGraphLaunch, "cuGraphLaunch", nullptr, CUresult (*)(CUgraphExec, CUstream))
 
 #define FF_NVRTC_FUNCS(X)                                                                               \
   X(nvrtcVersion, "nvrtcVersion", nullptr, nvrtcResult (*)(int*, int*))                                \

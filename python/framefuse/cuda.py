@@ -81,6 +81,8 @@ def _precision_state(cudnn):
     return tuple(f() for f in _CUBLAS_SWITCHES), cudnn and torch._C._get_cudnn_allow_tf32()
 
 
+_MISMATCH_HINT = ("inputs or precision switches differ from those of the recorded CUDA graph (shape, stride, dtype, "
+                  "device, requires_grad, another tensor where a parameter was recorded, TF32)")
 _PRECISION_HINT = ("TF32 / reduced-precision switches differ from those the CUDA graph was recorded under; "
                    "running without it")
 
@@ -274,6 +276,39 @@ class CudaGraphReplay:
 
 
 
+_replay_module = []  # [module or None], filled on first use
+
+
+def _torch_replay():
+    """framefuse._torch_replay (the training replay's C++ autograd node), or None where it was not
+    built (a torch without its C++ libraries, torch 1.x) or was built for another torch; the
+    reason goes to perf_hints once."""
+    if not _replay_module:
+        try:
+            from . import _torch_replay as mod
+        except ImportError as e:
+            mod = None
+            _hint(f"reduce-overhead (training): replays go through torch.autograd.Function ({e})")
+        _replay_module.append(mod)
+    return _replay_module[0]
+
+
+# Whether training replays use framefuse._torch_replay where it loads (the tests turn it off to
+# cover the Python replay too).
+native_training_replay = True
+
+
+def _recompute(graph, need_grad, inputs, grad_outs, create_graph):
+    """The gradients of the inputs at `need_grad` by the graph's eager ops, on the caller's own
+    tensors (so that a create_graph backward leads back to them)."""
+    with torch.enable_grad():
+        outs = graph.run(*inputs)
+        diff = [k for k, o in enumerate(outs) if o.requires_grad]
+        return list(torch.autograd.grad([outs[k] for k in diff], [inputs[i] for i in need_grad],
+                                        [grad_outs[k] for k in diff], create_graph=create_graph,
+                                        allow_unused=True))
+
+
 class _Token:
     """One replayed forward: which recording it read (gen) and whether its backward has run."""
     __slots__ = ("gen", "done", "__weakref__")
@@ -307,7 +342,9 @@ class _Recorded:
 class TrainingGraphReplay:
     """mode="reduce-overhead" for graphs that need autograd: the forward and its backward each
     recorded once in a CUDA graph (the reference runner's ops and torch.autograd.grad over them) and
-    replayed through one autograd.Function, as torch.compile's CUDA graphs do for training.
+    replayed under one autograd node, as torch.compile's CUDA graphs do for training. The node is
+    framefuse._torch_replay's C++ one where that module loads (no Python and no GIL on the replayed
+    path); otherwise a torch.autograd.Function.
 
     Parameters passed as the same objects in the first two calls are read in place (an optimizer's
     in-place updates are seen); other inputs are copied in. Outputs and gradients are copies, never
@@ -320,9 +357,11 @@ class TrainingGraphReplay:
     def __init__(self, graph):
         self._graph = graph
         self._rec = None
+        self._native = None  # the recording's framefuse._torch_replay.TrainingReplay, where it loads
         self._first_ids = None
         self._no_graph = None  # why this graph runs without a CUDA graph
         self._gen = 0
+        self._bwd_replays = 0
         self._pending = None  # weakref to the _Token of the last replayed forward
         self._hinted_pending = False
         self._lock = threading.Lock()
@@ -333,6 +372,16 @@ class TrainingGraphReplay:
         if drawn:
             self._no_graph = f"the graph draws random numbers ({', '.join(drawn)})"
             _hint(f"reduce-overhead (training): {self._no_graph}; running without a CUDA graph")
+
+    @property
+    def replays(self):
+        """How many forwards have been replayed from the recording."""
+        return self._native.generation if self._native is not None else self._gen
+
+    @property
+    def backward_replays(self):
+        """How many backwards have been replayed from the recording (not recomputed eagerly)."""
+        return self._native.backward_replays if self._native is not None else self._bwd_replays
 
     @staticmethod
     def _meta(t):
@@ -370,23 +419,61 @@ class TrainingGraphReplay:
                 self._no_graph = f"recording failed ({type(e).__name__}: {e})"
             if self._rec is None:
                 return self._eager(inputs, self._no_graph)
+            self._native = self._native_replay(self._rec, inputs)
+        if self._native is not None:
+            return self._call_native(inputs)
         if not self._matches(self._rec, inputs):
-            return self._eager(inputs, "inputs or precision switches differ from those of the recorded CUDA graph "
-                                       "(shape, stride, dtype, device, requires_grad, another tensor where a "
-                                       "parameter was recorded, TF32)")
+            return self._eager(inputs, _MISMATCH_HINT)
         pending = self._pending() if self._pending is not None else None
         if pending is not None and not pending.done:
-            if not self._hinted_pending:
-                self._hinted_pending = True
-                _hint("reduce-overhead (training): a forward ran while the previous one's backward had not; "
-                      "it runs eagerly so the recorded activations stay with the first")
-            return self._graph.run(*inputs)
+            return self._eager_pending(inputs)
         if not self._lock.acquire(blocking=False):  # another thread is replaying
             return self._graph.run(*inputs)
         try:
             return _TrainingReplayFn.apply(self, *inputs)
         finally:
             self._lock.release()
+
+    def _eager_pending(self, inputs):
+        if not self._hinted_pending:
+            self._hinted_pending = True
+            _hint("reduce-overhead (training): a forward ran while the previous one's backward had not; "
+                  "it runs eagerly so the recorded activations stay with the first")
+        return self._graph.run(*inputs)
+
+    def _call_native(self, inputs):
+        if _precision_state(self._cudnn) != self._rec.precision:
+            return self._eager(inputs, _MISMATCH_HINT)
+        out = self._native(inputs)
+        if type(out) is tuple:
+            return out
+        if out == 1:
+            return self._eager(inputs, _MISMATCH_HINT)
+        if out == 2:
+            return self._eager_pending(inputs)
+        return self._graph.run(*inputs)  # another thread is replaying
+
+    def _native_replay(self, rec, inputs):
+        """The recording's replay as a C++ autograd node (framefuse._torch_replay), or None: the
+        module did not load, or this torch's CUDAGraph has no raw_cuda_graph_exec."""
+        mod = _torch_replay() if native_training_replay else None
+        if mod is None or not hasattr(rec.fwd, "raw_cuda_graph_exec"):
+            return None
+        graph, need_grad = self._graph, rec.need_grad
+        spec = dict(
+            device=inputs[rec.tensor_at[0]].device.index, fwd=rec.fwd.raw_cuda_graph_exec(),
+            bwd=rec.bwd.raw_cuda_graph_exec(), n_inputs=len(rec.consts),
+            fixed=[(i, t) for i, t, _ in rec.fixed], copied=[(i, rec.inputs[i], inputs[i]) for i, _ in rec.copied_meta],
+            consts=[(i, rec.consts[i]) for i in rec.const_at], outputs=rec.outputs, diff_out=rec.diff_out,
+            grad_in=rec.grad_in, need=need_grad, grads=rec.grads, flat=rec.flat, sizes=rec.sizes,
+            shapes=[None if s is None else tuple(s) for s in rec.shapes], keep=rec,
+            # NB: refers to the graph, not to self, so that the recording holds no cycle through C++.
+            recompute=lambda ins, gouts, create: _recompute(graph, need_grad, ins, gouts, create))
+        try:
+            return mod.training_replay(spec)
+        except (RuntimeError, TypeError, ValueError) as e:
+            _hint(f"reduce-overhead (training): replays go through torch.autograd.Function ({e})")
+            return None
 
     def _record(self, inputs):
         tensors = [isinstance(t, torch.Tensor) for t in inputs]
@@ -481,20 +568,13 @@ class TrainingGraphReplay:
             for buf, k in zip(rec.grad_in, rec.diff_out):
                 buf.copy_(grad_outs[k])
             rec.bwd.replay()
+            self._bwd_replays += 1
             if rec.flat is None:
                 return [None if g is None else g.clone() for g in rec.grads]
             parts = iter(rec.flat.clone().split(rec.sizes))
             return [None if g is None else next(parts) if shape is None else next(parts).view(shape)
                     for g, shape in zip(rec.grads, rec.shapes)]
 
-    def _recompute_backward(self, inputs, grad_outs, create_graph):
-        # On the caller's own tensors, so that a create_graph backward leads back to them.
-        with torch.enable_grad():
-            outs = self._graph.run(*inputs)
-            diff = [k for k, o in enumerate(outs) if o.requires_grad]
-            return list(torch.autograd.grad([outs[k] for k in diff], [inputs[i] for i in self._rec.need_grad],
-                                            [grad_outs[k] for k in diff], create_graph=create_graph,
-                                            allow_unused=True))
 
 
 class _TrainingReplayFn(torch.autograd.Function):
@@ -521,7 +601,7 @@ class _TrainingReplayFn(torch.autograd.Function):
             inputs = list(rec.consts)
             for i, t in zip(rec.tensor_at, saved):
                 inputs[i] = t
-            grads = runner._recompute_backward(inputs, grad_outs, create_graph)
+            grads = _recompute(runner._graph, rec.need_grad, inputs, grad_outs, create_graph)
         result = [None] * len(rec.consts)
         for i, g in zip(rec.need_grad, grads):
             result[i] = g

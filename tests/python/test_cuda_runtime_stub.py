@@ -42,6 +42,7 @@ CUresult cuEventSynchronize(void* e) { return 0; }
 CUresult cuEventElapsedTime_v2(float* ms, void* a, void* b) { *ms = 1.0f; return 0; }
 CUresult cuEventDestroy_v2(void* e) { return 0; }
 CUresult cuStreamIsCapturing(void* s, int* c) { *c = 0; return 0; }
+CUresult cuGraphLaunch(void* g, void* s) { return 1; }
 CUresult cuGetExportTable(const void** t, const void* id) { *t = 0; return 1; }  /* NVRTC asks */
 """
 

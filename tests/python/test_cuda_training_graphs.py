@@ -1,6 +1,8 @@
 """mode="reduce-overhead" for graphs that need autograd: forward and backward recorded in CUDA graphs
 (framefuse.cuda.TrainingGraphReplay), against eager autograd. GPU tests are marked `cuda` and skipped
 without a GPU; the checks that need no GPU run everywhere."""
+import gc
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -12,6 +14,14 @@ from framefuse.graph import Graph
 from cuda_util import fp32_and_fresh, gpu  # noqa: F401  (fixture)
 
 pytestmark = pytest.mark.usefixtures("fp32_and_fresh")
+
+
+@pytest.fixture(autouse=True, params=["native", "python"])
+def replay_path(request, monkeypatch):
+    """Each test twice: replays through framefuse._torch_replay's C++ node, and through the
+    torch.autograd.Function used where that module is missing."""
+    monkeypatch.setattr(ffcuda, "native_training_replay", request.param == "native")
+    return request.param
 
 
 def _mlp_graph(dev, dropout=False):
@@ -83,7 +93,7 @@ def test_training_steps_replay_and_equal_eager():
             _close(p.detach(), q.detach())
     replay = _replay(fn)
     assert replay._no_graph is None and replay._rec is not None
-    assert replay._gen == 5  # the first call runs eagerly, the second records, every later one replays
+    assert replay.replays == 5  # the first call runs eagerly, the second records, every later one replays
 
 
 @gpu
@@ -99,7 +109,7 @@ def test_gradients_accumulate_across_replays_without_aliasing_the_recording():
         kept.append(params[0].grad.clone())
         for p, q in zip(params, ref):
             _close(p.grad, q.grad)
-    assert _replay(fn)._gen >= 2
+    assert _replay(fn).replays >= 2
     assert not torch.equal(kept[-1], kept[-2])
 
 
@@ -162,7 +172,7 @@ def test_graph_with_dropout_runs_eagerly_and_trains():
 
 
 @gpu
-def test_compiled_module_training_step_replays_forward_and_backward_graphs():
+def test_compiled_module_training_step_replays_forward_and_backward_graphs(replay_path):
     from torch.profiler import ProfilerActivity, profile
     torch.manual_seed(0)
     ref = torch.nn.Sequential(torch.nn.Linear(128, 256), torch.nn.ReLU(), torch.nn.Linear(256, 10)).cuda()
@@ -181,11 +191,18 @@ def test_compiled_module_training_step_replays_forward_and_backward_graphs():
     for i in range(5):
         x, y = torch.randn(32, 128, device="cuda"), torch.randint(0, 10, (32,), device="cuda")
         if i == 4:
+            (replay,) = [o for o in gc.get_objects() if isinstance(o, ffcuda.TrainingGraphReplay) and o._rec is not None
+                         and o._rec.fixed[0][1] is next(model.parameters())]
+            assert (replay._native is not None) == (replay_path == "native" and ffcuda._torch_replay() is not None)
+            before = replay.replays, replay.backward_replays
             with profile(activities=[ProfilerActivity.CPU]) as prof:
                 loss = step(compiled, opt, x, y)
                 torch.cuda.synchronize()
-            launches = sum(e.count for e in prof.key_averages() if e.key == "cudaGraphLaunch")
-            assert launches == 2, launches  # one forward and one backward replay
+            assert (replay.replays, replay.backward_replays) == (before[0] + 1, before[1] + 1)
+            ran = {e.key for e in prof.key_averages()}
+            assert not ran & {"aten::addmm", "aten::mm", "aten::linear"}, ran  # no eager op of the model ran
+            if replay._native is None:  # torch's CUDAGraph.replay (the native node launches through the driver)
+                assert sum(e.count for e in prof.key_averages() if e.key == "cudaGraphLaunch") == 2
         else:
             loss = step(compiled, opt, x, y)
         _close(loss, step(ref, opt_ref, x, y))
@@ -199,10 +216,10 @@ def test_training_replay_only_under_the_precision_switches_it_was_recorded_under
     fn, params, _ = _recorded(calls=3)
     ref = [p.detach().double().requires_grad_(True) for p in params]
     assert _replay(fn)._rec is not None
-    replays = _replay(fn)._gen
+    replays = _replay(fn).replays
     torch.backends.cudnn.allow_tf32 = True  # no convolution here: cuDNN's switch does not matter
     fn(torch.randn(16, 32, device="cuda"), *params)[0].sum().backward()
-    assert _replay(fn)._gen == replays + 1
+    assert _replay(fn).replays == replays + 1
     for p in params:
         p.grad = None
     torch.backends.cuda.matmul.allow_tf32 = False

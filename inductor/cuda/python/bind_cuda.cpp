@@ -3,7 +3,11 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <cstdio>
+#include <exception>
+
 #include "inductor/cuda/cuda_api.h"
+#include "inductor/cuda/graph_launch_api.h"
 #include "graph/printer.h"
 #include "inductor/channels_last.h"
 #include "inductor/cuda/python/cuda_runner.h"
@@ -13,8 +17,33 @@ namespace py = pybind11;
 
 namespace ff {
 
+namespace {
+
+int graph_launch(int device, void* exec, void* stream, char* err, size_t err_len) {
+  try {
+    std::string why;
+    const cuda::DriverApi* d = cuda::driver_api(&why);
+    if (!d) {
+      std::snprintf(err, err_len, "%s", why.c_str());
+      return 1;
+    }
+    cuda::ensure_context(device);
+    cuda::CUresult r = d->cuGraphLaunch(static_cast<cuda::CUgraphExec>(exec), static_cast<cuda::CUstream>(stream));
+    if (r == 0) return 0;
+    std::snprintf(err, err_len, "cuGraphLaunch failed: %s", cuda::driver_error_string(r).c_str());
+  } catch (const std::exception& e) {
+    std::snprintf(err, err_len, "%s", e.what());
+  }
+  return 1;
+}
+
+const ff_graph_launch_api kGraphLaunchApi = {FF_GRAPH_LAUNCH_ABI, sizeof(ff_graph_launch_api), graph_launch};
+
+}  // namespace
+
 void define_cuda(py::module_& m) {
   py::module_ c = m.def_submodule("cuda", "CUDA code generation through NVRTC");
+  c.attr("_GRAPH_LAUNCH") = py::capsule(const_cast<ff_graph_launch_api*>(&kGraphLaunchApi), FF_GRAPH_LAUNCH_CAPSULE);
   using cuda::CudaGraphModule;
 
   // Where pip wheels put libnvrtc: asked of framefuse.cuda._nvrtc_dirs only when the usual places
