@@ -15,6 +15,7 @@
 #include <cstring>
 
 #include "graph/python/torch_native_api.h"
+#include "src/torch_build_check.h"
 
 #ifndef FF_TORCH_VERSION
 #error "FF_TORCH_VERSION (torch.__version__ at configure time) must be defined"
@@ -83,31 +84,6 @@ const ff_torch_native_api kApi = {
     dtype_scalar_type,
 };
 
-// Raises ImportError unless the running torch is the one these headers came from.
-bool same_torch(PyObject* torch) {
-  PyObject* version = PyObject_GetAttrString(torch, "__version__");
-  const char* v = version && PyUnicode_Check(version) ? PyUnicode_AsUTF8(version) : nullptr;
-  bool same_version = v && std::strcmp(v, FF_TORCH_VERSION) == 0;
-  if (!same_version && !PyErr_Occurred())
-    PyErr_Format(PyExc_ImportError,
-                 "framefuse._torch_native was built for torch " FF_TORCH_VERSION
-                 " and this is torch %s: rebuild framefuse to use it (framefuse works without it, "
-                 "with slower guard checks)",
-                 v ? v : "(unknown)");
-  Py_XDECREF(version);
-  if (!same_version) return false;
-  PyObject* C = PyObject_GetAttrString(torch, "_C");
-  PyObject* abi = C ? PyObject_GetAttrString(C, "_GLIBCXX_USE_CXX11_ABI") : nullptr;
-  Py_XDECREF(C);
-  PyErr_Clear();
-  bool same_abi = abi && PyObject_IsTrue(abi) == (_GLIBCXX_USE_CXX11_ABI ? 1 : 0);
-  Py_XDECREF(abi);
-  if (!same_abi)
-    PyErr_SetString(PyExc_ImportError,
-                    "framefuse._torch_native was built with another C++ ABI than this torch: rebuild framefuse");
-  return same_abi;
-}
-
 PyTypeObject* type_attr(PyObject* obj, const char* name) {
   PyObject* t = PyObject_GetAttrString(obj, name);
   if (t && !PyType_Check(t)) Py_CLEAR(t);
@@ -125,7 +101,8 @@ PyMODINIT_FUNC PyInit__torch_native(void) {
   PyObject* torch = PyImport_ImportModule("torch");
   if (!torch) return nullptr;
   PyObject* module = nullptr;
-  if (same_torch(torch)) {
+  if (ff_same_torch(torch, "framefuse._torch_native", FF_TORCH_VERSION, _GLIBCXX_USE_CXX11_ABI,
+                    "framefuse works without it, with slower guard checks")) {
     PyObject* C = PyObject_GetAttrString(torch, "_C");
     if (C) {
       // NB: TensorBase in torch 2.x, _TensorBase in 1.x.

@@ -36,6 +36,7 @@
 #include <vector>
 
 #include "inductor/cuda/graph_launch_api.h"
+#include "src/torch_build_check.h"
 
 #ifndef FF_TORCH_VERSION
 #error "FF_TORCH_VERSION (torch.__version__ at configure time) must be defined"
@@ -59,6 +60,14 @@ struct Gil {
   ~Gil() { PyGILState_Release(state); }
 };
 
+bool finalizing() {
+#if PY_VERSION_HEX >= 0x030D0000
+  return Py_IsFinalizing();
+#else
+  return _Py_IsFinalizing();
+#endif
+}
+
 // A strong reference released under the GIL, whichever thread drops it last (an autograd worker
 // may). NB: leaked once the interpreter is finalizing.
 struct PyRef {
@@ -73,7 +82,7 @@ struct PyRef {
     return *this;
   }
   ~PyRef() {
-    if (!obj || !Py_IsInitialized() || _Py_IsFinalizing()) return;
+    if (!obj || !Py_IsInitialized() || finalizing()) return;
     Gil gil;
     Py_DECREF(obj);
   }
@@ -606,24 +615,6 @@ PyObject* training_replay(PyObject*, PyObject* spec) {
   END_HANDLE_TH_ERRORS
 }
 
-// Raises ImportError unless the running torch is the one these headers came from.
-bool same_torch() {
-  PyObject* torch = PyImport_ImportModule("torch");
-  if (!torch) return false;
-  PyObject* version = PyObject_GetAttrString(torch, "__version__");
-  Py_DECREF(torch);
-  const char* v = version && PyUnicode_Check(version) ? PyUnicode_AsUTF8(version) : nullptr;
-  bool same = v && std::string(v) == FF_TORCH_VERSION;
-  if (!same && !PyErr_Occurred())
-    PyErr_Format(PyExc_ImportError,
-                 "framefuse._torch_replay was built for torch " FF_TORCH_VERSION
-                 " and this is torch %s: rebuild framefuse to use it (reduce-overhead training replays "
-                 "then go through Python)",
-                 v ? v : "(unknown)");
-  Py_XDECREF(version);
-  return same;
-}
-
 PyMethodDef kMethods[] = {
     {"training_replay", training_replay, METH_O, "training_replay(spec) -> TrainingReplay (internal)"},
     {nullptr, nullptr, 0, nullptr},
@@ -636,7 +627,12 @@ PyModuleDef kModule = {PyModuleDef_HEAD_INIT, "_torch_replay",
 }  // namespace
 
 PyMODINIT_FUNC PyInit__torch_replay(void) {
-  if (!same_torch()) return nullptr;
+  PyObject* torch = PyImport_ImportModule("torch");
+  if (!torch) return nullptr;
+  bool same = ff_same_torch(torch, "framefuse._torch_replay", FF_TORCH_VERSION, _GLIBCXX_USE_CXX11_ABI,
+                            "reduce-overhead training replays then go through Python");
+  Py_DECREF(torch);
+  if (!same) return nullptr;
   kReplayType.tp_basicsize = sizeof(ReplayObject);
   kReplayType.tp_flags = Py_TPFLAGS_DEFAULT;
   kReplayType.tp_doc = "A recorded training graph's replay: call with the tuple of inputs (internal).";

@@ -460,16 +460,17 @@ class TrainingGraphReplay:
         if mod is None or not hasattr(rec.fwd, "raw_cuda_graph_exec"):
             return None
         graph, need_grad = self._graph, rec.need_grad
-        spec = dict(
-            device=inputs[rec.tensor_at[0]].device.index, fwd=rec.fwd.raw_cuda_graph_exec(),
-            bwd=rec.bwd.raw_cuda_graph_exec(), n_inputs=len(rec.consts),
-            fixed=[(i, t) for i, t, _ in rec.fixed], copied=[(i, rec.inputs[i], inputs[i]) for i, _ in rec.copied_meta],
-            consts=[(i, rec.consts[i]) for i in rec.const_at], outputs=rec.outputs, diff_out=rec.diff_out,
-            grad_in=rec.grad_in, need=need_grad, grads=rec.grads, flat=rec.flat, sizes=rec.sizes,
-            shapes=[None if s is None else tuple(s) for s in rec.shapes], keep=rec,
-            # NB: refers to the graph, not to self, so that the recording holds no cycle through C++.
-            recompute=lambda ins, gouts, create: _recompute(graph, need_grad, ins, gouts, create))
         try:
+            spec = dict(
+                device=inputs[rec.tensor_at[0]].device.index, fwd=rec.fwd.raw_cuda_graph_exec(),
+                bwd=rec.bwd.raw_cuda_graph_exec(), n_inputs=len(rec.consts),
+                fixed=[(i, t) for i, t, _ in rec.fixed],
+                copied=[(i, rec.inputs[i], inputs[i]) for i, _ in rec.copied_meta],
+                consts=[(i, rec.consts[i]) for i in rec.const_at], outputs=rec.outputs, diff_out=rec.diff_out,
+                grad_in=rec.grad_in, need=need_grad, grads=rec.grads, flat=rec.flat, sizes=rec.sizes,
+                shapes=[None if s is None else tuple(s) for s in rec.shapes], keep=rec,
+                # NB: refers to the graph, not to self, so that the recording holds no cycle through C++.
+                recompute=lambda ins, gouts, create: _recompute(graph, need_grad, ins, gouts, create))
             return mod.training_replay(spec)
         except (RuntimeError, TypeError, ValueError) as e:
             _hint(f"reduce-overhead (training): replays go through torch.autograd.Function ({e})")
