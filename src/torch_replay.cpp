@@ -139,8 +139,8 @@ struct State {
   std::vector<size_t> need_edge;    // per static gradient: its edge (position in tensor_at)
   std::vector<at::Tensor> grads;    // static gradients (undefined where unused)
   at::Tensor flat;                  // every present gradient in one buffer, or undefined
-  std::vector<int64_t> sizes;       // numel of each present gradient, in flat's order
-  std::vector<std::vector<int64_t>> shapes;  // per static gradient; empty where 1-d
+  std::vector<int64_t> sizes;       // numel of each present gradient, in flat's order (from grads)
+  std::vector<std::vector<int64_t>> shapes;  // per static gradient; empty where 1-d (from grads)
   PyRef recompute;  // (inputs, grad_outs, create_graph) -> gradients of need, on the caller's tensors
   PyRef keep;       // what keeps the recording (graphs, memory pool) alive
   std::atomic<uint64_t> gen{0};               // forwards replayed (changed under mu)
@@ -322,8 +322,9 @@ bool matches(const State& s, PyObject* inputs) {
   return true;
 }
 
-// replay(inputs: tuple) -> tuple of outputs, or an int: 1 the inputs do not fit the recording,
-// 2 the last replayed forward's backward has not run, 3 another thread is replaying.
+// replay(inputs: tuple) -> tuple of outputs, or why not (the module's MISMATCH: the inputs do not
+// fit the recording; PENDING: the last replayed forward's backward has not run; BUSY: another
+// thread is replaying).
 PyObject* replay_call(PyObject* self, PyObject* inputs) {
   HANDLE_TH_ERRORS
   if (!PyTuple_Check(inputs)) {
@@ -561,29 +562,22 @@ PyObject* training_replay(PyObject*, PyObject* spec) {
   };
   std::vector<int64_t> need;
   ok = tensors("outputs", &s.outputs) && ints("diff_out", &s.diff_out) && tensors("grad_in", &s.grad_in) &&
-       ints("need", &need) && tensors("grads", &s.grads) && ints("sizes", &s.sizes) &&
-       each(spec, "shapes", [&](PyObject* e) {
-         std::vector<int64_t> shape;
-         if (e != Py_None) {
-           PyObject* seq = PySequence_Fast(e, "framefuse._torch_replay: a shape must be a sequence");
-           if (!seq) return false;
-           for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(seq); ++i) {
-             int64_t d = 0;
-             if (!int_of(PySequence_Fast_GET_ITEM(seq, i), &d)) {
-               Py_DECREF(seq);
-               return false;
-             }
-             shape.push_back(d);
-           }
-           Py_DECREF(seq);
-         }
-         s.shapes.push_back(std::move(shape));
-         return true;
-       });
+       ints("need", &need) && tensors("grads", &s.grads);
   if (!ok) return nullptr;
   if (!(o = item(spec, "flat")) || !tensor_of(o, &s.flat)) return nullptr;
-  if (s.grad_in.size() != s.diff_out.size() || need.size() != s.grads.size() || s.shapes.size() != s.grads.size()) {
-    PyErr_SetString(PyExc_ValueError, "framefuse._torch_replay: grad_in/diff_out or need/grads/shapes differ in length");
+  if (s.grad_in.size() != s.diff_out.size() || need.size() != s.grads.size()) {
+    PyErr_SetString(PyExc_ValueError, "framefuse._torch_replay: grad_in/diff_out or need/grads differ in length");
+    return nullptr;
+  }
+  int64_t flat_numel = 0;
+  for (const at::Tensor& g : s.grads) {  // flat's pieces, and the shape each is viewed back to
+    s.shapes.push_back(g.defined() && g.dim() != 1 ? g.sizes().vec() : std::vector<int64_t>());
+    if (!g.defined()) continue;
+    s.sizes.push_back(g.numel());
+    flat_numel += g.numel();
+  }
+  if (s.flat.defined() && s.flat.numel() != flat_numel) {
+    PyErr_SetString(PyExc_ValueError, "framefuse._torch_replay: flat does not hold exactly the gradients");
     return nullptr;
   }
   for (size_t k : s.diff_out)
@@ -656,7 +650,9 @@ PyMODINIT_FUNC PyInit__torch_replay(void) {
   if (!module) return nullptr;
   Py_INCREF(&kReplayType);
   if (PyModule_AddObject(module, "TrainingReplay", reinterpret_cast<PyObject*>(&kReplayType)) < 0 ||
-      PyModule_AddStringConstant(module, "torch_version", FF_TORCH_VERSION) < 0) {
+      PyModule_AddStringConstant(module, "torch_version", FF_TORCH_VERSION) < 0 ||
+      PyModule_AddIntConstant(module, "MISMATCH", kMismatch) < 0 || PyModule_AddIntConstant(module, "PENDING", kPending) < 0 ||
+      PyModule_AddIntConstant(module, "BUSY", kBusy) < 0) {
     Py_DECREF(&kReplayType);
     Py_DECREF(module);
     return nullptr;

@@ -447,11 +447,12 @@ class TrainingGraphReplay:
         out = self._native(inputs)
         if type(out) is tuple:
             return out
-        if out == 1:
+        mod = _torch_replay()
+        if out == mod.MISMATCH:
             return self._eager(inputs, _MISMATCH_HINT)
-        if out == 2:
+        if out == mod.PENDING:
             return self._eager_pending(inputs)
-        return self._graph.run(*inputs)  # another thread is replaying
+        return self._graph.run(*inputs)  # BUSY: another thread is replaying
 
     def _native_replay(self, rec, inputs):
         """The recording's replay as a C++ autograd node (framefuse._torch_replay), or None: the
@@ -467,8 +468,7 @@ class TrainingGraphReplay:
                 fixed=[(i, t) for i, t, _ in rec.fixed],
                 copied=[(i, rec.inputs[i], inputs[i]) for i, _ in rec.copied_meta],
                 consts=[(i, rec.consts[i]) for i in rec.const_at], outputs=rec.outputs, diff_out=rec.diff_out,
-                grad_in=rec.grad_in, need=need_grad, grads=rec.grads, flat=rec.flat, sizes=rec.sizes,
-                shapes=[None if s is None else tuple(s) for s in rec.shapes], keep=rec,
+                grad_in=rec.grad_in, need=need_grad, grads=rec.grads, flat=rec.flat, keep=rec,
                 # NB: refers to the graph, not to self, so that the recording holds no cycle through C++.
                 recompute=lambda ins, gouts, create: _recompute(graph, need_grad, ins, gouts, create))
             return mod.training_replay(spec)
@@ -575,7 +575,6 @@ class TrainingGraphReplay:
             parts = iter(rec.flat.clone().split(rec.sizes))
             return [None if g is None else next(parts) if shape is None else next(parts).view(shape)
                     for g, shape in zip(rec.grads, rec.shapes)]
-
 
 
 class _TrainingReplayFn(torch.autograd.Function):

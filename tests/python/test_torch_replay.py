@@ -56,8 +56,7 @@ class Recording:
                     fixed=[(1, w), (2, b)], copied=[(0, self.sx, x)],
                     consts=[] if const is None else [(3, const)],
                     outputs=[self.out, self.sum], diff_out=[0, 1], grad_in=self.gin, need=[1, 2],
-                    grads=[self.gw, self.gb], flat=self.flat, sizes=[w.numel(), b.numel()],
-                    shapes=[tuple(w.shape), None], recompute=self.recompute, keep=self)
+                    grads=[self.gw, self.gb], flat=self.flat, recompute=self.recompute, keep=self)
         return _torch_replay.training_replay(spec)
 
 
@@ -116,19 +115,20 @@ def test_unused_output_gets_a_zero_gradient():
 
 def test_inputs_that_do_not_fit_the_recording_are_refused():
     rec, rep, w, b = setup()
-    assert rep((torch.randn(2, 4), w, b)) == 1                       # another shape
-    assert rep((torch.randn(4, 3).t(), w, b)) == 1                   # another stride
-    assert rep((torch.randn(3, 4, dtype=torch.float64), w, b)) == 1  # another dtype
-    assert rep((torch.randn(3, 4, requires_grad=True), w, b)) == 1   # requires_grad
-    assert rep((torch.randn(3, 4), w.detach().clone(), b)) == 1      # another tensor for a parameter
-    assert rep((torch.randn(3, 4), w, b, 1.0)) == 1                  # another count
-    assert rep((torch.randn(3, 4), b, w)) == 1
+    no = _torch_replay.MISMATCH
+    assert rep((torch.randn(2, 4), w, b)) == no                       # another shape
+    assert rep((torch.randn(4, 3).t(), w, b)) == no                   # another stride
+    assert rep((torch.randn(3, 4, dtype=torch.float64), w, b)) == no  # another dtype
+    assert rep((torch.randn(3, 4, requires_grad=True), w, b)) == no   # requires_grad
+    assert rep((torch.randn(3, 4), w.detach().clone(), b)) == no      # another tensor for a parameter
+    assert rep((torch.randn(3, 4), w, b, 1.0)) == no                  # another count
+    assert rep((torch.randn(3, 4), b, w)) == no
     with torch.no_grad():
         w.requires_grad_(False)
-        assert rep((torch.randn(3, 4), w, b)) == 1                   # a parameter frozen since
+        assert rep((torch.randn(3, 4), w, b)) == no                   # a parameter frozen since
         w.requires_grad_(True)
-    w.data = w.data.clone()                                          # same object, new memory
-    assert rep((torch.randn(3, 4), w, b)) == 1
+    w.data = w.data.clone()                                           # same object, new memory
+    assert rep((torch.randn(3, 4), w, b)) == no
     assert rec.calls["fwd"] == 0
 
 
@@ -137,15 +137,15 @@ def test_constants_are_compared_by_value():
     x = torch.randn(3, 4)
     rec = Recording(x, w, b)
     rep = rec.replay(x, w, b, const=0.5)
-    assert rep((x, w, b, 0.25)) == 1
-    assert rep((x, w, b, torch.tensor(0.5))) == 1
+    assert rep((x, w, b, 0.25)) == _torch_replay.MISMATCH
+    assert rep((x, w, b, torch.tensor(0.5))) == _torch_replay.MISMATCH
     assert isinstance(rep((x, w, b, 0.5)), tuple)
 
 
 def test_a_second_forward_before_the_first_backward_is_refused_until_that_graph_is_gone():
     rec, rep, w, b = setup()
     y, s = rep((torch.randn(3, 4), w, b))
-    assert rep((torch.randn(3, 4), w, b)) == 2  # would overwrite y's recorded activations
+    assert rep((torch.randn(3, 4), w, b)) == _torch_replay.PENDING  # would overwrite y's recorded activations
     del y, s
     y, _ = rep((torch.randn(3, 4), w, b))  # y's graph is gone: nothing to overwrite
     y.sum().backward()
@@ -247,13 +247,13 @@ def test_malformed_specs_raise_instead_of_crashing():
         _torch_replay.training_replay([])
     good = dict(device=-1, fwd=rec.fwd, bwd=rec.bwd, n_inputs=3, fixed=[(1, w), (2, b)], copied=[(0, rec.sx, rec.sx)],
                 consts=[], outputs=[rec.out, rec.sum], diff_out=[0, 1], grad_in=rec.gin, need=[1, 2],
-                grads=[rec.gw, rec.gb], flat=rec.flat, sizes=[20, 5], shapes=[(5, 4), None],
-                recompute=rec.recompute, keep=rec)
+                grads=[rec.gw, rec.gb], flat=rec.flat, recompute=rec.recompute, keep=rec)
     _torch_replay.training_replay(good)
     for change, error in ((dict(fwd=3), TypeError), (dict(n_inputs=4), ValueError), (dict(need=[0, 7]), ValueError),
                           (dict(diff_out=[0, 5]), IndexError), (dict(grad_in=[rec.out]), ValueError),
                           (dict(fixed=[(9, w), (2, b)]), IndexError), (dict(outputs=[1.0]), TypeError),
-                          (dict(recompute=None), TypeError), (dict(device=0, fwd=0), (RuntimeError, ValueError))):
+                          (dict(recompute=None), TypeError), (dict(flat=torch.empty(24)), ValueError),
+                          (dict(device=0, fwd=0), (RuntimeError, ValueError))):
         with pytest.raises(error):
             _torch_replay.training_replay({**good, **change})
     missing = dict(good)
