@@ -1,7 +1,8 @@
 """torchvision resnet18 (b32, 224x224) inference on CUDA under torch's default precision (cuDNN
 convolutions in TF32), compiled and run as a user would: eager, torch.compile (default and
-reduce-overhead) and framefuse variants (NCHW, channels-last, the default, reduce-overhead), timed
-interleaved: 15 rounds of 20 CUDA-event timed calls per variant, medians.
+reduce-overhead) and framefuse variants (NCHW, channels-last, channels-last keeping NHWC copies of
+every weight, the default, reduce-overhead), timed interleaved: 15 rounds of 20 CUDA-event timed
+calls per variant, medians.
 
     PYTHONPATH=python python3 benchmarks/gpu_convnets.py --tc          # with torch.compile
     PYTHONPATH=python python3 benchmarks/gpu_convnets.py --fp32        # timed with TF32 off
@@ -30,6 +31,7 @@ def fresh():
     m = torchvision.models.resnet18().to(dev).eval(); m.load_state_dict(model.state_dict()); return m
 for name, knobs in [("ff_nchw_nofold", dict(cuda_channels_last=False, cuda_fold_batch_norm=False)),
                     ("ff_cl_nofold", dict(cuda_channels_last=True, cuda_fold_batch_norm=False)),
+                    ("ff_keep_weights", dict(cuda_keep_nhwc_weights=True)),
                     ("ff_default", dict()), ("ff_ro", dict())]:
     with config.patch(**knobs):
         f = framefuse.compile(fresh(), backend="inductor", mode="reduce-overhead" if name == "ff_ro" else None)

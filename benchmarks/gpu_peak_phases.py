@@ -14,8 +14,21 @@ import torch
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 from benchmarks import gpu_cases as gc  # noqa: E402
 
+
+
+def _ff_keep_weights(target):
+    """framefuse keeping the NHWC copies of every conv weight between calls (cuda_keep_nhwc_weights)."""
+    import framefuse
+    fn = framefuse.compile(target, backend="inductor")
+
+    def run(*args):
+        with framefuse.config.patch(cuda_keep_nhwc_weights=True):  # read where a graph compiles
+            return fn(*args)
+    return run
+
+
 COMPILERS = {"eager": lambda t: t, "torch.compile": gc._tc(None), "framefuse": gc._ff(None),
-             "framefuse-ro": gc._ff("reduce-overhead")}
+             "framefuse-ro": gc._ff("reduce-overhead"), "framefuse-keep-weights": _ff_keep_weights}
 _NOISE = ("c10::", "torch::unwind", "_Py", "Py", "pybind11", "CUDACachingAllocator", "start_thread", "clone", "main")
 
 

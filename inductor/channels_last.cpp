@@ -5,7 +5,9 @@
 // channels-last graph inputs (converted once per weight version by the runner), so every conv
 // returns NHWC; the metadata of everything downstream is recomputed by the ops' meta rules, so the
 // fused kernels between convs read and write NHWC too. Outputs whose layout moved are copied back
-// to eager's strides by the runner.
+// to eager's strides by the runner. A conv whose input is NHWC already would return NHWC from its
+// input alone (converting its weight in the call): the result says which weights feed convs with
+// NCHW inputs, the ones that are needed for the layout to take hold at all.
 #include "inductor/channels_last.h"
 
 #include <algorithm>
@@ -122,32 +124,29 @@ std::optional<ChannelsLastGraph> to_channels_last(const Graph& src, std::string*
     return std::nullopt;
   }
   std::vector<NodeId> placeholders = h.placeholders();
-  for (size_t i = 0; i < placeholders.size(); ++i) {
-    NodeId w = placeholders[i];
+  for (NodeId w : placeholders) {
     if (!weight[static_cast<size_t>(w)]) continue;
     // A weight read by anything but convolutions keeps its layout (its other readers would see
     // other strides).
-    bool only_convs = true;
     for (NodeId id = 0; id < static_cast<NodeId>(n); ++id) {
       const Node& nd = h.node(id);
       bool reads = false;
       for (const Value& v : nd.args) v.for_each_node([&](NodeId u) { reads |= u == w; });
       if (reads && !(is_conv[static_cast<size_t>(id)] && nd.args[1].is_node() && nd.args[1].node == w &&
                      !(nd.args[0].is_node() && nd.args[0].node == w)))
-        only_convs = false;
+        weight[static_cast<size_t>(w)] = false;
     }
-    if (!only_convs) {
-      weight[static_cast<size_t>(w)] = false;
-      continue;
-    }
-    TensorMeta& t = h.mutable_node(w).meta.tensor;
-    t.strides = meta_util::channels_last_strides(t.sizes);
-    out.inputs.push_back(static_cast<int>(i));
   }
-  if (out.inputs.empty()) {
+  if (std::find(weight.begin(), weight.end(), true) == weight.end()) {
     *why = "every conv weight has other readers";
     return std::nullopt;
   }
+  for (NodeId w : placeholders) {
+    if (!weight[static_cast<size_t>(w)]) continue;
+    TensorMeta& t = h.mutable_node(w).meta.tensor;
+    t.strides = meta_util::channels_last_strides(t.sizes);
+  }
+  std::vector<bool> nchw_fed(n, false);
   // Recompute every call's metadata in order; a rule that cannot say what a node's layout becomes
   // (no C++ rule, an error, other shapes) abandons the rewrite: the original graph is always right.
   for (NodeId id = 0; id < static_cast<NodeId>(n); ++id) {
@@ -156,8 +155,12 @@ std::optional<ChannelsLastGraph> to_channels_last(const Graph& src, std::string*
     const ValueMeta before = g.node(id).meta;
     if (is_conv[static_cast<size_t>(id)]) {
       // NB: oneDNN, torch's CPU fallback and cuDNN return channels-last when the input or the
-      // weight is (a wrong guess only costs the runner a copy into the predicted layout).
-      if (weight[static_cast<size_t>(nd.args[1].node)])
+      // weight is (torch's suggest_memory_format on each; a wrong guess only costs the runner a
+      // copy into the predicted layout).
+      NodeId w = nd.args[1].node;
+      bool nhwc_input = meta_util::is_channels_last(h.meta_of(nd.args[0]).tensor);
+      if (!nhwc_input) nchw_fed[static_cast<size_t>(w)] = true;
+      if (nhwc_input || weight[static_cast<size_t>(w)])
         nd.meta.tensor.strides = meta_util::channels_last_strides(nd.meta.tensor.sizes);
       continue;
     }
@@ -186,6 +189,12 @@ std::optional<ChannelsLastGraph> to_channels_last(const Graph& src, std::string*
     bool rg = before.kind == ValueMeta::Kind::Tensor && before.tensor.requires_grad;
     nd.meta = *m;
     if (nd.meta.kind == ValueMeta::Kind::Tensor) nd.meta.tensor.requires_grad = rg;
+  }
+  for (size_t i = 0; i < placeholders.size(); ++i) {
+    size_t w = static_cast<size_t>(placeholders[i]);
+    if (!weight[w]) continue;
+    out.inputs.push_back(static_cast<int>(i));
+    if (nchw_fed[w]) out.nchw_fed.push_back(static_cast<int>(i));
   }
   if (have_cuda) set_devices(h, cuda, nullptr);
   std::vector<NodeId> outputs;

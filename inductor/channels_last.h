@@ -13,6 +13,9 @@ namespace ff::inductor {
 struct ChannelsLastGraph {
   Graph graph;                 // conv weights as channels-last inputs, metadata recomputed
   std::vector<int> inputs;     // graph input indices (placeholder order) to pass channels-last
+  // Those of `inputs` read by a conv whose input is NCHW (typically only the first conv's weight):
+  // the others could be converted inside each call without changing any layout in the graph.
+  std::vector<int> nchw_fed;
   std::vector<std::pair<NodeId, TensorMeta>> restore;  // outputs to copy back to these layouts
 };
 

@@ -340,11 +340,12 @@ def test_channels_last_conv_graph_equals_eager_with_eager_strides():
         _check(out, ref, 1e-5)
 
 
-def _resnet_block_graph():
+def _resnet_block_graph(dev="cpu"):
     torch.manual_seed(0)
     vals = [torch.randn(4, 8, 16, 16), torch.randn(16, 8, 3, 3) / 8, torch.randn(16, 16, 3, 3) / 12,
             torch.randn(16, 8, 1, 1) / 3, torch.randn(16), torch.rand(16) + 0.5, torch.randn(16), torch.randn(16),
             torch.randn(10, 16), torch.randn(10)]
+    vals = [v.to(dev) for v in vals]
     g = Graph()
     gx, gw, gw2, gwd, grm, grv, gbw, gbb, glw, glb = (
         g.placeholder(n, t) for n, t in zip(["x", "w", "w2", "wd", "rm", "rv", "bw", "bb", "lw", "lb"], vals))
@@ -362,8 +363,10 @@ def test_channels_last_rewrite_of_a_resnet_block_computes_the_same_on_the_cpu_ge
     # The rewrite is device-neutral: the CPU code generator (same lowering and loop IR) runs the
     # rewritten graph, every activation between convs in NHWC, and must match eager.
     g, vals = _resnet_block_graph()
-    code, cl_inputs, why = framefuse._C.cuda._channels_last_code(g._g)
+    code, cl_inputs, nchw_fed, why = framefuse._C.cuda._channels_last_code(g._g)
     assert why == "" and cl_inputs == [1, 2, 3], why
+    # w and wd feed convs of NCHW tensors (x, max_pool2d(x)); w2's conv reads the NHWC pool output.
+    assert nchw_fed == [1, 3]
     g2 = Graph.parse(code)
     assert "[4096, 1, 256, 16]" in code  # the first conv's output and its bn/relu: NHWC
     args = list(vals)
@@ -376,6 +379,65 @@ def test_channels_last_rewrite_of_a_resnet_block_computes_the_same_on_the_cpu_ge
         assert o.shape == r.shape
         assert ((o - r).norm() / r.norm()).item() < 1e-5
     assert out[1].stride() == (4096, 1, 256, 16)  # the CUDA runner copies such outputs back to eager's strides
+
+
+def test_conv_weights_behind_an_nhwc_input_are_packed_per_call_for_sm90(tmp_path):
+    # Only w2's conv reads an NHWC input (the pool output): w2 is packed into an arena in each call
+    # (one kernel, compiled here by NVRTC); w and wd stay cached copies. With the config on, or under
+    # reduce-overhead, all three are cached.
+    _need_nvrtc()
+    g, _ = _resnet_block_graph()
+    with framefuse.config.patch(cuda_channels_last=True, cache_dir=str(tmp_path)), _tf32_convs():
+        assert ffcuda.compile_graph(g, arch="sm_90")._mod.packed_weights == [2]
+        with framefuse.config.patch(cuda_keep_nhwc_weights=True):
+            assert ffcuda.compile_graph(g, arch="sm_90")._mod.packed_weights == []
+        assert framefuse._C.cuda.compile(g._g, "reduce-overhead", "sm_90", True, False).packed_weights == []
+
+
+@gpu
+@pytest.mark.parametrize("keep", [False, True])
+def test_channels_last_resnet_block_equals_eager_and_predicts_every_conv_layout(keep):
+    g, vals = _resnet_block_graph("cuda")
+    with framefuse.config.patch(cuda_channels_last=True, cuda_keep_nhwc_weights=keep), _tf32_convs():
+        fn = ffcuda.compile_graph(g)
+    assert fn._mod.channels_last_why == "", fn._mod.channels_last_why
+    for _ in range(2):
+        out, ref = fn(*vals), g.run(*vals)
+        for o, r in zip(out, ref):
+            assert o.stride() == r.stride()
+        _check(out, ref, 1e-5)
+    assert fn._mod.layout_copies == 0  # cuDNN returned NHWC wherever the rewrite said it would
+    assert fn._mod.packed_weights == ([] if keep else [2])
+    # A new weight version is packed from its new values (nothing packed is kept).
+    vals[2].mul_(-0.5)
+    _check(fn(*vals), g.run(*vals), 1e-5)
+
+
+@gpu
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_packed_conv_weights_of_many_shapes_equal_eager(dtype):
+    # 34 packed weights (two launches of at most 32): 1x1 (plain copies), 3x3 and 5x5 rows through
+    # shared memory, and a 1536-channel 3x3 row too wide for it in fp32 (read straight from memory).
+    # The wide first output is pooled before the packed convolutions start: packing must not raise
+    # the graph's peak, which is that output.
+    torch.manual_seed(0)
+    specs = [(8, 1536, 1), (1536, 16, 3)] + [(16, 16, k) for k in (1, 3, 5)] * 11
+    x = torch.randn(32, 8, 32, 32, device="cuda", dtype=dtype)
+    ws = [(torch.randn(co, ci, k, k, device="cuda") / (ci * k * k) ** 0.5).to(dtype) for ci, co, k in specs]
+    g = Graph()
+    y = g.placeholder("x", x)
+    gws = [g.placeholder(f"w{i}", w) for i, w in enumerate(ws)]
+    for i, (gw, (ci, co, k)) in enumerate(zip(gws, specs)):
+        y = g.call(F.conv2d, y, gw, None, 1, k // 2)
+        if i == 0:
+            y = g.call(F.max_pool2d, y, 4)
+    g.output((y,))
+    with framefuse.config.patch(cuda_channels_last=True), _tf32_convs():
+        fn = ffcuda.compile_graph(g)
+    assert fn._mod.packed_weights == list(range(2, 2 + 34)), fn._mod.packed_weights
+    (out,), (ref,) = fn(x, *ws), g.run(x, *ws)
+    assert out.stride() == ref.stride()
+    _check([out.float()], [ref.float()], 1e-5 if dtype == torch.float32 else 2e-2)
 
 
 def test_resnet_block_compiles_channels_last_for_cuda_graphs(tmp_path):

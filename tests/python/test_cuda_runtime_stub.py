@@ -85,6 +85,16 @@ with framefuse.config.patch(cache_dir={cache!r}):
     with torch.inference_mode():
         shapes = [tuple(m.run(x, torch.randn(16, 8, 1, 1))[0].shape) for _ in range(2)]
     print("inference-mode weights", shapes == [(2, 16, 6, 6)] * 2, flush=True)
+    # A conv weight behind an NHWC input is packed into an arena in each call (one launch) and the
+    # convolution reads its piece through a view at the piece's offset.
+    from test_cuda_models import _resnet_block_graph
+    g, vals = _resnet_block_graph()
+    with framefuse.config.patch(cuda_channels_last=True):
+        m = _C.cuda.compile(g._g, "default", "", True, True)
+    print("packing", flush=True)
+    outs = [m.run(*vals) for _ in range(2)]
+    shapes = [[tuple(o.shape) for o in out] for out in outs]
+    print("packed", m.packed_weights, shapes == [[tuple(r.shape) for r in g.run(*vals)]] * 2, flush=True)
     # A misaligned input: the scalar variant is chosen.
     g, (x,) = CASES["pointwise"][0]("cpu")
     m = _C.cuda.compile(g._g, "default", "", True, True)
@@ -151,6 +161,8 @@ def test_runtime_host_side_with_driver_stand_in(stub_dir, tmp_path):
     assert out.count("stub: launch") > 4 * len(cases)
     assert "channels-last '' True 0" in out, out[-2000:]
     assert "inference-mode weights True" in out, out[-2000:]
+    assert "packed [2] True" in out, out[-2000:]
+    assert "stub: launch" in out[out.index("packing"):out.index("packed [2]")]  # the packing kernel
     misaligned = [line for line in out.splitlines() if line.startswith("misaligned")][0]
     assert "ff_k0 block" in misaligned and "_v block" not in misaligned, misaligned
     assert "layout error: input x is float32[65536] strides [2] on cpu; the graph was compiled for float32[65536] strides [1]" in out, out[-2000:]

@@ -115,6 +115,8 @@ void define_cuda(py::module_& m) {
       .def("kernels", &CudaGraphModule::kernels)
       .def_property_readonly("channels_last_why", &CudaGraphModule::channels_last_why)
       .def_property_readonly("layout_copies", &CudaGraphModule::layout_copies)
+      .def_property_readonly("packed_weights", &CudaGraphModule::packed_weights,
+                             "Input positions of the conv weights packed into NHWC in each call (config cuda_keep_nhwc_weights).")
       .def_property_readonly("derived_sources", &CudaGraphModule::derived_sources)
       .def("run", [](CudaGraphModule& g, py::args args) {
         std::vector<py::object> inputs;
@@ -123,13 +125,14 @@ void define_cuda(py::module_& m) {
       });
 
   // Tests: the channels-last rewrite of a graph as graph code (to check it on the CPU code
-  // generator): (code, input indices to pass channels-last, why not) .
+  // generator): (code, input indices to pass channels-last, those of them feeding convs with NCHW
+  // inputs, why not).
   c.def("_channels_last_code", [](py::handle graph) -> py::tuple {
     const Graph* g = reinterpret_cast<const Graph*>(graph.attr("_address")().cast<uintptr_t>());
     std::string why;
     auto cl = inductor::to_channels_last(*g, &why);
-    if (!cl) return py::make_tuple(std::string(), std::vector<int>{}, why);
-    return py::make_tuple(graph_code(cl->graph), cl->inputs, why);
+    if (!cl) return py::make_tuple(std::string(), std::vector<int>{}, std::vector<int>{}, why);
+    return py::make_tuple(graph_code(cl->graph), cl->inputs, cl->nchw_fed, why);
   });
 
   // graph: a framefuse._C.graph.Graph (its `_address`); the C++ graph is copied.

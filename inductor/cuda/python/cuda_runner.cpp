@@ -188,6 +188,11 @@ CudaGraphModule::CudaGraphModule(const Graph& g, const CudaCompileOptions& opts)
     if (auto cl = inductor::to_channels_last(graph_, &why)) {
       graph_ = std::move(cl->graph);
       cl_indices_ = cl->inputs;
+      // NB: reduce-overhead keeps static buffers and a graph pool anyway (and the folded weights):
+      // there copies made once save the packing kernel in every replay.
+      if (!config().cuda_keep_nhwc_weights && opts.mode != "reduce-overhead")
+        for (int i : cl->inputs)
+          if (std::find(cl->nchw_fed.begin(), cl->nchw_fed.end(), i) == cl->nchw_fed.end()) packed_indices_.push_back(i);
       cl_restore_ = std::move(cl->restore);
     } else {
       channels_last_why_ = why;
@@ -200,15 +205,6 @@ CudaGraphModule::CudaGraphModule(const Graph& g, const CudaCompileOptions& opts)
   prog_ = inductor::compile_to_loop_ir(neutral);
   writes_.prepare(prog_);
   num_inputs_ = graph_.placeholders().size() - folded_.size();
-  for (int i : cl_indices_) {
-    // NB: exactly the strides the graph was compiled for (see ChannelsLastInputs).
-    for (const loop::Buffer& b : prog_.buffers) {
-      if (b.role != loop::BufferRole::Input || b.input != i) continue;
-      cl_layouts_.push_back(py::cast(b.sizes));
-      cl_layouts_.push_back(py::cast(b.strides));
-      cl_inputs_.add(static_cast<size_t>(i), cl_layouts_[cl_layouts_.size() - 2].ptr(), cl_layouts_.back().ptr());
-    }
-  }
   autotune_ = opts.mode == "max-autotune";
   host_emulation_ = opts.host_emulation;
   RenderOptions ro;
@@ -229,8 +225,14 @@ CudaGraphModule::CudaGraphModule(const Graph& g, const CudaCompileOptions& opts)
     std::vector<std::string> eager;
     for (const CompileUnit& u : src_.units)
       if (!u.lazy) eager.push_back(u.source);
+    if (!packed_indices_.empty()) eager.push_back(nhwc_pack_source());
     std::vector<CompileStats> per;
     cubins_ = compile_cubins(eager, arch_, &per, threads);
+    if (!packed_indices_.empty()) {
+      pack_cubin_ = std::move(cubins_.back());
+      cubins_.pop_back();
+      per.pop_back();
+    }
     cubins_.resize(src_.units.size());
     stats_ = CompileStats{};
     stats_.disk_hit = !per.empty();
@@ -297,6 +299,86 @@ CudaGraphModule::CudaGraphModule(const Graph& g, const CudaCompileOptions& opts)
       if (!is_output) free_after_[static_cast<size_t>(last[b])].push_back(static_cast<int>(b));
     }
   }
+  plan_packed_weights(first, last);
+  for (int i : cl_indices_) {
+    if (std::find(pack_.inputs.begin(), pack_.inputs.end(), i) != pack_.inputs.end()) continue;
+    // NB: exactly the strides the graph was compiled for (see ChannelsLastInputs).
+    for (const loop::Buffer& b : prog_.buffers) {
+      if (b.role != loop::BufferRole::Input || b.input != i) continue;
+      cl_layouts_.push_back(py::cast(b.sizes));
+      cl_layouts_.push_back(py::cast(b.strides));
+      cl_inputs_.add(static_cast<size_t>(i), cl_layouts_[cl_layouts_.size() - 2].ptr(), cl_layouts_.back().ptr());
+    }
+  }
+}
+
+void CudaGraphModule::plan_packed_weights(const std::vector<int>& first, const std::vector<int>& last) {
+  // The candidates: conv weights whose conv reads an NHWC input, one element size (the first's),
+  // non-empty. The arena lives from the first step that reads one to the last.
+  std::vector<NhwcPiece> pieces;
+  std::vector<int> bufs, inputs;
+  int elem = 0, from = -1, to = -1;
+  for (int i : packed_indices_) {
+    for (size_t b = 0; b < prog_.buffers.size(); ++b) {
+      const loop::Buffer& buf = prog_.buffers[b];
+      if (buf.role != loop::BufferRole::Input || buf.input != i || first[b] < 0 || buf.sizes.size() != 4) continue;
+      int size = dtype_size(buf.dtype);
+      if (elem == 0) elem = size;
+      int64_t numel = buf.sizes[0] * buf.sizes[1] * buf.sizes[2] * buf.sizes[3];
+      if (size != elem || numel == 0 || numel >= (int64_t{1} << 32)) continue;
+      pieces.push_back(NhwcPiece{buf.sizes[0], buf.sizes[1], buf.sizes[2] * buf.sizes[3], 0});
+      bufs.push_back(static_cast<int>(b));
+      inputs.push_back(i);
+      from = from < 0 ? first[b] : std::min(from, first[b]);
+      to = std::max(to, last[b]);
+    }
+  }
+  packed_indices_.clear();
+  if (pieces.empty()) return;
+  int64_t arena_bytes = NhwcPacker::layout(pieces, elem) * elem;
+  // Memory: the arena must not raise the graph's peak. Bytes live per step from the buffers the
+  // runner allocates and releases (extern results and intermediates; cuDNN's workspaces are not
+  // seen, and are the same either way).
+  size_t nsteps = prog_.steps.size();
+  auto bytes = [&](size_t b) {
+    const loop::Buffer& buf = prog_.buffers[b];
+    int64_t span = 1;
+    for (size_t d = 0; d < buf.sizes.size(); ++d) span += (buf.sizes[d] - 1) * buf.strides[d];
+    for (int64_t s : buf.sizes) if (s == 0) span = 0;
+    return span * dtype_size(buf.dtype);
+  };
+  std::vector<int64_t> live(nsteps, 0);
+  int64_t now = 0;
+  for (size_t s = 0; s < nsteps; ++s) {
+    for (size_t b = 0; b < prog_.buffers.size(); ++b) {
+      loop::BufferRole role = prog_.buffers[b].role;
+      if (first[b] == static_cast<int>(s) && role != loop::BufferRole::Input) now += bytes(b);
+    }
+    live[s] = now;
+    for (int b : free_after_[s]) now -= bytes(static_cast<size_t>(b));
+  }
+  int64_t peak = *std::max_element(live.begin(), live.end());
+  int64_t during = *std::max_element(live.begin() + from, live.begin() + to + 1);
+  if (during + arena_bytes > peak) {
+    if (log_enabled(LogArtifact::perf_hints))
+      log_emit(LogArtifact::perf_hints, "CUDA: " + std::to_string(pieces.size()) +
+                                            " NHWC conv weight copies kept between calls: packing them per call would raise the graph's peak memory");
+    return;
+  }
+  if (pack_cubin_.empty()) {  // a graph of extern calls alone compiled no kernels
+    std::string why;
+    if (!nvrtc_api(&why)) return;
+    pack_cubin_ = compile_cubin(nhwc_pack_source(), arch_);
+  }
+  pack_.at_step = from;
+  pack_.bufs = bufs;
+  pack_.inputs = inputs;
+  pack_.offset.assign(prog_.buffers.size(), -1);
+  pack_.packer = std::make_unique<NhwcPacker>(pieces, elem, std::move(pack_cubin_));
+  for (size_t k = 0; k < bufs.size(); ++k) {
+    pack_.offset[static_cast<size_t>(bufs[k])] = pack_.packer->pieces()[k].dst;
+    free_after_[static_cast<size_t>(last[static_cast<size_t>(bufs[k])])].push_back(bufs[k]);
+  }
 }
 
 std::string CudaGraphModule::program_text() const { return loop::program_str(prog_); }
@@ -342,6 +424,7 @@ struct CudaGraphModule::Prepared {
   explicit Prepared(PyObject* device) : input_check(device) {}
   std::vector<py::object> layouts;  // buffer b: sizes at 2b, strides at 2b + 1 (tuples)
   std::vector<int> input_bufs;      // the Input buffers, in input_check's order
+  std::vector<py::object> packed_layouts;  // packed weights as the caller passes them (NCHW), sizes and strides
   std::vector<int> input_of_node;   // node id -> input position (placeholders), else -1
   inductor::LayoutCheck input_check;
   std::vector<std::unique_ptr<inductor::PreparedCall>> calls;     // per extern; null: a GetItem or unavailable
@@ -359,10 +442,21 @@ void CudaGraphModule::prepare() {
     p->layouts.push_back(py::tuple(py::cast(b.sizes)));
     p->layouts.push_back(py::tuple(py::cast(b.strides)));
   }
+  p->packed_layouts.reserve(2 * pack_.bufs.size());  // NB: borrowed by the check as well
   for (size_t b = 0; b < nb; ++b) {
     if (prog_.buffers[b].role != loop::BufferRole::Input) continue;
     p->input_bufs.push_back(static_cast<int>(b));
-    p->input_check.add(dtype_objs_[b].ptr(), p->layouts[2 * b].ptr(), p->layouts[2 * b + 1].ptr());
+    if (packed(static_cast<int>(b))) {
+      p->packed_layouts.push_back(p->layouts[2 * b]);
+      p->packed_layouts.push_back(py::tuple(py::cast(TensorMeta::contiguous_strides(prog_.buffers[b].sizes))));
+      p->input_check.add(dtype_objs_[b].ptr(), p->packed_layouts[p->packed_layouts.size() - 2].ptr(), p->packed_layouts.back().ptr());
+    } else {
+      p->input_check.add(dtype_objs_[b].ptr(), p->layouts[2 * b].ptr(), p->layouts[2 * b + 1].ptr());
+    }
+  }
+  if (pack_.packer) {
+    pack_.sizes = py::make_tuple(pack_.packer->arena_elems());
+    pack_.strides = py::make_tuple(1);
   }
   for (const loop::ExternCall& e : prog_.externs) {
     std::unique_ptr<inductor::PreparedCall> call;
@@ -406,8 +500,10 @@ py::object CudaGraphModule::view(const std::vector<py::object>& bufs, int b, con
   const loop::Buffer& buf = prog_.buffers[static_cast<size_t>(b)];
   const py::object& t = bufs[static_cast<size_t>(b)];
   FF_CHECK(t && !t.is_none(), "buffer " + buf.name + " used before it was produced");
-  if (ref.offset == 0 && ref.sizes == buf.sizes && ref.strides == buf.strides) return t;
-  int64_t base = t.attr("storage_offset")().cast<int64_t>();
+  // NB: a packed weight's buffer holds the whole arena: its piece starts `offset` elements in.
+  int64_t arena = packed(b) ? pack_.offset[static_cast<size_t>(b)] : -1;
+  if (arena < 0 && ref.offset == 0 && ref.sizes == buf.sizes && ref.strides == buf.strides) return t;
+  int64_t base = t.attr("storage_offset")().cast<int64_t>() + std::max<int64_t>(arena, 0);
   return t.attr("as_strided")(py::cast(ref.sizes), py::cast(ref.strides), base + ref.offset);
 }
 
@@ -516,6 +612,7 @@ py::object CudaGraphModule::run(const std::vector<py::object>& given) {
   CUstream stream = nullptr;
   if (raw_stream_ && !src_.kernels.empty() && !host_emulation_) stream = reinterpret_cast<CUstream>(raw_stream_(device_).cast<uintptr_t>());
   for (size_t s = 0; s < prog_.steps.size(); ++s) {
+    if (static_cast<int>(s) == pack_.at_step) pack_weights(inputs, bufs, ptrs, stream);
     for (int b : alloc_at_[s]) {
       bufs[static_cast<size_t>(b)] = alloc(b);
       ptrs[static_cast<size_t>(b)] = data_pointer(bufs[static_cast<size_t>(b)]);
@@ -594,17 +691,38 @@ py::object CudaGraphModule::run(const std::vector<py::object>& given) {
   return py::reinterpret_steal<py::object>(out);
 }
 
+void CudaGraphModule::pack_weights(const std::vector<py::object>& inputs, std::vector<py::object>& bufs,
+                                   std::vector<void*>& ptrs, CUstream stream) {
+  size_t first = static_cast<size_t>(pack_.bufs[0]);
+  PyObject* args[4] = {pack_.sizes.ptr(), pack_.strides.ptr(), dtype_objs_[first].ptr(), device_obj_.ptr()};
+  PyObject* t = PyObject_Vectorcall(empty_strided_.ptr(), args, 2, prep_->alloc_kwnames.ptr());
+  if (!t) throw py::error_already_set();
+  py::object arena = py::reinterpret_steal<py::object>(t);
+  char* base = static_cast<char*>(data_pointer(arena));
+  std::vector<const void*> srcs;
+  srcs.reserve(pack_.inputs.size());
+  for (int i : pack_.inputs) srcs.push_back(data_pointer(inputs.at(static_cast<size_t>(i))));
+  pack_.packer->launch(srcs, base, stream, device_);
+  int64_t elem = dtype_size(prog_.buffers[first].dtype);
+  for (int b : pack_.bufs) {
+    bufs[static_cast<size_t>(b)] = arena;
+    ptrs[static_cast<size_t>(b)] = base + pack_.offset[static_cast<size_t>(b)] * elem;
+  }
+}
+
 void CudaGraphModule::input_mismatch(const std::vector<py::object>& inputs) const {
   for (int b : prep_->input_bufs) {
     const loop::Buffer& buf = prog_.buffers[static_cast<size_t>(b)];
     const py::object& t = inputs.at(static_cast<size_t>(buf.input));
     TensorMeta m = meta_from_tensor(t.ptr());
+    // NB: a packed weight is passed as the caller's (NCHW) tensor.
+    std::vector<int64_t> strides = packed(b) ? TensorMeta::contiguous_strides(buf.sizes) : buf.strides;
     bool device_ok = host_emulation_ ? m.device.type == Device::Type::CPU
                                      : m.device.type == Device::Type::CUDA && std::max(0, m.device.index) == device_;
-    if (!device_ok || m.dtype != buf.dtype || m.sizes != buf.sizes || m.strides != buf.strides)
+    if (!device_ok || m.dtype != buf.dtype || m.sizes != buf.sizes || m.strides != strides)
       throw UserError("input " + buf.name + " is " + std::string(dtype_name(m.dtype)) + layout_str(m.sizes, m.strides) +
                       " on " + m.device.str() + "; the graph was compiled for " + std::string(dtype_name(buf.dtype)) +
-                      layout_str(buf.sizes, buf.strides) + " on cuda:" + std::to_string(device_));
+                      layout_str(buf.sizes, strides) + " on cuda:" + std::to_string(device_));
   }
   throw UserError("an input is not a tensor of the layout and device the graph was compiled for");
 }

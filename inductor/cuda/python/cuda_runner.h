@@ -17,6 +17,7 @@
 #include "inductor/python/channels_last_inputs.h"
 #include "inductor/python/input_writes.h"
 #include "inductor/cuda/python/conv_fusion.h"
+#include "inductor/cuda/nhwc_pack.h"
 #include "inductor/cuda/nvrtc_compiler.h"
 #include "inductor/loop_ir.h"
 
@@ -61,6 +62,8 @@ class CudaGraphModule {
   const std::string& channels_last_why() const { return channels_last_why_; }
   // Extern results copied into the layout the kernels were generated for, over all runs.
   int64_t layout_copies() const { return layout_copies_; }
+  // Input positions of the conv weights packed into NHWC in every call rather than kept.
+  const std::vector<int>& packed_weights() const { return pack_.inputs; }
   // Caller's input indices whose values are converted or folded into cached derived tensors (a
   // CUDA graph replay must see them unchanged, or record again).
   std::vector<int> derived_sources() const;
@@ -99,6 +102,22 @@ class CudaGraphModule {
   std::vector<int> cl_indices_;                 // from the rewrite, until the buffers exist
   std::vector<pybind11::object> cl_layouts_;    // the sizes and strides lists cl_inputs_ borrows
   inductor::ChannelsLastInputs cl_inputs_;
+  // Conv weights packed into NHWC per call instead (nhwc_pack.h): those whose convolution reads an
+  // NHWC input, where the arena does not raise the graph's peak memory (plan_packed_weights).
+  std::vector<int> packed_indices_;  // candidates, until plan_packed_weights
+  std::string pack_cubin_;
+  struct PackedWeights {
+    std::unique_ptr<NhwcPacker> packer;  // null: none packed
+    int at_step = -1;                    // packed just before this step
+    std::vector<int> bufs, inputs;       // per piece: the Input buffer and the input position
+    std::vector<int64_t> offset;         // per buffer: elements into the arena (0 for the others)
+    pybind11::object sizes, strides;     // the arena's layout as tuples (prepare())
+  } pack_;
+  void plan_packed_weights(const std::vector<int>& first, const std::vector<int>& last);
+  bool packed(int buf) const { return !pack_.offset.empty() && pack_.offset[static_cast<size_t>(buf)] >= 0; }
+  // Packs the weights into a new arena on `stream`; their buffers then hold it.
+  void pack_weights(const std::vector<pybind11::object>& inputs, std::vector<pybind11::object>& bufs,
+                    std::vector<void*>& ptrs, CUstream stream);
   // Batch norms folded into convolutions: the folded weights and biases, recomputed when a tensor
   // they come from changes (pointer or version).
   struct Folded {
