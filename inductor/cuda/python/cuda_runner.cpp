@@ -313,19 +313,20 @@ CudaGraphModule::CudaGraphModule(const Graph& g, const CudaCompileOptions& opts)
 }
 
 void CudaGraphModule::plan_packed_weights(const std::vector<int>& first, const std::vector<int>& last) {
-  // The candidates: conv weights whose conv reads an NHWC input, one element size (the first's),
-  // non-empty. The arena lives from the first step that reads one to the last.
+  // The candidates: conv weights whose conv reads an NHWC input, of one dtype (the first's: the
+  // arena is a tensor of it), non-empty. The arena lives from the first step that reads one to the
+  // last.
   std::vector<NhwcPiece> pieces;
   std::vector<int> bufs, inputs;
-  int elem = 0, from = -1, to = -1;
+  std::optional<DType> dtype;
+  int from = -1, to = -1;
   for (int i : packed_indices_) {
     for (size_t b = 0; b < prog_.buffers.size(); ++b) {
       const loop::Buffer& buf = prog_.buffers[b];
       if (buf.role != loop::BufferRole::Input || buf.input != i || first[b] < 0 || buf.sizes.size() != 4) continue;
-      int size = dtype_size(buf.dtype);
-      if (elem == 0) elem = size;
+      if (!dtype) dtype = buf.dtype;
       int64_t numel = buf.sizes[0] * buf.sizes[1] * buf.sizes[2] * buf.sizes[3];
-      if (size != elem || numel == 0 || numel >= (int64_t{1} << 32)) continue;
+      if (buf.dtype != *dtype || numel == 0 || numel >= (int64_t{1} << 32)) continue;
       pieces.push_back(NhwcPiece{buf.sizes[0], buf.sizes[1], buf.sizes[2] * buf.sizes[3], 0});
       bufs.push_back(static_cast<int>(b));
       inputs.push_back(i);
@@ -335,6 +336,7 @@ void CudaGraphModule::plan_packed_weights(const std::vector<int>& first, const s
   }
   packed_indices_.clear();
   if (pieces.empty()) return;
+  int elem = dtype_size(*dtype);
   int64_t arena_bytes = NhwcPacker::layout(pieces, elem) * elem;
   // Memory: the arena must not raise the graph's peak. Bytes live per step from the buffers the
   // runner allocates and releases (extern results and intermediates; cuDNN's workspaces are not
