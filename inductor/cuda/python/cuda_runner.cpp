@@ -183,6 +183,8 @@ CudaGraphModule::CudaGraphModule(const Graph& g, const CudaCompileOptions& opts)
   }
   // NB: channels-last pays off where cuDNN's convolutions run in TF32 (torch's default for them);
   // in full fp32 its NHWC kernels are slower than NCHW ones.
+  std::vector<int> to_pack;  // conv weights to pack per call where memory allows (plan_packed_weights)
+  std::string pack_cubin;
   if (config().cuda_channels_last && cudnn_tf32_allowed()) {
     std::string why;
     if (auto cl = inductor::to_channels_last(graph_, &why)) {
@@ -192,7 +194,7 @@ CudaGraphModule::CudaGraphModule(const Graph& g, const CudaCompileOptions& opts)
       // there copies made once save the packing kernel in every replay.
       if (!config().cuda_keep_nhwc_weights && opts.mode != "reduce-overhead")
         for (int i : cl->inputs)
-          if (std::find(cl->nchw_fed.begin(), cl->nchw_fed.end(), i) == cl->nchw_fed.end()) packed_indices_.push_back(i);
+          if (std::find(cl->nchw_fed.begin(), cl->nchw_fed.end(), i) == cl->nchw_fed.end()) to_pack.push_back(i);
       cl_restore_ = std::move(cl->restore);
     } else {
       channels_last_why_ = why;
@@ -225,11 +227,11 @@ CudaGraphModule::CudaGraphModule(const Graph& g, const CudaCompileOptions& opts)
     std::vector<std::string> eager;
     for (const CompileUnit& u : src_.units)
       if (!u.lazy) eager.push_back(u.source);
-    if (!packed_indices_.empty()) eager.push_back(nhwc_pack_source());
+    if (!to_pack.empty()) eager.push_back(nhwc_pack_source());
     std::vector<CompileStats> per;
     cubins_ = compile_cubins(eager, arch_, &per, threads);
-    if (!packed_indices_.empty()) {
-      pack_cubin_ = std::move(cubins_.back());
+    if (!to_pack.empty()) {
+      pack_cubin = std::move(cubins_.back());
       cubins_.pop_back();
       per.pop_back();
     }
@@ -299,7 +301,7 @@ CudaGraphModule::CudaGraphModule(const Graph& g, const CudaCompileOptions& opts)
       if (!is_output) free_after_[static_cast<size_t>(last[b])].push_back(static_cast<int>(b));
     }
   }
-  plan_packed_weights(first, last);
+  plan_packed_weights(to_pack, std::move(pack_cubin), first, last);
   for (int i : cl_indices_) {
     if (std::find(pack_.inputs.begin(), pack_.inputs.end(), i) != pack_.inputs.end()) continue;
     // NB: exactly the strides the graph was compiled for (see ChannelsLastInputs).
@@ -312,7 +314,8 @@ CudaGraphModule::CudaGraphModule(const Graph& g, const CudaCompileOptions& opts)
   }
 }
 
-void CudaGraphModule::plan_packed_weights(const std::vector<int>& first, const std::vector<int>& last) {
+void CudaGraphModule::plan_packed_weights(const std::vector<int>& to_pack, std::string cubin, const std::vector<int>& first,
+                                          const std::vector<int>& last) {
   // The candidates: conv weights whose conv reads an NHWC input, of one dtype (the first's: the
   // arena is a tensor of it), non-empty. The arena lives from the first step that reads one to the
   // last.
@@ -320,7 +323,7 @@ void CudaGraphModule::plan_packed_weights(const std::vector<int>& first, const s
   std::vector<int> bufs, inputs;
   std::optional<DType> dtype;
   int from = -1, to = -1;
-  for (int i : packed_indices_) {
+  for (int i : to_pack) {
     for (size_t b = 0; b < prog_.buffers.size(); ++b) {
       const loop::Buffer& buf = prog_.buffers[b];
       if (buf.role != loop::BufferRole::Input || buf.input != i || first[b] < 0 || buf.sizes.size() != 4) continue;
@@ -334,7 +337,6 @@ void CudaGraphModule::plan_packed_weights(const std::vector<int>& first, const s
       to = std::max(to, last[b]);
     }
   }
-  packed_indices_.clear();
   if (pieces.empty()) return;
   int elem = dtype_size(*dtype);
   int64_t arena_bytes = NhwcPacker::layout(pieces, elem) * elem;
@@ -342,22 +344,15 @@ void CudaGraphModule::plan_packed_weights(const std::vector<int>& first, const s
   // runner allocates and releases (extern results and intermediates; cuDNN's workspaces are not
   // seen, and are the same either way).
   size_t nsteps = prog_.steps.size();
-  auto bytes = [&](size_t b) {
-    const loop::Buffer& buf = prog_.buffers[b];
-    int64_t span = 1;
-    for (size_t d = 0; d < buf.sizes.size(); ++d) span += (buf.sizes[d] - 1) * buf.strides[d];
-    for (int64_t s : buf.sizes) if (s == 0) span = 0;
-    return span * dtype_size(buf.dtype);
-  };
-  std::vector<int64_t> live(nsteps, 0);
+  std::vector<int64_t> made(nsteps, 0), live(nsteps, 0);
+  for (size_t b = 0; b < prog_.buffers.size(); ++b)
+    if (first[b] >= 0 && prog_.buffers[b].role != loop::BufferRole::Input)
+      made[static_cast<size_t>(first[b])] += loop::buffer_bytes(prog_.buffers[b]);
   int64_t now = 0;
   for (size_t s = 0; s < nsteps; ++s) {
-    for (size_t b = 0; b < prog_.buffers.size(); ++b) {
-      loop::BufferRole role = prog_.buffers[b].role;
-      if (first[b] == static_cast<int>(s) && role != loop::BufferRole::Input) now += bytes(b);
-    }
+    now += made[s];
     live[s] = now;
-    for (int b : free_after_[s]) now -= bytes(static_cast<size_t>(b));
+    for (int b : free_after_[s]) now -= loop::buffer_bytes(prog_.buffers[static_cast<size_t>(b)]);
   }
   int64_t peak = *std::max_element(live.begin(), live.end());
   int64_t during = *std::max_element(live.begin() + from, live.begin() + to + 1);
@@ -367,16 +362,16 @@ void CudaGraphModule::plan_packed_weights(const std::vector<int>& first, const s
                                             " NHWC conv weight copies kept between calls: packing them per call would raise the graph's peak memory");
     return;
   }
-  if (pack_cubin_.empty()) {  // a graph of extern calls alone compiled no kernels
+  if (cubin.empty()) {  // a graph of extern calls alone compiled no kernels
     std::string why;
     if (!nvrtc_api(&why)) return;
-    pack_cubin_ = compile_cubin(nhwc_pack_source(), arch_);
+    cubin = compile_cubin(nhwc_pack_source(), arch_);
   }
   pack_.at_step = from;
   pack_.bufs = bufs;
   pack_.inputs = inputs;
   pack_.offset.assign(prog_.buffers.size(), -1);
-  pack_.packer = std::make_unique<NhwcPacker>(pieces, elem, std::move(pack_cubin_));
+  pack_.packer = std::make_unique<NhwcPacker>(pieces, elem, std::move(cubin));
   for (size_t k = 0; k < bufs.size(); ++k) {
     pack_.offset[static_cast<size_t>(bufs[k])] = pack_.packer->pieces()[k].dst;
     free_after_[static_cast<size_t>(last[static_cast<size_t>(bufs[k])])].push_back(bufs[k]);

@@ -104,16 +104,17 @@ class CudaGraphModule {
   inductor::ChannelsLastInputs cl_inputs_;
   // Conv weights packed into NHWC per call instead (nhwc_pack.h): those whose convolution reads an
   // NHWC input, where the arena does not raise the graph's peak memory (plan_packed_weights).
-  std::vector<int> packed_indices_;  // candidates, until plan_packed_weights
-  std::string pack_cubin_;
   struct PackedWeights {
     std::unique_ptr<NhwcPacker> packer;  // null: none packed
     int at_step = -1;                    // packed just before this step
     std::vector<int> bufs, inputs;       // per piece: the Input buffer and the input position
-    std::vector<int64_t> offset;         // per buffer: elements into the arena (0 for the others)
+    std::vector<int64_t> offset;         // per buffer: elements into the arena (-1 for the others)
     pybind11::object sizes, strides;     // the arena's layout as tuples (prepare())
   } pack_;
-  void plan_packed_weights(const std::vector<int>& first, const std::vector<int>& last);
+  // to_pack: candidate input positions; cubin: the packing kernel's, if compiled with the graph's;
+  // first/last: each buffer's first and last step.
+  void plan_packed_weights(const std::vector<int>& to_pack, std::string cubin, const std::vector<int>& first,
+                           const std::vector<int>& last);
   bool packed(int buf) const { return !pack_.offset.empty() && pack_.offset[static_cast<size_t>(buf)] >= 0; }
   // Packs the weights into a new arena on `stream`; their buffers then hold it.
   void pack_weights(const std::vector<pybind11::object>& inputs, std::vector<pybind11::object>& bufs,
