@@ -346,6 +346,18 @@ bool float32_on_cuda(const Graph& g, const Value& q) {
   return t && t->dtype == DType::Float32 && t->device.type == Device::Type::CUDA;
 }
 
+// Why framefuse's CUDA TF32 attention kernel cannot run `m` ("" when it can).
+std::string tf32_kernel_refusal(const Graph& g, const Match& m) {
+  if (!config().cuda_tf32_attention) return "config cuda_tf32_attention is off";
+  if (m.mask_kind == MaskKind::Additive) return "it takes bool masks, not float ones";
+  const TensorMeta *q = tensor_meta(g, m.q), *v = tensor_meta(g, m.v);
+  int64_t E = q->sizes.back(), Ev = v->sizes.back();
+  if (q->dim() > 4) return "q has more than 4 dims";
+  if (!cuda_tf32_attention_fits(E, Ev))
+    return "head dims " + std::to_string(E) + " and " + std::to_string(Ev) + ": it takes equal ones, multiples of 8 up to 128";
+  return "";
+}
+
 void hint(const Graph& g, NodeId softmax, const std::string& why) {
   if (log_enabled(LogArtifact::perf_hints))
     log_emit(LogArtifact::perf_hints, "graph: attention at '" + g.node(softmax).name +
@@ -355,6 +367,7 @@ void hint(const Graph& g, NodeId softmax, const std::string& why) {
 }  // namespace
 
 void set_attention_support(AttentionSupport support) { g_support = support; }
+bool cuda_tf32_attention_fits(int64_t E, int64_t Ev) { return E == Ev && E > 0 && E % 8 == 0 && E <= 128; }
 AttentionSupport attention_support() { return g_support; }
 
 Graph fuse_attention(const Graph& g) {
@@ -376,9 +389,12 @@ Graph fuse_attention(const Graph& g, const AttentionSupport& support, std::vecto
       why = "the scale is not 1/sqrt(E) and this torch's scaled_dot_product_attention has no scale= keyword";
     }
     if (m && support.cuda_tf32_matmul && float32_on_cuda(g, m->q)) {
-      m.reset();
-      why = "float32 on CUDA with TF32 matmuls on: the explicit matmuls run on tensor cores, SDPA's float32 "
-            "kernels do not";
+      std::string no = tf32_kernel_refusal(g, *m);
+      if (!no.empty()) {
+        m.reset();
+        why = "float32 on CUDA with TF32 matmuls on: the explicit matmuls run on tensor cores, SDPA's float32 "
+              "kernels do not, and framefuse's TF32 attention kernel does not take it (" + no + ")";
+      }
     }
     if (m) matches.push_back(std::move(*m));
     else hint(g, *softmax, why);

@@ -29,12 +29,14 @@
 //    torch has no `scale=` keyword (2.0), only the default scale is rewritten;
 //  - the result keeps the replaced matmul's metadata (runtimes copy SDPA's result into that layout
 //    where its kernel chose another);
-//  - float32 attention on CUDA stays explicit while torch runs float32 matmuls in TF32
+//  - float32 attention on CUDA while torch runs float32 matmuls in TF32
 //    (torch.backends.cuda.matmul.allow_tf32, set_float32_matmul_precision("high")): eager's
-//    matmuls then run on tensor cores and SDPA's float32 kernels do not. On an H100 (nanoGPT
-//    B8 T512 d768, 4 layers) its memory-efficient kernel took 0.95 ms per call where the two TF32
-//    matmuls and the fused softmax take 0.70 ms, and its host path twice theirs. The explicit form
-//    is also eager's own arithmetic (TF32 scores).
+//    matmuls then run on tensor cores and SDPA's float32 kernels do not (on an H100, nanoGPT
+//    B8 T512 d768, 4 layers: its memory-efficient kernel took 0.95 ms per call where the two TF32
+//    matmuls and the fused softmax take 0.70 ms). framefuse's CUDA backend runs such a call with
+//    its own kernel instead, TF32 products on tensor cores (inductor/cuda/attention.h), so it is
+//    rewritten only where that kernel takes it: cuda_tf32_attention_fits, a bool mask or none,
+//    config cuda_tf32_attention on. The rest stays explicit (eager's own arithmetic).
 // torch without SDPA (1.13) never sees the rewrite.
 #pragma once
 
@@ -55,6 +57,10 @@ struct AttentionSupport {
   bool cuda_tf32_matmul = false;
 };
 void set_attention_support(AttentionSupport support);
+
+// Head dims (q's E, v's Ev) framefuse's CUDA TF32 attention kernel takes: E == Ev, a multiple of 8
+// up to 128.
+bool cuda_tf32_attention_fits(int64_t E, int64_t Ev);
 AttentionSupport attention_support();
 
 // The rewrite with the installed torch's support, when config().fuse_attention is on.

@@ -243,4 +243,18 @@ void ensure_context(int device) {
   if (cur != want) check_driver(d.cuCtxSetCurrent(want), "cuCtxSetCurrent");
 }
 
+CUfunction LoadedCubin::function(int device, const std::string& name) {
+  ensure_context(device);
+  std::lock_guard<std::mutex> lock(mu_);
+  auto key = std::make_pair(device, name);
+  if (auto it = functions_.find(key); it != functions_.end()) return it->second;
+  const DriverApi& d = driver();
+  CUmodule& mod = modules_[device];
+  if (!mod) check_driver(d.cuModuleLoadData(&mod, cubin_.data()), ("cuModuleLoadData (" + name + ")").c_str());
+  CUfunction fn = nullptr;
+  check_driver(d.cuModuleGetFunction(&fn, mod, name.c_str()), ("cuModuleGetFunction " + name).c_str());
+  functions_.emplace(key, fn);
+  return fn;
+}
+
 }  // namespace ff::cuda

@@ -8,6 +8,8 @@
 
 #include <cstddef>
 #include <functional>
+#include <map>
+#include <mutex>
 #include <type_traits>
 #include <string>
 #include <vector>
@@ -118,5 +120,22 @@ const DeviceInfo& device_info(int device);
 
 // Makes device `device`'s primary context current on this thread (what torch uses).
 void ensure_context(int device);
+
+// A cubin of hand-written kernels (NHWC packing, attention), loaded on a device the first time one
+// of its functions is asked for there. Thread-safe; the modules stay loaded for the process.
+class LoadedCubin {
+ public:
+  explicit LoadedCubin(std::string cubin) : cubin_(std::move(cubin)) {}
+  LoadedCubin(const LoadedCubin&) = delete;
+  LoadedCubin& operator=(const LoadedCubin&) = delete;
+  // Also makes the device's primary context current on this thread.
+  CUfunction function(int device, const std::string& name);
+
+ private:
+  std::string cubin_;
+  std::mutex mu_;
+  std::map<int, CUmodule> modules_;
+  std::map<std::pair<int, std::string>, CUfunction> functions_;
+};
 
 }  // namespace ff::cuda

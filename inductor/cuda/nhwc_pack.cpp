@@ -89,23 +89,9 @@ NhwcPacker::NhwcPacker(std::vector<NhwcPiece> pieces, int elem_size, std::string
   arena_elems_ = layout(pieces_, elem_size_);
 }
 
-CUfunction NhwcPacker::function(int device) {
-  std::lock_guard<std::mutex> lock(mu_);
-  auto it = fns_.find(device);
-  if (it != fns_.end()) return it->second;
-  ensure_context(device);
-  const DriverApi& d = driver();
-  CUmodule mod = nullptr;
-  check_driver(d.cuModuleLoadData(&mod, cubin_.data()), "cuModuleLoadData (NHWC packing)");
-  CUfunction fn = nullptr;
-  check_driver(d.cuModuleGetFunction(&fn, mod, kernel_name(elem_size_)), "cuModuleGetFunction (NHWC packing)");
-  fns_[device] = fn;
-  return fn;
-}
-
 void NhwcPacker::launch(const std::vector<const void*>& srcs, void* arena, CUstream stream, int device) {
   FF_CHECK(srcs.size() == pieces_.size(), "one source per NHWC piece");
-  CUfunction fn = function(device);
+  CUfunction fn = cubin_.function(device, kernel_name(elem_size_));
   for (size_t first = 0; first < pieces_.size(); first += kMaxPieces) {
     PackTable t{};
     size_t n = std::min(pieces_.size() - first, static_cast<size_t>(kMaxPieces));

@@ -8,8 +8,6 @@
 #pragma once
 
 #include <cstdint>
-#include <map>
-#include <mutex>
 #include <string>
 #include <vector>
 
@@ -49,14 +47,10 @@ class NhwcPacker {
   static constexpr int64_t kTileBytes = 48 * 1024;  // shared memory per block for a row's transpose
 
  private:
-  CUfunction function(int device);
-
   std::vector<NhwcPiece> pieces_;
   int elem_size_;
   int64_t arena_elems_ = 0;
-  std::string cubin_;
-  std::mutex mu_;
-  std::map<int, CUfunction> fns_;  // per device, loaded on first use
+  LoadedCubin cubin_;
 };
 
 }  // namespace ff::cuda

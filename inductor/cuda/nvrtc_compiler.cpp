@@ -133,7 +133,8 @@ std::string compile_cubin(const std::string& source, const std::string& arch, Co
   // NB: -Ofast-compile=min halves NVRTC's time on our kernels (measured on softmax and sin+cos);
   // NVRTC before 12.8 does not know the option.
   const std::string& fast = config().cuda_fast_compile;
-  if (!fast.empty() && (nv.major > 12 || (nv.major == 12 && nv.minor >= 8))) {
+  bool full = source.rfind(kFullOptimization, 0) == 0;
+  if (!full && !fast.empty() && (nv.major > 12 || (nv.major == 12 && nv.minor >= 8))) {
     if (fast != "min" && fast != "mid" && fast != "max")
       throw UserError("config cuda_fast_compile must be \"\", \"min\", \"mid\" or \"max\", not \"" + fast + "\"");
     options.push_back("--Ofast-compile=" + fast);

@@ -22,6 +22,11 @@ struct CompileStats {
 // ff::UserError when NVRTC is not installed.
 std::string compile_cubin(const std::string& source, const std::string& arch, CompileStats* stats = nullptr);
 
+// A source that starts with this line is compiled with every NVRTC optimization (config
+// cuda_fast_compile does not apply): hand-written hot kernels, where -Ofast-compile=min costs more
+// than it saves (the TF32 attention kernel ran 40% slower with it).
+inline constexpr const char* kFullOptimization = "// framefuse: full optimization\n";
+
 // Compiles each source on its own thread (at most `threads` at a time; 0 = one per hardware thread):
 // NVRTC programs are independent, and the front end and ptxas of one program run on one core.
 // stats (when given) receives one entry per source. Errors as compile_cubin's, the first one thrown.

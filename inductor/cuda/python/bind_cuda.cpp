@@ -90,6 +90,8 @@ void define_cuda(py::module_& m) {
     if (log_enabled(LogArtifact::perf_hints)) log_emit(LogArtifact::perf_hints, msg);
   });
   c.def("cache_dir", &cuda::cuda_cache_dir);
+  c.def("_tf32_attention_source", &cuda::tf32_attention_source, py::arg("head_dims"),
+        "The CUDA source of the TF32 attention kernels for these head dims (tests).");
   // One whole source as a single NVRTC program (through the disk cache): for tests and timing.
   c.def("compile_source", [](const std::string& source, const std::string& arch) {
     cuda::CompileStats st;
@@ -118,6 +120,8 @@ void define_cuda(py::module_& m) {
       .def_property_readonly("packed_weights", &CudaGraphModule::packed_weights,
                              "Input positions of the conv weights packed into NHWC in each call (config cuda_keep_nhwc_weights).")
       .def_property_readonly("derived_sources", &CudaGraphModule::derived_sources)
+      .def_property_readonly("tf32_attention", &CudaGraphModule::tf32_attention,
+                             "Names of the attention calls framefuse's TF32 kernel runs while torch runs float32 matmuls in TF32.")
       .def("run", [](CudaGraphModule& g, py::args args) {
         std::vector<py::object> inputs;
         for (py::handle a : args) inputs.push_back(py::reinterpret_borrow<py::object>(a));

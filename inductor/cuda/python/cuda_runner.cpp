@@ -4,11 +4,13 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <functional>
 #include <optional>
 #include <thread>
 
 #include "graph/op_registry.h"
+#include "graph/passes/fuse_attention.h"
 #include "graph/python/graph_calls.h"
 #include "inductor/python/prepared_call.h"
 #include "inductor/python/tensor_check.h"
@@ -222,19 +224,25 @@ CudaGraphModule::CudaGraphModule(const Graph& g, const CudaCompileOptions& opts)
   }
   if (log_enabled(LogArtifact::output_code) && log_enabled(LogComponent::inductor, LogLevel::Debug))
     log_emit(LogArtifact::output_code, "CUDA source (" + arch_ + "):\n" + src_.source);
+  std::vector<int> attn_dims = plan_tf32_attention();
+  std::string attn_cubin;
   if (!src_.kernels.empty()) {
-    // Eager units in parallel; lazy ones (scalar fallbacks) only when a launch needs them.
+    // Eager units in parallel; lazy ones (scalar fallbacks) only when a launch needs them. The
+    // hand-written kernels (packing, attention) go last and are taken off again.
     std::vector<std::string> eager;
     for (const CompileUnit& u : src_.units)
       if (!u.lazy) eager.push_back(u.source);
     if (!to_pack.empty()) eager.push_back(nhwc_pack_source());
+    if (!attn_dims.empty()) eager.push_back(tf32_attention_source(attn_dims));
     std::vector<CompileStats> per;
     cubins_ = compile_cubins(eager, arch_, &per, threads);
-    if (!to_pack.empty()) {
-      pack_cubin = std::move(cubins_.back());
+    auto take_last = [&](std::string* into) {
+      *into = std::move(cubins_.back());
       cubins_.pop_back();
       per.pop_back();
-    }
+    };
+    if (!attn_dims.empty()) take_last(&attn_cubin);
+    if (!to_pack.empty()) take_last(&pack_cubin);
     cubins_.resize(src_.units.size());
     stats_ = CompileStats{};
     stats_.disk_hit = !per.empty();
@@ -245,6 +253,14 @@ CudaGraphModule::CudaGraphModule(const Graph& g, const CudaCompileOptions& opts)
       stats_.functions += src_.units[i].functions;
     }
   }
+  if (!attn_dims.empty()) {
+    std::string why;
+    if (attn_cubin.empty() && nvrtc_api(&why)) attn_cubin = compile_cubin(tf32_attention_source(attn_dims), arch_);
+    if (attn_cubin.empty()) attn_.clear();  // no NVRTC: torch runs the calls (the graph has no kernels either)
+    else attn_kernel_ = std::make_unique<Tf32Attention>(std::move(attn_cubin));
+  }
+  attn_at_.assign(prog_.externs.size(), -1);
+  for (size_t i = 0; i < attn_.size(); ++i) attn_at_[attn_[i].ext] = static_cast<int>(i);
   hash_ = content_hash(src_.source);
   compile_ms_ = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 
@@ -396,7 +412,7 @@ std::vector<std::string> CudaGraphModule::kernels() const {
 
 void CudaGraphModule::ensure_module() {
   if (module_ || (torch_ && src_.kernels.empty())) return;
-  if (!src_.kernels.empty()) {
+  if (!src_.kernels.empty() || attn_kernel_) {
     std::string why;
     if (!driver_api(&why)) throw UserError(why);
     const DeviceInfo& dev = device_info(device_);
@@ -409,6 +425,8 @@ void CudaGraphModule::ensure_module() {
   empty_strided_ = torch_.attr("empty_strided");
   py::object c = torch_.attr("_C");
   if (py::hasattr(c, "_cuda_getCurrentRawStream")) raw_stream_ = c.attr("_cuda_getCurrentRawStream");
+  tf32_matmul_ = py::none();
+  if (py::hasattr(c, "_get_cublas_allow_tf32")) tf32_matmul_ = c.attr("_get_cublas_allow_tf32");
   device_obj_ = host_emulation_ ? torch_.attr("device")("cpu") : torch_.attr("device")("cuda", device_);
   for (const loop::Buffer& b : prog_.buffers) dtype_objs_.push_back(torch_.attr(std::string(dtype_name(b.dtype)).c_str()));
   if (!src_.kernels.empty()) module_ = std::make_unique<CudaModule>(cubins_, src_.units, arch_, src_.kernels, hash_, autotune_);
@@ -607,7 +625,10 @@ py::object CudaGraphModule::run(const std::vector<py::object>& given) {
     ptrs[static_cast<size_t>(b)] = given_ptr ? given_ptrs[pos] : data_pointer(inputs[pos]);
   }
   CUstream stream = nullptr;
-  if (raw_stream_ && !src_.kernels.empty() && !host_emulation_) stream = reinterpret_cast<CUstream>(raw_stream_(device_).cast<uintptr_t>());
+  if (raw_stream_ && (!src_.kernels.empty() || attn_kernel_) && !host_emulation_)
+    stream = reinterpret_cast<CUstream>(raw_stream_(device_).cast<uintptr_t>());
+  // NB: the TF32 kernel only while torch's products would round to TF32 too; else torch's SDPA.
+  bool tf32 = attn_kernel_ && !tf32_matmul_.is_none() && tf32_matmul_().cast<bool>();
   for (size_t s = 0; s < prog_.steps.size(); ++s) {
     if (static_cast<int>(s) == pack_.at_step) pack_weights(inputs, bufs, ptrs, stream);
     for (int b : alloc_at_[s]) {
@@ -617,6 +638,8 @@ py::object CudaGraphModule::run(const std::vector<py::object>& given) {
     const loop::Step& st = prog_.steps[s];
     if (st.kind == loop::Step::Kind::Kernel) {
       module_->launch(static_cast<size_t>(st.index), ptrs, stream, device_);
+    } else if (tf32 && attn_at_[static_cast<size_t>(st.index)] >= 0 &&
+               run_attention(attn_[static_cast<size_t>(attn_at_[static_cast<size_t>(st.index)])], bufs, ptrs, stream)) {
     } else {
       size_t x = static_cast<size_t>(st.index);
       const loop::ExternCall& e = prog_.externs[x];
@@ -705,6 +728,123 @@ void CudaGraphModule::pack_weights(const std::vector<py::object>& inputs, std::v
     bufs[static_cast<size_t>(b)] = arena;
     ptrs[static_cast<size_t>(b)] = base + pack_.offset[static_cast<size_t>(b)] * elem;
   }
+}
+
+namespace {
+
+// The operand of `e` that is node `v` (null: not a tensor operand).
+const loop::TensorRef* operand(const loop::ExternCall& e, const Value& v) {
+  if (!v.is_node()) return nullptr;
+  for (auto& [nid, ref] : e.operands)
+    if (nid == v.node) return &ref;
+  return nullptr;
+}
+
+}  // namespace
+
+std::vector<int> CudaGraphModule::plan_tf32_attention() {
+  std::vector<int> dims;
+  if (!config().cuda_tf32_attention) return dims;
+  std::optional<OpId> sdpa = op_by_name("scaled_dot_product_attention");
+  for (size_t x = 0; x < prog_.externs.size(); ++x) {
+    const loop::ExternCall& e = prog_.externs[x];
+    if (!sdpa || e.op != *sdpa || e.result < 0) continue;
+    const OpDef& op = op_def(e.op);
+    auto arg = [&](const char* name) -> const Value& { return e.args.at(static_cast<size_t>(op.schema.index_of(name))); };
+    const loop::TensorRef *q = operand(e, arg("query")), *k = operand(e, arg("key")), *v = operand(e, arg("value"));
+    const Value &mask = arg("attn_mask"), &dropout = arg("dropout_p"), &causal = arg("is_causal"), &scale = arg("scale");
+    if (!q || !k || !v || dropout.as_double() != 0.0 || !(causal.kind == Value::Kind::Bool && !causal.b)) continue;
+    if (!scale.is_none() && scale.kind != Value::Kind::Float && scale.kind != Value::Kind::Int) continue;
+    const loop::Buffer& out = prog_.buffers[static_cast<size_t>(e.result)];
+    auto f32 = [&](const loop::TensorRef* r) { return prog_.buffers[static_cast<size_t>(r->buf)].dtype == DType::Float32; };
+    size_t nd = q->sizes.size();
+    if (!f32(q) || !f32(k) || !f32(v) || out.dtype != DType::Float32 || (nd != 3 && nd != 4) || k->sizes.size() != nd ||
+        v->sizes.size() != nd)
+      continue;
+    int64_t L = q->sizes[nd - 2], E = q->sizes[nd - 1], S = k->sizes[nd - 2], Ev = v->sizes[nd - 1];
+    std::vector<int64_t> batch(q->sizes.begin(), q->sizes.end() - 2), want = batch;
+    want.insert(want.end(), {L, Ev});
+    if (!cuda_tf32_attention_fits(E, Ev) || k->sizes[nd - 1] != E || v->sizes[nd - 2] != S || out.sizes != want ||
+        std::vector<int64_t>(k->sizes.begin(), k->sizes.end() - 2) != batch ||
+        std::vector<int64_t>(v->sizes.begin(), v->sizes.end() - 2) != batch)
+      continue;
+    if (q->strides.back() != 1 || k->strides.back() != 1 || v->strides.back() != 1 || out.strides.back() != 1) continue;
+    OwnAttention a;
+    a.ext = x;
+    AttentionCall& c = a.call;
+    // (batch, head, row) strides; a 3-d call is one head.
+    auto bhl = [&](const std::vector<int64_t>& st, int64_t* sb, int64_t* sh, int64_t* sl) {
+      *sb = st[0];
+      *sh = nd == 4 ? st[1] : 0;
+      *sl = st[nd - 2];
+    };
+    bhl(q->strides, &c.q_b, &c.q_h, &c.q_l);
+    bhl(k->strides, &c.k_b, &c.k_h, &c.k_l);
+    bhl(v->strides, &c.v_b, &c.v_h, &c.v_l);
+    bhl(out.strides, &c.o_b, &c.o_h, &c.o_l);
+    c.B = batch[0];
+    c.H = nd == 4 ? batch[1] : 1;
+    c.L = L;
+    c.S = S;
+    c.head_dim = static_cast<int>(E);
+    c.scale = static_cast<float>(scale.is_none() ? 1.0 / std::sqrt(static_cast<double>(E)) : scale.as_double());
+    a.q = *q;
+    a.k = *k;
+    a.v = *v;
+    if (!mask.is_none()) {
+      const loop::TensorRef* m = operand(e, mask);
+      if (!m || prog_.buffers[static_cast<size_t>(m->buf)].dtype != DType::Bool || m->sizes.size() > nd) continue;
+      // Right-aligned against the scores (batch..., L, S): size-1 dims broadcast (stride 0).
+      std::vector<int64_t> scores = batch, st(nd, 0);
+      scores.insert(scores.end(), {L, S});
+      bool ok = true;
+      for (size_t i = 0; i < m->sizes.size(); ++i) {
+        size_t at = nd - m->sizes.size() + i;
+        if (m->sizes[i] == 1) continue;
+        ok &= m->sizes[i] == scores[at];
+        st[at] = m->strides[i];
+      }
+      if (!ok) continue;
+      bhl(st, &c.m_b, &c.m_h, &c.m_l);
+      c.m_s = st[nd - 1];
+      a.mask = *m;
+    }
+    if (std::find(dims.begin(), dims.end(), c.head_dim) == dims.end()) dims.push_back(c.head_dim);
+    attn_.push_back(std::move(a));
+  }
+  if (!attn_.empty() && log_enabled(LogArtifact::perf_hints))
+    log_emit(LogArtifact::perf_hints, "CUDA: " + std::to_string(attn_.size()) +
+                                          " float32 attention call(s) run by framefuse's TF32 kernel while torch runs float32 matmuls in TF32");
+  return dims;
+}
+
+std::vector<std::string> CudaGraphModule::tf32_attention() const {
+  std::vector<std::string> out;
+  for (const OwnAttention& a : attn_) out.push_back(graph_.node(prog_.externs[a.ext].node).name);
+  return out;
+}
+
+bool CudaGraphModule::run_attention(const OwnAttention& a, std::vector<py::object>& bufs, std::vector<void*>& ptrs,
+                                    CUstream stream) {
+  AttentionCall c = a.call;
+  auto at = [&](const loop::TensorRef& r, int64_t elem) {
+    const char* base = static_cast<const char*>(ptrs[static_cast<size_t>(r.buf)]);
+    FF_CHECK(base, "buffer " + prog_.buffers[static_cast<size_t>(r.buf)].name + " used before it was produced");
+    // NB: a packed weight's buffer holds the whole arena; attention never reads one.
+    return base + r.offset * elem;
+  };
+  c.q = reinterpret_cast<const float*>(at(a.q, 4));
+  c.k = reinterpret_cast<const float*>(at(a.k, 4));
+  c.v = reinterpret_cast<const float*>(at(a.v, 4));
+  if (a.mask.buf >= 0) c.mask = reinterpret_cast<const unsigned char*>(at(a.mask, 1));
+  if (!tf32_attention_aligned(c)) return false;
+  int r = prog_.externs[a.ext].result;
+  py::object t = alloc(r);
+  c.out = static_cast<float*>(data_pointer(t));
+  attn_kernel_->launch(c, stream, device_);
+  bufs[static_cast<size_t>(r)] = t;
+  ptrs[static_cast<size_t>(r)] = c.out;
+  return true;
 }
 
 void CudaGraphModule::input_mismatch(const std::vector<py::object>& inputs) const {

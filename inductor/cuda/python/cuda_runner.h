@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "graph/ir.h"
+#include "inductor/cuda/attention.h"
 #include "inductor/cuda/cuda_launch.h"
 #include "inductor/cuda/cuda_render.h"
 #include "inductor/channels_last.h"
@@ -69,6 +70,9 @@ class CudaGraphModule {
   std::vector<int> derived_sources() const;
   // Whether the kernels write graph inputs in place (a CUDA graph replay would write its copies).
   bool writes_inputs() const { return !writes_.empty(); }
+  // Names of the scaled_dot_product_attention calls framefuse's TF32 kernel runs (attention.h)
+  // while torch runs float32 matmuls in TF32.
+  std::vector<std::string> tf32_attention() const;
 
  private:
   void ensure_module();
@@ -132,6 +136,22 @@ class CudaGraphModule {
   // seen[i]: input i's stamp once read this call (null while unread).
   pybind11::object folded_value(Folded& f, const std::vector<pybind11::object>& inputs,
                                 std::vector<std::optional<inductor::TensorStamp>>& seen);
+  // scaled_dot_product_attention calls framefuse's TF32 kernel takes (plan_tf32_attention): the
+  // call's sizes, strides and scale, its operands' buffers and offsets; pointers are set per run.
+  struct OwnAttention {
+    size_t ext = 0;
+    AttentionCall call;
+    loop::TensorRef q, k, v, mask;  // mask.buf -1: none
+  };
+  std::vector<OwnAttention> attn_;
+  std::vector<int> attn_at_;  // per extern: index into attn_, or -1
+  std::unique_ptr<Tf32Attention> attn_kernel_;
+  pybind11::object tf32_matmul_;  // torch._C._get_cublas_allow_tf32 (None: not on this torch)
+  // Fills attn_ / attn_at_; returns the head dims the kernel needs.
+  std::vector<int> plan_tf32_attention();
+  // Runs attention a into a new result buffer; false (nothing done) where the operands' pointers
+  // are not aligned as the kernel needs (the caller then calls torch).
+  bool run_attention(const OwnAttention& a, std::vector<pybind11::object>& bufs, std::vector<void*>& ptrs, CUstream stream);
   std::vector<std::pair<NodeId, TensorMeta>> cl_restore_;
   std::string channels_last_why_;
   int64_t layout_copies_ = 0;
