@@ -8,7 +8,6 @@ rows where eager has them; torch's SDPA again once TF32 is switched off.
 """
 import copy
 import math
-import os
 import re
 
 import pytest
@@ -23,19 +22,14 @@ from framefuse.graph import Graph
 
 import interp_models as im
 from cuda_util import HAVE_GPU, fp32_and_fresh, gpu  # noqa: F401  (fixture)
+from cuda_util import need_nvrtc as _need_nvrtc
+from test_fuse_attention import capture as capture_one
 
 pytestmark = [pytest.mark.usefixtures("fp32_and_fresh"),
               pytest.mark.skipif(not hasattr(F, "scaled_dot_product_attention"), reason="torch < 2.0 has no SDPA")]
 NEG_INF = float("-inf")
 
 
-def _need_nvrtc():
-    st = ffcuda.nvrtc_status()
-    if st["available"]:
-        return
-    if os.environ.get("FRAMEFUSE_TEST_LANE") == "main":
-        pytest.fail("NVRTC is required in the main lane (pip install nvidia-cuda-nvrtc): " + st["error"])
-    pytest.skip("NVRTC not installed: " + st["error"].splitlines()[0])
 
 
 class tf32:
@@ -55,15 +49,8 @@ class tf32:
 def capture(fn, *args, inputs=False):
     """fn's one graph (and with `inputs`, the graph's example inputs: a module's parameters and
     buffers come after the arguments)."""
-    seen = []
-
-    def backend(graph, example_inputs):
-        seen.append((graph, list(example_inputs)))
-        return graph.run
-
-    framefuse.compile(fn, backend=backend, fullgraph=True)(*args)
-    assert len(seen) == 1
-    return seen[0] if inputs else seen[0][0]
+    graph, example_inputs = capture_one(fn, *args)
+    return (graph, example_inputs) if inputs else graph
 
 
 def on_cuda(graph):

@@ -15,19 +15,12 @@ import framefuse
 from framefuse import _C, cuda
 from framefuse.graph import Graph
 
+from cuda_util import need_nvrtc as _need_nvrtc
+
 HAVE_GPU = torch.cuda.is_available()
 gpu = pytest.mark.skipif(not HAVE_GPU, reason="needs a CUDA GPU")
 
 
-def _need_nvrtc():
-    st = cuda.nvrtc_status()
-    if st["available"]:
-        return
-    # The main lane installs nvidia-cuda-nvrtc (scripts/requirements-main.txt): there a missing
-    # NVRTC is a failure, not a skip.
-    if os.environ.get("FRAMEFUSE_TEST_LANE") == "main":
-        pytest.fail("NVRTC is required in the main lane (pip install nvidia-cuda-nvrtc): " + st["error"])
-    pytest.skip("NVRTC not installed: " + st["error"].splitlines()[0])
 
 
 # Each case: (name, builder(device) -> (Graph, inputs), eager(*inputs) -> outputs, tolerance).

@@ -17,22 +17,15 @@ from framefuse import inductor as ffinductor
 import interp_models as im
 
 import operator
-import os
 
 from framefuse.graph import Graph
 
 from cuda_util import HAVE_GPU, fp32_and_fresh, gpu  # noqa: F401  (fixture)
+from cuda_util import need_nvrtc as _need_nvrtc
 
 pytestmark = pytest.mark.usefixtures("fp32_and_fresh")
 
 
-def _need_nvrtc():
-    st = ffcuda.nvrtc_status()
-    if st["available"]:
-        return
-    if os.environ.get("FRAMEFUSE_TEST_LANE") == "main":
-        pytest.fail("NVRTC is required in the main lane (pip install nvidia-cuda-nvrtc): " + st["error"])
-    pytest.skip("NVRTC not installed: " + st["error"].splitlines()[0])
 
 
 def _tensors(out):

@@ -753,7 +753,8 @@ std::vector<int> CudaGraphModule::plan_tf32_attention() {
     auto arg = [&](const char* name) -> const Value& { return e.args.at(static_cast<size_t>(op.schema.index_of(name))); };
     const loop::TensorRef *q = operand(e, arg("query")), *k = operand(e, arg("key")), *v = operand(e, arg("value"));
     const Value &mask = arg("attn_mask"), &dropout = arg("dropout_p"), &causal = arg("is_causal"), &scale = arg("scale");
-    if (!q || !k || !v || dropout.as_double() != 0.0 || !(causal.kind == Value::Kind::Bool && !causal.b)) continue;
+    bool no_dropout = (dropout.kind == Value::Kind::Float || dropout.kind == Value::Kind::Int) && dropout.as_double() == 0.0;
+    if (!q || !k || !v || !no_dropout || !(causal.kind == Value::Kind::Bool && !causal.b)) continue;
     if (!scale.is_none() && scale.kind != Value::Kind::Float && scale.kind != Value::Kind::Int) continue;
     const loop::Buffer& out = prog_.buffers[static_cast<size_t>(e.result)];
     auto f32 = [&](const loop::TensorRef* r) { return prog_.buffers[static_cast<size_t>(r->buf)].dtype == DType::Float32; };
