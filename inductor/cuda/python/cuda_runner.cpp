@@ -640,6 +640,7 @@ py::object CudaGraphModule::run(const std::vector<py::object>& given) {
       module_->launch(static_cast<size_t>(st.index), ptrs, stream, device_);
     } else if (tf32 && attn_at_[static_cast<size_t>(st.index)] >= 0 &&
                run_attention(attn_[static_cast<size_t>(attn_at_[static_cast<size_t>(st.index)])], bufs, ptrs, stream)) {
+      // launched by framefuse's TF32 attention kernel instead of torch's SDPA
     } else {
       size_t x = static_cast<size_t>(st.index);
       const loop::ExternCall& e = prog_.externs[x];

@@ -147,7 +147,7 @@ class CudaGraphModule {
   std::vector<int> attn_at_;  // per extern: index into attn_, or -1
   std::unique_ptr<Tf32Attention> attn_kernel_;
   pybind11::object tf32_matmul_;  // torch._C._get_cublas_allow_tf32 (None: not on this torch)
-  // Fills attn_ / attn_at_; returns the head dims the kernel needs.
+  // Fills attn_ (the constructor indexes it into attn_at_); returns the head dims the kernel needs.
   std::vector<int> plan_tf32_attention();
   // Runs attention a into a new result buffer; false (nothing done) where the operands' pointers
   // are not aligned as the kernel needs (the caller then calls torch).
