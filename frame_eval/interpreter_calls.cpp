@@ -124,11 +124,11 @@ Sym SymbolicTracer::call_python_function(PyObject* fn, const SourcePtr& fn_sourc
       walk_modules(args[0], "", false, &seen, &found);
       found.erase(found.begin());
     }
-    Sym it = make_sym(SymKind::Iterator);
     bool named = walker.rfind("named_", 0) == 0;
+    std::vector<Sym> items;
     for (auto& [name, m] : found)
-      it->items.push_back(named ? make_tuple({make_const_steal(PyUnicode_FromString(name.c_str())), m}) : m);
-    return it;
+      items.push_back(named ? make_tuple({make_const_steal(PyUnicode_FromString(name.c_str())), m}) : m);
+    return make_iterator(IterKind::Items, std::move(items));
   }
   auto* f = reinterpret_cast<PyFunctionObject*>(fn);
   Sym defaults = f->func_defaults ? wrap(f->func_defaults, nullptr) : nullptr;
@@ -256,9 +256,7 @@ Sym SymbolicTracer::inline_call(PyCodeObject* code, PyObject* globals, const Sou
     // is only equivalent when the generator changes no program state.
     if (effects_.size() != effects_before || mutated_containers_.size() != mutations_before)
       brk(BreakKind::GeneratorFrame, "a generator with side effects");
-    Sym it = make_sym(SymKind::Iterator);
-    it->items = std::move(yields);
-    return it;
+    return make_iterator(IterKind::Items, std::move(yields));
   }
   return run_frame(f);
 }

@@ -235,7 +235,27 @@ Sym SymbolicTracer::wrap(PyObject* obj, SourcePtr src) {
     guard(Guard::Kind::IdMatch, src, obj);
     return make_const(obj, src);
   }
-  if (is_torch_internal(obj) || t == &PySet_Type) {
+  if (t == &PySet_Type) {
+    // A set is guarded by its elements in its iteration order (contents and order). The trace
+    // works on a private copy; changes are replayed on the real set afterwards.
+    PyRef elems = PyRef::steal(PySequence_Tuple(obj));
+    FF_CHECK(elems, "tuple(set)");
+    std::vector<Sym> keys;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(elems.get()); ++i) {
+      PyObject* e = PyTuple_GET_ITEM(elems.get(), i);
+      if (!is_plain_const(e)) brk(BreakKind::UnsupportedValue, "a set holding " + describe_sym(make_const(e)) + " (only sets of constants are modelled)");
+      keys.push_back(make_const(e));
+    }
+    guard(Guard::Kind::TypeMatch, src, reinterpret_cast<PyObject*>(t));
+    guard(Guard::Kind::IterMatch, src, elems.get());
+    Sym s = new_set(PySet_New(obj));
+    s->source = src;
+    s->origin = make_const(obj);
+    s->keys = std::move(keys);
+    by_identity_.emplace(obj, s);
+    return s;
+  }
+  if (is_torch_internal(obj)) {
     guard(Guard::Kind::IdMatch, src, obj);
     return make_const(obj, src);
   }
@@ -408,6 +428,25 @@ Sym SymbolicTracer::generic_object_attr(const Sym& base, const std::string& name
   return result;
 }
 
+Sym SymbolicTracer::builtin_attr(const Sym& base, const std::string& name) {
+  PyObject* t = type_of(base);
+  if (!t) brk(BreakKind::UnsupportedAttribute, "attribute '" + name + "' of " + describe_sym(base));
+  if (name == "__class__") return make_const(t);
+  // NB: these types keep no attributes on their instances (a partial's __dict__ aside, which the
+  // trace never fills): what the type does not have, the value does not have.
+  PyObject* d = type_lookup(reinterpret_cast<PyTypeObject*>(t), name.c_str());
+  if (!d) return nullptr;
+  PyTypeObject* dt = Py_TYPE(d);
+  if (dt == &PyMethodDescr_Type || dt == &PyWrapperDescr_Type || dt == &PyClassMethodDescr_Type || PyCFunction_Check(d)) {
+    Sym m = make_sym(SymKind::Method);
+    m->name = name;
+    m->items = {base};
+    return m;
+  }
+  if (d == Py_None || PyUnicode_Check(d)) return make_const(d);  // __hash__ = None, __doc__ ...
+  brk(BreakKind::UnsupportedAttribute, "attribute '" + name + "' of " + describe_sym(base));
+}
+
 Sym SymbolicTracer::load_attr(const Sym& base, const std::string& name) {
   Sym r = try_load_attr(base, name);
   if (!r) brk(BreakKind::RaisesInTrace, "AttributeError: " + describe_sym(base) + " has no attribute '" + name + "'");
@@ -489,13 +528,15 @@ Sym SymbolicTracer::try_load_attr(const Sym& base, const std::string& name) {
     }
     case SymKind::Tuple:
       if (base->obj && base->obj.get() != known().size_type) {
-        PyObject* fields = PyObject_GetAttrString(base->obj.get(), "_fields");
-        PyRef hold = PyRef::steal(fields);
-        if (fields && PyTuple_Check(fields)) {
-          for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(fields); ++i)
-            if (name == PyUnicode_AsUTF8(PyTuple_GET_ITEM(fields, i))) return base->items[static_cast<size_t>(i)];
+        // namedtuple fields (_fields) and structseq fields (torch.return_types: __match_args__).
+        for (const char* field_names : {"_fields", "__match_args__"}) {
+          PyRef fields = PyRef::steal(PyObject_GetAttrString(base->obj.get(), field_names));
+          if (!fields) PyErr_Clear();
+          if (!fields || !PyTuple_Check(fields.get())) continue;
+          for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(fields.get()) && static_cast<size_t>(i) < base->items.size(); ++i)
+            if (name == PyUnicode_AsUTF8(PyTuple_GET_ITEM(fields.get(), i))) return base->items[static_cast<size_t>(i)];
+          break;
         }
-        PyErr_Clear();
         PyObject* attr = type_lookup(reinterpret_cast<PyTypeObject*>(base->obj.get()), name.c_str());
         if (attr && PyFunction_Check(attr)) {
           Sym s = make_sym(SymKind::BoundMethod);
@@ -507,15 +548,13 @@ Sym SymbolicTracer::try_load_attr(const Sym& base, const std::string& name) {
           return call(make_const(fget.get()), {base}, {});
         }
       }
-      [[fallthrough]];
+      return builtin_attr(base, name);
     case SymKind::List:
     case SymKind::Dict:
-    case SymKind::Set: {
-      Sym m = make_sym(SymKind::Method);
-      m->name = name;
-      m->items = {base};
-      return m;
-    }
+    case SymKind::Set:
+    case SymKind::DictView:
+    case SymKind::Iterator:
+      return builtin_attr(base, name);
     case SymKind::Super: {
       // super(cls, self).name: search the MRO of type(self) after cls.
       PyObject* self_type = type_of(base->items[0]);
@@ -606,7 +645,7 @@ Sym SymbolicTracer::try_load_attr(const Sym& base, const std::string& name) {
       if (name == "func") return base->items[0];
       if (name == "args") return base->items[1];
       if (name == "keywords") return base->items[2];
-      return nullptr;
+      return builtin_attr(base, name);
     case SymKind::Slice:
       if (name == "start") return base->items[0];
       if (name == "stop") return base->items[1];
