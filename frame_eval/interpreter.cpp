@@ -205,6 +205,7 @@ Sym SymbolicTracer::run_frame(Frame& f) {
     size_t depth_before = f.stack.size();
     int ip_before = f.ip;
     step(f, ins);
+    if (f.suspended) return nullptr;  // a generator yielded: resumed by the next next()
     bool jumped = f.ip != ip_before + 1;
     bool check = !(ins.flags & kNoStackCheck) && ins.handler != Handler::ReturnGenerator &&
                  !(ins.handler == Handler::ForIter && jumped);
@@ -677,13 +678,14 @@ void SymbolicTracer::step(Frame& f, const Instr& ins) {
       break;
     }
     case Handler::ReturnGenerator:
-      if (!f.yields) brk(BreakKind::GeneratorFrame, "generator frame");
+      if (!f.generator) brk(BreakKind::GeneratorFrame, "generator frame");
       push(make_const(Py_None));
       break;
     case Handler::YieldValue:
-      if (!f.yields) brk(BreakKind::GeneratorFrame, "yield");
-      f.yields->push_back(pop());
-      push(make_const(Py_None));
+      if (!f.generator) brk(BreakKind::GeneratorFrame, "yield");
+      f.yielded = pop();
+      push(make_const(Py_None));  // what next() sends in when the frame resumes
+      f.suspended = true;
       break;
     case Handler::LoadAssertionError: push(make_const(PyExc_AssertionError)); break;
     case Handler::RaiseVarargs: brk(BreakKind::RaisesInTrace, "raise statement reached");

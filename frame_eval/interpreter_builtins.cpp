@@ -89,6 +89,7 @@ PyObject* iterator_type(const Sym& it) {
     case IterKind::Zip: return builtin_type_named("zip");
     case IterKind::Map: return builtin_type_named("map");
     case IterKind::Filter: return builtin_type_named("filter");
+    case IterKind::Generator: return reinterpret_cast<PyObject*>(&PyGen_Type);
     case IterKind::Items: return nullptr;
   }
   return nullptr;

@@ -73,7 +73,11 @@ struct Frame {
   std::vector<Sym> stack;
   Sym closure;                      // Tuple of Cell syms (COPY_FREE_VARS)
   PyRef kw_names;                   // pending KW_NAMES (3.11/3.12)
-  std::vector<Sym>* yields = nullptr;  // generator frames: values passed to YIELD_VALUE
+  // A generator's frame runs lazily: each next() runs it to its next YIELD_VALUE, which stores the
+  // value in `yielded` and sets `suspended` (run_frame returns; the next call resumes at `ip`).
+  bool generator = false;
+  bool suspended = false;
+  Sym yielded;
   int ip = 0;                       // index of the instruction being interpreted
   int depth = 0;
 };

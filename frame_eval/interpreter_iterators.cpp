@@ -139,6 +139,17 @@ Sym SymbolicTracer::iter_next(const Sym& it) {
       if (args.size() + 1 == it->items.size() && !args.empty()) r = call(it->items[0], std::move(args), {});
       break;
     }
+    case IterKind::Generator: {
+      Frame& f = *it->frame;
+      run_frame(f);
+      if (f.suspended) {
+        f.suspended = false;
+        r = std::move(f.yielded);
+      } else {
+        it->frame.reset();  // returned: StopIteration from now on
+      }
+      break;
+    }
     case IterKind::Filter: {
       const Sym& fn = it->items[0];
       bool identity = fn->is(SymKind::Const) && fn->obj.get() == Py_None;

@@ -108,6 +108,8 @@ OutputPlan OutputBuilder::plan_iterator_value(const Sym& v) {
       for (const Sym& i : v->items) args.push_back(plan(i));
       return call_plan(builtin(v->iter == IterKind::Map ? "map" : "filter"), std::move(args));
     }
+    case IterKind::Generator:  // a suspended frame of the trace's: nothing native can resume it
+      break;
   }
   t.brk(BreakKind::EscapingObject, describe_sym(v));
 }

@@ -20,6 +20,7 @@ namespace ff {
 
 struct SymValue;
 using Sym = std::shared_ptr<SymValue>;
+struct Frame;  // interpreter_impl.h: an interpreted frame (a generator's, held by its iterator)
 
 // X(kind, fields used)
 #define FF_SYM_KINDS(X)                                                                          \
@@ -66,7 +67,8 @@ const char* sym_kind_name(SymKind k);
   X(Enumerate, "items[0]: the inner iterator; pos: the next count")                             \
   X(Zip, "items: the inner iterators; flag: strict=True")                                        \
   X(Map, "items[0]: the function; items[1..]: the inner iterators")                             \
-  X(Filter, "items[0]: the function (None: truth itself); items[1]: the inner iterator")
+  X(Filter, "items[0]: the function (None: truth itself); items[1]: the inner iterator")          \
+  X(Generator, "frame: the generator function's frame, run to its next yield by each next()")
 
 enum class IterKind : uint8_t {
 #define FF_ITER_ENUM(k, doc) k,
@@ -91,6 +93,7 @@ struct SymValue {
   uint32_t version = 0;    // Dict: bumped when a key is added or removed (iterators check it)
   std::vector<std::pair<std::string, Sym>> attrs;  // NewObject attributes, in assignment order
   Sym origin;              // Iterator: the List / Tuple / Dict it reads
+  std::shared_ptr<Frame> frame;  // Iterator (Generator): its suspended frame
 
   explicit SymValue(SymKind k) : kind(k) {}
   bool is(SymKind k) const { return kind == k; }

@@ -299,3 +299,30 @@ def test_float_guards_tell_negative_zero_and_nan(backend):
     compiled = framefuse.compile(lambda x, c: (x + c[0], str(c)), backend=backend)
     compiled(x, (1, 2))
     assert compiled(x, (True, 2))[1] == "(True, 2)"
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_generators_run_lazily(backend):
+    def gen(L):
+        for v in L:
+            yield v
+
+    def f(x, L):
+        out = []
+        for v in gen(L):  # the generator sees what the loop appends
+            if len(out) == 0:
+                L.append(x * 3)
+            out.append(v + 1)
+        g = (t * 2 for t in L)
+        first = next(g)
+        return out, first, list(g), sum(t.sum() for t in L)
+    check(f, x, [x, x * 2], backend=backend)
+
+    def stops_early(x, L):
+        def checked(L):
+            for i, t in enumerate(L):
+                yield t
+                if i == 0:
+                    L.append(t)  # a side effect eager never reaches past any()'s answer
+        return any(True for _ in checked(L)), len(L), x + 1
+    check(stops_early, x, [x, x], backend=backend)
