@@ -589,14 +589,18 @@ bool GuardProgram::run_check(const Check& c, const Slots& slots, std::string* wh
     }
     case Guard::Kind::DictKeys: {
       bool ok = PyDict_Check(v) && PyTuple_Check(c.expected) && PyDict_GET_SIZE(v) == PyTuple_GET_SIZE(c.expected);
-      Py_ssize_t pos = 0, i = 0;
-      PyObject *key, *val;
-      while (ok && PyDict_Next(v, &pos, &key, &val)) {
-        PyObject* want = PyTuple_GET_ITEM(c.expected, i++);
-        if (key == want) continue;
-        int eq = PyObject_RichCompareBool(key, want, Py_EQ);
-        if (eq < 0) PyErr_Clear();
-        ok = eq == 1;
+      auto same_key = [](PyObject* key, PyObject* want) { return strictly_equal(key, want); };
+      if (ok && PyDict_CheckExact(v)) {
+        Py_ssize_t pos = 0, i = 0;
+        PyObject *key, *val;
+        while (ok && PyDict_Next(v, &pos, &key, &val)) ok = same_key(key, PyTuple_GET_ITEM(c.expected, i++));
+      } else if (ok) {
+        // NB: a dict subclass (OrderedDict) iterates in its own order, not its table's.
+        PyRef keys = PyRef::steal(PySequence_Tuple(v));
+        if (!keys) PyErr_Clear();
+        ok = keys && PyTuple_GET_SIZE(keys.get()) == PyTuple_GET_SIZE(c.expected);
+        for (Py_ssize_t i = 0; ok && i < PyTuple_GET_SIZE(keys.get()); ++i)
+          ok = same_key(PyTuple_GET_ITEM(keys.get(), i), PyTuple_GET_ITEM(c.expected, i));
       }
       if (ok) return true;
       if (why) {

@@ -235,8 +235,14 @@ Sym SymbolicTracer::call_container_method(const Sym& self, const std::string& na
       }
       if (name == "extend") {
         arity(1, 1);
-        for (Sym& i : iterate(args[0])) items.push_back(i);
         note_list_mutation(self);
+        if (args[0]->is(SymKind::Iterator)) {
+          // NB: CPython appends each item as the iterator yields it (a generator reading the list
+          // sees the items appended so far); a list or tuple is read whole first (L.extend(L)).
+          while (Sym i = iter_next(args[0])) items.push_back(std::move(i));
+          return none;
+        }
+        for (Sym& i : iterate(args[0])) items.push_back(i);
         return none;
       }
       if (name == "insert") {

@@ -104,6 +104,7 @@ class SymbolicTracer {
 
   // ---- interpreter_values.cpp: wrapping real state, guards, attributes, globals ----
   Sym wrap(PyObject* obj, SourcePtr src);  // obj borrowed
+  void note_instance_dict(PyObject* obj);   // breaks if another wrapped object shares its __dict__
   void guard(Guard::Kind kind, const SourcePtr& src, PyObject* expected = nullptr, int64_t length = 0);
   Sym load_attr(const Sym& base, const std::string& name);
   Sym try_load_attr(const Sym& base, const std::string& name);  // nullptr: AttributeError
@@ -184,6 +185,7 @@ class SymbolicTracer {
   std::vector<PendingEffect> effects_;
   std::vector<Sym> mutated_containers_;  // real lists and sets whose contents changed (replayed at the end)
   std::unordered_map<PyObject*, Sym> by_identity_;  // Objects / Lists / Dicts / Cells of real state
+  std::unordered_map<PyObject*, PyObject*> owner_of_dict_;  // an instance __dict__ -> its object
   std::unordered_set<std::string> guard_keys_;      // dedup of installed guards
   std::unordered_map<PyObject*, Sym> globals_cache_;  // root globals by name object
   std::vector<int> root_visits_;  // per root instruction: how many times the trace reached it

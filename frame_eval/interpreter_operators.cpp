@@ -80,6 +80,19 @@ Sym SymbolicTracer::binary_op(int nb, const Sym& a, const Sym& b) {
     return torch_call(fn.get(), {a, b}, {}, std::string("operator.") + kNbNames[base]);
   }
   if (Sym r = set_binary_op(base, inplace, a, b)) return r;
+  if (base == 7 && a->is(SymKind::Dict)) {  // d | other, d |= other (PEP 584)
+    if (!inplace && !b->is(SymKind::Dict)) brk(BreakKind::RaisesInTrace, "TypeError: unsupported operand type(s) for |");
+    Sym target = a;
+    if (!inplace) {
+      target = make_sym(SymKind::Dict);
+      target->keys = a->keys;
+      target->items = a->items;
+    }
+    std::vector<Sym> args = {b};
+    KwArgs none;
+    call_container_method(target, "update", args, none);
+    return target;
+  }
   // Sequences: concatenation and repetition build new symbolic containers.
   bool a_seq = a->is(SymKind::List) || a->is(SymKind::Tuple);
   if (a_seq && (base == 0 || base == 5)) {

@@ -103,6 +103,15 @@ void SymbolicTracer::guard(Guard::Kind kind, const SourcePtr& src, PyObject* exp
   out_.guards.push_back(std::move(g));
 }
 
+void SymbolicTracer::note_instance_dict(PyObject* obj) {
+  // NB: attribute writes are tracked per object; two objects sharing one __dict__ (proxies that
+  // assign another's __dict__) would each see a stale view of the other's writes.
+  PyObject** dp = _PyObject_GetDictPtr(obj);
+  if (!dp || !*dp) return;
+  auto [it, inserted] = owner_of_dict_.emplace(*dp, obj);
+  if (!inserted && it->second != obj) brk(BreakKind::UnsupportedValue, "two objects sharing one __dict__");
+}
+
 Sym SymbolicTracer::wrap(PyObject* obj, SourcePtr src) {
   PyTypeObject* t = Py_TYPE(obj);
   if (is_plain_const(obj)) {
@@ -182,14 +191,18 @@ Sym SymbolicTracer::wrap(PyObject* obj, SourcePtr src) {
   }
   if (t == &PyDict_Type || (PyDict_Check(obj) && std::string_view(t->tp_name) == "collections.OrderedDict")) {
     guard(Guard::Kind::TypeMatch, src, reinterpret_cast<PyObject*>(t));
-    PyRef keys = PyRef::steal(PySequence_Tuple(PyRef::steal(PyDict_Keys(obj)).get()));
+    PyRef keys = PyRef::steal(PySequence_Tuple(obj));
+    FF_CHECK(keys, "tuple(dict)");
     guard(Guard::Kind::DictKeys, src, keys.get());
     Sym s = make_sym(SymKind::Dict);
-    PyObject *k, *v;
-    Py_ssize_t pos = 0;
-    while (PyDict_Next(obj, &pos, &k, &v)) {
+    // NB: an OrderedDict iterates in its own order (move_to_end), not its table's: read the keys
+    // through iteration, as the keys guard does.
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(keys.get()); ++i) {
+      PyObject* k = PyTuple_GET_ITEM(keys.get(), i);
       if (src && !PyUnicode_CheckExact(k) && !PyLong_CheckExact(k))
         brk(BreakKind::UnsupportedValue, "a dict with keys that are not str or int");
+      PyObject* v = PyDict_GetItemWithError(obj, k);
+      FF_CHECK(v, "a dict key vanished while read");
       s->keys.push_back(make_const(k));
       s->items.push_back(wrap(v, item_source(src, k)));
     }
@@ -218,6 +231,7 @@ Sym SymbolicTracer::wrap(PyObject* obj, SourcePtr src) {
   }
   if (is_module(obj)) {
     guard(Guard::Kind::IdMatch, src, obj);
+    note_instance_dict(obj);
     Sym s = make_sym(SymKind::Object);
     s->obj = PyRef::borrow(obj);
     s->source = src;
@@ -261,6 +275,7 @@ Sym SymbolicTracer::wrap(PyObject* obj, SourcePtr src) {
   }
   // A user object: its type is guarded, attributes are guarded as they are read.
   guard(Guard::Kind::TypeMatch, src, reinterpret_cast<PyObject*>(t));
+  note_instance_dict(obj);
   Sym s = make_sym(SymKind::Object);
   s->obj = PyRef::borrow(obj);
   s->source = src;

@@ -326,3 +326,61 @@ def test_generators_run_lazily(backend):
                     L.append(t)  # a side effect eager never reaches past any()'s answer
         return any(True for _ in checked(L)), len(L), x + 1
     check(stops_early, x, [x, x], backend=backend)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_list_extend_takes_each_item_as_it_is_made(backend):
+    def f(x):
+        y = [1]
+        y.extend(y[-1] + z for z in range(3))  # the generator reads what extend appended so far
+        z = [x]
+        z.extend(z)  # a list is read whole first
+        return x + 1, y, len(z)
+    check(f, x, backend=backend)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_dict_union_operators(backend):
+    def f(x, d1, d2):
+        d2 |= d1
+        d3 = d2 | {9: 1}
+        return (x.sin() if d2.get(3, False) else x.cos()), d3
+    check(f, x, {1: 2, 3: 4}, {1: 2, 5: 6}, backend=backend)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_ordered_dict_iterates_in_its_own_order(backend):
+    from collections import OrderedDict
+    d = OrderedDict([(2, 4), (3, 5)])
+    d.move_to_end(2)
+
+    def f(x, d):
+        y = 0
+        for i, v in enumerate(d.values()):
+            y = y + (x * v if i == 0 else -x * v)
+        return y, [v for v in d.values()], list(d)
+    compiled = check(f, x, d, backend=backend)
+    d.move_to_end(3)  # same keys, other order: the guard must see it
+    assert _same(compiled(x, d), f(x, d), backend == "eager")
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_objects_sharing_one_dict_see_each_others_writes(backend):
+    class Box:
+        pass
+    a, b = Box(), Box()
+    a.value = torch.tensor(-1.0)
+    b.__dict__ = a.__dict__
+
+    def f(p, x):
+        p.value = x
+        return b.value + 1
+    framefuse.reset()
+    assert torch.equal(framefuse.compile(f, backend=backend)(a, torch.tensor(2.0)), torch.tensor(3.0))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_comprehension_over_zip_with_an_infinite_iterator(backend):
+    import itertools
+    check(lambda t: [p[1].shape for p in zip(itertools.count(), t["args"])],
+          {"args": [torch.ones(5, 5), torch.ones(5, 6)]}, backend=backend)
