@@ -81,6 +81,7 @@ struct Guard {
   X(TensorMatch, "isinstance tensor with dtype/device/sizes/strides/requires_grad == tensor_meta") \
   X(LenMatch, "len(source) == length")                                                  \
   X(DictKeys, "list(source.keys()) == expected keys, in order")                         \
+  X(NoAttr, "not hasattr(source, expected): an attribute the trace found missing")      \
   X(GlobalState, "grad mode and default dtype as at trace time")
   enum class Kind : uint8_t {
 #define FF_GUARD_ENUM(k, doc) k,

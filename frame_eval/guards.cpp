@@ -268,6 +268,7 @@ GuardProgram::GuardProgram(const std::vector<Guard>& guards, const std::vector<S
       case Guard::Kind::IdMatch:
       case Guard::Kind::EqualsMatch:
       case Guard::Kind::IterMatch:
+      case Guard::Kind::NoAttr:
       case Guard::Kind::DictKeys:
         FF_CHECK(g.expected != nullptr, "guard without an expected value: " + c.text);
         FF_CHECK(g.kind != Guard::Kind::TypeMatch || PyType_Check(g.expected), "TypeMatch needs a type: " + c.text);
@@ -556,6 +557,16 @@ bool GuardProgram::run_check(const Check& c, const Slots& slots, std::string* wh
     case Guard::Kind::EqualsMatch: {
       if (strictly_equal(v, c.expected)) return true;
       if (why) *why = c.source_text + " == " + py_short_repr(c.expected) + " (got " + py_short_repr(v) + ")";
+      return false;
+    }
+    case Guard::Kind::NoAttr: {
+      PyObject* a = PyObject_GetAttr(v, c.expected);
+      if (!a) {
+        PyErr_Clear();
+        return true;
+      }
+      Py_DECREF(a);
+      if (why) *why = "not hasattr(" + c.source_text + ", " + py_short_repr(c.expected) + ") (it has one now)";
       return false;
     }
     case Guard::Kind::IterMatch: {

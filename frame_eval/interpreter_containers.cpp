@@ -172,6 +172,7 @@ int dict_find(const Sym& d, PyObject* key) {
 }  // namespace
 
 void SymbolicTracer::delete_dict_key(const Sym& d, int i) {
+  if (owner_of_instance_dict(d)) brk(BreakKind::UnsupportedValue, "deleting from an object's __dict__");
   if (d->obj) {
     if (!d->source) brk(BreakKind::UnsupportedValue, "mutation of a dict that cannot be fetched again");
     effects_.push_back({SideEffect::Kind::DictDelItem, d->source, "", d->keys[static_cast<size_t>(i)]->obj, make_const(Py_None)});

@@ -109,7 +109,11 @@ class SymbolicTracer {
   Sym load_attr(const Sym& base, const std::string& name);
   Sym try_load_attr(const Sym& base, const std::string& name);  // nullptr: AttributeError
   Sym generic_object_attr(const Sym& base, const std::string& name);
-  Sym builtin_attr(const Sym& base, const std::string& name);  // of a modelled builtin type; nullptr: none  // object.__getattribute__; nullptr: none
+  Sym builtin_attr(const Sym& base, const std::string& name);
+  Sym missing_attr(const Sym& base, const std::string& name);  // nullptr, guarded to stay missing
+  Sym instance_dict(const Sym& base);                         // obj.__dict__, linked to obj's attributes
+  Sym owner_of_instance_dict(const Sym& dict);                // the Object whose __dict__ it is, if any
+  void set_object_attr(const Sym& obj, const std::string& name, Sym value);  // the tracer's view only  // of a modelled builtin type; nullptr: none  // object.__getattribute__; nullptr: none
   void store_attr(const Sym& base, const std::string& name, Sym value);
   Sym load_global(Frame& f, PyObject* name);
   void store_global(Frame& f, PyObject* name, Sym value);

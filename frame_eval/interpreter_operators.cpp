@@ -434,6 +434,10 @@ void SymbolicTracer::store_subscript(const Sym& c, const Sym& index, Sym value) 
       if (c->obj) {
         if (!c->source) brk(BreakKind::UnsupportedValue, "mutation of a dict that cannot be fetched again");
         effects_.push_back({SideEffect::Kind::DictSetItem, c->source, "", k, value});
+        if (Sym owner = owner_of_instance_dict(c)) {
+          if (!PyUnicode_Check(k.get())) brk(BreakKind::UnsupportedValue, "a non-string key in an object's __dict__");
+          set_object_attr(owner, PyUnicode_AsUTF8(k.get()), value);
+        }
       }
       for (size_t i = 0; i < c->keys.size(); ++i) {
         int eq = PyObject_RichCompareBool(c->keys[i]->obj.get(), k.get(), Py_EQ);

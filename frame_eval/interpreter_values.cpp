@@ -93,6 +93,7 @@ void SymbolicTracer::guard(Guard::Kind kind, const SourcePtr& src, PyObject* exp
   key.push_back(static_cast<char>(kind));
   key.push_back(static_cast<char>(src->kind));
   if (src->kind == Source::Kind::Attr) key += src->name;
+  if (kind == Guard::Kind::NoAttr) key += std::string("/") + PyUnicode_AsUTF8(expected);
   if (!guard_keys_.insert(key).second) return;
   Guard g;
   g.kind = kind;
@@ -360,15 +361,57 @@ void set_attr(std::vector<std::pair<std::string, Sym>>& attrs, const std::string
 }
 }  // namespace
 
+// obj.__dict__ of a plain object: the real dict, modelled like any dict passed in and kept in step
+// with the object's attributes (a write through either is seen through the other).
+Sym SymbolicTracer::instance_dict(const Sym& base) {
+  if (base->origin) return base->origin;
+  PyObject* o = base->obj.get();
+  if (is_module(o)) brk(BreakKind::UnsupportedAttribute, "a module's __dict__ (its parameters and children live elsewhere)");
+  for (const PendingEffect& e : effects_)
+    if (e.kind == SideEffect::Kind::SetAttr && e.target == base->source)
+      brk(BreakKind::UnsupportedAttribute, "obj.__dict__ after the compiled code assigned attributes of obj");
+  PyRef d = PyRef::steal(PyObject_GenericGetDict(o, nullptr));
+  if (!d) {
+    PyErr_Clear();
+    return missing_attr(base, "__dict__");
+  }
+  if (!PyDict_CheckExact(d.get())) brk(BreakKind::UnsupportedAttribute, "obj.__dict__ that is not a dict");
+  owner_of_dict_[d.get()] = o;  // NB: a managed dict may only exist from now on
+  Sym ds = wrap(d.get(), attr_source(base->source, "__dict__"));
+  base->origin = ds;
+  return ds;
+}
+
+Sym SymbolicTracer::owner_of_instance_dict(const Sym& dict) {
+  if (!dict->obj) return nullptr;
+  auto owner = owner_of_dict_.find(dict->obj.get());
+  if (owner == owner_of_dict_.end()) return nullptr;
+  auto sym = by_identity_.find(owner->second);
+  return sym != by_identity_.end() && sym->second->origin == dict ? sym->second : nullptr;
+}
+
+void SymbolicTracer::set_object_attr(const Sym& obj, const std::string& name, Sym value) {
+  set_attr(obj->attrs, name, std::move(value));
+}
+
+// An attribute the object does not have: nullptr, and a guard that it still has none (the next
+// call's object may have gained it: hasattr() and getattr() defaults must see that).
+Sym SymbolicTracer::missing_attr(const Sym& base, const std::string& name) {
+  PyRef n = PyRef::steal(PyUnicode_InternFromString(name.c_str()));
+  guard(Guard::Kind::NoAttr, base->source, n.get());
+  return nullptr;
+}
+
 // Python's generic attribute lookup (object.__getattribute__) on an object from outside the trace:
 // data descriptors, the instance dict, then class attributes, then module children and __getattr__.
 // Null: no such attribute.
 Sym SymbolicTracer::generic_object_attr(const Sym& base, const std::string& name) {
   if (Sym v = find_attr(base->attrs, name)) return v;
-  if (name == "__dict__" || name == "__class__")
-    brk(BreakKind::UnsupportedAttribute, "obj." + name + " (its contents would bypass attribute tracking)");
   PyObject* o = base->obj.get();
   PyTypeObject* t = Py_TYPE(o);
+  if (name == "__class__" && type_lookup(t, "__class__") == type_lookup(&PyBaseObject_Type, "__class__"))
+    return make_const(reinterpret_cast<PyObject*>(t));  // the object's type is guarded already
+  if (name == "__dict__") return instance_dict(base);
   PyObject* desc = type_lookup(t, name.c_str());
   SourcePtr src = attr_source(base->source, name);
   Sym result;
@@ -431,10 +474,10 @@ Sym SymbolicTracer::generic_object_attr(const Sym& base, const std::string& name
       result = module_child(base, dict_name, v, name);
       break;
     }
-    if (!result) return nullptr;
+    if (!result) return missing_attr(base, name);
   } else {
     PyObject* ga = type_lookup(t, "__getattr__");
-    if (!ga) return nullptr;
+    if (!ga) return missing_attr(base, name);
     if (!PyFunction_Check(ga)) brk(BreakKind::UnsupportedAttribute, "__getattr__ implemented in C");
     PyRef n = PyRef::steal(PyUnicode_FromString(name.c_str()));
     return call(make_const(ga), {base, make_const(n.get())}, {});
@@ -690,6 +733,11 @@ void SymbolicTracer::store_attr(const Sym& base, const std::string& name, Sym va
       PyObject* params = dictptr && *dictptr ? PyDict_GetItemString(*dictptr, "_parameters") : nullptr;
       if (params && PyDict_GetItemString(params, name.c_str()))
         brk(BreakKind::UnsupportedAttribute, "assignment to a parameter");
+    }
+    if (base->origin) {  // its __dict__ is modelled: the store goes there (and is replayed there)
+      PyRef key = PyRef::steal(PyUnicode_FromString(name.c_str()));
+      store_subscript(base->origin, make_const(key.get()), value);
+      return;
     }
     effects_.push_back({SideEffect::Kind::SetAttr, base->source, name, PyRef(), value});
     set_attr(base->attrs, name, std::move(value));

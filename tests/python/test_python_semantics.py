@@ -46,6 +46,8 @@ def _same(a, b, exact=True):
         return a == b and list(a) == list(b)
     if isinstance(a, torch.nn.Module):
         return _same(a.state_dict(), b.state_dict(), exact)
+    if type(a).__module__ != "builtins" and hasattr(a, "__dict__"):  # plain objects: their attributes
+        return _same(vars(a), vars(b), exact)
     return a == b
 
 
@@ -384,3 +386,37 @@ def test_comprehension_over_zip_with_an_infinite_iterator(backend):
     import itertools
     check(lambda t: [p[1].shape for p in zip(itertools.count(), t["args"])],
           {"args": [torch.ones(5, 5), torch.ones(5, 6)]}, backend=backend)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_missing_attributes_are_guarded(backend):
+    class Plain:
+        pass
+    o, m = Plain(), torch.nn.Linear(2, 2)
+
+    def f(x, o, m):
+        a = x + 1 if hasattr(o, "foo") else x - 1
+        return a + (1 if getattr(m, "bar", None) is None else 2)
+    compiled = check(f, x, o, m, backend=backend)
+    o.foo = 1
+    m.bar = 5
+    assert torch.equal(compiled(x, o, m), f(x, o, m))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_instance_dict_and_class(backend):
+    class Obj:
+        def __init__(self):
+            self.a = 1
+
+    def f(x, o):
+        d = o.__dict__
+        d["b"] = 5  # seen as o.b
+        o.c = 7  # seen in d
+        return x + o.b + d["c"] + d.get("a") + len(d), sorted(d), o.__class__.__name__
+
+    def g(x, o):
+        o.a = 3
+        return x + o.__dict__["a"]
+    check(f, x, Obj(), backend=backend)
+    check(g, x, Obj(), backend=backend)
