@@ -460,6 +460,11 @@ void SymbolicTracer::step(Frame& f, const Instr& ins) {
     case Handler::ListAppend: {
       Sym v = pop();
       Sym& list = peek(arg);
+      if (list->is(SymKind::Appendable)) {  // a list passed in that the trace only appends to
+        list->items.push_back(std::move(v));
+        note_appended(list);
+        break;
+      }
       FF_CHECK(list->is(SymKind::List), "LIST_APPEND to a non-list");
       list->items.push_back(std::move(v));
       note_list_mutation(list);
@@ -852,6 +857,23 @@ CaptureResult SymbolicTracer::trace() {
     effects.push_back(std::move(s));
   }
   for (const Sym& c : mutated_containers_) {
+    if (c->is(SymKind::Appendable) || (c->is(SymKind::Iterator) && c->iter == IterKind::Native)) {
+      // Never read: what the trace appended / added, or how many items it took.
+      SideEffect s;
+      s.target = c->source;
+      if (c->is(SymKind::Iterator)) {
+        if (c->pos == 0) continue;
+        s.kind = SideEffect::Kind::Advance;
+        s.key = PyLong_FromLongLong(c->pos);
+      } else {
+        s.kind = SideEffect::Kind::CallMethod;
+        s.name = PyList_CheckExact(c->obj.get()) ? "extend" : "update";
+        s.value.kind = OutputPlan::Kind::Tuple;
+        s.value.items.push_back(ob.plan(make_tuple(c->items)));
+      }
+      effects.push_back(std::move(s));
+      continue;
+    }
     if (c->is(SymKind::List)) {
       SideEffect s;
       s.kind = SideEffect::Kind::ReplaceList;

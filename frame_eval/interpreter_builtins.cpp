@@ -90,6 +90,7 @@ PyObject* iterator_type(const Sym& it) {
     case IterKind::Map: return builtin_type_named("map");
     case IterKind::Filter: return builtin_type_named("filter");
     case IterKind::Generator: return reinterpret_cast<PyObject*>(&PyGen_Type);
+    case IterKind::Native: return nullptr;  // NB: type_of reads the real iterator's type
     case IterKind::Items: return nullptr;
   }
   return nullptr;
@@ -106,7 +107,8 @@ PyObject* SymbolicTracer::type_of(const Sym& v) {
     case SymKind::Dict: return v->obj ? reinterpret_cast<PyObject*>(Py_TYPE(v->obj.get())) : reinterpret_cast<PyObject*>(&PyDict_Type);
     case SymKind::Set: return reinterpret_cast<PyObject*>(&PySet_Type);
     case SymKind::DictView: return builtin_type_named(v->name == "keys" ? "dict_keys" : v->name == "values" ? "dict_values" : "dict_items");
-    case SymKind::Iterator: return iterator_type(v);
+    case SymKind::Iterator: return v->iter == IterKind::Native ? reinterpret_cast<PyObject*>(Py_TYPE(v->obj.get())) : iterator_type(v);
+    case SymKind::Appendable: return reinterpret_cast<PyObject*>(Py_TYPE(v->obj.get()));
     case SymKind::Object: return reinterpret_cast<PyObject*>(Py_TYPE(v->obj.get()));
     case SymKind::NewObject: return v->obj.get();
     case SymKind::Function: return reinterpret_cast<PyObject*>(&PyFunction_Type);
@@ -119,6 +121,7 @@ PyObject* SymbolicTracer::type_of(const Sym& v) {
 }
 
 Value SymbolicTracer::to_value(const Sym& v) {
+  materialize(v);
   switch (v->kind) {
     case SymKind::Tensor: return Value::of_node(v->node);
     case SymKind::Const: {
@@ -211,6 +214,8 @@ PyObject* SymbolicTracer::structseq_type_of(PyObject* fn, size_t n) {
 }
 
 Sym SymbolicTracer::fold(PyObject* fn, const std::vector<Sym>& args, const KwArgs& kwargs, const std::string& what) {
+  for (const Sym& a : args) materialize(a);
+  for (const auto& kv : kwargs) materialize(kv.second);
   PyRef tuple = PyRef::steal(PyTuple_New(static_cast<Py_ssize_t>(args.size())));
   for (size_t i = 0; i < args.size(); ++i) {
     PyObject* c = sym_to_const(args[i]);
@@ -709,6 +714,7 @@ Sym SymbolicTracer::call_method(const Sym& method, std::vector<Sym>& args, KwArg
     case SymKind::Dict:
     case SymKind::Set:
     case SymKind::DictView:
+    case SymKind::Appendable:
       return call_container_method(self, name, args, kwargs);
     default:
       break;

@@ -104,7 +104,8 @@ class SymbolicTracer {
 
   // ---- interpreter_values.cpp: wrapping real state, guards, attributes, globals ----
   Sym wrap(PyObject* obj, SourcePtr src);  // obj borrowed
-  void note_instance_dict(PyObject* obj);   // breaks if another wrapped object shares its __dict__
+  void note_instance_dict(PyObject* obj);
+  void read_set(const Sym& s, PyObject* obj, const SourcePtr& src);  // s becomes the Set read from obj   // breaks if another wrapped object shares its __dict__
   void guard(Guard::Kind kind, const SourcePtr& src, PyObject* expected = nullptr, int64_t length = 0);
   Sym load_attr(const Sym& base, const std::string& name);
   Sym try_load_attr(const Sym& base, const std::string& name);  // nullptr: AttributeError
@@ -162,6 +163,9 @@ class SymbolicTracer {
   std::optional<std::vector<Sym>> module_container_items(const Sym& v);
 
   void note_list_mutation(const Sym& list);
+  // An Appendable's contents, read now (guarded): it becomes a List or Set. No-op on other kinds.
+  const Sym& materialize(const Sym& v);
+  void note_appended(const Sym& v);
 
   // ---- interpreter_containers.cpp: sets, dict views, builtin container methods ----
   Sym call_container_method(const Sym& self, const std::string& name, std::vector<Sym>& args, KwArgs& kwargs);

@@ -420,3 +420,38 @@ def test_instance_dict_and_class(backend):
         return x + o.__dict__["a"]
     check(f, x, Obj(), backend=backend)
     check(g, x, Obj(), backend=backend)
+
+
+def test_a_comprehension_that_breaks_on_every_item_compiles_a_bounded_number_of_times():
+    def f(xs):
+        return [print("", end="") or t + 1 for t in xs]
+    framefuse.reset()
+    compiled = framefuse.compile(f, backend="eager")
+    x = torch.ones(2)
+    for n in (3, 12, 20, 7):
+        xs = [x * i for i in range(n)]
+        got = compiled(xs)
+        assert len(got) == n and all(torch.equal(a, b) for a, b in zip(got, f(xs)))
+    # the list the comprehension builds and its iterator are guarded on their type and on there
+    # being a next item, not on their contents or position
+    assert framefuse._C._frame_eval_stats()["frames_compiled"] <= 8
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_iterators_passed_in_are_advanced_as_eager_advances_them(backend):
+    def f(x, it, L):
+        a = next(it)
+        b = next(it)
+        L.append(a)
+        return x + a + b, L
+
+    def run(fn):
+        it = iter([1, 2, 3, 4])
+        L = [0]
+        r = fn(x, it, L)
+        return r, list(it), L
+    framefuse.reset()
+    compiled = framefuse.compile(f, backend=backend)
+    for _ in range(2):
+        want, got = run(f), run(compiled)
+        assert _same(want, got, backend == "eager")
