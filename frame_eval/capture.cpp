@@ -64,6 +64,7 @@ std::string Guard::str() const {
     case Kind::DictKeys: return "list(" + s + ".keys()) == " + repr_of(expected);
     case Kind::IterMatch: return "tuple(" + s + ") == " + repr_of(expected);
     case Kind::NoAttr: return "not hasattr(" + s + ", " + repr_of(expected) + ")";
+    case Kind::NoKey: return repr_of(expected) + " not in " + s;
     case Kind::GlobalState:
       return std::string("torch.is_grad_enabled() == ") + (grad_enabled ? "True" : "False") +
              " and torch.get_default_dtype() == torch." + std::string(dtype_name(default_dtype));

@@ -84,6 +84,7 @@ struct Guard {
   X(LenAtLeast, "len(source) >= length")                                                \
   X(DictKeys, "list(source.keys()) == expected keys, in order")                         \
   X(NoAttr, "not hasattr(source, expected): an attribute the trace found missing")      \
+  X(NoKey, "expected not in source (a dict): an instance attribute that would shadow a method") \
   X(GlobalState, "grad mode and default dtype as at trace time")
   enum class Kind : uint8_t {
 #define FF_GUARD_ENUM(k, doc) k,

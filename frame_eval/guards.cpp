@@ -274,6 +274,7 @@ GuardProgram::GuardProgram(const std::vector<Guard>& guards, const std::vector<S
       case Guard::Kind::EqualsMatch:
       case Guard::Kind::IterMatch:
       case Guard::Kind::NoAttr:
+      case Guard::Kind::NoKey:
       case Guard::Kind::DictKeys:
         FF_CHECK(g.expected != nullptr, "guard without an expected value: " + c.text);
         FF_CHECK(g.kind != Guard::Kind::TypeMatch || PyType_Check(g.expected), "TypeMatch needs a type: " + c.text);
@@ -576,6 +577,13 @@ bool GuardProgram::run_check(const Check& c, const Slots& slots, std::string* wh
       }
       Py_DECREF(a);
       if (why) *why = "not hasattr(" + c.source_text + ", " + py_short_repr(c.expected) + ") (it has one now)";
+      return false;
+    }
+    case Guard::Kind::NoKey: {
+      int in = PyDict_Check(v) ? PyDict_Contains(v, c.expected) : -1;
+      if (in == 0) return true;
+      if (in < 0) PyErr_Clear();
+      if (why) *why = py_short_repr(c.expected) + " not in " + c.source_text + " (it is there now)";
       return false;
     }
     case Guard::Kind::IterMatch: {

@@ -2,6 +2,7 @@
 // functions (evaluated at capture time on constants), tensor methods and builtin container methods.
 #include <Python.h>
 
+#include <algorithm>
 #include <string_view>
 
 #include "frame_eval/interpreter_impl.h"
@@ -13,11 +14,17 @@ namespace ff {
 
 namespace {
 
-bool has_tensor(const Sym& s) {
+bool has_tensor(const Sym& s, std::vector<const SymValue*>* seen = nullptr) {
   if (s->is(SymKind::Tensor)) return true;
-  if (s->is(SymKind::Tuple) || s->is(SymKind::List) || s->is(SymKind::Slice) || s->is(SymKind::Dict))
-    for (const Sym& i : s->items)
-      if (i && has_tensor(i)) return true;
+  if (!(s->is(SymKind::Tuple) || s->is(SymKind::List) || s->is(SymKind::Slice) || s->is(SymKind::Dict) ||
+        s->is(SymKind::Appendable)))
+    return false;
+  std::vector<const SymValue*> local;
+  if (!seen) seen = &local;
+  if (std::find(seen->begin(), seen->end(), s.get()) != seen->end()) return false;  // a list holding itself
+  seen->push_back(s.get());
+  for (const Sym& i : s->items)
+    if (i && has_tensor(i, seen)) return true;
   return false;
 }
 

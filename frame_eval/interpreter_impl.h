@@ -112,6 +112,7 @@ class SymbolicTracer {
   Sym generic_object_attr(const Sym& base, const std::string& name);
   Sym builtin_attr(const Sym& base, const std::string& name);
   Sym missing_attr(const Sym& base, const std::string& name);  // nullptr, guarded to stay missing
+  void not_in_instance_dict(const Sym& base, const std::string& name);  // guards that obj.__dict__ lacks it
   Sym instance_dict(const Sym& base);                         // obj.__dict__, linked to obj's attributes
   Sym owner_of_instance_dict(const Sym& dict);                // the Object whose __dict__ it is, if any
   void set_object_attr(const Sym& obj, const std::string& name, Sym value);  // the tracer's view only  // of a modelled builtin type; nullptr: none  // object.__getattribute__; nullptr: none

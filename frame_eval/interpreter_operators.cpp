@@ -117,6 +117,11 @@ Sym SymbolicTracer::binary_op(int nb, const Sym& a, const Sym& b) {
       std::vector<Sym> items;
       for (int64_t k = 0; k < n; ++k)
         for (const Sym& i : a->items) items.push_back(i);
+      if (inplace && a->is(SymKind::List)) {  // lst *= n repeats the list itself
+        a->items = std::move(items);
+        note_list_mutation(a);
+        return a;
+      }
       return a->is(SymKind::List) ? make_list(std::move(items)) : make_tuple(std::move(items));
     }
   }

@@ -94,7 +94,7 @@ void SymbolicTracer::guard(Guard::Kind kind, const SourcePtr& src, PyObject* exp
   key.push_back(static_cast<char>(kind));
   key.push_back(static_cast<char>(src->kind));
   if (src->kind == Source::Kind::Attr) key += src->name;
-  if (kind == Guard::Kind::NoAttr) key += std::string("/") + PyUnicode_AsUTF8(expected);
+  if (kind == Guard::Kind::NoAttr || kind == Guard::Kind::NoKey) key += std::string("/") + PyUnicode_AsUTF8(expected);
   if (kind == Guard::Kind::LenAtLeast) key += "/" + std::to_string(length);
   if (!guard_keys_.insert(key).second) return;
   Guard g;
@@ -453,6 +453,11 @@ void SymbolicTracer::set_object_attr(const Sym& obj, const std::string& name, Sy
   set_attr(obj->attrs, name, std::move(value));
 }
 
+void SymbolicTracer::not_in_instance_dict(const Sym& base, const std::string& name) {
+  PyRef n = PyRef::steal(PyUnicode_InternFromString(name.c_str()));
+  guard(Guard::Kind::NoKey, attr_source(base->source, "__dict__"), n.get());
+}
+
 // An attribute the object does not have: nullptr, and a guard that it still has none (the next
 // call's object may have gained it: hasattr() and getattr() defaults must see that).
 Sym SymbolicTracer::missing_attr(const Sym& base, const std::string& name) {
@@ -504,6 +509,8 @@ Sym SymbolicTracer::generic_object_attr(const Sym& base, const std::string& name
   if (inst) {
     result = wrap(inst, src);
   } else if (desc) {
+    // NB: found on the class: an instance attribute of that name set later would shadow it.
+    if ((dictptr && *dictptr) || managed) not_in_instance_dict(base, name);
     if (PyFunction_Check(desc)) {
       result = make_sym(SymKind::BoundMethod);
       result->items = {base, make_const(desc)};

@@ -455,3 +455,46 @@ def test_iterators_passed_in_are_advanced_as_eager_advances_them(backend):
     for _ in range(2):
         want, got = run(f), run(compiled)
         assert _same(want, got, backend == "eager")
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_list_repeat_in_place_changes_the_argument(backend):
+    def f(x, lst):
+        lst *= 2
+        return x + 1, lst
+    check(f, x, [1, 2], backend=backend)
+    a = [1, 2]
+    framefuse.reset()
+    assert framefuse.compile(f, backend=backend)(x, a)[1] is a
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_list_holding_itself(backend):
+    root = []
+    root[:] = [root, root, None]
+    framefuse.reset()
+    assert framefuse.compile(lambda: root, backend=backend)() is root
+    check(lambda x: x + len(root[0]), x, backend=backend)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_method_shadowed_by_an_instance_attribute_later(backend):
+    import types
+
+    class P:
+        def f(self, x):
+            return x + 1
+    p = P()
+
+    class M(torch.nn.Module):
+        def forward(self, x):
+            return torch.cos(x)
+    m = M()
+    framefuse.reset()
+    g = framefuse.compile(lambda x: (p.f(x), m(x)), backend=backend)
+    g(x)
+    g(x)
+    p.f = lambda x: x + 100
+    m.forward = types.MethodType(lambda self, x: torch.sin(x), m)
+    got = g(x)
+    assert torch.equal(got[0], x + 100) and torch.allclose(got[1], torch.sin(x))
