@@ -164,7 +164,7 @@ Sym SymbolicTracer::torch_call(PyObject* fn, const std::vector<Sym>& args, const
   if (PyErr_Occurred()) PyErr_Clear();
   if (!node) brk(BreakKind::UnsupportedTorchOp, what + ": " + reason);
   const Node& n = out_.graph.node(*node);
-  if (mutates_operand(n)) {
+  if (mutates_operand(n) && n.meta.kind != ValueMeta::Kind::None) {  // (t[i] = v returns None)
     // NB: an in-place call returns the very object it wrote (`x.add_(1) is x`): the result is the
     // operand's own Sym, now standing for the call's node, so every reference to the tensor (stack,
     // locals, containers) reads the written value from the call on. A tensor passed in keeps its
@@ -187,9 +187,32 @@ Sym SymbolicTracer::torch_call(PyObject* fn, const std::vector<Sym>& args, const
     target->node = *node;
     return target;
   }
+  if (Sym self = unchanged_self(n, args)) return self;
   Sym r = tensor_sym(*node);
   if (r->is(SymKind::Tuple)) r->obj = PyRef::borrow(structseq_type_of(fn, r->items.size()));
   return r;
+}
+
+// x.float() on a float tensor, x.contiguous() on a contiguous one, x.to(x.dtype) ... return x
+// itself in eager (`x.float() is x`): the operand's Sym, where the result would be the same tensor.
+Sym SymbolicTracer::unchanged_self(const Node& n, const std::vector<Sym>& args) {
+  static constexpr std::string_view kMethods[] = {"to", "type", "type_as", "contiguous", "float", "double", "half",
+                                                  "bfloat16", "int", "long", "bool", "short", "char", "byte", "cpu", "cuda"};
+  const OpDef& op = op_def(n.op);
+  std::string_view target = op.target;
+  if (target.rfind("torch.Tensor.", 0) != 0) return nullptr;
+  std::string_view method = target.substr(std::string_view("torch.Tensor.").size());
+  if (std::find(std::begin(kMethods), std::end(kMethods), method) == std::end(kMethods)) return nullptr;
+  int copy = op.schema.index_of("copy");
+  if (copy >= 0 && static_cast<size_t>(copy) < n.args.size() && n.args[static_cast<size_t>(copy)].kind == Value::Kind::Bool &&
+      n.args[static_cast<size_t>(copy)].b)
+    return nullptr;
+  if (args.empty() || !args[0]->is(SymKind::Tensor) || n.meta.kind != ValueMeta::Kind::Tensor) return nullptr;
+  const TensorMeta& in = args[0]->meta;
+  const TensorMeta& out = n.meta.tensor;
+  bool same = in.dtype == out.dtype && in.device == out.device && in.sizes == out.sizes && in.strides == out.strides &&
+              in.requires_grad == out.requires_grad;
+  return same ? args[0] : nullptr;
 }
 
 // torch.max(t, 1), Tensor.sort(), torch.linalg.eigh ... return a torch.return_types structseq

@@ -142,6 +142,7 @@ class SymbolicTracer {
                          PyObject* descr = nullptr);  // descr: the C method to call (borrowed), else looked up
   Sym torch_call(PyObject* fn, const std::vector<Sym>& args, const KwArgs& kwargs, const std::string& what);
   static PyObject* structseq_type_of(PyObject* fn, size_t n);
+  Sym unchanged_self(const Node& n, const std::vector<Sym>& args);
   Sym fold(PyObject* fn, const std::vector<Sym>& args, const KwArgs& kwargs, const std::string& what);
   Sym binary_op(int nb_op, const Sym& a, const Sym& b);
   Sym compare_op(int cmp, const Sym& a, const Sym& b);

@@ -498,3 +498,26 @@ def test_a_method_shadowed_by_an_instance_attribute_later(backend):
     m.forward = types.MethodType(lambda self, x: torch.sin(x), m)
     got = g(x)
     assert torch.equal(got[0], x + 100) and torch.allclose(got[1], torch.sin(x))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_del_of_an_argument_after_a_graph_break(backend):
+    def f(x, n):
+        y = x.abs()
+        print("break")
+        del n
+        return y
+    check(f, x, 3, backend=backend)
+
+    def g(n):
+        with torch.no_grad():
+            pass
+        del n
+    check(g, 3, backend=backend)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_conversions_that_change_nothing_return_the_tensor_itself(backend):
+    def f(x):
+        return x.float() is x, x.contiguous() is x, x.to(x.dtype) is x, x.double() is x, x.t().contiguous() is x
+    check(f, x, backend=backend)
