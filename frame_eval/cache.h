@@ -10,7 +10,10 @@
 // back to that code (directly, or through a function, a globals dict or generated code) makes a
 // cycle nothing can collect. Hence what a state holds never owns the code it belongs to: generated
 // code refers to the user's code it derives from weakly (`origin`), cache entries refer to break
-// plans weakly, and the interpreter's decoding holds no reference to its code.
+// plans weakly, and the interpreter's decoding holds no reference to its code. Not yet so: guards
+// hold the objects they compare identities with (guards.h), so an entry of a function that calls
+// another function of the same exec'd namespace keeps that namespace, and so its own code, alive
+// until reset() drops the entry.
 #pragma once
 
 #include <Python.h>
@@ -82,8 +85,8 @@ struct ExtraState {
   // They own the generated code objects (a stub per plan, resume functions shared between plans).
   std::unordered_map<std::string, std::shared_ptr<const BreakPlan>> break_plans;
   std::unordered_map<std::string, PyRef> resume_codes;
-  // In the state of generated code (a stub or a resume function): a weak reference to the user's
-  // code it derives from, and where that code's instructions start in it (index - shift).
+  // In the state of a resume function: a weak reference to the user's code it derives from, and
+  // where that code's instructions start in it (index - shift).
   PyRef origin;
   int origin_shift = 0;
 
