@@ -52,16 +52,17 @@ def rss_kb():
 @pytest.mark.parametrize("kind", sorted(SOURCES))
 def test_a_dropped_compiled_function_frees_its_code_and_state(kind, backend, reset):
     x = torch.ones(3)
-    compile_and_call(kind, backend, x)  # long-lived code the first calls reach (torch's) gets state too
-    gc.collect()
-    before = _C._testing.code_state_counts()
-    code = compile_and_call(kind, backend, x)
-    assert code() is not None and _C._code_cache_info(code()) is not None
-    if reset:
-        framefuse.reset()
-    gc.collect()
-    assert code() is None, f"the code object is still referenced: {sys.getrefcount(code()) - 1} references"
-    assert _C._testing.code_state_counts() == before
+    counts = None
+    for _ in range(2):  # the first also gives long-lived code the calls reach (torch's) its state
+        code = compile_and_call(kind, backend, x)
+        assert code() is not None and _C._code_cache_info(code()) is not None
+        if reset:
+            framefuse.reset()
+        gc.collect()
+        assert code() is None, f"the code object is still referenced: {sys.getrefcount(code()) - 1} references"
+        if counts is not None:
+            assert _C._testing.code_state_counts() == counts
+        counts = _C._testing.code_state_counts()
 
 
 def test_reset_drops_generated_code_and_compiles_again():
