@@ -28,9 +28,8 @@ struct Instr {
   int jump = -1;   // index of the jump target instruction, for jumps
 };
 
-// A code object decoded once per process (cached; holds a strong reference to the code).
+// A code object decoded once (kept in the code's ExtraState, freed with the code).
 struct DecodedCode {
-  PyRef code;
   std::vector<Instr> instrs;
   std::vector<int> index_at_offset;  // code unit offset -> instruction index (-1 inside caches)
   int nlocalsplus = 0;
