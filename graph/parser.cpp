@@ -51,10 +51,9 @@ class Parser {
       if (nl == std::string_view::npos) break;
       start = nl + 1;
     }
+    // Several ops may share a target or symbol (overloads such as max(x) / max(x, dim)): the
+    // first, in registry order, whose schema binds the arguments is the one meant.
     for (const OpDef& op : all_ops()) {
-      // Several ops may share a target or symbol (overloads such as max(x) / max(x, dim)): the
-      // first, in registry order, whose schema binds the arguments is the one meant.
-      by_target_[op.target].push_back(op.id);
       if (op.style == PrintStyle::Infix) infix_[op.symbol].push_back(op.id);
       if (op.style == PrintStyle::Prefix) prefix_[op.symbol].push_back(op.id);
       if (op.style == PrintStyle::Subscript) subscript_.push_back(op.id);
@@ -252,9 +251,12 @@ class Parser {
     fail(at, first_error);
   }
 
-  const std::vector<OpId>* ops_for_target(const std::string& target) const {
+  // Hand-written ops first, then ops registered at run time (resolved from torch's schemas when
+  // this process has not seen the target yet).
+  const std::vector<OpId>* ops_for_target(const std::string& target) {
     auto it = by_target_.find(target);
-    return it == by_target_.end() ? nullptr : &it->second;
+    if (it == by_target_.end()) it = by_target_.emplace(target, resolve_target(target)).first;
+    return it->second.empty() ? nullptr : &it->second;
   }
 
   // The right-hand side of `name: "meta" = ...`.
