@@ -269,7 +269,7 @@ std::vector<OpDef> open_op_defs(const OpenOpSpec& spec, std::vector<std::string>
     skipped->push_back("aten::" + s.name + (s.overload.empty() ? "" : "." + s.overload) + ": " + why);
   };
   for (const AtenSchema& s : spec.overloads) {
-    if (s.is_out_overload()) continue;  // becomes the `out` keyword of its functional overload
+    if (s.is_out_overload() && !spec.schema_names) continue;  // the `out` keyword of its functional overload
     OpDef d;
     d.target = spec.target;
     d.name = spec.target + (s.overload.empty() ? "" : "." + s.overload);
@@ -278,8 +278,15 @@ std::vector<OpDef> open_op_defs(const OpenOpSpec& spec, std::vector<std::string>
     d.schema.name = last_component(spec.target);
     bool ok = true, random = random_by_name(s.name);
     for (const std::string& r : spec.random_overloads) random = random || r == s.overload;
-    for (size_t i = 0; i < s.args.size() && ok; ++i) {
-      const AtenArg& a = s.args[i];
+    // A method's tensor is `self` wherever the schema has it (aten::polygamma(int n, Tensor self)
+    // is x.polygamma(n)): first here, as the method is called.
+    std::vector<AtenArg> args = s.args;
+    if (spec.style == PrintStyle::Method) {
+      auto self = std::find_if(args.begin(), args.end(), [](const AtenArg& a) { return a.name == "self" && !a.kwarg_only; });
+      if (self != args.end()) std::rotate(args.begin(), self, self + 1);
+    }
+    for (size_t i = 0; i < args.size() && ok; ++i) {
+      const AtenArg& a = args[i];
       TypeMap m = map_type(a.type);
       if (!m.ok) {
         skip(s, "argument type " + a.type + " is not supported");
@@ -291,7 +298,8 @@ std::vector<OpDef> open_op_defs(const OpenOpSpec& spec, std::vector<std::string>
         ok = false;
         break;
       }
-      if (a.write && !(i == 0 && !s.returns.empty() && s.returns[0].write && s.returns[0].alias == a.alias)) {
+      if (a.write && !(a.name == "self" && !s.returns.empty() && s.returns[0].write && s.returns[0].alias == a.alias)) {
+        // NB: torch.ops.aten.add.out(x, y, out=z) and the like are not functionalized.
         skip(s, "it writes its argument '" + a.name + "', which it does not return");
         ok = false;
         break;
@@ -299,7 +307,7 @@ std::vector<OpDef> open_op_defs(const OpenOpSpec& spec, std::vector<std::string>
       if (a.write) d.traits |= kInplace;
       random = random || m.generator;
       ParamSpec p;
-      p.name = a.name == "self" && spec.style == PrintStyle::Function ? "input" : a.name;
+      p.name = a.name == "self" && spec.style == PrintStyle::Function && !spec.schema_names ? "input" : a.name;
       p.type = m.type;
       p.optional = m.optional;
       p.kwarg_only = a.kwarg_only;
@@ -313,6 +321,16 @@ std::vector<OpDef> open_op_defs(const OpenOpSpec& spec, std::vector<std::string>
       d.schema.params.push_back(std::move(p));
     }
     if (!ok) continue;
+    // Factory functions take `requires_grad` in Python besides their schema's tensor options.
+    if (d.schema.index_of("pin_memory") >= 0 && d.schema.index_of("requires_grad") < 0) {
+      ParamSpec rg;
+      rg.name = "requires_grad";
+      rg.type = ParamType::Bool;
+      rg.has_default = true;
+      rg.default_value = Value::of_bool(false);
+      rg.kwarg_only = true;
+      d.schema.params.push_back(std::move(rg));
+    }
     bool tensor_result = false;
     for (const AtenArg& r : s.returns) {
       tensor_result = tensor_result || is_tensor_type(r.type);
@@ -324,11 +342,13 @@ std::vector<OpDef> open_op_defs(const OpenOpSpec& spec, std::vector<std::string>
     }
     // out=: the keyword the out overload with the same other arguments adds.
     for (const AtenSchema& o : spec.overloads) {
-      if (!o.is_out_overload()) continue;
+      if (!o.is_out_overload() || spec.schema_names) continue;
       std::vector<std::string> names, out_names;
       for (const AtenArg& a : o.args) (a.kwarg_only && a.write ? out_names : names).push_back(a.name);
       std::vector<std::string> mine;
       for (const AtenArg& a : s.args) mine.push_back(a.name);
+      std::sort(names.begin(), names.end());
+      std::sort(mine.begin(), mine.end());
       if (names != mine || d.has(kInplace)) continue;
       ParamSpec out;
       out.name = "out";

@@ -51,6 +51,9 @@ bool parse_aten_schema(std::string_view text, AtenSchema* out, std::string* erro
 struct OpenOpSpec {
   std::string target;   // dotted path of the callable: "torch.linalg.svd", "torch.Tensor.sort"
   PrintStyle style = PrintStyle::Function;  // Method for torch.Tensor.* (self is the tensor)
+  // torch.ops.aten.* callables take the schema's own names (`self`, out arguments by name);
+  // torch's Python bindings call `self` of a function `input` and gather out arguments in `out`.
+  bool schema_names = false;
   std::vector<AtenSchema> overloads;
   // Overloads torch tags as drawing from its RNG (Tag.nondeterministic_seeded), where the
   // installed torch has tags; a Generator argument or a known name also marks an op random.

@@ -292,7 +292,10 @@ CallArgs call_args(const OpDef& op, const std::vector<Value>& bound) {
   bool positional = true;
   for (size_t i = 0; i < params.size(); ++i) {
     const ParamSpec& p = params[i];
-    bool is_default = p.has_default && bound[i] == p.default_value;
+    // NB: an op resolved from torch's schemas passes every positional parameter, defaults too:
+    // torch picks the overload again from the arguments it gets, and with trailing defaults left
+    // out another overload may match (torch.stft with and without `center`, which defaults to True).
+    bool is_default = p.has_default && bound[i] == p.default_value && !(op.is_open() && !p.kwarg_only);
     if (p.kwarg_only || is_default) positional = false;
     if (positional) ca.positional.push_back(&bound[i]);
     else if (!is_default) ca.keywords.emplace_back(p.name, &bound[i]);

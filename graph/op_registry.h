@@ -128,7 +128,8 @@ std::optional<std::vector<Value>> bind_call(const OpDef& op, const std::vector<V
                                             const Graph& graph, std::string* error);
 
 // How a bound call is passed to the eager callable: leading positional arguments up to the first
-// parameter left at its default, then the remaining non-default parameters by keyword.
+// parameter left at its default, then the remaining non-default parameters by keyword. (Ops
+// resolved from torch's schemas: every parameter before `*` positionally, see call_args.)
 struct CallArgs {
   std::vector<const Value*> positional;
   std::vector<std::pair<std::string, const Value*>> keywords;

@@ -321,9 +321,15 @@ std::optional<NodeId> add_torch_call(Graph& g, PyObject* fn, const std::vector<V
     *reason = why.empty() ? name + " is not in framefuse's op registry" : why;
     return std::nullopt;
   }
-  if (op_def(*op).is_open()) {
-    std::string why;
-    return add_open_call(g, open_ops_for_callable(fn, &why), args, kwargs, reason, grad_enabled);
+  std::string why;
+  if (op_def(*op).is_open()) return add_open_call(g, open_ops_for_callable(fn, &why), args, kwargs, reason, grad_enabled);
+  // NB: a hand-written schema narrower than torch's (squeeze with several dims, Tensor.to with
+  // five arguments) falls back to the ops torch's own schemas give the callable.
+  if (!bind_call(op_def(*op), args, kwargs, g, &why)) {
+    const std::vector<OpId>& open = open_ops_for_callable(fn, reason);
+    if (!open.empty()) return add_open_call(g, open, args, kwargs, reason, grad_enabled);
+    *reason = why;
+    return std::nullopt;
   }
   return add_op_call(g, *op, args, kwargs, reason, grad_enabled);
 }

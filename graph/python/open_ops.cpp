@@ -31,6 +31,7 @@ struct OpenTables {
   std::unordered_map<PyObject*, Resolved> by_callable;
   std::vector<py::object> owned;
   py::object torch, tensor, schemas_for, variable_functions, namespace_selves;
+  py::object op_packet, op_overload;  // torch._ops.OpOverloadPacket / OpOverload
 };
 
 OpenTables& tables() {
@@ -46,6 +47,9 @@ OpenTables& tables() {
     for (const char* m : {"_nn", "_linalg", "_fft", "_special"})
       if (py::hasattr(c, m)) selves.append(c.attr(m));
     t->namespace_selves = selves;
+    py::object ops = py::module_::import("torch._ops");
+    t->op_packet = ops.attr("OpOverloadPacket");
+    t->op_overload = ops.attr("OpOverload");
   }
   return *t;
 }
@@ -90,6 +94,23 @@ bool classify(PyObject* fn, std::string* target, PrintStyle* style, std::string*
     }
     return false;
   }
+  if (py::isinstance(h, t.op_packet) || py::isinstance(h, t.op_overload)) {
+    // torch.ops.aten.sort / torch.ops.aten.sort.stable: called with the schema's own names.
+    bool packet = py::isinstance(h, t.op_packet);
+    std::string qualified = py::str(h.attr(packet ? "_qualified_op_name" : "name")).cast<std::string>();
+    if (qualified.rfind("aten::", 0) != 0) return false;
+    std::string rest = qualified.substr(6);  // "sort" or "sort.stable"
+    if (!packet) {
+      std::string overload = py::str(h.attr("_overloadname")).cast<std::string>();
+      rest = rest.substr(0, rest.find('.')) + "." + overload;
+    }
+    *target = "torch.ops.aten." + rest;
+    py::object same = resolve_path(*target);
+    if (!same || same.ptr() != fn) return false;
+    *aten_name = rest;
+    *style = PrintStyle::Function;
+    return true;
+  }
   if (Py_TYPE(fn) == &PyMethodDescr_Type) {
     *aten_name = name_of(h);
     py::object same = py::getattr(t.tensor, aten_name->c_str(), py::none());
@@ -122,19 +143,24 @@ std::vector<std::string> random_overloads(const std::string& aten_name) {
 
 Resolved resolve(PyObject* fn, const std::string& target, PrintStyle style, const std::string& aten_name) {
   Resolved r;
-  std::vector<OpId> known = ops_with_target(target);
-  if (!known.empty()) {  // resolved before, from graph code read back
-    r.ops = std::move(known);
-    return r;
-  }
+  for (OpId op : ops_with_target(target))  // resolved before, from graph code read back
+    if (op_def(op).is_open()) r.ops.push_back(op);
+  if (!r.ops.empty()) return r;
   OpenOpSpec spec;
   spec.target = target;
   spec.style = style;
+  spec.schema_names = target.rfind("torch.ops.", 0) == 0;
+  // torch.ops.aten.sort.stable is one overload of aten::sort ("default" is the unnamed one).
+  size_t dot = aten_name.find('.');
+  std::string base = aten_name.substr(0, dot);
+  std::optional<std::string> only;
+  if (dot != std::string::npos) only = aten_name.substr(dot + 1) == "default" ? "" : aten_name.substr(dot + 1);
   try {
-    for (py::handle s : tables().schemas_for(py::str("aten::" + aten_name))) {
+    for (py::handle s : tables().schemas_for(py::str("aten::" + base))) {
       AtenSchema schema;
       std::string error;
-      if (parse_aten_schema(py::str(s).cast<std::string>(), &schema, &error)) spec.overloads.push_back(std::move(schema));
+      if (!parse_aten_schema(py::str(s).cast<std::string>(), &schema, &error)) continue;
+      if (!only || schema.overload == *only) spec.overloads.push_back(std::move(schema));
     }
   } catch (py::error_already_set& e) {
     r.reason = target + ": torch's schemas cannot be read (" + std::string(e.what()).substr(0, 200) + ")";
@@ -144,7 +170,7 @@ Resolved resolve(PyObject* fn, const std::string& target, PrintStyle style, cons
     r.reason = target + " is not in framefuse's op registry and torch has no schema aten::" + aten_name;
     return r;
   }
-  spec.random_overloads = random_overloads(aten_name);
+  spec.random_overloads = random_overloads(base);
   std::vector<std::string> skipped;
   for (OpDef& d : open_op_defs(spec, &skipped)) {
     OpId id = register_op(std::move(d));
@@ -220,6 +246,14 @@ bool has_data_dependent_output_shape(const std::string& aten_name) {
 std::optional<NodeId> add_open_call(Graph& g, const std::vector<OpId>& overloads, const std::vector<Value>& args,
                                     const std::vector<std::pair<std::string, Value>>& kwargs, std::string* reason,
                                     bool grad_enabled) {
+  if (!overloads.empty() && has_data_dependent_output_shape(op_def(overloads[0]).aten)) {
+    const OpDef& d = op_def(overloads[0]);
+    *reason = d.target + " has an output shape that depends on its operands' values: " +
+              (config().capture_dynamic_output_shape_ops
+                   ? "not captured even with config capture_dynamic_output_shape_ops on (framefuse graphs have static sizes)"
+                   : "not captured (config capture_dynamic_output_shape_ops is off)");
+    return std::nullopt;
+  }
   std::string first_error;
   for (OpId op : overloads) {
     const OpDef& d = op_def(op);
@@ -228,13 +262,6 @@ std::optional<NodeId> add_open_call(Graph& g, const std::vector<OpId>& overloads
     if (!bound) {
       if (first_error.empty()) first_error = error;
       continue;
-    }
-    if (has_data_dependent_output_shape(d.aten)) {
-      *reason = d.target + " (" + d.aten + ") has an output shape that depends on its operands' values: " +
-                (config().capture_dynamic_output_shape_ops
-                     ? "not captured even with config capture_dynamic_output_shape_ops on (framefuse graphs have static sizes)"
-                     : "not captured (config capture_dynamic_output_shape_ops is off)");
-      return std::nullopt;
     }
     if (updates_running_stats(d, *bound)) {
       *reason = d.target + " with running statistics may update them in place, which its schema does not say";
