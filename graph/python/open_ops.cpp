@@ -97,17 +97,24 @@ bool classify(PyObject* fn, std::string* target, PrintStyle* style, std::string*
   if (py::isinstance(h, t.op_packet) || py::isinstance(h, t.op_overload)) {
     // torch.ops.aten.sort / torch.ops.aten.sort.stable: called with the schema's own names.
     bool packet = py::isinstance(h, t.op_packet);
-    std::string qualified = py::str(h.attr(packet ? "_qualified_op_name" : "name")).cast<std::string>();
+    py::object p = packet ? py::reinterpret_borrow<py::object>(h) : h.attr("overloadpacket");
+    std::string qualified = py::str(p.attr("_qualified_op_name")).cast<std::string>();
     if (qualified.rfind("aten::", 0) != 0) return false;
-    std::string rest = qualified.substr(6);  // "sort" or "sort.stable"
-    if (!packet) {
-      std::string overload = py::str(h.attr("_overloadname")).cast<std::string>();
-      rest = rest.substr(0, rest.find('.')) + "." + overload;
-    }
+    std::string rest = qualified.substr(6);  // "sort", then "sort.stable" for an overload
+    if (!packet) rest += "." + py::str(h.attr("_overloadname")).cast<std::string>();
     *target = "torch.ops.aten." + rest;
     py::object same = resolve_path(*target);
     if (!same || same.ptr() != fn) return false;
     *aten_name = rest;
+    *style = PrintStyle::Function;
+    return true;
+  }
+  if (PyCFunction_Check(fn) && py::getattr(h, "__module__", py::none()).equal(py::str("torch._ops.aten"))) {
+    // What an OpOverloadPacket's __call__ calls (the frontend inlines it): torch.ops.aten.sort._op.
+    *aten_name = name_of(h);
+    *target = "torch.ops.aten." + *aten_name;
+    py::object packet = resolve_path(*target);
+    if (aten_name->empty() || !packet || !py::hasattr(packet, "_op") || packet.attr("_op").ptr() != fn) return false;
     *style = PrintStyle::Function;
     return true;
   }
