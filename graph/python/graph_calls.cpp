@@ -95,6 +95,8 @@ struct FallbackCall {
 
   ValueMeta from_result(py::handle r) {
     if (py::isinstance(r, torch_types().tensor)) {
+      std::string dtype = py::str(r.attr("dtype")).cast<std::string>();
+      if (!dtype_from_name(strip_torch(dtype))) throw MetaError("a result of dtype " + dtype + " is not supported in graphs");
       TensorMeta t = meta_from_tensor(r.ptr());
       t.device = result_device();
       return ValueMeta::of_tensor(std::move(t));
@@ -326,9 +328,11 @@ std::optional<NodeId> add_torch_call(Graph& g, PyObject* fn, const std::vector<V
   // NB: a hand-written schema narrower than torch's (squeeze with several dims, Tensor.to with
   // five arguments) falls back to the ops torch's own schemas give the callable.
   if (!bind_call(op_def(*op), args, kwargs, g, &why)) {
-    const std::vector<OpId>& open = open_ops_for_callable(fn, reason);
-    if (!open.empty()) return add_open_call(g, open, args, kwargs, reason, grad_enabled);
-    *reason = why;
+    std::string unused;
+    const std::vector<OpId>& open = open_ops_for_callable(fn, &unused);
+    for (OpId o : open)
+      if (bind_call(op_def(o), args, kwargs, g, &unused)) return add_open_call(g, open, args, kwargs, reason, grad_enabled);
+    *reason = why;  // the hand-written schema's complaint: torch's do not bind either
     return std::nullopt;
   }
   return add_op_call(g, *op, args, kwargs, reason, grad_enabled);
