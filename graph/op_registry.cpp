@@ -181,9 +181,14 @@ std::vector<OpId> ops_with_target(std::string_view target) {
   return out;
 }
 
-OpId register_op(OpDef def) {
+namespace {
+
+// Registers `def`; an op of the same name already registered is returned instead when
+// `reuse_existing` (and is an error otherwise).
+OpId register_open_op(OpDef def, bool reuse_existing) {
   OpenOps& o = open_ops();
   std::lock_guard<std::mutex> lock(o.mu);
+  if (auto it = o.by_name.find(def.name); it != o.by_name.end() && reuse_existing) return it->second;
   FF_CHECK(!tables().by_name.count(def.name) && !o.by_name.count(def.name), "duplicate op name " + def.name);
   size_t n = o.count.load(std::memory_order_relaxed);
   if (n == kMaxOpenOps) throw Unsupported("framefuse's op registry is full (" + std::to_string(kMaxOpenOps) + " ops registered at run time)");
@@ -194,6 +199,20 @@ OpId register_op(OpDef def) {
   o.defs[n] = std::make_unique<const OpDef>(std::move(def));
   o.count.store(n + 1, std::memory_order_release);
   return id;
+}
+
+}  // namespace
+
+OpId register_op(OpDef def) { return register_open_op(std::move(def), false); }
+
+OpId op_with_positional(OpId op, int count) {
+  const OpDef& base = op_def(op);
+  FF_CHECK(base.is_open() && base.positional < 0, "op_with_positional of " + base.name);
+  OpDef variant = base;
+  variant.name = base.name + "/" + std::to_string(count);
+  variant.positional = count;
+  variant.overload = op;
+  return register_open_op(std::move(variant), true);
 }
 
 void set_op_resolver(OpResolver resolver) {
@@ -292,10 +311,11 @@ CallArgs call_args(const OpDef& op, const std::vector<Value>& bound) {
   bool positional = true;
   for (size_t i = 0; i < params.size(); ++i) {
     const ParamSpec& p = params[i];
-    // NB: an op resolved from torch's schemas passes every positional parameter, defaults too:
-    // torch picks the overload again from the arguments it gets, and with trailing defaults left
-    // out another overload may match (torch.stft with and without `center`, which defaults to True).
-    bool is_default = p.has_default && bound[i] == p.default_value && !(op.is_open() && !p.kwarg_only);
+    bool is_default = p.has_default && bound[i] == p.default_value;
+    if (op.positional >= 0) {
+      positional = static_cast<int>(i) < op.positional;
+      if (positional) is_default = false;
+    }
     if (p.kwarg_only || is_default) positional = false;
     if (positional) ca.positional.push_back(&bound[i]);
     else if (!is_default) ca.keywords.emplace_back(p.name, &bound[i]);

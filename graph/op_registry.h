@@ -73,6 +73,13 @@ struct OpDef {
   // Ops registered at run time: the ATen operator they were resolved to (`aten::sort.stable`).
   // Empty for the ops of graph/ops.def.
   std::string aten;
+  // Ops registered at run time are replayed with exactly as many positional arguments as the call
+  // had: torch picks the overload again from what it is given, and with fewer (trailing defaults
+  // left out) or more another overload may match (torch.stft with and without `center`, which
+  // defaults to True; Tensor.to's keyword-only memory_format). -1: the overload itself, which calls
+  // bind to; a call's node holds its variant for its count (op_with_positional).
+  int positional = -1;
+  OpId overload = kNoOp;  // a variant's overload (positional == -1)
 
   bool has(OpTrait t) const { return (traits & t) != 0; }
   bool is_open() const { return !aten.empty(); }
@@ -113,6 +120,10 @@ std::vector<OpId> ops_with_target(std::string_view target);
 constexpr size_t kMaxOpenOps = 1 << 15;
 OpId register_op(OpDef def);
 
+// The variant of open op `op` (positional == -1) that replays `count` positional arguments,
+// registered on first use.
+OpId op_with_positional(OpId op, int count);
+
 // Resolves a target that no registered op has (`torch.linalg.svd` read back from graph code) into
 // ops, registering them. Installed by the layer that knows torch (graph/python); without one, or
 // when it finds nothing, the result is empty.
@@ -128,8 +139,8 @@ std::optional<std::vector<Value>> bind_call(const OpDef& op, const std::vector<V
                                             const Graph& graph, std::string* error);
 
 // How a bound call is passed to the eager callable: leading positional arguments up to the first
-// parameter left at its default, then the remaining non-default parameters by keyword. (Ops
-// resolved from torch's schemas: every parameter before `*` positionally, see call_args.)
+// parameter left at its default, then the remaining non-default parameters by keyword. (Variants
+// of ops resolved from torch's schemas: their count of positional arguments, see OpDef::positional.)
 struct CallArgs {
   std::vector<const Value*> positional;
   std::vector<std::pair<std::string, const Value*>> keywords;

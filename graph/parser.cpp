@@ -1,5 +1,6 @@
 #include "graph/parser.h"
 
+#include <algorithm>
 #include <cctype>
 #include <unordered_map>
 #include <utility>
@@ -243,9 +244,14 @@ class Parser {
                   const std::vector<std::pair<std::string, Value>>& keywords, const Token& at) {
     std::string first_error;
     for (OpId op : candidates) {
+      const OpDef& d = op_def(op);
+      if (d.positional >= 0) continue;  // a replay variant: the overload it belongs to binds
       std::string error;
-      if (auto bound = bind_call(op_def(op), positional, keywords, g_, &error))
+      if (auto bound = bind_call(d, positional, keywords, g_, &error)) {
+        // An op resolved from torch's schemas replays the positional arguments written.
+        if (d.is_open()) op = op_with_positional(op, static_cast<int>(std::min(positional.size(), d.schema.params.size())));
         return g_.add_call(op, std::move(*bound), meta_, name_);
+      }
       if (first_error.empty()) first_error = error;
     }
     fail(at, first_error);

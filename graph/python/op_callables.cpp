@@ -144,7 +144,9 @@ std::optional<OpId> op_for_callable(PyObject* fn) {
 PyObject* op_callable(OpId op) {
   const CallableTables& t = tables();
   if (op < 0 || static_cast<size_t>(op) >= t.by_op.size()) return nullptr;
-  return t.by_op[static_cast<size_t>(op)];
+  PyObject* fn = t.by_op[static_cast<size_t>(op)];
+  if (!fn && is_op(op) && op_def(op).overload != kNoOp) return op_callable(op_def(op).overload);  // a replay variant
+  return fn;
 }
 
 }  // namespace ff

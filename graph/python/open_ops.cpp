@@ -2,6 +2,7 @@
 
 #include <pybind11/pybind11.h>
 
+#include <algorithm>
 #include <unordered_map>
 
 #include "graph/aten_schema.h"
@@ -151,7 +152,7 @@ std::vector<std::string> random_overloads(const std::string& aten_name) {
 Resolved resolve(PyObject* fn, const std::string& target, PrintStyle style, const std::string& aten_name) {
   Resolved r;
   for (OpId op : ops_with_target(target))  // resolved before, from graph code read back
-    if (op_def(op).is_open()) r.ops.push_back(op);
+    if (op_def(op).is_open() && op_def(op).positional < 0) r.ops.push_back(op);
   if (!r.ops.empty()) return r;
   OpenOpSpec spec;
   spec.target = target;
@@ -274,9 +275,12 @@ std::optional<NodeId> add_open_call(Graph& g, const std::vector<OpId>& overloads
       *reason = d.target + " with running statistics may update them in place, which its schema does not say";
       return std::nullopt;
     }
+    // The node replays as many positional arguments as the call passed.
+    int count = static_cast<int>(std::min(args.size(), d.schema.params.size()));
+    OpId replayed = op_with_positional(op, count);
     int out_index = d.schema.index_of("out");
     if (out_index < 0 || (*bound)[static_cast<size_t>(out_index)].is_none())
-      return add_op_call(g, op, args, kwargs, reason, grad_enabled);
+      return add_op_call(g, replayed, args, kwargs, reason, grad_enabled);
     // out=: the functional call, then out.copy_(result). Where eager would do more than write the
     // result into `out` (resize it, cast to its dtype, refuse autograd), the call is not captured.
     const Value& out = (*bound)[static_cast<size_t>(out_index)];
@@ -294,7 +298,7 @@ std::optional<NodeId> add_open_call(Graph& g, const std::vector<OpId>& overloads
       *reason = d.target + " with out= one of its operands is not captured";
       return std::nullopt;
     }
-    auto result = add_op_call(g, op, args, functional_kwargs, reason, grad_enabled);
+    auto result = add_op_call(g, replayed, args, functional_kwargs, reason, grad_enabled);
     if (!result) return std::nullopt;
     const ValueMeta& rm = g.node(*result).meta;
     const TensorMeta& om = g.node(out.node).meta.tensor;

@@ -125,13 +125,18 @@ TEST(OpenRegistry, RegisteredOpsPrintAndParseBack) {
   EXPECT_GE(static_cast<size_t>(ids[0]), all_ops().size());  // after the hand-written ops
   EXPECT_EQ(op_def(ids[0]).target, "torch.special.erfcx");
   EXPECT_EQ(ops_with_target("torch.special.erfcx"), ids);
+  EXPECT_EQ(op_with_positional(ids[0], 1), op_with_positional(ids[0], 1));
   EXPECT_THROW(register_op(op_def(ids[0])), InternalError);  // names are unique
   const char* text =
       "def forward(self, x: \"f32[4]\"):\n"
       "    erfcx: \"f32[4]\" = torch.special.erfcx(x)\n"
       "    return (erfcx,)\n";
   Graph g = parse_graph(text);
-  EXPECT_EQ(g.node(1).op, ids[0]);
+  // The node holds the variant replaying one positional argument, as written.
+  const OpDef& replayed = op_def(g.node(1).op);
+  EXPECT_EQ(replayed.name, "torch.special.erfcx/1");
+  EXPECT_EQ(replayed.positional, 1);
+  EXPECT_EQ(op_with_positional(ids[0], 1), g.node(1).op);  // registered once
   EXPECT_EQ(graph_code(g), text);
 }
 

@@ -29,16 +29,16 @@ def sort_erfcx_fft(x):
 
 
 def test_unlisted_ops_enter_the_graph_with_torch_names():
-    # Every positional parameter is passed (torch picks the overload again from what it gets).
+    # As many positional arguments as the call had (torch picks the overload again from them).
     assert graph_code(sort_erfcx_fft, torch.randn(4, 4)) == '''\
 def forward(self, l_x: "f32[4, 4]"):
-    sort: "(f32[4, 4], i64[4, 4])" = torch.sort(l_x, 0, True)
+    sort: "(f32[4, 4], i64[4, 4])" = torch.sort(l_x, dim=0, descending=True)
     getitem: "f32[4, 4]" = sort[0]
     getitem_1: "i64[4, 4]" = sort[1]
     erfcx: "f32[4, 4]" = torch.special.erfcx(getitem)
-    diagonal: "f32[4][5]" = erfcx.diagonal(0, 0, 1)
-    rfft: "c64[4, 3]" = torch.fft.rfft(l_x, None, -1, 'ortho')
-    vector_norm: "f32[]" = torch.linalg.vector_norm(l_x, 3, None, False)
+    diagonal: "f32[4][5]" = erfcx.diagonal()
+    rfft: "c64[4, 3]" = torch.fft.rfft(l_x, norm='ortho')
+    vector_norm: "f32[]" = torch.linalg.vector_norm(l_x, 3)
     return (diagonal, rfft, vector_norm)
 '''
 
@@ -48,6 +48,20 @@ def test_unlisted_ops_match_eager(backend):
     x = torch.randn(5, 5)
     for got, want in zip(compiled(sort_erfcx_fft, backend)(x), sort_erfcx_fft(x)):
         torch.testing.assert_close(got, want)
+
+
+def test_stft_replays_the_overload_torch_picked():
+    # torch.stft (Python) calls torch._C._VariableFunctions.stft with eight positional arguments:
+    # the overload without `center`. Replayed with its trailing defaults left out, torch would take
+    # the one with center=True and pad the signal a second time.
+    x, w = torch.randn(2, 40), torch.hann_window(8)
+
+    def f(x, w):
+        return torch.stft(x, 8, window=w, return_complex=True)
+
+    for backend in BACKENDS:
+        torch.testing.assert_close(compiled(f, backend)(x, w), f(x, w))
+    assert framefuse.explain(f)(x, w).graph_break_count == 0
 
 
 def test_graph_code_of_open_ops_reads_back():
