@@ -13,7 +13,11 @@ Each item is recorded as one of
 
 Results are compared with torch.testing.assert_close at its dtype-based tolerances (NaNs equal);
 ops whose results are unspecified memory (empty*) are compared by metadata only. RNG ops run from
-the same seed eagerly and compiled: they must draw the same numbers.
+the same seed eagerly and compiled: they must draw the same numbers. A bfloat16 result outside the
+tolerance is compared with the op run in float64 on the same inputs, as torch's own compiler tests
+do: fused kernels keep intermediates in float32 where eager rounds each op to bfloat16, so the
+compiled result counts as right where it is no farther from the float64 one than twice eager's
+error (its RMSE); such items are counted as `closer_than_eager` in the report.
 
     python tests/python/opinfo_sweep.py --full --report FILE.md     # all samples, five dtypes
     python tests/python/opinfo_sweep.py --jsonl FILE                # the CI budget (test_opinfo.py)
@@ -112,6 +116,51 @@ def _assert_same(a, e, where):
         raise AssertionError(f"{where}: {a!r} where eager gives {e!r}")
 
 
+def _to_double(x):
+    import torch
+    if isinstance(x, torch.Tensor) and x.dtype in (torch.bfloat16, torch.float16):
+        return x.detach().double()
+    if isinstance(x, (list, tuple)) and not hasattr(x, "_fields"):
+        return type(x)(_to_double(i) for i in x)
+    if isinstance(x, dict):
+        return {k: _to_double(v) for k, v in x.items()}
+    return x
+
+
+def _closer_than_eager(fn, args, kwargs, actual, expected):
+    """Low-precision results: is the compiled one no farther from the float64 result than eager's
+    (twice its RMSE, plus a little for results eager gets exactly)?"""
+    import torch
+    low = [t for t in _tensors(expected) if t.dtype in (torch.bfloat16, torch.float16)]
+    if not low or len(_tensors(actual)) != len(_tensors(expected)):
+        return False
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            ref = fn(*_to_double(_clone(args)), **_to_double(_clone(kwargs)))
+    except Exception:
+        return False
+    refs, acts, exps = _tensors(ref), _tensors(actual), _tensors(expected)
+    if len(refs) != len(exps):
+        return False
+    for r, a, e in zip(refs, acts, exps):
+        if a.shape != e.shape or a.dtype != e.dtype or r.shape != e.shape:
+            return False
+        if not (a.is_floating_point() and r.is_floating_point()):
+            if not torch.equal(a, e):
+                return False
+            continue
+        finite = torch.isfinite(r)
+        if not torch.equal(torch.isfinite(a), finite) or not torch.equal(torch.isnan(a), torch.isnan(r)):
+            return False
+        def rmse(x):
+            d = (x.double() - r)[finite]
+            return d.pow(2).mean().sqrt().item() if d.numel() else 0.0
+        if rmse(a) > 2.0 * rmse(e) + 1e-5 * (r[finite].abs().mean().item() if finite.any() else 0.0):
+            return False
+    return True
+
+
 def _tensors(x):
     import torch
     if isinstance(x, torch.Tensor):
@@ -195,7 +244,12 @@ def run_item(op, variant_name, fn, sample, backend, seed=0):
         item["reason"] = breaks[0] if breaks else "internal error: the frame ran eagerly"
     unspecified = _unspecified(op.name)
     try:
-        _compare(actual, expected, unspecified)
+        try:
+            _compare(actual, expected, unspecified)
+        except AssertionError:
+            if not _closer_than_eager(fn, args, kwargs, actual, expected):
+                raise
+            item["closer_than_eager"] = True
         # In-place variants and ops that write an operand: the operands after the call.
         _compare(comp_args, eager_args, unspecified)
         _compare(comp_kwargs, eager_kwargs, unspecified)
@@ -287,6 +341,10 @@ def report(done, command):
         c = v["counts"]
         lines.append(f"| {b} | {v['runnable']} | {c.get('captured', 0)} | {c.get('broke', 0)} | {c.get('wrong', 0)} | "
                      f"{c.get('crashed', 0)} | {100 * v['captured_share']:.1f}% |")
+    closer = [r for r in done if r.get("closer_than_eager")]
+    if closer:
+        lines += ["", f"{len(closer)} bfloat16 items differ from eager beyond its tolerance but are no farther from the "
+                      f"float64 result than eager ({', '.join(sorted({r['op'] for r in closer}))})."]
     times = sorted(r["seconds"] for r in done if r["status"] == "captured" and "seconds" in r)
     if times:
         lines += ["", f"First compiled call of a captured item (trace + compile + run): median "
