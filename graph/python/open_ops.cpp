@@ -213,6 +213,7 @@ const std::vector<OpId>& open_ops_for_callable(PyObject* fn, std::string* reason
   OpenTables& t = tables();
   auto it = t.by_callable.find(fn);
   if (it == t.by_callable.end()) {
+    init_op_callables();  // the callable table open ops are added to (idempotent)
     std::string target, aten_name;
     PrintStyle style = PrintStyle::Function;
     if (!classify(fn, &target, &style, &aten_name)) return kNone;
