@@ -152,6 +152,7 @@ _dynamo_reset = torch._dynamo.reset
 
 def reset():
     _dynamo_reset()
+    reference.STATE.bank_stats()
     framefuse.reset()
 
 

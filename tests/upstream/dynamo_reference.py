@@ -40,6 +40,14 @@ class _State:
         self.notes = set()      # adapter remarks: replaced backends, dynamic=True ...
         self.in_reference = False
         self.compiled_calls = 0
+        self.stats = {}         # framefuse's frame statistics, summed over framefuse.reset() calls
+
+    def bank_stats(self):
+        """Add framefuse's counters to `stats` (framefuse.reset() zeroes them)."""
+        import framefuse  # noqa: PLC0415
+        for key, value in framefuse._C._frame_eval_stats().items():
+            if isinstance(value, int):
+                self.stats[key] = self.stats.get(key, 0) + value
 
     def event(self, kind, label, **detail):
         if len(self.events) < 200:
@@ -201,10 +209,11 @@ def _judge(label, fullgraph, ref, mine, error):
                         compiled=f"raises {mine['outcome'][1]}: {mine['outcome'][2]}",
                         error=f"{mine['outcome'][1]}: {mine['outcome'][2]}")
         return
-    for what in ("outcome", "args", "state"):
-        diff = compare(ref[what], mine[what])
+    for what, a, b in (("result", ref["outcome"][1], mine["outcome"][1]), ("arguments", ref["args"], mine["args"]),
+                       ("state", ref["state"], mine["state"])):
+        diff = compare(a, b)
         if diff:
-            STATE.event("mismatch", label, what={"outcome": "result"}.get(what, what), diff=diff)
+            STATE.event("mismatch", label, what=what, diff=diff)
             return
 
 

@@ -42,7 +42,8 @@ _INTERNAL = re.compile(
     r"config|testing\.(normalize|extract))|FileCheck|run_and_get_code|op_count|guard|[Rr]ecompil|"
     r"Unsupported|InternalTorchDynamoError|TorchRuntimeError|Observed|graph_code|cache_size|explain|"
     r"torch\._inductor|\.graph\b|\.code\b|fail_reason|compilation_metrics|has no attribute 'graph|"
-    r"not raised|CompileCounterInt|error_on_graph_break|\bGraphModule\b|torch\.fx|frame_state|backend\.graphs")
+    r"not raised|CompileCounterInt|error_on_graph_break|\bGraphModule\b|torch\.fx|frame_state|backend\.graphs|"
+    r"\brecords\b|getRecord|munge_exc|_dynamo_source|\.meta\[")
 _CAPTURE = re.compile(r"frame_count|len\(\s*[\w.]*graphs\s*\)|unique_graphs|calls_captured|graph_count")
 
 
@@ -97,21 +98,15 @@ def _source_is_internal(test):
     return bool(_INTERNAL.search(source))
 
 
-def _frame_stats():
-    import framefuse  # noqa: PLC0415
-    return dict(framefuse._C._frame_eval_stats())
-
-
 def _run_in_child(test, test_file, wfd):
     reference.reset_state()
     import torch._dynamo.utils as dynamo_utils  # noqa: PLC0415
-    before = _frame_stats()
     result = _Result()
     test.run(result)
-    after = _frame_stats()
+    reference.STATE.bank_stats()
     record = {"outcome": result.outcome, "events": reference.STATE.events, "graphs": reference.STATE.graphs,
               "compiled_calls": reference.STATE.compiled_calls, "notes": sorted(reference.STATE.notes),
-              "stats": {k: after[k] - before.get(k, 0) for k in after if isinstance(after[k], int)},
+              "stats": reference.STATE.stats,
               "real_dynamo_frames": int(dynamo_utils.counters["frames"].get("total", 0))}
     if result.outcome == "skipped":
         record["skip_reason"] = str(getattr(result, "skip_reason", ""))[:300]
@@ -198,6 +193,8 @@ def classify(rec):
     line, text = rec.get("line", ""), rec.get("error", "")
     if "DynamoInternal" in text or "custom FX backend replaced" in rec.get("notes", []):
         return "dynamo-internal", _last(text) or "custom FX backend"
+    if not rec.get("compiled_calls") and "framefuse" not in rec.get("traceback", ""):
+        return "no compile", f"failed before any compiled call: {line}  ->  {_last(text)}"
     if _CAPTURE.search(line):
         return "not captured", f"{line}  ->  {_last(text)}"
     if raised:
