@@ -78,12 +78,17 @@ class _Result(unittest.TestResult):
 
 
 def _failing_line(exc_info, test_file):
-    """The source line of the innermost frame in the test file, and the exception's text."""
+    """The failing source: the innermost line in the test file, followed by the lines of the frames it
+    called (helpers such as standard_test assert counters on the test's behalf); and the exception's text."""
     etype, value, tb = exc_info
-    line = ""
+    lines, in_test = [], False
     for frame, lineno in traceback.walk_tb(tb):
+        source = linecache.getline(frame.f_code.co_filename, lineno).strip()
         if os.path.abspath(frame.f_code.co_filename) == test_file:
-            line = linecache.getline(frame.f_code.co_filename, lineno).strip()
+            in_test, lines = True, [source]
+        elif in_test and not re.search(r"/unittest/|/torch/testing/|/expecttest/", frame.f_code.co_filename):
+            lines.append(source)
+    line = "  <-  ".join(reversed(lines[:1] + lines[-1:])) if len(lines) > 1 else "".join(lines)
     text = "".join(traceback.format_exception_only(etype, value)).strip()
     text = re.sub(r"\n\s*\n", "\n", text)
     return line, text[:2000], "".join(traceback.format_exception(etype, value, tb))[-6000:]
