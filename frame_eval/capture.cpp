@@ -60,6 +60,8 @@ std::string Guard::str() const {
     }
     case Kind::LenMatch: return "len(" + s + ") == " + std::to_string(length);
     case Kind::DictKeys: return "list(" + s + ".keys()) == " + repr_of(expected);
+    case Kind::IterMatch: return "tuple(" + s + ") == " + repr_of(expected);
+    case Kind::NoAttr: return "not hasattr(" + s + ", " + repr_of(expected) + ")";
     case Kind::GlobalState:
       return std::string("torch.is_grad_enabled() == ") + (grad_enabled ? "True" : "False") +
              " and torch.get_default_dtype() == torch." + std::string(dtype_name(default_dtype));

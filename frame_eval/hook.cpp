@@ -285,16 +285,17 @@ CompileOutcome compile_frame(ExtraState& extra, const ff_frame_info& info, const
   } catch (const GraphBreak& b) {
     PyErr_Clear();
     ++g_stats.graph_breaks;
-    if (options->fullgraph) {
-      PyErr_SetString(g_unsupported_type ? g_unsupported_type : PyExc_RuntimeError, break_text(b.info()).c_str());
-      return CompileOutcome::Raise;
-    }
     // NB: code that raises while traced (FF0008) is not remembered: the next call, with other
     // arguments, may well be capturable. Eager reproduces the exception now; a partial graph
-    // would have to stop before code whose failure the trace cannot place.
+    // would have to stop before code whose failure the trace cannot place. Under fullgraph=True
+    // too: the user gets eager's exception (an IndexError, a KeyError ...), not framefuse's.
     if (b.info().id == "FF0008") {
       note_break(info.code, b.info(), false);
       return CompileOutcome::Native;
+    }
+    if (options->fullgraph) {
+      PyErr_SetString(g_unsupported_type ? g_unsupported_type : PyExc_RuntimeError, break_text(b.info()).c_str());
+      return CompileOutcome::Raise;
     }
     split = b.info();
   } catch (const Unsupported& u) {

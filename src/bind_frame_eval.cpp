@@ -73,6 +73,7 @@ Guard guard_from_spec(py::handle spec) {
   else if (kind == "equals") g.kind = Guard::Kind::EqualsMatch, g.expected = new_ref(t[2]);
   else if (kind == "len") g.kind = Guard::Kind::LenMatch, g.length = t[2].cast<int64_t>();
   else if (kind == "dict_keys") g.kind = Guard::Kind::DictKeys, g.expected = new_ref(py::tuple(t[2]));
+  else if (kind == "iter") g.kind = Guard::Kind::IterMatch, g.expected = new_ref(py::tuple(t[2]));
   else if (kind == "tensor") g.kind = Guard::Kind::TensorMatch, g.tensor_meta = meta_from_tensor(t[2].ptr());
   else throw py::value_error("unknown guard kind " + kind);
   return g;

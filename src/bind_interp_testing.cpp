@@ -194,6 +194,19 @@ py::object build(const OutputPlan& p, py::tuple outs, const BoundFrame& b) {
       for (size_t i = 0; i < p.items.size(); ++i) d[py::handle(p.keys[i])] = build(p.items[i], outs, b);
       return std::move(d);
     }
+    case OutputPlan::Kind::Set: {
+      py::set s;
+      for (const OutputPlan& i : p.items) s.add(build(i, outs, b));
+      return std::move(s);
+    }
+    case OutputPlan::Kind::Attr: return build(p.items[0], outs, b).attr(py::handle(p.constant));
+    case OutputPlan::Kind::Call: {
+      py::list args;
+      for (size_t i = 1; i < p.items.size(); ++i) args.append(build(p.items[i], outs, b));
+      return build(p.items[0], outs, b)(*py::tuple(args));
+    }
+    default:
+      break;
   }
   throw std::runtime_error("unknown plan");
 }
