@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import random
 import select
 import time
 
@@ -40,6 +41,7 @@ class _State:
         self.notes = set()      # adapter remarks: replaced backends, dynamic=True ...
         self.in_reference = False
         self.compiled_calls = 0
+        self.depth = 0          # > 0 while a checked call runs its compiled callable
         self.stats = {}         # framefuse's frame statistics, summed over framefuse.reset() calls
 
     def bank_stats(self):
@@ -160,20 +162,32 @@ def call_checked(compiled, original, fullgraph, args, kwargs):
     """One call of a compiled callable, compared with the eager reference."""
     if STATE.in_reference:
         return original(*args, **kwargs)
+    if STATE.depth:
+        # A compiled callable called from inside another one (torch.compile of a compiled module, a
+        # compiled helper): the outer call's reference already covers it, and framefuse may be tracing
+        # this very frame, so the bookkeeping below (fork, snapshots) must stay out of its way.
+        return compiled(*args, **kwargs)
     STATE.compiled_calls += 1
     label = _label(original)
     rfd, wfd = os.pipe()
+    # CPython reseeds `random` in a forked child (os.register_at_fork), so the child restores the
+    # parent's state: a test that seeds `random` must see the same draws in both runs.
+    py_rng = random.getstate()
     pid = os.fork()
     if pid == 0:
         os.close(rfd)
+        random.setstate(py_rng)
         _run_reference(original, args, kwargs, wfd)
     os.close(wfd)
     error = None
+    STATE.depth += 1
     try:
         result = compiled(*args, **kwargs)
         outcome = ("ok", result)
     except BaseException as e:  # noqa: BLE001 - re-raised below
         error, outcome = e, ("raise", type(e).__qualname__, str(e)[:300])
+    finally:
+        STATE.depth -= 1
     try:
         mine = _observe(outcome, args, kwargs, original)
     except Exception as e:  # noqa: BLE001

@@ -151,8 +151,10 @@ def compare(a, b, where="$"):
     if kind in ("seq", "map", "view"):
         if a[1] != b[1]:
             return f"{where}: eager {a[1]}, compiled {b[1]}"
-        if len(a) > 3 and a[3] != b[3] or len(a[2]) != len(b[2]):
-            return f"{where}: eager has {a[3] if len(a) > 3 else len(a[2])} items, compiled {b[3] if len(b) > 3 else len(b[2])}"
+        if len(a) > 3 and a[3] != b[3]:
+            return f"{where}: eager has {a[3]} items, compiled {b[3]}"
+        if len(a[2]) != len(b[2]):
+            return f"{where}: eager lists {len(a[2])} items, compiled {len(b[2])}"
         for i, (x, y) in enumerate(zip(a[2], b[2])):
             if kind == "map":
                 diff = compare(x[0], y[0], f"{where}.key{i}") or compare(x[1], y[1], f"{where}[{_key(x[0])}]")
