@@ -222,6 +222,8 @@ def _judge(label, fullgraph, ref, mine, error):
                         eager=f"raises {ref['outcome'][1]}: {ref['outcome'][2]}",
                         compiled=f"raises {mine['outcome'][1]}: {mine['outcome'][2]}",
                         error=f"{mine['outcome'][1]}: {mine['outcome'][2]}")
+        else:
+            STATE.event("raised_like_eager", label, error=f"{mine['outcome'][1]}: {mine['outcome'][2]}")
         return
     for what, a, b in (("result", ref["outcome"][1], mine["outcome"][1]), ("arguments", ref["args"], mine["args"]),
                        ("state", ref["state"], mine["state"])):

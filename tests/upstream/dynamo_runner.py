@@ -200,8 +200,16 @@ def classify(rec):
         return "dynamo-internal", _last(text) or "custom FX backend"
     if not rec.get("compiled_calls") and "framefuse" not in rec.get("traceback", ""):
         return "no compile", f"failed before any compiled call: {line}  ->  {_last(text)}"
-    if _CAPTURE.search(line):
+    if _CAPTURE.search(line) or (text.startswith("IndexError") and "graphs[" in line):
         return "not captured", f"{line}  ->  {_last(text)}"
+    if "standard_test" in line and text.startswith("AssertionError"):
+        # standard_test's own assertions are frame and op counts; its results were compared above.
+        return "not captured", f"{line}  ->  {_last(text)}"
+    like_eager = [e for e in events if e["kind"] == "raised_like_eager"]
+    if like_eager and text.split(":")[0] == like_eager[0]["error"].split(":")[0]:
+        # The test expects Dynamo's own exception (Unsupported ...) where framefuse lets the user's
+        # exception through, as eager does.
+        return "dynamo-internal", f"expects a Dynamo exception; framefuse raised eager's: {_last(text)}"
     if raised:
         return "not captured", _event_text(raised[0])
     if _INTERNAL.search(line) or _INTERNAL.search(text):
