@@ -50,6 +50,7 @@ struct Source {
   X(Attr, "base, name", "base.name")                                        \
   X(Item, "base, key (a constant: int or str)", "base[key]")               \
   X(TypeOf, "base", "type(base)")                                          \
+  X(IterRest, "base: a builtin iterator; what it would still yield, as a tuple, read without consuming it", "rest(base)") \
   X(Object, "object: a fixed object the capture holds (e.g. another module's globals dict)", "name")
   enum class Kind : uint8_t {
 #define FF_SOURCE_ENUM(k, fields, printed) k,
@@ -80,8 +81,10 @@ struct Guard {
   X(IterMatch, "tuple(source) == expected: the same elements (as EqualsMatch) in the same iteration order") \
   X(TensorMatch, "isinstance tensor with dtype/device/sizes/strides/requires_grad == tensor_meta") \
   X(LenMatch, "len(source) == length")                                                  \
+  X(LenAtLeast, "len(source) >= length")                                                \
   X(DictKeys, "list(source.keys()) == expected keys, in order")                         \
   X(NoAttr, "not hasattr(source, expected): an attribute the trace found missing")      \
+  X(NoKey, "expected not in source (a dict): an instance attribute that would shadow a method") \
   X(GlobalState, "grad mode and default dtype as at trace time")
   enum class Kind : uint8_t {
 #define FF_GUARD_ENUM(k, doc) k,
@@ -135,6 +138,7 @@ struct SideEffect {
     DictDelItem,   // del target[key]
     CellSet,       // target cell contents = value
     CallMethod,    // getattr(target, name)(*value), value a Tuple plan (set.update ...)
+    Advance,       // next(target) `key` (an int) times: items the trace took from an iterator passed in
   };
   Kind kind = Kind::SetAttr;
   SourcePtr target;

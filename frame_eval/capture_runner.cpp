@@ -129,6 +129,11 @@ CaptureRunner::CaptureRunner(CaptureResult capture, const FrameValues& frame, Py
       case SideEffect::Kind::ReplaceList:
         fx.target_slot = program_->slot_of(e.target);
         break;
+      case SideEffect::Kind::Advance:
+        FF_CHECK(e.key && PyLong_Check(e.key), "Advance without a count");
+        fx.key = e.key;
+        fx.target_slot = program_->slot_of(e.target);
+        break;
       case SideEffect::Kind::CallMethod:
         FF_CHECK(e.value.kind == OutputPlan::Kind::Tuple, "CallMethod without an argument tuple");
         fx.name = PyUnicode_InternFromString(e.name.c_str());
@@ -319,6 +324,19 @@ PyObject* CaptureRunner::run(const FrameValues& frame, Slots& slots) const {
         break;
       case SideEffect::Kind::DictSetItem: rc = PyObject_SetItem(slots[static_cast<size_t>(e.target_slot)], e.key, value); break;
       case SideEffect::Kind::DictDelItem: rc = PyObject_DelItem(slots[static_cast<size_t>(e.target_slot)], e.key); break;
+      case SideEffect::Kind::Advance: {
+        PyObject* it = slots[static_cast<size_t>(e.target_slot)];
+        for (Py_ssize_t i = PyLong_AsSsize_t(e.key); i > 0 && rc == 0; --i) {
+          PyObject* item = PyIter_Next(it);
+          if (!item) {
+            if (!PyErr_Occurred())
+              PyErr_SetString(PyExc_RuntimeError, "framefuse internal error: an iterator passed in ended early");
+            rc = -1;
+          }
+          Py_XDECREF(item);
+        }
+        break;
+      }
       case SideEffect::Kind::CallMethod: {
         PyObject* fn = PyObject_GetAttr(slots[static_cast<size_t>(e.target_slot)], e.name);
         PyObject* r = fn ? PyObject_Call(fn, value, nullptr) : nullptr;

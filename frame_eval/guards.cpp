@@ -133,6 +133,10 @@ PyRef eval_source_cold(const SourcePtr& s, const FrameValues& fr) {
       if (!b) return {};
       return PyRef::borrow(reinterpret_cast<PyObject*>(Py_TYPE(b.get())));
     }
+    case Source::Kind::IterRest: {
+      PyRef b = eval_source_cold(s->base, fr);
+      return b ? PyRef::steal(iterator_rest(b.get())) : PyRef();
+    }
     case Source::Kind::Object:
       return s->object;
   }
@@ -233,6 +237,7 @@ int GuardProgram::add_source(const SourcePtr& s) {
       f.key = s->key_is_str ? PyUnicode_InternFromString(s->str_key.c_str()) : PyLong_FromLongLong(s->int_key);
       break;
     case Source::Kind::TypeOf:
+    case Source::Kind::IterRest:
       f.base = add_source(s->base);
       break;
     case Source::Kind::Object:
@@ -269,6 +274,7 @@ GuardProgram::GuardProgram(const std::vector<Guard>& guards, const std::vector<S
       case Guard::Kind::EqualsMatch:
       case Guard::Kind::IterMatch:
       case Guard::Kind::NoAttr:
+      case Guard::Kind::NoKey:
       case Guard::Kind::DictKeys:
         FF_CHECK(g.expected != nullptr, "guard without an expected value: " + c.text);
         FF_CHECK(g.kind != Guard::Kind::TypeMatch || PyType_Check(g.expected), "TypeMatch needs a type: " + c.text);
@@ -276,6 +282,7 @@ GuardProgram::GuardProgram(const std::vector<Guard>& guards, const std::vector<S
         Py_INCREF(c.expected);
         break;
       case Guard::Kind::LenMatch:
+      case Guard::Kind::LenAtLeast:
         c.length = static_cast<Py_ssize_t>(g.length);
         break;
       case Guard::Kind::TensorMatch: {
@@ -534,6 +541,9 @@ bool GuardProgram::run_fetch(const Fetch& f, const FrameValues& fr, Slots& slots
       v = reinterpret_cast<PyObject*>(Py_TYPE(slots[f.base]));
       Py_INCREF(v);
       break;
+    case Source::Kind::IterRest:
+      v = iterator_rest(slots[f.base]);
+      break;
     case Source::Kind::Object:
       v = f.key;
       Py_INCREF(v);
@@ -569,6 +579,13 @@ bool GuardProgram::run_check(const Check& c, const Slots& slots, std::string* wh
       if (why) *why = "not hasattr(" + c.source_text + ", " + py_short_repr(c.expected) + ") (it has one now)";
       return false;
     }
+    case Guard::Kind::NoKey: {
+      int in = PyDict_Check(v) ? PyDict_Contains(v, c.expected) : -1;
+      if (in == 0) return true;
+      if (in < 0) PyErr_Clear();
+      if (why) *why = py_short_repr(c.expected) + " not in " + c.source_text + " (it is there now)";
+      return false;
+    }
     case Guard::Kind::IterMatch: {
       bool ok = PyAnySet_CheckExact(v) && PySet_GET_SIZE(v) == PyTuple_GET_SIZE(c.expected);
       if (ok) {
@@ -596,6 +613,13 @@ bool GuardProgram::run_check(const Check& c, const Slots& slots, std::string* wh
       }
       if (n == c.length) return true;
       if (why) *why = "len(" + c.source_text + ") == " + std::to_string(c.length) + " (got " + std::to_string(n) + ")";
+      return false;
+    }
+    case Guard::Kind::LenAtLeast: {
+      Py_ssize_t n = PyObject_Length(v);
+      if (n < 0) PyErr_Clear();
+      if (n >= c.length) return true;
+      if (why) *why = "len(" + c.source_text + ") >= " + std::to_string(c.length) + " (got " + std::to_string(n) + ")";
       return false;
     }
     case Guard::Kind::DictKeys: {

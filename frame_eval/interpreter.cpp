@@ -6,6 +6,7 @@
 #include <memory>
 #include <unordered_map>
 
+#include "frame_eval/cache.h"
 #include "frame_eval/interpreter_impl.h"
 #include "graph/python/graph_calls.h"
 #include "src/gil_once.h"
@@ -19,12 +20,10 @@ GraphBreak::GraphBreak(BreakInfo info)
 // ---- decoding -----------------------------------------------------------------------------------
 
 const DecodedCode& decode_code(PyCodeObject* code) {
-  // NB: keyed by pointer and holding a strong reference, so an address is never reused while cached.
-  static auto* cache = new std::unordered_map<PyCodeObject*, std::unique_ptr<DecodedCode>>();
-  auto it = cache->find(code);
-  if (it != cache->end()) return *it->second;
-  auto dc = std::make_unique<DecodedCode>();
-  dc->code = PyRef::borrow(reinterpret_cast<PyObject*>(code));
+  // NB: kept in the code's own state (cache.h), which dies with the code.
+  ExtraState* state = ensure_extra_state(code);
+  if (state->decoded) return *state->decoded;
+  auto dc = std::make_shared<DecodedCode>();
   PyRef bytes = PyRef::steal(PyCode_GetCode(code));
   FF_CHECK(bytes, "PyCode_GetCode failed");
   const auto* units = reinterpret_cast<const uint8_t*>(PyBytes_AS_STRING(bytes.get()));
@@ -65,9 +64,8 @@ const DecodedCode& decode_code(PyCodeObject* code) {
     }
   }
   dc->nlocalsplus = static_cast<int>(PyTuple_GET_SIZE(code->co_localsplusnames));
-  const DecodedCode& ref = *dc;
-  cache->emplace(code, std::move(dc));
-  return ref;
+  state->decoded = dc;
+  return *dc;
 }
 
 // ---- known objects ------------------------------------------------------------------------------
@@ -460,6 +458,11 @@ void SymbolicTracer::step(Frame& f, const Instr& ins) {
     case Handler::ListAppend: {
       Sym v = pop();
       Sym& list = peek(arg);
+      if (list->is(SymKind::Appendable)) {  // a list passed in that the trace only appends to
+        list->items.push_back(std::move(v));
+        note_appended(list);
+        break;
+      }
       FF_CHECK(list->is(SymKind::List), "LIST_APPEND to a non-list");
       list->items.push_back(std::move(v));
       note_list_mutation(list);
@@ -852,6 +855,23 @@ CaptureResult SymbolicTracer::trace() {
     effects.push_back(std::move(s));
   }
   for (const Sym& c : mutated_containers_) {
+    if (c->is(SymKind::Appendable) || (c->is(SymKind::Iterator) && c->iter == IterKind::Native)) {
+      // Never read: what the trace appended / added, or how many items it took.
+      SideEffect s;
+      s.target = c->source;
+      if (c->is(SymKind::Iterator)) {
+        if (c->pos == 0) continue;
+        s.kind = SideEffect::Kind::Advance;
+        s.key = PyLong_FromLongLong(c->pos);
+      } else {
+        s.kind = SideEffect::Kind::CallMethod;
+        s.name = PyList_CheckExact(c->obj.get()) ? "extend" : "update";
+        s.value.kind = OutputPlan::Kind::Tuple;
+        s.value.items.push_back(ob.plan(make_tuple(c->items)));
+      }
+      effects.push_back(std::move(s));
+      continue;
+    }
     if (c->is(SymKind::List)) {
       SideEffect s;
       s.kind = SideEffect::Kind::ReplaceList;

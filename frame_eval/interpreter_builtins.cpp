@@ -2,6 +2,7 @@
 // functions (evaluated at capture time on constants), tensor methods and builtin container methods.
 #include <Python.h>
 
+#include <algorithm>
 #include <string_view>
 
 #include "frame_eval/interpreter_impl.h"
@@ -13,11 +14,17 @@ namespace ff {
 
 namespace {
 
-bool has_tensor(const Sym& s) {
+bool has_tensor(const Sym& s, std::vector<const SymValue*>* seen = nullptr) {
   if (s->is(SymKind::Tensor)) return true;
-  if (s->is(SymKind::Tuple) || s->is(SymKind::List) || s->is(SymKind::Slice) || s->is(SymKind::Dict))
-    for (const Sym& i : s->items)
-      if (i && has_tensor(i)) return true;
+  if (!(s->is(SymKind::Tuple) || s->is(SymKind::List) || s->is(SymKind::Slice) || s->is(SymKind::Dict) ||
+        s->is(SymKind::Appendable)))
+    return false;
+  std::vector<const SymValue*> local;
+  if (!seen) seen = &local;
+  if (std::find(seen->begin(), seen->end(), s.get()) != seen->end()) return false;  // a list holding itself
+  seen->push_back(s.get());
+  for (const Sym& i : s->items)
+    if (i && has_tensor(i, seen)) return true;
   return false;
 }
 
@@ -90,6 +97,7 @@ PyObject* iterator_type(const Sym& it) {
     case IterKind::Map: return builtin_type_named("map");
     case IterKind::Filter: return builtin_type_named("filter");
     case IterKind::Generator: return reinterpret_cast<PyObject*>(&PyGen_Type);
+    case IterKind::Native: return nullptr;  // NB: type_of reads the real iterator's type
     case IterKind::Items: return nullptr;
   }
   return nullptr;
@@ -106,7 +114,8 @@ PyObject* SymbolicTracer::type_of(const Sym& v) {
     case SymKind::Dict: return v->obj ? reinterpret_cast<PyObject*>(Py_TYPE(v->obj.get())) : reinterpret_cast<PyObject*>(&PyDict_Type);
     case SymKind::Set: return reinterpret_cast<PyObject*>(&PySet_Type);
     case SymKind::DictView: return builtin_type_named(v->name == "keys" ? "dict_keys" : v->name == "values" ? "dict_values" : "dict_items");
-    case SymKind::Iterator: return iterator_type(v);
+    case SymKind::Iterator: return v->iter == IterKind::Native ? reinterpret_cast<PyObject*>(Py_TYPE(v->obj.get())) : iterator_type(v);
+    case SymKind::Appendable: return reinterpret_cast<PyObject*>(Py_TYPE(v->obj.get()));
     case SymKind::Object: return reinterpret_cast<PyObject*>(Py_TYPE(v->obj.get()));
     case SymKind::NewObject: return v->obj.get();
     case SymKind::Function: return reinterpret_cast<PyObject*>(&PyFunction_Type);
@@ -119,6 +128,7 @@ PyObject* SymbolicTracer::type_of(const Sym& v) {
 }
 
 Value SymbolicTracer::to_value(const Sym& v) {
+  materialize(v);
   switch (v->kind) {
     case SymKind::Tensor: return Value::of_node(v->node);
     case SymKind::Const: {
@@ -154,7 +164,7 @@ Sym SymbolicTracer::torch_call(PyObject* fn, const std::vector<Sym>& args, const
   if (PyErr_Occurred()) PyErr_Clear();
   if (!node) brk(BreakKind::UnsupportedTorchOp, what + ": " + reason);
   const Node& n = out_.graph.node(*node);
-  if (mutates_operand(n)) {
+  if (mutates_operand(n) && n.meta.kind != ValueMeta::Kind::None) {  // (t[i] = v returns None)
     // NB: an in-place call returns the very object it wrote (`x.add_(1) is x`): the result is the
     // operand's own Sym, now standing for the call's node, so every reference to the tensor (stack,
     // locals, containers) reads the written value from the call on. A tensor passed in keeps its
@@ -177,9 +187,32 @@ Sym SymbolicTracer::torch_call(PyObject* fn, const std::vector<Sym>& args, const
     target->node = *node;
     return target;
   }
+  if (Sym self = unchanged_self(n, args)) return self;
   Sym r = tensor_sym(*node);
   if (r->is(SymKind::Tuple)) r->obj = PyRef::borrow(structseq_type_of(fn, r->items.size()));
   return r;
+}
+
+// x.float() on a float tensor, x.contiguous() on a contiguous one, x.to(x.dtype) ... return x
+// itself in eager (`x.float() is x`): the operand's Sym, where the result would be the same tensor.
+Sym SymbolicTracer::unchanged_self(const Node& n, const std::vector<Sym>& args) {
+  static constexpr std::string_view kMethods[] = {"to", "type", "type_as", "contiguous", "float", "double", "half",
+                                                  "bfloat16", "int", "long", "bool", "short", "char", "byte", "cpu", "cuda"};
+  const OpDef& op = op_def(n.op);
+  std::string_view target = op.target;
+  if (target.rfind("torch.Tensor.", 0) != 0) return nullptr;
+  std::string_view method = target.substr(std::string_view("torch.Tensor.").size());
+  if (std::find(std::begin(kMethods), std::end(kMethods), method) == std::end(kMethods)) return nullptr;
+  int copy = op.schema.index_of("copy");
+  if (copy >= 0 && static_cast<size_t>(copy) < n.args.size() && n.args[static_cast<size_t>(copy)].kind == Value::Kind::Bool &&
+      n.args[static_cast<size_t>(copy)].b)
+    return nullptr;
+  if (args.empty() || !args[0]->is(SymKind::Tensor) || n.meta.kind != ValueMeta::Kind::Tensor) return nullptr;
+  const TensorMeta& in = args[0]->meta;
+  const TensorMeta& out = n.meta.tensor;
+  bool same = in.dtype == out.dtype && in.device == out.device && in.sizes == out.sizes && in.strides == out.strides &&
+              in.requires_grad == out.requires_grad;
+  return same ? args[0] : nullptr;
 }
 
 // torch.max(t, 1), Tensor.sort(), torch.linalg.eigh ... return a torch.return_types structseq
@@ -211,6 +244,8 @@ PyObject* SymbolicTracer::structseq_type_of(PyObject* fn, size_t n) {
 }
 
 Sym SymbolicTracer::fold(PyObject* fn, const std::vector<Sym>& args, const KwArgs& kwargs, const std::string& what) {
+  for (const Sym& a : args) materialize(a);
+  for (const auto& kv : kwargs) materialize(kv.second);
   PyRef tuple = PyRef::steal(PyTuple_New(static_cast<Py_ssize_t>(args.size())));
   for (size_t i = 0; i < args.size(); ++i) {
     PyObject* c = sym_to_const(args[i]);
@@ -709,6 +744,7 @@ Sym SymbolicTracer::call_method(const Sym& method, std::vector<Sym>& args, KwArg
     case SymKind::Dict:
     case SymKind::Set:
     case SymKind::DictView:
+    case SymKind::Appendable:
       return call_container_method(self, name, args, kwargs);
     default:
       break;

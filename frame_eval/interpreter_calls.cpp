@@ -284,6 +284,7 @@ Sym SymbolicTracer::call_module(const Sym& module, std::vector<Sym> args, KwArgs
   PyObject* forward = nullptr;
   PyObject* inst_forward = PyDict_GetItemString(d, "forward");
   if (inst_forward) brk(BreakKind::UnsupportedCall, "module with an instance attribute 'forward'");
+  not_in_instance_dict(module, "forward");
   forward = type_lookup(t, "forward");
   if (!forward || !PyFunction_Check(forward)) brk(BreakKind::UnsupportedCall, std::string(t->tp_name) + ".forward is not a Python function");
   args.insert(args.begin(), module);

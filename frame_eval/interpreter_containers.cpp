@@ -73,6 +73,7 @@ Sym SymbolicTracer::set_element(PyObject* key) {
 }
 
 PyObject* SymbolicTracer::set_operand(const Sym& v) {
+  materialize(v);
   if (v->is(SymKind::Set)) {
     Py_INCREF(v->obj.get());
     return v->obj.get();
@@ -116,6 +117,11 @@ void SymbolicTracer::note_set_mutation(const Sym& set) {
 
 void SymbolicTracer::set_add(const Sym& set, const Sym& v) {
   PyRef key = set_key(v);
+  if (set->is(SymKind::Appendable)) {  // a set passed in that the trace only adds to
+    set->items.push_back(v);
+    note_appended(set);
+    return;
+  }
   if (PySet_Add(set->obj.get(), key.get()) < 0) brk(BreakKind::RaisesInTrace, fetch_error());
   note_set_mutation(set);
 }
@@ -224,6 +230,19 @@ Sym SymbolicTracer::call_container_method(const Sym& self, const std::string& na
     return -1;
   };
 
+  if (self->is(SymKind::Appendable)) {
+    bool is_list = PyList_CheckExact(self->obj.get());
+    if (args.size() == 1 && kwargs.empty() && name == (is_list ? "append" : "add")) {
+      if (is_list) {
+        self->items.push_back(args[0]);
+        note_appended(self);
+      } else {
+        set_add(self, args[0]);
+      }
+      return none;
+    }
+    materialize(self);
+  }
   switch (self->kind) {
     case SymKind::List: {
       std::vector<Sym>& items = self->items;

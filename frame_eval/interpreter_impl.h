@@ -28,9 +28,8 @@ struct Instr {
   int jump = -1;   // index of the jump target instruction, for jumps
 };
 
-// A code object decoded once per process (cached; holds a strong reference to the code).
+// A code object decoded once (kept in the code's ExtraState, freed with the code).
 struct DecodedCode {
-  PyRef code;
   std::vector<Instr> instrs;
   std::vector<int> index_at_offset;  // code unit offset -> instruction index (-1 inside caches)
   int nlocalsplus = 0;
@@ -104,13 +103,15 @@ class SymbolicTracer {
 
   // ---- interpreter_values.cpp: wrapping real state, guards, attributes, globals ----
   Sym wrap(PyObject* obj, SourcePtr src);  // obj borrowed
-  void note_instance_dict(PyObject* obj);   // breaks if another wrapped object shares its __dict__
+  void note_instance_dict(PyObject* obj);
+  void read_set(const Sym& s, PyObject* obj, const SourcePtr& src);  // s becomes the Set read from obj   // breaks if another wrapped object shares its __dict__
   void guard(Guard::Kind kind, const SourcePtr& src, PyObject* expected = nullptr, int64_t length = 0);
   Sym load_attr(const Sym& base, const std::string& name);
   Sym try_load_attr(const Sym& base, const std::string& name);  // nullptr: AttributeError
   Sym generic_object_attr(const Sym& base, const std::string& name);
   Sym builtin_attr(const Sym& base, const std::string& name);
   Sym missing_attr(const Sym& base, const std::string& name);  // nullptr, guarded to stay missing
+  void not_in_instance_dict(const Sym& base, const std::string& name);  // guards that obj.__dict__ lacks it
   Sym instance_dict(const Sym& base);                         // obj.__dict__, linked to obj's attributes
   Sym owner_of_instance_dict(const Sym& dict);                // the Object whose __dict__ it is, if any
   void set_object_attr(const Sym& obj, const std::string& name, Sym value);  // the tracer's view only  // of a modelled builtin type; nullptr: none  // object.__getattribute__; nullptr: none
@@ -140,6 +141,7 @@ class SymbolicTracer {
                          PyObject* descr = nullptr);  // descr: the C method to call (borrowed), else looked up
   Sym torch_call(PyObject* fn, const std::vector<Sym>& args, const KwArgs& kwargs, const std::string& what);
   static PyObject* structseq_type_of(PyObject* fn, size_t n);
+  Sym unchanged_self(const Node& n, const std::vector<Sym>& args);
   Sym fold(PyObject* fn, const std::vector<Sym>& args, const KwArgs& kwargs, const std::string& what);
   Sym binary_op(int nb_op, const Sym& a, const Sym& b);
   Sym compare_op(int cmp, const Sym& a, const Sym& b);
@@ -162,6 +164,9 @@ class SymbolicTracer {
   std::optional<std::vector<Sym>> module_container_items(const Sym& v);
 
   void note_list_mutation(const Sym& list);
+  // An Appendable's contents, read now (guarded): it becomes a List or Set. No-op on other kinds.
+  const Sym& materialize(const Sym& v);
+  void note_appended(const Sym& v);
 
   // ---- interpreter_containers.cpp: sets, dict views, builtin container methods ----
   Sym call_container_method(const Sym& self, const std::string& name, std::vector<Sym>& args, KwArgs& kwargs);

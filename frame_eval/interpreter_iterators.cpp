@@ -9,6 +9,7 @@
 #include <algorithm>
 
 #include "frame_eval/interpreter_impl.h"
+#include "frame_eval/py_util.h"
 
 namespace ff {
 
@@ -21,6 +22,7 @@ Sym SymbolicTracer::make_iterator(IterKind kind, std::vector<Sym> items, Sym ori
 }
 
 Sym SymbolicTracer::get_iter(const Sym& v) {
+  materialize(v);
   switch (v->kind) {
     case SymKind::Iterator:
       return v;
@@ -139,6 +141,25 @@ Sym SymbolicTracer::iter_next(const Sym& it) {
       if (args.size() + 1 == it->items.size() && !args.empty()) r = call(it->items[0], std::move(args), {});
       break;
     }
+    case IterKind::Native: {
+      // NB: guarded on there being at least one more item (not on how many): a loop resumed
+      // after each graph break compiles once, not once per position.
+      PyRef rest = PyRef::steal(iterator_rest(it->obj.get()));
+      FF_CHECK(rest, "the rest of an iterator passed in");
+      auto rs = std::make_shared<Source>();
+      rs->kind = Source::Kind::IterRest;
+      rs->base = it->source;
+      if (it->pos < PyTuple_GET_SIZE(rest.get())) {
+        guard(Guard::Kind::LenAtLeast, rs, nullptr, it->pos + 1);
+        PyRef idx = PyRef::steal(PyLong_FromLongLong(it->pos));
+        r = wrap(PyTuple_GET_ITEM(rest.get(), it->pos), item_source(rs, idx.get()));
+        ++it->pos;
+        note_appended(it);
+      } else {
+        guard(Guard::Kind::LenMatch, rs, nullptr, it->pos);
+      }
+      break;
+    }
     case IterKind::Generator: {
       Frame& f = *it->frame;
       run_frame(f);
@@ -167,6 +188,7 @@ Sym SymbolicTracer::iter_next(const Sym& it) {
 }
 
 Sym SymbolicTracer::reversed_of(const Sym& v) {
+  materialize(v);
   switch (v->kind) {
     case SymKind::List:
     case SymKind::Tuple: {
@@ -203,6 +225,7 @@ Sym SymbolicTracer::reversed_of(const Sym& v) {
 }
 
 std::vector<Sym> SymbolicTracer::iterate(const Sym& v) {
+  materialize(v);
   switch (v->kind) {
     case SymKind::Tuple:
     case SymKind::List:

@@ -63,6 +63,8 @@ PyObject* dict_of(PyObject* o) {
 }  // namespace
 
 Sym SymbolicTracer::binary_op(int nb, const Sym& a, const Sym& b) {
+  materialize(a);
+  materialize(b);
   bool inplace = nb >= 13;
   int base = inplace ? nb - 13 : nb;
   FF_CHECK(base >= 0 && base < 13, "unknown BINARY_OP");
@@ -115,6 +117,11 @@ Sym SymbolicTracer::binary_op(int nb, const Sym& a, const Sym& b) {
       std::vector<Sym> items;
       for (int64_t k = 0; k < n; ++k)
         for (const Sym& i : a->items) items.push_back(i);
+      if (inplace && a->is(SymKind::List)) {  // lst *= n repeats the list itself
+        a->items = std::move(items);
+        note_list_mutation(a);
+        return a;
+      }
       return a->is(SymKind::List) ? make_list(std::move(items)) : make_tuple(std::move(items));
     }
   }
@@ -134,6 +141,8 @@ Sym SymbolicTracer::binary_op(int nb, const Sym& a, const Sym& b) {
 }
 
 Sym SymbolicTracer::compare_op(int cmp, const Sym& a, const Sym& b) {
+  materialize(a);
+  materialize(b);
   FF_CHECK(cmp >= 0 && cmp < 6, "unknown COMPARE_OP");
   if (a->is(SymKind::Tensor) || b->is(SymKind::Tensor)) {
     PyRef fn = operator_fn(kCmpNames[cmp]);
@@ -175,6 +184,7 @@ Sym SymbolicTracer::unary_op(const char* op_name, const Sym& a) {
 }
 
 bool SymbolicTracer::truth(const Sym& v) {
+  materialize(v);
   switch (v->kind) {
     case SymKind::Const: {
       PyObject* o = v->obj.get();
@@ -218,6 +228,7 @@ bool SymbolicTracer::truth(const Sym& v) {
 }
 
 Sym SymbolicTracer::len_of(const Sym& v) {
+  materialize(v);
   switch (v->kind) {
     case SymKind::Tuple:
     case SymKind::List:
@@ -263,6 +274,8 @@ Sym SymbolicTracer::len_of(const Sym& v) {
 }
 
 Sym SymbolicTracer::contains(const Sym& container, const Sym& item) {
+  materialize(container);
+  materialize(item);
   if (container->is(SymKind::Dict)) {
     PyRef k = PyRef::steal(sym_to_const(item));
     if (!k) brk(BreakKind::UnsupportedOperand, "`in` with key " + describe_sym(item));
@@ -342,6 +355,7 @@ Sym SymbolicTracer::is_same(const Sym& a, const Sym& b) {
 }
 
 Sym SymbolicTracer::subscript(const Sym& c, const Sym& index) {
+  materialize(c);
   switch (c->kind) {
     case SymKind::Tensor: {
       PyRef fn = operator_fn("getitem");
@@ -424,6 +438,7 @@ Sym SymbolicTracer::subscript(const Sym& c, const Sym& index) {
 }
 
 void SymbolicTracer::store_subscript(const Sym& c, const Sym& index, Sym value) {
+  materialize(c);
   switch (c->kind) {
     case SymKind::Dict: {
       PyRef k = PyRef::steal(sym_to_const(index));
@@ -486,6 +501,7 @@ void SymbolicTracer::store_subscript(const Sym& c, const Sym& index, Sym value) 
 }
 
 void SymbolicTracer::delete_subscript(const Sym& c, const Sym& index) {
+  materialize(c);
   switch (c->kind) {
     case SymKind::Dict: {
       std::vector<Sym> args = {index};

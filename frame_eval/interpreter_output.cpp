@@ -109,6 +109,7 @@ OutputPlan OutputBuilder::plan_iterator_value(const Sym& v) {
       return call_plan(builtin(v->iter == IterKind::Map ? "map" : "filter"), std::move(args));
     }
     case IterKind::Generator:  // a suspended frame of the trace's: nothing native can resume it
+    case IterKind::Native:     // planned as its source (plan_value)
       break;
   }
   t.brk(BreakKind::EscapingObject, describe_sym(v));
@@ -174,6 +175,18 @@ OutputPlan OutputBuilder::plan_value(const Sym& v) {
       p.tuple_type = v->obj.get();
       Py_XINCREF(p.tuple_type);
       return p;
+    case SymKind::Appendable:  // the object passed in (what the trace added is replayed first)
+      p.kind = OutputPlan::Kind::Source;
+      p.source = v->source;
+      return p;
+    case SymKind::Iterator:
+      if (v->iter == IterKind::Native) {  // the iterator passed in, advanced first
+        p.kind = OutputPlan::Kind::Source;
+        p.source = v->source;
+        return p;
+      }
+      if (break_state) return plan_break_only(v);
+      break;
     case SymKind::List:
     case SymKind::Dict:
     case SymKind::Object:

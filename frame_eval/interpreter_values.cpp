@@ -2,6 +2,7 @@
 #include <Python.h>
 
 #include "frame_eval/interpreter_impl.h"
+#include "frame_eval/py_util.h"
 #include "graph/op_registry.h"
 #include "graph/python/graph_calls.h"
 
@@ -93,7 +94,8 @@ void SymbolicTracer::guard(Guard::Kind kind, const SourcePtr& src, PyObject* exp
   key.push_back(static_cast<char>(kind));
   key.push_back(static_cast<char>(src->kind));
   if (src->kind == Source::Kind::Attr) key += src->name;
-  if (kind == Guard::Kind::NoAttr) key += std::string("/") + PyUnicode_AsUTF8(expected);
+  if (kind == Guard::Kind::NoAttr || kind == Guard::Kind::NoKey) key += std::string("/") + PyUnicode_AsUTF8(expected);
+  if (kind == Guard::Kind::LenAtLeast) key += "/" + std::to_string(length);
   if (!guard_keys_.insert(key).second) return;
   Guard g;
   g.kind = kind;
@@ -111,6 +113,56 @@ void SymbolicTracer::note_instance_dict(PyObject* obj) {
   if (!dp || !*dp) return;
   auto [it, inserted] = owner_of_dict_.emplace(*dp, obj);
   if (!inserted && it->second != obj) brk(BreakKind::UnsupportedValue, "two objects sharing one __dict__");
+}
+
+// A set read from frame state, guarded by its elements in its iteration order (contents and
+// order). The trace works on a private copy; changes are replayed on the real set afterwards.
+void SymbolicTracer::read_set(const Sym& s, PyObject* obj, const SourcePtr& src) {
+  PyRef elems = PyRef::steal(PySequence_Tuple(obj));
+  FF_CHECK(elems, "tuple(set)");
+  std::vector<Sym> keys;
+  for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(elems.get()); ++i) {
+    PyObject* e = PyTuple_GET_ITEM(elems.get(), i);
+    if (!is_plain_const(e)) brk(BreakKind::UnsupportedValue, "a set holding " + describe_sym(make_const(e)) + " (only sets of constants are modelled)");
+    keys.push_back(make_const(e));
+  }
+  guard(Guard::Kind::TypeMatch, src, reinterpret_cast<PyObject*>(&PySet_Type));
+  guard(Guard::Kind::IterMatch, src, elems.get());
+  s->kind = SymKind::Set;
+  s->obj = PyRef::steal(PySet_New(obj));
+  s->source = src;
+  s->origin = make_const(obj);
+  s->keys = std::move(keys);
+}
+
+const Sym& SymbolicTracer::materialize(const Sym& v) {
+  if (!v->is(SymKind::Appendable)) return v;
+  PyRef real = v->obj;
+  std::vector<Sym> added = std::move(v->items);
+  v->items.clear();
+  if (PyList_CheckExact(real.get())) {
+    Py_ssize_t n = PyList_GET_SIZE(real.get());
+    guard(Guard::Kind::LenMatch, v->source, nullptr, n);
+    for (Py_ssize_t i = 0; i < n; ++i) {
+      PyRef idx = PyRef::steal(PyLong_FromSsize_t(i));
+      v->items.push_back(wrap(PyList_GET_ITEM(real.get(), i), item_source(v->source, idx.get())));
+    }
+    v->kind = SymKind::List;
+    if (!added.empty()) {
+      for (Sym& a : added) v->items.push_back(std::move(a));
+      note_list_mutation(v);
+    }
+    return v;
+  }
+  read_set(v, real.get(), v->source);
+  for (const Sym& a : added) set_add(v, a);
+  return v;
+}
+
+void SymbolicTracer::note_appended(const Sym& v) {
+  for (const Sym& s : mutated_containers_)
+    if (s == v) return;
+  mutated_containers_.push_back(v);
 }
 
 Sym SymbolicTracer::wrap(PyObject* obj, SourcePtr src) {
@@ -162,6 +214,16 @@ Sym SymbolicTracer::wrap(PyObject* obj, SourcePtr src) {
   }
   auto cached = by_identity_.find(obj);
   if (cached != by_identity_.end()) return cached->second;
+  if ((t == &PyList_Type || t == &PySet_Type) && src) {
+    // NB: its contents are read (and guarded) only when the trace uses them: a list the code only
+    // appends to (a comprehension's, resumed after a graph break) is guarded on its type alone.
+    guard(Guard::Kind::TypeMatch, src, reinterpret_cast<PyObject*>(t));
+    Sym s = make_sym(SymKind::Appendable);
+    s->obj = PyRef::borrow(obj);
+    s->source = src;
+    by_identity_.emplace(obj, s);
+    return s;
+  }
   if (t == &PyList_Type || t == &PyTuple_Type) {
     guard(Guard::Kind::TypeMatch, src, reinterpret_cast<PyObject*>(t));
     Py_ssize_t n = PySequence_Fast_GET_SIZE(obj);
@@ -251,24 +313,21 @@ Sym SymbolicTracer::wrap(PyObject* obj, SourcePtr src) {
     return make_const(obj, src);
   }
   if (t == &PySet_Type) {
-    // A set is guarded by its elements in its iteration order (contents and order). The trace
-    // works on a private copy; changes are replayed on the real set afterwards.
-    PyRef elems = PyRef::steal(PySequence_Tuple(obj));
-    FF_CHECK(elems, "tuple(set)");
-    std::vector<Sym> keys;
-    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(elems.get()); ++i) {
-      PyObject* e = PyTuple_GET_ITEM(elems.get(), i);
-      if (!is_plain_const(e)) brk(BreakKind::UnsupportedValue, "a set holding " + describe_sym(make_const(e)) + " (only sets of constants are modelled)");
-      keys.push_back(make_const(e));
-    }
-    guard(Guard::Kind::TypeMatch, src, reinterpret_cast<PyObject*>(t));
-    guard(Guard::Kind::IterMatch, src, elems.get());
-    Sym s = new_set(PySet_New(obj));
-    s->source = src;
-    s->origin = make_const(obj);
-    s->keys = std::move(keys);
+    Sym s = make_sym(SymKind::Set);
+    read_set(s, obj, src);
     by_identity_.emplace(obj, s);
     return s;
+  }
+  if (PyObject* rest = iterator_rest(obj)) {  // a list / tuple / range / dict / set iterator
+    Py_DECREF(rest);
+    if (!src) brk(BreakKind::UnsupportedValue, "an iterator that the compiled code cannot fetch again");
+    guard(Guard::Kind::TypeMatch, src, reinterpret_cast<PyObject*>(t));
+    Sym it = make_sym(SymKind::Iterator);
+    it->iter = IterKind::Native;
+    it->obj = PyRef::borrow(obj);
+    it->source = src;
+    by_identity_.emplace(obj, it);
+    return it;
   }
   if (is_torch_internal(obj)) {
     guard(Guard::Kind::IdMatch, src, obj);
@@ -394,6 +453,11 @@ void SymbolicTracer::set_object_attr(const Sym& obj, const std::string& name, Sy
   set_attr(obj->attrs, name, std::move(value));
 }
 
+void SymbolicTracer::not_in_instance_dict(const Sym& base, const std::string& name) {
+  PyRef n = PyRef::steal(PyUnicode_InternFromString(name.c_str()));
+  guard(Guard::Kind::NoKey, attr_source(base->source, "__dict__"), n.get());
+}
+
 // An attribute the object does not have: nullptr, and a guard that it still has none (the next
 // call's object may have gained it: hasattr() and getattr() defaults must see that).
 Sym SymbolicTracer::missing_attr(const Sym& base, const std::string& name) {
@@ -445,6 +509,8 @@ Sym SymbolicTracer::generic_object_attr(const Sym& base, const std::string& name
   if (inst) {
     result = wrap(inst, src);
   } else if (desc) {
+    // NB: found on the class: an instance attribute of that name set later would shadow it.
+    if ((dictptr && *dictptr) || managed) not_in_instance_dict(base, name);
     if (PyFunction_Check(desc)) {
       result = make_sym(SymKind::BoundMethod);
       result->items = {base, make_const(desc)};
@@ -612,6 +678,7 @@ Sym SymbolicTracer::try_load_attr(const Sym& base, const std::string& name) {
     case SymKind::Set:
     case SymKind::DictView:
     case SymKind::Iterator:
+    case SymKind::Appendable:
       return builtin_attr(base, name);
     case SymKind::Super: {
       // super(cls, self).name: search the MRO of type(self) after cls.

@@ -44,7 +44,10 @@ struct Frame;  // interpreter_impl.h: an interpreted frame (a generator's, held 
   X(Super, "items[0] self; obj: the class to start the MRO search after")                        \
   X(GradCtx, "torch.no_grad()/enable_grad()/set_grad_enabled(b): flag = grad mode inside")      \
   X(Partial, "functools.partial: items[0] func, items[1] args (Tuple), items[2] kwargs (Dict)")  \
-  X(DictView, "dict.keys() / values() / items(): items[0] the Dict (read live), name: which")
+  X(DictView, "dict.keys() / values() / items(): items[0] the Dict (read live), name: which")    \
+  X(Appendable, "a list or set passed in (obj, source) whose contents the trace has not read: "   \
+                "items are what it appended / added, in order; any other use reads it first "      \
+                "(it becomes a List or Set, guarded on its contents: materialize())")
 
 enum class SymKind : uint8_t {
 #define FF_SYM_ENUM(k, doc) k,
@@ -68,7 +71,9 @@ const char* sym_kind_name(SymKind k);
   X(Zip, "items: the inner iterators; flag: strict=True")                                        \
   X(Map, "items[0]: the function; items[1..]: the inner iterators")                             \
   X(Filter, "items[0]: the function (None: truth itself); items[1]: the inner iterator")          \
-  X(Generator, "frame: the generator function's frame, run to its next yield by each next()")
+  X(Generator, "frame: the generator function's frame, run to its next yield by each next()")     \
+  X(Native, "obj: a builtin iterator passed in (source); pos: items taken, read through "         \
+            "rest(source) without consuming it (the real one is advanced after the graph)")
 
 enum class IterKind : uint8_t {
 #define FF_ITER_ENUM(k, doc) k,

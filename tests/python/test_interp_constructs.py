@@ -332,7 +332,7 @@ def test_side_effects_in_order():
     h = Holder()
     r = trace(f, x4, [0], {}, h)
     assert r["side_effects"] == [
-        "DictSetItem(L['d'], 'k', out[1])", "SetAttr(L['h'], 'last', out[2])", "ReplaceList(L['log'], [0, 1, 2])"]
+        "DictSetItem(L['d'], 'k', out[1])", "SetAttr(L['h'], 'last', out[2])", "CallMethod(L['log'], 'extend', ((1, 2),))"]
     check(f, x4, [0], {}, Holder())
 
 

@@ -420,3 +420,104 @@ def test_instance_dict_and_class(backend):
         return x + o.__dict__["a"]
     check(f, x, Obj(), backend=backend)
     check(g, x, Obj(), backend=backend)
+
+
+def test_a_comprehension_that_breaks_on_every_item_compiles_a_bounded_number_of_times():
+    def f(xs):
+        return [print("", end="") or t + 1 for t in xs]
+    framefuse.reset()
+    compiled = framefuse.compile(f, backend="eager")
+    x = torch.ones(2)
+    for n in (3, 12, 20, 7):
+        xs = [x * i for i in range(n)]
+        got = compiled(xs)
+        assert len(got) == n and all(torch.equal(a, b) for a, b in zip(got, f(xs)))
+    # the list the comprehension builds and its iterator are guarded on their type and on there
+    # being a next item, not on their contents or position
+    assert framefuse._C._frame_eval_stats()["frames_compiled"] <= 8
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_iterators_passed_in_are_advanced_as_eager_advances_them(backend):
+    def f(x, it, L):
+        a = next(it)
+        b = next(it)
+        L.append(a)
+        return x + a + b, L
+
+    def run(fn):
+        it = iter([1, 2, 3, 4])
+        L = [0]
+        r = fn(x, it, L)
+        return r, list(it), L
+    framefuse.reset()
+    compiled = framefuse.compile(f, backend=backend)
+    for _ in range(2):
+        want, got = run(f), run(compiled)
+        assert _same(want, got, backend == "eager")
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_list_repeat_in_place_changes_the_argument(backend):
+    def f(x, lst):
+        lst *= 2
+        return x + 1, lst
+    check(f, x, [1, 2], backend=backend)
+    a = [1, 2]
+    framefuse.reset()
+    assert framefuse.compile(f, backend=backend)(x, a)[1] is a
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_list_holding_itself(backend):
+    root = []
+    root[:] = [root, root, None]
+    framefuse.reset()
+    assert framefuse.compile(lambda: root, backend=backend)() is root
+    check(lambda x: x + len(root[0]), x, backend=backend)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_method_shadowed_by_an_instance_attribute_later(backend):
+    import types
+
+    class P:
+        def f(self, x):
+            return x + 1
+    p = P()
+
+    class M(torch.nn.Module):
+        def forward(self, x):
+            return torch.cos(x)
+    m = M()
+    framefuse.reset()
+    g = framefuse.compile(lambda x: (p.f(x), m(x)), backend=backend)
+    g(x)
+    g(x)
+    p.f = lambda x: x + 100
+    m.forward = types.MethodType(lambda self, x: torch.sin(x), m)
+    got = g(x)
+    assert torch.equal(got[0], x + 100) and torch.allclose(got[1], torch.sin(x))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_del_of_an_argument_after_a_graph_break(backend):
+    def f(x, n):
+        y = x.abs()
+        print("break")
+        del n
+        return y
+    check(f, x, 3, backend=backend)
+
+    def g(n):
+        with torch.no_grad():
+            pass
+        del n
+    check(g, 3, backend=backend)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_conversions_that_change_nothing_return_the_tensor_itself(backend):
+    def f(x):
+        return x.float() is x, x.contiguous() is x, x.to(x.dtype) is x, x.double() is x, x.t().contiguous() is x
+    check(f, x, backend=backend)
