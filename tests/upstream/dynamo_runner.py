@@ -43,7 +43,7 @@ _INTERNAL = re.compile(
     r"Unsupported|InternalTorchDynamoError|TorchRuntimeError|Observed|graph_code|cache_size|explain|"
     r"torch\._inductor|\.graph\b|\.code\b|fail_reason|compilation_metrics|has no attribute 'graph|"
     r"not raised|CompileCounterInt|error_on_graph_break|\bGraphModule\b|torch\.fx|frame_state|backend\.graphs|"
-    r"\brecords\b|getRecord|munge_exc|_dynamo_source|\.meta\[")
+    r"\brecords\b|getRecord|munge_exc|_dynamo_source|\.meta\[|restart_reasons|signature_cache")
 _CAPTURE = re.compile(r"frame_count|len\(\s*[\w.]*graphs\s*\)|unique_graphs|calls_captured|graph_count")
 
 
