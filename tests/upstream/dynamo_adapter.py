@@ -2,6 +2,7 @@
 
     python tests/upstream/dynamo_adapter.py --upstream DIR [--files test_dicts test_generator ...]
         [--backend eager|inductor] [-k SUBSTRING] [--out DIR] [--timeout SECONDS]
+    python tests/upstream/dynamo_adapter.py --summarize OUT/results.json
 
 DIR holds upstream `test/dynamo/*.py` files, fetched outside this repository (their code never
 enters it); see README.md. Each test runs in its own forked process with torch.compile and the
@@ -12,9 +13,11 @@ test's record) and summary.md (the table and the wrong / error lists) to --out.
 from __future__ import annotations
 
 import argparse
+import collections
 import importlib
 import json
 import os
+import re
 import sys
 import time
 import traceback
@@ -74,6 +77,8 @@ def summarize(results, meta):
             totals[c] += counts[c]
         lines.append(f"| {name} | {len(recs)} | " + " | ".join(str(counts[c]) for c in CLASSES) + " |")
     lines.append(f"| total | {sum(totals.values())} | " + " | ".join(str(totals[c]) for c in CLASSES) + " |")
+    lines += ["\n## not captured, by cause\n", "| tests | cause | e.g. |", "|---|---|---|"]
+    lines += [f"| {n} | {cause} | `{example}` |" for cause, (n, example) in _causes(results)]
     for cls in ("wrong", "error", "not captured"):
         lines.append(f"\n## {cls}\n")
         for name, recs in results.items():
@@ -83,15 +88,40 @@ def summarize(results, meta):
     return "\n".join(lines) + "\n"
 
 
+def _causes(results):
+    """The not-captured tests grouped by framefuse's refusal code (or by the count they assert)."""
+    counts, examples = collections.Counter(), {}
+    for name, recs in results.items():
+        for r in recs:
+            if r["class"] != "not captured":
+                continue
+            m = re.search(r"\[(FF\d+)\] ([^:;|]+)", r["reason"])
+            cause = f"{m.group(1)} {m.group(2).strip()[:60]}" if m else "the test's frame/graph/op counts"
+            counts[cause] += 1
+            examples.setdefault(cause, f"{name}::{r['test']}")
+    return [(cause, (n, examples[cause])) for cause, n in counts.most_common()]
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--upstream", required=True, help="folder with the upstream test/dynamo files")
+    p.add_argument("--upstream", help="folder with the upstream test/dynamo files")
+    p.add_argument("--summarize", metavar="RESULTS_JSON", help="only rewrite summary.md from a results.json")
     p.add_argument("--files", nargs="*", default=DEFAULT_FILES, help="module names (default: the seven)")
     p.add_argument("--backend", choices=("eager", "inductor"), default="eager")
     p.add_argument("-k", action="append", help="run only tests whose id contains this (repeatable)")
     p.add_argument("--out", default=os.path.join("build", "dynamo-acceptance"))
     p.add_argument("--timeout", type=int, default=60, help="seconds per test")
     args = p.parse_args(argv)
+    if args.summarize:
+        with open(args.summarize) as f:
+            saved = json.load(f)
+        summary = summarize(saved["results"], saved["meta"])
+        with open(os.path.join(os.path.dirname(os.path.abspath(args.summarize)), "summary.md"), "w") as f:
+            f.write(summary)
+        print(summary)
+        return
+    if not args.upstream:
+        p.error("--upstream is required")
 
     upstream = os.path.abspath(args.upstream)
     sys.path.insert(0, upstream)
