@@ -108,8 +108,8 @@ struct Guard {
 // How to build a Python value after the graph ran.
 struct OutputPlan {
   // Cell: a fresh cell (items: its contents, or none); ClosureCell: the frame's closure cell
-  // `index`; Function: constant = code, items = defaults, kwdefaults, closure (None: absent),
-  // globals of the frame; Iterator: iter(items[0]) past its first `index` items;
+  // `index`; Function: constant = code, items = defaults, kwdefaults, closure (None: absent)
+  // [, globals: where they are not the frame's]; Iterator: iter(items[0]) past its first `index` items;
   // GradCtx: constant() (torch.no_grad / enable_grad); GradExit: the same entered, its bound
   // __exit__; Method: items[1] bound to items[0]; Set: a set of items, added in order; Call:
   // items[0](*items[1:]).

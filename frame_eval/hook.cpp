@@ -60,12 +60,16 @@ inline PyObject* finish_without_evaluator(PyThreadState* tstate, struct _PyInter
 
 // ---- cold path: compile on a miss ------------------------------------------------------------
 
+}  // namespace
+
 std::string code_location(PyCodeObject* code) {
   const char* name = PyUnicode_AsUTF8(code->co_qualname ? code->co_qualname : code->co_name);
   const char* file = PyUnicode_AsUTF8(code->co_filename);
   if (!name || !file) PyErr_Clear();
   return std::string(name ? name : "?") + " (" + (file ? file : "?") + ":" + std::to_string(code->co_firstlineno) + ")";
 }
+
+namespace {
 
 std::string break_text(const BreakInfo& b) {
   std::string out = b.reason.empty() ? std::string("unsupported construct") : b.reason;
