@@ -85,7 +85,7 @@ struct Guard {
   X(DictKeys, "list(source.keys()) == expected keys, in order")                         \
   X(NoAttr, "not hasattr(source, expected): an attribute the trace found missing")      \
   X(NoKey, "expected not in source (a dict): an instance attribute that would shadow a method") \
-  X(GlobalState, "grad mode and default dtype as at trace time")
+  X(GlobalState, "grad mode, default dtype and autocast's state as at trace time")
   enum class Kind : uint8_t {
 #define FF_GUARD_ENUM(k, doc) k,
     FF_GUARD_KINDS(FF_GUARD_ENUM)
@@ -94,7 +94,8 @@ struct Guard {
 
   Kind kind = Kind::TypeMatch;
   SourcePtr source;            // not used by GlobalState
-  PyObject* expected = nullptr;  // strong reference (type, object, constant or tuple of keys); may be null
+  PyObject* expected = nullptr;  // strong reference (type, object, constant or tuple of keys); may be null;
+                                 // GlobalState: autocast's state where autocast was on (else null: off)
   TensorMeta tensor_meta;      // TensorMatch
   int64_t length = 0;          // LenMatch
   bool grad_enabled = true;    // GlobalState

@@ -649,3 +649,17 @@ def test_a_function_made_by_another_module_keeps_its_globals_across_a_break(back
     def fn(a, b):
         return helper.outer(lambda u, v: u + v)(a, b)
     check(fn, x, x, backend=backend)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_autocast_state_is_guarded_and_honoured(backend):
+    def f(a, b):
+        return (a @ b).relu() + 1
+    a, b = torch.randn(8, 8), torch.randn(8, 8)
+    framefuse.reset()
+    compiled = framefuse.compile(f, backend=backend)
+    assert compiled(a, b).dtype == torch.float32
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        want, got = f(a, b), compiled(a, b)  # a graph traced without autocast is not reused
+        assert got.dtype == want.dtype == torch.bfloat16 and torch.equal(got, want)
+    assert compiled(a, b).dtype == torch.float32
