@@ -181,6 +181,9 @@ CompileOutcome finish_compile(const ff_frame_info& info, const FrameValues& valu
     has_global_state |= g.kind == Guard::Kind::GlobalState;
     any_requires_grad |= g.kind == Guard::Kind::TensorMatch && g.tensor_meta.requires_grad;
   }
+  // NB: a tensor made inside the graph may require grad too (torch.ones(3, requires_grad=True)).
+  for (const Node& n : cap.graph.nodes())
+    any_requires_grad |= n.meta.kind == ValueMeta::Kind::Tensor && n.meta.tensor.requires_grad;
   if (!has_global_state && !g_tracer_torch_free && torch_loaded()) cap.guards.push_back(current_global_state_guard());
   bool grad_on = false, autocast_on = false;
   for (const Guard& g : cap.guards)

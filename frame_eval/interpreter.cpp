@@ -832,6 +832,17 @@ CaptureResult SymbolicTracer::trace() {
     stopped = true;
   }
 
+  for (const Sym& g : generators_) {
+    // NB: a generator left suspended in a try/finally or with-block runs that cleanup when
+    // CPython collects it as the frame returns; the trace cannot run it then.
+    const Frame* gf = g->frame.get();
+    if (!gf || g->exhausted || gf->ip == 0) continue;
+    for (const Instr& ins : gf->dc->instrs) {
+      const char* name = opcode_table()[ins.opcode].name;
+      if (name && (std::string_view(name) == "PUSH_EXC_INFO" || std::string_view(name) == "BEFORE_WITH"))
+        brk(BreakKind::GeneratorFrame, "a generator left suspended inside try/finally or a with-block");
+    }
+  }
   OutputBuilder ob{*this, {}, {}};
   OutputPlan output;
   if (stopped) {

@@ -353,7 +353,10 @@ Sym SymbolicTracer::call_const(const Sym& fn, std::vector<Sym>& args, KwArgs& kw
     std::string mod = module_of(o);
     if (PyExceptionClass_Check(o) && !any_tensor) return fold(o, args, kwargs, qualname(o));
     if (mod == "builtins") return call_builtin(o, reinterpret_cast<PyTypeObject*>(o)->tp_name, args, kwargs);
-    if (!any_tensor && (starts_with(mod, "torch") || mod == "math" || mod == "enum")) {
+    // NB: only torch's C types are folded (torch.device, torch.finfo ...); a class written in Python
+    // (an nn.Module: constructing one draws from the RNG) is constructed by the trace or breaks.
+    bool c_type = !(reinterpret_cast<PyTypeObject*>(o)->tp_flags & Py_TPFLAGS_HEAPTYPE);
+    if (!any_tensor && ((starts_with(mod, "torch") && c_type) || mod == "math" || mod == "enum")) {
       if (auto op = op_for_callable(o)) return torch_call(o, args, kwargs, qualname(o));
       return fold(o, args, kwargs, qualname(o));
     }

@@ -251,6 +251,7 @@ Sym SymbolicTracer::inline_call(PyCodeObject* code, PyObject* globals, const Sou
     f.generator = true;
     Sym it = make_iterator(IterKind::Generator, {});
     it->frame = std::move(frame);
+    generators_.push_back(it);
     return it;
   }
   return run_frame(f);

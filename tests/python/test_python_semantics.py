@@ -663,3 +663,42 @@ def test_autocast_state_is_guarded_and_honoured(backend):
         want, got = f(a, b), compiled(a, b)  # a graph traced without autocast is not reused
         assert got.dtype == want.dtype == torch.bfloat16 and torch.equal(got, want)
     assert compiled(a, b).dtype == torch.float32
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_generator_left_inside_try_finally_runs_its_cleanup(backend):
+    def f(t):
+        marker = []
+
+        def gen():
+            try:
+                yield t.sin()
+            finally:
+                marker.append(1)
+        g = gen()
+        next(g)
+        return t.sin(), marker
+    check(f, x, backend=backend)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_constructing_a_module_draws_from_the_rng_as_eager(backend):
+    def f(x):
+        return torch.nn.Linear(4, 3)(x)
+
+    def run(fn):
+        torch.manual_seed(0)
+        return fn(x), torch.rand(2)
+    framefuse.reset()
+    want, got = run(f), run(framefuse.compile(f, backend=backend))
+    assert _same(want, got, backend == "eager")
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_tensor_made_in_the_graph_that_requires_grad(backend):
+    def f(x):
+        w = torch.ones(4, requires_grad=True)
+        return x * w
+    framefuse.reset()
+    got = framefuse.compile(f, backend=backend)(x)
+    assert got.requires_grad and torch.equal(got.detach(), x)
