@@ -209,10 +209,13 @@ def run_item(op, variant_name, fn, sample, backend, seed=0):
     framefuse.reset()
     graphs = []
 
+    placement = {"lowered": set(), "extern": set(), "reference": False}
+
     def recording(graph, example_inputs):
         graphs.append(graph)
         if backend == "inductor":
-            from framefuse import backends
+            from framefuse import backends, inductor
+            _note_placement(graph, inductor, placement)
             return backends._inductor(graph, example_inputs)
         return graph.run
 
@@ -237,6 +240,9 @@ def run_item(op, variant_name, fn, sample, backend, seed=0):
                 ops.append(n.op)
     item = {"status": "broke" if broke else "captured", "seconds": seconds, "ops": ops,
             "graphs": len(graphs)}
+    if backend == "inductor":
+        item.update(lowered=sorted(placement["lowered"]), extern=sorted(placement["extern"]),
+                    reference=placement["reference"])
     if not broke and not graphs and _tensors(actual):
         broke, breaks = True, ["no graph: the frame ran natively"]
         item["status"] = "broke"
@@ -261,6 +267,21 @@ def run_item(op, variant_name, fn, sample, backend, seed=0):
         item["status"] = "wrong"
         item["reason"] = _first_line(e)
     return item
+
+
+def _note_placement(graph, inductor, placement):
+    """Which of the graph's calls inductor lowers to generated code and which it runs in torch
+    (`extern node N` lines of the loop IR); `reference` where it cannot compile the graph."""
+    import re
+    try:
+        text = inductor.loop_ir(graph)
+    except Exception:
+        placement["reference"] = True
+        return
+    extern = {int(m) for m in re.findall(r"^extern node (\d+)", text, re.M)}
+    for n in graph.nodes():
+        if n.kind == "Call":
+            placement["extern" if n.id in extern else "lowered"].add(n.op.split("/")[0])
 
 
 def items(op_db, dtypes, all_samples, ops_filter=None):
@@ -355,6 +376,22 @@ def report(done, command):
         for r in bad:
             lines.append(f"- {r['status']}: {r['op']}{'.' + r['variant'] if r['variant'] else ''} {r['kind']} {r['dtype']} "
                          f"sample {r['sample']} ({r['backend']}): {r.get('reason', '')}")
+    per_op = collections.defaultdict(lambda: [set(), set()])
+    for r in done:
+        if r["backend"] == "inductor" and r["status"] == "captured":
+            name = r["op"] + ("." + r["variant"] if r["variant"] else "")
+            per_op[name][0].update(r.get("lowered", []))
+            per_op[name][1].update(r.get("extern", []))
+    if per_op:
+        only_lowered = sorted(n for n, (lo, ex) in per_op.items() if lo and not ex)
+        mixed = sorted(n for n, (lo, ex) in per_op.items() if lo and ex)
+        only_extern = sorted(n for n, (lo, ex) in per_op.items() if ex and not lo)
+        lines += ["", "## Inductor: lowered to generated code vs extern calls (captured items, per op_db entry)", "",
+                  f"- all graph calls lowered ({len(only_lowered)}): {', '.join(only_lowered)}",
+                  f"- some calls lowered, some extern ({len(mixed)}): "
+                  + ", ".join(f"{n} [extern: {', '.join(sorted(per_op[n][1]))}]" for n in mixed),
+                  f"- extern calls only ({len(only_extern)}): "
+                  + ", ".join(f"{n} [{', '.join(sorted(per_op[n][1]))}]" for n in only_extern)]
     reasons = collections.Counter()
     for r in done:
         if r["status"] == "broke":
