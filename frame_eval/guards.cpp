@@ -34,6 +34,7 @@ struct GuardProgram::Check {
   std::string text;             // the guard as Python source (cold path)
   std::string source_text;      // its source as Python source
   PyObject* expected = nullptr;  // strong; TypeMatch: a type; Id/Equals: the object; DictKeys: keys
+  bool weak = false;             // IdMatch: `expected` is a weak reference to the object
   Py_ssize_t length = 0;         // LenMatch
   // TensorMatch
   PyTypeObject* tensor_type = nullptr;  // strong
@@ -210,6 +211,15 @@ bool autocast_matches(PyObject* expected, std::string* why) {
   return false;
 }
 
+}  // namespace
+
+bool weakly_held(PyObject* o) {
+  // Types stay strong: a class outlives its instances, and guards name it on every object.
+  return !PyType_Check(o) && PyType_SUPPORTS_WEAKREFS(Py_TYPE(o)) && !PyWeakref_Check(o);
+}
+
+namespace {
+
 std::string ints_str(const std::vector<int64_t>& v) {
   std::string out = "[";
   for (size_t i = 0; i < v.size(); ++i) out += (i ? ", " : "") + std::to_string(v[i]);
@@ -294,6 +304,14 @@ GuardProgram::GuardProgram(const std::vector<Guard>& guards, const std::vector<S
       case Guard::Kind::DictKeys:
         FF_CHECK(g.expected != nullptr, "guard without an expected value: " + c.text);
         FF_CHECK(g.kind != Guard::Kind::TypeMatch || PyType_Check(g.expected), "TypeMatch needs a type: " + c.text);
+        if (g.kind == Guard::Kind::IdMatch && weakly_held(g.expected)) {
+          // NB: a cache entry must not keep the objects it is keyed on alive (a module dropped by
+          // its user, an exec'd function): held weakly, a dead one matches nothing.
+          c.expected = PyWeakref_NewRef(g.expected, nullptr);
+          FF_CHECK(c.expected, "a weak reference to a guarded object");
+          c.weak = true;
+          break;
+        }
         c.expected = g.expected;
         Py_INCREF(c.expected);
         break;
@@ -578,10 +596,12 @@ bool GuardProgram::run_check(const Check& c, const Slots& slots, std::string* wh
       if (reinterpret_cast<PyObject*>(Py_TYPE(v)) == c.expected) return true;
       if (why) *why = "type(" + c.source_text + ") is " + py_type_name(c.expected) + " (got " + py_type_name(v) + ")";
       return false;
-    case Guard::Kind::IdMatch:
-      if (v == c.expected) return true;
-      if (why) *why = c.source_text + " is " + py_short_repr(c.expected) + " (got " + py_short_repr(v) + ")";
+    case Guard::Kind::IdMatch: {
+      PyObject* e = c.weak ? PyWeakref_GET_OBJECT(c.expected) : c.expected;
+      if (v == e && !(c.weak && e == Py_None)) return true;
+      if (why) *why = c.source_text + " is " + (c.weak && e == Py_None ? std::string("<an object that no longer exists>") : py_short_repr(e)) + " (got " + py_short_repr(v) + ")";
       return false;
+    }
     case Guard::Kind::EqualsMatch: {
       if (strictly_equal(v, c.expected)) return true;
       if (why) *why = c.source_text + " == " + py_short_repr(c.expected) + " (got " + py_short_repr(v) + ")";

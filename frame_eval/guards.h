@@ -109,6 +109,9 @@ class GuardProgram {
   mutable std::vector<PyObject*> tensor_batch_args_;  // scratch, sized once; the GIL serialises use
 };
 
+// Whether an IdMatch guard holds its object weakly (objects that take weak references, not types).
+bool weakly_held(PyObject* o);
+
 // Guards on the global state a graph depends on, read now (grad mode, default dtype).
 Guard current_global_state_guard();
 

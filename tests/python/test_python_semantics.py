@@ -702,3 +702,26 @@ def test_a_tensor_made_in_the_graph_that_requires_grad(backend):
     framefuse.reset()
     got = framefuse.compile(f, backend=backend)(x)
     assert got.requires_grad and torch.equal(got.detach(), x)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_module_dropped_by_its_user_is_freed(backend):
+    import gc
+    import weakref
+
+    class M(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(4, 4)
+
+        def forward(self, x):
+            return self.lin(x).relu()
+    m = M()
+    ref = weakref.ref(m)
+    compiled = framefuse.compile(m, backend=backend)
+    with torch.no_grad():
+        compiled(x)
+        compiled(x)
+    del m, compiled
+    gc.collect()
+    assert ref() is None  # the cache entry keyed on it holds it weakly
