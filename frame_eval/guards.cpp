@@ -30,6 +30,7 @@ struct GuardProgram::Fetch {
 struct GuardProgram::Check {
   Guard::Kind kind = Guard::Kind::TypeMatch;
   int slot = -1;
+  std::vector<int> slots;  // SameObject: the other source's slot; Distinct: every source's
   int guard_index = -1;
   std::string text;             // the guard as Python source (cold path)
   std::string source_text;      // its source as Python source
@@ -290,10 +291,11 @@ GuardProgram::GuardProgram(const std::vector<Guard>& guards, const std::vector<S
     c.kind = g.kind;
     c.guard_index = static_cast<int>(gi);
     c.text = g.str();
-    if (g.kind != Guard::Kind::GlobalState) {
+    if (g.kind != Guard::Kind::GlobalState && g.kind != Guard::Kind::Distinct) {
       c.slot = add_source(g.source);
       c.source_text = g.source->str();
     }
+    for (const SourcePtr& o : g.others) c.slots.push_back(add_source(o));
     switch (g.kind) {
       case Guard::Kind::TypeMatch:
       case Guard::Kind::IdMatch:
@@ -318,6 +320,12 @@ GuardProgram::GuardProgram(const std::vector<Guard>& guards, const std::vector<S
       case Guard::Kind::LenMatch:
       case Guard::Kind::LenAtLeast:
         c.length = static_cast<Py_ssize_t>(g.length);
+        break;
+      case Guard::Kind::SameObject:
+        FF_CHECK(c.slots.size() == 1, "SameObject needs one other source: " + c.text);
+        break;
+      case Guard::Kind::Distinct:
+        FF_CHECK(c.slots.size() >= 2, "Distinct needs two sources or more: " + c.text);
         break;
       case Guard::Kind::TensorMatch: {
         // The exact tensor type (Tensor, Parameter, a subclass) comes from the traced frame.
@@ -617,6 +625,19 @@ bool GuardProgram::run_check(const Check& c, const Slots& slots, std::string* wh
       if (why) *why = "not hasattr(" + c.source_text + ", " + py_short_repr(c.expected) + ") (it has one now)";
       return false;
     }
+    case Guard::Kind::SameObject:
+      if (v == slots[static_cast<size_t>(c.slots[0])]) return true;
+      if (why) *why = c.text + " (they are two objects now)";
+      return false;
+    case Guard::Kind::Distinct:
+      // NB: a handful of objects: pairwise comparison beats hashing.
+      for (size_t i = 0; i < c.slots.size(); ++i)
+        for (size_t j = i + 1; j < c.slots.size(); ++j)
+          if (slots[static_cast<size_t>(c.slots[i])] == slots[static_cast<size_t>(c.slots[j])]) {
+            if (why) *why = c.text + " (two of them are one object now)";
+            return false;
+          }
+      return true;
     case Guard::Kind::NoKey: {
       int in = PyDict_Check(v) ? PyDict_Contains(v, c.expected) : -1;
       if (in == 0) return true;

@@ -218,11 +218,14 @@ Sym SymbolicTracer::torch_call(PyObject* fn, const std::vector<Sym>& args, const
 // itself in eager (`x.float() is x`): the operand's Sym, where the result would be the same tensor.
 Sym SymbolicTracer::unchanged_self(const Node& n, const std::vector<Sym>& args) {
   static constexpr std::string_view kMethods[] = {"to", "type", "type_as", "contiguous", "float", "double", "half",
-                                                  "bfloat16", "int", "long", "bool", "short", "char", "byte", "cpu", "cuda"};
+                                                  "bfloat16", "int", "long", "bool", "short", "char", "byte", "cpu", "cuda",
+                                                  "flatten"};
   const OpDef& op = op_def(n.op);
   std::string_view target = op.target;
-  if (target.rfind("torch.Tensor.", 0) != 0) return nullptr;
-  std::string_view method = target.substr(std::string_view("torch.Tensor.").size());
+  std::string_view method;
+  if (target.rfind("torch.Tensor.", 0) == 0) method = target.substr(std::string_view("torch.Tensor.").size());
+  else if (target == "torch.flatten") method = "flatten";  // flatten(x) of what is flat already is x
+  else return nullptr;
   if (std::find(std::begin(kMethods), std::end(kMethods), method) == std::end(kMethods)) return nullptr;
   int copy = op.schema.index_of("copy");
   if (copy >= 0 && static_cast<size_t>(copy) < n.args.size() && n.args[static_cast<size_t>(copy)].kind == Value::Kind::Bool &&

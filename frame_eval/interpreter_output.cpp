@@ -90,6 +90,8 @@ OutputPlan OutputBuilder::plan_iterator_value(const Sym& v) {
     case IterKind::DictKeys:
     case IterKind::DictValues:
     case IterKind::DictItems: {
+      // NB: one made before the dict changed size raises at its next step; rebuilt now it would not.
+      if (v->origin->version != static_cast<uint32_t>(v->stop)) break;
       const char* which = v->iter == IterKind::DictKeys ? "keys" : v->iter == IterKind::DictValues ? "values" : "items";
       return advanced(call_plan(attr_plan(plan(v->origin), which), {}), v->pos);
     }

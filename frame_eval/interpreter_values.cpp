@@ -214,7 +214,21 @@ Sym SymbolicTracer::wrap(PyObject* obj, SourcePtr src) {
     return s;
   }
   auto cached = by_identity_.find(obj);
-  if (cached != by_identity_.end()) return cached->second;
+  if (cached != by_identity_.end()) {
+    // NB: read through two sources as one object: the next call must pass one object there too.
+    const Sym& known_sym = cached->second;
+    if (src && known_sym->source && !known_sym->is(SymKind::Cell)) {
+      std::string a = src->str(), b = known_sym->source->str();
+      if (a != b && guard_keys_.insert("same:" + a + "|" + b).second) {
+        Guard g;
+        g.kind = Guard::Kind::SameObject;
+        g.source = src;
+        g.others = {known_sym->source};
+        out_.guards.push_back(std::move(g));
+      }
+    }
+    return known_sym;
+  }
   if ((t == &PyList_Type || t == &PySet_Type) && src) {
     // NB: its contents are read (and guarded) only when the trace uses them: a list the code only
     // appends to (a comprehension's, resumed after a graph break) is guarded on its type alone.

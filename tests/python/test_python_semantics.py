@@ -725,3 +725,52 @@ def test_a_module_dropped_by_its_user_is_freed(backend):
     del m, compiled
     gc.collect()
     assert ref() is None  # the cache entry keyed on it holds it weakly
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_aliasing_between_arguments_is_guarded(backend):
+    def f(x, a, b):
+        a.append(1)
+        return x + len(b), a is b
+    framefuse.reset()
+    compiled = framefuse.compile(f, backend=backend)
+    compiled(x, [], [])  # traced with two lists
+    shared, eager_shared = [], []
+    assert _same(compiled(x, shared, shared), f(x, eager_shared, eager_shared), backend == "eager")
+    assert shared == eager_shared == [1]
+
+    def g(x, lst):  # an alias and a rebinding across graph breaks in a loop
+        c = lst
+        for i in sorted(lst):
+            it = map(abs, c)
+            print("p", i)
+            _ = list(it)
+            lst = lst[-2:]
+        c[0] = x.numel()
+        return x + 0.5
+    check(g, x, [5, 2, 2, 4], backend=backend)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_dict_iterators_across_graph_breaks(backend):
+    def f(d):
+        it = iter(d.items())
+        next(it, None)
+        d |= {"z": 1}
+        print("p")
+        return list(it)  # eager: RuntimeError, the dict changed size
+    check(f, {"d": 3}, backend=backend)
+
+    def g(x, d):
+        it = iter(d)
+        next(it, "none")
+        print("p")
+        c = list(it)
+        d["z"] = 1  # after the iterator ended: no error
+        return x + 1, c
+    check(g, x, {"e": 2, "b": 3}, backend=backend)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_flatten_of_a_flat_tensor_is_itself(backend):
+    check(lambda x: (x.flatten() is x, torch.flatten(x) is x, x.reshape(-1) is x), torch.ones(3), backend=backend)
