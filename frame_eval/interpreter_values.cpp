@@ -782,8 +782,10 @@ Sym SymbolicTracer::try_load_attr(const Sym& base, const std::string& name) {
     case SymKind::Object: {
       // NB: no attribute cache before a custom __getattribute__: it may map names (the cache holds
       // what the generic lookup found).
+      // NB: dict's and other C types' __getattribute__ slot wrappers are the generic lookup too.
       PyObject* getattribute = type_lookup(Py_TYPE(base->obj.get()), "__getattribute__");
-      if (getattribute != type_lookup(&PyBaseObject_Type, "__getattribute__")) {
+      if (Py_TYPE(base->obj.get())->tp_getattro != PyObject_GenericGetAttr &&
+          getattribute != type_lookup(&PyBaseObject_Type, "__getattribute__")) {
         // A __getattribute__ written in Python (configuration objects remapping names) is inlined
         // like any method; its own lookups go through object.__getattribute__ below.
         if (!PyFunction_Check(getattribute)) brk(BreakKind::UnsupportedAttribute, "an object with a custom __getattribute__ written in C");

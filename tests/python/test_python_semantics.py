@@ -774,3 +774,30 @@ def test_dict_iterators_across_graph_breaks(backend):
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_flatten_of_a_flat_tensor_is_itself(backend):
     check(lambda x: (x.flatten() is x, torch.flatten(x) is x, x.reshape(-1) is x), torch.ones(3), backend=backend)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_in_on_a_mapping_written_in_python_and_id_of_an_object(backend):
+    import collections.abc
+
+    class Registry(collections.abc.Mapping):
+        def __init__(self):
+            self._d = {"sdpa": 1}
+
+        def __getitem__(self, k):
+            return self._d[k]
+
+        def __iter__(self):
+            return iter(self._d)
+
+        def __len__(self):
+            return len(self._d)
+    reg = Registry()
+
+    class Box:
+        pass
+    boxes = [Box(), Box()]
+    framefuse.reset()
+    compiled = framefuse.compile(lambda x, b: (x + 1 if "sdpa" in reg else x - 1, id(b)), backend=backend)
+    for b in boxes:  # id() is per object: the second box is another trace
+        assert _same(compiled(x, b), (x + 1, id(b)), backend == "eager")
