@@ -214,6 +214,12 @@ bool autocast_matches(PyObject* expected, std::string* why) {
 
 }  // namespace
 
+bool GuardProgram::holds_dead_object() const {
+  for (const Check& c : checks_)
+    if (c.weak && PyWeakref_GET_OBJECT(c.expected) == Py_None) return true;
+  return false;
+}
+
 bool weakly_held(PyObject* o) {
   // Types stay strong: a class outlives its instances, and guards name it on every object.
   return !PyType_Check(o) && PyType_SUPPORTS_WEAKREFS(Py_TYPE(o)) && !PyWeakref_Check(o);

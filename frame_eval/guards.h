@@ -73,6 +73,9 @@ class GuardProgram {
   // `first_only`. Empty if all pass.
   std::vector<std::string> explain(const FrameValues& frame, bool first_only) const;
 
+  // Whether an identity guard's object (held weakly) no longer exists: the program never passes.
+  bool holds_dead_object() const;
+
   // Every guard as a Python expression, for the `guards` log.
   std::vector<std::string> describe() const;
 
