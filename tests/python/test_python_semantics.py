@@ -801,3 +801,15 @@ def test_in_on_a_mapping_written_in_python_and_id_of_an_object(backend):
     compiled = framefuse.compile(lambda x, b: (x + 1 if "sdpa" in reg else x - 1, id(b)), backend=backend)
     for b in boxes:  # id() is per object: the second box is another trace
         assert _same(compiled(x, b), (x + 1, id(b)), backend == "eager")
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_exhausted_iterators_keep_their_type_across_a_graph_break(backend):
+    def f(x, lst):
+        its = [iter(range(3)), iter(lst), iter((1,)), reversed(lst), iter({1: 2}), enumerate(lst), zip(lst)]
+        for it in its:
+            list(it)
+        print("break")
+        lst.append(9)  # an ended list iterator does not see it
+        return x + 1, [type(it).__name__ for it in its], [list(it) for it in its]
+    check(f, x, [1, 2], backend=backend)
