@@ -64,6 +64,12 @@ std::string Guard::str() const {
     case Kind::DictKeys: return "list(" + s + ".keys()) == " + repr_of(expected);
     case Kind::IterMatch: return "tuple(" + s + ") == " + repr_of(expected);
     case Kind::NoAttr: return "not hasattr(" + s + ", " + repr_of(expected) + ")";
+    case Kind::SameObject: return s + " is " + others.at(0)->str();
+    case Kind::Distinct: {
+      std::string out = "distinct(";
+      for (size_t i = 0; i < others.size(); ++i) out += (i ? ", " : "") + others[i]->str();
+      return out + ")";
+    }
     case Kind::NoKey: return repr_of(expected) + " not in " + s;
     case Kind::GlobalState:
       return std::string("torch.is_grad_enabled() == ") + (grad_enabled ? "True" : "False") +

@@ -85,6 +85,8 @@ struct Guard {
   X(DictKeys, "list(source.keys()) == expected keys, in order")                         \
   X(NoAttr, "not hasattr(source, expected): an attribute the trace found missing")      \
   X(NoKey, "expected not in source (a dict): an instance attribute that would shadow a method") \
+  X(SameObject, "source is others[0]: two sources the trace read as one object")         \
+  X(Distinct, "the objects of others are pairwise different: mutable values read as separate") \
   X(GlobalState, "grad mode, default dtype and autocast's state as at trace time")
   enum class Kind : uint8_t {
 #define FF_GUARD_ENUM(k, doc) k,
@@ -93,7 +95,8 @@ struct Guard {
   };
 
   Kind kind = Kind::TypeMatch;
-  SourcePtr source;            // not used by GlobalState
+  SourcePtr source;            // not used by GlobalState, Distinct
+  std::vector<SourcePtr> others;  // SameObject: the other source; Distinct: every source
   PyObject* expected = nullptr;  // strong reference (type, object, constant or tuple of keys); may be null;
                                  // GlobalState: autocast's state where autocast was on (else null: off)
   TensorMeta tensor_meta;      // TensorMatch

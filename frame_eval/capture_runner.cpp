@@ -112,6 +112,8 @@ CaptureRunner::CaptureRunner(CaptureResult capture, const FrameValues& frame, Py
     collect_plan_sources(e.value, &extra);
   }
   program_ = std::make_unique<GuardProgram>(capture_.guards, extra, frame);
+  for (Guard& g : capture_.guards)  // the program holds these weakly: so must the capture
+    if (g.kind == Guard::Kind::IdMatch && g.expected && weakly_held(g.expected)) Py_CLEAR(g.expected);
   for (const SourcePtr& s : capture_.inputs) input_slots_.push_back(program_->slot_of(s));
   output_ = std::make_unique<Plan>(resolve_plan(capture_.output));
   for (const SideEffect& e : capture_.side_effects) {

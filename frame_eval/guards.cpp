@@ -30,10 +30,12 @@ struct GuardProgram::Fetch {
 struct GuardProgram::Check {
   Guard::Kind kind = Guard::Kind::TypeMatch;
   int slot = -1;
+  std::vector<int> slots;  // SameObject: the other source's slot; Distinct: every source's
   int guard_index = -1;
   std::string text;             // the guard as Python source (cold path)
   std::string source_text;      // its source as Python source
   PyObject* expected = nullptr;  // strong; TypeMatch: a type; Id/Equals: the object; DictKeys: keys
+  bool weak = false;             // IdMatch: `expected` is a weak reference to the object
   Py_ssize_t length = 0;         // LenMatch
   // TensorMatch
   PyTypeObject* tensor_type = nullptr;  // strong
@@ -210,6 +212,21 @@ bool autocast_matches(PyObject* expected, std::string* why) {
   return false;
 }
 
+}  // namespace
+
+bool GuardProgram::holds_dead_object() const {
+  for (const Check& c : checks_)
+    if (c.weak && PyWeakref_GET_OBJECT(c.expected) == Py_None) return true;
+  return false;
+}
+
+bool weakly_held(PyObject* o) {
+  // Types stay strong: a class outlives its instances, and guards name it on every object.
+  return !PyType_Check(o) && PyType_SUPPORTS_WEAKREFS(Py_TYPE(o)) && !PyWeakref_Check(o);
+}
+
+namespace {
+
 std::string ints_str(const std::vector<int64_t>& v) {
   std::string out = "[";
   for (size_t i = 0; i < v.size(); ++i) out += (i ? ", " : "") + std::to_string(v[i]);
@@ -280,10 +297,11 @@ GuardProgram::GuardProgram(const std::vector<Guard>& guards, const std::vector<S
     c.kind = g.kind;
     c.guard_index = static_cast<int>(gi);
     c.text = g.str();
-    if (g.kind != Guard::Kind::GlobalState) {
+    if (g.kind != Guard::Kind::GlobalState && g.kind != Guard::Kind::Distinct) {
       c.slot = add_source(g.source);
       c.source_text = g.source->str();
     }
+    for (const SourcePtr& o : g.others) c.slots.push_back(add_source(o));
     switch (g.kind) {
       case Guard::Kind::TypeMatch:
       case Guard::Kind::IdMatch:
@@ -294,12 +312,26 @@ GuardProgram::GuardProgram(const std::vector<Guard>& guards, const std::vector<S
       case Guard::Kind::DictKeys:
         FF_CHECK(g.expected != nullptr, "guard without an expected value: " + c.text);
         FF_CHECK(g.kind != Guard::Kind::TypeMatch || PyType_Check(g.expected), "TypeMatch needs a type: " + c.text);
+        if (g.kind == Guard::Kind::IdMatch && weakly_held(g.expected)) {
+          // NB: a cache entry must not keep the objects it is keyed on alive (a module dropped by
+          // its user, an exec'd function): held weakly, a dead one matches nothing.
+          c.expected = PyWeakref_NewRef(g.expected, nullptr);
+          FF_CHECK(c.expected, "a weak reference to a guarded object");
+          c.weak = true;
+          break;
+        }
         c.expected = g.expected;
         Py_INCREF(c.expected);
         break;
       case Guard::Kind::LenMatch:
       case Guard::Kind::LenAtLeast:
         c.length = static_cast<Py_ssize_t>(g.length);
+        break;
+      case Guard::Kind::SameObject:
+        FF_CHECK(c.slots.size() == 1, "SameObject needs one other source: " + c.text);
+        break;
+      case Guard::Kind::Distinct:
+        FF_CHECK(c.slots.size() >= 2, "Distinct needs two sources or more: " + c.text);
         break;
       case Guard::Kind::TensorMatch: {
         // The exact tensor type (Tensor, Parameter, a subclass) comes from the traced frame.
@@ -578,10 +610,12 @@ bool GuardProgram::run_check(const Check& c, const Slots& slots, std::string* wh
       if (reinterpret_cast<PyObject*>(Py_TYPE(v)) == c.expected) return true;
       if (why) *why = "type(" + c.source_text + ") is " + py_type_name(c.expected) + " (got " + py_type_name(v) + ")";
       return false;
-    case Guard::Kind::IdMatch:
-      if (v == c.expected) return true;
-      if (why) *why = c.source_text + " is " + py_short_repr(c.expected) + " (got " + py_short_repr(v) + ")";
+    case Guard::Kind::IdMatch: {
+      PyObject* e = c.weak ? PyWeakref_GET_OBJECT(c.expected) : c.expected;
+      if (v == e && !(c.weak && e == Py_None)) return true;
+      if (why) *why = c.source_text + " is " + (c.weak && e == Py_None ? std::string("<an object that no longer exists>") : py_short_repr(e)) + " (got " + py_short_repr(v) + ")";
       return false;
+    }
     case Guard::Kind::EqualsMatch: {
       if (strictly_equal(v, c.expected)) return true;
       if (why) *why = c.source_text + " == " + py_short_repr(c.expected) + " (got " + py_short_repr(v) + ")";
@@ -597,6 +631,19 @@ bool GuardProgram::run_check(const Check& c, const Slots& slots, std::string* wh
       if (why) *why = "not hasattr(" + c.source_text + ", " + py_short_repr(c.expected) + ") (it has one now)";
       return false;
     }
+    case Guard::Kind::SameObject:
+      if (v == slots[static_cast<size_t>(c.slots[0])]) return true;
+      if (why) *why = c.text + " (they are two objects now)";
+      return false;
+    case Guard::Kind::Distinct:
+      // NB: a handful of objects: pairwise comparison beats hashing.
+      for (size_t i = 0; i < c.slots.size(); ++i)
+        for (size_t j = i + 1; j < c.slots.size(); ++j)
+          if (slots[static_cast<size_t>(c.slots[i])] == slots[static_cast<size_t>(c.slots[j])]) {
+            if (why) *why = c.text + " (two of them are one object now)";
+            return false;
+          }
+      return true;
     case Guard::Kind::NoKey: {
       int in = PyDict_Check(v) ? PyDict_Contains(v, c.expected) : -1;
       if (in == 0) return true;

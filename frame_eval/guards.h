@@ -73,6 +73,9 @@ class GuardProgram {
   // `first_only`. Empty if all pass.
   std::vector<std::string> explain(const FrameValues& frame, bool first_only) const;
 
+  // Whether an identity guard's object (held weakly) no longer exists: the program never passes.
+  bool holds_dead_object() const;
+
   // Every guard as a Python expression, for the `guards` log.
   std::vector<std::string> describe() const;
 
@@ -108,6 +111,9 @@ class GuardProgram {
   std::vector<int> tensor_batch_slots_;
   mutable std::vector<PyObject*> tensor_batch_args_;  // scratch, sized once; the GIL serialises use
 };
+
+// Whether an IdMatch guard holds its object weakly (objects that take weak references, not types).
+bool weakly_held(PyObject* o);
 
 // Guards on the global state a graph depends on, read now (grad mode, default dtype).
 Guard current_global_state_guard();

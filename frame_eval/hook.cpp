@@ -427,7 +427,10 @@ Dispatch dispatch_frame(ThreadState& st, const ff_frame_info& info) {
     return run_entry(st, std::move(entry), std::move(plan), values, slots);
   }
 
-  // Miss.
+  // Miss. Entries keyed on an object that no longer exists (a dropped module) can never pass again.
+  entries.erase(std::remove_if(entries.begin(), entries.end(),
+                               [](const std::shared_ptr<CacheEntry>& e) { return e->runner->guards().holds_dead_object(); }),
+                entries.end());
   if (static_cast<int64_t>(entries.size()) >= config().recompile_limit) {
     extra->strategy = CodeStrategy::CacheLimit;
     ++g_stats.cache_limit_hits;

@@ -2,6 +2,8 @@
 // the traced frame into a CaptureResult. Values, calls and builtins live in interpreter_*.cpp.
 #include <Python.h>
 
+#include <algorithm>
+
 #include <functional>
 #include <memory>
 #include <unordered_map>
@@ -832,6 +834,21 @@ CaptureResult SymbolicTracer::trace() {
     stopped = true;
   }
 
+  {
+    // Mutable values read from frame state as separate objects must stay separate: the trace
+    // keeps one model per object (a change through one is not seen through the other).
+    Guard g;
+    g.kind = Guard::Kind::Distinct;
+    for (const auto& [obj, s] : by_identity_) {
+      bool mutable_kind = s->is(SymKind::List) || s->is(SymKind::Dict) || s->is(SymKind::Set) ||
+                          s->is(SymKind::Appendable) || (s->is(SymKind::Iterator) && s->iter == IterKind::Native) ||
+                          (s->is(SymKind::Object) && !PyObject_TypeCheck(obj, reinterpret_cast<PyTypeObject*>(known().module_type)));
+      if (mutable_kind && s->source) g.others.push_back(s->source);
+    }
+    // NB: by_identity_ iterates in no stable order; sources sort by their text for stable guards.
+    std::sort(g.others.begin(), g.others.end(), [](const SourcePtr& a, const SourcePtr& b) { return a->str() < b->str(); });
+    if (g.others.size() >= 2) out_.guards.push_back(std::move(g));
+  }
   for (const Sym& g : generators_) {
     // NB: a generator left suspended in a try/finally or with-block runs that cleanup when
     // CPython collects it as the frame returns; the trace cannot run it then.
@@ -852,6 +869,16 @@ CaptureResult SymbolicTracer::trace() {
     output = ob.plan(result);
   }
   std::vector<SideEffect> effects;
+  // NB: iterators passed in are advanced first, on their containers as they were: replayed after
+  // the container's changes, a dict's iterator would raise (changed size) where eager's did not.
+  for (const Sym& c : mutated_containers_) {
+    if (!c->is(SymKind::Iterator) || c->iter != IterKind::Native || c->pos == 0) continue;
+    SideEffect s;
+    s.target = c->source;
+    s.kind = SideEffect::Kind::Advance;
+    s.key = PyLong_FromLongLong(c->pos);
+    effects.push_back(std::move(s));
+  }
   for (PendingEffect& e : effects_) {
     SideEffect s;
     s.kind = e.kind;
@@ -862,20 +889,14 @@ CaptureResult SymbolicTracer::trace() {
     effects.push_back(std::move(s));
   }
   for (const Sym& c : mutated_containers_) {
-    if (c->is(SymKind::Appendable) || (c->is(SymKind::Iterator) && c->iter == IterKind::Native)) {
-      // Never read: what the trace appended / added, or how many items it took.
+    if (c->is(SymKind::Iterator)) continue;  // advanced above
+    if (c->is(SymKind::Appendable)) {  // never read: what the trace appended / added
       SideEffect s;
       s.target = c->source;
-      if (c->is(SymKind::Iterator)) {
-        if (c->pos == 0) continue;
-        s.kind = SideEffect::Kind::Advance;
-        s.key = PyLong_FromLongLong(c->pos);
-      } else {
-        s.kind = SideEffect::Kind::CallMethod;
-        s.name = PyList_CheckExact(c->obj.get()) ? "extend" : "update";
-        s.value.kind = OutputPlan::Kind::Tuple;
-        s.value.items.push_back(ob.plan(make_tuple(c->items)));
-      }
+      s.kind = SideEffect::Kind::CallMethod;
+      s.name = PyList_CheckExact(c->obj.get()) ? "extend" : "update";
+      s.value.kind = OutputPlan::Kind::Tuple;
+      s.value.items.push_back(ob.plan(make_tuple(c->items)));
       effects.push_back(std::move(s));
       continue;
     }

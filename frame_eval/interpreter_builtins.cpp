@@ -221,11 +221,14 @@ Sym SymbolicTracer::torch_call(PyObject* fn, const std::vector<Sym>& args, const
 // itself in eager (`x.float() is x`): the operand's Sym, where the result would be the same tensor.
 Sym SymbolicTracer::unchanged_self(const Node& n, const std::vector<Sym>& args) {
   static constexpr std::string_view kMethods[] = {"to", "type", "type_as", "contiguous", "float", "double", "half",
-                                                  "bfloat16", "int", "long", "bool", "short", "char", "byte", "cpu", "cuda"};
+                                                  "bfloat16", "int", "long", "bool", "short", "char", "byte", "cpu", "cuda",
+                                                  "flatten"};
   const OpDef& op = op_def(n.op);
   std::string_view target = op.target;
-  if (target.rfind("torch.Tensor.", 0) != 0) return nullptr;
-  std::string_view method = target.substr(std::string_view("torch.Tensor.").size());
+  std::string_view method;
+  if (target.rfind("torch.Tensor.", 0) == 0) method = target.substr(std::string_view("torch.Tensor.").size());
+  else if (target == "torch.flatten") method = "flatten";  // flatten(x) of what is flat already is x
+  else return nullptr;
   if (std::find(std::begin(kMethods), std::end(kMethods), method) == std::end(kMethods)) return nullptr;
   int copy = op.schema.index_of("copy");
   if (copy >= 0 && static_cast<size_t>(copy) < n.args.size() && n.args[static_cast<size_t>(copy)].kind == Value::Kind::Bool &&
@@ -388,13 +391,17 @@ Sym SymbolicTracer::call_const(const Sym& fn, std::vector<Sym>& args, KwArgs& kw
       return make_const(Py_False);
     }
     if (name == "is_grad_enabled") return make_const(grad_enabled_ ? Py_True : Py_False);
+    // NB: pybind11 functions of torch._C carry a long prefix in their qualified name.
+    std::string_view short_name = std::string_view(name).substr(name.rfind('.') + 1);
+    // torch.compiler.is_compiling() is True while framefuse captures, as under torch.compile.
+    if (short_name == "is_compiling" || short_name == "is_dynamo_compiling") return make_const(Py_True);
     for (std::string_view n : {"_get_tracing_state", "is_autocast_enabled", "is_autocast_cpu_enabled",
                                "is_inference_mode_enabled", "get_default_dtype", "is_scripting", "is_tracing",
-                               "_is_torch_function_mode_enabled", "_is_any_autocast_enabled", "is_compiling",
+                               "_is_torch_function_mode_enabled", "_is_any_autocast_enabled",
                                "is_fx_tracing", "is_available", "is_built", "_get_cudnn_enabled", "is_tensor",
                                "is_floating_point", "is_complex", "_jit_internal", "annotate",
                                "_len_torch_dispatch_stack"})
-      if (name == n || (starts_with(name, "_") && name.substr(1) == n)) {
+      if (short_name == n || (starts_with(short_name, "_") && short_name.substr(1) == n)) {
         if (name == "is_tensor") return make_const(args.size() == 1 && args[0]->is(SymKind::Tensor) ? Py_True : Py_False);
         if ((name == "is_floating_point" || name == "is_complex") && args.size() == 1 && args[0]->is(SymKind::Tensor)) {
           std::vector<Sym> rest;
@@ -669,6 +676,12 @@ Sym SymbolicTracer::call_builtin(PyObject* fn, const std::string& name, std::vec
     bool c = kd == SymKind::Function || kd == SymKind::BoundMethod || kd == SymKind::Method || kd == SymKind::Partial;
     if (kd == SymKind::Object) c = PyCallable_Check(args[0]->obj.get());
     return make_const(c ? Py_True : Py_False);
+  }
+  if (name == "id" && args.size() == 1 && kwargs.empty() && args[0]->source &&
+      (args[0]->is(SymKind::Object) || (args[0]->is(SymKind::Const) && !is_plain_const(args[0]->obj.get())))) {
+    // id() of an object passed in: the trace is then for that very object.
+    guard(Guard::Kind::IdMatch, args[0]->source, args[0]->obj.get());
+    return make_const_steal(PyLong_FromVoidPtr(args[0]->obj.get()));
   }
   if (name == "id" || name == "vars" || name == "globals" || name == "locals" || name == "exec" || name == "eval" ||
       name == "open" || name == "input" || name == "compile" || name == "delattr" || name == "__import__" ||

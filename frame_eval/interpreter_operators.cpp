@@ -334,6 +334,15 @@ Sym SymbolicTracer::contains(const Sym& container, const Sym& item) {
       return make_const(PyDict_GetItem(modules, i.get()) ? Py_True : Py_False);
     }
   }
+  if (container->is(SymKind::Object) || container->is(SymKind::NewObject)) {
+    // A container class written in Python (collections.abc.Mapping ...): its __contains__, inlined.
+    PyRef name = PyRef::steal(PyUnicode_FromString("__contains__"));
+    PyObject* fn = _PyType_Lookup(reinterpret_cast<PyTypeObject*>(type_of(container)), name.get());
+    if (fn && PyFunction_Check(fn)) {
+      Sym r = call(make_const(fn), {container, item}, {});
+      return make_const(truth(r) ? Py_True : Py_False);
+    }
+  }
   brk(BreakKind::UnsupportedOperand, "`in` of " + describe_sym(item) + " in " + describe_sym(container));
 }
 

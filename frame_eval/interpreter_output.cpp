@@ -67,7 +67,33 @@ OutputPlan OutputBuilder::plan_iterator_value(const Sym& v) {
     FF_CHECK(f, std::string("builtins.") + name);
     return constant(f.get());
   };
-  if (v->exhausted) return advanced(constant(PyRef::steal(PyTuple_New(0)).get()), 0);
+  if (v->exhausted) {
+    // NB: an exhausted iterator of the same type (an ended list iterator no longer sees appends).
+    PyRef empty_tuple = PyRef::steal(PyTuple_New(0));
+    switch (v->iter) {
+      case IterKind::Seq:
+      case IterKind::Reversed: {
+        PyRef empty = PyRef::steal(v->origin->is(SymKind::List) ? PyList_New(0) : PyTuple_New(0));
+        if (v->iter == IterKind::Seq) return advanced(constant(empty.get()), 0);
+        return advanced(call_plan(builtin("reversed"), {constant(empty.get())}), 0);
+      }
+      case IterKind::DictKeys:
+      case IterKind::DictValues:
+      case IterKind::DictItems: {
+        const char* which = v->iter == IterKind::DictKeys ? "keys" : v->iter == IterKind::DictValues ? "values" : "items";
+        return advanced(call_plan(attr_plan(constant(PyRef::steal(PyDict_New()).get()), which), {}), 0);
+      }
+      case IterKind::Enumerate:
+      case IterKind::Zip:
+        return call_plan(builtin(v->iter == IterKind::Enumerate ? "enumerate" : "zip"), {constant(empty_tuple.get())});
+      case IterKind::Map:
+      case IterKind::Filter:
+        return call_plan(builtin(v->iter == IterKind::Map ? "map" : "filter"), {constant(Py_None), constant(empty_tuple.get())});
+      default:
+        break;  // a range is rebuilt empty below; the rest iterate an empty tuple
+    }
+    if (v->iter != IterKind::Range) return advanced(constant(empty_tuple.get()), 0);
+  }
   switch (v->iter) {
     case IterKind::Range: {
       PyRef r = PyRef::steal(PyObject_CallFunction(reinterpret_cast<PyObject*>(&PyRange_Type), "LLL",
@@ -90,6 +116,8 @@ OutputPlan OutputBuilder::plan_iterator_value(const Sym& v) {
     case IterKind::DictKeys:
     case IterKind::DictValues:
     case IterKind::DictItems: {
+      // NB: one made before the dict changed size raises at its next step; rebuilt now it would not.
+      if (v->origin->version != static_cast<uint32_t>(v->stop)) break;
       const char* which = v->iter == IterKind::DictKeys ? "keys" : v->iter == IterKind::DictValues ? "values" : "items";
       return advanced(call_plan(attr_plan(plan(v->origin), which), {}), v->pos);
     }

@@ -214,7 +214,21 @@ Sym SymbolicTracer::wrap(PyObject* obj, SourcePtr src) {
     return s;
   }
   auto cached = by_identity_.find(obj);
-  if (cached != by_identity_.end()) return cached->second;
+  if (cached != by_identity_.end()) {
+    // NB: read through two sources as one object: the next call must pass one object there too.
+    const Sym& known_sym = cached->second;
+    if (src && known_sym->source && !known_sym->is(SymKind::Cell)) {
+      std::string a = src->str(), b = known_sym->source->str();
+      if (a != b && guard_keys_.insert("same:" + a + "|" + b).second) {
+        Guard g;
+        g.kind = Guard::Kind::SameObject;
+        g.source = src;
+        g.others = {known_sym->source};
+        out_.guards.push_back(std::move(g));
+      }
+    }
+    return known_sym;
+  }
   if ((t == &PyList_Type || t == &PySet_Type) && src) {
     // NB: its contents are read (and guarded) only when the trace uses them: a list the code only
     // appends to (a comprehension's, resumed after a graph break) is guarded on its type alone.
@@ -783,8 +797,10 @@ Sym SymbolicTracer::try_load_attr(const Sym& base, const std::string& name) {
     case SymKind::Object: {
       // NB: no attribute cache before a custom __getattribute__: it may map names (the cache holds
       // what the generic lookup found).
+      // NB: dict's and other C types' __getattribute__ slot wrappers are the generic lookup too.
       PyObject* getattribute = type_lookup(Py_TYPE(base->obj.get()), "__getattribute__");
-      if (getattribute != type_lookup(&PyBaseObject_Type, "__getattribute__")) {
+      if (Py_TYPE(base->obj.get())->tp_getattro != PyObject_GenericGetAttr &&
+          getattribute != type_lookup(&PyBaseObject_Type, "__getattribute__")) {
         // A __getattribute__ written in Python (configuration objects remapping names) is inlined
         // like any method; its own lookups go through object.__getattribute__ below.
         if (!PyFunction_Check(getattribute)) brk(BreakKind::UnsupportedAttribute, "an object with a custom __getattribute__ written in C");

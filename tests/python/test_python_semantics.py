@@ -702,3 +702,114 @@ def test_a_tensor_made_in_the_graph_that_requires_grad(backend):
     framefuse.reset()
     got = framefuse.compile(f, backend=backend)(x)
     assert got.requires_grad and torch.equal(got.detach(), x)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_module_dropped_by_its_user_is_freed(backend):
+    import gc
+    import weakref
+
+    class M(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(4, 4)
+
+        def forward(self, x):
+            return self.lin(x).relu()
+    m = M()
+    ref = weakref.ref(m)
+    compiled = framefuse.compile(m, backend=backend)
+    with torch.no_grad():
+        compiled(x)
+        compiled(x)
+    del m, compiled
+    gc.collect()
+    assert ref() is None  # the cache entry keyed on it holds it weakly
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_aliasing_between_arguments_is_guarded(backend):
+    def f(x, a, b):
+        a.append(1)
+        return x + len(b), a is b
+    framefuse.reset()
+    compiled = framefuse.compile(f, backend=backend)
+    compiled(x, [], [])  # traced with two lists
+    shared, eager_shared = [], []
+    assert _same(compiled(x, shared, shared), f(x, eager_shared, eager_shared), backend == "eager")
+    assert shared == eager_shared == [1]
+
+    def g(x, lst):  # an alias and a rebinding across graph breaks in a loop
+        c = lst
+        for i in sorted(lst):
+            it = map(abs, c)
+            print("p", i)
+            _ = list(it)
+            lst = lst[-2:]
+        c[0] = x.numel()
+        return x + 0.5
+    check(g, x, [5, 2, 2, 4], backend=backend)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_dict_iterators_across_graph_breaks(backend):
+    def f(d):
+        it = iter(d.items())
+        next(it, None)
+        d |= {"z": 1}
+        print("p")
+        return list(it)  # eager: RuntimeError, the dict changed size
+    check(f, {"d": 3}, backend=backend)
+
+    def g(x, d):
+        it = iter(d)
+        next(it, "none")
+        print("p")
+        c = list(it)
+        d["z"] = 1  # after the iterator ended: no error
+        return x + 1, c
+    check(g, x, {"e": 2, "b": 3}, backend=backend)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_flatten_of_a_flat_tensor_is_itself(backend):
+    check(lambda x: (x.flatten() is x, torch.flatten(x) is x, x.reshape(-1) is x), torch.ones(3), backend=backend)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_in_on_a_mapping_written_in_python_and_id_of_an_object(backend):
+    import collections.abc
+
+    class Registry(collections.abc.Mapping):
+        def __init__(self):
+            self._d = {"sdpa": 1}
+
+        def __getitem__(self, k):
+            return self._d[k]
+
+        def __iter__(self):
+            return iter(self._d)
+
+        def __len__(self):
+            return len(self._d)
+    reg = Registry()
+
+    class Box:
+        pass
+    boxes = [Box(), Box()]
+    framefuse.reset()
+    compiled = framefuse.compile(lambda x, b: (x + 1 if "sdpa" in reg else x - 1, id(b)), backend=backend)
+    for b in boxes:  # id() is per object: the second box is another trace
+        assert _same(compiled(x, b), (x + 1, id(b)), backend == "eager")
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_exhausted_iterators_keep_their_type_across_a_graph_break(backend):
+    def f(x, lst):
+        its = [iter(range(3)), iter(lst), iter((1,)), reversed(lst), iter({1: 2}), enumerate(lst), zip(lst)]
+        for it in its:
+            list(it)
+        print("break")
+        lst.append(9)  # an ended list iterator does not see it
+        return x + 1, [type(it).__name__ for it in its], [list(it) for it in its]
+    check(f, x, [1, 2], backend=backend)
