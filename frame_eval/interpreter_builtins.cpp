@@ -203,8 +203,11 @@ Sym SymbolicTracer::torch_call(PyObject* fn, const std::vector<Sym>& args, const
       if (kv.second->is(SymKind::Tensor) && written.kind == Value::Kind::Node && kv.second->node == written.node)
         target = kv.second;
     if (!target) brk(BreakKind::UnsupportedTorchOp, what + ": in-place call whose written operand is not a tensor argument");
-    if (n.meta.kind != ValueMeta::Kind::Tensor || !(n.meta.tensor == target->meta))
-      brk(BreakKind::UnsupportedTorchOp, what + ": in-place call that changes its operand's sizes, strides or dtype");
+    if (n.meta.kind != ValueMeta::Kind::Tensor || n.meta.tensor.dtype != target->meta.dtype ||
+        n.meta.tensor.device != target->meta.device)
+      brk(BreakKind::UnsupportedTorchOp, what + ": in-place call that changes its operand's dtype or device");
+    // NB: x.unsqueeze_(0), x.t_(), x.resize_(...) change the tensor's own sizes and strides.
+    target->meta = n.meta.tensor;
     target->node = *node;
     return target;
   }

@@ -611,6 +611,21 @@ Sym SymbolicTracer::try_load_attr(const Sym& base, const std::string& name) {
       if (name == "is_cuda") return make_const(m.device.type == Device::Type::CUDA ? Py_True : Py_False);
       if (name == "is_meta") return make_const(m.device.type == Device::Type::Meta ? Py_True : Py_False);
       if (name == "is_sparse" || name == "is_quantized" || name == "is_nested") return make_const(Py_False);
+      if (name == "is_cpu") return make_const(m.device.type == Device::Type::CPU ? Py_True : Py_False);
+      if (name == "layout") {  // NB: traced tensors are dense and strided (is_sparse above)
+        PyRef strided = PyRef::steal(PyObject_GetAttrString(known().torch, "strided"));
+        if (!strided) { PyErr_Clear(); brk(BreakKind::UnsupportedAttribute, "tensor.layout"); }
+        return make_const(strided.get());
+      }
+      if (name == "H" || name == "mH") {
+        // x.H: the conjugate transpose of a matrix; x.mH: of a batch of matrices.
+        if (name == "H" ? m.dim() != 2 : m.dim() < 2)
+          brk(BreakKind::RaisesInTrace, "RuntimeError: tensor." + name + " of a " + std::to_string(m.dim()) + "-d tensor");
+        std::vector<Sym> args = {make_const_steal(PyLong_FromLong(-2)), make_const_steal(PyLong_FromLong(-1))};
+        std::vector<Sym> none;
+        KwArgs kw;
+        return is_complex(m.dtype) ? call_tensor_method(base, "adjoint", none, kw) : call_tensor_method(base, "transpose", args, kw);
+      }
       if (name == "T" || name == "mT") {
         if (name == "T" && m.dim() != 2) {
           std::vector<Sym> dims;

@@ -454,6 +454,11 @@ std::optional<ValueMeta> meta_cast(const MetaContext& ctx) {
   else if (n == "to_long") dt = DType::Int64;
   else if (n == "to_int") dt = DType::Int32;
   else if (n == "to_bool") dt = DType::Bool;
+  else if (n == "to_byte") dt = DType::UInt8;
+  else if (n == "to_char") dt = DType::Int8;
+  else if (n == "to_short") dt = DType::Int16;
+  else if (n == "to_cfloat") dt = DType::Complex64;
+  else if (n == "to_cdouble") dt = DType::Complex128;
   else if (n == "type_as") {
     const TensorMeta& other = ctx.tensor("other");
     dt = other.dtype;

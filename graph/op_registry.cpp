@@ -1,5 +1,8 @@
 #include "graph/op_registry.h"
 
+#include <atomic>
+#include <memory>
+#include <mutex>
 #include <unordered_map>
 
 #include "graph/meta_rules.h"
@@ -43,6 +46,23 @@ struct Tables {
 const Tables& tables() {
   static const Tables t;
   return t;
+}
+
+// The ops registered at run time. NB: a fixed array of pointers, filled in order and published by
+// `count`, so op_def() of a registered id needs no lock and an OpDef never moves; the maps are
+// only read and written under `mu`.
+struct OpenOps {
+  std::unique_ptr<std::unique_ptr<const OpDef>[]> defs{new std::unique_ptr<const OpDef>[kMaxOpenOps]};
+  std::atomic<size_t> count{0};
+  std::mutex mu;
+  std::unordered_map<std::string, OpId> by_name;
+  std::unordered_map<std::string, std::vector<OpId>> by_target;
+  OpResolver resolver = nullptr;
+};
+
+OpenOps& open_ops() {
+  static OpenOps* o = new OpenOps();  // NB: leaked on purpose; op ids outlive static destruction
+  return *o;
 }
 
 const char* type_word(ParamType t) {
@@ -123,22 +143,94 @@ Value canonical(const ParamSpec& p, Value v) {
 
 const std::vector<OpDef>& all_ops() { return tables().ops; }
 
+size_t op_count() { return tables().ops.size() + open_ops().count.load(std::memory_order_acquire); }
+
+bool is_op(OpId id) { return id >= 0 && static_cast<size_t>(id) < op_count(); }
+
 const OpDef& op_def(OpId id) {
   const auto& ops = tables().ops;
-  FF_CHECK(id >= 0 && static_cast<size_t>(id) < ops.size(), "bad op id " + std::to_string(id));
-  return ops[static_cast<size_t>(id)];
+  if (id >= 0 && static_cast<size_t>(id) < ops.size()) return ops[static_cast<size_t>(id)];
+  FF_CHECK(is_op(id), "bad op id " + std::to_string(id));
+  return *open_ops().defs[static_cast<size_t>(id) - ops.size()];
 }
 
 std::optional<OpId> op_by_name(std::string_view name) {
   auto it = tables().by_name.find(std::string(name));
-  if (it == tables().by_name.end()) return std::nullopt;
-  return it->second;
+  if (it != tables().by_name.end()) return it->second;
+  OpenOps& o = open_ops();
+  std::lock_guard<std::mutex> lock(o.mu);
+  auto dyn = o.by_name.find(std::string(name));
+  if (dyn == o.by_name.end()) return std::nullopt;
+  return dyn->second;
 }
 
 std::optional<OpId> op_by_target(std::string_view target) {
-  auto it = tables().by_target.find(std::string(target));
-  if (it == tables().by_target.end()) return std::nullopt;
-  return it->second;
+  std::vector<OpId> ops = ops_with_target(target);
+  if (ops.empty()) return std::nullopt;
+  return ops.front();
+}
+
+std::vector<OpId> ops_with_target(std::string_view target) {
+  std::vector<OpId> out;
+  for (const OpDef& d : tables().ops)
+    if (d.target == target) out.push_back(d.id);
+  OpenOps& o = open_ops();
+  std::lock_guard<std::mutex> lock(o.mu);
+  auto it = o.by_target.find(std::string(target));
+  if (it != o.by_target.end()) out.insert(out.end(), it->second.begin(), it->second.end());
+  return out;
+}
+
+namespace {
+
+// Registers `def`; an op of the same name already registered is returned instead when
+// `reuse_existing` (and is an error otherwise).
+OpId register_open_op(OpDef def, bool reuse_existing) {
+  OpenOps& o = open_ops();
+  std::lock_guard<std::mutex> lock(o.mu);
+  if (auto it = o.by_name.find(def.name); it != o.by_name.end() && reuse_existing) return it->second;
+  FF_CHECK(!tables().by_name.count(def.name) && !o.by_name.count(def.name), "duplicate op name " + def.name);
+  size_t n = o.count.load(std::memory_order_relaxed);
+  if (n == kMaxOpenOps) throw Unsupported("framefuse's op registry is full (" + std::to_string(kMaxOpenOps) + " ops registered at run time)");
+  def.id = static_cast<OpId>(tables().ops.size() + n);
+  o.by_name.emplace(def.name, def.id);
+  o.by_target[def.target].push_back(def.id);
+  OpId id = def.id;
+  o.defs[n] = std::make_unique<const OpDef>(std::move(def));
+  o.count.store(n + 1, std::memory_order_release);
+  return id;
+}
+
+}  // namespace
+
+OpId register_op(OpDef def) { return register_open_op(std::move(def), false); }
+
+OpId op_with_positional(OpId op, int count) {
+  const OpDef& base = op_def(op);
+  FF_CHECK(base.is_open() && base.positional < 0, "op_with_positional of " + base.name);
+  OpDef variant = base;
+  variant.name = base.name + "/" + std::to_string(count);
+  variant.positional = count;
+  variant.overload = op;
+  return register_open_op(std::move(variant), true);
+}
+
+void set_op_resolver(OpResolver resolver) {
+  OpenOps& o = open_ops();
+  std::lock_guard<std::mutex> lock(o.mu);
+  o.resolver = resolver;
+}
+
+std::vector<OpId> resolve_target(std::string_view target) {
+  std::vector<OpId> ops = ops_with_target(target);
+  if (!ops.empty()) return ops;
+  OpResolver resolver;
+  {
+    OpenOps& o = open_ops();
+    std::lock_guard<std::mutex> lock(o.mu);
+    resolver = o.resolver;
+  }
+  return resolver ? resolver(target) : ops;
 }
 
 const Value& MetaContext::arg(std::string_view name) const {
@@ -220,6 +312,10 @@ CallArgs call_args(const OpDef& op, const std::vector<Value>& bound) {
   for (size_t i = 0; i < params.size(); ++i) {
     const ParamSpec& p = params[i];
     bool is_default = p.has_default && bound[i] == p.default_value;
+    if (op.positional >= 0) {
+      positional = static_cast<int>(i) < op.positional;
+      if (positional) is_default = false;
+    }
     if (p.kwarg_only || is_default) positional = false;
     if (positional) ca.positional.push_back(&bound[i]);
     else if (!is_default) ca.keywords.emplace_back(p.name, &bound[i]);

@@ -10,6 +10,12 @@
 //  - a meta rule computing the result's metadata from the operands' (graph/meta_rules.h). Where the
 //    rule returns nothing, the Python layer runs the torch op on meta tensors instead;
 //  - traits used by passes and the code generator.
+//
+// The registry is open (DESIGN.md 5b). The ops of graph/ops.def are the hand-written fast path and
+// get the first ids; an op they do not list is resolved when a call of it is first seen (by
+// graph/python/open_ops.cpp, from torch's own schemas) and registered here at run time with the
+// next free id. Ids are stable for the life of the process and an OpDef never moves, so `op_def(id)`
+// references stay valid while more ops are registered.
 #pragma once
 
 #include <functional>
@@ -64,8 +70,19 @@ struct OpDef {
   OpSchema schema;
   MetaRule meta = nullptr;
   uint32_t traits = 0;
+  // Ops registered at run time: the ATen operator they were resolved to (`aten::sort.stable`).
+  // Empty for the ops of graph/ops.def.
+  std::string aten;
+  // Ops registered at run time are replayed with exactly as many positional arguments as the call
+  // had: torch picks the overload again from what it is given, and with fewer (trailing defaults
+  // left out) or more another overload may match (torch.stft with and without `center`, which
+  // defaults to True; Tensor.to's keyword-only memory_format). -1: the overload itself, which calls
+  // bind to; a call's node holds its variant for its count (op_with_positional).
+  int positional = -1;
+  OpId overload = kNoOp;  // a variant's overload (positional == -1)
 
   bool has(OpTrait t) const { return (traits & t) != 0; }
+  bool is_open() const { return !aten.empty(); }
 };
 
 // The call being typed: its op, bound arguments and the graph that holds the operands.
@@ -85,10 +102,35 @@ class MetaError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// The hand-written ops of graph/ops.def, in id order (ids 0 .. all_ops().size() - 1).
 const std::vector<OpDef>& all_ops();
+// Every op id in use: the hand-written ones, then those registered at run time.
+size_t op_count();
+bool is_op(OpId id);
 const OpDef& op_def(OpId id);
+// Lookups over all ops, hand-written ones first.
 std::optional<OpId> op_by_name(std::string_view name);
 std::optional<OpId> op_by_target(std::string_view target);
+// Every op whose target is `target`, in id order (overloads share a target); empty if none.
+std::vector<OpId> ops_with_target(std::string_view target);
+
+// Registers an op at run time; returns its id. `def.name` must be new (InternalError otherwise)
+// and `def.id` is ignored. Thread-safe. Throws Unsupported when the registry is full
+// (kMaxOpenOps run-time ops).
+constexpr size_t kMaxOpenOps = 1 << 15;
+OpId register_op(OpDef def);
+
+// The variant of open op `op` (positional == -1) that replays `count` positional arguments,
+// registered on first use.
+OpId op_with_positional(OpId op, int count);
+
+// Resolves a target that no registered op has (`torch.linalg.svd` read back from graph code) into
+// ops, registering them. Installed by the layer that knows torch (graph/python); without one, or
+// when it finds nothing, the result is empty.
+using OpResolver = std::vector<OpId> (*)(std::string_view target);
+void set_op_resolver(OpResolver resolver);
+// ops_with_target(target), else what the resolver makes of it.
+std::vector<OpId> resolve_target(std::string_view target);
 
 // Binds call arguments to `op`'s schema. On success returns one Value per parameter with defaults
 // filled in; on failure returns nullopt and sets *error to a sentence naming the problem.
@@ -97,7 +139,8 @@ std::optional<std::vector<Value>> bind_call(const OpDef& op, const std::vector<V
                                             const Graph& graph, std::string* error);
 
 // How a bound call is passed to the eager callable: leading positional arguments up to the first
-// parameter left at its default, then the remaining non-default parameters by keyword.
+// parameter left at its default, then the remaining non-default parameters by keyword. (Variants
+// of ops resolved from torch's schemas: their count of positional arguments, see OpDef::positional.)
 struct CallArgs {
   std::vector<const Value*> positional;
   std::vector<std::pair<std::string, const Value*>> keywords;

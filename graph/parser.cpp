@@ -1,5 +1,6 @@
 #include "graph/parser.h"
 
+#include <algorithm>
 #include <cctype>
 #include <unordered_map>
 #include <utility>
@@ -51,10 +52,9 @@ class Parser {
       if (nl == std::string_view::npos) break;
       start = nl + 1;
     }
+    // Several ops may share a target or symbol (overloads such as max(x) / max(x, dim)): the
+    // first, in registry order, whose schema binds the arguments is the one meant.
     for (const OpDef& op : all_ops()) {
-      // Several ops may share a target or symbol (overloads such as max(x) / max(x, dim)): the
-      // first, in registry order, whose schema binds the arguments is the one meant.
-      by_target_[op.target].push_back(op.id);
       if (op.style == PrintStyle::Infix) infix_[op.symbol].push_back(op.id);
       if (op.style == PrintStyle::Prefix) prefix_[op.symbol].push_back(op.id);
       if (op.style == PrintStyle::Subscript) subscript_.push_back(op.id);
@@ -244,17 +244,25 @@ class Parser {
                   const std::vector<std::pair<std::string, Value>>& keywords, const Token& at) {
     std::string first_error;
     for (OpId op : candidates) {
+      const OpDef& d = op_def(op);
+      if (d.positional >= 0) continue;  // a replay variant: the overload it belongs to binds
       std::string error;
-      if (auto bound = bind_call(op_def(op), positional, keywords, g_, &error))
+      if (auto bound = bind_call(d, positional, keywords, g_, &error)) {
+        // An op resolved from torch's schemas replays the positional arguments written.
+        if (d.is_open()) op = op_with_positional(op, static_cast<int>(std::min(positional.size(), d.schema.params.size())));
         return g_.add_call(op, std::move(*bound), meta_, name_);
+      }
       if (first_error.empty()) first_error = error;
     }
     fail(at, first_error);
   }
 
-  const std::vector<OpId>* ops_for_target(const std::string& target) const {
+  // Hand-written ops first, then ops registered at run time (resolved from torch's schemas when
+  // this process has not seen the target yet).
+  const std::vector<OpId>* ops_for_target(const std::string& target) {
     auto it = by_target_.find(target);
-    return it == by_target_.end() ? nullptr : &it->second;
+    if (it == by_target_.end()) it = by_target_.emplace(target, resolve_target(target)).first;
+    return it->second.empty() ? nullptr : &it->second;
   }
 
   // The right-hand side of `name: "meta" = ...`.

@@ -73,7 +73,7 @@ std::string method_name(const OpDef& op) {
 }
 
 std::string call_expr(const Graph& g, const Node& n) {
-  if (n.op < 0 || static_cast<size_t>(n.op) >= all_ops().size()) return "<bad op " + std::to_string(n.op) + ">()";
+  if (!is_op(n.op)) return "<bad op " + std::to_string(n.op) + ">()";
   const OpDef& op = op_def(n.op);
   if (n.args.size() != op.schema.params.size()) {
     // Malformed (the verifier reports it): show every argument as it is stored.
@@ -305,7 +305,7 @@ std::string graph_table(const Graph& g) {
     Row r;
     r.cells[0] = node_kind_name(n.kind);
     r.cells[1] = n.name;
-    if (n.kind == NodeKind::Call && n.op >= 0 && static_cast<size_t>(n.op) < all_ops().size()) {
+    if (n.kind == NodeKind::Call && is_op(n.op)) {
       const OpDef& op = op_def(n.op);
       r.cells[2] = op.target;
       if (n.args.size() == op.schema.params.size()) r.cells[3] = "(" + call_arg_list(call_args(op, n.args), 0, g) + ")";

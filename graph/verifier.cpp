@@ -91,7 +91,7 @@ struct Checker {
       const Node& n = g.nodes()[i];
       NodeId id = static_cast<NodeId>(i);
       if (n.kind != NodeKind::Call || broken[i]) continue;
-      if (n.op < 0 || static_cast<size_t>(n.op) >= all_ops().size()) {
+      if (!is_op(n.op)) {
         report_broken(Inv::call_matches_schema, id, "calls op #" + std::to_string(n.op) + ", which is not registered");
         continue;
       }

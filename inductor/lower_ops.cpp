@@ -52,6 +52,8 @@ LT arith(Lowerer& L, const Node& n, const Value& a, const Value& b, BinaryOp op,
   if (out == DType::Bool && op != BinaryOp::Mul) {
     // bool + bool is logical or in torch.
     if (op != BinaryOp::Add) throw NoLowering("bool arithmetic");
+    // NB: alpha=False scales b to False: the result is a (broadcast), not a or b.
+    if (al == 0.0) return Lowerer::map({x, y}, DType::Bool, DType::Bool, [](const V& v) { return v[0]; });
     return Lowerer::map({x, y}, DType::Bool, DType::Bool, [](const V& v) { return loop::binary(BinaryOp::Or, v[0], v[1]); });
   }
   if (out == DType::Bool) return Lowerer::map({x, y}, DType::Bool, DType::Bool, [](const V& v) { return loop::binary(BinaryOp::And, v[0], v[1]); });

@@ -6,6 +6,7 @@
 
 #include "graph/meta_rules.h"
 #include "graph/op_registry.h"
+#include "graph/python/open_ops.h"
 #include "src/config.h"
 #include "src/errors.h"
 #include "src/gil_once.h"
@@ -54,6 +55,7 @@ struct FallbackCall {
   const Graph& g;
   std::optional<Device> requested_device;  // a `device=` argument, replaced by "meta" in the call
   std::vector<Device> input_devices;
+  std::vector<std::pair<py::object, int64_t>> inputs;  // the meta tensors passed, with their versions
 
   py::object to_meta_py(const Value& v) {
     if (v.is_node()) {
@@ -66,6 +68,7 @@ struct FallbackCall {
       py::object meta = tt.empty_strided(int_tuple(t.sizes), int_tuple(t.strides), py::arg("dtype") = dtype,
                                          py::arg("device") = "meta");
       if (t.requires_grad) meta.attr("requires_grad_")(true);
+      inputs.emplace_back(meta, meta.attr("_version").cast<int64_t>());
       return meta;
     }
     if (v.kind == Value::Kind::Device) {
@@ -92,6 +95,8 @@ struct FallbackCall {
 
   ValueMeta from_result(py::handle r) {
     if (py::isinstance(r, torch_types().tensor)) {
+      std::string dtype = py::str(r.attr("dtype")).cast<std::string>();
+      if (!dtype_from_name(strip_torch(dtype))) throw MetaError("a result of dtype " + dtype + " is not supported in graphs");
       TensorMeta t = meta_from_tensor(r.ptr());
       t.device = result_device();
       return ValueMeta::of_tensor(std::move(t));
@@ -124,6 +129,15 @@ std::optional<ValueMeta> meta_by_fallback(const OpDef& op, const std::vector<Val
     py::dict kw;
     for (const auto& [name, v] : ca.keywords) kw[py::str(name)] = call.to_meta_py(*v);
     py::object result = py::reinterpret_borrow<py::object>(fn)(*py::tuple(pos), **kw);
+    if (op.is_open() && !call_mutates_input(op, bound)) {
+      // NB: what an op writes is read off torch's schema; a write the schema does not announce
+      // (seen as a bumped version counter) would be lost on a graph's values.
+      for (const auto& [meta, version] : call.inputs)
+        if (meta.attr("_version").cast<int64_t>() != version) {
+          *reason = op.target + " writes an operand in place although its schema (" + op.aten + ") does not say so";
+          return std::nullopt;
+        }
+    }
     return call.from_result(result);
   } catch (py::error_already_set& e) {
     *reason = op.target + " cannot be typed on meta tensors: " + std::string(e.what());
@@ -304,7 +318,21 @@ std::optional<NodeId> add_torch_call(Graph& g, PyObject* fn, const std::vector<V
     py::handle h(fn);
     std::string name = py::hasattr(h, "__qualname__") ? py::str(h.attr("__qualname__")).cast<std::string>()
                                                        : py::str(py::repr(h)).cast<std::string>();
-    *reason = name + " is not in framefuse's op registry";
+    std::string why;
+    open_ops_for_callable(fn, &why);  // why torch's schemas did not help, where they were asked
+    *reason = why.empty() ? name + " is not in framefuse's op registry" : why;
+    return std::nullopt;
+  }
+  std::string why;
+  if (op_def(*op).is_open()) return add_open_call(g, open_ops_for_callable(fn, &why), args, kwargs, reason, grad_enabled);
+  // NB: a hand-written schema narrower than torch's (squeeze with several dims, Tensor.to with
+  // five arguments) falls back to the ops torch's own schemas give the callable.
+  if (!bind_call(op_def(*op), args, kwargs, g, &why)) {
+    std::string unused;
+    const std::vector<OpId>& open = open_ops_for_callable(fn, &unused);
+    for (OpId o : open)
+      if (bind_call(op_def(o), args, kwargs, g, &unused)) return add_open_call(g, open, args, kwargs, reason, grad_enabled);
+    *reason = why;  // the hand-written schema's complaint: torch's do not bind either
     return std::nullopt;
   }
   return add_op_call(g, *op, args, kwargs, reason, grad_enabled);

@@ -9,6 +9,8 @@
 #include "graph/op_registry.h"
 #include "graph/passes/fuse_attention.h"
 #include "graph/python/graph_calls.h"
+#include "graph/python/open_ops.h"
+#include "src/errors.h"
 
 namespace py = pybind11;
 
@@ -31,7 +33,9 @@ constexpr Alias kAliases[] = {
 
 struct CallableTables {
   bool initialized = false;
-  std::vector<PyObject*> by_op;                     // strong references; null when unavailable
+  // Strong references; null when unavailable. NB: sized for the ops registered at run time too,
+  // so it never reallocates under a reader.
+  std::vector<PyObject*> by_op;
   std::unordered_map<PyObject*, OpId> by_callable;  // keys kept alive by `owned`
   std::vector<py::object> owned;
 };
@@ -41,8 +45,11 @@ CallableTables& tables() {
   return *t;
 }
 
+}  // namespace
+
 // Imports the module prefix of a dotted path and walks the attributes ("torch.nn.functional.relu").
-py::object resolve(const std::string& path) {
+// An empty object when the path does not exist.
+py::object resolve_path(const std::string& path) {
   std::vector<std::string> parts;
   size_t start = 0;
   for (size_t dot; (dot = path.find('.', start)) != std::string::npos; start = dot + 1)
@@ -70,6 +77,8 @@ py::object resolve(const std::string& path) {
   return obj;
 }
 
+namespace {
+
 void register_callable(CallableTables& t, py::object fn, OpId op) {
   if (!fn) return;
   // First registration wins: torch.relu and torch.Tensor.relu are different objects, but if two
@@ -95,9 +104,9 @@ void init_op_callables() {
   CallableTables& t = tables();
   if (t.initialized) return;
   const auto& ops = all_ops();
-  t.by_op.assign(ops.size(), nullptr);
+  t.by_op.assign(ops.size() + kMaxOpenOps, nullptr);
   for (const OpDef& d : ops) {
-    py::object fn = resolve(d.target);
+    py::object fn = resolve_path(d.target);
     if (!fn) continue;
     t.by_op[static_cast<size_t>(d.id)] = fn.ptr();
     register_callable(t, fn, d.id);
@@ -105,26 +114,39 @@ void init_op_callables() {
   for (const Alias* a = kAliases; a->target; ++a) {
     auto op = op_by_name(a->op);
     if (!op) continue;
-    register_callable(t, resolve(a->target), *op);
+    register_callable(t, resolve_path(a->target), *op);
   }
   AttentionSupport attention;
   if (auto sdpa = op_by_name("scaled_dot_product_attention")) attention.sdpa = t.by_op[static_cast<size_t>(*sdpa)] != nullptr;
   attention.scale_keyword = attention.sdpa && torch_at_least(2, 1);
   set_attention_support(attention);
+  set_op_resolver(&open_ops_for_target);
   t.initialized = true;
+}
+
+void set_open_op_callable(OpId op, PyObject* fn) {
+  CallableTables& t = tables();
+  FF_CHECK(static_cast<size_t>(op) < t.by_op.size() && !t.by_op[static_cast<size_t>(op)], "open op callable set twice");
+  Py_INCREF(fn);  // NB: the registry's reference, never released (op ids live as long as the process)
+  t.by_op[static_cast<size_t>(op)] = fn;
 }
 
 std::optional<OpId> op_for_callable(PyObject* fn) {
   const CallableTables& t = tables();
   auto it = t.by_callable.find(fn);
-  if (it == t.by_callable.end()) return std::nullopt;
-  return it->second;
+  if (it != t.by_callable.end()) return it->second;
+  std::string reason;
+  const std::vector<OpId>& open = open_ops_for_callable(fn, &reason);
+  if (open.empty()) return std::nullopt;
+  return open.front();
 }
 
 PyObject* op_callable(OpId op) {
   const CallableTables& t = tables();
   if (op < 0 || static_cast<size_t>(op) >= t.by_op.size()) return nullptr;
-  return t.by_op[static_cast<size_t>(op)];
+  PyObject* fn = t.by_op[static_cast<size_t>(op)];
+  if (!fn && is_op(op) && op_def(op).overload != kNoOp) return op_callable(op_def(op).overload);  // a replay variant
+  return fn;
 }
 
 }  // namespace ff

@@ -302,7 +302,8 @@ CAST_INPUTS = [T(3, 4), T(3, 4, layout="T", rg=True), T(2, 3, 4, 5, layout="cl")
                T(3, 4, layout="expand"), T(3, 4, dtype=i64), T(2, 0, 3, layout="perm")]
 for name, meth in [("to_float", torch.Tensor.float), ("to_double", torch.Tensor.double), ("to_half", torch.Tensor.half),
                    ("to_bfloat16", torch.Tensor.bfloat16), ("to_long", torch.Tensor.long), ("to_int", torch.Tensor.int),
-                   ("to_bool", torch.Tensor.bool)]:
+                   ("to_bool", torch.Tensor.bool), ("to_byte", torch.Tensor.byte), ("to_char", torch.Tensor.char),
+                   ("to_short", torch.Tensor.short), ("to_cfloat", torch.Tensor.cfloat), ("to_cdouble", torch.Tensor.cdouble)]:
     cases(name, *[C(meth, t) for t in CAST_INPUTS], C(meth, T(2, 3, 4, 5), memory_format=CL),
           C(meth, T(2, 3, 4, 5, layout="cl"), memory_format=torch.contiguous_format))
 cases("to", C(torch.Tensor.to, T(3, 4), f64), C(torch.Tensor.to, T(3, 4), f32), C(torch.Tensor.to, T(3, 4, layout="T"), f16),

@@ -1,0 +1,322 @@
+#include "graph/python/open_ops.h"
+
+#include <pybind11/pybind11.h>
+
+#include <algorithm>
+#include <unordered_map>
+
+#include "graph/aten_schema.h"
+#include "graph/op_registry.h"
+#include "graph/python/graph_calls.h"
+#include "src/config.h"
+#include "src/errors.h"
+
+namespace py = pybind11;
+
+namespace ff {
+
+// op_callables.cpp
+py::object resolve_path(const std::string& path);
+void set_open_op_callable(OpId op, PyObject* fn);
+
+namespace {
+
+struct Resolved {
+  std::vector<OpId> ops;
+  std::string reason;  // why `ops` is empty
+};
+
+struct OpenTables {
+  // NB: keyed by the callable's address and holding a reference to it, so the address stays its
+  // own. Only torch's builtins get here (a bounded set), never user objects.
+  std::unordered_map<PyObject*, Resolved> by_callable;
+  std::vector<py::object> owned;
+  py::object torch, tensor, schemas_for, variable_functions, namespace_selves;
+  py::object op_packet, op_overload;  // torch._ops.OpOverloadPacket / OpOverload
+};
+
+OpenTables& tables() {
+  static OpenTables* t = nullptr;  // NB: leaked on purpose; outlives interpreter teardown
+  if (!t) {
+    t = new OpenTables();
+    t->torch = py::module_::import("torch");
+    t->tensor = t->torch.attr("Tensor");
+    py::object c = t->torch.attr("_C");
+    t->schemas_for = c.attr("_jit_get_schemas_for_operator");
+    t->variable_functions = c.attr("_VariableFunctions");
+    py::list selves;
+    for (const char* m : {"_nn", "_linalg", "_fft", "_special"})
+      if (py::hasattr(c, m)) selves.append(c.attr(m));
+    t->namespace_selves = selves;
+    py::object ops = py::module_::import("torch._ops");
+    t->op_packet = ops.attr("OpOverloadPacket");
+    t->op_overload = ops.attr("OpOverload");
+  }
+  return *t;
+}
+
+// Where a builtin of torch's namespaces is reached from: (public namespace, prefix of its ATen
+// name the namespace drops). torch.linalg.svd is aten::linalg_svd.
+constexpr std::pair<const char*, const char*> kNamespaces[] = {
+    {"torch", ""},          {"torch.linalg", "linalg_"},   {"torch.fft", "fft_"},         {"torch.special", "special_"},
+    {"torch.nn.functional", ""}, {"torch._C._nn", ""},     {"torch._C._linalg", ""},      {"torch._C._fft", ""},
+    {"torch._C._special", ""},   {"torch._C._VariableFunctions", ""},
+};
+
+std::string name_of(py::handle fn) {
+  if (!py::hasattr(fn, "__name__")) return "";
+  return py::str(fn.attr("__name__")).cast<std::string>();
+}
+
+// The target (dotted path) and print style of `fn`, or false when it is not one of torch's
+// builtins. The target must give back `fn` itself: graphs replay through it.
+bool classify(PyObject* fn, std::string* target, PrintStyle* style, std::string* aten_name) {
+  OpenTables& t = tables();
+  py::handle h(fn);
+  if (PyCFunction_Check(fn)) {
+    // torch.* functions are static methods of torch._C._VariableFunctions (no self); those of
+    // torch._C._nn, _linalg, _fft and _special have their module as self.
+    PyObject* self = PyCFunction_GET_SELF(fn);
+    bool ours = false;
+    for (py::handle s : t.namespace_selves) ours = ours || s.ptr() == self;
+    *aten_name = name_of(h);
+    if (!self && !aten_name->empty()) ours = py::getattr(t.variable_functions, aten_name->c_str(), py::none()).ptr() == fn;
+    if (!ours) return false;
+    for (const auto& [ns, prefix] : kNamespaces) {
+      std::string_view p(prefix);
+      if (!p.empty() && aten_name->rfind(prefix, 0) != 0) continue;
+      std::string path = std::string(ns) + "." + aten_name->substr(p.size());
+      py::object obj = resolve_path(path);
+      if (obj && obj.ptr() == fn) {
+        *target = path;
+        *style = PrintStyle::Function;
+        return true;
+      }
+    }
+    return false;
+  }
+  if (py::isinstance(h, t.op_packet) || py::isinstance(h, t.op_overload)) {
+    // torch.ops.aten.sort / torch.ops.aten.sort.stable: called with the schema's own names.
+    bool packet = py::isinstance(h, t.op_packet);
+    py::object p = packet ? py::reinterpret_borrow<py::object>(h) : h.attr("overloadpacket");
+    std::string qualified = py::str(p.attr("_qualified_op_name")).cast<std::string>();
+    if (qualified.rfind("aten::", 0) != 0) return false;
+    std::string rest = qualified.substr(6);  // "sort", then "sort.stable" for an overload
+    if (!packet) rest += "." + py::str(h.attr("_overloadname")).cast<std::string>();
+    *target = "torch.ops.aten." + rest;
+    py::object same = resolve_path(*target);
+    if (!same || same.ptr() != fn) return false;
+    *aten_name = rest;
+    *style = PrintStyle::Function;
+    return true;
+  }
+  if (PyCFunction_Check(fn) && py::getattr(h, "__module__", py::none()).equal(py::str("torch._ops.aten"))) {
+    // What an OpOverloadPacket's __call__ calls (the frontend inlines it): torch.ops.aten.sort._op.
+    *aten_name = name_of(h);
+    *target = "torch.ops.aten." + *aten_name;
+    py::object packet = resolve_path(*target);
+    if (aten_name->empty() || !packet || !py::hasattr(packet, "_op") || packet.attr("_op").ptr() != fn) return false;
+    *style = PrintStyle::Function;
+    return true;
+  }
+  if (Py_TYPE(fn) == &PyMethodDescr_Type) {
+    *aten_name = name_of(h);
+    py::object same = py::getattr(t.tensor, aten_name->c_str(), py::none());
+    if (same.ptr() != fn) return false;
+    *target = "torch.Tensor." + *aten_name;
+    *style = PrintStyle::Method;
+    return true;
+  }
+  return false;
+}
+
+// The overloads torch tags nondeterministic_seeded (torch 2.x; 1.13 has no such tag).
+std::vector<std::string> random_overloads(const std::string& aten_name) {
+  std::vector<std::string> out;
+  try {
+    py::object torch = tables().torch;
+    if (!py::hasattr(torch, "Tag") || !py::hasattr(torch.attr("Tag"), "nondeterministic_seeded")) return out;
+    py::object tag = torch.attr("Tag").attr("nondeterministic_seeded");
+    py::object packet = torch.attr("ops").attr("aten").attr(aten_name.c_str());
+    for (py::handle o : packet.attr("overloads")()) {
+      std::string name = py::str(o).cast<std::string>();
+      py::object overload = packet.attr(name.c_str());
+      for (py::handle tg : overload.attr("tags"))
+        if (tg.equal(tag)) out.push_back(name == "default" ? "" : name);
+    }
+  } catch (py::error_already_set&) {
+  }
+  return out;
+}
+
+Resolved resolve(PyObject* fn, const std::string& target, PrintStyle style, const std::string& aten_name) {
+  Resolved r;
+  for (OpId op : ops_with_target(target))  // resolved before, from graph code read back
+    if (op_def(op).is_open() && op_def(op).positional < 0) r.ops.push_back(op);
+  if (!r.ops.empty()) return r;
+  OpenOpSpec spec;
+  spec.target = target;
+  spec.style = style;
+  spec.schema_names = target.rfind("torch.ops.", 0) == 0;
+  // torch.ops.aten.sort.stable is one overload of aten::sort ("default" is the unnamed one).
+  size_t dot = aten_name.find('.');
+  std::string base = aten_name.substr(0, dot);
+  std::optional<std::string> only;
+  if (dot != std::string::npos) only = aten_name.substr(dot + 1) == "default" ? "" : aten_name.substr(dot + 1);
+  try {
+    for (py::handle s : tables().schemas_for(py::str("aten::" + base))) {
+      AtenSchema schema;
+      std::string error;
+      if (!parse_aten_schema(py::str(s).cast<std::string>(), &schema, &error)) continue;
+      if (!only || schema.overload == *only) spec.overloads.push_back(std::move(schema));
+    }
+  } catch (py::error_already_set& e) {
+    r.reason = target + ": torch's schemas cannot be read (" + std::string(e.what()).substr(0, 200) + ")";
+    return r;
+  }
+  if (spec.overloads.empty()) {
+    r.reason = target + " is not in framefuse's op registry and torch has no schema aten::" + aten_name;
+    return r;
+  }
+  spec.random_overloads = random_overloads(base);
+  std::vector<std::string> skipped;
+  for (OpDef& d : open_op_defs(spec, &skipped)) {
+    OpId id = register_op(std::move(d));
+    set_open_op_callable(id, fn);
+    r.ops.push_back(id);
+  }
+  if (r.ops.empty()) {
+    r.reason = target + " is not in framefuse's op registry and no overload of aten::" + aten_name + " can be captured";
+    if (!skipped.empty()) r.reason += " (" + skipped.front() + (skipped.size() > 1 ? ", ..." : "") + ")";
+  }
+  return r;
+}
+
+const std::vector<OpId> kNone;
+
+// Ops whose running statistics a training-mode call updates although their schemas do not say so.
+bool updates_running_stats(const OpDef& d, const std::vector<Value>& bound) {
+  for (const char* n : {"aten::batch_norm", "aten::native_batch_norm", "aten::instance_norm", "aten::_batch_norm_impl_index",
+                        "aten::cudnn_batch_norm", "aten::miopen_batch_norm", "aten::_native_batch_norm_legit"}) {
+    if (d.aten != n && d.aten.rfind(std::string(n) + ".", 0) != 0) continue;
+    for (const char* p : {"running_mean", "running_var"}) {
+      int i = d.schema.index_of(p);
+      if (i >= 0 && bound[static_cast<size_t>(i)].is_node()) return true;
+    }
+  }
+  return false;
+}
+
+}  // namespace
+
+const std::vector<OpId>& open_ops_for_callable(PyObject* fn, std::string* reason) {
+  OpenTables& t = tables();
+  auto it = t.by_callable.find(fn);
+  if (it == t.by_callable.end()) {
+    init_op_callables();  // the callable table open ops are added to (idempotent)
+    std::string target, aten_name;
+    PrintStyle style = PrintStyle::Function;
+    if (!classify(fn, &target, &style, &aten_name)) return kNone;
+    t.owned.push_back(py::reinterpret_borrow<py::object>(fn));
+    it = t.by_callable.emplace(fn, resolve(fn, target, style, aten_name)).first;
+  }
+  if (it->second.ops.empty()) *reason = it->second.reason;
+  return it->second.ops;
+}
+
+std::vector<OpId> open_ops_for_target(std::string_view target) {
+  try {
+    py::object fn = resolve_path(std::string(target));
+    if (!fn) return {};
+    std::string reason;
+    std::vector<OpId> ops = open_ops_for_callable(fn.ptr(), &reason);
+    // NB: the target must be the one `fn` resolves to (torch.sort, not torch._C._VariableFunctions.sort).
+    std::vector<OpId> out;
+    for (OpId op : ops)
+      if (op_def(op).target == target) out.push_back(op);
+    return out;
+  } catch (py::error_already_set&) {
+    PyErr_Clear();
+    return {};
+  }
+}
+
+bool has_data_dependent_output_shape(const std::string& aten_name) {
+  std::string_view n = aten_name;
+  if (n.rfind("aten::", 0) == 0) n.remove_prefix(6);
+  n = n.substr(0, n.find('.'));
+  for (std::string_view d : {"nonzero", "argwhere", "unique", "unique_dim", "_unique", "_unique2", "unique_consecutive",
+                             "unique_dim_consecutive", "masked_select", "repeat_interleave", "bincount",
+                             "nonzero_numpy"})
+    if (n == d) return true;
+  return false;
+}
+
+std::optional<NodeId> add_open_call(Graph& g, const std::vector<OpId>& overloads, const std::vector<Value>& args,
+                                    const std::vector<std::pair<std::string, Value>>& kwargs, std::string* reason,
+                                    bool grad_enabled) {
+  if (!overloads.empty() && has_data_dependent_output_shape(op_def(overloads[0]).aten)) {
+    const OpDef& d = op_def(overloads[0]);
+    *reason = d.target + " has an output shape that depends on its operands' values: " +
+              (config().capture_dynamic_output_shape_ops
+                   ? "not captured even with config capture_dynamic_output_shape_ops on (framefuse graphs have static sizes)"
+                   : "not captured (config capture_dynamic_output_shape_ops is off)");
+    return std::nullopt;
+  }
+  std::string first_error;
+  for (OpId op : overloads) {
+    const OpDef& d = op_def(op);
+    std::string error;
+    auto bound = bind_call(d, args, kwargs, g, &error);
+    if (!bound) {
+      if (first_error.empty()) first_error = error;
+      continue;
+    }
+    if (updates_running_stats(d, *bound)) {
+      *reason = d.target + " with running statistics may update them in place, which its schema does not say";
+      return std::nullopt;
+    }
+    // The node replays as many positional arguments as the call passed.
+    int count = static_cast<int>(std::min(args.size(), d.schema.params.size()));
+    OpId replayed = op_with_positional(op, count);
+    int out_index = d.schema.index_of("out");
+    if (out_index < 0 || (*bound)[static_cast<size_t>(out_index)].is_none())
+      return add_op_call(g, replayed, args, kwargs, reason, grad_enabled);
+    // out=: the functional call, then out.copy_(result). Where eager would do more than write the
+    // result into `out` (resize it, cast to its dtype, refuse autograd), the call is not captured.
+    const Value& out = (*bound)[static_cast<size_t>(out_index)];
+    if (!out.is_node() || !g.node(out.node).meta.is_tensor()) {
+      *reason = d.target + " with out= other than one tensor is not captured";
+      return std::nullopt;
+    }
+    std::vector<std::pair<std::string, Value>> functional_kwargs;
+    for (const auto& kv : kwargs)
+      if (kv.first != "out") functional_kwargs.push_back(kv);
+    bool operand = false;
+    for (const Value& a : args) a.for_each_node([&](NodeId n) { operand = operand || n == out.node; });
+    for (const auto& kv : functional_kwargs) kv.second.for_each_node([&](NodeId n) { operand = operand || n == out.node; });
+    if (operand) {
+      *reason = d.target + " with out= one of its operands is not captured";
+      return std::nullopt;
+    }
+    auto result = add_op_call(g, replayed, args, functional_kwargs, reason, grad_enabled);
+    if (!result) return std::nullopt;
+    const ValueMeta& rm = g.node(*result).meta;
+    const TensorMeta& om = g.node(out.node).meta.tensor;
+    if (!rm.is_tensor() || rm.tensor.sizes != om.sizes || rm.tensor.dtype != om.dtype || rm.tensor.device != om.device) {
+      *reason = d.target + " with an out= tensor of other sizes or dtype than the result (eager resizes or casts it) is not captured";
+      return std::nullopt;
+    }
+    if (grad_enabled && (rm.tensor.requires_grad || om.requires_grad)) {
+      *reason = d.target + " with out= on tensors that require grad is not captured (eager refuses autograd there)";
+      return std::nullopt;
+    }
+    auto copy = op_by_name("copy_");
+    FF_CHECK(copy.has_value(), "no copy_ op");
+    return add_op_call(g, *copy, {out, Value::of_node(*result)}, {}, reason, grad_enabled);
+  }
+  *reason = first_error;
+  return std::nullopt;
+}
+
+}  // namespace ff

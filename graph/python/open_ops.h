@@ -1,0 +1,41 @@
+// The open registry's torch side (DESIGN.md 5b): a torch callable graph/ops.def does not list is
+// resolved, the first time a call of it is seen, to the ATen operator of its name through torch's
+// own schemas (`torch._C._jit_get_schemas_for_operator`), and its overloads are registered as ops
+// (graph/aten_schema.h). Such an op has no meta rule (torch types it on meta tensors, which also
+// shows what it writes) and no lowering (inductor runs it as an extern call); the reference runner
+// and inductor call the very callable the user called.
+#pragma once
+
+#include <Python.h>
+
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "graph/ir.h"
+
+namespace ff {
+
+// The registered overloads of `fn` (borrowed), most specific first; empty when `fn` is not a
+// builtin of torch's namespaces (torch.*, torch.linalg/fft/special.*, torch._C._nn.*) or a builtin
+// method of torch.Tensor, or when none of its overloads can be expressed (*reason then says why).
+// Resolution happens once per callable; needs the GIL.
+const std::vector<OpId>& open_ops_for_callable(PyObject* fn, std::string* reason);
+
+// The resolver graph code read back uses for a target no registered op has (`torch.fft.rfft`).
+std::vector<OpId> open_ops_for_target(std::string_view target);
+
+// Adds a call of the callable whose overloads are `overloads` (open_ops_for_callable): the first
+// overload the arguments bind to, typed on meta tensors. An `out=` tensor is functionalized: the
+// call without it, then `out.copy_(result)` (the node returned, which writes `out`).
+std::optional<NodeId> add_open_call(Graph& g, const std::vector<OpId>& overloads, const std::vector<Value>& args,
+                                    const std::vector<std::pair<std::string, Value>>& kwargs, std::string* reason,
+                                    bool grad_enabled);
+
+// Ops whose output sizes depend on the values of their operands (nonzero, unique,
+// masked_select ...): graph breaks while config capture_dynamic_output_shape_ops is off.
+bool has_data_dependent_output_shape(const std::string& aten_name);
+
+}  // namespace ff

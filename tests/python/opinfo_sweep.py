@@ -1,0 +1,444 @@
+"""PyTorch's OpInfo database (`op_db`, loaded from the installed torch) through framefuse.compile.
+
+Every op of op_db with CPU support for a dtype, in each of its variants (the function, the tensor
+method, the in-place method), runs its sample inputs once eagerly and once compiled, per backend.
+Each item is recorded as one of
+
+  eager-error  eager raised: not counted (the sample is invalid for this variant or dtype)
+  captured     the call entered a graph (no graph break) and the result matches eager
+  broke        the frame broke or ran eagerly; the result matches eager (the reason is kept)
+  wrong        the compiled result (or a mutated input, or the identity of a returned input)
+               differs from eager
+  crashed      framefuse raised where eager did not (or raised another exception type)
+
+Results are compared with torch.testing.assert_close at its dtype-based tolerances (NaNs equal);
+ops whose results are unspecified memory (empty*) are compared by metadata only. RNG ops run from
+the same seed eagerly and compiled: they must draw the same numbers. A bfloat16 result outside the
+tolerance is compared with the op run in float64 on the same inputs, as torch's own compiler tests
+do: fused kernels keep intermediates in float32 where eager rounds each op to bfloat16, so the
+compiled result counts as right where it is no farther from the float64 one than twice eager's
+error (its RMSE); such items are counted as `closer_than_eager` in the report.
+
+    python tests/python/opinfo_sweep.py --full --report FILE.md     # all samples, five dtypes
+    python tests/python/opinfo_sweep.py --jsonl FILE                # the CI budget (test_opinfo.py)
+
+Items are written to --jsonl as they finish (a line "start" before each), so a process that dies
+names the item that killed it.
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import sys
+import tempfile
+import time
+import types
+import warnings
+
+
+def load_op_db():
+    """op_db of the installed torch (its testing modules import `expecttest`, which Debian does not
+    package: where it is missing a stand-in with the two names torch reads is installed first)."""
+    try:
+        import expecttest  # noqa: F401
+    except ImportError:
+        import unittest
+        stub = types.ModuleType("expecttest")
+        stub.TestCase = unittest.TestCase
+        stub.ACCEPT = False
+        sys.modules["expecttest"] = stub
+    import torch
+    frozen = torch.backends.flags_frozen()
+    from torch.testing._internal.common_methods_invocations import op_db
+    # NB: importing torch's test utilities freezes torch.backends flags for the whole process.
+    setattr(torch.backends, "__allow_nonbracketed_mutation_flag", not frozen)
+    return op_db
+
+
+def _clone(x):
+    import torch
+    if isinstance(x, torch.Tensor):
+        if x.layout != torch.strided:
+            return x.clone()
+        y = torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device=x.device)
+        with torch.no_grad():
+            y.copy_(x)
+        return y.requires_grad_(x.requires_grad) if x.is_leaf else y
+    if isinstance(x, list):
+        return [_clone(i) for i in x]
+    if isinstance(x, tuple) and not hasattr(x, "_fields"):
+        return tuple(_clone(i) for i in x)
+    if isinstance(x, dict):
+        return {k: _clone(v) for k, v in x.items()}
+    return x
+
+
+def _unspecified(name):
+    return name.startswith("empty") or name.startswith("new_empty") or "empty_" in name
+
+
+def _compare(actual, expected, metadata_only):
+    import torch
+    if metadata_only:
+        a = [t for t in _tensors(actual)]
+        e = [t for t in _tensors(expected)]
+        if [(t.shape, t.dtype) for t in a] != [(t.shape, t.dtype) for t in e]:
+            raise AssertionError(f"metadata differs: {[(t.shape, t.dtype) for t in a]} vs {[(t.shape, t.dtype) for t in e]}")
+        return
+    _assert_same(actual, expected, "result")
+
+
+def _assert_same(a, e, where):
+    """assert_close on tensors (its dtype-based tolerances, NaNs equal), == on everything else."""
+    import torch
+    if isinstance(e, torch.Tensor) or isinstance(a, torch.Tensor):
+        if not (isinstance(a, torch.Tensor) and isinstance(e, torch.Tensor)):
+            raise AssertionError(f"{where}: {type(a).__name__} where eager gives {type(e).__name__}")
+        torch.testing.assert_close(a, e, equal_nan=True, check_device=True, check_dtype=True, check_layout=True,
+                                   msg=lambda m: f"{where}: {m}")
+    elif isinstance(e, (list, tuple)):
+        if not isinstance(a, (list, tuple)) or len(a) != len(e) or type(a) is not type(e):
+            raise AssertionError(f"{where}: {type(a).__name__} of {len(a) if isinstance(a, (list, tuple)) else '?'} "
+                                 f"where eager gives {type(e).__name__} of {len(e)}")
+        for i, (x, y) in enumerate(zip(a, e)):
+            _assert_same(x, y, f"{where}[{i}]")
+    elif isinstance(e, dict):
+        if not isinstance(a, dict) or a.keys() != e.keys():
+            raise AssertionError(f"{where}: keys differ")
+        for k in e:
+            _assert_same(a[k], e[k], f"{where}[{k!r}]")
+    elif isinstance(e, float) and e != e:
+        if not (isinstance(a, float) and a != a):
+            raise AssertionError(f"{where}: {a!r} where eager gives nan")
+    elif not (type(a) is type(e) and a == e):
+        raise AssertionError(f"{where}: {a!r} where eager gives {e!r}")
+
+
+def _to_double(x):
+    import torch
+    if isinstance(x, torch.Tensor) and x.dtype in (torch.bfloat16, torch.float16):
+        return x.detach().double()
+    if isinstance(x, (list, tuple)) and not hasattr(x, "_fields"):
+        return type(x)(_to_double(i) for i in x)
+    if isinstance(x, dict):
+        return {k: _to_double(v) for k, v in x.items()}
+    return x
+
+
+def _closer_than_eager(fn, args, kwargs, actual, expected):
+    """Low-precision results: is the compiled one no farther from the float64 result than eager's
+    (twice its RMSE, plus a little for results eager gets exactly)?"""
+    import torch
+    low = [t for t in _tensors(expected) if t.dtype in (torch.bfloat16, torch.float16)]
+    if not low or len(_tensors(actual)) != len(_tensors(expected)):
+        return False
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            ref = fn(*_to_double(_clone(args)), **_to_double(_clone(kwargs)))
+    except Exception:
+        return False
+    refs, acts, exps = _tensors(ref), _tensors(actual), _tensors(expected)
+    if len(refs) != len(exps):
+        return False
+    for r, a, e in zip(refs, acts, exps):
+        if a.shape != e.shape or a.dtype != e.dtype or r.shape != e.shape:
+            return False
+        if not (a.is_floating_point() and r.is_floating_point()):
+            if not torch.equal(a, e):
+                return False
+            continue
+        finite = torch.isfinite(r)
+        if not torch.equal(torch.isfinite(a), finite) or not torch.equal(torch.isnan(a), torch.isnan(r)):
+            return False
+        def rmse(x):
+            d = (x.double() - r)[finite]
+            return d.pow(2).mean().sqrt().item() if d.numel() else 0.0
+        if rmse(a) > 2.0 * rmse(e) + 1e-5 * (r[finite].abs().mean().item() if finite.any() else 0.0):
+            return False
+    return True
+
+
+def _tensors(x):
+    import torch
+    if isinstance(x, torch.Tensor):
+        return [x]
+    if isinstance(x, (list, tuple)):
+        return [t for i in x for t in _tensors(i)]
+    if isinstance(x, dict):
+        return [t for v in x.values() for t in _tensors(v)]
+    return []
+
+
+def _first_line(e):
+    text = f"{type(e).__name__}: {e}"
+    return text.splitlines()[0][:300] if text else type(e).__name__
+
+
+def variants(op):
+    out = [("fn", op.op)]
+    if getattr(op, "method_variant", None) is not None:
+        out.append(("method", op.method_variant))
+    if getattr(op, "inplace_variant", None) is not None:
+        out.append(("inplace", op.inplace_variant))
+    return out
+
+
+def run_item(op, variant_name, fn, sample, backend, seed=0):
+    """One sample through one variant and backend: a dict with `status` and details."""
+    import torch
+    import framefuse
+    from framefuse import _C
+
+    args = (sample.input,) + tuple(sample.args)
+    kwargs = dict(sample.kwargs)
+    eager_args, eager_kwargs = _clone(args), _clone(kwargs)
+    torch.manual_seed(seed)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            expected = fn(*eager_args, **eager_kwargs)
+    except Exception as e:
+        return {"status": "eager-error", "reason": _first_line(e)}
+
+    def call(*a, **k):
+        return fn(*a, **k)
+
+    framefuse.reset()
+    graphs = []
+
+    placement = {"lowered": set(), "extern": set(), "reference": False}
+
+    def recording(graph, example_inputs):
+        graphs.append(graph)
+        if backend == "inductor":
+            from framefuse import backends, inductor
+            _note_placement(graph, inductor, placement)
+            return backends._inductor(graph, example_inputs)
+        return graph.run
+
+    comp_args, comp_kwargs = _clone(args), _clone(kwargs)
+    compiled = framefuse.compile(call, backend=recording)
+    torch.manual_seed(seed)
+    start = time.perf_counter()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            actual = compiled(*comp_args, **comp_kwargs)
+    except Exception as e:
+        return {"status": "crashed", "reason": _first_line(e)}
+    seconds = time.perf_counter() - start
+    breaks = [r.get("reason", "") if isinstance(r, dict) else str(r) for r in _C._graph_break_records()]
+    stats = _C._frame_eval_stats()
+    broke = bool(breaks) or stats.get("graph_breaks", 0) > 0 or stats.get("internal_errors", 0) > 0
+    ops = []
+    for g in graphs:
+        for n in g.nodes():
+            if n.kind == "Call":
+                ops.append(n.op)
+    item = {"status": "broke" if broke else "captured", "seconds": seconds, "ops": ops,
+            "graphs": len(graphs)}
+    if backend == "inductor":
+        item.update(lowered=sorted(placement["lowered"]), extern=sorted(placement["extern"]),
+                    reference=placement["reference"])
+    if not broke and not graphs and _tensors(actual):
+        broke, breaks = True, ["no graph: the frame ran natively"]
+        item["status"] = "broke"
+    if broke:
+        item["reason"] = breaks[0] if breaks else "internal error: the frame ran eagerly"
+    unspecified = _unspecified(op.name)
+    try:
+        try:
+            _compare(actual, expected, unspecified)
+        except AssertionError:
+            if not _closer_than_eager(fn, args, kwargs, actual, expected):
+                raise
+            item["closer_than_eager"] = True
+        # In-place variants and ops that write an operand: the operands after the call.
+        _compare(comp_args, eager_args, unspecified)
+        _compare(comp_kwargs, eager_kwargs, unspecified)
+        if isinstance(expected, torch.Tensor) and any(expected is a for a in eager_args):
+            i = next(i for i, a in enumerate(eager_args) if a is expected)
+            if actual is not comp_args[i]:
+                raise AssertionError(f"eager returns its argument {i} itself; the compiled call returns another tensor")
+    except Exception as e:
+        item["status"] = "wrong"
+        item["reason"] = _first_line(e)
+    return item
+
+
+def _note_placement(graph, inductor, placement):
+    """Which of the graph's calls inductor lowers to generated code and which it runs in torch
+    (`extern node N` lines of the loop IR); `reference` where it cannot compile the graph."""
+    import re
+    try:
+        text = inductor.loop_ir(graph)
+    except Exception:
+        placement["reference"] = True
+        return
+    extern = {int(m) for m in re.findall(r"^extern node (\d+)", text, re.M)}
+    for n in graph.nodes():
+        if n.kind == "Call":
+            placement["extern" if n.id in extern else "lowered"].add(n.op.split("/")[0])
+
+
+def items(op_db, dtypes, all_samples, ops_filter=None):
+    """(op, variant name, variant, dtype, sample index, sample) in a fixed order."""
+    import torch
+    for op in op_db:
+        if ops_filter and op.name not in ops_filter:
+            continue
+        for dtype in dtypes:
+            try:
+                if dtype not in op.supported_dtypes("cpu"):
+                    continue
+            except Exception:
+                continue
+            for vname, fn in variants(op):
+                try:
+                    samples = op.sample_inputs("cpu", dtype, requires_grad=False)
+                    for i, s in enumerate(samples):
+                        yield op, vname, fn, dtype, i, s
+                        if not all_samples:
+                            break
+                except Exception:
+                    continue  # the sample generator itself fails on this torch: nothing to test
+
+
+def sweep(out, dtypes, all_samples, backends, ops_filter=None):
+    import torch
+    torch.set_num_threads(1)
+    op_db = load_op_db()
+    for op, vname, fn, dtype, i, s in items(op_db, dtypes, all_samples, ops_filter):
+        for backend in backends:
+            key = {"op": op.name, "variant": op.variant_test_name or "", "kind": vname,
+                   "dtype": str(dtype).replace("torch.", ""), "sample": i, "backend": backend}
+            out.write(json.dumps({"start": key}) + "\n")
+            out.flush()
+            item = run_item(op, vname, fn, s, backend)
+            item.update(key)
+            out.write(json.dumps(item) + "\n")
+            out.flush()
+
+
+def read_results(path):
+    """The finished items of a --jsonl file, and the item that was running when it ended (or None)."""
+    done, running = [], None
+    with open(path) as f:
+        for line in f:
+            line = line.strip()
+            if not line:
+                continue
+            rec = json.loads(line)
+            if "start" in rec:
+                running = rec["start"]
+            else:
+                done.append(rec)
+                running = None
+    return done, running
+
+
+def summarize(done):
+    """Per backend: counts by status, the capture share of the items eager can run."""
+    by_backend = collections.defaultdict(collections.Counter)
+    for r in done:
+        by_backend[r["backend"]][r["status"]] += 1
+    out = {}
+    for b, c in by_backend.items():
+        runnable = sum(v for k, v in c.items() if k != "eager-error")
+        out[b] = {"counts": dict(c), "runnable": runnable,
+                  "captured_share": c["captured"] / runnable if runnable else 0.0}
+    return out
+
+
+def report(done, command):
+    """The markdown report of a sweep."""
+    s = summarize(done)
+    lines = ["# OpInfo sweep", "", f"Command: `{command}`", "", "| backend | items eager runs | captured | broke | wrong | crashed | share captured |",
+             "|---|---|---|---|---|---|---|"]
+    for b, v in sorted(s.items()):
+        c = v["counts"]
+        lines.append(f"| {b} | {v['runnable']} | {c.get('captured', 0)} | {c.get('broke', 0)} | {c.get('wrong', 0)} | "
+                     f"{c.get('crashed', 0)} | {100 * v['captured_share']:.1f}% |")
+    closer = [r for r in done if r.get("closer_than_eager")]
+    if closer:
+        lines += ["", f"{len(closer)} bfloat16 items differ from eager beyond its tolerance but are no farther from the "
+                      f"float64 result than eager ({', '.join(sorted({r['op'] for r in closer}))})."]
+    times = sorted(r["seconds"] for r in done if r["status"] == "captured" and "seconds" in r)
+    if times:
+        lines += ["", f"First compiled call of a captured item (trace + compile + run): median "
+                      f"{1000 * times[len(times) // 2]:.1f} ms, 90th percentile {1000 * times[int(len(times) * 0.9)]:.1f} ms."]
+    bad = [r for r in done if r["status"] in ("wrong", "crashed")]
+    if bad:
+        lines += ["", "## Wrong or crashed", ""]
+        for r in bad:
+            lines.append(f"- {r['status']}: {r['op']}{'.' + r['variant'] if r['variant'] else ''} {r['kind']} {r['dtype']} "
+                         f"sample {r['sample']} ({r['backend']}): {r.get('reason', '')}")
+    per_op = collections.defaultdict(lambda: [set(), set()])
+    for r in done:
+        if r["backend"] == "inductor" and r["status"] == "captured":
+            name = r["op"] + ("." + r["variant"] if r["variant"] else "")
+            per_op[name][0].update(r.get("lowered", []))
+            per_op[name][1].update(r.get("extern", []))
+    if per_op:
+        only_lowered = sorted(n for n, (lo, ex) in per_op.items() if lo and not ex)
+        mixed = sorted(n for n, (lo, ex) in per_op.items() if lo and ex)
+        only_extern = sorted(n for n, (lo, ex) in per_op.items() if ex and not lo)
+        lines += ["", "## Inductor: lowered to generated code vs extern calls (captured items, per op_db entry)", "",
+                  f"- all graph calls lowered ({len(only_lowered)}): {', '.join(only_lowered)}",
+                  f"- some calls lowered, some extern ({len(mixed)}): "
+                  + ", ".join(f"{n} [extern: {', '.join(sorted(per_op[n][1]))}]" for n in mixed),
+                  f"- extern calls only ({len(only_extern)}): "
+                  + ", ".join(f"{n} [{', '.join(sorted(per_op[n][1]))}]" for n in only_extern)]
+    reasons = collections.Counter()
+    for r in done:
+        if r["status"] == "broke":
+            reasons[_reason_class(r.get("reason", ""))] += 1
+    lines += ["", "## Why items break (all backends)", "", "| count | reason |", "|---|---|"]
+    for reason, n in reasons.most_common():
+        lines.append(f"| {n} | {reason} |")
+    broken_ops = collections.defaultdict(set)
+    for r in done:
+        if r["status"] == "broke":
+            broken_ops[_reason_class(r.get("reason", ""))].add(r["op"] + ("." + r["variant"] if r["variant"] else ""))
+    lines += ["", "## Ops with breaking items, by reason", ""]
+    for reason, n in reasons.most_common():
+        lines.append(f"- {reason}: {', '.join(sorted(broken_ops[reason]))}")
+    return "\n".join(lines) + "\n"
+
+
+def _reason_class(reason):
+    """A break reason without the operand-specific tail (for grouping)."""
+    import re
+    r = re.sub(r"0x[0-9a-f]+", "0x…", reason)
+    r = re.sub(r"\[[0-9, ]+\]", "[…]", r)
+    return r[:160]
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--full", action="store_true", help="all samples; float32, float64, bfloat16, int64, bool")
+    p.add_argument("--jsonl", default=None, help="write the items here (default: a temporary file)")
+    p.add_argument("--report", default=None, help="write the markdown report here")
+    p.add_argument("--backends", default="eager,inductor")
+    p.add_argument("--ops", default=None, help="comma list of op_db names")
+    p.add_argument("--dtypes", default=None, help="comma list of dtypes (default: float32; --full: five)")
+    a = p.parse_args(argv)
+    import torch
+    names = a.dtypes.split(",") if a.dtypes else ["float32", "float64", "bfloat16", "int64", "bool"] if a.full else ["float32"]
+    dtypes = [getattr(torch, n) for n in names]
+    path = a.jsonl or os.path.join(tempfile.gettempdir(), f"opinfo-{os.getpid()}.jsonl")
+    with open(path, "w") as out:
+        sweep(out, dtypes, a.full, a.backends.split(","), set(a.ops.split(",")) if a.ops else None)
+    done, _ = read_results(path)
+    text = report(done, "python " + " ".join(sys.argv))
+    if a.report:
+        with open(a.report, "w") as f:
+            f.write(text)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
