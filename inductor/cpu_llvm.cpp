@@ -354,18 +354,32 @@ class KernelEmitter {
       case DType::UInt8: case DType::Int8: raw = b_.CreateTrunc(v, b_.getInt8Ty()); break;
       case DType::Int16: raw = b_.CreateTrunc(v, b_.getInt16Ty()); break;
       case DType::Float16: raw = b_.CreateFPTrunc(v, b_.getHalfTy()); break;
-      case DType::BFloat16: {
-        // Round to nearest even, NaN stays a (quiet) NaN.
-        Value* bits = b_.CreateBitCast(v, b_.getInt32Ty());
-        Value* lsb = b_.CreateAnd(b_.CreateLShr(bits, 16), 1);
-        Value* rounded = b_.CreateLShr(b_.CreateAdd(b_.CreateAdd(bits, b_.getInt32(0x7fff)), lsb), 16);
-        rounded = b_.CreateSelect(is_nan_bits(v), b_.getInt32(0x7fc0), rounded);
-        raw = b_.CreateTrunc(rounded, b_.getInt16Ty());
-        break;
-      }
+      case DType::BFloat16: raw = b_.CreateTrunc(bf16_bits(v), b_.getInt16Ty()); break;
       default: break;
     }
     b_.CreateAlignedStore(raw, address(buf, index), MaybeAlign(dtype_size(dt)));
+  }
+
+  // The bf16 nearest to f32 v (ties to even) in the low 16 bits of an i32; NaN stays a quiet NaN.
+  Value* bf16_bits(Value* v) {
+    Value* bits = b_.CreateBitCast(v, b_.getInt32Ty());
+    Value* lsb = b_.CreateAnd(b_.CreateLShr(bits, 16), 1);
+    Value* rounded = b_.CreateLShr(b_.CreateAdd(b_.CreateAdd(bits, b_.getInt32(0x7fff)), lsb), 16);
+    return b_.CreateSelect(is_nan_bits(v), b_.getInt32(0x7fc0), rounded);
+  }
+
+  // loop::narrow: v (i32 or f32) as the store of dtype dt followed by a load would give it.
+  Value* narrow(Value* v, DType dt, const loop::Expr& arg) {
+    // A value just loaded from a buffer of that dtype is one already.
+    if (arg->kind == ExprKind::Load && p_.buffers[static_cast<size_t>(arg->id)].dtype == dt) return v;
+    switch (dt) {
+      case DType::UInt8: return b_.CreateZExt(b_.CreateTrunc(v, b_.getInt8Ty()), b_.getInt32Ty());
+      case DType::Int8: return b_.CreateSExt(b_.CreateTrunc(v, b_.getInt8Ty()), b_.getInt32Ty());
+      case DType::Int16: return b_.CreateSExt(b_.CreateTrunc(v, b_.getInt16Ty()), b_.getInt32Ty());
+      case DType::Float16: return b_.CreateFPExt(b_.CreateFPTrunc(v, b_.getHalfTy()), b_.getFloatTy());
+      case DType::BFloat16: return b_.CreateBitCast(b_.CreateShl(bf16_bits(v), 16), b_.getFloatTy());
+      default: return v;
+    }
   }
 
   Value* fconst(double v, Type* t) { return ConstantFP::get(t, v); }
@@ -571,6 +585,7 @@ class KernelEmitter {
         return b_.CreateSelect(c, a, d);
       }
       case ExprKind::Cast: return convert(expr(e->args[0]), e->args[0]->type, e->type);
+      case ExprKind::Narrow: return narrow(expr(e->args[0]), static_cast<DType>(e->i), e->args[0]);
     }
     return nullptr;
   }
@@ -782,7 +797,7 @@ std::shared_ptr<CpuModule> compile_cpu(const loop::Program& p, const CpuCompileO
   auto mod = std::make_shared<CpuModule>();
   // NB: non-temporal stores are x86's (sfence); elsewhere the option does nothing.
   int64_t stream_bytes = j.tm->getTargetTriple().isX86() ? options.streaming_store_bytes : 0;
-  std::string text = "framefuse-cpu-v5\nllvm " LLVM_VERSION_STRING "\n" + j.cpu + "\n" + j.features +
+  std::string text = "framefuse-cpu-v6\nllvm " LLVM_VERSION_STRING "\n" + j.cpu + "\n" + j.features +
                      "\nstreaming " + std::to_string(stream_bytes) + "\n" + loop::program_str(p);
   mod->cache_key = cache_key_hash(text);
   std::string object;

@@ -89,7 +89,10 @@ enum class ReduceOp : uint8_t {
   X(Unary, "op(args[0]); `op` is a UnaryOp")                                                    \
   X(Binary, "op(args[0], args[1]); `op` is a BinaryOp")                                          \
   X(Select, "args[0] ? args[1] : args[2] (both branches are evaluated: no side effects)")       \
-  X(Cast, "args[0] converted to `type` (float->int truncates; ->bool is != 0)")
+  X(Cast, "args[0] converted to `type` (float->int truncates; ->bool is != 0)")                 \
+  X(Narrow, "args[0] rounded to the storage dtype `i` (a DType) and back to `type`: 8/16-bit "  \
+            "ints wrap (two's complement), f16/bf16 round to nearest even; what a store to a "   \
+            "buffer of that dtype and a load from it give")
 enum class ExprKind : uint8_t {
 #define FF_LOOP_EXPR_ENUM(e, doc) e,
   FF_LOOP_EXPR_KINDS(FF_LOOP_EXPR_ENUM)
@@ -120,6 +123,10 @@ Expr unary(UnaryOp op, Expr a);
 Expr binary(BinaryOp op, Expr a, Expr b);
 Expr select(Expr c, Expr a, Expr b);
 Expr cast(Expr a, ScalarType t);  // identity when already `t`
+// `a` as a value of dtype `dt` (computed in dtype_compute_type(dt), which must be a's type):
+// identity where that type holds every value of it exactly (i32 for int32, f32 for float32).
+Expr narrow(Expr a, DType dt);
+bool needs_narrowing(DType dt);  // 8/16-bit ints, f16, bf16
 Expr index_add(Expr a, Expr b);
 Expr index_mul(Expr a, int64_t c);
 

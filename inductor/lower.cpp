@@ -79,8 +79,10 @@ LT Lowerer::tensor(const Value& v) {
       if (!lt) throw NoLowering("operand " + g_.node(v.node).name + " is not a tensor the code generator holds");
       return *lt;
     }
+    // NB: Python numbers keep their exact value (an int as int64, a float as double) until the
+    // op converts them to the dtype it computes in, as eager's wrapped scalars do.
     case Value::Kind::Bool: return scalar(v.b ? 1.0 : 0.0, DType::Bool);
-    case Value::Kind::Int: return scalar(static_cast<double>(v.i), DType::Int64);
+    case Value::Kind::Int: return scalar_int(v.i);
     case Value::Kind::Float: return scalar(v.f, DType::Float64);
     default: throw NoLowering("unsupported operand kind");
   }
@@ -96,6 +98,43 @@ LT Lowerer::scalar(double v, DType dt) {
   r.at = [c](const Idx&) { return c; };
   return r;
 }
+
+LT Lowerer::scalar_int(int64_t v) {
+  LT r;
+  r.dtype = DType::Int64;
+  Expr c = loop::const_int(v, ScalarType::I64);
+  r.at = [c](const Idx&) { return c; };
+  return r;
+}
+
+namespace {
+
+// Whether every value of dtype `from` is one of `to` (a conversion needs no narrowing).
+bool holds_all(DType from, DType to) {
+  if (from == to || from == DType::Bool) return true;
+  auto bits = [](DType t) -> int {  // significant bits of an exact integer range
+    switch (t) {
+      case DType::UInt8: return 8;
+      case DType::Int8: return 7;
+      case DType::Int16: return 15;
+      case DType::Int32: return 31;
+      case DType::Int64: return 63;
+      default: return -1;
+    }
+  };
+  int fb = bits(from);
+  switch (to) {
+    case DType::Int16: return from == DType::UInt8 || from == DType::Int8;
+    case DType::Int32: case DType::Int64: return fb >= 0 && fb < bits(to) && (from != DType::UInt8 || bits(to) > 8);
+    case DType::BFloat16: return fb >= 0 && fb <= 8;
+    case DType::Float16: return (fb >= 0 && fb <= 11);
+    case DType::Float32: return (fb >= 0 && fb <= 24) || from == DType::Float16 || from == DType::BFloat16;
+    case DType::Float64: return (fb >= 0 && fb <= 53) || is_floating(from);
+    default: return false;  // int8, uint8: only from themselves and bool
+  }
+}
+
+}  // namespace
 
 LT Lowerer::from_ref(const loop::TensorRef& ref, DType dt) const {
   LT r;
@@ -120,9 +159,14 @@ LT Lowerer::cast(const LT& x, DType dt) {
   r.ref.reset();
   ScalarType t = loop::dtype_compute_type(dt);
   auto inner = x.at;
-  // NB: a cast to a narrower integer type wraps like torch: compute in i32/i64, the store truncates.
-  r.at = [inner, t](const Idx& idx) { return loop::cast(inner(idx), t); };
-  r.cost = x.cost + 1;
+  // NB: the value becomes one of dtype dt here, not when it is stored: int64 -> int8 wraps and
+  // f32 -> f16 rounds before any later op computes with it, as in eager.
+  bool narrowing = !holds_all(x.dtype, dt);
+  r.at = [inner, t, dt, narrowing](const Idx& idx) {
+    Expr v = loop::cast(inner(idx), t);
+    return narrowing ? loop::narrow(v, dt) : v;
+  };
+  r.cost = x.cost + (narrowing ? 2 : 1);
   return r;
 }
 
@@ -153,23 +197,28 @@ LT Lowerer::broadcast(const LT& x, const std::vector<int64_t>& sizes) {
 LT Lowerer::map(const std::vector<LT>& xs, DType compute, DType out, const std::function<Expr(const std::vector<Expr>&)>& fn) {
   std::vector<int64_t> sizes;
   for (const LT& x : xs) sizes = broadcast_shapes(sizes, x.sizes);
+  if (!supported_dtype(compute) || !supported_dtype(out)) throw NoLowering("dtype not supported in kernels");
   std::vector<LT> bs;
   int cost = 1;
   for (const LT& x : xs) {
-    bs.push_back(broadcast(x, sizes));
-    cost += x.cost;
+    bs.push_back(broadcast(cast(x, compute), sizes));
+    cost += bs.back().cost;
   }
-  if (!supported_dtype(compute) || !supported_dtype(out)) throw NoLowering("dtype not supported in kernels");
   ScalarType ct = loop::dtype_compute_type(compute), ot = loop::dtype_compute_type(out);
+  // NB: eager stores every op's result in its dtype: an 8/16-bit int result wraps, an f16/bf16
+  // one rounds, before the next op reads it. The kernel keeps the wider compute type in
+  // registers, so the result is narrowed here (free where a store narrows it anyway).
+  bool narrowing = loop::needs_narrowing(out);
   LT r;
   r.sizes = sizes;
   r.dtype = out;
-  r.cost = cost;
-  r.at = [bs, ct, ot, fn](const Idx& idx) {
+  r.cost = cost + (narrowing ? 1 : 0);
+  r.at = [bs, ct, ot, out, narrowing, fn](const Idx& idx) {
     std::vector<Expr> vals;
     vals.reserve(bs.size());
     for (const LT& b : bs) vals.push_back(loop::cast(b.at(idx), ct));
-    return loop::cast(fn(vals), ot);
+    Expr v = loop::cast(fn(vals), ot);
+    return narrowing ? loop::narrow(v, out) : v;
   };
   return r;
 }

@@ -55,10 +55,14 @@ class Lowerer {
 
   // ---- the algebra ----
   static LT scalar(double v, DType dt);
+  static LT scalar_int(int64_t v);  // an exact int64 constant
+
   static LT cast(const LT& x, DType dt);
   static LT broadcast(const LT& x, const std::vector<int64_t>& sizes);
-  // Elementwise over broadcast operands, computed in `compute` (each operand cast to it); the
-  // result has dtype `out`. fn receives one expression per operand.
+  // Elementwise over broadcast operands, each first converted to dtype `compute` (as eager converts
+  // operands to the common dtype: a Python scalar in an f16 op rounds to f16, in an int8 op wraps);
+  // fn computes in compute's loop type and the result, of dtype `out`, is narrowed to it.
+  // Ops that take a scalar at opmath precision pass float_compute_dtype(out) as `compute`.
   static LT map(const std::vector<LT>& xs, DType compute, DType out,
                 const std::function<Expr(const std::vector<Expr>&)>& fn);
   static LT unary(loop::UnaryOp op, const LT& x, DType dt);

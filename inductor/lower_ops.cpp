@@ -39,25 +39,47 @@ Expr sigmoid(const Expr& x) {
   return loop::binary(BinaryOp::Div, fconst(1, x), loop::binary(BinaryOp::Add, fconst(1, x), loop::unary(UnaryOp::Exp, loop::unary(UnaryOp::Neg, x))));
 }
 
+// Whether eager's CPU kernel reads operand v (the second operand of mul or div) at opmath precision
+// instead of converted to the result dtype: torch >= 2.0 does for a reduced-float result when v is a
+// Python number or a 0-dim tensor (TensorIterator's "cpu scalar", read from its original dtype).
+bool opmath_scalar(Lowerer& L, const Value& v, DType out) {
+  if (!(out == DType::Float16 || out == DType::BFloat16) || !torch_at_least(2, 0)) return false;
+  if (v.is_number()) return true;
+  const Node* t = v.is_node() ? &L.graph().node(v.node) : nullptr;
+  return t && t->meta.is_tensor() && t->meta.tensor.dim() == 0;
+}
+
+// The operands of a binary op converted as eager converts them: both to the result dtype `out`,
+// except a scalar second operand of mul/div read at opmath precision (opmath_scalar). Returns the
+// dtype to compute in.
+DType binary_operands(Lowerer& L, const Value& b, DType out, bool scalar_at_opmath, LT* x, LT* y) {
+  if (!scalar_at_opmath || !opmath_scalar(L, b, out)) return out;
+  *x = Lowerer::cast(*x, out);
+  return float_compute_dtype(out);
+}
+
 // a op b with torch's promotion; `alpha` scales b (add/sub).
 LT arith(Lowerer& L, const Node& n, const Value& a, const Value& b, BinaryOp op, const Value* alpha = nullptr) {
   DType out = L.out_meta(n).dtype;
-  DType ct = float_compute_dtype(out);
   LT x = L.tensor(a), y = L.tensor(b);
-  double al = 1.0;
-  if (alpha && !alpha->is_none()) {
-    if (!alpha->is_number()) throw NoLowering("alpha is not a constant");
-    al = alpha->as_double();
-  }
+  bool scaled = alpha && !alpha->is_none() && !(alpha->kind == Value::Kind::Int && alpha->i == 1) &&
+                !(alpha->kind == Value::Kind::Float && alpha->f == 1.0);
+  if (scaled && !alpha->is_number()) throw NoLowering("alpha is not a constant");
   if (out == DType::Bool && op != BinaryOp::Mul) {
     // bool + bool is logical or in torch.
-    if (op != BinaryOp::Add) throw NoLowering("bool arithmetic");
+    if (op != BinaryOp::Add || scaled) throw NoLowering("bool arithmetic");
     return Lowerer::map({x, y}, DType::Bool, DType::Bool, [](const V& v) { return loop::binary(BinaryOp::Or, v[0], v[1]); });
   }
   if (out == DType::Bool) return Lowerer::map({x, y}, DType::Bool, DType::Bool, [](const V& v) { return loop::binary(BinaryOp::And, v[0], v[1]); });
-  return Lowerer::map({x, y}, ct, out, [op, al](const V& v) {
-    Expr rhs = al == 1.0 ? v[1] : loop::binary(BinaryOp::Mul, v[1], fconst(al, v[1]));
-    return loop::binary(op, v[0], rhs);
+  // Python's reflected operators: `2.5 * t` runs t.__rmul__(2.5), i.e. mul(t, 2.5).
+  bool reflected = (op == BinaryOp::Mul || op == BinaryOp::Add) && op_def(n.op).style == PrintStyle::Infix && a.is_number();
+  if (reflected) std::swap(x, y);
+  DType compute = binary_operands(L, reflected ? a : b, out, op == BinaryOp::Mul, &x, &y);
+  std::vector<LT> ops{x, y};
+  // alpha converted to the result dtype like the operands (exact for int64).
+  if (scaled) ops.push_back(L.tensor(*alpha));
+  return Lowerer::map(ops, compute, out, [op](const V& v) {
+    return loop::binary(op, v[0], v.size() == 3 ? loop::binary(BinaryOp::Mul, v[1], v[2]) : v[1]);
   });
 }
 
@@ -65,15 +87,25 @@ LT div_rule(Lowerer& L, const Node& n, const Value& a, const Value& b, const Val
   DType out = L.out_meta(n).dtype;
   if (mode && !mode->is_none()) {
     if (mode->s != "trunc" || !is_floating(out)) throw NoLowering("rounding_mode " + mode->s);
-    return Lowerer::map({L.tensor(a), L.tensor(b)}, float_compute_dtype(out), out, [](const V& v) {
+    LT x = L.tensor(a), y = L.tensor(b);
+    DType compute = binary_operands(L, b, out, true, &x, &y);
+    return Lowerer::map({x, y}, compute, out, [](const V& v) {
       Expr q = loop::binary(BinaryOp::Div, v[0], v[1]);
       // trunc(q): floor for q >= 0, ceil below.
       return loop::select(loop::binary(BinaryOp::Lt, q, fconst(0, q)), loop::unary(UnaryOp::Ceil, q), loop::unary(UnaryOp::Floor, q));
     });
   }
   if (!is_floating(out)) throw NoLowering("integer division");
-  return Lowerer::map({L.tensor(a), L.tensor(b)}, float_compute_dtype(out), out,
-                      [](const V& v) { return loop::binary(BinaryOp::Div, v[0], v[1]); });
+  if (op_def(n.op).style == PrintStyle::Infix && a.is_number()) {
+    // `2.5 / t` runs t.__rtruediv__(2.5): reciprocal(t) * 2.5, rounded twice.
+    LT r = Lowerer::map({L.tensor(b)}, out, out, [](const V& v) { return loop::unary(UnaryOp::Reciprocal, v[0]); });
+    LT s = L.tensor(a);
+    DType compute = binary_operands(L, a, out, true, &r, &s);
+    return Lowerer::map({r, s}, compute, out, [](const V& v) { return loop::binary(BinaryOp::Mul, v[0], v[1]); });
+  }
+  LT x = L.tensor(a), y = L.tensor(b);
+  DType compute = binary_operands(L, b, out, true, &x, &y);
+  return Lowerer::map({x, y}, compute, out, [](const V& v) { return loop::binary(BinaryOp::Div, v[0], v[1]); });
 }
 
 LT pow_rule(Lowerer& L, const Node& n, const Value& a, const Value& b) {
@@ -94,15 +126,14 @@ LT pow_rule(Lowerer& L, const Node& n, const Value& a, const Value& b) {
 }
 
 LT compare(Lowerer& L, const Node& n, const Value& a, const Value& b, BinaryOp op) {
-  DType ct = common_dtype(L, {a, b});
-  if (is_floating(ct)) ct = float_compute_dtype(ct);
+  DType ct = common_dtype(L, {a, b});  // a scalar is converted to it: int8 < 300 compares with 44
   return Lowerer::map({L.tensor(a), L.tensor(b)}, ct, DType::Bool, [op](const V& v) { return loop::binary(op, v[0], v[1]); });
 }
 
 LT minmax(Lowerer& L, const Node& n, BinaryOp op) {
   DType out = L.out_meta(n).dtype;
   if (out == DType::Bool) throw NoLowering("bool maximum");
-  return Lowerer::map({L.tensor(n.args[0]), L.tensor(n.args[1])}, float_compute_dtype(out), out,
+  return Lowerer::map({L.tensor(n.args[0]), L.tensor(n.args[1])}, out, out,
                       [op](const V& v) { return loop::binary(op, v[0], v[1]); });
 }
 
@@ -363,9 +394,7 @@ LT where_rule(Lowerer& L, const Node& n) {
   DType out = L.out_meta(n).dtype;
   LT c = Lowerer::cast(L.tensor_arg(n, "condition"), DType::Bool);
   LT a = L.tensor_arg(n, "input"), b = L.tensor_arg(n, "other");
-  DType ct = float_compute_dtype(out);
-  LT ac = Lowerer::cast(a, ct), bc = Lowerer::cast(b, ct);
-  return Lowerer::map({c, ac, bc}, ct, out, [](const V& v) {
+  return Lowerer::map({c, a, b}, out, out, [](const V& v) {
     return loop::select(loop::cast(v[0], loop::ScalarType::Bool), v[1], v[2]);
   });
 }
@@ -450,7 +479,7 @@ Rules make_rules() {
   };
   r["op_mul"] = [](Lowerer& L, const Node& n) { return arith(L, n, n.args[0], n.args[1], BinaryOp::Mul); };
   r["div"] = [](Lowerer& L, const Node& n) { return div_rule(L, n, n.args[0], n.args[1], &L.arg(n, "rounding_mode")); };
-  r["op_truediv"] = [](Lowerer& L, const Node& n) { return div_rule(L, n, n.args[0], n.args[1], nullptr); };
+  r["op_truediv"] = r["true_divide"] = [](Lowerer& L, const Node& n) { return div_rule(L, n, n.args[0], n.args[1], nullptr); };
   r["pow"] = r["op_pow"] = [](Lowerer& L, const Node& n) { return pow_rule(L, n, n.args[0], n.args[1]); };
   r["maximum"] = [](Lowerer& L, const Node& n) { return minmax(L, n, BinaryOp::Max); };
   r["minimum"] = [](Lowerer& L, const Node& n) { return minmax(L, n, BinaryOp::Min); };

@@ -64,7 +64,7 @@ LT clamp_rule(Lowerer& L, const Node& n, const char* lo_name, const char* hi_nam
   bool has_lo = lo_name && !L.arg(n, lo_name).is_none(), has_hi = hi_name && !L.arg(n, hi_name).is_none();
   if (has_lo) ops.push_back(L.tensor(L.arg(n, lo_name)));
   if (has_hi) ops.push_back(L.tensor(L.arg(n, hi_name)));
-  return Lowerer::map(ops, float_compute_dtype(out), out, [has_lo, has_hi](const V& v) {
+  return Lowerer::map(ops, out, out, [has_lo, has_hi](const V& v) {
     // torch: min(max(x, lo), hi), NaN in x stays NaN.
     Expr r = v[0];
     size_t k = 1;
@@ -155,16 +155,11 @@ void add_extra_rules(OpRules& r) {
     const Value& al = L.arg(n, "alpha");
     if (!al.is_number()) throw NoLowering("alpha");
     double a = al.as_double();
-    return Lowerer::map({L.tensor(n.args[0]), L.tensor(n.args[1])}, float_compute_dtype(out), out, [a](const V& v) {
+    return Lowerer::map({L.tensor(n.args[0]), L.tensor(n.args[1])}, out, out, [a](const V& v) {
       return bin(BinaryOp::Sub, v[1], a == 1.0 ? v[0] : bin(BinaryOp::Mul, v[0], c(a, v[0])));
     });
   };
-  r["true_divide"] = [](Lowerer& L, const Node& n) {
-    DType out = L.out_meta(n).dtype;
-    if (!is_floating(out)) throw NoLowering("integer division");
-    return Lowerer::map({L.tensor(n.args[0]), L.tensor(n.args[1])}, float_compute_dtype(out), out,
-                        [](const V& v) { return bin(BinaryOp::Div, v[0], v[1]); });
-  };
+
   r["logical_and"] = [](Lowerer& L, const Node& n) {
     return Lowerer::map({L.tensor(n.args[0]), L.tensor(n.args[1])}, DType::Bool, DType::Bool, [](const V& v) { return bin(BinaryOp::And, v[0], v[1]); });
   };
@@ -174,20 +169,19 @@ void add_extra_rules(OpRules& r) {
   r["clamp"] = [](Lowerer& L, const Node& n) { return clamp_rule(L, n, "min", "max"); };
   r["clamp_min"] = [](Lowerer& L, const Node& n) {
     DType out = L.out_meta(n).dtype;
-    return Lowerer::map({L.tensor(n.args[0]), L.tensor(n.args[1])}, float_compute_dtype(out), out,
+    return Lowerer::map({L.tensor(n.args[0]), L.tensor(n.args[1])}, out, out,
                         [](const V& v) { return loop::select(bin(BinaryOp::Lt, v[0], v[1]), v[1], v[0]); });
   };
   r["clamp_max"] = [](Lowerer& L, const Node& n) {
     DType out = L.out_meta(n).dtype;
-    return Lowerer::map({L.tensor(n.args[0]), L.tensor(n.args[1])}, float_compute_dtype(out), out,
+    return Lowerer::map({L.tensor(n.args[0]), L.tensor(n.args[1])}, out, out,
                         [](const V& v) { return loop::select(bin(BinaryOp::Gt, v[0], v[1]), v[1], v[0]); });
   };
   r["masked_fill"] = [](Lowerer& L, const Node& n) {
     DType out = L.out_meta(n).dtype;
     LT mask = Lowerer::cast(L.tensor_arg(n, "mask"), DType::Bool);
-    LT x = Lowerer::cast(L.tensor_arg(n, "input"), float_compute_dtype(out));
-    LT val = Lowerer::cast(L.tensor(L.arg(n, "value")), float_compute_dtype(out));
-    return Lowerer::map({mask, x, val}, float_compute_dtype(out), out, [](const V& v) {
+    LT x = L.tensor_arg(n, "input"), val = L.tensor(L.arg(n, "value"));
+    return Lowerer::map({mask, x, val}, out, out, [](const V& v) {
       return loop::select(loop::cast(v[0], loop::ScalarType::Bool), v[2], v[1]);
     });
   };
