@@ -194,6 +194,9 @@ struct Buffer {
   int input = -1;     // Input: placeholder position
   bool mutated = false;  // Input: an in-place op on the graph input stores into the caller's tensor
   NodeId node = -1;   // the graph node it holds (when one does)
+  // ExternResult of a call that may return a view of an operand (x[0], split, an op the registry
+  // does not know): the buffer whose memory it may be. Writing into that buffer changes this one.
+  int aliases = -1;
 };
 
 struct Kernel {

@@ -252,8 +252,6 @@ LT Lowerer::permute(const LT& x, const std::vector<int64_t>& perm) {
   return r;
 }
 
-namespace {
-
 // torch's stride computation for a view of (sizes, strides) as `shape`; nullopt when a copy is needed.
 std::optional<std::vector<int64_t>> view_strides(const std::vector<int64_t>& oldshape, const std::vector<int64_t>& oldstride,
                                                  const std::vector<int64_t>& shape) {
@@ -284,8 +282,6 @@ std::optional<std::vector<int64_t>> view_strides(const std::vector<int64_t>& old
   if (view_d != -1) return std::nullopt;
   return newstride;
 }
-
-}  // namespace
 
 LT Lowerer::reshape(const LT& x, const std::vector<int64_t>& sizes) {
   if (x.sizes == sizes) return x;
@@ -566,6 +562,9 @@ LT Lowerer::extern_call(const Node& n, NodeId id, OpId op, std::vector<Value> ar
     const TensorMeta& m = n.meta.tensor;
     e.result = new_buffer(m.dtype, m.sizes, m.strides, BufferRole::ExternResult, id);
     result = from_ref(loop::TensorRef{e.result, m.sizes, m.strides, 0}, m.dtype);
+    NodeId parent = id == current_ && !alias_parent_.empty() ? alias_parent_[static_cast<size_t>(id)] : -1;
+    if (parent >= 0 && values_[static_cast<size_t>(parent)] && values_[static_cast<size_t>(parent)]->ref)
+      prog_.buffers[static_cast<size_t>(e.result)].aliases = values_[static_cast<size_t>(parent)]->ref->buf;
   }
   note("extern " + node_desc(g_, id) + ": " + reason);
   prog_.externs.push_back(std::move(e));
@@ -737,7 +736,9 @@ std::optional<LT> Lowerer::lower_node(NodeId id) {
         const TensorMeta& m = n.meta.tensor;
         FF_CHECK(r.sizes == m.sizes, "lowering of " + op.name + " produced the wrong shape");
         if (r.dtype != m.dtype) r = cast(r, m.dtype);
-        if (!r.ref && users_[static_cast<size_t>(id)] > 1 && r.cost > kInlineCostLimit)
+        if (!r.ref && shares_storage_[static_cast<size_t>(id)])
+          r = realize(r, m.strides, BufferRole::Intermediate, id, "its memory is seen through several graph outputs");
+        else if (!r.ref && users_[static_cast<size_t>(id)] > 1 && r.cost > kInlineCostLimit)
           r = realize(r, m.strides, BufferRole::Intermediate, id, "expensive value with several users");
         else if (!r.ref && users_[static_cast<size_t>(id)] > 1 && loads_per_element(r) > kInlineLoadLimit)
           // NB: a residual stream (x = x + f(x) per layer) would otherwise be re-read from every
@@ -766,6 +767,7 @@ loop::Program Lowerer::run() {
   for (const Node& n : g_.nodes())
     for (const Value& v : n.args) v.for_each_node([&](NodeId o) { users_[static_cast<size_t>(o)]++; });
   values_.assign(g_.size(), std::nullopt);
+  plan_aliases();
   for (NodeId id = 0; id < static_cast<NodeId>(g_.size()); ++id) {
     if (g_.node(id).kind == NodeKind::Output) continue;
     values_[static_cast<size_t>(id)] = lower_node(id);
@@ -784,10 +786,13 @@ loop::Program Lowerer::run() {
       if (ref.sizes == m.sizes)
         for (size_t d = 0; d < ref.sizes.size(); ++d)
           if (ref.sizes[d] == 1) ref.strides[d] = m.strides[d];
-      auto& buf = prog_.buffers[static_cast<size_t>(ref.buf)];
-      if (buf.role == BufferRole::Intermediate) buf.role = BufferRole::Output;
       prog_.outputs.push_back({o, ref});
     }
+  }
+  alias_outputs();
+  for (auto& [o, ref] : prog_.outputs) {
+    auto& buf = prog_.buffers[static_cast<size_t>(ref.buf)];
+    if (buf.role == BufferRole::Intermediate) buf.role = BufferRole::Output;
   }
   return std::move(prog_);
 }

@@ -92,6 +92,11 @@ class Lowerer {
   loop::TensorRef ensure_ref(NodeId id, const std::string& why);
   int new_buffer(DType dt, std::vector<int64_t> sizes, std::vector<int64_t> strides, loop::BufferRole role, NodeId node);
   LT from_ref(const loop::TensorRef& r, DType dt) const;
+  // Storage sharing of outputs as in eager (lower_alias.cpp).
+  void plan_aliases();
+  void alias_outputs();
+  NodeId storage_root(NodeId id) const;  // eager: the node that owns the memory id's result is in
+  int buffer_storage(int buf) const;      // the buffer whose memory buf is (extern views followed)
 
   const Graph& g_;
   std::vector<std::string>* notes_;
@@ -100,9 +105,15 @@ class Lowerer {
   std::vector<int> users_;
   std::vector<bool> fresh_;  // in-place calls computed out of place (their result is fresh)
   std::vector<NodeId> input_root_;  // a tensor placeholder, or an in-place write of one: that placeholder; -1
+  std::vector<NodeId> alias_parent_;  // eager: the operand whose memory a node's result is in, or -1
+  std::vector<bool> shares_storage_;  // stored when lowered: its memory is seen through several outputs
   NodeId current_ = -1;
 };
 
 DType float_compute_dtype(DType dt);  // f16/bf16 -> f32; others unchanged
+
+// torch's strides for a view of (sizes, strides) as `shape`; nullopt where reshape copies.
+std::optional<std::vector<int64_t>> view_strides(const std::vector<int64_t>& oldshape, const std::vector<int64_t>& oldstride,
+                                                 const std::vector<int64_t>& shape);
 
 }  // namespace ff::inductor

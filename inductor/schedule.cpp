@@ -617,17 +617,21 @@ Program write_epilogues_in_place(const Program& p, std::vector<std::string>* log
         if (x->kind == ExprKind::Load && x->id == e && !loop::expr_equal(x->args[0], st->index)) same_element = false;
       });
       if (!same_element) continue;
+      // NB: a view of e that an extern call returned (v[0] of a product) is e's memory too: the
+      // epilogue's values would show through it.
+      std::vector<bool> is_e(out.buffers.size(), false);
+      for (size_t b = 0; b < out.buffers.size(); ++b)
+        for (int a = static_cast<int>(b); a >= 0 && !is_e[b]; a = out.buffers[static_cast<size_t>(a)].aliases) is_e[b] = a == e;
       bool read_later = false;
       for (size_t t = s + 1; t < out.steps.size(); ++t) {
         const Step& ts = out.steps[t];
         if (ts.kind == Step::Kind::Kernel) {
-          auto lb = out.kernels[static_cast<size_t>(ts.index)].loaded_buffers();
-          read_later |= std::find(lb.begin(), lb.end(), e) != lb.end();
+          for (int b : out.kernels[static_cast<size_t>(ts.index)].loaded_buffers()) read_later |= is_e[static_cast<size_t>(b)];
         } else {
-          for (auto& [n, ref] : out.externs[static_cast<size_t>(ts.index)].operands) read_later |= ref.buf == e;
+          for (auto& [n, ref] : out.externs[static_cast<size_t>(ts.index)].operands) read_later |= is_e[static_cast<size_t>(ref.buf)];
         }
       }
-      for (auto& [n, ref] : out.outputs) read_later |= ref.buf == e;
+      for (auto& [n, ref] : out.outputs) read_later |= is_e[static_cast<size_t>(ref.buf)];
       if (read_later) continue;
       st->buf = e;
       for (size_t t = s + 1; t < out.steps.size(); ++t) {

@@ -2,7 +2,9 @@
 
 #include <pybind11/pybind11.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <unordered_map>
 
 #include "graph/meta_rules.h"
 #include "graph/op_registry.h"
@@ -54,6 +56,7 @@ struct FallbackCall {
   const Graph& g;
   std::optional<Device> requested_device;  // a `device=` argument, replaced by "meta" in the call
   std::vector<Device> input_devices;
+  bool probe = false;  // real CPU tensors of ones instead of meta tensors (kernel_exists)
 
   py::object to_meta_py(const Value& v) {
     if (v.is_node()) {
@@ -63,6 +66,14 @@ struct FallbackCall {
       input_devices.push_back(t.device);
       const TorchTypes& tt = torch_types();
       py::object dtype = tt.torch.attr(std::string(dtype_name(t.dtype)).c_str());
+      if (probe) {
+        // NB: small tensors keep their shape; larger ones shrink every dim to at most 1, which
+        // broadcasts like the original (a shape the op rejects only costs a graph break).
+        std::vector<int64_t> sizes = t.sizes;
+        if (t.numel() > 4096)
+          for (int64_t& d : sizes) d = std::min<int64_t>(d, 1);
+        return tt.torch.attr("ones")(int_tuple(sizes), py::arg("dtype") = dtype);
+      }
       py::object meta = tt.empty_strided(int_tuple(t.sizes), int_tuple(t.strides), py::arg("dtype") = dtype,
                                          py::arg("device") = "meta");
       if (t.requires_grad) meta.attr("requires_grad_")(true);
@@ -70,7 +81,7 @@ struct FallbackCall {
     }
     if (v.kind == Value::Kind::Device) {
       requested_device = v.device;
-      return torch_types().device("meta");
+      return probe ? torch_types().device(v.device.str()) : torch_types().device("meta");
     }
     if (v.is_sequence()) {
       py::list items;
@@ -109,6 +120,61 @@ struct FallbackCall {
   }
 };
 
+// Meta tensors type a call without running a kernel: abs of a bool tensor, or a float16 op on
+// torch 1.13's CPU, types fine but raises in eager. A pointwise, reduction or composite call on CPU
+// tensors whose meta came from the fallback is therefore run once on small real tensors of the
+// same dtypes (cached by op and operand signature); if that raises, the call is not put in the
+// graph (it runs in eager, which raises the user its own error).
+bool kernel_exists(const OpDef& op, const std::vector<Value>& bound, const Graph& g, std::string* reason) {
+  if (!(op.traits & (kPointwise | kReduction | kComposite)) || (op.traits & (kRandom | kCreation | kNondeterministicOutput)))
+    return true;
+  std::string key = op.name;
+  for (const Value& v : bound) {
+    if (v.is_node() && g.node(v.node).meta.is_tensor()) {
+      const TensorMeta& t = g.node(v.node).meta.tensor;
+      if (t.device.type != Device::Type::CPU) return true;
+      key += "|" + std::string(dtype_name(t.dtype)) + std::to_string(t.dim());
+    } else if (v.is_node()) {
+      return true;  // a value known only at run time
+    } else {
+      key += "|" + std::to_string(static_cast<int>(v.kind)) + ":" + (v.kind == Value::Kind::Int ? std::to_string(v.i)
+                                                                   : v.kind == Value::Kind::Float ? std::to_string(v.f) : v.s);
+    }
+  }
+  static auto* verdicts = new std::unordered_map<std::string, std::string>();  // NB: under the GIL; leaked on purpose
+  auto it = verdicts->find(key);
+  if (it == verdicts->end()) {
+    std::string verdict;
+    PyObject* fn = op_callable(op.id);
+    try {
+      FallbackCall call{g, std::nullopt, {}, /*probe=*/true};
+      CallArgs ca = call_args(op, bound);
+      py::list pos;
+      for (const Value* v : ca.positional) pos.append(call.to_meta_py(*v));
+      py::dict kw;
+      for (const auto& [name, v] : ca.keywords) kw[py::str(name)] = call.to_meta_py(*v);
+      py::object warnings = py::module_::import("warnings");
+      py::object quiet = warnings.attr("catch_warnings")();
+      quiet.attr("__enter__")();
+      warnings.attr("simplefilter")("ignore");
+      try {
+        py::reinterpret_borrow<py::object>(fn)(*py::tuple(pos), **kw);
+      } catch (py::error_already_set& e) {
+        verdict = py::str(e.type().attr("__name__")).cast<std::string>() + ": " + e.what();
+      }
+      quiet.attr("__exit__")(py::none(), py::none(), py::none());
+    } catch (py::error_already_set& e) {
+      verdict = std::string("the kernel probe failed: ") + e.what();
+    } catch (MetaError& e) {
+      verdict = std::string("the kernel probe failed: ") + e.what();
+    }
+    it = verdicts->emplace(key, verdict).first;
+  }
+  if (it->second.empty()) return true;
+  *reason = op.target + " raises in eager for these operands: " + it->second.substr(0, it->second.find('\n'));
+  return false;
+}
+
 std::optional<ValueMeta> meta_by_fallback(const OpDef& op, const std::vector<Value>& bound, const Graph& g,
                                           std::string* reason) {
   PyObject* fn = op_callable(op.id);
@@ -124,7 +190,9 @@ std::optional<ValueMeta> meta_by_fallback(const OpDef& op, const std::vector<Val
     py::dict kw;
     for (const auto& [name, v] : ca.keywords) kw[py::str(name)] = call.to_meta_py(*v);
     py::object result = py::reinterpret_borrow<py::object>(fn)(*py::tuple(pos), **kw);
-    return call.from_result(result);
+    ValueMeta meta = call.from_result(result);
+    if (!kernel_exists(op, bound, g, reason)) return std::nullopt;
+    return meta;
   } catch (py::error_already_set& e) {
     *reason = op.target + " cannot be typed on meta tensors: " + std::string(e.what());
     auto nl = reason->find('\n');

@@ -1,0 +1,181 @@
+"""The CPU code generator computes what eager computes, bit for bit (issue 29, items 1-4): outputs
+share memory exactly where eager's do, Python numbers keep their exact value, 8/16-bit ints wrap
+and f16/bf16 round after every op, and calls eager rejects raise eager's error. Each test runs a
+function through framefuse.compile with the inductor backend and asserts the graph was compiled
+by the code generator (not handed to the reference runner), unless it says otherwise."""
+import operator
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import framefuse
+from framefuse import _C
+from framefuse.inductor import compile_graph
+
+import inductor_util as iu
+
+pytestmark = iu.needs_codegen
+
+
+def _compile(fn):
+    """fn compiled with framefuse's inductor; returns (compiled fn, list of compiled graphs)."""
+    seen = []
+
+    def backend(graph, example_inputs):
+        cg = compile_graph(graph, example_inputs)
+        seen.append(cg)
+        return cg
+
+    framefuse.reset()
+    return framefuse.compile(fn, backend=backend), seen
+
+
+def _same(a, b):
+    if isinstance(a, (tuple, list)):
+        return type(a) is type(b) and len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    return a.dtype == b.dtype and a.shape == b.shape and torch.equal(a, b)
+
+
+def _check(fn, *inputs, compiled=True):
+    """fn's result and its inputs afterwards equal eager's exactly."""
+    ref_in, got_in = [t.clone() for t in inputs], [t.clone() for t in inputs]
+    want = fn(*ref_in)
+    cfn, seen = _compile(fn)
+    got = cfn(*got_in)
+    assert _same(got, want), (got, want)
+    assert _same(got_in, ref_in)
+    if compiled:
+        assert seen and all(isinstance(cg, _C.inductor.CompiledGraph) for cg in seen), seen
+    return got
+
+
+# ---- 1: outputs that share memory in eager share it here -----------------------------------------
+
+def test_a_write_through_a_view_after_a_graph_break_reaches_its_base():
+    def f(a):
+        v = a * 3 + 3
+        w = v.reshape(2, 2)
+        if v.sum() > 0:  # graph break: v and w are both outputs of the first graph
+            pass
+        w.zero_()
+        return v
+
+    _check(f, torch.ones(4), compiled=False)  # the second graph mutates aliased inputs: reference runner
+    cfn, seen = _compile(f)
+    assert torch.equal(cfn(torch.ones(4)), torch.zeros(4))
+    assert isinstance(seen[0], _C.inductor.CompiledGraph)
+
+
+def test_view_outputs_of_one_intermediate_are_one_tensor():
+    def f(a):
+        v = a * 3 + 3
+        return v, v.view(2, 2), v.t() if v.dim() == 2 else v[1:]
+
+    v, w, s = _check(f, torch.arange(4.0))
+    w.add_(1)
+    assert torch.equal(v, w.view(4)) and torch.equal(s, v[1:])
+
+
+def test_outputs_share_memory_only_where_eager_does():
+    # floor of an int tensor and x.reshape of a non-viewable layout are new tensors in eager.
+    def f(x, y):
+        return torch.floor(x), y.t().reshape(6), x.to(torch.int64)
+
+    x, y = torch.arange(4), torch.arange(6.0).view(2, 3)
+    _check(f, x, y)
+    a, b, c = _compile(f)[0](x, y)
+    a.add_(10)
+    b.add_(10)
+    assert torch.equal(x, torch.arange(4)) and torch.equal(y, torch.arange(6.0).view(2, 3))
+    c.add_(1)  # x.to(x.dtype) is x itself
+    assert torch.equal(x, torch.arange(1, 5))
+
+
+def test_view_of_a_graph_input_stays_a_view():
+    def f(x):
+        return x.view(2, 3).transpose(0, 1), x * 2
+
+    x = torch.arange(6.0)
+    _check(f, x)
+    t, _ = _compile(f)[0](x)
+    t.zero_()
+    assert torch.equal(x, torch.zeros(6))
+
+
+# ---- 3: an epilogue written in place never shows through a view of the extern result ---------
+
+def test_view_of_a_matmul_output_keeps_the_product():
+    a, b = torch.randn(4, 5), torch.randn(5, 3)
+    _check(lambda a, b: ((a @ b) * 2, (a @ b)[0]), a, b)
+
+    def f(a, b):
+        v = a @ b
+        return v * 2, v[0]
+
+    _check(f, a, b)
+
+
+def test_view_of_a_linear_output_keeps_the_product():
+    def f(a, w):
+        y = F.linear(a, w)
+        return y + 1, y[:, :2]
+
+    _check(f, torch.randn(4, 5), torch.randn(6, 5))
+
+
+# ---- 2: Python numbers keep their exact value ----------------------------------------------------
+
+@pytest.mark.parametrize("fn", [lambda x: x + (2**62 + 1), lambda x: x * (2**53 + 1), lambda x: x + (2**63 - 1),
+                                lambda x: x - (-2**63), lambda x: x * -(2**63), lambda x: (x + 2**40) * 2**30])
+def test_int64_scalars_are_exact_and_wrap(fn):
+    _check(fn, torch.tensor([1, 2, 3, -7, 2**62]))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("fn", [lambda x: x * (2**63 - 1), lambda x: x + (2**60 + 2**36 + 1), lambda x: x * 0.1,
+                                lambda x: x + 0.1, lambda x: x - 1e-8, lambda x: x / 3.0, lambda x: 3.0 / x,
+                                lambda x: 0.1 * x, lambda x: x * 1.0000001])
+def test_float_scalars_round_as_in_eager(fn, dtype):
+    _check(fn, (torch.randn(64) * 3).to(dtype))
+
+
+def test_float64_constants_that_print_alike_are_different_kernels():
+    # The CPU object cache is keyed by the loop IR's text: 9 significant digits made these one.
+    x = torch.randn(16, dtype=torch.float64)
+    _check(lambda x: x * 0.1, x)
+    _check(lambda x: x * 0.10000000001, x)
+
+
+# ---- 4: integer and bool semantics -------------------------------------------------------------
+
+def test_uint8_wraps_before_a_float_conversion():
+    got = _check(lambda x: (x + x) * 1.0, torch.tensor([200, 100, 7], dtype=torch.uint8))
+    assert got.tolist() == [144.0, 200.0, 14.0]
+
+
+@pytest.mark.parametrize("dtype", [torch.int8, torch.uint8, torch.int16])
+@pytest.mark.parametrize("fn", [lambda x: (x + x) * 1.0, lambda x: (x * 3 - 1).float(), lambda x: x + 300,
+                                lambda x: x < 300, lambda x: x == 356, lambda x: (-x).to(torch.int32),
+                                lambda x: x.to(torch.int64) * 1000, lambda x: (x * 100).sum()])
+def test_small_ints_wrap_after_every_op(fn, dtype):
+    info = torch.iinfo(dtype)
+    _check(fn, torch.tensor([info.min, info.max, 0, 1, -1 if info.min < 0 else 2, 77], dtype=dtype))
+
+
+def test_f16_and_bf16_round_after_every_op():
+    for dtype in (torch.float16, torch.bfloat16):
+        x = torch.randn(257).to(dtype)
+        _check(lambda x: (x * 3 + 1) * x - 0.3, x)
+        _check(lambda x: torch.where(x > 0, x * 1.1, x / 7), x)
+
+
+@pytest.mark.parametrize("fn", [lambda a: a - 1, lambda a: a.abs(), lambda a: a.floor(), lambda a: -a,
+                                lambda a: a - a, lambda a: 1 - a])
+def test_bool_ops_eager_rejects_raise_its_error(fn):
+    a = torch.tensor([True, False])
+    with pytest.raises(Exception) as want:
+        fn(a)
+    cfn, _ = _compile(fn)
+    with pytest.raises(type(want.value)):
+        cfn(a)
