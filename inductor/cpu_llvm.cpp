@@ -105,7 +105,7 @@ Jit& jit() {
 struct MathFn { UnaryOp op; const char* f32; const char* f64; };
 const MathFn kMathFns[] = {
     {UnaryOp::Tan, "tanf", "tan"},     {UnaryOp::Tanh, "tanhf", "tanh"},    {UnaryOp::Erf, "erff", "erf"},
-    {UnaryOp::Log1p, "log1pf", "log1p"}, {UnaryOp::Expm1, "expm1f", "expm1"},
+    {UnaryOp::Log1p, "log1pf", "log1p"}, {UnaryOp::Expm1, "expm1f", "expm1"}, {UnaryOp::Exp2, "exp2f", "exp2"},
 };
 
 // Vector variants in glibc's libmvec (x86_64): scalar name -> ISA letter + width + signature.
@@ -120,6 +120,7 @@ void add_vector_math(TargetLibraryInfoImpl& tlii, bool avx512, bool avx2) {
         {"llvm.pow.f32", "llvm.pow.f64", "pow", "vv"},  {"tanf", "tan", "tan", "v"},
         {"tanhf", "tanh", "tanh", "v"},                  {"erff", "erf", "erf", "v"},
         {"log1pf", "log1p", "log1p", "v"},               {"expm1f", "expm1", "expm1", "v"},
+        {"exp2f", "exp2", "exp2", "v"},
         {"sinf", "sin", "sin", "v"},                     {"cosf", "cos", "cos", "v"},
         {"expf", "exp", "exp", "v"},                     {"logf", "log", "log", "v"},
     };
@@ -158,8 +159,6 @@ class KernelEmitter {
     bufs_ = k_.buffers();
     int loops = 0;
     std::function<void(const loop::Stmt&)> scan = [&](const loop::Stmt& s) {
-      if (s.kind == StmtKind::Reduce && (s.rop == ReduceOp::Max || s.rop == ReduceOp::Min) && loop::is_float(k_.locals[static_cast<size_t>(s.local)]))
-        has_minmax_ = true;
       if (s.kind == StmtKind::Loop) loops++;
       for (auto& c : s.body) scan(c);
     };
@@ -181,7 +180,7 @@ class KernelEmitter {
     Type* i8p = b_.getInt8PtrTy();
     Function* entry_fn = Function::Create(FunctionType::get(b_.getVoidTy(), {i8p->getPointerTo(), i64, i64}, false),
                                           Function::ExternalLinkage, name, m_);
-    set_attrs(entry_fn, false);
+    set_attrs(entry_fn);
     b_.SetInsertPoint(BasicBlock::Create(ctx_, "entry", entry_fn));
     auto ea = entry_fn->arg_begin();
     Value* arr = &*ea++;
@@ -229,8 +228,7 @@ class KernelEmitter {
         min_elem = std::min(min_elem, dtype_size(p_.buffers[static_cast<size_t>(bufs_[i])].dtype));
       }
     }
-    set_attrs(body, has_minmax_);
-    no_nans_ = has_minmax_;
+    set_attrs(body);
     body->addFnAttr(Attribute::NoInline);
     fn_ = body;
     ptrs_.clear();
@@ -277,19 +275,17 @@ class KernelEmitter {
     return body;
   }
 
-  void set_attrs(Function* f, bool no_nans) {
+  // NB: no function-wide fast-math attributes ("no-nans-fp-math", "no-signed-zeros-fp-math"): they
+  // hold for every instruction of the kernel, and the backend then folds 0.0 - x to -x and x - x
+  // to 0. The float max/min reductions carry nnan/nsz on their own calls, which is all LLVM 14's
+  // vectorizer needs (NaNs are tracked by flags, see reduce).
+  void set_attrs(Function* f) {
     Jit& j = jit();
     f->addFnAttr("target-cpu", j.cpu);
     f->addFnAttr("target-features", j.features);
     if (j.avx512) f->addFnAttr("prefer-vector-width", "512");
     f->addFnAttr(Attribute::NoUnwind);
     f->addFnAttr(Attribute::getWithStackAlignment(ctx_, Align(64)));
-    if (no_nans) {
-      // NB: needed for the vectorizer to accept float max/min reductions; NaNs are tracked by
-      // integer flags (see reduce), and isnan is computed on the bits, never by fcmp.
-      f->addFnAttr("no-nans-fp-math", "true");
-      f->addFnAttr("no-signed-zeros-fp-math", "true");
-    }
   }
 
   Type* compute_type(ScalarType t) {
@@ -487,14 +483,6 @@ class KernelEmitter {
     return b_.CreateCall(f, {a, c});
   }
 
-  // An ordered float comparison. In kernels compiled with no-nans-fp-math (those with float
-  // max/min reductions) the backend may lower fcmp as if no operand were NaN (NaN == x came out
-  // true), so there the NaN cases are settled on the bits.
-  Value* ordered(Value* cmp, Value* a, Value* c) {
-    if (!no_nans_) return cmp;
-    return b_.CreateAnd(cmp, b_.CreateNot(b_.CreateOr(is_nan_bits(a), is_nan_bits(c))));
-  }
-
   Value* binary(BinaryOp op, Value* a, Value* c, ScalarType st) {
     Type* t = a->getType();
     bool fl = loop::is_float(st);
@@ -525,12 +513,12 @@ class KernelEmitter {
         return b_.CreateSelect(b_.CreateOr(is_nan_bits(a), is_nan_bits(c)), b_.CreateFAdd(a, c), m);
       }
       case BinaryOp::Pow: return call_intrinsic(Intrinsic::pow, {a, c});
-      case BinaryOp::Eq: return fl ? ordered(b_.CreateFCmpOEQ(a, c), a, c) : b_.CreateICmpEQ(a, c);
-      case BinaryOp::Ne: return fl ? b_.CreateNot(ordered(b_.CreateFCmpOEQ(a, c), a, c)) : b_.CreateICmpNE(a, c);
-      case BinaryOp::Lt: return fl ? ordered(b_.CreateFCmpOLT(a, c), a, c) : is_bool ? b_.CreateICmpULT(a, c) : b_.CreateICmpSLT(a, c);
-      case BinaryOp::Le: return fl ? ordered(b_.CreateFCmpOLE(a, c), a, c) : is_bool ? b_.CreateICmpULE(a, c) : b_.CreateICmpSLE(a, c);
-      case BinaryOp::Gt: return fl ? ordered(b_.CreateFCmpOGT(a, c), a, c) : is_bool ? b_.CreateICmpUGT(a, c) : b_.CreateICmpSGT(a, c);
-      case BinaryOp::Ge: return fl ? ordered(b_.CreateFCmpOGE(a, c), a, c) : is_bool ? b_.CreateICmpUGE(a, c) : b_.CreateICmpSGE(a, c);
+      case BinaryOp::Eq: return fl ? b_.CreateFCmpOEQ(a, c) : b_.CreateICmpEQ(a, c);
+      case BinaryOp::Ne: return fl ? b_.CreateNot(b_.CreateFCmpOEQ(a, c)) : b_.CreateICmpNE(a, c);
+      case BinaryOp::Lt: return fl ? b_.CreateFCmpOLT(a, c) : is_bool ? b_.CreateICmpULT(a, c) : b_.CreateICmpSLT(a, c);
+      case BinaryOp::Le: return fl ? b_.CreateFCmpOLE(a, c) : is_bool ? b_.CreateICmpULE(a, c) : b_.CreateICmpSLE(a, c);
+      case BinaryOp::Gt: return fl ? b_.CreateFCmpOGT(a, c) : is_bool ? b_.CreateICmpUGT(a, c) : b_.CreateICmpSGT(a, c);
+      case BinaryOp::Ge: return fl ? b_.CreateFCmpOGE(a, c) : is_bool ? b_.CreateICmpUGE(a, c) : b_.CreateICmpSGE(a, c);
       case BinaryOp::And: return b_.CreateAnd(a, c);
       case BinaryOp::Or: return b_.CreateOr(a, c);
     }
@@ -541,8 +529,8 @@ class KernelEmitter {
     if (from == to) return v;
     Type* tt = compute_type(to);
     bool ff = loop::is_float(from), ft = loop::is_float(to);
-    if (to == ScalarType::Bool)  // NB: NaN is true; `x != 0` settled on the bits (see ordered)
-      return ff ? b_.CreateNot(ordered(b_.CreateFCmpOEQ(v, fconst(0.0, v->getType())), v, v)) : b_.CreateICmpNE(v, ConstantInt::get(v->getType(), 0));
+    if (to == ScalarType::Bool)  // NB: NaN is true (unordered or not equal)
+      return ff ? b_.CreateFCmpUNE(v, fconst(0.0, v->getType())) : b_.CreateICmpNE(v, ConstantInt::get(v->getType(), 0));
     if (ff && ft) return from == ScalarType::F32 ? b_.CreateFPExt(v, tt) : b_.CreateFPTrunc(v, tt);
     if (ff) return b_.CreateFPToSI(v, tt);
     if (ft) return from == ScalarType::Bool ? b_.CreateUIToFP(v, tt) : b_.CreateSIToFP(v, tt);
@@ -715,8 +703,6 @@ class KernelEmitter {
   std::vector<Value*> locals_, flags_, vars_;
   std::set<int> nan_tracked_;
   bool multi_loop_ = false;
-  bool no_nans_ = false;
-  bool has_minmax_ = false;
 };
 
 // In the streaming bodies (name ending in "_stream"), vector stores that the optimizer proved
@@ -797,7 +783,7 @@ std::shared_ptr<CpuModule> compile_cpu(const loop::Program& p, const CpuCompileO
   auto mod = std::make_shared<CpuModule>();
   // NB: non-temporal stores are x86's (sfence); elsewhere the option does nothing.
   int64_t stream_bytes = j.tm->getTargetTriple().isX86() ? options.streaming_store_bytes : 0;
-  std::string text = "framefuse-cpu-v6\nllvm " LLVM_VERSION_STRING "\n" + j.cpu + "\n" + j.features +
+  std::string text = "framefuse-cpu-v7\nllvm " LLVM_VERSION_STRING "\n" + j.cpu + "\n" + j.features +
                      "\nstreaming " + std::to_string(stream_bytes) + "\n" + loop::program_str(p);
   mod->cache_key = cache_key_hash(text);
   std::string object;

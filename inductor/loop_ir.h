@@ -48,6 +48,7 @@ inline bool is_float(ScalarType t) { return t == ScalarType::F32 || t == ScalarT
   X(Tan, "tan", true) X(Tanh, "tanh", true) X(Sqrt, "sqrt", true) X(Rsqrt, "rsqrt", true)        \
   X(Erf, "erf", true) X(Sigmoid, "sigmoid", true) X(Floor, "floor", true) X(Ceil, "ceil", true)  \
   X(Reciprocal, "reciprocal", true) X(Log1p, "log1p", true) X(Expm1, "expm1", true)              \
+  X(Exp2, "exp2", true)                                                                            \
   X(IsNan, "isnan", true) /* result bool */
 enum class UnaryOp : uint8_t {
 #define FF_LOOP_UN_ENUM(e, s, f) e,

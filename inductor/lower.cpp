@@ -255,9 +255,17 @@ LT Lowerer::permute(const LT& x, const std::vector<int64_t>& perm) {
 // torch's stride computation for a view of (sizes, strides) as `shape`; nullopt when a copy is needed.
 std::optional<std::vector<int64_t>> view_strides(const std::vector<int64_t>& oldshape, const std::vector<int64_t>& oldstride,
                                                  const std::vector<int64_t>& shape) {
+  // NB: as torch's computeStride: a 0-d tensor views as anything of one element, and an empty
+  // one as anything empty (its old strides where the shape stays, contiguous strides else).
+  if (oldshape.empty()) return std::vector<int64_t>(shape.size(), 1);
   int64_t numel = 1;
   for (int64_t s : oldshape) numel *= s;
-  if (numel == 0) return std::nullopt;
+  if (numel == 0) {
+    if (oldshape == shape) return oldstride;
+    std::vector<int64_t> st(shape.size());
+    for (size_t d = shape.size(); d-- > 0;) st[d] = d + 1 == shape.size() ? 1 : std::max<int64_t>(shape[d + 1], 1) * st[d + 1];
+    return st;
+  }
   std::vector<int64_t> newstride(shape.size());
   int64_t view_d = static_cast<int64_t>(shape.size()) - 1;
   int64_t chunk_base_stride = oldstride.empty() ? 1 : oldstride.back();
@@ -576,7 +584,7 @@ namespace {
 
 // The out-of-place form of in-place call n in *out: add_ -> add, relu(inplace=True) ->
 // relu(inplace=False). Returns "" or why there is none.
-std::string out_of_place(const Node& n, Node* out) {
+std::string out_of_place(const Node& n, Node* out, const Graph* g) {
   static const std::map<std::string, std::string> kOutOfPlace = {
       {"op_iadd", "op_add"}, {"op_isub", "op_sub"}, {"op_imul", "op_mul"}, {"op_itruediv", "op_truediv"},
       {"add_", "add"},       {"sub_", "sub"},       {"mul_", "mul"},       {"div_", "div"},
@@ -595,6 +603,16 @@ std::string out_of_place(const Node& n, Node* out) {
   } else {
     int i = op.schema.index_of("inplace");
     out->args[static_cast<size_t>(i)] = Value::of_bool(false);
+  }
+  // NB: eager computes an in-place op in the dtype its out-of-place form gives (x_bf16 *= y_f64
+  // multiplies in float64) and converts the result to self's dtype when it stores it.
+  if (g && out->meta.is_tensor()) {
+    try {
+      if (auto m = infer_meta(op_def(out->op), out->args, *g); m && m->is_tensor() && m->tensor.sizes == n.meta.tensor.sizes)
+        out->meta = *m;
+    } catch (const std::exception&) {
+      // the graph's own meta stays
+    }
   }
   return "";
 }
@@ -632,7 +650,7 @@ std::string Lowerer::functional_form(NodeId id, Node* out) const {
                    xo.name != "einsum" && (!call_mutates_input(xo, xn.args) || fresh_[static_cast<size_t>(x)]);
   if (!allocates) return "the tensor it mutates may alias another tensor";
   if (xn.meta.tensor.sizes != n.meta.tensor.sizes) return "it would broadcast";
-  return out_of_place(n, out);
+  return out_of_place(n, out, &g_);
 }
 
 // An in-place call on a graph input (or on an earlier such call's result) becomes a kernel that
@@ -665,7 +683,7 @@ std::string Lowerer::write_input(NodeId id) {
       value = broadcast(scalar(0, m.dtype), m.sizes);
     } else {
       Node fn;
-      if (std::string why = out_of_place(n, &fn); !why.empty()) return why;
+      if (std::string why = out_of_place(n, &fn, &g_); !why.empty()) return why;
       auto it = op_lowerings().find(op_def(fn.op).name);
       if (it == op_lowerings().end()) return "no lowering for " + op_def(fn.op).name;
       value = it->second(*this, fn);

@@ -89,8 +89,12 @@ LT div_rule(Lowerer& L, const Node& n, const Value& a, const Value& b, const Val
     if (mode->s != "trunc" || !is_floating(out)) throw NoLowering("rounding_mode " + mode->s);
     LT x = L.tensor(a), y = L.tensor(b);
     DType compute = binary_operands(L, b, out, true, &x, &y);
-    return Lowerer::map({x, y}, compute, out, [](const V& v) {
+    // NB: eager's f16/bf16 kernel rounds the quotient to the dtype before it truncates (except
+    // for an opmath scalar divisor, where it truncates the float quotient).
+    bool round_first = compute == out && loop::needs_narrowing(out);
+    return Lowerer::map({x, y}, compute, out, [round_first, out](const V& v) {
       Expr q = loop::binary(BinaryOp::Div, v[0], v[1]);
+      if (round_first) q = loop::narrow(q, out);
       // trunc(q): floor for q >= 0, ceil below.
       return loop::select(loop::binary(BinaryOp::Lt, q, fconst(0, q)), loop::unary(UnaryOp::Ceil, q), loop::unary(UnaryOp::Floor, q));
     });
@@ -115,9 +119,13 @@ LT pow_rule(Lowerer& L, const Node& n, const Value& a, const Value& b) {
   if (b.is_number()) {
     double e = b.as_double();
     auto m = [&](std::function<Expr(const Expr&)> f) { return Lowerer::map({L.tensor(a)}, ct, out, [f](const V& v) { return f(v[0]); }); };
+    // NB: eager's bf16 kernel rounds x*x to bf16 before the next step of x**3 and x**-2 (its
+    // vector type rounds every op); f16 and wider compute them in one go.
+    auto step = [out](const Expr& x) { return out == DType::BFloat16 ? loop::narrow(x, out) : x; };
     if (e == 1.0) return m([](const Expr& x) { return x; });
     if (e == 2.0) return m([](const Expr& x) { return loop::binary(BinaryOp::Mul, x, x); });
-    if (e == 3.0) return m([](const Expr& x) { return loop::binary(BinaryOp::Mul, loop::binary(BinaryOp::Mul, x, x), x); });
+    if (e == 3.0) return m([step](const Expr& x) { return loop::binary(BinaryOp::Mul, step(loop::binary(BinaryOp::Mul, x, x)), x); });
+    if (e == -2.0) return m([step](const Expr& x) { return loop::unary(UnaryOp::Reciprocal, step(loop::binary(BinaryOp::Mul, x, x))); });
     if (e == 0.5) return m([](const Expr& x) { return loop::unary(UnaryOp::Sqrt, x); });
     if (e == -0.5) return m([](const Expr& x) { return loop::unary(UnaryOp::Rsqrt, x); });
     if (e == -1.0) return m([](const Expr& x) { return loop::unary(UnaryOp::Reciprocal, x); });

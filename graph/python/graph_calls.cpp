@@ -3,6 +3,7 @@
 #include <pybind11/pybind11.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <unordered_map>
 
@@ -126,8 +127,11 @@ struct FallbackCall {
 // same dtypes (cached by op and operand signature); if that raises, the call is not put in the
 // graph (it runs in eager, which raises the user its own error).
 bool kernel_exists(const OpDef& op, const std::vector<Value>& bound, const Graph& g, std::string* reason) {
-  if (!(op.traits & (kPointwise | kReduction | kComposite)) || (op.traits & (kRandom | kCreation | kNondeterministicOutput)))
+  if (!(op.traits & (kPointwise | kReduction | kComposite | kCreation)) || (op.traits & (kRandom | kNondeterministicOutput)))
     return true;
+  bool has_tensor = false;
+  for (const Value& v : bound) has_tensor |= v.is_node() && g.node(v.node).meta.is_tensor();
+  if (!has_tensor) return true;  // torch.full(sizes, v): no operand to shrink
   std::string key = op.name;
   for (const Value& v : bound) {
     if (v.is_node() && g.node(v.node).meta.is_tensor()) {
@@ -172,6 +176,36 @@ bool kernel_exists(const OpDef& op, const std::vector<Value>& bound, const Graph
   }
   if (it->second.empty()) return true;
   *reason = op.target + " raises in eager for these operands: " + it->second.substr(0, it->second.find('\n'));
+  return false;
+}
+
+// Whether Python number v may not convert to dtype dt: eager converts some scalar arguments with
+// a checked conversion (masked_fill, clamp, fill_, where, hardtanh ...) and raises "value cannot be
+// converted to type ... without overflow" where it does not fit. Over-approximate: such calls are
+// only probed (kernel_exists), which settles it.
+bool number_may_overflow(const Value& v, DType dt) {
+  if (!v.is_number() || v.kind == Value::Kind::Bool) return false;
+  double x = v.as_double();
+  if (dt == DType::Bool) return !(x == 0 || x == 1);
+  if (is_integral(dt, false)) {
+    if (v.kind == Value::Kind::Float && !std::isfinite(x)) return true;
+    int bits = static_cast<int>(dtype_size(dt)) * 8;
+    double lo = dt == DType::UInt8 ? 0 : -std::ldexp(1.0, bits - 1), hi = std::ldexp(1.0, dt == DType::UInt8 ? 8 : bits - 1) - 1;
+    if (v.kind == Value::Kind::Int) return dt != DType::Int64 && (static_cast<double>(v.i) < lo || static_cast<double>(v.i) > hi);
+    return x < lo || x > hi;
+  }
+  double max = dt == DType::Float16 ? 65504.0 : dt == DType::BFloat16 ? 3.3895313892515355e38 : dt == DType::Float32 ? 3.4028234663852886e38 : INFINITY;
+  return std::isfinite(x) && std::fabs(x) > max;
+}
+
+bool has_overflowing_number(const std::vector<Value>& bound, const ValueMeta& meta, const Graph& g) {
+  std::vector<DType> dtypes;
+  if (meta.is_tensor()) dtypes.push_back(meta.tensor.dtype);
+  for (const Value& v : bound)
+    if (v.is_node() && g.node(v.node).meta.is_tensor()) dtypes.push_back(g.node(v.node).meta.tensor.dtype);
+  for (const Value& v : bound)
+    for (DType dt : dtypes)
+      if (number_may_overflow(v, dt)) return true;
   return false;
 }
 
@@ -358,6 +392,8 @@ std::optional<NodeId> add_op_call(Graph& g, OpId op, const std::vector<Value>& a
       return std::nullopt;
     }
     meta = meta_by_fallback(def, *bound, g, reason);
+  } else if (has_overflowing_number(*bound, *meta, g) && !kernel_exists(def, *bound, g, reason)) {
+    return std::nullopt;
   }
   if (!meta) return std::nullopt;
   if (!grad_enabled) clear_requires_grad(*meta);

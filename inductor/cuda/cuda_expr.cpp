@@ -110,6 +110,7 @@ const char* unary_fn(UnaryOp op) {
     case UnaryOp::Reciprocal: return "ff_recip";
     case UnaryOp::Log1p: return "ff_log1p";
     case UnaryOp::Expm1: return "ff_expm1";
+    case UnaryOp::Exp2: return "ff_exp2";
     default: return nullptr;
   }
 }
