@@ -88,6 +88,15 @@ LT clamp_rule(Lowerer& L, const Node& n, const char* lo_name, const char* hi_nam
   });
 }
 
+// NB: eager converts both operands to their common dtype first: logical_and(x_uint8, tensor(256))
+// tests 256 as the uint8 0.
+LT logical(Lowerer& L, const Node& n, BinaryOp op) {
+  DType common = result_type({n.args[0], n.args[1]}, L.graph());
+  return Lowerer::map({L.tensor(n.args[0]), L.tensor(n.args[1])}, common, DType::Bool, [op](const V& v) {
+    return bin(op, loop::cast(v[0], loop::ScalarType::Bool), loop::cast(v[1], loop::ScalarType::Bool));
+  });
+}
+
 }  // namespace
 
 void add_extra_rules(OpRules& r) {
@@ -169,18 +178,14 @@ void add_extra_rules(OpRules& r) {
     if (out == DType::Bool) throw NoLowering("bool rsub");
     const Value& al = L.arg(n, "alpha");
     if (!al.is_number()) throw NoLowering("alpha");
-    double a = al.as_double();
-    return Lowerer::map({L.tensor(n.args[0]), L.tensor(n.args[1])}, out, out, [a](const V& v) {
-      return bin(BinaryOp::Sub, v[1], a == 1.0 ? v[0] : bin(BinaryOp::Mul, v[0], c(a, v[0])));
+    // other - alpha * input, alpha converted to the result dtype like the operands (exact int64)
+    return Lowerer::map({L.tensor(n.args[0]), L.tensor(n.args[1]), L.tensor(al)}, out, out, [](const V& v) {
+      return bin(BinaryOp::Sub, v[1], bin(BinaryOp::Mul, v[0], v[2]));
     });
   };
 
-  r["logical_and"] = [](Lowerer& L, const Node& n) {
-    return Lowerer::map({L.tensor(n.args[0]), L.tensor(n.args[1])}, DType::Bool, DType::Bool, [](const V& v) { return bin(BinaryOp::And, v[0], v[1]); });
-  };
-  r["logical_or"] = [](Lowerer& L, const Node& n) {
-    return Lowerer::map({L.tensor(n.args[0]), L.tensor(n.args[1])}, DType::Bool, DType::Bool, [](const V& v) { return bin(BinaryOp::Or, v[0], v[1]); });
-  };
+  r["logical_and"] = [](Lowerer& L, const Node& n) { return logical(L, n, BinaryOp::And); };
+  r["logical_or"] = [](Lowerer& L, const Node& n) { return logical(L, n, BinaryOp::Or); };
   r["clamp"] = [](Lowerer& L, const Node& n) { return clamp_rule(L, n, "min", "max"); };
   r["clamp_min"] = [](Lowerer& L, const Node& n) { return clamp_rule(L, n, "min", nullptr); };
   r["clamp_max"] = [](Lowerer& L, const Node& n) { return clamp_rule(L, n, nullptr, "max"); };

@@ -179,11 +179,15 @@ def generate(seed: int, device: str = "cpu", max_ops: int = 10) -> Case:
     approx, signless = set(), set()
     names = list(env)
     stmts = []
-    ns = {"torch": torch}
+    ns = {"torch": torch, "framefuse": framefuse}
     n_ops = rng.randint(1, max_ops)
     tries = 0
     while len(stmts) < n_ops and tries < n_ops * 8:
         tries += 1
+        if stmts and rng.random() < 0.04:
+            # A graph break: what is live crosses it as outputs of one graph and inputs of the next.
+            stmts.append(Stmt("framefuse.graph_break()", "graph_break", []))
+            continue
         op = fuzz_ops.choose(rng)
         recent = names[-4:] if rng.random() < 0.7 else names
         pool = [n for n in recent if (op.smooth or n not in approx) and
@@ -307,7 +311,7 @@ Outcome = collections.namedtuple("Outcome", "status kind detail compiled")  # st
 
 
 def _function(case):
-    ns = {"torch": torch}
+    ns = {"torch": torch, "framefuse": framefuse}
     exec(compile(case.source(), f"<fuzz case {case.seed}>", "exec"), ns)
     return ns["f"]
 
