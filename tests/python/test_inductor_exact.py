@@ -32,9 +32,15 @@ def _compile(fn):
 
 
 def _same(a, b):
+    """Bit for bit: NaN equals NaN, -0.0 differs from 0.0."""
     if isinstance(a, (tuple, list)):
         return type(a) is type(b) and len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
-    return a.dtype == b.dtype and a.shape == b.shape and torch.equal(a, b)
+    if a.dtype != b.dtype or a.shape != b.shape:
+        return False
+    if not a.dtype.is_floating_point:
+        return torch.equal(a, b)
+    both_nan = torch.isnan(a) & torch.isnan(b)
+    return bool((both_nan | ((a == b) & (torch.signbit(a) == torch.signbit(b)))).all())
 
 
 def _check(fn, *inputs, compiled=True):
@@ -179,3 +185,81 @@ def test_bool_ops_eager_rejects_raise_its_error(fn):
     cfn, _ = _compile(fn)
     with pytest.raises(type(want.value)):
         cfn(a)
+
+
+# ---- found by the codegen fuzzer (tests/fuzz): each a minimal case ------------------------------
+
+def test_no_function_wide_fast_math_in_kernels_with_a_min_reduction():
+    # 0.0 - x became -x under no-signed-zeros-fp-math: -0.0 where eager gives 0.0.
+    got = _check(lambda x: 0.0 - torch.argmin(x, 1, keepdim=True), torch.tensor([[1.0, 2.0, 3.0]], dtype=torch.float64))
+    assert not torch.signbit(got).any()
+    _check(lambda x: (torch.amax(x, 1, keepdim=True), x - x), torch.tensor([[1.0, float("inf"), float("nan")]]))
+
+
+def test_in_place_ops_compute_in_the_promoted_dtype():
+    def f(x, y):
+        x *= y
+        x.add_(y)
+        return x
+
+    _check(f, torch.randn(64).to(torch.bfloat16), torch.randn(64, dtype=torch.float64) * 3.3)
+
+
+@pytest.mark.parametrize("fn", [
+    lambda x: torch.nn.functional.hardsigmoid(x),
+    lambda x: torch.sign(x),
+    lambda x: torch.clamp(x, float("nan"), 1.0),
+    lambda x: torch.clamp(x, min=float("nan")),
+    lambda x: torch.clamp(x, torch.tensor(float("nan")), torch.tensor(2.0)),
+    lambda x: torch.clamp_min(x, 0.5),
+])
+def test_pointwise_formulas_are_eagers(fn):
+    x = torch.tensor([-4.0, -3.0, -1.0, -0.0, 0.0, 0.3, 1.7, 3.0, 5.0, float("nan"), float("inf"), -float("inf")] * 3)
+    _check(fn, x)
+
+
+def test_lerp_computes_from_the_nearer_end():
+    # start + 1.0 * (end - start) is not end in floats; eager's end - (end - start) * 0.0 is.
+    start, end = torch.tensor([3.0, 1e8, -7.1, 0.3]), torch.tensor([0.1, 3.3, 1e-3, 1.9])
+    got = _check(lambda a, b: torch.lerp(a, b, 1.0), start, end)
+    assert torch.equal(got, end)
+
+
+def test_exp2_is_accurate_for_large_arguments():
+    x = torch.linspace(-120.0, 120.0, 999, dtype=torch.float32)
+    cfn, _ = _compile(lambda x: torch.exp2(x))
+    torch.testing.assert_close(cfn(x), torch.exp2(x), rtol=3e-7, atol=0)
+
+
+def test_f16_trunc_division_rounds_the_quotient_first():
+    x = torch.tensor([-3.0, 1.5, 2.0, 0.7, 5952.0], dtype=torch.float16)
+    y = torch.tensor([0.7, 0.3, 0.11, 0.13, 1.0009765625], dtype=torch.float16)
+    _check(lambda x, y: torch.div(x, y, rounding_mode="trunc"), x, y)
+
+
+@pytest.mark.parametrize("e", [3, -2, 2, -1])
+def test_bf16_integer_powers_round_like_eager(e):
+    _check(lambda x: x ** e, (torch.randn(257) * 4).to(torch.bfloat16))
+
+
+def test_reshape_of_a_zero_dim_input_is_a_view():
+    _check(lambda x: x.reshape(-1), torch.tensor(5))
+    x = torch.tensor(5)
+    _compile(lambda x: x.reshape(-1))[0](x).add_(1)
+    assert x.item() == 6
+
+
+@pytest.mark.parametrize("fn", [lambda x: x.masked_fill(x > 0, 300), lambda x: torch.clamp(x, 300),
+                                lambda x: torch.where(x > 0, x, 300), lambda x: x.masked_fill(x > 0, -2**63)])
+def test_scalars_that_do_not_fit_raise_like_eager(fn):
+    x = torch.tensor([1, -2, 3], dtype=torch.int8)
+    with pytest.raises(RuntimeError):
+        fn(x)
+    cfn, _ = _compile(fn)
+    with pytest.raises(RuntimeError, match="without overflow"):
+        cfn(x)
+
+
+def test_logical_ops_convert_to_the_common_dtype_first():
+    got = _check(lambda x: torch.logical_and(x, torch.tensor(256)), torch.tensor([1, 2, 0], dtype=torch.uint8))
+    assert not got.any()
