@@ -18,6 +18,8 @@
 #include <cmath>
 #include <map>
 #include <mutex>
+#include <sstream>
+#include <stdexcept>
 #include <set>
 
 #include "src/errors.h"
@@ -37,6 +39,7 @@
 #include <llvm/IR/Verifier.h>
 #include <llvm/Passes/PassBuilder.h>
 #include <llvm/Support/DynamicLibrary.h>
+#include <llvm/Support/ErrorHandling.h>
 #include <llvm/Support/Host.h>
 #include <llvm/Support/TargetSelect.h>
 #include <llvm/Support/raw_ostream.h>
@@ -66,6 +69,26 @@ using loop::ScalarType;
 using loop::StmtKind;
 using loop::UnaryOp;
 
+// LLVM reports its own internal failures with report_fatal_error, which aborts the process; LLVM
+// 14's x86 backend has some in instruction selection of rare AVX-512 mask patterns ("Cannot
+// select: X86ISD::VBROADCAST of v8i1", a comparison of a stride-0 operand). The handler turns them
+// into this exception, thrown through LLVM's frames (which have unwind tables) up to compile_cpu.
+struct LlvmFatalError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+[[noreturn]] void throw_llvm_fatal(void*, const char* reason, bool) { throw LlvmFatalError(reason); }
+
+// The host's target features with AVX-512 off: the second try after LLVM failed on a kernel.
+std::string without_avx512(const std::string& features) {
+  std::string out, item;
+  std::stringstream ss(features);
+  while (std::getline(ss, item, ',')) {
+    if (item.rfind("+avx512", 0) == 0) item[0] = '-';
+    out += (out.empty() ? "" : ",") + item;
+  }
+  return out;
+}
+
 struct Jit {
   std::unique_ptr<orc::LLJIT> lljit;
   std::unique_ptr<TargetMachine> tm;
@@ -80,6 +103,7 @@ Jit& jit() {
     InitializeNativeTarget();
     InitializeNativeTargetAsmPrinter();
     auto* s = new Jit;
+    install_fatal_error_handler(throw_llvm_fatal, nullptr);
     sys::DynamicLibrary::LoadLibraryPermanently("libmvec.so.1");
     sys::DynamicLibrary::LoadLibraryPermanently("libm.so.6");
     auto jtmb = cantFail(orc::JITTargetMachineBuilder::detectHost());
@@ -149,8 +173,8 @@ void add_vector_math(TargetLibraryInfoImpl& tlii, bool avx512, bool avx2) {
 
 class KernelEmitter {
  public:
-  KernelEmitter(LLVMContext& ctx, Module& m, const loop::Program& p, const loop::Kernel& k)
-      : ctx_(ctx), m_(m), p_(p), k_(k), b_(ctx) {}
+  KernelEmitter(LLVMContext& ctx, Module& m, const loop::Program& p, const loop::Kernel& k, bool avx512)
+      : ctx_(ctx), m_(m), p_(p), k_(k), b_(ctx), avx512_(avx512) {}
 
   // Emits `name` (the exported entry: unpacks the buffer array) and its body. With stream_bytes > 0,
   // stored buffers of at least that size get a second body that writes them with non-temporal
@@ -282,8 +306,8 @@ class KernelEmitter {
   void set_attrs(Function* f) {
     Jit& j = jit();
     f->addFnAttr("target-cpu", j.cpu);
-    f->addFnAttr("target-features", j.features);
-    if (j.avx512) f->addFnAttr("prefer-vector-width", "512");
+    f->addFnAttr("target-features", avx512_ ? j.features : without_avx512(j.features));
+    if (j.avx512 && avx512_) f->addFnAttr("prefer-vector-width", "512");
     f->addFnAttr(Attribute::NoUnwind);
     f->addFnAttr(Attribute::getWithStackAlignment(ctx_, Align(64)));
   }
@@ -703,6 +727,7 @@ class KernelEmitter {
   std::vector<Value*> locals_, flags_, vars_;
   std::set<int> nan_tracked_;
   bool multi_loop_ = false;
+  bool avx512_ = true;  // false: the host's AVX-512 left unused (the retry after an LLVM failure)
 };
 
 // In the streaming bodies (name ending in "_stream"), vector stores that the optimizer proved
@@ -733,7 +758,7 @@ void mark_streaming_stores(Module& m) {
   }
 }
 
-void optimize(Module& m, TargetMachine& tm) {
+void optimize(Module& m, TargetMachine& tm, bool avx512) {
   Jit& j = jit();
   LoopAnalysisManager lam;
   FunctionAnalysisManager fam;
@@ -744,7 +769,7 @@ void optimize(Module& m, TargetMachine& tm) {
   pto.SLPVectorization = true;
   PassBuilder pb(&tm, pto);
   TargetLibraryInfoImpl tlii(Triple(m.getTargetTriple()));
-  add_vector_math(tlii, j.avx512, j.avx2);
+  add_vector_math(tlii, j.avx512 && avx512, j.avx2);
   // NB: must be registered before registerFunctionAnalyses: the first registration wins.
   fam.registerPass([&] { return TargetLibraryAnalysis(tlii); });
   pb.registerModuleAnalyses(mam);
@@ -787,25 +812,41 @@ std::shared_ptr<CpuModule> compile_cpu(const loop::Program& p, const CpuCompileO
                      "\nstreaming " + std::to_string(stream_bytes) + "\n" + loop::program_str(p);
   mod->cache_key = cache_key_hash(text);
   std::string object;
-  bool cached = !options.want_llvm_ir && disk_cache_load(options.cache_dir, mod->cache_key, &object);
-  if (!cached) {
+  auto build = [&](bool avx512) {
     LLVMContext ctx;
     Module m("ff_" + mod->cache_key, ctx);
     m.setTargetTriple(j.tm->getTargetTriple().str());
     m.setDataLayout(j.tm->createDataLayout());
     for (size_t k = 0; k < p.kernels.size(); ++k)
-      KernelEmitter(ctx, m, p, p.kernels[k]).emit("ff_kernel_" + std::to_string(k), stream_bytes);
+      KernelEmitter(ctx, m, p, p.kernels[k], avx512).emit("ff_kernel_" + std::to_string(k), stream_bytes);
     std::string err;
     raw_string_ostream es(err);
     FF_CHECK(!verifyModule(m, &es), "invalid LLVM IR: " + es.str());
-    optimize(m, *j.tm);
+    optimize(m, *j.tm, avx512);
     if (stream_bytes > 0) mark_streaming_stores(m);
     if (options.want_llvm_ir) {
+      mod->llvm_ir.clear();
       raw_string_ostream os(mod->llvm_ir);
       m.print(os, nullptr);
     }
     object = emit_object(m, *j.tm);
-    disk_cache_store(options.cache_dir, mod->cache_key, object);
+  };
+  bool cached = !options.want_llvm_ir && disk_cache_load(options.cache_dir, mod->cache_key, &object);
+  if (!cached) {
+    try {
+      build(true);
+    } catch (const LlvmFatalError& e) {
+      // NB: the program compiles again without AVX-512 (kept under a key of its own); where that
+      // fails too, the graph runs on the reference runner.
+      mod->cache_key = cache_key_hash(text + "\nwithout avx512");
+      cached = !options.want_llvm_ir && disk_cache_load(options.cache_dir, mod->cache_key, &object);
+      try {
+        if (!cached) build(false);
+      } catch (const LlvmFatalError& again) {
+        throw Unsupported(std::string("LLVM could not compile a kernel of this graph: ") + again.what());
+      }
+    }
+    if (!cached) disk_cache_store(options.cache_dir, mod->cache_key, object);
   }
   mod->from_disk_cache = cached;
   auto& jd = cantFail(j.lljit->createJITDylib("ff_module_" + std::to_string(j.modules++)));

@@ -16,6 +16,7 @@ ops eager rejects appear only as a deliberate last statement.
     python tests/fuzz/codegen_fuzz.py --count 100000            # a local run; prints a summary
     python tests/fuzz/codegen_fuzz.py --case 1234 --show        # one case's source and verdict
     python tests/fuzz/codegen_fuzz.py --count 2000 --device cuda
+    python tests/fuzz/codegen_fuzz.py --count 2000 --device cuda-compile   # NVRTC only, no GPU
 
 Failing cases are minimized (statements dropped while the failure stays) and printed; with
 --out DIR each is also written there as a runnable script.
@@ -175,7 +176,7 @@ def generate(seed: int, device: str = "cpu", max_ops: int = 10) -> Case:
         dtype = base_dtype if rng.random() < 0.6 else rng.choice(fuzz_ops.DTYPES)
         layout = rng.choice(LAYOUTS) if rng.random() < 0.5 else "contiguous"
         inputs.append(InputSpec(tuple(shape), dtype, layout))
-    env = {f"x{i}": make_input(s, seed * 31 + i, device) for i, s in enumerate(inputs)}
+    env = {f"x{i}": make_input(s, seed * 31 + i, "cpu" if device == "cuda-compile" else device) for i, s in enumerate(inputs)}
     approx, signless = set(), set()
     names = list(env)
     stmts = []
@@ -336,7 +337,31 @@ def _call(fn, inputs):
         return None, e
 
 
+def run_compile_only(case: Case) -> Outcome:
+    """--device cuda-compile: every graph of the case rendered as CUDA C++ and compiled by NVRTC
+    for sm_90 (no GPU needed); the graphs themselves run eagerly."""
+    from framefuse import cuda  # noqa: PLC0415
+    errors = []
+
+    def backend(graph, example_inputs):
+        try:
+            cuda.compile_graph(graph, arch="sm_90")
+        except Exception as e:  # noqa: BLE001
+            if not isinstance(e, framefuse.Unsupported):
+                errors.append(f"{type(e).__name__}: {e}")
+        return graph.run
+
+    framefuse.reset()
+    inputs = [make_input(s, case.seed * 31 + i, "cpu") for i, s in enumerate(case.inputs)]
+    _call(framefuse.compile(_function(case), backend=backend), inputs)
+    if errors:
+        return Outcome("fail", "nvrtc", errors[0][:2000], True)
+    return Outcome("ok", "", "", True)
+
+
 def run_case(case: Case) -> Outcome:
+    if case.device == "cuda-compile":
+        return run_compile_only(case)
     originals = [make_input(s, case.seed * 31 + i, case.device) for i, s in enumerate(case.inputs)]
     eager_in = [_restride(t) for t in originals]
     want, werr = _call(_function(case), eager_in)
@@ -392,9 +417,10 @@ def _restride(t):
     return out
 
 
-def _oracle(case, originals, dtype=torch.float64):
-    """The case run eagerly with float inputs in `dtype`: (outputs, inputs afterwards), or None."""
-    ins = [t.to(dtype) if t.dtype.is_floating_point else t.clone() for t in originals]
+def _oracle(case, originals, dtype=torch.float64, nudge=0.0):
+    """The case run eagerly with float inputs in `dtype` (times 1 + nudge): (outputs, inputs
+    afterwards), or None."""
+    ins = [t.to(dtype) * (1 + nudge) if t.dtype.is_floating_point else t.clone() for t in originals]
     # NB: integer math promotes to the default dtype: in a float64 run it must be float64 too.
     old = torch.get_default_dtype()
     torch.set_default_dtype(dtype)
@@ -409,25 +435,30 @@ def _oracle(case, originals, dtype=torch.float64):
 
 class Oracles:
     """Eager's error, estimated: against a float64 run for narrower results; for float64 results,
-    the float32 run's distance scaled down by the ratio of the two epsilons (the condition of the
-    computation shows in both)."""
+    the distance of two float32 runs (one with inputs nudged by a few ulps, so that one lucky run
+    does not hide the condition of the computation) scaled down by the ratio of the epsilons."""
 
     def __init__(self, case, originals):
         self.case, self.originals, self.runs = case, originals, {}
 
-    def _run(self, dtype):
-        if dtype not in self.runs:
-            self.runs[dtype] = _oracle(self.case, self.originals, dtype)
-        return self.runs[dtype]
+    def _run(self, dtype, nudge=0.0):
+        if (dtype, nudge) not in self.runs:
+            self.runs[dtype, nudge] = _oracle(self.case, self.originals, dtype, nudge)
+        return self.runs[dtype, nudge]
+
+    def _distance(self, run, want, which, i):
+        if run is None or i >= len(run[which]) or not isinstance(run[which][i], torch.Tensor) or run[which][i].shape != want.shape:
+            return None
+        return (want.cpu().to(torch.float64) - run[which][i].cpu().to(torch.float64)).abs()
 
     def error(self, want, which, i):
         """|eager - exact| estimated for output (which=0) or input (which=1) i."""
-        wide = want.dtype == torch.float64
-        run = self._run(torch.float32 if wide else torch.float64)
-        if run is None or i >= len(run[which]) or not isinstance(run[which][i], torch.Tensor) or run[which][i].shape != want.shape:
+        if want.dtype != torch.float64:
+            return self._distance(self._run(torch.float64), want, which, i)
+        d = [self._distance(self._run(torch.float32, nudge), want, which, i) for nudge in (0.0, 2.0**-21)]
+        if d[0] is None or d[1] is None:
             return None
-        err = (want.cpu().to(torch.float64) - run[which][i].cpu().to(torch.float64)).abs()
-        return err * (2.0**-52 / 2.0**-23) if wide else err
+        return torch.maximum(d[0], d[1]) * (2.0**-52 / 2.0**-23)
 
 
 # ---- minimizing ------------------------------------------------------------------------------
@@ -484,16 +515,18 @@ def describe(case):
 
 # ---- driver ----------------------------------------------------------------------------------
 
-def run(count, seed=0, device="cpu", out_dir=None, stop_after=None, verbose=False, report=print):
+def run(count, seed=0, device="cpu", out_dir=None, stop_after=None, verbose=False, report=print, start=0, trace=False):
     """Runs `count` cases; returns (summary Counter, list of (minimized case, outcome))."""
     framefuse.config.raise_on_internal_error = True
     framefuse.config.disk_cache = False
     stats = collections.Counter()
     ops = collections.Counter()
     failures = []
-    start = time.time()
-    for i in range(count):
+    t0 = time.time()
+    for i in range(start, start + count):
         case_seed = seed * 1_000_003 + i
+        if trace:  # the case a crash (a signal, an abort in LLVM) happened in
+            print(f"case {case_seed}", file=sys.stderr, flush=True)
         case = generate(case_seed, device)
         try:
             outcome = run_case(case)
@@ -518,8 +551,8 @@ def run(count, seed=0, device="cpu", out_dir=None, stop_after=None, verbose=Fals
             if stop_after and len(failures) >= stop_after:
                 break
         if verbose and (i + 1) % 500 == 0:
-            report(f"{i + 1} cases, {len(failures)} failing, {time.time() - start:.0f}s")
-    stats["seconds"] = int(time.time() - start)
+            report(f"{i + 1} cases, {len(failures)} failing, {time.time() - t0:.0f}s")
+    stats["seconds"] = int(time.time() - t0)
     return stats, failures, ops
 
 
@@ -532,6 +565,8 @@ def main(argv=None):
     p.add_argument("--show", action="store_true", help="print the case's source")
     p.add_argument("--out", help="write failing cases into this folder")
     p.add_argument("--stop-after", type=int, help="stop after this many failures")
+    p.add_argument("--start", type=int, default=0, help="index of the first case")
+    p.add_argument("--trace", action="store_true", help="print each case's seed to stderr before running it")
     args = p.parse_args(argv)
     warnings.simplefilter("ignore")
     if args.case is not None:
@@ -540,7 +575,8 @@ def main(argv=None):
             print(describe(case))
         print(run_case(case))
         return 0
-    stats, failures, ops = run(args.count, args.seed, args.device, args.out, args.stop_after, verbose=True)
+    stats, failures, ops = run(args.count, args.seed, args.device, args.out, args.stop_after, verbose=True,
+                               start=args.start, trace=args.trace)
     print("\nsummary:", ", ".join(f"{k}: {v}" for k, v in sorted(stats.items())))
     print("ops drawn:", ", ".join(f"{k} {v}" for k, v in ops.most_common()))
     return 1 if failures else 0

@@ -44,6 +44,13 @@ def test_fixed_budget_on_cpu_agrees_with_eager(fuzz_config):
     assert len(ops) >= 0.9 * len(cf.fuzz_ops.OPS), sorted(set(o.name for o in cf.fuzz_ops.OPS) - set(ops))
 
 
+def test_generated_cuda_source_compiles_for_random_graphs(fuzz_config):
+    from cuda_util import need_nvrtc  # noqa: PLC0415
+    need_nvrtc()
+    stats, _ = _run(150, seed=29, device="cuda-compile")
+    assert stats["cases"] == 150
+
+
 @gpu
 def test_fixed_budget_on_cuda_agrees_with_eager(fuzz_config):
     torch.backends.cuda.matmul.allow_tf32 = False

@@ -263,3 +263,48 @@ def test_scalars_that_do_not_fit_raise_like_eager(fn):
 def test_logical_ops_convert_to_the_common_dtype_first():
     got = _check(lambda x: torch.logical_and(x, torch.tensor(256)), torch.tensor([1, 2, 0], dtype=torch.uint8))
     assert not got.any()
+
+
+# ---- the CUDA renderer: the same exactness, compile-checked by NVRTC (no GPU needed) ------------
+
+def _cuda_source(build, inputs):
+    from cuda_util import need_nvrtc
+    from framefuse import cuda
+    need_nvrtc()
+    g = iu.build(build, inputs)
+    return cuda.compile_graph(g, arch="sm_90").source
+
+
+def test_cuda_source_narrows_small_ints_and_keeps_int64_constants():
+    src = _cuda_source(lambda g, x: g.call(operator.mul, g.call(operator.add, x, x), 1.0),
+                       [torch.zeros(64, dtype=torch.uint8)])
+    assert "(unsigned char)((int)((unsigned)" in src  # x + x wraps to uint8 before the float multiply
+    src = _cuda_source(lambda g, x: g.call(operator.add, x, 2**62 + 1), [torch.zeros(64, dtype=torch.int64)])
+    assert "4611686018427387905LL" in src and "(unsigned long long)" in src
+
+
+def test_cuda_source_rounds_f16_results_between_ops():
+    src = _cuda_source(lambda g, x: g.call(operator.mul, g.call(operator.add, x, 0.1), 3.0),
+                       [torch.zeros(64, dtype=torch.float16)])
+    assert "ff_f16_to_f32(ff_f32_to_f16(" in src
+
+
+def test_a_kernel_llvm_14_cannot_select_is_compiled_without_avx512():
+    # LLVM 14's x86 backend aborted the process on this comparison of a stride-0 operand
+    # ("Cannot select: v16i8 = X86ISD::VBROADCAST" of an AVX-512 mask).
+    x = torch.randn(1, 33, 1, 5).expand(33, 33, 16, 5)
+    _check(lambda x: torch.sign(x) > 0, x)
+
+
+def test_a_dead_reduction_fused_next_to_a_live_loop_is_dropped():
+    # argmin's result unused: its reduction stayed in the fused row kernel, wasted work, and
+    # NVRTC 13.0 (-Ofast-compile=min) crashed the process compiling it.
+    def build(g, x, y):
+        g.call(torch.argmin, y, -1)
+        return g.call(operator.add, g.call(operator.mul, y, 3), x)
+
+    x, y = torch.arange(48).reshape(1, 8, 2, 3), torch.randn(1, 8, 2, 3).bfloat16()
+    cg = iu.check(build, [x, y])
+    assert "min(" not in cg.loop_ir, cg.loop_ir
+    src = _cuda_source(build, [x, y])
+    assert "ff_comb<3>" not in src
