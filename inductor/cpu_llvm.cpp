@@ -130,6 +130,7 @@ struct MathFn { UnaryOp op; const char* f32; const char* f64; };
 const MathFn kMathFns[] = {
     {UnaryOp::Tan, "tanf", "tan"},     {UnaryOp::Tanh, "tanhf", "tanh"},    {UnaryOp::Erf, "erff", "erf"},
     {UnaryOp::Log1p, "log1pf", "log1p"}, {UnaryOp::Expm1, "expm1f", "expm1"}, {UnaryOp::Exp2, "exp2f", "exp2"},
+    {UnaryOp::Log2, "log2f", "log2"}, {UnaryOp::Log10, "log10f", "log10"},
 };
 
 // Vector variants in glibc's libmvec (x86_64): scalar name -> ISA letter + width + signature.
@@ -144,7 +145,8 @@ void add_vector_math(TargetLibraryInfoImpl& tlii, bool avx512, bool avx2) {
         {"llvm.pow.f32", "llvm.pow.f64", "pow", "vv"},  {"tanf", "tan", "tan", "v"},
         {"tanhf", "tanh", "tanh", "v"},                  {"erff", "erf", "erf", "v"},
         {"log1pf", "log1p", "log1p", "v"},               {"expm1f", "expm1", "expm1", "v"},
-        {"exp2f", "exp2", "exp2", "v"},
+        {"exp2f", "exp2", "exp2", "v"},                  {"log2f", "log2", "log2", "v"},
+        {"log10f", "log10", "log10", "v"},
         {"sinf", "sin", "sin", "v"},                     {"cosf", "cos", "cos", "v"},
         {"expf", "exp", "exp", "v"},                     {"logf", "log", "log", "v"},
     };
@@ -388,15 +390,33 @@ class KernelEmitter {
     return b_.CreateSelect(is_nan_bits(v), b_.getInt32(0x7fc0), rounded);
   }
 
+  // f32 v rounded to the nearest f16 value (ties to even, f16's subnormals, inf beyond 65504),
+  // staying an f32. NB: on the bits rather than fptrunc/fpext through half: InstCombine turns
+  // fptrunc(op(fpext a, fpext b)) into an op on half, which x86 computes element by element
+  // (a chain of f16 ops ran 9x slower).
+  Value* f16_round(Value* v) {
+    Type* i32 = b_.getInt32Ty();
+    Value* bits = b_.CreateBitCast(v, i32);
+    Value* mag = b_.CreateAnd(bits, 0x7fffffffu);
+    Value* lsb = b_.CreateAnd(b_.CreateLShr(mag, 13), 1);
+    Value* normal = b_.CreateAnd(b_.CreateAdd(b_.CreateAdd(mag, b_.getInt32(0xfff)), lsb), 0xffffe000u);
+    normal = b_.CreateSelect(b_.CreateICmpUGT(normal, b_.getInt32(0x477fe000)), b_.getInt32(0x7f800000), normal);  // > 65504
+    // below 2^-14 the quantum is 2^-24: x + 0.5 - 0.5 rounds to it (ties to even)
+    Value* af = b_.CreateBitCast(mag, b_.getFloatTy());
+    Value* sub = b_.CreateBitCast(b_.CreateFSub(b_.CreateFAdd(af, fconst(0.5, b_.getFloatTy())), fconst(0.5, b_.getFloatTy())), i32);
+    Value* r = b_.CreateSelect(b_.CreateICmpULT(mag, b_.getInt32(0x38800000)), sub, normal);
+    r = b_.CreateSelect(b_.CreateICmpUGE(mag, b_.getInt32(0x7f800000)), mag, r);  // inf and NaN as they are
+    return b_.CreateBitCast(b_.CreateOr(r, b_.CreateAnd(bits, 0x80000000u)), b_.getFloatTy());
+  }
+
   // loop::narrow: v (i32 or f32) as the store of dtype dt followed by a load would give it.
   Value* narrow(Value* v, DType dt, const loop::Expr& arg) {
-    // A value just loaded from a buffer of that dtype is one already.
-    if (arg->kind == ExprKind::Load && p_.buffers[static_cast<size_t>(arg->id)].dtype == dt) return v;
+    if (loop::holds_dtype_values(arg, dt, p_)) return v;
     switch (dt) {
       case DType::UInt8: return b_.CreateZExt(b_.CreateTrunc(v, b_.getInt8Ty()), b_.getInt32Ty());
       case DType::Int8: return b_.CreateSExt(b_.CreateTrunc(v, b_.getInt8Ty()), b_.getInt32Ty());
       case DType::Int16: return b_.CreateSExt(b_.CreateTrunc(v, b_.getInt16Ty()), b_.getInt32Ty());
-      case DType::Float16: return b_.CreateFPExt(b_.CreateFPTrunc(v, b_.getHalfTy()), b_.getFloatTy());
+      case DType::Float16: return f16_round(v);
       case DType::BFloat16: return b_.CreateBitCast(b_.CreateShl(bf16_bits(v), 16), b_.getFloatTy());
       default: return v;
     }
@@ -660,7 +680,8 @@ class KernelEmitter {
   void emit_stmt(const loop::Stmt& s, bool root) {
     switch (s.kind) {
       case StmtKind::Loop: return emit_loop(s, root);
-      case StmtKind::Store: return store(s.buf, expr(s.index), expr(s.value));
+      case StmtKind::Store:
+        return store(s.buf, expr(s.index), expr(loop::stored_value(s.value, p_.buffers[static_cast<size_t>(s.buf)].dtype)));
       case StmtKind::Let: {
         Value* v = expr(s.value);
         b_.CreateStore(v, locals_[static_cast<size_t>(s.local)]);

@@ -140,6 +140,30 @@ bool needs_narrowing(DType dt) {
   return dt == DType::Int8 || dt == DType::UInt8 || dt == DType::Int16 || dt == DType::Float16 || dt == DType::BFloat16;
 }
 
+const Expr& stored_value(const Expr& a, DType dt) {
+  return a->kind == ExprKind::Narrow && a->i == static_cast<int64_t>(dt) ? a->args[0] : a;
+}
+
+bool holds_dtype_values(const Expr& a, DType dt, const Program& p) {
+  switch (a->kind) {
+    case ExprKind::Load: return p.buffers.at(static_cast<size_t>(a->id)).dtype == dt;
+    case ExprKind::Narrow: return a->i == static_cast<int64_t>(dt);
+    case ExprKind::Select: return holds_dtype_values(a->args[1], dt, p) && holds_dtype_values(a->args[2], dt, p);
+    case ExprKind::Unary: {
+      auto op = static_cast<UnaryOp>(a->op);
+      // NB: neg and abs of an int8 -128 leave the range; of floats they only flip the sign.
+      return (op == UnaryOp::Neg || op == UnaryOp::Abs) && is_float(a->type) && holds_dtype_values(a->args[0], dt, p);
+    }
+    case ExprKind::Binary: {
+      auto op = static_cast<BinaryOp>(a->op);
+      // max/min return an operand (or NaN, a + b of a NaN, which stays NaN)
+      return (op == BinaryOp::Max || op == BinaryOp::Min) && holds_dtype_values(a->args[0], dt, p) &&
+             holds_dtype_values(a->args[1], dt, p);
+    }
+    default: return false;
+  }
+}
+
 Expr narrow(Expr a, DType dt) {
   FF_CHECK(a, "null operand");
   FF_CHECK(a->type == dtype_compute_type(dt), "narrow to " + std::string(dtype_name(dt)) + " of a " + scalar_type_name(a->type));

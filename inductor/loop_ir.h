@@ -48,7 +48,7 @@ inline bool is_float(ScalarType t) { return t == ScalarType::F32 || t == ScalarT
   X(Tan, "tan", true) X(Tanh, "tanh", true) X(Sqrt, "sqrt", true) X(Rsqrt, "rsqrt", true)        \
   X(Erf, "erf", true) X(Sigmoid, "sigmoid", true) X(Floor, "floor", true) X(Ceil, "ceil", true)  \
   X(Reciprocal, "reciprocal", true) X(Log1p, "log1p", true) X(Expm1, "expm1", true)              \
-  X(Exp2, "exp2", true)                                                                            \
+  X(Exp2, "exp2", true) X(Log2, "log2", true) X(Log10, "log10", true)                            \
   X(IsNan, "isnan", true) /* result bool */
 enum class UnaryOp : uint8_t {
 #define FF_LOOP_UN_ENUM(e, s, f) e,
@@ -128,6 +128,14 @@ Expr cast(Expr a, ScalarType t);  // identity when already `t`
 // identity where that type holds every value of it exactly (i32 for int32, f32 for float32).
 Expr narrow(Expr a, DType dt);
 bool needs_narrowing(DType dt);  // 8/16-bit ints, f16, bf16
+// What a store into a buffer of dtype dt needs to compute: a's operand where a narrows to dt (the
+// store rounds the same way), else a.
+const Expr& stored_value(const Expr& a, DType dt);
+struct Program;
+// Whether every value `a` can take is one of dtype dt's, so that narrowing it to dt changes
+// nothing: a load from a buffer of dt, a narrowing to dt, and selections among such values
+// (where, neg, abs, max, min). The renderers skip those narrowings.
+bool holds_dtype_values(const Expr& a, DType dt, const Program& p);
 Expr index_add(Expr a, Expr b);
 Expr index_mul(Expr a, int64_t c);
 

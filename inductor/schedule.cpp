@@ -486,7 +486,8 @@ bool is_expensive(const Expr& e) {
       auto op = static_cast<loop::UnaryOp>(x->op);
       any |= op == loop::UnaryOp::Exp || op == loop::UnaryOp::Log || op == loop::UnaryOp::Sin || op == loop::UnaryOp::Cos ||
              op == loop::UnaryOp::Tanh || op == loop::UnaryOp::Erf || op == loop::UnaryOp::Tan || op == loop::UnaryOp::Expm1 ||
-             op == loop::UnaryOp::Log1p || op == loop::UnaryOp::Exp2;
+             op == loop::UnaryOp::Log1p || op == loop::UnaryOp::Exp2 ||
+             op == loop::UnaryOp::Log2 || op == loop::UnaryOp::Log10;
     }
     if (x->kind == ExprKind::Binary && static_cast<loop::BinaryOp>(x->op) == loop::BinaryOp::Pow) any = true;
   });

@@ -111,6 +111,8 @@ const char* unary_fn(UnaryOp op) {
     case UnaryOp::Log1p: return "ff_log1p";
     case UnaryOp::Expm1: return "ff_expm1";
     case UnaryOp::Exp2: return "ff_exp2";
+    case UnaryOp::Log2: return "ff_log2";
+    case UnaryOp::Log10: return "ff_log10";
     default: return nullptr;
   }
 }
@@ -318,8 +320,7 @@ std::string Emitter::render(const Expr& e, const std::unordered_map<const ExprNo
     case ExprKind::Narrow: {
       DType dt = static_cast<DType>(e->i);
       const Expr& x = e->args[0];
-      // A value just loaded from a buffer of that dtype is one already.
-      s = x->kind == ExprKind::Load && p_.buffers.at(static_cast<size_t>(x->id)).dtype == dt ? a[0] : narrow_str(dt, a[0]);
+      s = loop::holds_dtype_values(x, dt, p_) ? a[0] : narrow_str(dt, a[0]);
       break;
     }
   }
@@ -361,7 +362,7 @@ void Emitter::stmt(const Stmt& s, int indent) {
       break;
     }
     case StmtKind::Store: {
-      std::string value = expr(s.value, indent);
+      std::string value = expr(loop::stored_value(s.value, p_.buffers.at(static_cast<size_t>(s.buf)).dtype), indent);
       auto reg = vec_stores.find(&s);
       if (reg != vec_stores.end() && lane_ >= 0) {
         line(indent, reg->second + ".v[" + std::to_string(lane_) + "] = " + store_value(s.buf, value) + ";");

@@ -42,6 +42,8 @@ FF_UNARY(ff_ceil, ceilf(x), ceil(x))
 FF_UNARY(ff_log1p, log1pf(x), log1p(x))
 FF_UNARY(ff_expm1, expm1f(x), expm1(x))
 FF_UNARY(ff_exp2, exp2f(x), exp2(x))
+FF_UNARY(ff_log2, log2f(x), log2(x))
+FF_UNARY(ff_log10, log10f(x), log10(x))
 FF_UNARY(ff_sigmoid, 1.0f / (1.0f + expf(-x)), 1.0 / (1.0 + exp(-x)))
 FF_UNARY(ff_recip, 1.0f / x, 1.0 / x)
 FF_DEV float ff_abs(float x) { return fabsf(x); }

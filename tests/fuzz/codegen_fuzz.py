@@ -289,6 +289,11 @@ def _check_close(name, got, want, err_eager, k=16.0):
     eps = _eps(want.dtype)
     scale = max(float(w[torch.isfinite(w)].abs().max()) if torch.isfinite(w).any() else 0.0, 1e-30)
     tol = k * torch.maximum(err_eager.nan_to_num(0.0, float("inf"), float("inf")), w.abs() * eps) + k * eps * eps * scale + 1e-300
+    if want.dtype == torch.float64:
+        # NB: no wider run estimates float64's error, and a float32 run hides cancellation where it
+        # saturates (1 + erf(-4.2) is 0.0 in float32): an ulp of an intermediate at the tensor's
+        # scale, amplified a thousandfold, is allowed.
+        tol = tol + k * 2.0**-42 * scale
     nonfinite = ~torch.isfinite(w) | ~torch.isfinite(g)
     close = (g - w).abs() <= tol
     # NB: where eager overflows or makes NaN near a threshold (exp at 88.7), one ulp decides.

@@ -308,3 +308,11 @@ def test_a_dead_reduction_fused_next_to_a_live_loop_is_dropped():
     assert "min(" not in cg.loop_ir, cg.loop_ir
     src = _cuda_source(build, [x, y])
     assert "ff_comb<3>" not in src
+
+
+def test_log2_and_log10_of_exact_powers_are_exact():
+    x = torch.tensor([1, 2, 8, 1024, 2**20, 2**30], dtype=torch.int32)
+    got = _compile(lambda x: torch.log2(x))[0](x)
+    assert got.tolist() == [0.0, 1.0, 3.0, 10.0, 20.0, 30.0]
+    got = _compile(lambda x: torch.log10(x))[0](torch.tensor([1.0, 10.0, 1000.0, 1e6]))
+    assert got.tolist() == [0.0, 1.0, 3.0, 6.0]
