@@ -458,12 +458,14 @@ class Oracles:
 
     def error(self, want, which, i):
         """|eager - exact| estimated for output (which=0) or input (which=1) i."""
-        if want.dtype != torch.float64:
-            return self._distance(self._run(torch.float64), want, which, i)
+        wide = self._distance(self._run(torch.float64), want, which, i)
+        if want.dtype != torch.float64 or wide is None:
+            return wide
+        # a float64 result computed in float64 all along: the float64 run is eager itself
         d = [self._distance(self._run(torch.float32, nudge), want, which, i) for nudge in (0.0, 2.0**-21)]
         if d[0] is None or d[1] is None:
-            return None
-        return torch.maximum(d[0], d[1]) * (2.0**-52 / 2.0**-23)
+            return wide
+        return torch.maximum(wide, torch.maximum(d[0], d[1]) * (2.0**-52 / 2.0**-23))
 
 
 # ---- minimizing ------------------------------------------------------------------------------

@@ -198,11 +198,23 @@ def test_no_function_wide_fast_math_in_kernels_with_a_min_reduction():
 
 def test_in_place_ops_compute_in_the_promoted_dtype():
     def f(x, y):
+        z = x * 2  # NB: a fresh intermediate: in-place ops on inputs run on the reference runner on torch 1.13
+        z *= y
+        return z
+
+    def g(x, y):
+        return (x * 2).add_(y)
+
+    def h(x, y):
         x *= y
-        x.add_(y)
         return x
 
-    _check(f, torch.randn(64).to(torch.bfloat16), torch.randn(64, dtype=torch.float64) * 3.3)
+    # NB: many elements: rounding y to float32 first differs only now and then (double rounding)
+    x, y = torch.randn(1 << 16).to(torch.bfloat16), torch.randn(1 << 16, dtype=torch.float64) * 3.3
+    _check(f, x, y)
+    _check(g, x, y)
+    bumps = hasattr(torch.autograd, "graph") and hasattr(torch.autograd.graph, "increment_version")
+    _check(h, x, y, compiled=bumps)  # torch 1.13 runs in-place ops on inputs on the reference runner
 
 
 @pytest.mark.parametrize("fn", [
