@@ -164,6 +164,22 @@ bool holds_dtype_values(const Expr& a, DType dt, const Program& p) {
   }
 }
 
+bool calls_vector_math(const Expr& a) {
+  if (a->kind == ExprKind::Unary) {
+    switch (static_cast<UnaryOp>(a->op)) {
+      case UnaryOp::Exp: case UnaryOp::Log: case UnaryOp::Sin: case UnaryOp::Cos: case UnaryOp::Tan:
+      case UnaryOp::Tanh: case UnaryOp::Erf: case UnaryOp::Sigmoid: case UnaryOp::Log1p: case UnaryOp::Expm1:
+      case UnaryOp::Exp2: case UnaryOp::Log2: case UnaryOp::Log10:
+        return true;
+      default: break;
+    }
+  }
+  if (a->kind == ExprKind::Binary && static_cast<BinaryOp>(a->op) == BinaryOp::Pow) return true;
+  for (const Expr& x : a->args)
+    if (calls_vector_math(x)) return true;
+  return false;
+}
+
 Expr narrow(Expr a, DType dt) {
   FF_CHECK(a, "null operand");
   FF_CHECK(a->type == dtype_compute_type(dt), "narrow to " + std::string(dtype_name(dt)) + " of a " + scalar_type_name(a->type));

@@ -136,6 +136,10 @@ struct Program;
 // nothing: a load from a buffer of dt, a narrowing to dt, and selections among such values
 // (where, neg, abs, max, min). The renderers skip those narrowings.
 bool holds_dtype_values(const Expr& a, DType dt, const Program& p);
+// Whether `a` calls a math function (exp, log, sin, pow ...) whose vector variant may round
+// differently from its scalar one: the same expression can then take two values in one kernel
+// (the vector body and the scalar remainder of a loop, or two loops).
+bool calls_vector_math(const Expr& a);
 Expr index_add(Expr a, Expr b);
 Expr index_mul(Expr a, int64_t c);
 

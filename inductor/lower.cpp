@@ -416,6 +416,14 @@ LT Lowerer::realize_contiguous(const LT& x, const std::string& why) {
   return realize(x, TensorMeta::contiguous_strides(x.sizes), BufferRole::Intermediate, -1, why);
 }
 
+LT Lowerer::consistent(const LT& x) {
+  if (x.ref || x.numel() == 0) return x;
+  Idx idx;
+  for (int64_t d = 0; d < x.dim(); ++d) idx.push_back(loop::var(static_cast<int>(d)));
+  if (!loop::calls_vector_math(x.at(idx))) return x;
+  return realize_contiguous(x, "read by several loops and computed with vector math: one value for all of them");
+}
+
 LT Lowerer::reduce(const LT& x, std::vector<int64_t> dims, bool keepdim, loop::ReduceOp op, DType acc) {
   if (!supported_dtype(acc)) throw NoLowering("dtype not supported in kernels");
   int64_t nd = x.dim();

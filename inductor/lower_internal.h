@@ -75,6 +75,10 @@ class Lowerer {
   LT realize(const LT& x, const std::vector<int64_t>& strides, loop::BufferRole role, NodeId node,
              const std::string& why);
   LT realize_contiguous(const LT& x, const std::string& why);
+  // x stored once where it calls vector math and several loops of a decomposition read it (softmax's
+  // max, sum and output): recomputed, its vector and scalar copies could disagree by an ulp, and
+  // x - max(x) would not be 0 at the max (nor x == max(x) for argmax).
+  LT consistent(const LT& x);
   // Runs node n (or `op` with `args`) through torch; tensors in args are realized first.
   LT extern_call(const Node& n, NodeId id, OpId op, std::vector<Value> args, const std::string& reason);
 

@@ -203,7 +203,7 @@ LT arg_extreme_rule(Lowerer& L, const Node& n, ReduceOp op) {
   std::vector<int64_t> dims = dims_of(dim);
   bool fl = is_floating(x.dtype);
   DType ct = fl ? float_compute_dtype(x.dtype) : (x.dtype == DType::Int64 ? DType::Int64 : DType::Int32);
-  LT xc = Lowerer::cast(x, ct);
+  LT xc = L.consistent(Lowerer::cast(x, ct));
   LT m = Lowerer::broadcast(L.reduce(xc, dims, true, op, ct), x.sizes);
   std::vector<int64_t> sizes = x.sizes;
   int64_t d0 = dims.empty() ? -1 : (dims[0] < 0 ? dims[0] + x.dim() : dims[0]);
@@ -253,7 +253,7 @@ LT var_rule(Lowerer& L, const Node& n, bool is_std) {
   bool keepdim = L.has_arg(n, "keepdim") && L.arg(n, "keepdim").b;
   DType ct = float_compute_dtype(out);
   double count = static_cast<double>(reduced_numel(x, dims));
-  LT xc = Lowerer::cast(x, ct);
+  LT xc = L.consistent(Lowerer::cast(x, ct));
   LT mean = Lowerer::map({L.reduce(xc, dims, true, ReduceOp::Sum, ct)}, ct, ct, [count](const V& v) { return loop::binary(BinaryOp::Div, v[0], fconst(count, v[0])); });
   LT sq = Lowerer::map({xc, mean}, ct, ct, [](const V& v) { Expr d = loop::binary(BinaryOp::Sub, v[0], v[1]); return loop::binary(BinaryOp::Mul, d, d); });
   LT ss = L.reduce(sq, dims, keepdim, ReduceOp::Sum, ct);
@@ -278,7 +278,7 @@ LT softmax_rule(Lowerer& L, const Node& n, bool log) {
   if (x.numel() == 0) throw NoLowering("empty input");
   int64_t dim = dim_arg(L, n, "dim", x.dim());
   DType ct = float_compute_dtype(out);
-  LT xc = Lowerer::cast(x, ct);
+  LT xc = L.consistent(Lowerer::cast(x, ct));
   std::vector<int64_t> dims = x.dim() == 0 ? std::vector<int64_t>{} : std::vector<int64_t>{dim};
   LT m = L.reduce(xc, dims, true, ReduceOp::Max, ct);
   LT e = Lowerer::map({xc, m}, ct, ct, [](const V& v) { return loop::unary(UnaryOp::Exp, loop::binary(BinaryOp::Sub, v[0], v[1])); });
@@ -292,7 +292,7 @@ LT softmax_rule(Lowerer& L, const Node& n, bool log) {
 
 // (x - mean) * rsqrt(var + eps) over `dims` (kept), in `ct`.
 LT normalize(Lowerer& L, const LT& x, const std::vector<int64_t>& dims, double eps, DType ct) {
-  LT xc = Lowerer::cast(x, ct);
+  LT xc = L.consistent(Lowerer::cast(x, ct));
   double count = static_cast<double>(reduced_numel(x, dims));
   auto div_count = [count](const V& v) { return loop::binary(BinaryOp::Div, v[0], fconst(count, v[0])); };
   LT mean = Lowerer::map({L.reduce(xc, dims, true, ReduceOp::Sum, ct)}, ct, ct, div_count);

@@ -256,7 +256,7 @@ void add_extra_rules(OpRules& r) {
     if (dims.empty() || x.numel() == 0) throw NoLowering("dims");
     bool keepdim = L.arg(n, "keepdim").b;
     DType ct = float_compute_dtype(out);
-    LT xc = Lowerer::cast(x, ct);
+    LT xc = L.consistent(Lowerer::cast(x, ct));
     LT m = L.reduce(xc, dims, true, ReduceOp::Max, ct);
     // torch: a row of -inf gives -inf (not NaN): shift by 0 where the max is infinite.
     auto shift = [](const Expr& mx) {

@@ -41,6 +41,10 @@ POLES = {"div", "torch_div", "reciprocal", "rsqrt", "atan2", "signbit", "pow", "
          "fmod", "div_trunc", "div_floor", "div_", "log", "log2", "log10"}
 
 
+# Float reductions whose result depends on the order eager sums in.
+SUMS = {"sum", "prod", "mean", "var", "std", "softmax", "log_softmax", "logsumexp", "cumsum", "matmul"}
+
+
 def scalar_text(v):
     if isinstance(v, bool):
         return repr(v)

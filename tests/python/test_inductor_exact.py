@@ -328,3 +328,19 @@ def test_log2_and_log10_of_exact_powers_are_exact():
     assert got.tolist() == [0.0, 1.0, 3.0, 10.0, 20.0, 30.0]
     got = _compile(lambda x: torch.log10(x))[0](torch.tensor([1.0, 10.0, 1000.0, 1e6]))
     assert got.tolist() == [0.0, 1.0, 3.0, 6.0]
+
+
+@pytest.mark.parametrize("n", [20, 28, 37, 78])
+def test_argmax_of_vector_math_finds_the_max_in_a_loops_remainder(n):
+    # exp's vector and scalar variants round differently: the max loop and the compare loop saw
+    # two values of exp(x) for the last elements, and no element equalled the max.
+    torch.manual_seed(n)
+    x = torch.randn(64, n) * 3
+    x[:, -1] = x.max(1).values + 0.001
+    _check(lambda x: torch.argmax(torch.exp(x), 1), x)
+
+
+def test_softmax_of_vector_math_is_one_at_a_dominant_element():
+    v = torch.tensor([148.3132, 0.9, 7.2891, 19.9855, 19.9855, 2.6183, 54.4981, 2.6183]).log().reshape(8, 1, 1).expand(8, 7, 3)
+    got = _compile(lambda v: torch.softmax(torch.exp(v) - 0.1, 0))[0](v.contiguous())
+    assert torch.equal(got[0], torch.ones(7, 3))
