@@ -147,24 +147,35 @@ struct Fuser {
   }
   const std::vector<int>& reads(size_t s) const { return reads_[s]; }
   const std::vector<int>& writes(size_t s) const { return writes_[s]; }
-  // Where the merged kernel of steps i < j may go: i when everything j reads (except what i
-  // writes) exists before i; j when nothing between reads what i writes. -1: nowhere.
+  // Where the merged kernel of steps i < j may go: i when j can move up to i (everything it reads
+  // exists before i or comes from i, and no step between writes what j reads or touches what j
+  // writes); j when i can move down to j (no step between reads or writes what i writes, or
+  // writes what i reads). -1: nowhere.
+  // NB: the steps between matter for inputs that in-place ops write several times: x *= x then
+  // x.fill_(2) then erf(x) must read the filled x, not the product.
   int placement(size_t i, size_t j) const {
-    const auto& wi = writes(i);
+    auto has = [](const std::vector<int>& v, int b) { return std::find(v.begin(), v.end(), b) != v.end(); };
+    const auto &wi = writes(i), &ri = reads(i), &wj = writes(j), &rj = reads(j);
     std::set<int> before;
     // NB: an input a kernel writes (an in-place op on it) holds its new value only after that kernel.
     for (const auto& b : p.buffers)
       if (b.role == loop::BufferRole::Input && !b.mutated) before.insert(static_cast<int>(&b - p.buffers.data()));
     for (size_t s = 0; s < i; ++s)
       for (int b : writes(s)) before.insert(b);
-    bool at_i = true;
-    for (int b : reads(j))
-      if (!before.count(b) && std::find(wi.begin(), wi.end(), b) == wi.end()) at_i = false;
-    if (at_i) return static_cast<int>(i);
-    for (size_t s = i + 1; s < j; ++s)
-      for (int b : reads(s))
-        if (std::find(wi.begin(), wi.end(), b) != wi.end()) return -1;
-    return static_cast<int>(j);
+    bool at_i = true, at_j = true;
+    for (int b : rj)
+      if (!before.count(b) && !has(wi, b)) at_i = false;
+    for (size_t s = i + 1; s < j; ++s) {
+      for (int b : writes(s)) {
+        if (has(rj, b) || has(wj, b)) at_i = false;
+        if (has(wi, b) || has(ri, b)) at_j = false;
+      }
+      for (int b : reads(s)) {
+        if (has(wj, b)) at_i = false;
+        if (has(wi, b)) at_j = false;
+      }
+    }
+    return at_i ? static_cast<int>(i) : at_j ? static_cast<int>(j) : -1;
   }
 
   void commit(size_t i, size_t j, int at, Kernel merged) {

@@ -149,6 +149,10 @@ def _storage(t):
         return None
 
 
+def _small(t, bound=4.0):
+    return t.numel() == 0 or bool((t.to(torch.float64).abs() <= bound).all())
+
+
 def _far_from_zero(t):
     if not t.dtype.is_floating_point or t.numel() == 0:
         return False
@@ -196,7 +200,8 @@ def generate(seed: int, device: str = "cpu", max_ops: int = 10) -> Case:
         op = fuzz_ops.choose(rng)
         recent = names[-4:] if rng.random() < 0.7 else names
         pool = [n for n in recent if (op.smooth or n not in approx) and
-                (op.name not in fuzz_ops.POLES or (n not in signless and n not in approx) or _far_from_zero(env[n]))]
+                (op.name not in fuzz_ops.POLES or (n not in signless and n not in approx) or _far_from_zero(env[n])) and
+                (op.name not in fuzz_ops.AMPLIFIERS or n not in summed or _small(env[n]))]
         if not pool:
             continue
         operands = [rng.choice(pool) for _ in range(op.arity)]

@@ -43,6 +43,10 @@ POLES = {"div", "torch_div", "reciprocal", "rsqrt", "atan2", "signbit", "pow", "
 
 # Float reductions whose result depends on the order eager sums in.
 SUMS = {"sum", "prod", "mean", "var", "std", "softmax", "log_softmax", "logsumexp", "cumsum", "matmul"}
+# Ops whose relative error grows with the argument (exp(x) by |x|, cos(x) by |x| / |cos x|): they
+# read the result of a sum only where it is small, or an ulp of the sum's order becomes anything.
+AMPLIFIERS = {"exp", "exp2", "expm1", "sin", "cos", "tan", "pow", "pow_scalar", "pow_int", "tanh", "sigmoid",
+              "softplus", "mish", "elu", "erf", "gelu", "gelu_tanh", "silu", "softmax", "log_softmax", "logsumexp"}
 
 
 def scalar_text(v):
