@@ -242,6 +242,9 @@ LT prod_rule(Lowerer& L, const Node& n) {
 }
 
 // var/std as two passes (mean, then squared deviations): fused into one kernel by the scheduler.
+// NB: the corrected two-pass algorithm, sum(d^2) - sum(d)^2 / n with d = x - mean: the second
+// sum takes out the rounding of the mean, so a constant row has variance 0 exactly, as eager's
+// Welford gives (the plain form left 1e-31).
 LT var_rule(Lowerer& L, const Node& n, bool is_std) {
   DType out = L.out_meta(n).dtype;
   if (!is_floating(out)) throw NoLowering("var of a non-float");
@@ -255,11 +258,15 @@ LT var_rule(Lowerer& L, const Node& n, bool is_std) {
   double count = static_cast<double>(reduced_numel(x, dims));
   LT xc = L.consistent(Lowerer::cast(x, ct));
   LT mean = Lowerer::map({L.reduce(xc, dims, true, ReduceOp::Sum, ct)}, ct, ct, [count](const V& v) { return loop::binary(BinaryOp::Div, v[0], fconst(count, v[0])); });
-  LT sq = Lowerer::map({xc, mean}, ct, ct, [](const V& v) { Expr d = loop::binary(BinaryOp::Sub, v[0], v[1]); return loop::binary(BinaryOp::Mul, d, d); });
+  LT d = Lowerer::map({xc, mean}, ct, ct, [](const V& v) { return loop::binary(BinaryOp::Sub, v[0], v[1]); });
+  LT sq = Lowerer::map({d}, ct, ct, [](const V& v) { return loop::binary(BinaryOp::Mul, v[0], v[0]); });
   LT ss = L.reduce(sq, dims, keepdim, ReduceOp::Sum, ct);
+  LT sd = L.reduce(d, dims, keepdim, ReduceOp::Sum, ct);
   double denom = std::max(0.0, count - correction);
-  return Lowerer::map({ss}, ct, out, [denom, is_std](const V& v) {
-    Expr r = loop::binary(BinaryOp::Div, v[0], fconst(denom, v[0]));
+  return Lowerer::map({ss, sd}, ct, out, [denom, count, is_std](const V& v) {
+    Expr m2 = loop::binary(BinaryOp::Sub, v[0], loop::binary(BinaryOp::Div, loop::binary(BinaryOp::Mul, v[1], v[1]), fconst(count, v[1])));
+    m2 = loop::select(loop::binary(BinaryOp::Lt, m2, fconst(0, m2)), fconst(0, m2), m2);  // rounding never makes it negative
+    Expr r = loop::binary(BinaryOp::Div, m2, fconst(denom, m2));
     return is_std ? loop::unary(UnaryOp::Sqrt, r) : r;
   });
 }
