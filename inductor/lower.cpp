@@ -122,12 +122,11 @@ bool holds_all(DType from, DType to) {
       default: return -1;
     }
   };
-  int fb = bits(from);
+  int fb = bits(from);  // -1 for floats
   switch (to) {
-    case DType::Int16: return from == DType::UInt8 || from == DType::Int8;
-    case DType::Int32: case DType::Int64: return fb >= 0 && fb < bits(to) && (from != DType::UInt8 || bits(to) > 8);
+    case DType::Int16: case DType::Int32: case DType::Int64: return fb >= 0 && fb <= bits(to);
     case DType::BFloat16: return fb >= 0 && fb <= 8;
-    case DType::Float16: return (fb >= 0 && fb <= 11);
+    case DType::Float16: return fb >= 0 && fb <= 11;
     case DType::Float32: return (fb >= 0 && fb <= 24) || from == DType::Float16 || from == DType::BFloat16;
     case DType::Float64: return (fb >= 0 && fb <= 53) || is_floating(from);
     default: return false;  // int8, uint8: only from themselves and bool

@@ -141,8 +141,10 @@ bool kernel_exists(const OpDef& op, const std::vector<Value>& bound, const Graph
     } else if (v.is_node()) {
       return true;  // a value known only at run time
     } else {
+      char f[40];
+      std::snprintf(f, sizeof f, "%a", v.f);  // NB: exact: the verdict may depend on the value
       key += "|" + std::to_string(static_cast<int>(v.kind)) + ":" + (v.kind == Value::Kind::Int ? std::to_string(v.i)
-                                                                   : v.kind == Value::Kind::Float ? std::to_string(v.f) : v.s);
+                                                                   : v.kind == Value::Kind::Float ? std::string(f) : v.s);
     }
   }
   static auto* verdicts = new std::unordered_map<std::string, std::string>();  // NB: under the GIL; leaked on purpose
