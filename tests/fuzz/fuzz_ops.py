@@ -25,7 +25,7 @@ DTYPES = (torch.bool,) + INTS + FLOATS
 # Python scalars, the extremes included (int64's ends, 2**53 + 1, a float's largest, subnormals,
 # ties for rounding, inf and nan).
 INT_SCALARS = [0, 1, -1, 2, 3, -7, 100, 255, 256, 300, -129, 2**15, 2**31 - 1, 2**31, -2**31, 2**53 + 1,
-               2**62 + 1, 2**63 - 1, -2**63, 12345678901]
+               2**62 + 1, 2**63 - 1, -2**63, 12345678901, 2**63, 2**64, -2**63 - 1]
 FLOAT_SCALARS = [0.0, -0.0, 0.5, -1.5, 2.5, 0.1, 1e-8, 3.0, -0.3, 1e30, -3.4e38, 65504.0, 1e-40, 1.0000001,
                  float("inf"), float("-inf"), float("nan"), 6.0, 1 / 3]
 
