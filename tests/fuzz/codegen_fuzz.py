@@ -598,6 +598,8 @@ def main(argv=None):
     args = p.parse_args(argv)
     warnings.simplefilter("ignore")
     if args.case is not None:
+        framefuse.config.raise_on_internal_error = True
+        framefuse.config.disk_cache = False
         case = generate(args.case, args.device)
         if args.show:
             print(describe(case))

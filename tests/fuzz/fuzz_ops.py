@@ -41,8 +41,12 @@ POLES = {"div", "torch_div", "reciprocal", "rsqrt", "atan2", "signbit", "pow", "
          "fmod", "div_trunc", "div_floor", "div_", "log", "log2", "log10"}
 
 
-# Float reductions whose result depends on the order eager sums in.
-SUMS = {"sum", "prod", "mean", "var", "std", "softmax", "log_softmax", "logsumexp", "cumsum", "matmul"}
+# Ops whose result depends on how eager orders or fuses its roundings: float reductions (the
+# order of the sum) and multiply-adds its compiler may contract into an FMA (addcmul, add with
+# alpha, lerp). Eager's error is one draw from many; results downstream get an ulp of the
+# tensor's scale.
+SUMS = {"sum", "prod", "mean", "var", "std", "softmax", "log_softmax", "logsumexp", "cumsum", "matmul",
+        "addcmul", "add_alpha", "lerp"}
 # Ops whose relative error grows with the argument (exp(x) by |x|, cos(x) by |x| / |cos x|): they
 # read the result of a sum only where it is small, or an ulp of the sum's order becomes anything.
 AMPLIFIERS = {"exp", "exp2", "expm1", "sin", "cos", "tan", "pow", "pow_scalar", "pow_int", "tanh", "sigmoid",

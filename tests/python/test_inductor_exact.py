@@ -344,3 +344,10 @@ def test_softmax_of_vector_math_is_one_at_a_dominant_element():
     v = torch.tensor([148.3132, 0.9, 7.2891, 19.9855, 19.9855, 2.6183, 54.4981, 2.6183]).log().reshape(8, 1, 1).expand(8, 7, 3)
     got = _compile(lambda v: torch.softmax(torch.exp(v) - 0.1, 0))[0](v.contiguous())
     assert torch.equal(got[0], torch.ones(7, 3))
+
+
+@pytest.mark.parametrize("fn", [lambda x: x.masked_fill(x > 0, -0.0), lambda x: torch.where(x < 0, 0.0, x),
+                                lambda x: torch.where(x > 0, -0.0, x)])
+def test_selects_against_zero_keep_the_sign_of_zero(fn):
+    # LLVM 14's InstCombine turned select(x > 0.0, -0.0, x) into select(x >= 0.0, -0.0, x).
+    _check(fn, torch.tensor([1.0, -1.0, 0.0, -0.0, 2.5] * 20, dtype=torch.float64))
