@@ -201,7 +201,8 @@ def generate(seed: int, device: str = "cpu", max_ops: int = 10) -> Case:
         recent = names[-4:] if rng.random() < 0.7 else names
         pool = [n for n in recent if (op.smooth or n not in approx) and
                 (op.name not in fuzz_ops.POLES or (n not in signless and n not in approx) or _far_from_zero(env[n])) and
-                (op.name not in fuzz_ops.AMPLIFIERS or n not in summed or _small(env[n]))]
+                (op.name not in fuzz_ops.AMPLIFIERS or n not in summed or _small(env[n])) and
+                (op.name not in fuzz_ops.PERIODIC or n not in approx or _small(env[n], 100.0))]
         if not pool:
             continue
         operands = [rng.choice(pool) for _ in range(op.arity)]
@@ -307,7 +308,7 @@ def _check_close(name, got, want, err_eager, k=16.0, summed=False):
         err_eager = torch.zeros_like(w)
     eps = _eps(want.dtype)
     scale = max(float(w[torch.isfinite(w)].abs().max()) if torch.isfinite(w).any() else 0.0, 1e-30)
-    tol = k * torch.maximum(err_eager.nan_to_num(0.0, float("inf"), float("inf")), w.abs() * eps) + k * eps * eps * scale + 1e-300
+    tol = k * torch.maximum(err_eager.nan_to_num(float("inf"), float("inf"), float("inf")), w.abs() * eps) + k * eps * eps * scale + 1e-300
     if summed:
         tol = tol + k * 64 * eps * scale
     if want.dtype == torch.float64:

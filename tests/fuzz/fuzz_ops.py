@@ -49,6 +49,8 @@ SUMS = {"sum", "prod", "mean", "var", "std", "softmax", "log_softmax", "logsumex
         "addcmul", "add_alpha", "lerp"}
 # Ops whose relative error grows with the argument (exp(x) by |x|, cos(x) by |x| / |cos x|): they
 # read the result of a sum only where it is small, or an ulp of the sum's order becomes anything.
+# Periodic ops: an ulp of a large argument is any result. They read approximate values only small.
+PERIODIC = {"sin", "cos", "tan"}
 AMPLIFIERS = {"exp", "exp2", "expm1", "sin", "cos", "tan", "pow", "pow_scalar", "pow_int", "tanh", "sigmoid",
               "softplus", "mish", "elu", "erf", "gelu", "gelu_tanh", "silu", "softmax", "log_softmax", "logsumexp"}
 
