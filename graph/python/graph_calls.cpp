@@ -166,7 +166,7 @@ bool kernel_exists(const OpDef& op, const std::vector<Value>& bound, const Graph
       try {
         py::reinterpret_borrow<py::object>(fn)(*py::tuple(pos), **kw);
       } catch (py::error_already_set& e) {
-        verdict = py::str(e.type().attr("__name__")).cast<std::string>() + ": " + e.what();
+        verdict = e.what();  // "RuntimeError: ..."
       }
       quiet.attr("__exit__")(py::none(), py::none(), py::none());
     } catch (py::error_already_set& e) {
