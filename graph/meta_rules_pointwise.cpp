@@ -407,6 +407,12 @@ std::optional<ValueMeta> meta_inplace(const MetaContext& ctx) {
   // Binary in-place arithmetic: x += y, x.add_(y) ...
   std::vector<Value> operands = {ctx.args[0], ctx.args[1]};
   if (!all_tensor_or_scalar(operands, ctx.graph)) return std::nullopt;
+  // NB: as out of place (binary_dtype): subtraction rejects a bool operand, x_int.sub_(True) too.
+  if (name_is(ctx, {"sub_", "op_isub"}))
+    for (const Value& v : operands) {
+      const TensorMeta* t = tensor_or_null(v, ctx.graph);
+      if ((t && t->dtype == DType::Bool) || v.kind == Value::Kind::Bool) return std::nullopt;
+    }
   if (const TensorMeta* o = tensor_or_null(ctx.args[1], ctx.graph)) must_fit(*o);
   DType rt = result_type(operands, ctx.graph);
   if (is_complex(rt)) return std::nullopt;

@@ -18,6 +18,8 @@
 #include <cmath>
 #include <map>
 #include <mutex>
+#include <sstream>
+#include <stdexcept>
 #include <set>
 
 #include "src/errors.h"
@@ -37,6 +39,7 @@
 #include <llvm/IR/Verifier.h>
 #include <llvm/Passes/PassBuilder.h>
 #include <llvm/Support/DynamicLibrary.h>
+#include <llvm/Support/ErrorHandling.h>
 #include <llvm/Support/Host.h>
 #include <llvm/Support/TargetSelect.h>
 #include <llvm/Support/raw_ostream.h>
@@ -66,6 +69,26 @@ using loop::ScalarType;
 using loop::StmtKind;
 using loop::UnaryOp;
 
+// LLVM reports its own internal failures with report_fatal_error, which aborts the process; LLVM
+// 14's x86 backend has some in instruction selection of rare AVX-512 mask patterns ("Cannot
+// select: X86ISD::VBROADCAST of v8i1", a comparison of a stride-0 operand). The handler turns them
+// into this exception, thrown through LLVM's frames (which have unwind tables) up to compile_cpu.
+struct LlvmFatalError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+[[noreturn]] void throw_llvm_fatal(void*, const char* reason, bool) { throw LlvmFatalError(reason); }
+
+// The host's target features with AVX-512 off: the second try after LLVM failed on a kernel.
+std::string without_avx512(const std::string& features) {
+  std::string out, item;
+  std::stringstream ss(features);
+  while (std::getline(ss, item, ',')) {
+    if (item.rfind("+avx512", 0) == 0) item[0] = '-';
+    out += (out.empty() ? "" : ",") + item;
+  }
+  return out;
+}
+
 struct Jit {
   std::unique_ptr<orc::LLJIT> lljit;
   std::unique_ptr<TargetMachine> tm;
@@ -80,6 +103,7 @@ Jit& jit() {
     InitializeNativeTarget();
     InitializeNativeTargetAsmPrinter();
     auto* s = new Jit;
+    install_fatal_error_handler(throw_llvm_fatal, nullptr);
     sys::DynamicLibrary::LoadLibraryPermanently("libmvec.so.1");
     sys::DynamicLibrary::LoadLibraryPermanently("libm.so.6");
     auto jtmb = cantFail(orc::JITTargetMachineBuilder::detectHost());
@@ -105,7 +129,8 @@ Jit& jit() {
 struct MathFn { UnaryOp op; const char* f32; const char* f64; };
 const MathFn kMathFns[] = {
     {UnaryOp::Tan, "tanf", "tan"},     {UnaryOp::Tanh, "tanhf", "tanh"},    {UnaryOp::Erf, "erff", "erf"},
-    {UnaryOp::Log1p, "log1pf", "log1p"}, {UnaryOp::Expm1, "expm1f", "expm1"},
+    {UnaryOp::Log1p, "log1pf", "log1p"}, {UnaryOp::Expm1, "expm1f", "expm1"}, {UnaryOp::Exp2, "exp2f", "exp2"},
+    {UnaryOp::Log2, "log2f", "log2"}, {UnaryOp::Log10, "log10f", "log10"},
 };
 
 // Vector variants in glibc's libmvec (x86_64): scalar name -> ISA letter + width + signature.
@@ -120,6 +145,8 @@ void add_vector_math(TargetLibraryInfoImpl& tlii, bool avx512, bool avx2) {
         {"llvm.pow.f32", "llvm.pow.f64", "pow", "vv"},  {"tanf", "tan", "tan", "v"},
         {"tanhf", "tanh", "tanh", "v"},                  {"erff", "erf", "erf", "v"},
         {"log1pf", "log1p", "log1p", "v"},               {"expm1f", "expm1", "expm1", "v"},
+        {"exp2f", "exp2", "exp2", "v"},                  {"log2f", "log2", "log2", "v"},
+        {"log10f", "log10", "log10", "v"},
         {"sinf", "sin", "sin", "v"},                     {"cosf", "cos", "cos", "v"},
         {"expf", "exp", "exp", "v"},                     {"logf", "log", "log", "v"},
     };
@@ -148,8 +175,8 @@ void add_vector_math(TargetLibraryInfoImpl& tlii, bool avx512, bool avx2) {
 
 class KernelEmitter {
  public:
-  KernelEmitter(LLVMContext& ctx, Module& m, const loop::Program& p, const loop::Kernel& k)
-      : ctx_(ctx), m_(m), p_(p), k_(k), b_(ctx) {}
+  KernelEmitter(LLVMContext& ctx, Module& m, const loop::Program& p, const loop::Kernel& k, bool avx512)
+      : ctx_(ctx), m_(m), p_(p), k_(k), b_(ctx), avx512_(avx512) {}
 
   // Emits `name` (the exported entry: unpacks the buffer array) and its body. With stream_bytes > 0,
   // stored buffers of at least that size get a second body that writes them with non-temporal
@@ -158,8 +185,6 @@ class KernelEmitter {
     bufs_ = k_.buffers();
     int loops = 0;
     std::function<void(const loop::Stmt&)> scan = [&](const loop::Stmt& s) {
-      if (s.kind == StmtKind::Reduce && (s.rop == ReduceOp::Max || s.rop == ReduceOp::Min) && loop::is_float(k_.locals[static_cast<size_t>(s.local)]))
-        has_minmax_ = true;
       if (s.kind == StmtKind::Loop) loops++;
       for (auto& c : s.body) scan(c);
     };
@@ -181,7 +206,7 @@ class KernelEmitter {
     Type* i8p = b_.getInt8PtrTy();
     Function* entry_fn = Function::Create(FunctionType::get(b_.getVoidTy(), {i8p->getPointerTo(), i64, i64}, false),
                                           Function::ExternalLinkage, name, m_);
-    set_attrs(entry_fn, false);
+    set_attrs(entry_fn);
     b_.SetInsertPoint(BasicBlock::Create(ctx_, "entry", entry_fn));
     auto ea = entry_fn->arg_begin();
     Value* arr = &*ea++;
@@ -229,8 +254,7 @@ class KernelEmitter {
         min_elem = std::min(min_elem, dtype_size(p_.buffers[static_cast<size_t>(bufs_[i])].dtype));
       }
     }
-    set_attrs(body, has_minmax_);
-    no_nans_ = has_minmax_;
+    set_attrs(body);
     body->addFnAttr(Attribute::NoInline);
     fn_ = body;
     ptrs_.clear();
@@ -277,19 +301,17 @@ class KernelEmitter {
     return body;
   }
 
-  void set_attrs(Function* f, bool no_nans) {
+  // NB: no function-wide fast-math attributes ("no-nans-fp-math", "no-signed-zeros-fp-math"): they
+  // hold for every instruction of the kernel, and the backend then folds 0.0 - x to -x and x - x
+  // to 0. The float max/min reductions carry nnan/nsz on their own calls, which is all LLVM 14's
+  // vectorizer needs (NaNs are tracked by flags, see reduce).
+  void set_attrs(Function* f) {
     Jit& j = jit();
     f->addFnAttr("target-cpu", j.cpu);
-    f->addFnAttr("target-features", j.features);
-    if (j.avx512) f->addFnAttr("prefer-vector-width", "512");
+    f->addFnAttr("target-features", avx512_ ? j.features : without_avx512(j.features));
+    if (j.avx512 && avx512_) f->addFnAttr("prefer-vector-width", "512");
     f->addFnAttr(Attribute::NoUnwind);
     f->addFnAttr(Attribute::getWithStackAlignment(ctx_, Align(64)));
-    if (no_nans) {
-      // NB: needed for the vectorizer to accept float max/min reductions; NaNs are tracked by
-      // integer flags (see reduce), and isnan is computed on the bits, never by fcmp.
-      f->addFnAttr("no-nans-fp-math", "true");
-      f->addFnAttr("no-signed-zeros-fp-math", "true");
-    }
   }
 
   Type* compute_type(ScalarType t) {
@@ -354,18 +376,50 @@ class KernelEmitter {
       case DType::UInt8: case DType::Int8: raw = b_.CreateTrunc(v, b_.getInt8Ty()); break;
       case DType::Int16: raw = b_.CreateTrunc(v, b_.getInt16Ty()); break;
       case DType::Float16: raw = b_.CreateFPTrunc(v, b_.getHalfTy()); break;
-      case DType::BFloat16: {
-        // Round to nearest even, NaN stays a (quiet) NaN.
-        Value* bits = b_.CreateBitCast(v, b_.getInt32Ty());
-        Value* lsb = b_.CreateAnd(b_.CreateLShr(bits, 16), 1);
-        Value* rounded = b_.CreateLShr(b_.CreateAdd(b_.CreateAdd(bits, b_.getInt32(0x7fff)), lsb), 16);
-        rounded = b_.CreateSelect(is_nan_bits(v), b_.getInt32(0x7fc0), rounded);
-        raw = b_.CreateTrunc(rounded, b_.getInt16Ty());
-        break;
-      }
+      case DType::BFloat16: raw = b_.CreateTrunc(bf16_bits(v), b_.getInt16Ty()); break;
       default: break;
     }
     b_.CreateAlignedStore(raw, address(buf, index), MaybeAlign(dtype_size(dt)));
+  }
+
+  // The bf16 nearest to f32 v (ties to even) in the low 16 bits of an i32; NaN stays a quiet NaN.
+  Value* bf16_bits(Value* v) {
+    Value* bits = b_.CreateBitCast(v, b_.getInt32Ty());
+    Value* lsb = b_.CreateAnd(b_.CreateLShr(bits, 16), 1);
+    Value* rounded = b_.CreateLShr(b_.CreateAdd(b_.CreateAdd(bits, b_.getInt32(0x7fff)), lsb), 16);
+    return b_.CreateSelect(is_nan_bits(v), b_.getInt32(0x7fc0), rounded);
+  }
+
+  // f32 v rounded to the nearest f16 value (ties to even, f16's subnormals, inf beyond 65504),
+  // staying an f32. NB: on the bits rather than fptrunc/fpext through half: InstCombine turns
+  // fptrunc(op(fpext a, fpext b)) into an op on half, which x86 computes element by element
+  // (a chain of f16 ops ran 9x slower).
+  Value* f16_round(Value* v) {
+    Type* i32 = b_.getInt32Ty();
+    Value* bits = b_.CreateBitCast(v, i32);
+    Value* mag = b_.CreateAnd(bits, 0x7fffffffu);
+    Value* lsb = b_.CreateAnd(b_.CreateLShr(mag, 13), 1);
+    Value* normal = b_.CreateAnd(b_.CreateAdd(b_.CreateAdd(mag, b_.getInt32(0xfff)), lsb), 0xffffe000u);
+    normal = b_.CreateSelect(b_.CreateICmpUGT(normal, b_.getInt32(0x477fe000)), b_.getInt32(0x7f800000), normal);  // > 65504
+    // below 2^-14 the quantum is 2^-24: x + 0.5 - 0.5 rounds to it (ties to even)
+    Value* af = b_.CreateBitCast(mag, b_.getFloatTy());
+    Value* sub = b_.CreateBitCast(b_.CreateFSub(b_.CreateFAdd(af, fconst(0.5, b_.getFloatTy())), fconst(0.5, b_.getFloatTy())), i32);
+    Value* r = b_.CreateSelect(b_.CreateICmpULT(mag, b_.getInt32(0x38800000)), sub, normal);
+    r = b_.CreateSelect(b_.CreateICmpUGE(mag, b_.getInt32(0x7f800000)), mag, r);  // inf and NaN as they are
+    return b_.CreateBitCast(b_.CreateOr(r, b_.CreateAnd(bits, 0x80000000u)), b_.getFloatTy());
+  }
+
+  // loop::narrow: v (i32 or f32) as the store of dtype dt followed by a load would give it.
+  Value* narrow(Value* v, DType dt, const loop::Expr& arg) {
+    if (loop::holds_dtype_values(arg, dt, p_)) return v;
+    switch (dt) {
+      case DType::UInt8: return b_.CreateZExt(b_.CreateTrunc(v, b_.getInt8Ty()), b_.getInt32Ty());
+      case DType::Int8: return b_.CreateSExt(b_.CreateTrunc(v, b_.getInt8Ty()), b_.getInt32Ty());
+      case DType::Int16: return b_.CreateSExt(b_.CreateTrunc(v, b_.getInt16Ty()), b_.getInt32Ty());
+      case DType::Float16: return f16_round(v);
+      case DType::BFloat16: return b_.CreateBitCast(b_.CreateShl(bf16_bits(v), 16), b_.getFloatTy());
+      default: return v;
+    }
   }
 
   Value* fconst(double v, Type* t) { return ConstantFP::get(t, v); }
@@ -473,14 +527,6 @@ class KernelEmitter {
     return b_.CreateCall(f, {a, c});
   }
 
-  // An ordered float comparison. In kernels compiled with no-nans-fp-math (those with float
-  // max/min reductions) the backend may lower fcmp as if no operand were NaN (NaN == x came out
-  // true), so there the NaN cases are settled on the bits.
-  Value* ordered(Value* cmp, Value* a, Value* c) {
-    if (!no_nans_) return cmp;
-    return b_.CreateAnd(cmp, b_.CreateNot(b_.CreateOr(is_nan_bits(a), is_nan_bits(c))));
-  }
-
   Value* binary(BinaryOp op, Value* a, Value* c, ScalarType st) {
     Type* t = a->getType();
     bool fl = loop::is_float(st);
@@ -511,12 +557,12 @@ class KernelEmitter {
         return b_.CreateSelect(b_.CreateOr(is_nan_bits(a), is_nan_bits(c)), b_.CreateFAdd(a, c), m);
       }
       case BinaryOp::Pow: return call_intrinsic(Intrinsic::pow, {a, c});
-      case BinaryOp::Eq: return fl ? ordered(b_.CreateFCmpOEQ(a, c), a, c) : b_.CreateICmpEQ(a, c);
-      case BinaryOp::Ne: return fl ? b_.CreateNot(ordered(b_.CreateFCmpOEQ(a, c), a, c)) : b_.CreateICmpNE(a, c);
-      case BinaryOp::Lt: return fl ? ordered(b_.CreateFCmpOLT(a, c), a, c) : is_bool ? b_.CreateICmpULT(a, c) : b_.CreateICmpSLT(a, c);
-      case BinaryOp::Le: return fl ? ordered(b_.CreateFCmpOLE(a, c), a, c) : is_bool ? b_.CreateICmpULE(a, c) : b_.CreateICmpSLE(a, c);
-      case BinaryOp::Gt: return fl ? ordered(b_.CreateFCmpOGT(a, c), a, c) : is_bool ? b_.CreateICmpUGT(a, c) : b_.CreateICmpSGT(a, c);
-      case BinaryOp::Ge: return fl ? ordered(b_.CreateFCmpOGE(a, c), a, c) : is_bool ? b_.CreateICmpUGE(a, c) : b_.CreateICmpSGE(a, c);
+      case BinaryOp::Eq: return fl ? b_.CreateFCmpOEQ(a, c) : b_.CreateICmpEQ(a, c);
+      case BinaryOp::Ne: return fl ? b_.CreateNot(b_.CreateFCmpOEQ(a, c)) : b_.CreateICmpNE(a, c);
+      case BinaryOp::Lt: return fl ? b_.CreateFCmpOLT(a, c) : is_bool ? b_.CreateICmpULT(a, c) : b_.CreateICmpSLT(a, c);
+      case BinaryOp::Le: return fl ? b_.CreateFCmpOLE(a, c) : is_bool ? b_.CreateICmpULE(a, c) : b_.CreateICmpSLE(a, c);
+      case BinaryOp::Gt: return fl ? b_.CreateFCmpOGT(a, c) : is_bool ? b_.CreateICmpUGT(a, c) : b_.CreateICmpSGT(a, c);
+      case BinaryOp::Ge: return fl ? b_.CreateFCmpOGE(a, c) : is_bool ? b_.CreateICmpUGE(a, c) : b_.CreateICmpSGE(a, c);
       case BinaryOp::And: return b_.CreateAnd(a, c);
       case BinaryOp::Or: return b_.CreateOr(a, c);
     }
@@ -527,8 +573,8 @@ class KernelEmitter {
     if (from == to) return v;
     Type* tt = compute_type(to);
     bool ff = loop::is_float(from), ft = loop::is_float(to);
-    if (to == ScalarType::Bool)  // NB: NaN is true; `x != 0` settled on the bits (see ordered)
-      return ff ? b_.CreateNot(ordered(b_.CreateFCmpOEQ(v, fconst(0.0, v->getType())), v, v)) : b_.CreateICmpNE(v, ConstantInt::get(v->getType(), 0));
+    if (to == ScalarType::Bool)  // NB: NaN is true (unordered or not equal)
+      return ff ? b_.CreateFCmpUNE(v, fconst(0.0, v->getType())) : b_.CreateICmpNE(v, ConstantInt::get(v->getType(), 0));
     if (ff && ft) return from == ScalarType::F32 ? b_.CreateFPExt(v, tt) : b_.CreateFPTrunc(v, tt);
     if (ff) return b_.CreateFPToSI(v, tt);
     if (ft) return from == ScalarType::Bool ? b_.CreateUIToFP(v, tt) : b_.CreateSIToFP(v, tt);
@@ -566,13 +612,24 @@ class KernelEmitter {
       }
       case ExprKind::Select: {
         Value* c = expr(e->args[0]);
-        Value* a = expr(e->args[1]);
-        Value* d = expr(e->args[2]);
+        Value* a = select_arm(e->args[1]);
+        Value* d = select_arm(e->args[2]);
         return b_.CreateSelect(c, a, d);
       }
       case ExprKind::Cast: return convert(expr(e->args[0]), e->args[0]->type, e->type);
+      case ExprKind::Narrow: return narrow(expr(e->args[0]), static_cast<DType>(e->i), e->args[0]);
     }
     return nullptr;
+  }
+
+  // A select's operand. NB: a float zero constant goes through llvm.arithmetic.fence: LLVM 14's
+  // InstCombine rewrites select(x > 0.0, -0.0, x) into select(x >= 0.0, -0.0, x), equal only up to
+  // the sign of zero (llvm-project issue 57357), and cannot see through the fence.
+  Value* select_arm(const loop::Expr& e) {
+    Value* v = expr(e);
+    if (e->kind == ExprKind::Const && loop::is_float(e->type) && e->f == 0.0)
+      return b_.CreateArithmeticFence(v, v->getType());
+    return v;
   }
 
   Value* identity(ReduceOp op, ScalarType t) {
@@ -633,7 +690,8 @@ class KernelEmitter {
   void emit_stmt(const loop::Stmt& s, bool root) {
     switch (s.kind) {
       case StmtKind::Loop: return emit_loop(s, root);
-      case StmtKind::Store: return store(s.buf, expr(s.index), expr(s.value));
+      case StmtKind::Store:
+        return store(s.buf, expr(s.index), expr(loop::stored_value(s.value, p_.buffers[static_cast<size_t>(s.buf)].dtype)));
       case StmtKind::Let: {
         Value* v = expr(s.value);
         b_.CreateStore(v, locals_[static_cast<size_t>(s.local)]);
@@ -700,8 +758,7 @@ class KernelEmitter {
   std::vector<Value*> locals_, flags_, vars_;
   std::set<int> nan_tracked_;
   bool multi_loop_ = false;
-  bool no_nans_ = false;
-  bool has_minmax_ = false;
+  bool avx512_ = true;  // false: the host's AVX-512 left unused (the retry after an LLVM failure)
 };
 
 // In the streaming bodies (name ending in "_stream"), vector stores that the optimizer proved
@@ -732,7 +789,7 @@ void mark_streaming_stores(Module& m) {
   }
 }
 
-void optimize(Module& m, TargetMachine& tm) {
+void optimize(Module& m, TargetMachine& tm, bool avx512) {
   Jit& j = jit();
   LoopAnalysisManager lam;
   FunctionAnalysisManager fam;
@@ -743,7 +800,7 @@ void optimize(Module& m, TargetMachine& tm) {
   pto.SLPVectorization = true;
   PassBuilder pb(&tm, pto);
   TargetLibraryInfoImpl tlii(Triple(m.getTargetTriple()));
-  add_vector_math(tlii, j.avx512, j.avx2);
+  add_vector_math(tlii, j.avx512 && avx512, j.avx2);
   // NB: must be registered before registerFunctionAnalyses: the first registration wins.
   fam.registerPass([&] { return TargetLibraryAnalysis(tlii); });
   pb.registerModuleAnalyses(mam);
@@ -782,29 +839,45 @@ std::shared_ptr<CpuModule> compile_cpu(const loop::Program& p, const CpuCompileO
   auto mod = std::make_shared<CpuModule>();
   // NB: non-temporal stores are x86's (sfence); elsewhere the option does nothing.
   int64_t stream_bytes = j.tm->getTargetTriple().isX86() ? options.streaming_store_bytes : 0;
-  std::string text = "framefuse-cpu-v5\nllvm " LLVM_VERSION_STRING "\n" + j.cpu + "\n" + j.features +
+  std::string text = "framefuse-cpu-v8\nllvm " LLVM_VERSION_STRING "\n" + j.cpu + "\n" + j.features +
                      "\nstreaming " + std::to_string(stream_bytes) + "\n" + loop::program_str(p);
   mod->cache_key = cache_key_hash(text);
   std::string object;
-  bool cached = !options.want_llvm_ir && disk_cache_load(options.cache_dir, mod->cache_key, &object);
-  if (!cached) {
+  auto build = [&](bool avx512) {
     LLVMContext ctx;
     Module m("ff_" + mod->cache_key, ctx);
     m.setTargetTriple(j.tm->getTargetTriple().str());
     m.setDataLayout(j.tm->createDataLayout());
     for (size_t k = 0; k < p.kernels.size(); ++k)
-      KernelEmitter(ctx, m, p, p.kernels[k]).emit("ff_kernel_" + std::to_string(k), stream_bytes);
+      KernelEmitter(ctx, m, p, p.kernels[k], avx512).emit("ff_kernel_" + std::to_string(k), stream_bytes);
     std::string err;
     raw_string_ostream es(err);
     FF_CHECK(!verifyModule(m, &es), "invalid LLVM IR: " + es.str());
-    optimize(m, *j.tm);
+    optimize(m, *j.tm, avx512);
     if (stream_bytes > 0) mark_streaming_stores(m);
     if (options.want_llvm_ir) {
+      mod->llvm_ir.clear();
       raw_string_ostream os(mod->llvm_ir);
       m.print(os, nullptr);
     }
     object = emit_object(m, *j.tm);
-    disk_cache_store(options.cache_dir, mod->cache_key, object);
+  };
+  bool cached = !options.want_llvm_ir && disk_cache_load(options.cache_dir, mod->cache_key, &object);
+  if (!cached) {
+    try {
+      build(true);
+    } catch (const LlvmFatalError& e) {
+      // NB: the program compiles again without AVX-512 (kept under a key of its own); where that
+      // fails too, the graph runs on the reference runner.
+      mod->cache_key = cache_key_hash(text + "\nwithout avx512");
+      cached = !options.want_llvm_ir && disk_cache_load(options.cache_dir, mod->cache_key, &object);
+      try {
+        if (!cached) build(false);
+      } catch (const LlvmFatalError& again) {
+        throw Unsupported(std::string("LLVM could not compile a kernel of this graph: ") + again.what());
+      }
+    }
+    if (!cached) disk_cache_store(options.cache_dir, mod->cache_key, object);
   }
   mod->from_disk_cache = cached;
   auto& jd = cantFail(j.lljit->createJITDylib("ff_module_" + std::to_string(j.modules++)));

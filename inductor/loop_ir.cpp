@@ -106,22 +106,117 @@ bool is_const(const Expr& e, int64_t v) {
   return e->kind == ExprKind::Const && !is_float(e->type) && e->i == v;
 }
 
-std::string fmt_float(double v) {
+// NB: the shortest text that reads back as the same value of type t. The text form is the CPU
+// object cache's key: two constants printed alike would share one compiled kernel.
+std::string fmt_float(double v, ScalarType t) {
   if (std::isnan(v)) return "nan";
   if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
   char b[64];
-  std::snprintf(b, sizeof b, "%.9g", v);
+  for (int digits = t == ScalarType::F32 ? 6 : 15; digits <= 17; ++digits) {
+    std::snprintf(b, sizeof b, "%.*g", digits, v);
+    double back = std::strtod(b, nullptr);
+    if (t == ScalarType::F32 ? static_cast<float>(back) == static_cast<float>(v) : back == v) break;
+  }
   std::string s = b;
   if (s.find_first_of(".e") == std::string::npos) s += ".0";
   return s;
 }
+
+std::string narrow_dtype_name(int64_t dt) { return std::string(dtype_name(static_cast<DType>(dt))); }
+
+// x rounded to nearest even with `bits` significant bits and no quantum below 2^min_exp: exact in
+// double for every float x (scaling by powers of two is exact).
+double round_significand(double x, int bits, int min_exp) {
+  if (std::isnan(x) || std::isinf(x) || x == 0) return x;
+  int e = 0;
+  std::frexp(x, &e);  // |x| in [2^(e-1), 2^e)
+  double quantum = std::ldexp(1.0, std::max(e - bits, min_exp));
+  return std::nearbyint(x / quantum) * quantum;
+}
+
+}  // namespace
+
+bool needs_narrowing(DType dt) {
+  return dt == DType::Int8 || dt == DType::UInt8 || dt == DType::Int16 || dt == DType::Float16 || dt == DType::BFloat16;
+}
+
+const Expr& stored_value(const Expr& a, DType dt) {
+  return a->kind == ExprKind::Narrow && a->i == static_cast<int64_t>(dt) ? a->args[0] : a;
+}
+
+bool holds_dtype_values(const Expr& a, DType dt, const Program& p) {
+  switch (a->kind) {
+    case ExprKind::Load: return p.buffers.at(static_cast<size_t>(a->id)).dtype == dt;
+    case ExprKind::Narrow: return a->i == static_cast<int64_t>(dt);
+    case ExprKind::Select: return holds_dtype_values(a->args[1], dt, p) && holds_dtype_values(a->args[2], dt, p);
+    case ExprKind::Unary: {
+      auto op = static_cast<UnaryOp>(a->op);
+      // NB: neg and abs of an int8 -128 leave the range; of floats they only flip the sign.
+      return (op == UnaryOp::Neg || op == UnaryOp::Abs) && is_float(a->type) && holds_dtype_values(a->args[0], dt, p);
+    }
+    case ExprKind::Binary: {
+      auto op = static_cast<BinaryOp>(a->op);
+      // max/min return an operand (or NaN, a + b of a NaN, which stays NaN)
+      return (op == BinaryOp::Max || op == BinaryOp::Min) && holds_dtype_values(a->args[0], dt, p) &&
+             holds_dtype_values(a->args[1], dt, p);
+    }
+    default: return false;
+  }
+}
+
+bool calls_vector_math(const Expr& a) {
+  if (a->kind == ExprKind::Unary) {
+    switch (static_cast<UnaryOp>(a->op)) {
+      case UnaryOp::Exp: case UnaryOp::Log: case UnaryOp::Sin: case UnaryOp::Cos: case UnaryOp::Tan:
+      case UnaryOp::Tanh: case UnaryOp::Erf: case UnaryOp::Sigmoid: case UnaryOp::Log1p: case UnaryOp::Expm1:
+      case UnaryOp::Exp2: case UnaryOp::Log2: case UnaryOp::Log10:
+        return true;
+      default: break;
+    }
+  }
+  if (a->kind == ExprKind::Binary && static_cast<BinaryOp>(a->op) == BinaryOp::Pow) return true;
+  for (const Expr& x : a->args)
+    if (calls_vector_math(x)) return true;
+  return false;
+}
+
+Expr narrow(Expr a, DType dt) {
+  FF_CHECK(a, "null operand");
+  FF_CHECK(a->type == dtype_compute_type(dt), "narrow to " + std::string(dtype_name(dt)) + " of a " + scalar_type_name(a->type));
+  if (!needs_narrowing(dt)) return a;
+  if (a->kind == ExprKind::Narrow && a->i == static_cast<int64_t>(dt)) return a;
+  if (a->kind == ExprKind::Const) {
+    switch (dt) {
+      case DType::Int8: return const_int(static_cast<int8_t>(static_cast<uint64_t>(a->i)), a->type);
+      case DType::UInt8: return const_int(static_cast<uint8_t>(static_cast<uint64_t>(a->i)), a->type);
+      case DType::Int16: return const_int(static_cast<int16_t>(static_cast<uint64_t>(a->i)), a->type);
+      case DType::Float16: {
+        // f16: 11 significant bits, subnormal quantum 2^-24; from 65520 on it rounds to inf.
+        double r = round_significand(a->f, 11, -24);
+        if (std::fabs(r) > 65504) r = std::copysign(INFINITY, r);
+        return const_float(r, a->type);
+      }
+      case DType::BFloat16: return const_float(round_significand(a->f, 8, -133), a->type);
+      default: break;
+    }
+  }
+  auto n = std::make_shared<ExprNode>();
+  n->kind = ExprKind::Narrow;
+  n->type = a->type;
+  n->i = static_cast<int64_t>(dt);
+  n->args = {std::move(a)};
+  return n;
+}
+
+namespace {
 
 }  // namespace
 
 Expr const_int(int64_t v, ScalarType t) {
   FF_CHECK(!is_float(t), "const_int needs an integer or bool type");
   auto n = make(ExprKind::Const, t);
-  std::const_pointer_cast<ExprNode>(n)->i = t == ScalarType::Bool ? (v != 0) : v;
+  // NB: an i32 literal holds its value modulo 2^32, as the renderers' 32-bit constants do.
+  std::const_pointer_cast<ExprNode>(n)->i = t == ScalarType::Bool ? (v != 0) : t == ScalarType::I32 ? static_cast<int32_t>(static_cast<uint64_t>(v)) : v;
   return n;
 }
 Expr const_float(double v, ScalarType t) {
@@ -196,10 +291,20 @@ Expr cast(Expr a, ScalarType t) {
   FF_CHECK(a, "null operand");
   if (a->type == t) return a;
   if (a->kind == ExprKind::Const) {
-    double v = is_float(a->type) ? a->f : static_cast<double>(a->i);
-    if (t == ScalarType::Bool) return const_int(v != 0.0, t);
-    if (!is_float(t) && is_float(a->type)) return const_int(static_cast<int64_t>(std::trunc(v)), t);
-    if (!is_float(t)) return const_int(a->i, t);
+    if (!is_float(a->type)) {
+      // NB: straight from the integer: int64 -> double -> float would round twice.
+      if (t == ScalarType::F32) return const_float(static_cast<double>(static_cast<float>(a->i)), t);
+      if (t == ScalarType::F64) return const_float(static_cast<double>(a->i), t);
+      return const_int(t == ScalarType::Bool ? a->i != 0 : a->i, t);
+    }
+    double v = a->f;
+    if (t == ScalarType::Bool) return const_int(v != 0.0, t);  // NaN is true
+    if (!is_float(t)) {
+      // Out of range (NaN included) the conversion is undefined in C++ and in eager: left to the renderer.
+      double lim = t == ScalarType::I32 ? 2147483648.0 : 9223372036854775808.0;
+      if (!(std::trunc(v) < lim && std::trunc(v) >= -lim)) return make(ExprKind::Cast, t, {std::move(a)});
+      return const_int(static_cast<int64_t>(std::trunc(v)), t);
+    }
     return const_float(v, t);
   }
   auto n = std::make_shared<ExprNode>();
@@ -295,7 +400,7 @@ std::string expr_str(const Expr& e) {
   if (std::string s; affine_str(e, &s)) return s;
   switch (e->kind) {
     case ExprKind::Const:
-      if (is_float(e->type)) return fmt_float(e->f) + (e->type == ScalarType::F64 ? "d" : "");
+      if (is_float(e->type)) return fmt_float(e->f, e->type) + (e->type == ScalarType::F64 ? "d" : "");
       if (e->type == ScalarType::Bool) return e->i ? "true" : "false";
       return std::to_string(e->i) + (e->type == ScalarType::I32 ? "i" : "");
     case ExprKind::Var: return "v" + std::to_string(e->id);
@@ -313,6 +418,7 @@ std::string expr_str(const Expr& e) {
     case ExprKind::Select:
       return "where(" + expr_str(e->args[0]) + ", " + expr_str(e->args[1]) + ", " + expr_str(e->args[2]) + ")";
     case ExprKind::Cast: return std::string(scalar_type_name(e->type)) + "(" + expr_str(e->args[0]) + ")";
+    case ExprKind::Narrow: return narrow_dtype_name(e->i) + "(" + expr_str(e->args[0]) + ")";
   }
   return "?";
 }

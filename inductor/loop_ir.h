@@ -48,6 +48,7 @@ inline bool is_float(ScalarType t) { return t == ScalarType::F32 || t == ScalarT
   X(Tan, "tan", true) X(Tanh, "tanh", true) X(Sqrt, "sqrt", true) X(Rsqrt, "rsqrt", true)        \
   X(Erf, "erf", true) X(Sigmoid, "sigmoid", true) X(Floor, "floor", true) X(Ceil, "ceil", true)  \
   X(Reciprocal, "reciprocal", true) X(Log1p, "log1p", true) X(Expm1, "expm1", true)              \
+  X(Exp2, "exp2", true) X(Log2, "log2", true) X(Log10, "log10", true)                            \
   X(IsNan, "isnan", true) /* result bool */
 enum class UnaryOp : uint8_t {
 #define FF_LOOP_UN_ENUM(e, s, f) e,
@@ -89,7 +90,10 @@ enum class ReduceOp : uint8_t {
   X(Unary, "op(args[0]); `op` is a UnaryOp")                                                    \
   X(Binary, "op(args[0], args[1]); `op` is a BinaryOp")                                          \
   X(Select, "args[0] ? args[1] : args[2] (both branches are evaluated: no side effects)")       \
-  X(Cast, "args[0] converted to `type` (float->int truncates; ->bool is != 0)")
+  X(Cast, "args[0] converted to `type` (float->int truncates; ->bool is != 0)")                 \
+  X(Narrow, "args[0] rounded to the storage dtype `i` (a DType) and back to `type`: 8/16-bit "  \
+            "ints wrap (two's complement), f16/bf16 round to nearest even; what a store to a "   \
+            "buffer of that dtype and a load from it give")
 enum class ExprKind : uint8_t {
 #define FF_LOOP_EXPR_ENUM(e, doc) e,
   FF_LOOP_EXPR_KINDS(FF_LOOP_EXPR_ENUM)
@@ -120,6 +124,22 @@ Expr unary(UnaryOp op, Expr a);
 Expr binary(BinaryOp op, Expr a, Expr b);
 Expr select(Expr c, Expr a, Expr b);
 Expr cast(Expr a, ScalarType t);  // identity when already `t`
+// `a` as a value of dtype `dt` (computed in dtype_compute_type(dt), which must be a's type):
+// identity where that type holds every value of it exactly (i32 for int32, f32 for float32).
+Expr narrow(Expr a, DType dt);
+bool needs_narrowing(DType dt);  // 8/16-bit ints, f16, bf16
+// What a store into a buffer of dtype dt needs to compute: a's operand where a narrows to dt (the
+// store rounds the same way), else a.
+const Expr& stored_value(const Expr& a, DType dt);
+struct Program;
+// Whether every value `a` can take is one of dtype dt's, so that narrowing it to dt changes
+// nothing: a load from a buffer of dt, a narrowing to dt, and selections among such values
+// (where, neg, abs, max, min). The renderers skip those narrowings.
+bool holds_dtype_values(const Expr& a, DType dt, const Program& p);
+// Whether `a` calls a math function (exp, log, sin, pow ...) whose vector variant may round
+// differently from its scalar one: the same expression can then take two values in one kernel
+// (the vector body and the scalar remainder of a loop, or two loops).
+bool calls_vector_math(const Expr& a);
 Expr index_add(Expr a, Expr b);
 Expr index_mul(Expr a, int64_t c);
 
@@ -187,6 +207,9 @@ struct Buffer {
   int input = -1;     // Input: placeholder position
   bool mutated = false;  // Input: an in-place op on the graph input stores into the caller's tensor
   NodeId node = -1;   // the graph node it holds (when one does)
+  // ExternResult of a call that may return a view of an operand (x[0], split, an op the registry
+  // does not know): the buffer whose memory it may be. Writing into that buffer changes this one.
+  int aliases = -1;
 };
 
 struct Kernel {

@@ -79,8 +79,10 @@ LT Lowerer::tensor(const Value& v) {
       if (!lt) throw NoLowering("operand " + g_.node(v.node).name + " is not a tensor the code generator holds");
       return *lt;
     }
+    // NB: Python numbers keep their exact value (an int as int64, a float as double) until the
+    // op converts them to the dtype it computes in, as eager's wrapped scalars do.
     case Value::Kind::Bool: return scalar(v.b ? 1.0 : 0.0, DType::Bool);
-    case Value::Kind::Int: return scalar(static_cast<double>(v.i), DType::Int64);
+    case Value::Kind::Int: return scalar_int(v.i);
     case Value::Kind::Float: return scalar(v.f, DType::Float64);
     default: throw NoLowering("unsupported operand kind");
   }
@@ -96,6 +98,42 @@ LT Lowerer::scalar(double v, DType dt) {
   r.at = [c](const Idx&) { return c; };
   return r;
 }
+
+LT Lowerer::scalar_int(int64_t v) {
+  LT r;
+  r.dtype = DType::Int64;
+  Expr c = loop::const_int(v, ScalarType::I64);
+  r.at = [c](const Idx&) { return c; };
+  return r;
+}
+
+namespace {
+
+// Whether every value of dtype `from` is one of `to` (a conversion needs no narrowing).
+bool holds_all(DType from, DType to) {
+  if (from == to || from == DType::Bool) return true;
+  auto bits = [](DType t) -> int {  // significant bits of an exact integer range
+    switch (t) {
+      case DType::UInt8: return 8;
+      case DType::Int8: return 7;
+      case DType::Int16: return 15;
+      case DType::Int32: return 31;
+      case DType::Int64: return 63;
+      default: return -1;
+    }
+  };
+  int fb = bits(from);  // -1 for floats
+  switch (to) {
+    case DType::Int16: case DType::Int32: case DType::Int64: return fb >= 0 && fb <= bits(to);
+    case DType::BFloat16: return fb >= 0 && fb <= 8;
+    case DType::Float16: return fb >= 0 && fb <= 11;
+    case DType::Float32: return (fb >= 0 && fb <= 24) || from == DType::Float16 || from == DType::BFloat16;
+    case DType::Float64: return (fb >= 0 && fb <= 53) || is_floating(from);
+    default: return false;  // int8, uint8: only from themselves and bool
+  }
+}
+
+}  // namespace
 
 LT Lowerer::from_ref(const loop::TensorRef& ref, DType dt) const {
   LT r;
@@ -120,9 +158,14 @@ LT Lowerer::cast(const LT& x, DType dt) {
   r.ref.reset();
   ScalarType t = loop::dtype_compute_type(dt);
   auto inner = x.at;
-  // NB: a cast to a narrower integer type wraps like torch: compute in i32/i64, the store truncates.
-  r.at = [inner, t](const Idx& idx) { return loop::cast(inner(idx), t); };
-  r.cost = x.cost + 1;
+  // NB: the value becomes one of dtype dt here, not when it is stored: int64 -> int8 wraps and
+  // f32 -> f16 rounds before any later op computes with it, as in eager.
+  bool narrowing = !holds_all(x.dtype, dt);
+  r.at = [inner, t, dt, narrowing](const Idx& idx) {
+    Expr v = loop::cast(inner(idx), t);
+    return narrowing ? loop::narrow(v, dt) : v;
+  };
+  r.cost = x.cost + (narrowing ? 2 : 1);
   return r;
 }
 
@@ -153,23 +196,28 @@ LT Lowerer::broadcast(const LT& x, const std::vector<int64_t>& sizes) {
 LT Lowerer::map(const std::vector<LT>& xs, DType compute, DType out, const std::function<Expr(const std::vector<Expr>&)>& fn) {
   std::vector<int64_t> sizes;
   for (const LT& x : xs) sizes = broadcast_shapes(sizes, x.sizes);
+  if (!supported_dtype(compute) || !supported_dtype(out)) throw NoLowering("dtype not supported in kernels");
   std::vector<LT> bs;
   int cost = 1;
   for (const LT& x : xs) {
-    bs.push_back(broadcast(x, sizes));
-    cost += x.cost;
+    bs.push_back(broadcast(cast(x, compute), sizes));
+    cost += bs.back().cost;
   }
-  if (!supported_dtype(compute) || !supported_dtype(out)) throw NoLowering("dtype not supported in kernels");
   ScalarType ct = loop::dtype_compute_type(compute), ot = loop::dtype_compute_type(out);
+  // NB: eager stores every op's result in its dtype: an 8/16-bit int result wraps, an f16/bf16
+  // one rounds, before the next op reads it. The kernel keeps the wider compute type in
+  // registers, so the result is narrowed here (free where a store narrows it anyway).
+  bool narrowing = loop::needs_narrowing(out);
   LT r;
   r.sizes = sizes;
   r.dtype = out;
-  r.cost = cost;
-  r.at = [bs, ct, ot, fn](const Idx& idx) {
+  r.cost = cost + (narrowing ? 1 : 0);
+  r.at = [bs, ct, ot, out, narrowing, fn](const Idx& idx) {
     std::vector<Expr> vals;
     vals.reserve(bs.size());
     for (const LT& b : bs) vals.push_back(loop::cast(b.at(idx), ct));
-    return loop::cast(fn(vals), ot);
+    Expr v = loop::cast(fn(vals), ot);
+    return narrowing ? loop::narrow(v, out) : v;
   };
   return r;
 }
@@ -203,14 +251,20 @@ LT Lowerer::permute(const LT& x, const std::vector<int64_t>& perm) {
   return r;
 }
 
-namespace {
-
 // torch's stride computation for a view of (sizes, strides) as `shape`; nullopt when a copy is needed.
 std::optional<std::vector<int64_t>> view_strides(const std::vector<int64_t>& oldshape, const std::vector<int64_t>& oldstride,
                                                  const std::vector<int64_t>& shape) {
+  // NB: as torch's computeStride: a 0-d tensor views as anything of one element, and an empty
+  // one as anything empty (its old strides where the shape stays, contiguous strides else).
+  if (oldshape.empty()) return std::vector<int64_t>(shape.size(), 1);
   int64_t numel = 1;
   for (int64_t s : oldshape) numel *= s;
-  if (numel == 0) return std::nullopt;
+  if (numel == 0) {
+    if (oldshape == shape) return oldstride;
+    std::vector<int64_t> st(shape.size());
+    for (size_t d = shape.size(); d-- > 0;) st[d] = d + 1 == shape.size() ? 1 : std::max<int64_t>(shape[d + 1], 1) * st[d + 1];
+    return st;
+  }
   std::vector<int64_t> newstride(shape.size());
   int64_t view_d = static_cast<int64_t>(shape.size()) - 1;
   int64_t chunk_base_stride = oldstride.empty() ? 1 : oldstride.back();
@@ -235,8 +289,6 @@ std::optional<std::vector<int64_t>> view_strides(const std::vector<int64_t>& old
   if (view_d != -1) return std::nullopt;
   return newstride;
 }
-
-}  // namespace
 
 LT Lowerer::reshape(const LT& x, const std::vector<int64_t>& sizes) {
   if (x.sizes == sizes) return x;
@@ -361,6 +413,14 @@ void Lowerer::store_kernel(const LT& x, int b, const std::vector<int64_t>& strid
 
 LT Lowerer::realize_contiguous(const LT& x, const std::string& why) {
   return realize(x, TensorMeta::contiguous_strides(x.sizes), BufferRole::Intermediate, -1, why);
+}
+
+LT Lowerer::consistent(const LT& x) {
+  if (x.ref || x.numel() == 0) return x;
+  Idx idx;
+  for (int64_t d = 0; d < x.dim(); ++d) idx.push_back(loop::var(static_cast<int>(d)));
+  if (!loop::calls_vector_math(x.at(idx))) return x;
+  return realize_contiguous(x, "read by several loops and computed with vector math: one value for all of them");
 }
 
 LT Lowerer::reduce(const LT& x, std::vector<int64_t> dims, bool keepdim, loop::ReduceOp op, DType acc) {
@@ -517,6 +577,9 @@ LT Lowerer::extern_call(const Node& n, NodeId id, OpId op, std::vector<Value> ar
     const TensorMeta& m = n.meta.tensor;
     e.result = new_buffer(m.dtype, m.sizes, m.strides, BufferRole::ExternResult, id);
     result = from_ref(loop::TensorRef{e.result, m.sizes, m.strides, 0}, m.dtype);
+    NodeId parent = id == current_ && !alias_parent_.empty() ? alias_parent_[static_cast<size_t>(id)] : -1;
+    if (parent >= 0 && values_[static_cast<size_t>(parent)] && values_[static_cast<size_t>(parent)]->ref)
+      prog_.buffers[static_cast<size_t>(e.result)].aliases = values_[static_cast<size_t>(parent)]->ref->buf;
   }
   note("extern " + node_desc(g_, id) + ": " + reason);
   prog_.externs.push_back(std::move(e));
@@ -528,7 +591,7 @@ namespace {
 
 // The out-of-place form of in-place call n in *out: add_ -> add, relu(inplace=True) ->
 // relu(inplace=False). Returns "" or why there is none.
-std::string out_of_place(const Node& n, Node* out) {
+std::string out_of_place(const Node& n, Node* out, const Graph* g) {
   static const std::map<std::string, std::string> kOutOfPlace = {
       {"op_iadd", "op_add"}, {"op_isub", "op_sub"}, {"op_imul", "op_mul"}, {"op_itruediv", "op_truediv"},
       {"add_", "add"},       {"sub_", "sub"},       {"mul_", "mul"},       {"div_", "div"},
@@ -547,6 +610,16 @@ std::string out_of_place(const Node& n, Node* out) {
   } else {
     int i = op.schema.index_of("inplace");
     out->args[static_cast<size_t>(i)] = Value::of_bool(false);
+  }
+  // NB: eager computes an in-place op in the dtype its out-of-place form gives (x_bf16 *= y_f64
+  // multiplies in float64) and converts the result to self's dtype when it stores it.
+  if (g && out->meta.is_tensor()) {
+    try {
+      if (auto m = infer_meta(op_def(out->op), out->args, *g); m && m->is_tensor() && m->tensor.sizes == n.meta.tensor.sizes)
+        out->meta = *m;
+    } catch (const std::exception&) {
+      // the graph's own meta stays
+    }
   }
   return "";
 }
@@ -584,7 +657,7 @@ std::string Lowerer::functional_form(NodeId id, Node* out) const {
                    xo.name != "einsum" && (!call_mutates_input(xo, xn.args) || fresh_[static_cast<size_t>(x)]);
   if (!allocates) return "the tensor it mutates may alias another tensor";
   if (xn.meta.tensor.sizes != n.meta.tensor.sizes) return "it would broadcast";
-  return out_of_place(n, out);
+  return out_of_place(n, out, &g_);
 }
 
 // An in-place call on a graph input (or on an earlier such call's result) becomes a kernel that
@@ -617,7 +690,7 @@ std::string Lowerer::write_input(NodeId id) {
       value = broadcast(scalar(0, m.dtype), m.sizes);
     } else {
       Node fn;
-      if (std::string why = out_of_place(n, &fn); !why.empty()) return why;
+      if (std::string why = out_of_place(n, &fn, &g_); !why.empty()) return why;
       auto it = op_lowerings().find(op_def(fn.op).name);
       if (it == op_lowerings().end()) return "no lowering for " + op_def(fn.op).name;
       value = it->second(*this, fn);
@@ -688,7 +761,9 @@ std::optional<LT> Lowerer::lower_node(NodeId id) {
         const TensorMeta& m = n.meta.tensor;
         FF_CHECK(r.sizes == m.sizes, "lowering of " + op.name + " produced the wrong shape");
         if (r.dtype != m.dtype) r = cast(r, m.dtype);
-        if (!r.ref && users_[static_cast<size_t>(id)] > 1 && r.cost > kInlineCostLimit)
+        if (!r.ref && shares_storage_[static_cast<size_t>(id)])
+          r = realize(r, m.strides, BufferRole::Intermediate, id, "its memory is seen through several graph outputs");
+        else if (!r.ref && users_[static_cast<size_t>(id)] > 1 && r.cost > kInlineCostLimit)
           r = realize(r, m.strides, BufferRole::Intermediate, id, "expensive value with several users");
         else if (!r.ref && users_[static_cast<size_t>(id)] > 1 && loads_per_element(r) > kInlineLoadLimit)
           // NB: a residual stream (x = x + f(x) per layer) would otherwise be re-read from every
@@ -717,6 +792,7 @@ loop::Program Lowerer::run() {
   for (const Node& n : g_.nodes())
     for (const Value& v : n.args) v.for_each_node([&](NodeId o) { users_[static_cast<size_t>(o)]++; });
   values_.assign(g_.size(), std::nullopt);
+  plan_aliases();
   for (NodeId id = 0; id < static_cast<NodeId>(g_.size()); ++id) {
     if (g_.node(id).kind == NodeKind::Output) continue;
     values_[static_cast<size_t>(id)] = lower_node(id);
@@ -735,10 +811,13 @@ loop::Program Lowerer::run() {
       if (ref.sizes == m.sizes)
         for (size_t d = 0; d < ref.sizes.size(); ++d)
           if (ref.sizes[d] == 1) ref.strides[d] = m.strides[d];
-      auto& buf = prog_.buffers[static_cast<size_t>(ref.buf)];
-      if (buf.role == BufferRole::Intermediate) buf.role = BufferRole::Output;
       prog_.outputs.push_back({o, ref});
     }
+  }
+  alias_outputs();
+  for (auto& [o, ref] : prog_.outputs) {
+    auto& buf = prog_.buffers[static_cast<size_t>(ref.buf)];
+    if (buf.role == BufferRole::Intermediate) buf.role = BufferRole::Output;
   }
   return std::move(prog_);
 }

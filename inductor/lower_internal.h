@@ -55,10 +55,14 @@ class Lowerer {
 
   // ---- the algebra ----
   static LT scalar(double v, DType dt);
+  static LT scalar_int(int64_t v);  // an exact int64 constant
+
   static LT cast(const LT& x, DType dt);
   static LT broadcast(const LT& x, const std::vector<int64_t>& sizes);
-  // Elementwise over broadcast operands, computed in `compute` (each operand cast to it); the
-  // result has dtype `out`. fn receives one expression per operand.
+  // Elementwise over broadcast operands, each first converted to dtype `compute` (as eager converts
+  // operands to the common dtype: a Python scalar in an f16 op rounds to f16, in an int8 op wraps);
+  // fn computes in compute's loop type and the result, of dtype `out`, is narrowed to it.
+  // Ops that take a scalar at opmath precision pass float_compute_dtype(out) as `compute`.
   static LT map(const std::vector<LT>& xs, DType compute, DType out,
                 const std::function<Expr(const std::vector<Expr>&)>& fn);
   static LT unary(loop::UnaryOp op, const LT& x, DType dt);
@@ -71,6 +75,10 @@ class Lowerer {
   LT realize(const LT& x, const std::vector<int64_t>& strides, loop::BufferRole role, NodeId node,
              const std::string& why);
   LT realize_contiguous(const LT& x, const std::string& why);
+  // x stored once where it calls vector math and several loops of a decomposition read it (softmax's
+  // max, sum and output): recomputed, its vector and scalar copies could disagree by an ulp, and
+  // x - max(x) would not be 0 at the max (nor x == max(x) for argmax).
+  LT consistent(const LT& x);
   // Runs node n (or `op` with `args`) through torch; tensors in args are realized first.
   LT extern_call(const Node& n, NodeId id, OpId op, std::vector<Value> args, const std::string& reason);
 
@@ -88,6 +96,11 @@ class Lowerer {
   loop::TensorRef ensure_ref(NodeId id, const std::string& why);
   int new_buffer(DType dt, std::vector<int64_t> sizes, std::vector<int64_t> strides, loop::BufferRole role, NodeId node);
   LT from_ref(const loop::TensorRef& r, DType dt) const;
+  // Storage sharing of outputs as in eager (lower_alias.cpp).
+  void plan_aliases();
+  void alias_outputs();
+  NodeId storage_root(NodeId id) const;  // eager: the node that owns the memory id's result is in
+  int buffer_storage(int buf) const;      // the buffer whose memory buf is (extern views followed)
 
   const Graph& g_;
   std::vector<std::string>* notes_;
@@ -96,9 +109,15 @@ class Lowerer {
   std::vector<int> users_;
   std::vector<bool> fresh_;  // in-place calls computed out of place (their result is fresh)
   std::vector<NodeId> input_root_;  // a tensor placeholder, or an in-place write of one: that placeholder; -1
+  std::vector<NodeId> alias_parent_;  // eager: the operand whose memory a node's result is in, or -1
+  std::vector<bool> shares_storage_;  // stored when lowered: its memory is seen through several outputs
   NodeId current_ = -1;
 };
 
 DType float_compute_dtype(DType dt);  // f16/bf16 -> f32; others unchanged
+
+// torch's strides for a view of (sizes, strides) as `shape`; nullopt where reshape copies.
+std::optional<std::vector<int64_t>> view_strides(const std::vector<int64_t>& oldshape, const std::vector<int64_t>& oldstride,
+                                                 const std::vector<int64_t>& shape);
 
 }  // namespace ff::inductor

@@ -39,27 +39,47 @@ Expr sigmoid(const Expr& x) {
   return loop::binary(BinaryOp::Div, fconst(1, x), loop::binary(BinaryOp::Add, fconst(1, x), loop::unary(UnaryOp::Exp, loop::unary(UnaryOp::Neg, x))));
 }
 
+// Whether eager's CPU kernel reads operand v (the second operand of mul or div) at opmath precision
+// instead of converted to the result dtype: torch >= 2.0 does for a reduced-float result when v is a
+// Python number or a 0-dim tensor (TensorIterator's "cpu scalar", read from its original dtype).
+bool opmath_scalar(Lowerer& L, const Value& v, DType out) {
+  if (!(out == DType::Float16 || out == DType::BFloat16) || !torch_at_least(2, 0)) return false;
+  if (v.is_number()) return true;
+  const Node* t = v.is_node() ? &L.graph().node(v.node) : nullptr;
+  return t && t->meta.is_tensor() && t->meta.tensor.dim() == 0;
+}
+
+// The operands of a binary op converted as eager converts them: both to the result dtype `out`,
+// except a scalar second operand of mul/div read at opmath precision (opmath_scalar). Returns the
+// dtype to compute in.
+DType binary_operands(Lowerer& L, const Value& b, DType out, bool scalar_at_opmath, LT* x, LT* y) {
+  if (!scalar_at_opmath || !opmath_scalar(L, b, out)) return out;
+  *x = Lowerer::cast(*x, out);
+  return float_compute_dtype(out);
+}
+
 // a op b with torch's promotion; `alpha` scales b (add/sub).
 LT arith(Lowerer& L, const Node& n, const Value& a, const Value& b, BinaryOp op, const Value* alpha = nullptr) {
   DType out = L.out_meta(n).dtype;
-  DType ct = float_compute_dtype(out);
   LT x = L.tensor(a), y = L.tensor(b);
-  double al = 1.0;
-  if (alpha && !alpha->is_none()) {
-    if (!alpha->is_number()) throw NoLowering("alpha is not a constant");
-    al = alpha->as_double();
-  }
+  bool scaled = alpha && !alpha->is_none() && !(alpha->kind == Value::Kind::Int && alpha->i == 1) &&
+                !(alpha->kind == Value::Kind::Float && alpha->f == 1.0);
+  if (scaled && !alpha->is_number()) throw NoLowering("alpha is not a constant");
   if (out == DType::Bool && op != BinaryOp::Mul) {
     // bool + bool is logical or in torch.
-    if (op != BinaryOp::Add) throw NoLowering("bool arithmetic");
-    // NB: alpha=False scales b to False: the result is a (broadcast), not a or b.
-    if (al == 0.0) return Lowerer::map({x, y}, DType::Bool, DType::Bool, [](const V& v) { return v[0]; });
+    if (op != BinaryOp::Add || scaled) throw NoLowering("bool arithmetic");
     return Lowerer::map({x, y}, DType::Bool, DType::Bool, [](const V& v) { return loop::binary(BinaryOp::Or, v[0], v[1]); });
   }
   if (out == DType::Bool) return Lowerer::map({x, y}, DType::Bool, DType::Bool, [](const V& v) { return loop::binary(BinaryOp::And, v[0], v[1]); });
-  return Lowerer::map({x, y}, ct, out, [op, al](const V& v) {
-    Expr rhs = al == 1.0 ? v[1] : loop::binary(BinaryOp::Mul, v[1], fconst(al, v[1]));
-    return loop::binary(op, v[0], rhs);
+  // Python's reflected operators: `2.5 * t` runs t.__rmul__(2.5), i.e. mul(t, 2.5).
+  bool reflected = (op == BinaryOp::Mul || op == BinaryOp::Add) && op_def(n.op).style == PrintStyle::Infix && a.is_number();
+  if (reflected) std::swap(x, y);
+  DType compute = binary_operands(L, reflected ? a : b, out, op == BinaryOp::Mul, &x, &y);
+  std::vector<LT> ops{x, y};
+  // alpha converted to the result dtype like the operands (exact for int64).
+  if (scaled) ops.push_back(L.tensor(*alpha));
+  return Lowerer::map(ops, compute, out, [op](const V& v) {
+    return loop::binary(op, v[0], v.size() == 3 ? loop::binary(BinaryOp::Mul, v[1], v[2]) : v[1]);
   });
 }
 
@@ -67,15 +87,29 @@ LT div_rule(Lowerer& L, const Node& n, const Value& a, const Value& b, const Val
   DType out = L.out_meta(n).dtype;
   if (mode && !mode->is_none()) {
     if (mode->s != "trunc" || !is_floating(out)) throw NoLowering("rounding_mode " + mode->s);
-    return Lowerer::map({L.tensor(a), L.tensor(b)}, float_compute_dtype(out), out, [](const V& v) {
+    LT x = L.tensor(a), y = L.tensor(b);
+    DType compute = binary_operands(L, b, out, true, &x, &y);
+    // NB: eager's f16/bf16 kernel rounds the quotient to the dtype before it truncates (except
+    // for an opmath scalar divisor, where it truncates the float quotient).
+    bool round_first = compute == out && loop::needs_narrowing(out);
+    return Lowerer::map({x, y}, compute, out, [round_first, out](const V& v) {
       Expr q = loop::binary(BinaryOp::Div, v[0], v[1]);
+      if (round_first) q = loop::narrow(q, out);
       // trunc(q): floor for q >= 0, ceil below.
       return loop::select(loop::binary(BinaryOp::Lt, q, fconst(0, q)), loop::unary(UnaryOp::Ceil, q), loop::unary(UnaryOp::Floor, q));
     });
   }
   if (!is_floating(out)) throw NoLowering("integer division");
-  return Lowerer::map({L.tensor(a), L.tensor(b)}, float_compute_dtype(out), out,
-                      [](const V& v) { return loop::binary(BinaryOp::Div, v[0], v[1]); });
+  if (op_def(n.op).style == PrintStyle::Infix && a.is_number()) {
+    // `2.5 / t` runs t.__rtruediv__(2.5): reciprocal(t) * 2.5, rounded twice.
+    LT r = Lowerer::map({L.tensor(b)}, out, out, [](const V& v) { return loop::unary(UnaryOp::Reciprocal, v[0]); });
+    LT s = L.tensor(a);
+    DType compute = binary_operands(L, a, out, true, &r, &s);
+    return Lowerer::map({r, s}, compute, out, [](const V& v) { return loop::binary(BinaryOp::Mul, v[0], v[1]); });
+  }
+  LT x = L.tensor(a), y = L.tensor(b);
+  DType compute = binary_operands(L, b, out, true, &x, &y);
+  return Lowerer::map({x, y}, compute, out, [](const V& v) { return loop::binary(BinaryOp::Div, v[0], v[1]); });
 }
 
 LT pow_rule(Lowerer& L, const Node& n, const Value& a, const Value& b) {
@@ -85,9 +119,13 @@ LT pow_rule(Lowerer& L, const Node& n, const Value& a, const Value& b) {
   if (b.is_number()) {
     double e = b.as_double();
     auto m = [&](std::function<Expr(const Expr&)> f) { return Lowerer::map({L.tensor(a)}, ct, out, [f](const V& v) { return f(v[0]); }); };
+    // NB: eager's bf16 kernel rounds x*x to bf16 before the next step of x**3 and x**-2 (its
+    // vector type rounds every op); f16 and wider compute them in one go.
+    auto step = [out](const Expr& x) { return out == DType::BFloat16 ? loop::narrow(x, out) : x; };
     if (e == 1.0) return m([](const Expr& x) { return x; });
     if (e == 2.0) return m([](const Expr& x) { return loop::binary(BinaryOp::Mul, x, x); });
-    if (e == 3.0) return m([](const Expr& x) { return loop::binary(BinaryOp::Mul, loop::binary(BinaryOp::Mul, x, x), x); });
+    if (e == 3.0) return m([step](const Expr& x) { return loop::binary(BinaryOp::Mul, step(loop::binary(BinaryOp::Mul, x, x)), x); });
+    if (e == -2.0) return m([step](const Expr& x) { return loop::unary(UnaryOp::Reciprocal, step(loop::binary(BinaryOp::Mul, x, x))); });
     if (e == 0.5) return m([](const Expr& x) { return loop::unary(UnaryOp::Sqrt, x); });
     if (e == -0.5) return m([](const Expr& x) { return loop::unary(UnaryOp::Rsqrt, x); });
     if (e == -1.0) return m([](const Expr& x) { return loop::unary(UnaryOp::Reciprocal, x); });
@@ -96,15 +134,14 @@ LT pow_rule(Lowerer& L, const Node& n, const Value& a, const Value& b) {
 }
 
 LT compare(Lowerer& L, const Node& n, const Value& a, const Value& b, BinaryOp op) {
-  DType ct = common_dtype(L, {a, b});
-  if (is_floating(ct)) ct = float_compute_dtype(ct);
+  DType ct = common_dtype(L, {a, b});  // a scalar is converted to it: int8 < 300 compares with 44
   return Lowerer::map({L.tensor(a), L.tensor(b)}, ct, DType::Bool, [op](const V& v) { return loop::binary(op, v[0], v[1]); });
 }
 
 LT minmax(Lowerer& L, const Node& n, BinaryOp op) {
   DType out = L.out_meta(n).dtype;
   if (out == DType::Bool) throw NoLowering("bool maximum");
-  return Lowerer::map({L.tensor(n.args[0]), L.tensor(n.args[1])}, float_compute_dtype(out), out,
+  return Lowerer::map({L.tensor(n.args[0]), L.tensor(n.args[1])}, out, out,
                       [op](const V& v) { return loop::binary(op, v[0], v[1]); });
 }
 
@@ -167,7 +204,7 @@ LT arg_extreme_rule(Lowerer& L, const Node& n, ReduceOp op) {
   std::vector<int64_t> dims = dims_of(dim);
   bool fl = is_floating(x.dtype);
   DType ct = fl ? float_compute_dtype(x.dtype) : (x.dtype == DType::Int64 ? DType::Int64 : DType::Int32);
-  LT xc = Lowerer::cast(x, ct);
+  LT xc = L.consistent(Lowerer::cast(x, ct));
   LT m = Lowerer::broadcast(L.reduce(xc, dims, true, op, ct), x.sizes);
   std::vector<int64_t> sizes = x.sizes;
   int64_t d0 = dims.empty() ? -1 : (dims[0] < 0 ? dims[0] + x.dim() : dims[0]);
@@ -206,6 +243,9 @@ LT prod_rule(Lowerer& L, const Node& n) {
 }
 
 // var/std as two passes (mean, then squared deviations): fused into one kernel by the scheduler.
+// NB: the corrected two-pass algorithm, sum(d^2) - sum(d)^2 / n with d = x - mean: the second
+// sum takes out the rounding of the mean, so a constant row has variance 0 exactly, as eager's
+// Welford gives (the plain form left 1e-31).
 LT var_rule(Lowerer& L, const Node& n, bool is_std) {
   DType out = L.out_meta(n).dtype;
   if (!is_floating(out)) throw NoLowering("var of a non-float");
@@ -217,13 +257,17 @@ LT var_rule(Lowerer& L, const Node& n, bool is_std) {
   bool keepdim = L.has_arg(n, "keepdim") && L.arg(n, "keepdim").b;
   DType ct = float_compute_dtype(out);
   double count = static_cast<double>(reduced_numel(x, dims));
-  LT xc = Lowerer::cast(x, ct);
+  LT xc = L.consistent(Lowerer::cast(x, ct));
   LT mean = Lowerer::map({L.reduce(xc, dims, true, ReduceOp::Sum, ct)}, ct, ct, [count](const V& v) { return loop::binary(BinaryOp::Div, v[0], fconst(count, v[0])); });
-  LT sq = Lowerer::map({xc, mean}, ct, ct, [](const V& v) { Expr d = loop::binary(BinaryOp::Sub, v[0], v[1]); return loop::binary(BinaryOp::Mul, d, d); });
+  LT d = Lowerer::map({xc, mean}, ct, ct, [](const V& v) { return loop::binary(BinaryOp::Sub, v[0], v[1]); });
+  LT sq = Lowerer::map({d}, ct, ct, [](const V& v) { return loop::binary(BinaryOp::Mul, v[0], v[0]); });
   LT ss = L.reduce(sq, dims, keepdim, ReduceOp::Sum, ct);
+  LT sd = L.reduce(d, dims, keepdim, ReduceOp::Sum, ct);
   double denom = std::max(0.0, count - correction);
-  return Lowerer::map({ss}, ct, out, [denom, is_std](const V& v) {
-    Expr r = loop::binary(BinaryOp::Div, v[0], fconst(denom, v[0]));
+  return Lowerer::map({ss, sd}, ct, out, [denom, count, is_std](const V& v) {
+    Expr m2 = loop::binary(BinaryOp::Sub, v[0], loop::binary(BinaryOp::Div, loop::binary(BinaryOp::Mul, v[1], v[1]), fconst(count, v[1])));
+    m2 = loop::select(loop::binary(BinaryOp::Lt, m2, fconst(0, m2)), fconst(0, m2), m2);  // rounding never makes it negative
+    Expr r = loop::binary(BinaryOp::Div, m2, fconst(denom, m2));
     return is_std ? loop::unary(UnaryOp::Sqrt, r) : r;
   });
 }
@@ -242,7 +286,7 @@ LT softmax_rule(Lowerer& L, const Node& n, bool log) {
   if (x.numel() == 0) throw NoLowering("empty input");
   int64_t dim = dim_arg(L, n, "dim", x.dim());
   DType ct = float_compute_dtype(out);
-  LT xc = Lowerer::cast(x, ct);
+  LT xc = L.consistent(Lowerer::cast(x, ct));
   std::vector<int64_t> dims = x.dim() == 0 ? std::vector<int64_t>{} : std::vector<int64_t>{dim};
   LT m = L.reduce(xc, dims, true, ReduceOp::Max, ct);
   LT e = Lowerer::map({xc, m}, ct, ct, [](const V& v) { return loop::unary(UnaryOp::Exp, loop::binary(BinaryOp::Sub, v[0], v[1])); });
@@ -256,7 +300,7 @@ LT softmax_rule(Lowerer& L, const Node& n, bool log) {
 
 // (x - mean) * rsqrt(var + eps) over `dims` (kept), in `ct`.
 LT normalize(Lowerer& L, const LT& x, const std::vector<int64_t>& dims, double eps, DType ct) {
-  LT xc = Lowerer::cast(x, ct);
+  LT xc = L.consistent(Lowerer::cast(x, ct));
   double count = static_cast<double>(reduced_numel(x, dims));
   auto div_count = [count](const V& v) { return loop::binary(BinaryOp::Div, v[0], fconst(count, v[0])); };
   LT mean = Lowerer::map({L.reduce(xc, dims, true, ReduceOp::Sum, ct)}, ct, ct, div_count);
@@ -366,9 +410,7 @@ LT where_rule(Lowerer& L, const Node& n) {
   DType out = L.out_meta(n).dtype;
   LT c = Lowerer::cast(L.tensor_arg(n, "condition"), DType::Bool);
   LT a = L.tensor_arg(n, "input"), b = L.tensor_arg(n, "other");
-  DType ct = float_compute_dtype(out);
-  LT ac = Lowerer::cast(a, ct), bc = Lowerer::cast(b, ct);
-  return Lowerer::map({c, ac, bc}, ct, out, [](const V& v) {
+  return Lowerer::map({c, a, b}, out, out, [](const V& v) {
     return loop::select(loop::cast(v[0], loop::ScalarType::Bool), v[1], v[2]);
   });
 }
@@ -453,7 +495,7 @@ Rules make_rules() {
   };
   r["op_mul"] = [](Lowerer& L, const Node& n) { return arith(L, n, n.args[0], n.args[1], BinaryOp::Mul); };
   r["div"] = [](Lowerer& L, const Node& n) { return div_rule(L, n, n.args[0], n.args[1], &L.arg(n, "rounding_mode")); };
-  r["op_truediv"] = [](Lowerer& L, const Node& n) { return div_rule(L, n, n.args[0], n.args[1], nullptr); };
+  r["op_truediv"] = r["true_divide"] = [](Lowerer& L, const Node& n) { return div_rule(L, n, n.args[0], n.args[1], nullptr); };
   r["pow"] = r["op_pow"] = [](Lowerer& L, const Node& n) { return pow_rule(L, n, n.args[0], n.args[1]); };
   r["maximum"] = [](Lowerer& L, const Node& n) { return minmax(L, n, BinaryOp::Max); };
   r["minimum"] = [](Lowerer& L, const Node& n) { return minmax(L, n, BinaryOp::Min); };

@@ -61,16 +61,39 @@ LT clamp_rule(Lowerer& L, const Node& n, const char* lo_name, const char* hi_nam
   DType out = L.out_meta(n).dtype;
   if (out == DType::Bool) throw NoLowering("bool clamp");
   std::vector<LT> ops{L.tensor(n.args[0])};
-  bool has_lo = lo_name && !L.arg(n, lo_name).is_none(), has_hi = hi_name && !L.arg(n, hi_name).is_none();
-  if (has_lo) ops.push_back(L.tensor(L.arg(n, lo_name)));
-  if (has_hi) ops.push_back(L.tensor(L.arg(n, hi_name)));
-  return Lowerer::map(ops, float_compute_dtype(out), out, [has_lo, has_hi](const V& v) {
-    // torch: min(max(x, lo), hi), NaN in x stays NaN.
+  const Value* lo = lo_name && !L.arg(n, lo_name).is_none() ? &L.arg(n, lo_name) : nullptr;
+  const Value* hi = hi_name && !L.arg(n, hi_name).is_none() ? &L.arg(n, hi_name) : nullptr;
+  if (lo) ops.push_back(L.tensor(*lo));
+  if (hi) ops.push_back(L.tensor(*hi));
+  // NB: eager has two kernels. Tensor bounds: min(max(x, lo), hi) with NaN from any operand.
+  // Number bounds: std::min(std::max(x, lo), hi), where only x's NaN propagates, except that a NaN
+  // bound fills the result with NaN (torch 1.13: only when both bounds are given).
+  bool tensors = (lo && lo->is_node()) || (hi && hi->is_node());
+  bool nan_lo = lo && !tensors && std::isnan(lo->as_double()), nan_hi = hi && !tensors && std::isnan(hi->as_double());
+  bool nan_fill = (nan_lo || nan_hi) && (torch_at_least(2, 0) || (lo && hi));
+  if ((nan_lo || nan_hi) && !nan_fill) return L.tensor(n.args[0]).dtype == out ? L.tensor(n.args[0]) : Lowerer::cast(L.tensor(n.args[0]), out);
+  bool has_lo = lo != nullptr, has_hi = hi != nullptr;
+  return Lowerer::map(ops, out, out, [has_lo, has_hi, tensors, nan_fill](const V& v) {
+    if (nan_fill) return c(NAN, v[0]);
     Expr r = v[0];
     size_t k = 1;
+    if (tensors) {
+      if (has_lo) r = bin(BinaryOp::Max, r, v[k++]);
+      if (has_hi) r = bin(BinaryOp::Min, r, v[k++]);
+      return r;
+    }
     if (has_lo) { Expr lo = v[k++]; r = loop::select(bin(BinaryOp::Lt, r, lo), lo, r); }
     if (has_hi) { Expr hi = v[k++]; r = loop::select(bin(BinaryOp::Gt, r, hi), hi, r); }
     return r;
+  });
+}
+
+// NB: eager converts both operands to their common dtype first: logical_and(x_uint8, tensor(256))
+// tests 256 as the uint8 0.
+LT logical(Lowerer& L, const Node& n, BinaryOp op) {
+  DType common = result_type({n.args[0], n.args[1]}, L.graph());
+  return Lowerer::map({L.tensor(n.args[0]), L.tensor(n.args[1])}, common, DType::Bool, [op](const V& v) {
+    return bin(op, loop::cast(v[0], loop::ScalarType::Bool), loop::cast(v[1], loop::ScalarType::Bool));
   });
 }
 
@@ -84,14 +107,15 @@ void add_extra_rules(OpRules& r) {
       return loop::select(bin(BinaryOp::Lt, x, c(0, x)), un(UnaryOp::Ceil, x), un(UnaryOp::Floor, x));
     });
   };
-  r["exp2"] = [](Lowerer& L, const Node& n) { return float_map(L, n, [](const Expr& x) { return un(UnaryOp::Exp, bin(BinaryOp::Mul, x, c(M_LN2, x))); }); };
-  r["log2"] = [](Lowerer& L, const Node& n) { return float_map(L, n, [](const Expr& x) { return bin(BinaryOp::Mul, un(UnaryOp::Log, x), c(1.0 / M_LN2, x)); }); };
-  r["log10"] = [](Lowerer& L, const Node& n) { return float_map(L, n, [](const Expr& x) { return bin(BinaryOp::Mul, un(UnaryOp::Log, x), c(1.0 / M_LN10, x)); }); };
+  // NB: exp2 of its own: exp(x * ln 2) loses |x| ulps to the rounding of the product.
+  r["exp2"] = [](Lowerer& L, const Node& n) { return float_map(L, n, [](const Expr& x) { return un(UnaryOp::Exp2, x); }); };
+  // NB: log2 and log10 of their own: log(x) / ln 2 misses log2(8) = 3 by an ulp.
+  r["log2"] = [](Lowerer& L, const Node& n) { return float_map(L, n, [](const Expr& x) { return un(UnaryOp::Log2, x); }); };
+  r["log10"] = [](Lowerer& L, const Node& n) { return float_map(L, n, [](const Expr& x) { return un(UnaryOp::Log10, x); }); };
   r["sign"] = [](Lowerer& L, const Node& n) {
     return any_map(L, n, [](const Expr& x) {
       Expr pos = loop::cast(bin(BinaryOp::Gt, x, c(0, x)), x->type), neg = loop::cast(bin(BinaryOp::Lt, x, c(0, x)), x->type);
-      Expr s = bin(BinaryOp::Sub, pos, neg);
-      return loop::is_float(x->type) ? loop::select(un(UnaryOp::IsNan, x), x, s) : s;
+      return bin(BinaryOp::Sub, pos, neg);  // NaN compares false both ways: sign(NaN) is 0, as in eager
     });
   };
   r["isnan"] = [](Lowerer& L, const Node& n) {
@@ -122,9 +146,10 @@ void add_extra_rules(OpRules& r) {
   };
   r["hardsigmoid"] = [](Lowerer& L, const Node& n) {
     no_inplace(L, n);
+    // NB: eager's formula, min(max(x + 3, 0), 6) / 6: x / 6 + 0.5 rounds differently.
     return float_map(L, n, [](const Expr& x) {
-      Expr a = c(0, x), b = c(1, x);
-      return clamp_expr(bin(BinaryOp::Add, bin(BinaryOp::Div, x, c(6, x)), c(0.5, x)), &a, &b);
+      Expr a = c(0, x), b = c(6, x);
+      return bin(BinaryOp::Div, clamp_expr(bin(BinaryOp::Add, x, c(3, x)), &a, &b), c(6, x));
     });
   };
   r["hardswish"] = [](Lowerer& L, const Node& n) {
@@ -154,48 +179,37 @@ void add_extra_rules(OpRules& r) {
     if (out == DType::Bool) throw NoLowering("bool rsub");
     const Value& al = L.arg(n, "alpha");
     if (!al.is_number()) throw NoLowering("alpha");
-    double a = al.as_double();
-    return Lowerer::map({L.tensor(n.args[0]), L.tensor(n.args[1])}, float_compute_dtype(out), out, [a](const V& v) {
-      return bin(BinaryOp::Sub, v[1], a == 1.0 ? v[0] : bin(BinaryOp::Mul, v[0], c(a, v[0])));
+    // other - alpha * input, alpha converted to the result dtype like the operands (exact int64)
+    return Lowerer::map({L.tensor(n.args[0]), L.tensor(n.args[1]), L.tensor(al)}, out, out, [](const V& v) {
+      return bin(BinaryOp::Sub, v[1], bin(BinaryOp::Mul, v[0], v[2]));
     });
   };
-  r["true_divide"] = [](Lowerer& L, const Node& n) {
-    DType out = L.out_meta(n).dtype;
-    if (!is_floating(out)) throw NoLowering("integer division");
-    return Lowerer::map({L.tensor(n.args[0]), L.tensor(n.args[1])}, float_compute_dtype(out), out,
-                        [](const V& v) { return bin(BinaryOp::Div, v[0], v[1]); });
-  };
-  r["logical_and"] = [](Lowerer& L, const Node& n) {
-    return Lowerer::map({L.tensor(n.args[0]), L.tensor(n.args[1])}, DType::Bool, DType::Bool, [](const V& v) { return bin(BinaryOp::And, v[0], v[1]); });
-  };
-  r["logical_or"] = [](Lowerer& L, const Node& n) {
-    return Lowerer::map({L.tensor(n.args[0]), L.tensor(n.args[1])}, DType::Bool, DType::Bool, [](const V& v) { return bin(BinaryOp::Or, v[0], v[1]); });
-  };
+
+  r["logical_and"] = [](Lowerer& L, const Node& n) { return logical(L, n, BinaryOp::And); };
+  r["logical_or"] = [](Lowerer& L, const Node& n) { return logical(L, n, BinaryOp::Or); };
   r["clamp"] = [](Lowerer& L, const Node& n) { return clamp_rule(L, n, "min", "max"); };
-  r["clamp_min"] = [](Lowerer& L, const Node& n) {
-    DType out = L.out_meta(n).dtype;
-    return Lowerer::map({L.tensor(n.args[0]), L.tensor(n.args[1])}, float_compute_dtype(out), out,
-                        [](const V& v) { return loop::select(bin(BinaryOp::Lt, v[0], v[1]), v[1], v[0]); });
-  };
-  r["clamp_max"] = [](Lowerer& L, const Node& n) {
-    DType out = L.out_meta(n).dtype;
-    return Lowerer::map({L.tensor(n.args[0]), L.tensor(n.args[1])}, float_compute_dtype(out), out,
-                        [](const V& v) { return loop::select(bin(BinaryOp::Gt, v[0], v[1]), v[1], v[0]); });
-  };
+  r["clamp_min"] = [](Lowerer& L, const Node& n) { return clamp_rule(L, n, "min", nullptr); };
+  r["clamp_max"] = [](Lowerer& L, const Node& n) { return clamp_rule(L, n, nullptr, "max"); };
   r["masked_fill"] = [](Lowerer& L, const Node& n) {
     DType out = L.out_meta(n).dtype;
     LT mask = Lowerer::cast(L.tensor_arg(n, "mask"), DType::Bool);
-    LT x = Lowerer::cast(L.tensor_arg(n, "input"), float_compute_dtype(out));
-    LT val = Lowerer::cast(L.tensor(L.arg(n, "value")), float_compute_dtype(out));
-    return Lowerer::map({mask, x, val}, float_compute_dtype(out), out, [](const V& v) {
+    LT x = L.tensor_arg(n, "input"), val = L.tensor(L.arg(n, "value"));
+    return Lowerer::map({mask, x, val}, out, out, [](const V& v) {
       return loop::select(loop::cast(v[0], loop::ScalarType::Bool), v[2], v[1]);
     });
   };
   r["lerp"] = [](Lowerer& L, const Node& n) {
     DType out = L.out_meta(n).dtype;
     if (!is_floating(out)) throw NoLowering("lerp of ints");
+    // NB: eager's formula: from the nearer end, start + w * (end - start) for |w| < 0.5, else
+    // end - (end - start) * (1 - w) (exact at w = 1).
     return Lowerer::map({L.tensor(n.args[0]), L.tensor(n.args[1]), L.tensor(n.args[2])}, float_compute_dtype(out), out,
-                        [](const V& v) { return bin(BinaryOp::Add, v[0], bin(BinaryOp::Mul, v[2], bin(BinaryOp::Sub, v[1], v[0]))); });
+                        [](const V& v) {
+                          Expr d = bin(BinaryOp::Sub, v[1], v[0]);
+                          Expr small = bin(BinaryOp::Lt, un(UnaryOp::Abs, v[2]), c(0.5, v[2]));
+                          return loop::select(small, bin(BinaryOp::Add, v[0], bin(BinaryOp::Mul, v[2], d)),
+                                              bin(BinaryOp::Sub, v[1], bin(BinaryOp::Mul, d, bin(BinaryOp::Sub, c(1, v[2]), v[2]))));
+                        });
   };
   r["addcmul"] = [](Lowerer& L, const Node& n) {
     DType out = L.out_meta(n).dtype;
@@ -242,7 +256,7 @@ void add_extra_rules(OpRules& r) {
     if (dims.empty() || x.numel() == 0) throw NoLowering("dims");
     bool keepdim = L.arg(n, "keepdim").b;
     DType ct = float_compute_dtype(out);
-    LT xc = Lowerer::cast(x, ct);
+    LT xc = L.consistent(Lowerer::cast(x, ct));
     LT m = L.reduce(xc, dims, true, ReduceOp::Max, ct);
     // torch: a row of -inf gives -inf (not NaN): shift by 0 where the max is infinite.
     auto shift = [](const Expr& mx) {

@@ -147,24 +147,35 @@ struct Fuser {
   }
   const std::vector<int>& reads(size_t s) const { return reads_[s]; }
   const std::vector<int>& writes(size_t s) const { return writes_[s]; }
-  // Where the merged kernel of steps i < j may go: i when everything j reads (except what i
-  // writes) exists before i; j when nothing between reads what i writes. -1: nowhere.
+  // Where the merged kernel of steps i < j may go: i when j can move up to i (everything it reads
+  // exists before i or comes from i, and no step between writes what j reads or touches what j
+  // writes); j when i can move down to j (no step between reads or writes what i writes, or
+  // writes what i reads). -1: nowhere.
+  // NB: the steps between matter for inputs that in-place ops write several times: x *= x then
+  // x.fill_(2) then erf(x) must read the filled x, not the product.
   int placement(size_t i, size_t j) const {
-    const auto& wi = writes(i);
+    auto has = [](const std::vector<int>& v, int b) { return std::find(v.begin(), v.end(), b) != v.end(); };
+    const auto &wi = writes(i), &ri = reads(i), &wj = writes(j), &rj = reads(j);
     std::set<int> before;
     // NB: an input a kernel writes (an in-place op on it) holds its new value only after that kernel.
     for (const auto& b : p.buffers)
       if (b.role == loop::BufferRole::Input && !b.mutated) before.insert(static_cast<int>(&b - p.buffers.data()));
     for (size_t s = 0; s < i; ++s)
       for (int b : writes(s)) before.insert(b);
-    bool at_i = true;
-    for (int b : reads(j))
-      if (!before.count(b) && std::find(wi.begin(), wi.end(), b) == wi.end()) at_i = false;
-    if (at_i) return static_cast<int>(i);
-    for (size_t s = i + 1; s < j; ++s)
-      for (int b : reads(s))
-        if (std::find(wi.begin(), wi.end(), b) != wi.end()) return -1;
-    return static_cast<int>(j);
+    bool at_i = true, at_j = true;
+    for (int b : rj)
+      if (!before.count(b) && !has(wi, b)) at_i = false;
+    for (size_t s = i + 1; s < j; ++s) {
+      for (int b : writes(s)) {
+        if (has(rj, b) || has(wj, b)) at_i = false;
+        if (has(wi, b) || has(ri, b)) at_j = false;
+      }
+      for (int b : reads(s)) {
+        if (has(wj, b)) at_i = false;
+        if (has(wi, b)) at_j = false;
+      }
+    }
+    return at_i ? static_cast<int>(i) : at_j ? static_cast<int>(j) : -1;
   }
 
   void commit(size_t i, size_t j, int at, Kernel merged) {
@@ -329,6 +340,31 @@ void drop_stores(Stmt& s, const std::vector<bool>& needed) {
   for (Stmt& c : body) drop_stores(c, needed);
 }
 
+// Drops the reductions and lets whose local nothing reads any more (the other half of a fused
+// argmin whose result went unused), then loops left empty. NB: besides the wasted work, NVRTC
+// 13.0 at -Ofast-compile=min crashed compiling such a dead reduction next to a live loop.
+void drop_dead_locals(Kernel& k) {
+  for (bool changed = true; changed;) {
+    changed = false;
+    std::set<int> read;
+    walk_stmts(k.root, [&](const Stmt& s) {
+      for (const Expr* e : {&s.index, &s.value})
+        if (*e) walk_exprs(*e, [&](const Expr& x) { if (x->kind == ExprKind::Local && x->id != s.local) read.insert(x->id); });
+    });
+    std::function<void(Stmt&)> prune = [&](Stmt& s) {
+      auto& body = s.body;
+      size_t before = body.size();
+      body.erase(std::remove_if(body.begin(), body.end(), [&](const Stmt& c) {
+                   bool dead_local = (c.kind == StmtKind::Let || c.kind == StmtKind::Init || c.kind == StmtKind::Reduce) && !read.count(c.local);
+                   return dead_local || (c.kind == StmtKind::Loop && c.body.empty());
+                 }), body.end());
+      changed |= body.size() != before;
+      for (Stmt& c : body) prune(c);
+    };
+    prune(k.root);
+  }
+}
+
 }  // namespace
 
 Program fuse_kernels(const Program& p, std::vector<std::string>* log) {
@@ -383,6 +419,7 @@ Program eliminate_dead_stores(const Program& p) {
     Kernel k = p.kernels[static_cast<size_t>(s.index)];
     drop_stores(k.root, needed);
     if (k.stored_buffers().empty()) continue;
+    drop_dead_locals(k);
     out.kernels.push_back(std::move(k));
     steps.push_back({Step::Kind::Kernel, static_cast<int>(out.kernels.size()) - 1});
   }
@@ -460,7 +497,8 @@ bool is_expensive(const Expr& e) {
       auto op = static_cast<loop::UnaryOp>(x->op);
       any |= op == loop::UnaryOp::Exp || op == loop::UnaryOp::Log || op == loop::UnaryOp::Sin || op == loop::UnaryOp::Cos ||
              op == loop::UnaryOp::Tanh || op == loop::UnaryOp::Erf || op == loop::UnaryOp::Tan || op == loop::UnaryOp::Expm1 ||
-             op == loop::UnaryOp::Log1p;
+             op == loop::UnaryOp::Log1p || op == loop::UnaryOp::Exp2 ||
+             op == loop::UnaryOp::Log2 || op == loop::UnaryOp::Log10;
     }
     if (x->kind == ExprKind::Binary && static_cast<loop::BinaryOp>(x->op) == loop::BinaryOp::Pow) any = true;
   });
@@ -617,17 +655,21 @@ Program write_epilogues_in_place(const Program& p, std::vector<std::string>* log
         if (x->kind == ExprKind::Load && x->id == e && !loop::expr_equal(x->args[0], st->index)) same_element = false;
       });
       if (!same_element) continue;
+      // NB: a view of e that an extern call returned (v[0] of a product) is e's memory too: the
+      // epilogue's values would show through it.
+      std::vector<bool> is_e(out.buffers.size(), false);
+      for (size_t b = 0; b < out.buffers.size(); ++b)
+        for (int a = static_cast<int>(b); a >= 0 && !is_e[b]; a = out.buffers[static_cast<size_t>(a)].aliases) is_e[b] = a == e;
       bool read_later = false;
       for (size_t t = s + 1; t < out.steps.size(); ++t) {
         const Step& ts = out.steps[t];
         if (ts.kind == Step::Kind::Kernel) {
-          auto lb = out.kernels[static_cast<size_t>(ts.index)].loaded_buffers();
-          read_later |= std::find(lb.begin(), lb.end(), e) != lb.end();
+          for (int b : out.kernels[static_cast<size_t>(ts.index)].loaded_buffers()) read_later |= is_e[static_cast<size_t>(b)];
         } else {
-          for (auto& [n, ref] : out.externs[static_cast<size_t>(ts.index)].operands) read_later |= ref.buf == e;
+          for (auto& [n, ref] : out.externs[static_cast<size_t>(ts.index)].operands) read_later |= is_e[static_cast<size_t>(ref.buf)];
         }
       }
-      for (auto& [n, ref] : out.outputs) read_later |= ref.buf == e;
+      for (auto& [n, ref] : out.outputs) read_later |= is_e[static_cast<size_t>(ref.buf)];
       if (read_later) continue;
       st->buf = e;
       for (size_t t = s + 1; t < out.steps.size(); ++t) {

@@ -2,7 +2,10 @@
 
 #include <pybind11/pybind11.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
+#include <unordered_map>
 
 #include "graph/meta_rules.h"
 #include "graph/op_registry.h"
@@ -56,6 +59,7 @@ struct FallbackCall {
   std::optional<Device> requested_device;  // a `device=` argument, replaced by "meta" in the call
   std::vector<Device> input_devices;
   std::vector<std::pair<py::object, int64_t>> inputs;  // the meta tensors passed, with their versions
+  bool probe = false;  // real CPU tensors of ones instead of meta tensors (kernel_exists)
 
   py::object to_meta_py(const Value& v) {
     if (v.is_node()) {
@@ -65,6 +69,14 @@ struct FallbackCall {
       input_devices.push_back(t.device);
       const TorchTypes& tt = torch_types();
       py::object dtype = tt.torch.attr(std::string(dtype_name(t.dtype)).c_str());
+      if (probe) {
+        // NB: small tensors keep their shape; larger ones shrink every dim to at most 1, which
+        // broadcasts like the original (a shape the op rejects only costs a graph break).
+        std::vector<int64_t> sizes = t.sizes;
+        if (t.numel() > 4096)
+          for (int64_t& d : sizes) d = std::min<int64_t>(d, 1);
+        return tt.torch.attr("ones")(int_tuple(sizes), py::arg("dtype") = dtype);
+      }
       py::object meta = tt.empty_strided(int_tuple(t.sizes), int_tuple(t.strides), py::arg("dtype") = dtype,
                                          py::arg("device") = "meta");
       if (t.requires_grad) meta.attr("requires_grad_")(true);
@@ -73,7 +85,7 @@ struct FallbackCall {
     }
     if (v.kind == Value::Kind::Device) {
       requested_device = v.device;
-      return torch_types().device("meta");
+      return probe ? torch_types().device(v.device.str()) : torch_types().device("meta");
     }
     if (v.is_sequence()) {
       py::list items;
@@ -114,6 +126,96 @@ struct FallbackCall {
   }
 };
 
+// Meta tensors type a call without running a kernel: abs of a bool tensor, or a float16 op on
+// torch 1.13's CPU, types fine but raises in eager. A pointwise, reduction or composite call on CPU
+// tensors whose meta came from the fallback is therefore run once on small real tensors of the
+// same dtypes (cached by op and operand signature); if that raises, the call is not put in the
+// graph (it runs in eager, which raises the user its own error).
+bool kernel_exists(const OpDef& op, const std::vector<Value>& bound, const Graph& g, std::string* reason) {
+  if (!(op.traits & (kPointwise | kReduction | kComposite | kCreation)) || (op.traits & (kRandom | kNondeterministicOutput)))
+    return true;
+  bool has_tensor = false;
+  for (const Value& v : bound) has_tensor |= v.is_node() && g.node(v.node).meta.is_tensor();
+  if (!has_tensor) return true;  // torch.full(sizes, v): no operand to shrink
+  std::string key = op.name;
+  for (const Value& v : bound) {
+    if (v.is_node() && g.node(v.node).meta.is_tensor()) {
+      const TensorMeta& t = g.node(v.node).meta.tensor;
+      if (t.device.type != Device::Type::CPU) return true;
+      key += "|" + std::string(dtype_name(t.dtype)) + std::to_string(t.dim());
+    } else if (v.is_node()) {
+      return true;  // a value known only at run time
+    } else {
+      char f[40];
+      std::snprintf(f, sizeof f, "%a", v.f);  // NB: exact: the verdict may depend on the value
+      key += "|" + std::to_string(static_cast<int>(v.kind)) + ":" + (v.kind == Value::Kind::Int ? std::to_string(v.i)
+                                                                   : v.kind == Value::Kind::Float ? std::string(f) : v.s);
+    }
+  }
+  static auto* verdicts = new std::unordered_map<std::string, std::string>();  // NB: under the GIL; leaked on purpose
+  auto it = verdicts->find(key);
+  if (it == verdicts->end()) {
+    std::string verdict;
+    PyObject* fn = op_callable(op.id);
+    try {
+      FallbackCall call{g, std::nullopt, {}, {}, /*probe=*/true};
+      CallArgs ca = call_args(op, bound);
+      py::list pos;
+      for (const Value* v : ca.positional) pos.append(call.to_meta_py(*v));
+      py::dict kw;
+      for (const auto& [name, v] : ca.keywords) kw[py::str(name)] = call.to_meta_py(*v);
+      py::object warnings = py::module_::import("warnings");
+      py::object quiet = warnings.attr("catch_warnings")();
+      quiet.attr("__enter__")();
+      warnings.attr("simplefilter")("ignore");
+      try {
+        py::reinterpret_borrow<py::object>(fn)(*py::tuple(pos), **kw);
+      } catch (py::error_already_set& e) {
+        verdict = e.what();  // "RuntimeError: ..."
+      }
+      quiet.attr("__exit__")(py::none(), py::none(), py::none());
+    } catch (py::error_already_set& e) {
+      verdict = std::string("the kernel probe failed: ") + e.what();
+    } catch (MetaError& e) {
+      verdict = std::string("the kernel probe failed: ") + e.what();
+    }
+    it = verdicts->emplace(key, verdict).first;
+  }
+  if (it->second.empty()) return true;
+  *reason = op.target + " raises in eager for these operands: " + it->second.substr(0, it->second.find('\n'));
+  return false;
+}
+
+// Whether Python number v may not convert to dtype dt: eager converts some scalar arguments with
+// a checked conversion (masked_fill, clamp, fill_, where, hardtanh ...) and raises "value cannot be
+// converted to type ... without overflow" where it does not fit. Over-approximate: such calls are
+// only probed (kernel_exists), which settles it.
+bool number_may_overflow(const Value& v, DType dt) {
+  if (!v.is_number() || v.kind == Value::Kind::Bool) return false;
+  double x = v.as_double();
+  if (dt == DType::Bool) return !(x == 0 || x == 1);
+  if (is_integral(dt, false)) {
+    if (v.kind == Value::Kind::Float && !std::isfinite(x)) return true;
+    int bits = static_cast<int>(dtype_size(dt)) * 8;
+    double lo = dt == DType::UInt8 ? 0 : -std::ldexp(1.0, bits - 1), hi = std::ldexp(1.0, dt == DType::UInt8 ? 8 : bits - 1) - 1;
+    if (v.kind == Value::Kind::Int) return dt != DType::Int64 && (static_cast<double>(v.i) < lo || static_cast<double>(v.i) > hi);
+    return x < lo || x > hi;
+  }
+  double max = dt == DType::Float16 ? 65504.0 : dt == DType::BFloat16 ? 3.3895313892515355e38 : dt == DType::Float32 ? 3.4028234663852886e38 : INFINITY;
+  return std::isfinite(x) && std::fabs(x) > max;
+}
+
+bool has_overflowing_number(const std::vector<Value>& bound, const ValueMeta& meta, const Graph& g) {
+  std::vector<DType> dtypes;
+  if (meta.is_tensor()) dtypes.push_back(meta.tensor.dtype);
+  for (const Value& v : bound)
+    if (v.is_node() && g.node(v.node).meta.is_tensor()) dtypes.push_back(g.node(v.node).meta.tensor.dtype);
+  for (const Value& v : bound)
+    for (DType dt : dtypes)
+      if (number_may_overflow(v, dt)) return true;
+  return false;
+}
+
 std::optional<ValueMeta> meta_by_fallback(const OpDef& op, const std::vector<Value>& bound, const Graph& g,
                                           std::string* reason) {
   PyObject* fn = op_callable(op.id);
@@ -138,7 +240,9 @@ std::optional<ValueMeta> meta_by_fallback(const OpDef& op, const std::vector<Val
           return std::nullopt;
         }
     }
-    return call.from_result(result);
+    ValueMeta meta = call.from_result(result);
+    if (!kernel_exists(op, bound, g, reason)) return std::nullopt;
+    return meta;
   } catch (py::error_already_set& e) {
     *reason = op.target + " cannot be typed on meta tensors: " + std::string(e.what());
     auto nl = reason->find('\n');
@@ -304,6 +408,8 @@ std::optional<NodeId> add_op_call(Graph& g, OpId op, const std::vector<Value>& a
       return std::nullopt;
     }
     meta = meta_by_fallback(def, *bound, g, reason);
+  } else if (has_overflowing_number(*bound, *meta, g) && !kernel_exists(def, *bound, g, reason)) {
+    return std::nullopt;
   }
   if (!meta) return std::nullopt;
   if (!grad_enabled) clear_requires_grad(*meta);

@@ -56,6 +56,7 @@ class Emitter {
   std::string render(const loop::Expr& e, const std::unordered_map<const loop::ExprNode*, int>& uses,
                      std::unordered_map<const loop::ExprNode*, std::string>& temps, int indent);
   bool nonneg(const loop::Expr& e) const;
+  bool reads_data(const loop::Expr& e);  // holds a load or a local (not index arithmetic)
 
   const loop::Program& p_;
   const loop::Kernel& k_;
@@ -66,6 +67,7 @@ class Emitter {
   int temp_counter_ = 0;
   bool pair_sincos_ = false;
   std::map<std::string, std::pair<std::string, std::string>> sincos_;  // operand text -> (sin, cos)
+  std::unordered_map<const loop::ExprNode*, bool> reads_data_;
 };
 
 // Walks every statement (pre-order) / every expression node of a statement tree.

@@ -110,6 +110,9 @@ const char* unary_fn(UnaryOp op) {
     case UnaryOp::Reciprocal: return "ff_recip";
     case UnaryOp::Log1p: return "ff_log1p";
     case UnaryOp::Expm1: return "ff_expm1";
+    case UnaryOp::Exp2: return "ff_exp2";
+    case UnaryOp::Log2: return "ff_log2";
+    case UnaryOp::Log10: return "ff_log10";
     default: return nullptr;
   }
 }
@@ -152,6 +155,41 @@ bool Emitter::nonneg(const Expr& e) const {
     default: return false;
   }
 }
+
+bool Emitter::reads_data(const Expr& e) {
+  auto it = reads_data_.find(e.get());
+  if (it != reads_data_.end()) return it->second;
+  bool r = e->kind == ExprKind::Load || e->kind == ExprKind::Local;
+  for (const Expr& a : e->args) r = reads_data(a) || r;
+  reads_data_.emplace(e.get(), r);
+  return r;
+}
+
+namespace {
+
+// Integer + - * and negation on values wrap like torch's (two's complement); C++ leaves signed
+// overflow undefined, so they are computed unsigned. Index arithmetic (no loads) never overflows
+// and keeps the signed form the compiler optimizes better.
+std::string wrapping_int(ScalarType t, const std::string& op, const std::string& a, const std::string& b) {
+  const char* s = c_type(t);
+  const char* u = t == ScalarType::I64 ? "unsigned long long" : "unsigned";
+  if (b.empty()) return std::string("((") + s + ")(0" + (t == ScalarType::I64 ? "ull" : "u") + " - (" + u + ")" + a + "))";
+  return std::string("((") + s + ")((" + u + ")" + a + " " + op + " (" + u + ")" + b + "))";
+}
+
+// loop::narrow as C++: 8/16-bit ints through their C types, f16/bf16 through the prelude's conversions.
+std::string narrow_str(DType dt, const std::string& a) {
+  switch (dt) {
+    case DType::UInt8: return "((int)(unsigned char)" + a + ")";
+    case DType::Int8: return "((int)(signed char)" + a + ")";
+    case DType::Int16: return "((int)(short)" + a + ")";
+    case DType::Float16: return "ff_f16_to_f32(ff_f32_to_f16(" + a + "))";
+    case DType::BFloat16: return "ff_bf16_to_f32(ff_f32_to_bf16(" + a + "))";
+    default: return a;
+  }
+}
+
+}  // namespace
 
 std::string Emitter::load_value(int buf, const std::string& element, ScalarType type) const {
   DType dt = p_.buffers.at(static_cast<size_t>(buf)).dtype;
@@ -228,7 +266,9 @@ std::string Emitter::render(const Expr& e, const std::unordered_map<const ExprNo
     }
     case ExprKind::Unary: {
       auto op = static_cast<UnaryOp>(e->op);
-      if (op == UnaryOp::Neg) s = "(-" + a[0] + ")";
+      if (op == UnaryOp::Neg && !loop::is_float(e->type) && e->type != ScalarType::Bool && reads_data(e))
+        s = wrapping_int(e->type, "-", a[0], "");
+      else if (op == UnaryOp::Neg) s = "(-" + a[0] + ")";
       else if (op == UnaryOp::Not) s = "(!" + a[0] + ")";
       else if (op == UnaryOp::IsNan) s = "(" + a[0] + " != " + a[0] + ")";
       else if (pair_sincos_ && (op == UnaryOp::Sin || op == UnaryOp::Cos)) {
@@ -252,7 +292,11 @@ std::string Emitter::render(const Expr& e, const std::unordered_map<const ExprNo
     case ExprKind::Binary: {
       auto op = static_cast<BinaryOp>(e->op);
       bool ints = !loop::is_float(e->args[0]->type);
-      if (const char* sym = infix(op)) {
+      bool wraps = (op == BinaryOp::Add || op == BinaryOp::Sub || op == BinaryOp::Mul) && ints &&
+                   e->type != ScalarType::Bool && reads_data(e);
+      if (wraps) {
+        s = wrapping_int(e->type, infix(op), a[0], a[1]);
+      } else if (const char* sym = infix(op)) {
         s = "(" + a[0] + " " + sym + " " + a[1] + ")";
       } else if ((op == BinaryOp::FloorDiv || op == BinaryOp::Mod) && ints && nonneg(e->args[0]) &&
                  nonneg(e->args[1])) {
@@ -273,6 +317,12 @@ std::string Emitter::render(const Expr& e, const std::unordered_map<const ExprNo
       if (e->type == ScalarType::Bool) s = "(" + a[0] + " != 0)";
       else s = std::string("((") + c_type(e->type) + ")" + a[0] + ")";
       break;
+    case ExprKind::Narrow: {
+      DType dt = static_cast<DType>(e->i);
+      const Expr& x = e->args[0];
+      s = loop::holds_dtype_values(x, dt, p_) ? a[0] : narrow_str(dt, a[0]);
+      break;
+    }
   }
   auto u = uses.find(e.get());
   if (u != uses.end() && u->second > 1 && !trivial(*e)) {
@@ -312,7 +362,7 @@ void Emitter::stmt(const Stmt& s, int indent) {
       break;
     }
     case StmtKind::Store: {
-      std::string value = expr(s.value, indent);
+      std::string value = expr(loop::stored_value(s.value, p_.buffers.at(static_cast<size_t>(s.buf)).dtype), indent);
       auto reg = vec_stores.find(&s);
       if (reg != vec_stores.end() && lane_ >= 0) {
         line(indent, reg->second + ".v[" + std::to_string(lane_) + "] = " + store_value(s.buf, value) + ";");

@@ -41,12 +41,15 @@ FF_UNARY(ff_floor, floorf(x), floor(x))
 FF_UNARY(ff_ceil, ceilf(x), ceil(x))
 FF_UNARY(ff_log1p, log1pf(x), log1p(x))
 FF_UNARY(ff_expm1, expm1f(x), expm1(x))
+FF_UNARY(ff_exp2, exp2f(x), exp2(x))
+FF_UNARY(ff_log2, log2f(x), log2(x))
+FF_UNARY(ff_log10, log10f(x), log10(x))
 FF_UNARY(ff_sigmoid, 1.0f / (1.0f + expf(-x)), 1.0 / (1.0 + exp(-x)))
 FF_UNARY(ff_recip, 1.0f / x, 1.0 / x)
 FF_DEV float ff_abs(float x) { return fabsf(x); }
 FF_DEV double ff_abs(double x) { return fabs(x); }
-FF_DEV int ff_abs(int x) { return x < 0 ? -x : x; }
-FF_DEV long long ff_abs(long long x) { return x < 0 ? -x : x; }
+FF_DEV int ff_abs(int x) { return x < 0 ? (int)(0u - (unsigned)x) : x; }  // INT_MIN stays INT_MIN, as in torch
+FF_DEV long long ff_abs(long long x) { return x < 0 ? (long long)(0ull - (unsigned long long)x) : x; }
 FF_DEV bool ff_abs(bool x) { return x; }
 
 // NaN-propagating max/min, like torch.maximum and amax.

@@ -19,6 +19,8 @@ def build(fn, inputs):
     except _C.Unsupported as e:
         if "op registry" in str(e):  # the op is not registered in this build's graph IR
             __import__("pytest").skip(str(e))
+        if "not implemented for" in str(e):  # older torch lacks this kernel: the graph refuses the call
+            __import__("pytest").skip(str(e))
         raise
     g.output(out if isinstance(out, tuple) else (out,))
     return g
