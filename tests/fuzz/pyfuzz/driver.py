@@ -1,0 +1,139 @@
+"""Batches of programs: a worker process runs them in-process and streams JSON lines; the parent
+restarts it where a program crashed the process or hung, so one segfault costs one program.
+
+Program i of a run with seed S has the seed string "S:i". Every program runs in eager and on the
+eager backend; every `inductor_every`-th also on the inductor backend (its compiles cost ~50x).
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import select
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+from .generate import generate
+
+PACKAGE_ROOT = Path(__file__).resolve().parent.parent      # the folder holding the pyfuzz package
+
+
+def backends_for(i: int, backends: list[str], inductor_every: int) -> list[str]:
+    return [b for b in backends if b != "inductor" or inductor_every <= 1 or i % inductor_every == 0]
+
+
+# ---- worker ----------------------------------------------------------------------------------
+def _emit(obj) -> None:
+    sys.stdout.write(json.dumps(obj) + "\n")
+    sys.stdout.flush()
+
+
+def worker(seed: str, start: int, stop: int, backends: list[str], inductor_every: int, reduce_left: int,
+           reduce_budget: float, out_dir: str | None) -> None:
+    # NB: the protocol owns stdout; programs print into a StringIO (runner.py).
+    from .reduce import reduce_program  # noqa: PLC0415
+    from .report import reproducer  # noqa: PLC0415
+    from .runner import execute, run_program  # noqa: PLC0415
+    for i in range(start, stop):
+        prog = generate(f"{seed}:{i}")
+        _emit({"event": "start", "i": i, "phase": "eager"})
+        eager = execute(prog, None)
+        found = []
+        for b in backends_for(i, backends, inductor_every):
+            _emit({"event": "phase", "i": i, "phase": b})
+            found += run_program(prog, [b], eager=eager)
+        record = {"event": "done", "i": i, "mismatches": [dataclasses.asdict(m) for m in found], "exact": prog.exact}
+        if found and out_dir:
+            first = found[0]
+            small = prog
+            if reduce_left > 0:
+                reduce_left -= 1
+                _emit({"event": "phase", "i": i, "phase": "reduce"})
+                small = reduce_program(prog, first.backend, first.category, reduce_budget)
+            path = Path(out_dir) / f"mismatch-{prog.seed.replace(':', '-')}.py"
+            path.write_text(reproducer(small, first.backend, first.line()))
+            record["reproducer"] = str(path)
+            record["reduced_statements"] = small.statement_count()
+        _emit(record)
+
+
+# ---- parent ----------------------------------------------------------------------------------
+@dataclasses.dataclass
+class RunResult:
+    programs: int = 0
+    seconds: float = 0.0
+    records: list = dataclasses.field(default_factory=list)     # done records with mismatches
+    failures: list = dataclasses.field(default_factory=list)    # (i, phase, "crash rc=.." / "hang")
+
+    def mismatching(self) -> int:
+        return len(self.records) + len(self.failures)
+
+    def by_key(self) -> Counter:
+        c = Counter()
+        for r in self.records:
+            for key in {(m["backend"], m["category"]) for m in r["mismatches"]}:
+                c[key] += 1
+        for _, phase, what in self.failures:
+            c[(phase, what.split()[0])] += 1
+        return c
+
+
+def run(seed: str, count: int, backends: list[str], *, inductor_every: int = 1, start: int = 0,
+        out_dir: str | None = None, reduce: int = 0, reduce_budget: float = 60.0, chunk: int = 2000,
+        hang_s: float = 120.0, log=print) -> RunResult:
+    res = RunResult()
+    t0 = time.monotonic()
+    i, end = start, start + count
+    while i < end:
+        stop = min(i + chunk, end)
+        cmd = [sys.executable, "-m", "pyfuzz", "worker", "--seed", seed, "--start", str(i), "--stop", str(stop),
+               "--backends", ",".join(backends), "--inductor-every", str(inductor_every),
+               "--reduce", str(reduce), "--reduce-budget", str(reduce_budget)] + (["--out", out_dir] if out_dir else [])
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join([str(PACKAGE_ROOT)] + [p for p in env.get("PYTHONPATH", "").split(
+            os.pathsep) if p])
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env, text=True, bufsize=1)
+        current, phase = None, "eager"
+        while True:
+            ready, _, _ = select.select([proc.stdout], [], [], hang_s if phase != "reduce" else hang_s + reduce_budget)
+            if not ready:
+                proc.kill()
+                proc.wait()
+                res.failures.append((current, phase, f"hang (no progress in {hang_s:.0f}s)"))
+                log(f"program {seed}:{current} [{phase}]: hang")
+                i = (current if current is not None else i) + 1
+                break
+            line = proc.stdout.readline()
+            if not line:
+                rc = proc.wait()
+                if current is not None:
+                    res.failures.append((current, phase, f"crash (exit status {rc})"))
+                    log(f"program {seed}:{current} [{phase}]: crash, exit status {rc}")
+                    i = current + 1
+                elif rc != 0:
+                    raise RuntimeError(f"the pyfuzz worker exited with status {rc} between programs "
+                                       f"(run `{' '.join(cmd)}` to see why)")
+                else:
+                    i = stop
+                break
+            ev = json.loads(line)
+            if ev["event"] in ("start", "phase"):
+                current, phase = ev["i"], ev["phase"]
+                continue
+            res.programs += 1
+            current = None
+            if ev["mismatches"]:
+                res.records.append(ev)
+                for m in ev["mismatches"][:2]:
+                    log(f"program {m['seed']}: [{m['backend']}] {m['category']} at {m['where']}: "
+                        f"eager {m['eager'][:150]} | compiled {m['compiled'][:150]}")
+                if ev.get("reproducer"):
+                    log(f"  reproducer ({ev['reduced_statements']} statements): {ev['reproducer']}")
+        if i >= stop and proc.poll() is None:
+            proc.wait()
+    res.programs += len(res.failures)
+    res.seconds = time.monotonic() - t0
+    return res
