@@ -14,6 +14,8 @@ from pathlib import Path
 def _common(p):
     p.add_argument("--backends", default="eager,inductor", help="comma list of framefuse backends")
     p.add_argument("--inductor-every", type=int, default=1, help="run inductor on every k-th program only")
+    p.add_argument("--skip", action="append", default=[], metavar="REGEX",
+                   help="skip programs whose source matches (to look past a known mismatch); repeatable")
 
 
 def main(argv=None) -> int:
@@ -50,7 +52,7 @@ def main(argv=None) -> int:
 
     if a.cmd == "worker":
         from .driver import worker  # noqa: PLC0415
-        worker(a.seed, a.start, a.stop, backends, a.inductor_every, a.reduce, a.reduce_budget, a.out)
+        worker(a.seed, a.start, a.stop, backends, a.inductor_every, a.reduce, a.reduce_budget, a.out, a.skip)
         return 0
     if a.cmd == "show":
         from .generate import generate  # noqa: PLC0415
@@ -66,10 +68,10 @@ def main(argv=None) -> int:
     if a.out:
         Path(a.out).mkdir(parents=True, exist_ok=True)
     res = run(a.seed, a.count, backends, inductor_every=a.inductor_every, start=a.start, out_dir=a.out,
-              reduce=a.reduce if a.out else 0, reduce_budget=a.reduce_budget)
+              reduce=a.reduce if a.out else 0, reduce_budget=a.reduce_budget, skip=a.skip)
     print(f"pyfuzz: {res.programs} programs (seed {a.seed}, {a.start}..{a.start + a.count - 1}, backends "
           f"{','.join(backends)}, inductor every {a.inductor_every}) in {res.seconds:.1f}s; "
-          f"{res.mismatching()} with mismatches")
+          f"{res.mismatching()} with mismatches" + (f"; {res.skipped} skipped (--skip)" if res.skipped else ""))
     for (backend, category), n in sorted(res.by_key().items()):
         print(f"  {n:6d}  [{backend}] {category}")
     return 1 if res.mismatching() else 0

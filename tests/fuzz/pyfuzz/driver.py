@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import select
 import subprocess
 import sys
@@ -25,6 +26,25 @@ def backends_for(i: int, backends: list[str], inductor_every: int) -> list[str]:
     return [b for b in backends if b != "inductor" or inductor_every <= 1 or i % inductor_every == 0]
 
 
+# A worker past this much heap fails (MemoryError, or a crash the parent records) instead of taking
+# the machine's memory: a program that mismatches may loop where eager does not.
+MEMORY_LIMIT_BYTES = 3 << 30
+
+
+def _limit_memory(limit: int) -> None:
+    try:
+        import resource  # noqa: PLC0415 - POSIX only
+        soft, hard = resource.getrlimit(resource.RLIMIT_DATA)
+        if hard == resource.RLIM_INFINITY or hard > limit:
+            resource.setrlimit(resource.RLIMIT_DATA, (limit, hard))
+    except (ImportError, ValueError, OSError):
+        pass
+
+
+def _print_flush(line: str) -> None:
+    print(line, flush=True)
+
+
 # ---- worker ----------------------------------------------------------------------------------
 def _emit(obj) -> None:
     sys.stdout.write(json.dumps(obj) + "\n")
@@ -32,13 +52,18 @@ def _emit(obj) -> None:
 
 
 def worker(seed: str, start: int, stop: int, backends: list[str], inductor_every: int, reduce_left: int,
-           reduce_budget: float, out_dir: str | None) -> None:
+           reduce_budget: float, out_dir: str | None, skip: list[str] = ()) -> None:
     # NB: the protocol owns stdout; programs print into a StringIO (runner.py).
+    _limit_memory(MEMORY_LIMIT_BYTES)
     from .reduce import reduce_program  # noqa: PLC0415
     from .report import reproducer  # noqa: PLC0415
     from .runner import execute, run_program  # noqa: PLC0415
+    skip_re = [re.compile(p) for p in skip]
     for i in range(start, stop):
         prog = generate(f"{seed}:{i}")
+        if any(r.search(prog.source()) for r in skip_re):
+            _emit({"event": "skipped", "i": i})
+            continue
         _emit({"event": "start", "i": i, "phase": "eager"})
         eager = execute(prog, None)
         found = []
@@ -53,6 +78,9 @@ def worker(seed: str, start: int, stop: int, backends: list[str], inductor_every
                 reduce_left -= 1
                 _emit({"event": "phase", "i": i, "phase": "reduce"})
                 small = reduce_program(prog, first.backend, first.category, reduce_budget)
+                again = [m for m in run_program(small, [first.backend]) if m.category == first.category]
+                first = again[0] if again else first
+                record["reduced"] = dataclasses.asdict(first)
             path = Path(out_dir) / f"mismatch-{prog.seed.replace(':', '-')}.py"
             path.write_text(reproducer(small, first.backend, first.line()))
             record["reproducer"] = str(path)
@@ -64,6 +92,7 @@ def worker(seed: str, start: int, stop: int, backends: list[str], inductor_every
 @dataclasses.dataclass
 class RunResult:
     programs: int = 0
+    skipped: int = 0
     seconds: float = 0.0
     records: list = dataclasses.field(default_factory=list)     # done records with mismatches
     failures: list = dataclasses.field(default_factory=list)    # (i, phase, "crash rc=.." / "hang")
@@ -83,7 +112,7 @@ class RunResult:
 
 def run(seed: str, count: int, backends: list[str], *, inductor_every: int = 1, start: int = 0,
         out_dir: str | None = None, reduce: int = 0, reduce_budget: float = 60.0, chunk: int = 2000,
-        hang_s: float = 120.0, log=print) -> RunResult:
+        hang_s: float = 120.0, skip: list[str] = (), log=_print_flush) -> RunResult:
     res = RunResult()
     t0 = time.monotonic()
     i, end = start, start + count
@@ -92,6 +121,8 @@ def run(seed: str, count: int, backends: list[str], *, inductor_every: int = 1, 
         cmd = [sys.executable, "-m", "pyfuzz", "worker", "--seed", seed, "--start", str(i), "--stop", str(stop),
                "--backends", ",".join(backends), "--inductor-every", str(inductor_every),
                "--reduce", str(reduce), "--reduce-budget", str(reduce_budget)] + (["--out", out_dir] if out_dir else [])
+        for pattern in skip:
+            cmd += ["--skip", pattern]
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join([str(PACKAGE_ROOT)] + [p for p in env.get("PYTHONPATH", "").split(
             os.pathsep) if p])
@@ -123,6 +154,9 @@ def run(seed: str, count: int, backends: list[str], *, inductor_every: int = 1, 
             if ev["event"] in ("start", "phase"):
                 current, phase = ev["i"], ev["phase"]
                 continue
+            if ev["event"] == "skipped":
+                res.skipped += 1
+                continue
             res.programs += 1
             current = None
             if ev["mismatches"]:
@@ -130,6 +164,10 @@ def run(seed: str, count: int, backends: list[str], *, inductor_every: int = 1, 
                 for m in ev["mismatches"][:2]:
                     log(f"program {m['seed']}: [{m['backend']}] {m['category']} at {m['where']}: "
                         f"eager {m['eager'][:150]} | compiled {m['compiled'][:150]}")
+                if ev.get("reduced"):
+                    m = ev["reduced"]
+                    log(f"  reduced: [{m['backend']}] {m['category']} at {m['where']}: eager {m['eager'][:150]} | "
+                        f"compiled {m['compiled'][:150]}")
                 if ev.get("reproducer"):
                     log(f"  reproducer ({ev['reduced_statements']} statements): {ev['reproducer']}")
         if i >= stop and proc.poll() is None:

@@ -280,7 +280,7 @@ def _while(g):
     node = Node(f"while {cond}:")
     with g.suite(loop=True) as body:
         # NB: the counter moves first, so no `continue` below can skip it.
-        g.emit(f"{i} += 1")
+        g.emit(Node(f"{i} += 1", pinned=True))
         g.fill(suite_size(g))
     node.body = body
     g.emit(node)

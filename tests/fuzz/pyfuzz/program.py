@@ -32,6 +32,7 @@ class Node:
     body: list[Node] = field(default_factory=list)
     clauses: list[tuple[str, list[Node]]] = field(default_factory=list)
     items: list[str] | None = None
+    pinned: bool = False     # the reducer never deletes it (a while loop's counter increment)
 
     @property
     def compound(self) -> bool:
@@ -40,7 +41,7 @@ class Node:
     def copy(self) -> Node:
         return Node(self.head, [n.copy() for n in self.body],
                     [(h, [n.copy() for n in s]) for h, s in self.clauses],
-                    None if self.items is None else list(self.items))
+                    None if self.items is None else list(self.items), self.pinned)
 
 
 def render_suite(nodes: list[Node], indent: int, out: list[str]) -> None:

@@ -9,10 +9,14 @@ reduction that makes eager fail with a NameError is not mistaken for the bug).
 """
 from __future__ import annotations
 
+import contextlib
+import signal
 import time
 
 from .program import Node, Program
 from .runner import execute, run_program
+
+CANDIDATE_LIMIT_S = 10.0
 
 
 def signature(prog: Program, backend: str, category: str):
@@ -20,11 +24,30 @@ def signature(prog: Program, backend: str, category: str):
     still shows a `category` mismatch; None where the program does not even run."""
     try:
         compile(prog.source(), "<candidate>", "exec", dont_inherit=True)
-        eager = execute(prog, None)
-    except Exception:  # noqa: BLE001 - an invalid candidate
+        with _time_limit(CANDIDATE_LIMIT_S):
+            eager = execute(prog, None)
+            found = run_program(prog, [backend], eager=eager)
+    except Exception:  # noqa: BLE001 - an invalid candidate (or one that ran too long)
         return None
-    found = run_program(prog, [backend], eager=eager)
     return tuple(o.exc for o in eager), any(m.category == category for m in found)
+
+
+class _Timeout(Exception):
+    pass
+
+
+@contextlib.contextmanager
+def _time_limit(seconds: float):
+    """Interrupts Python code running past `seconds` (a candidate whose loop lost its exit)."""
+    def on_alarm(signum, frame):
+        raise _Timeout
+    old = signal.signal(signal.SIGALRM, on_alarm)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
 
 
 def _paths(nodes: list[Node], prefix=()):
@@ -67,6 +90,8 @@ def _candidates(prog: Program):
         p = prog.copy()
         suite, i = _locate(p.body, path)
         node = suite[i]
+        if node.pinned:
+            continue
         if node.items is not None and not path[1:]:
             for j in range(len(node.items)):
                 q = prog.copy()

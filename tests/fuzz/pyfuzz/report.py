@@ -27,7 +27,7 @@ if __name__ == "__main__":
                 out = fn(*args)
             except Exception as e:
                 out = f"raised {{type(e).__name__}}: {{e}}"
-            print(backend or "eager", variant, "->", out, "| args after:", args)
+            print(f"framefuse[{backend}]" if backend else "python", variant, "->", out, "| args after:", args)
 '''
 
 
