@@ -52,7 +52,7 @@ def _emit(obj) -> None:
 
 
 def worker(seed: str, start: int, stop: int, backends: list[str], inductor_every: int, reduce_left: int,
-           reduce_budget: float, out_dir: str | None, skip: list[str] = ()) -> None:
+           reduce_budget: float, out_dir: str | None, skip: list[str] = (), disabled=frozenset()) -> None:
     # NB: the protocol owns stdout; programs print into a StringIO (runner.py).
     _limit_memory(MEMORY_LIMIT_BYTES)
     from .reduce import reduce_program  # noqa: PLC0415
@@ -60,17 +60,19 @@ def worker(seed: str, start: int, stop: int, backends: list[str], inductor_every
     from .runner import execute, run_program  # noqa: PLC0415
     skip_re = [re.compile(p) for p in skip]
     for i in range(start, stop):
-        prog = generate(f"{seed}:{i}")
+        prog = generate(f"{seed}:{i}", disabled)
         if any(r.search(prog.source()) for r in skip_re):
             _emit({"event": "skipped", "i": i})
             continue
         _emit({"event": "start", "i": i, "phase": "eager"})
         eager = execute(prog, None)
         found = []
+        stats = {}
         for b in backends_for(i, backends, inductor_every):
             _emit({"event": "phase", "i": i, "phase": b})
-            found += run_program(prog, [b], eager=eager)
-        record = {"event": "done", "i": i, "mismatches": [dataclasses.asdict(m) for m in found], "exact": prog.exact}
+            found += run_program(prog, [b], eager=eager, stats=stats)
+        record = {"event": "done", "i": i, "mismatches": [dataclasses.asdict(m) for m in found], "exact": prog.exact,
+                  "stats": stats}
         if found and out_dir:
             first = found[0]
             small = prog
@@ -82,7 +84,7 @@ def worker(seed: str, start: int, stop: int, backends: list[str], inductor_every
                 first = again[0] if again else first
                 record["reduced"] = dataclasses.asdict(first)
             path = Path(out_dir) / f"mismatch-{prog.seed.replace(':', '-')}.py"
-            path.write_text(reproducer(small, first.backend, first.line()))
+            path.write_text(reproducer(small, first.backend, first.line(), disabled))
             record["reproducer"] = str(path)
             record["reduced_statements"] = small.statement_count()
         _emit(record)
@@ -96,6 +98,38 @@ class RunResult:
     seconds: float = 0.0
     records: list = dataclasses.field(default_factory=list)     # done records with mismatches
     failures: list = dataclasses.field(default_factory=list)    # (i, phase, "crash rc=.." / "hang")
+
+    stats: dict = dataclasses.field(default_factory=dict)     # backend -> summed frame counters
+    breaks: Counter = dataclasses.field(default_factory=Counter)  # graph-break reason -> programs
+    internal: list = dataclasses.field(default_factory=list)  # programs whose compile hit an internal error
+
+    def add_stats(self, i: int, stats: dict) -> None:
+        for backend, s in stats.items():
+            total = self.stats.setdefault(backend, Counter())
+            total["programs"] += 1
+            total["programs with a compiled frame"] += bool(s.get("frames_compiled"))
+            for k, v in s.items():
+                if isinstance(v, (int, float)) and not isinstance(v, bool):
+                    total[k] += v
+            if s.get("internal_errors"):
+                self.internal.append((i, backend))
+            for b in set(s.get("breaks", ())):
+                self.breaks[b] += 1
+
+    def coverage(self) -> str:
+        """What the compiled runs did: frame counters per backend, the commonest break ids."""
+        lines = []
+        for backend, t in sorted(self.stats.items()):
+            keys = ("programs", "programs with a compiled frame", "frames_compiled", "eager_frames", "graph_breaks",
+                    "frames_split", "recompiles", "cache_limit_hits", "internal_errors")
+            lines.append(f"  [{backend}] " + ", ".join(f"{k} {int(t[k])}" for k in keys))
+        ids = Counter()
+        for reason, n in self.breaks.items():
+            ids[reason.split("]")[0].lstrip("[")] += n
+        if ids:
+            lines.append("  graph-break ids (programs x reasons): " + ", ".join(f"{k} {n}" for k, n in ids.most_common()))
+            lines += [f"    {n:6d}  {reason[:150]}" for reason, n in self.breaks.most_common(25)]
+        return "\n".join(lines)
 
     def mismatching(self) -> int:
         return len(self.records) + len(self.failures)
@@ -112,7 +146,7 @@ class RunResult:
 
 def run(seed: str, count: int, backends: list[str], *, inductor_every: int = 1, start: int = 0,
         out_dir: str | None = None, reduce: int = 0, reduce_budget: float = 60.0, chunk: int = 2000,
-        hang_s: float = 120.0, skip: list[str] = (), log=_print_flush) -> RunResult:
+        hang_s: float = 120.0, skip: list[str] = (), disabled=frozenset(), log=_print_flush) -> RunResult:
     res = RunResult()
     t0 = time.monotonic()
     i, end = start, start + count
@@ -123,6 +157,8 @@ def run(seed: str, count: int, backends: list[str], *, inductor_every: int = 1, 
                "--reduce", str(reduce), "--reduce-budget", str(reduce_budget)] + (["--out", out_dir] if out_dir else [])
         for pattern in skip:
             cmd += ["--skip", pattern]
+        if disabled:
+            cmd += ["--disable", ",".join(sorted(disabled))]
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join([str(PACKAGE_ROOT)] + [p for p in env.get("PYTHONPATH", "").split(
             os.pathsep) if p])
@@ -159,6 +195,7 @@ def run(seed: str, count: int, backends: list[str], *, inductor_every: int = 1, 
                 continue
             res.programs += 1
             current = None
+            res.add_stats(ev["i"], ev.get("stats", {}))
             if ev["mismatches"]:
                 res.records.append(ev)
                 for m in ev["mismatches"][:2]:

@@ -23,7 +23,7 @@ def list_t_expr(g, fresh=False) -> str:
     src = g.pick(lambda v: v.ty.kind == "list_T")[0]
     if not fresh and src and g.chance(0.3):
         return src
-    c = g.r.choice(("lit", "lit", "comp", "copy", "concat", "dict", "alias2", "rows"))
+    c = g.r.choice(g.allowed(("lit", "lit", "comp", "copy", "concat", "dict", "alias2", "rows"), comp=("comp", "rows")))
     if c == "comp" and src:
         return f"[{g.r.choice(('t * 2', 't + 1', 't.relu()', 't.clone()', 't'))} for t in {src}]"
     if c == "copy" and src:
@@ -154,8 +154,8 @@ def _list_t(g):
 
 # ---- dict ------------------------------------------------------------------------------------
 def _dict_si(g):
-    c = g.r.choice(("set", "aug", "update", "update_kw", "update_zip", "setdefault", "pop", "popitem", "del", "clear",
-                    "view", "view", "alias"))
+    c = g.r.choice(g.allowed(("set", "aug", "update", "update_kw", "update_zip", "setdefault", "pop", "popitem", "del",
+                              "clear", "view", "view", "alias"), dview=("view",)))
     grow = c in ("set", "update", "update_kw", "update_zip", "setdefault", "pop", "popitem", "del", "clear")
     name = _named(g, "dict_si", grow=grow)
     if name is None:
@@ -227,6 +227,8 @@ def _dict_t(g):
 
 # ---- set -------------------------------------------------------------------------------------
 def _set_i(g):
+    if g.off("set_mutation"):
+        return None
     c = g.r.choice(("add", "remove", "discard", "pop", "update", "intersection_update", "difference_update",
                     "symmetric_difference_update", "clear", "copy"))
     name = _named(g, "set_i", grow=c != "copy")
@@ -257,8 +259,8 @@ def _set_i(g):
 def _objects(g):
     from .gen_funcs import ensure_feature  # noqa: PLC0415
     s = g.base_shape
-    c = g.r.choice(("new_box", "box_attr", "box_t", "box_extra", "box_method", "setattr", "new_pair", "pair_ops",
-                    "new_rec", "rec_ops"))
+    c = g.r.choice(g.allowed(("new_box", "box_attr", "box_t", "box_extra", "box_method", "setattr", "new_pair",
+                              "pair_ops", "new_rec", "rec_ops"), hasattr=("box_extra",)))
     if c == "new_box":
         ensure_feature(g, "Box")
         o = g.bind("o", Ty("obj"))
@@ -374,8 +376,10 @@ def _unpack(g):
 
 
 def _comprehension(g):
-    c = g.r.choice(("print_list", "print_tuple", "nested", "genexp_sum", "genexp_tensor", "minmax", "setcomp",
-                    "dictcomp", "enumerate_zip", "sum_start"))
+    c = g.r.choice(g.allowed(("print_list", "print_tuple", "nested", "genexp_sum", "genexp_tensor", "minmax", "setcomp",
+                              "dictcomp", "enumerate_zip", "sum_start"),
+                             comp=("print_list", "nested", "setcomp", "dictcomp", "enumerate_zip"),
+                             genexp=("print_tuple", "genexp_sum", "genexp_tensor"), sum_start=("sum_start", "genexp_tensor")))
     lst = g.pick(lambda v: v.ty.kind in ("list_int", "tuple_int"))[0] or "range(3)"
     if c == "print_list":
         # NB: print inside a comprehension: a graph break in the comprehension's frame.

@@ -97,7 +97,8 @@ def _int_of_list(g, d):
     name = of_kind(g, "list_int") or of_kind(g, "tuple_int")
     if name is None:
         return None
-    c = g.r.choice(("sum", "sum_start", "count", "max", "min", "index", "next", "genexp", "elem"))
+    c = g.r.choice(g.allowed(("sum", "sum_start", "count", "max", "min", "index", "next", "genexp", "elem"),
+                             sum_start=("sum_start",), genexp=("next", "genexp")))
     if c == "sum":
         return f"sum({name})"
     if c == "sum_start":
@@ -239,6 +240,8 @@ def _bool_isinstance(g, d):
 
 
 def _bool_attr(g, d):
+    if g.off("hasattr"):
+        return None
     name, v = g.pick(lambda v: v.ty.kind in ("obj", "nt", "rec", "T", "size", "list_int", "dict_si"))
     if name is None:
         return None
@@ -296,7 +299,8 @@ BOOL_TABLE = [(4, _bool_compare), (2, _bool_logic), (3, _bool_membership), (1, _
 
 # ---- str -------------------------------------------------------------------------------------
 def _str_format(g, d):
-    c = g.r.choice(("fstr", "percent", "format", "concat", "join", "method", "str", "typename", "fmtfloat"))
+    c = g.r.choice(g.allowed(("fstr", "percent", "format", "concat", "join", "method", "str", "typename", "fmtfloat"),
+                             genexp=("join",)))
     if c == "fstr":
         return fstring(expr(g, STR, d), "-", expr(g, INT, d))
     if c == "percent":
@@ -358,8 +362,8 @@ STR_TABLE = [(4, _str_format), (1, _str_keys)]
 
 # ---- containers --------------------------------------------------------------------------------
 def _list_int(g, d):
-    c = g.r.choice(("lit", "range", "comp", "concat", "slice", "sorted", "reversed", "set", "enum", "zip", "dict",
-                    "shape", "tuple", "map", "filter", "starred"))
+    c = g.r.choice(g.allowed(("lit", "range", "comp", "concat", "slice", "sorted", "reversed", "set", "enum", "zip",
+                              "dict", "shape", "tuple", "map", "filter", "starred"), comp=("comp", "enum", "zip")))
     src = of_kind(g, "list_int") or of_kind(g, "tuple_int")
     if c == "lit":
         return "[" + ", ".join(expr(g, INT, d) for _ in range(g.r.randint(0, 3))) + "]"
@@ -392,7 +396,8 @@ def _list_int(g, d):
         return f"[a * b for a, b in zip({src}, {other}{strict})]"
     if c == "dict":
         dn = of_kind(g, "dict_si")
-        return (f"list({dn}.values())" if g.chance(0.6) else f"[len(k) + v for k, v in {dn}.items()]") if dn else None
+        return (f"list({dn}.values())" if g.chance(0.6) or g.off("comp") else f"[len(k) + v for k, v in {dn}.items()]") \
+            if dn else None
     if c == "map":
         return f"list(map(abs, {src}))"
     if c == "filter":
@@ -417,7 +422,7 @@ def _tuple_int(g, d):
 
 
 def _set_i(g, d):
-    c = g.r.choice(("lit", "of_list", "comp", "op", "method", "range"))
+    c = g.r.choice(g.allowed(("lit", "of_list", "comp", "op", "method", "range"), comp=("comp",)))
     s = of_kind(g, "set_i") or of_kind(g, "fset_i")
     src = of_kind(g, "list_int") or of_kind(g, "tuple_int")
     if c == "lit":
@@ -433,7 +438,7 @@ def _set_i(g, d):
         return f"set({s} {g.r.choice(('|', '&', '-', '^'))} {other})"
     if c == "method" and s:
         m = g.r.choice(("union", "intersection", "difference", "symmetric_difference"))
-        arg = f"[v % 8 for v in {src}]" if src and g.chance(0.5) else "{1, 2, 5}"
+        arg = f"[v % 8 for v in {src}]" if src and g.chance(0.5) and not g.off("comp") else "{1, 2, 5}"
         return f"set({s}.{m}({arg}))"
     return None
 

@@ -229,13 +229,13 @@ def _generator_fn(g):
     name = g.fresh("gen")
     if c == "ints":
         g.module.append(Node(f"def {name}(n):", [Node("i = 0"), Node("while i < n:", [
-            Node("yield i * i"), Node("i += 1")])]))
+            Node("yield i * i"), Node("i += 1", pinned=True)])]))
         out = g.bind("c", LIST_I)
-        g.emit(f"{out} = list({name}({g.r.randint(0, 4)}))" if g.chance(0.5) else
+        g.emit(f"{out} = list({name}({g.r.randint(0, 4)}))" if g.chance(0.5) or g.off("comp") else
                f"{out} = [v + 1 for v in {name}({g.r.randint(0, 4)}) if v != 1]")
         return True
     ts = g.pick(lambda v: v.ty.kind == "list_T" and v.group not in g.iterating)[0]
-    if ts is None:
+    if ts is None or g.off("sum_start"):
         return None
     g.module.append(Node(f"def {name}(ts, k):", [Node("for t in ts:", [Node("yield t * k")])]))
     out = g.bind("t", T(g.base_shape))
@@ -244,6 +244,8 @@ def _generator_fn(g):
 
 
 def _isinstance_dispatch(g):
+    if g.off("sum_start"):
+        return None
     # The shape of model code that handles tensors and lists of tensors alike.
     name, v = g.pick(lambda v: v.ty.kind in ("T", "list_T", "int", "dict_sT") and
                      (v.ty.kind != "T" or v.ty.shape == g.base_shape))

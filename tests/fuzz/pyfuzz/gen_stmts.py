@@ -128,11 +128,11 @@ def _augmented(g):
     elif k == "list_int":
         if not g.may_grow(name):
             return None
-        g.emit(f"{name} += {expr(g, LIST_I, 1)}" if g.chance(0.7) else f"{name} *= 2")
+        g.emit(f"{name} += {expr(g, LIST_I, 1)}" if g.chance(0.7) or g.off("list_imul") else f"{name} *= 2")
     elif k == "tuple_int":
         g.emit(f"{name} += ({expr(g, INT, 1)},)")
     else:
-        if not g.may_grow(name):
+        if not g.may_grow(name) or g.off("set_mutation"):
             return None
         g.emit(f"{name} {g.r.choice(('|=', '&=', '-=', '^='))} {expr(g, SET_I, 1)}")
     return True

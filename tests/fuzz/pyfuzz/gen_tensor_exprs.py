@@ -177,13 +177,17 @@ def _f_container_elem(g, shape, d, avoid):
         fallback = tensor_expr(g, shape, "f", d)
         k = v.ty.kind
         if k in ("list_T", "tuple_T"):
-            return aliasing(g.r.choice((f"({name}[0] if {name} else {fallback})",
-                               f"sum({name}, start={fallback})",
-                               f"(torch.stack({name}).sum(0) if {name} else {fallback})",
-                               f"max({name}, key=lambda t: float(t.sum()), default={fallback})")), "?")
+            forms = [f"({name}[0] if {name} else {fallback})",
+                     f"(torch.stack({name}).sum(0) if {name} else {fallback})",
+                     f"max({name}, key=lambda t: float(t.sum()), default={fallback})"]
+            if not g.off("sum_start"):
+                forms.append(f"sum({name}, start={fallback})")
+            return aliasing(g.r.choice(forms), "?")
         if k == "dict_sT":
-            return aliasing(g.r.choice((f"{name}.get({g.key()}, {fallback})",
-                                        f"sum({name}.values(), start={fallback})")), "?")
+            forms = [f"{name}.get({g.key()}, {fallback})"]
+            if not g.off("sum_start"):
+                forms.append(f"sum({name}.values(), start={fallback})")
+            return aliasing(g.r.choice(forms), "?")
         if k == "obj" and g.chance(0.3):
             return f"{name}.scaled({g.small_int(0, 2)})"
         return aliasing(f"{name}.t" if k != "nt" or g.chance(0.5) else f"{name}[0]", "?")

@@ -154,6 +154,8 @@ def _reshaping(g):
 
 
 def _structseq(g):
+    if g.off("structseq"):
+        return None
     name, v = _target(g, writable=False, min_dims=1)
     if name is None:
         return None

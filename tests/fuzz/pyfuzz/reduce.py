@@ -27,13 +27,13 @@ def signature(prog: Program, backend: str, category: str):
         with _time_limit(CANDIDATE_LIMIT_S):
             eager = execute(prog, None)
             found = run_program(prog, [backend], eager=eager)
-    except Exception:  # noqa: BLE001 - an invalid candidate (or one that ran too long)
+    except (Exception, _Timeout):  # noqa: BLE001 - an invalid candidate, or one that ran too long
         return None
     return tuple(o.exc for o in eager), any(m.category == category for m in found)
 
 
-class _Timeout(Exception):
-    pass
+class _Timeout(BaseException):
+    """NB: not an Exception: the runner records a program's Exceptions as outcomes and goes on."""
 
 
 @contextlib.contextmanager

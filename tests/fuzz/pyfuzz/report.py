@@ -36,7 +36,8 @@ def call_sources(prog: Program) -> list[tuple[str, str]]:
     return [(v, "[" + ", ".join(sources[v]) + "]") for v in VARIANTS]
 
 
-def reproducer(prog: Program, backend: str, headline: str) -> str:
+def reproducer(prog: Program, backend: str, headline: str, disabled=()) -> str:
     calls = "[\n" + "".join(f"    ({v!r}, {s!r}),\n" for v, s in call_sources(prog)) + "]"
-    head = f"# pyfuzz program {prog.seed}, backend {backend!r}\n# {headline}\n"
+    flags = f" --disable {','.join(sorted(disabled))}" if disabled else ""
+    head = f"# pyfuzz program {prog.seed}{flags}, backend {backend!r}\n# {headline}\n"
     return head + prog.source() + FOOTER.format(backend=backend, entry=ENTRY, calls=calls)

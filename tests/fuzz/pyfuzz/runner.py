@@ -57,8 +57,9 @@ def _namespace(prog: Program, tag: str) -> dict:
     return ns
 
 
-def execute(prog: Program, backend: str | None) -> list[CallOutcome]:
-    """The outcomes of the three calls, in eager (backend None) or compiled with `backend`."""
+def execute(prog: Program, backend: str | None, stats: dict | None = None) -> list[CallOutcome]:
+    """The outcomes of the three calls, in eager (backend None) or compiled with `backend`; `stats`
+    (when given) receives framefuse's frame counters and graph-break ids of the compiled run."""
     import framefuse  # noqa: PLC0415 - the generator and reducer work without it
     ns = _namespace(prog, backend or "eager")
     fn = ns[ENTRY]
@@ -79,18 +80,23 @@ def execute(prog: Program, backend: str | None) -> list[CallOutcome]:
                 exc = compare.typename(e)
         outcomes.append(CallOutcome(variant, compare.snapshot(args, ret, ns), exc, out.getvalue()))
     if backend is not None:
+        if stats is not None:
+            stats.update(framefuse._C._frame_eval_stats())
+            stats["breaks"] = sorted({r["reason"] for r in framefuse._C._graph_break_records()})
         framefuse.reset()
     return outcomes
 
 
-def run_program(prog: Program, backends, eager: list[CallOutcome] | None = None) -> list[Mismatch]:
-    """Every mismatch of `prog` between eager and each backend (at most a few per backend)."""
+def run_program(prog: Program, backends, eager: list[CallOutcome] | None = None,
+                stats: dict | None = None) -> list[Mismatch]:
+    """Every mismatch of `prog` between eager and each backend (at most a few per backend);
+    `stats` (when given) receives each backend's counters (see execute)."""
     if eager is None:
         eager = execute(prog, None)
     found = []
     for backend in backends:
         try:
-            compiled = execute(prog, backend)
+            compiled = execute(prog, backend, None if stats is None else stats.setdefault(backend, {}))
         except Exception as e:  # noqa: BLE001 - the compiled run itself failed to set up
             found.append(Mismatch(prog.seed, backend, "setup", "compile", "ran", f"{compare.typename(e)}: {e}"))
             continue
