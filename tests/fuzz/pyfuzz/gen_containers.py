@@ -380,7 +380,8 @@ def _comprehension(g):
                               "dictcomp", "enumerate_zip", "sum_start"),
                              comp=("print_list", "nested", "setcomp", "dictcomp", "enumerate_zip"),
                              genexp=("print_tuple", "genexp_sum", "genexp_tensor"), sum_start=("sum_start", "genexp_tensor")))
-    lst = g.pick(lambda v: v.ty.kind in ("list_int", "tuple_int"))[0] or "range(3)"
+    from .gen_exprs import int_iterable  # noqa: PLC0415
+    lst = int_iterable(g, 1)
     if c == "print_list":
         # NB: print inside a comprehension: a graph break in the comprehension's frame.
         g.emit(f"{g.bind('c', LIST_I, group=g.fresh('grp'))} = [(print({g.fresh('cp')!r}, v), v + 1)[1] for v in {lst}]")
@@ -415,7 +416,7 @@ def _comprehension(g):
 def risky_statement(g) -> str | None:
     """Emit a statement that may raise; returns the exception type to catch."""
     c = g.r.choice(("dict", "index", "list_index", "remove", "set_remove", "del", "pop_key", "pop_empty", "unpack",
-                    "int_str", "zip_strict", "raise", "zerodiv", "tensor_index", "next", "helper"))
+                    "int_str", "zip_strict", "raise", "zerodiv", "tensor_index", "next", "helper", "assert"))
     lst = g.pick(lambda v: v.ty.kind == "list_int")[0]
     d = g.pick(lambda v: v.ty.kind == "dict_si")[0]
     if c == "dict" and d:
@@ -473,6 +474,9 @@ def risky_statement(g) -> str | None:
     if c == "helper":
         from .gen_funcs import call_raising_helper  # noqa: PLC0415
         return call_raising_helper(g)
+    if c == "assert":
+        g.emit(f"assert {expr(g, BOOL, 1)}, {g.fresh('failed')!r}")
+        return "AssertionError"
     return None
 
 

@@ -207,6 +207,8 @@ FLOAT_TABLE = [(4, _float_arith), (2, _float_of_tensor), (1, _float_mixed)]
 # ---- bool ------------------------------------------------------------------------------------
 def _bool_compare(g, d):
     ty = g.r.choice((INT, INT, FLOAT))
+    if g.chance(0.15):
+        return f"({expr(g, INT, d)} < {expr(g, ty, d)} <= {expr(g, INT, d)})"
     return f"({expr(g, ty, d)} {g.r.choice(('<', '<=', '>', '==', '!=', '>='))} {expr(g, ty, d)})"
 
 
@@ -376,7 +378,7 @@ def _list_int(g, d):
         return None
     if c == "comp":
         cond = g.r.choice(("", f" if v > {g.r.randrange(5)}", " if v % 2"))
-        return f"[v * {g.r.randint(1, 3)} + {g.small_int(0, 2)} for v in {src}{cond}]"
+        return f"[v * {g.r.randint(1, 3)} + {g.small_int(0, 2)} for v in {int_iterable(g, d)}{cond}]"
     if c == "concat":
         return f"list({src}) + [{expr(g, INT, d)}]"
     if c == "slice":
@@ -405,6 +407,37 @@ def _list_int(g, d):
     if c == "starred":
         return f"[*{src}, {expr(g, INT, d)}]"
     return f"list({src})"
+
+
+def int_iterable(g, d) -> str:
+    """Source of an iterable of ints for a comprehension or a for loop (never one a loop may grow:
+    comprehensions only read)."""
+    lst = of_kind(g, "list_int") or of_kind(g, "tuple_int")
+    c = g.r.choice(("range", "list", "list", "reversed", "sorted", "set", "dict_values", "zip", "enumerate",
+                    "map", "slice"))
+    if c == "range" or lst is None:
+        return f"range({g.r.randint(0, 4)})" if g.chance(0.6) else f"range({expr(g, INT, d)} % 4)"
+    if c == "reversed":
+        return f"reversed({lst})"
+    if c == "sorted":
+        return f"sorted({lst}, reverse={g.r.choice(('True', 'False'))})"
+    if c == "set":
+        s = of_kind(g, "set_i") or of_kind(g, "fset_i")
+        return s or lst
+    if c == "dict_values":
+        dn = of_kind(g, "dict_si")
+        return f"{dn}.values()" if dn else lst
+    if c == "zip":
+        other = of_kind(g, "list_int") or lst
+        # NB: a generator of sums, so `v` stays an int; strict=False as zip stops at the shorter one
+        return f"(a + b for a, b in zip({lst}, {other}{g.r.choice(('', ', strict=False'))}))"
+    if c == "enumerate":
+        return f"(i * a for i, a in enumerate({lst}, {g.r.randint(0, 2)}))"
+    if c == "map":
+        return f"map(abs, {lst})"
+    if c == "slice":
+        return f"{lst}[{g.r.choice(('1:', '::-1', ':2'))}]"
+    return lst
 
 
 def _tuple_int(g, d):

@@ -64,6 +64,10 @@ def make_helper(g) -> Helper:
     with g.suite(function=True) as body:
         for p, ty in params:
             g.declare(p, Var(ty, family="?" if ty.kind == "T" else "", group=f"param_{p}", contig=False))
+        if "G_n" in g.frames[0].vars and g.chance(0.3):
+            # A helper that rebinds a module global: the write must reach the module, inlined or not.
+            g.emit("global G_n")
+            g.emit(f"G_n += {g.small_int(1, 3)}")
         if raises:
             cond = next((f"{p} < 0" for p, ty in params if ty == INT), None) or \
                 next((f"not {p}" for p, ty in params if ty.kind in ("list_int", "dict_si", "list_T")), "False")

@@ -176,6 +176,10 @@ def tensor_condition(g) -> str:
 
 def _if(g):
     cond = tensor_condition(g) if g.chance(0.35) else expr(g, BOOL)
+    if g.chance(0.08):
+        # An assignment expression binds in the function's scope, visible after the if.
+        walrus = g.bind("n", INT)
+        cond = f"({walrus} := {expr(g, INT, 1)}) > {g.small_int(0, 3)}"
     node = Node(f"if {cond}:")
     with g.suite() as body:
         g.fill(suite_size(g))
@@ -287,6 +291,28 @@ def _while(g):
     return True
 
 
+def _del_name(g):
+    """`del name`: the name is unbound from here on (a graph break's live locals must agree)."""
+    if g.closures:
+        return None  # NB: a closure made earlier may read the name when called later
+    names = sorted(n for n, v in g.frames[-1].vars.items() if not v.fixed and v.ty.kind != "fn")
+    if not names:
+        return None
+    name = g.r.choice(names)
+    del g.frames[-1].vars[name]
+    g.emit(f"del {name}")
+    return True
+
+
+def _assert(g):
+    t = g.pick(lambda v: v.ty.kind == "T")[0]
+    if t is None:
+        return None
+    cond = g.r.choice((f"isinstance({t}, torch.Tensor)", f"{t}.dim() >= 0", f"len({t}.shape) == {t}.dim()", "True"))
+    g.emit(f"assert {cond}" if g.chance(0.5) else f"assert {cond}, {g.fresh('msg')!r}")
+    return True
+
+
 def _break_continue(g):
     if g.loop_depth == 0:
         return None
@@ -350,7 +376,8 @@ def _deferred(module, fn):
 
 
 SIMPLE = [
-    (10, _new_binding), (4, _rebind), (3, _augmented), (2, _print), (2, _break_continue),
+    (10, _new_binding), (4, _rebind), (3, _augmented), (2, _print), (2, _break_continue), (1, _del_name),
+    (1, _assert),
     (12, _deferred("gen_tensor_stmts", "tensor_statement")),
     (10, _deferred("gen_containers", "container_statement")),
     (3, _deferred("gen_funcs", "function_statement")),

@@ -90,6 +90,10 @@ def generate(seed: str, disabled=frozenset()) -> Program:
         if declared:
             g.emit(f"global {', '.join(declared)}")
         g.fill(g.r.randint(4, 12))
+        if g.chance(0.05):
+            # Now and then a statement that may raise out of the function: the exception is an outcome too.
+            from .gen_containers import risky_statement  # noqa: PLC0415
+            risky_statement(g)
         g.emit(_return(g))
     g.suites.pop()
     return Program(seed=seed, module=g.module, body=body, args=specs, exact=g.exact)
@@ -98,6 +102,6 @@ def generate(seed: str, disabled=frozenset()) -> Program:
 def _return(g) -> Node:
     names = sorted(n for n, v in g.frames[-1].vars.items() if v.ty.kind in RETURNABLE)
     picked = g.r.sample(names, min(len(names), g.r.randint(1, 4)))
-    if g.chance(0.2):
-        picked.append(f"{g.r.choice(['x'] + names)} {g.r.choice(('is', 'is not'))} {g.r.choice(['x'] + names)}")
+    if names and g.chance(0.2):
+        picked.append(f"{g.r.choice(names)} {g.r.choice(('is', 'is not'))} {g.r.choice(names)}")
     return Node("return ", items=picked)

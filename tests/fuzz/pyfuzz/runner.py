@@ -2,8 +2,8 @@
 
 Each run execs the program's source into a fresh module namespace (so the compiled run never sees
 a code object, a global or a class of the eager run), then calls the entry function three times
-with freshly built arguments: variant A, A again (a cached call), and B (same types, other
-contents: stale guards show there). After each call it snapshots the arguments, the return value
+with freshly built arguments: variant A, A again (a cached call), B (same types, other
+contents: stale guards show there) and A once more (the first cache entry must still be found). After each call it snapshots the arguments, the return value
 and the G_ globals (compare.py), the printed output and the exception type.
 """
 from __future__ import annotations
@@ -18,7 +18,7 @@ from . import compare
 from .program import ENTRY, Program
 from .values import args_source
 
-VARIANTS = ("A", "A", "B")
+VARIANTS = ("A", "A", "B", "A")
 MODULE_NAME = "pyfuzz_prog"
 
 
