@@ -58,6 +58,8 @@ def main(argv=None) -> int:
     if disabled - set(TAGS):
         ap.error(f"unknown --disable tags {sorted(disabled - set(TAGS))}; known: {', '.join(TAGS)}")
 
+    from .driver import MEMORY_LIMIT_BYTES, _limit_memory  # noqa: PLC0415
+    _limit_memory(MEMORY_LIMIT_BYTES)
     if a.cmd == "worker":
         from .driver import worker  # noqa: PLC0415
         worker(a.seed, a.start, a.stop, backends, a.inductor_every, a.reduce, a.reduce_budget, a.out, a.skip,

@@ -100,7 +100,9 @@ def snapshot(args, ret, module_ns) -> tuple:
 def _tensor_equal(a: torch.Tensor, b: torch.Tensor, tolerant: bool) -> bool:
     if a.dtype in _INT_VIEW:
         iv = _INT_VIEW[a.dtype]
-        if torch.equal(a.contiguous().view(iv), b.contiguous().view(iv)):
+        a, b = a.contiguous(), b.contiguous()
+        # NB: bit for bit (so -0.0 differs from 0.0), except that any NaN equals any NaN.
+        if bool(((a.view(iv) == b.view(iv)) | (a.isnan() & b.isnan())).all()):
             return True
         return tolerant and torch.allclose(a, b, rtol=1e-5, atol=1e-5, equal_nan=True)
     return torch.equal(a, b)

@@ -237,6 +237,11 @@ class Gen:
     def key(self) -> str:
         return repr(self.r.choice(("a", "b", "c", "d", "k", "z")))
 
+    def small_list(self) -> str:
+        """A short literal list of ints: what may be added to a list inside a loop (anything
+        derived from the list itself could double it per iteration)."""
+        return repr([self.r.randrange(8) for _ in range(self.r.randint(0, 2))])
+
     def container_groups(self, name: str) -> set[str]:
         v = self.visible().get(name)
         return {v.group} if v and v.group else set()

@@ -73,7 +73,8 @@ def _list_int(g):
     if c == "append":
         g.emit(f"{name}.append({expr(g, INT, 1)})")
     elif c == "extend":
-        g.emit(f"{name}.extend({expr(g, LIST_I, 1) if g.chance(0.6) else 'range(2)'})")
+        grown = expr(g, LIST_I, 1) if g.chance(0.6) and not g.loop_depth else g.small_list()
+        g.emit(f"{name}.extend({grown if g.chance(0.8) else 'range(2)'})")
     elif c == "insert":
         g.emit(f"{name}.insert({g.small_int(-2, 3)}, {expr(g, INT, 1)})")
     elif c in ("pop", "pop0"):
@@ -98,7 +99,7 @@ def _list_int(g):
         g.emit(f"if {name}:")
         g.suites[-1][-1].body.append(_node(f"{name}[{g.small_int(-2, 3)} % len({name})] = {expr(g, INT, 1)}"))
     elif c == "setslice":
-        g.emit(f"{name}[1:3] = {expr(g, LIST_I, 1)}")
+        g.emit(f"{name}[1:3] = {g.small_list() if g.loop_depth else expr(g, LIST_I, 1)}")
     elif c == "del":
         g.emit(f"if {name}:")
         g.suites[-1][-1].body.append(_node(f"del {name}[{g.r.choice(('0', '-1'))}]"))

@@ -114,7 +114,7 @@ def _augmented(g):
     elif k == "float":
         g.emit(f"{name} {g.r.choice(('+=', '-=', '*='))} {expr(g, g.r.choice((INT, FLOAT)), 1)}")
     elif k == "str":
-        g.emit(f"{name} += {expr(g, STR, 1)}")
+        g.emit(f"{name} += {expr(g, STR, 1) if not g.loop_depth else repr(g.r.choice(('a', '-', '')))}")
     elif k == "T":
         # NB: `t += u` on a tensor is in place: it writes through to every alias of t.
         if not v.ty.shape and v.ty.dtype != "f" or v.ty.dtype == "b":
@@ -128,7 +128,11 @@ def _augmented(g):
     elif k == "list_int":
         if not g.may_grow(name):
             return None
-        g.emit(f"{name} += {expr(g, LIST_I, 1)}" if g.chance(0.7) or g.off("list_imul") else f"{name} *= 2")
+        if g.loop_depth:
+            # NB: in a loop only a short literal: `lst += lst` or `lst *= 2` would double per iteration.
+            g.emit(f"{name} += {g.small_list()}")
+        else:
+            g.emit(f"{name} += {expr(g, LIST_I, 1)}" if g.chance(0.7) or g.off("list_imul") else f"{name} *= 2")
     elif k == "tuple_int":
         g.emit(f"{name} += ({expr(g, INT, 1)},)")
     else:

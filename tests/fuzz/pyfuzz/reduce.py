@@ -116,6 +116,8 @@ def _candidates(prog: Program):
     for path in list(_paths(prog.module)):
         p = prog.copy()
         suite, i = _locate(p.module, path)
+        if suite[i].pinned:
+            continue
         del suite[i]
         yield p
     for j in range(len(prog.args)):
@@ -131,19 +133,29 @@ def reduce_program(prog: Program, backend: str, category: str, budget_s: float =
         return prog
     deadline = time.monotonic() + budget_s
     best = prog
-    progress = True
-    while progress and time.monotonic() < deadline:
-        progress = False
-        for cand in _candidates(best):
+    # NB: after a success the scan resumes near where it succeeded (candidates before it failed on a
+    # larger program and mostly still fail); a pass that finds nothing from there rescans from 0.
+    resume = 0
+    while time.monotonic() < deadline:
+        found = None
+        for k, cand in enumerate(_candidates(best)):
+            if k < resume:
+                continue
             if time.monotonic() >= deadline:
                 break
             if cand.statement_count() >= best.statement_count() and len(cand.args) >= len(best.args) and \
                     _items(cand) >= _items(best):
                 continue
             if signature(cand, backend, category) == want:
+                found = k
                 best = cand
-                progress = True
                 break
+        if found is not None:
+            resume = max(0, found - 1)
+        elif resume:
+            resume = 0
+        else:
+            break
     return best
 
 
