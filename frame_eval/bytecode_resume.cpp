@@ -304,8 +304,10 @@ std::vector<std::string> live_locals_at(PyObject* code, int unit) {
       const std::string name = opname(bc.instrs[k].opcode);
       int a = bc.instrs[k].arg;
       if (a < nv) {
-        if (name == "STORE_FAST" || name == "DELETE_FAST") out[a] = false;
-        else if (name == "LOAD_FAST" || name == "LOAD_FAST_CHECK" || name == "LOAD_FAST_AND_CLEAR") out[a] = true;
+        // NB: DELETE_FAST reads the slot (an unbound one raises UnboundLocalError): a use.
+        if (name == "STORE_FAST") out[a] = false;
+        else if (name == "LOAD_FAST" || name == "LOAD_FAST_CHECK" || name == "LOAD_FAST_AND_CLEAR" || name == "DELETE_FAST")
+          out[a] = true;
       }
       if (out != live[k]) live[k] = std::move(out), changed = true;
     }

@@ -2,6 +2,7 @@
 
 #include <unordered_set>
 
+#include "frame_eval/hook_internal.h"
 #include "frame_eval/py_util.h"
 #include "src/errors.h"
 
@@ -19,7 +20,8 @@
 namespace ff {
 namespace {
 
-// Every live ExtraState, for reset(). Guarded by the GIL.
+// Every live ExtraState, for reset(). Guarded by the GIL. NB: raw pointers, erased by free_extra:
+// the registry never keeps a state (or its code) alive.
 std::unordered_set<ExtraState*>& registry() {
   static auto* r = new std::unordered_set<ExtraState*>();
   return *r;
@@ -81,24 +83,46 @@ ExtraState* ensure_extra_state(PyCodeObject* code) {
     FF_CHECK(false, "could not store framefuse state on a code object");
   }
   registry().insert(state);
+  // NB: classified once, when the state is made (by the hook or by the interpreter decoding a callee).
+  state->torch_internal = is_internal_code(code);
   return state;
 }
 
 void reset_caches() {
-  // Move every entry out first, then release them: releasing runs Python deallocators that may
-  // free code objects and edit the registry.
-  std::vector<std::shared_ptr<CacheEntry>> doomed;
+  // Move everything out first, then release it: releasing runs Python deallocators that may free
+  // code objects (generated code among them) and so edit the registry while it is walked.
+  struct Doomed {
+    std::vector<std::shared_ptr<CacheEntry>> entries;
+    std::vector<std::shared_ptr<const BreakPlan>> plans;
+    std::vector<PyRef> codes;
+  } doomed;
   for (ExtraState* s : registry()) {
-    for (auto& e : s->entries) doomed.push_back(std::move(e));
+    for (auto& e : s->entries) doomed.entries.push_back(std::move(e));
     s->entries.clear();
+    for (auto& [key, plan] : s->break_plans) doomed.plans.push_back(std::move(plan));
+    s->break_plans.clear();
+    for (auto& [key, code] : s->resume_codes) doomed.codes.push_back(std::move(code));
+    s->resume_codes.clear();
     s->strategy = s->generated_stub ? CodeStrategy::Skip : CodeStrategy::Compile;
     s->skip_reason.clear();
     s->skipped_for_break = false;
     s->compiles = 0;
   }
-  doomed.clear();
+  doomed.entries.clear();
+  doomed.plans.clear();
+  doomed.codes.clear();
 }
 
-size_t num_extra_states() { return registry().size(); }
+CodeStateCounts code_state_counts() {
+  CodeStateCounts c;
+  for (const ExtraState* s : registry()) {
+    ++c.states;
+    c.entries += s->entries.size();
+    c.break_plans += s->break_plans.size();
+    c.resume_codes += s->resume_codes.size();
+    c.decoded += s->decoded ? 1 : 0;
+  }
+  return c;
+}
 
 }  // namespace ff

@@ -28,6 +28,7 @@ std::string Source::str() const {
     case Kind::Attr: return base->str() + "." + name;
     case Kind::Item: return base->str() + "[" + (key_is_str ? quoted(str_key) : std::to_string(int_key)) + "]";
     case Kind::TypeOf: return "type(" + base->str() + ")";
+    case Kind::IterRest: return "rest(" + base->str() + ")";
     case Kind::Object: return name;
   }
   return "?";
@@ -59,7 +60,11 @@ std::string Guard::str() const {
              "], requires_grad=" + (tensor_meta.requires_grad ? "True" : "False") + ")";
     }
     case Kind::LenMatch: return "len(" + s + ") == " + std::to_string(length);
+    case Kind::LenAtLeast: return "len(" + s + ") >= " + std::to_string(length);
     case Kind::DictKeys: return "list(" + s + ".keys()) == " + repr_of(expected);
+    case Kind::IterMatch: return "tuple(" + s + ") == " + repr_of(expected);
+    case Kind::NoAttr: return "not hasattr(" + s + ", " + repr_of(expected) + ")";
+    case Kind::NoKey: return repr_of(expected) + " not in " + s;
     case Kind::GlobalState:
       return std::string("torch.is_grad_enabled() == ") + (grad_enabled ? "True" : "False") +
              " and torch.get_default_dtype() == torch." + std::string(dtype_name(default_dtype));

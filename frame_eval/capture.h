@@ -50,6 +50,7 @@ struct Source {
   X(Attr, "base, name", "base.name")                                        \
   X(Item, "base, key (a constant: int or str)", "base[key]")               \
   X(TypeOf, "base", "type(base)")                                          \
+  X(IterRest, "base: a builtin iterator; what it would still yield, as a tuple, read without consuming it", "rest(base)") \
   X(Object, "object: a fixed object the capture holds (e.g. another module's globals dict)", "name")
   enum class Kind : uint8_t {
 #define FF_SOURCE_ENUM(k, fields, printed) k,
@@ -76,10 +77,14 @@ struct Guard {
 #define FF_GUARD_KINDS(X)                                                               \
   X(TypeMatch, "type(source) is expected_type")                                         \
   X(IdMatch, "source is expected (identity)")                                           \
-  X(EqualsMatch, "source == expected (int/float/bool/str/None/tuple of those), same type") \
+  X(EqualsMatch, "source == expected (int/float/bool/str/None/tuple of those): same types, same values (floats bitwise), same order (frozensets)") \
+  X(IterMatch, "tuple(source) == expected: the same elements (as EqualsMatch) in the same iteration order") \
   X(TensorMatch, "isinstance tensor with dtype/device/sizes/strides/requires_grad == tensor_meta") \
   X(LenMatch, "len(source) == length")                                                  \
+  X(LenAtLeast, "len(source) >= length")                                                \
   X(DictKeys, "list(source.keys()) == expected keys, in order")                         \
+  X(NoAttr, "not hasattr(source, expected): an attribute the trace found missing")      \
+  X(NoKey, "expected not in source (a dict): an instance attribute that would shadow a method") \
   X(GlobalState, "grad mode and default dtype as at trace time")
   enum class Kind : uint8_t {
 #define FF_GUARD_ENUM(k, doc) k,
@@ -104,12 +109,14 @@ struct Guard {
 struct OutputPlan {
   // Cell: a fresh cell (items: its contents, or none); ClosureCell: the frame's closure cell
   // `index`; Function: constant = code, items = defaults, kwdefaults, closure (None: absent),
-  // globals of the frame; Iterator: iter(items[0]) advanced to `index` (list/tuple/range);
+  // globals of the frame; Iterator: iter(items[0]) past its first `index` items;
   // GradCtx: constant() (torch.no_grad / enable_grad); GradExit: the same entered, its bound
-  // __exit__; Method: items[1] bound to items[0].
+  // __exit__; Method: items[1] bound to items[0]; Set: a set of items, added in order; Call:
+  // items[0](*items[1:]).
   enum class Kind : uint8_t {
     GraphOutput, Source, Constant, Tuple, List, Dict, Cell, ClosureCell, Function, Iterator, GradCtx, GradExit, Method,
-    Attr  // getattr(items[0], constant)
+    Attr,  // getattr(items[0], constant)
+    Set, Call
   };
   Kind kind = Kind::Constant;
   int index = -1;               // GraphOutput: index into the graph's output tuple
@@ -130,6 +137,8 @@ struct SideEffect {
     DictSetItem,   // target[key] = value
     DictDelItem,   // del target[key]
     CellSet,       // target cell contents = value
+    CallMethod,    // getattr(target, name)(*value), value a Tuple plan (set.update ...)
+    Advance,       // next(target) `key` (an int) times: items the trace took from an iterator passed in
   };
   Kind kind = Kind::SetAttr;
   SourcePtr target;

@@ -77,6 +77,8 @@ CaptureRunner::Plan CaptureRunner::resolve_plan(const OutputPlan& p) {
     case OutputPlan::Kind::Cell:
     case OutputPlan::Kind::Method:
     case OutputPlan::Kind::Attr:
+    case OutputPlan::Kind::Call:
+    case OutputPlan::Kind::Set:
       r.constant = p.constant;
       r.index = p.index;
       for (const OutputPlan& item : p.items) r.items.push_back(resolve_plan(item));
@@ -125,6 +127,16 @@ CaptureRunner::CaptureRunner(CaptureResult capture, const FrameValues& frame, Py
         fx.name = PyUnicode_InternFromString(e.name.c_str());
         break;
       case SideEffect::Kind::ReplaceList:
+        fx.target_slot = program_->slot_of(e.target);
+        break;
+      case SideEffect::Kind::Advance:
+        FF_CHECK(e.key && PyLong_Check(e.key), "Advance without a count");
+        fx.key = e.key;
+        fx.target_slot = program_->slot_of(e.target);
+        break;
+      case SideEffect::Kind::CallMethod:
+        FF_CHECK(e.value.kind == OutputPlan::Kind::Tuple, "CallMethod without an argument tuple");
+        fx.name = PyUnicode_InternFromString(e.name.c_str());
         fx.target_slot = program_->slot_of(e.target);
         break;
       case SideEffect::Kind::DictSetItem:
@@ -312,6 +324,27 @@ PyObject* CaptureRunner::run(const FrameValues& frame, Slots& slots) const {
         break;
       case SideEffect::Kind::DictSetItem: rc = PyObject_SetItem(slots[static_cast<size_t>(e.target_slot)], e.key, value); break;
       case SideEffect::Kind::DictDelItem: rc = PyObject_DelItem(slots[static_cast<size_t>(e.target_slot)], e.key); break;
+      case SideEffect::Kind::Advance: {
+        PyObject* it = slots[static_cast<size_t>(e.target_slot)];
+        for (Py_ssize_t i = PyLong_AsSsize_t(e.key); i > 0 && rc == 0; --i) {
+          PyObject* item = PyIter_Next(it);
+          if (!item) {
+            if (!PyErr_Occurred())
+              PyErr_SetString(PyExc_RuntimeError, "framefuse internal error: an iterator passed in ended early");
+            rc = -1;
+          }
+          Py_XDECREF(item);
+        }
+        break;
+      }
+      case SideEffect::Kind::CallMethod: {
+        PyObject* fn = PyObject_GetAttr(slots[static_cast<size_t>(e.target_slot)], e.name);
+        PyObject* r = fn ? PyObject_Call(fn, value, nullptr) : nullptr;
+        Py_XDECREF(fn);
+        rc = r ? 0 : -1;
+        Py_XDECREF(r);
+        break;
+      }
       case SideEffect::Kind::CellSet:
         if (frame.closure && e.cell_index < PyTuple_GET_SIZE(frame.closure)) {
           rc = PyCell_Set(PyTuple_GET_ITEM(frame.closure, e.cell_index), value);
@@ -369,12 +402,53 @@ PyObject* CaptureRunner::build_break_only(const Plan& p, PyObject* outputs, cons
       if (!seq) return nullptr;
       PyObject* it = PyObject_GetIter(seq);
       Py_DECREF(seq);
-      if (it && p.index > 0) {
+      if (!it || p.index <= 0) return it;
+      // Advanced past the items the trace took: through __setstate__ where the state is that count
+      // (list, tuple and range iterators), else by taking them (reversed, dict iterators).
+      PyTypeObject* t = Py_TYPE(it);
+      if (t == &PyListIter_Type || t == &PyTupleIter_Type || t == &PyRangeIter_Type) {
         PyObject* r = PyObject_CallMethod(it, "__setstate__", "n", static_cast<Py_ssize_t>(p.index));
         if (!r) Py_CLEAR(it);
         Py_XDECREF(r);
+        return it;
+      }
+      for (int i = 0; i < p.index; ++i) {
+        PyObject* skipped = PyIter_Next(it);
+        if (!skipped) {
+          if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_RuntimeError, "framefuse internal error: an iterator ended before its traced position");
+          Py_CLEAR(it);
+          break;
+        }
+        Py_DECREF(skipped);
       }
       return it;
+    }
+    case OutputPlan::Kind::Set: {
+      PyObject* set = PySet_New(nullptr);
+      for (size_t i = 0; set && i < p.items.size(); ++i) {
+        PyObject* e = item(i);
+        if (!e || PySet_Add(set, e) < 0) Py_CLEAR(set);
+        Py_XDECREF(e);
+      }
+      return set;
+    }
+    case OutputPlan::Kind::Call: {
+      PyObject* callee = item(0);
+      if (!callee) return nullptr;
+      PyObject* args = PyTuple_New(static_cast<Py_ssize_t>(p.items.size() - 1));
+      for (size_t i = 1; args && i < p.items.size(); ++i) {
+        PyObject* a = item(i);
+        if (!a) {
+          Py_CLEAR(args);
+          break;
+        }
+        PyTuple_SET_ITEM(args, static_cast<Py_ssize_t>(i - 1), a);
+      }
+      PyObject* r = args ? PyObject_Call(callee, args, nullptr) : nullptr;
+      Py_XDECREF(args);
+      Py_DECREF(callee);
+      return r;
     }
     case OutputPlan::Kind::GradCtx:
       return PyObject_CallNoArgs(p.constant);

@@ -1,5 +1,7 @@
 #include "frame_eval/guards.h"
 
+#include <cstring>
+
 #include <tuple>
 #include <unordered_map>
 
@@ -131,6 +133,10 @@ PyRef eval_source_cold(const SourcePtr& s, const FrameValues& fr) {
       if (!b) return {};
       return PyRef::borrow(reinterpret_cast<PyObject*>(Py_TYPE(b.get())));
     }
+    case Source::Kind::IterRest: {
+      PyRef b = eval_source_cold(s->base, fr);
+      return b ? PyRef::steal(iterator_rest(b.get())) : PyRef();
+    }
     case Source::Kind::Object:
       return s->object;
   }
@@ -141,6 +147,52 @@ bool tensor_match_exact(const GuardProgram::Check& c, PyObject* v, std::string* 
 
 // A tensor guard that torch's TensorGuards batch checks (those without a native check).
 bool in_tensor_batch(const GuardProgram::Check& c) { return c.kind == Guard::Kind::TensorMatch && !c.native; }
+
+// Equality that a folded constant can rely on: the same type at every level, floats equal bit for
+// bit (0.0 is not -0.0, a NaN is itself), tuples and frozensets element by element in iteration
+// order, ranges and slices by their fields (range(0) == range(5, 5) in Python).
+bool strictly_equal(PyObject* a, PyObject* b) {
+  if (a == b) return true;
+  if (Py_TYPE(a) != Py_TYPE(b)) return false;
+  if (PyFloat_CheckExact(a)) {
+    double x = PyFloat_AS_DOUBLE(a), y = PyFloat_AS_DOUBLE(b);
+    return std::memcmp(&x, &y, sizeof(double)) == 0;
+  }
+  if (PyComplex_CheckExact(a)) {
+    Py_complex x = PyComplex_AsCComplex(a), y = PyComplex_AsCComplex(b);
+    return std::memcmp(&x.real, &y.real, sizeof(double)) == 0 && std::memcmp(&x.imag, &y.imag, sizeof(double)) == 0;
+  }
+  if (PyTuple_Check(a)) {  // tuples and torch.Size
+    if (PyTuple_GET_SIZE(a) != PyTuple_GET_SIZE(b)) return false;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(a); ++i)
+      if (!strictly_equal(PyTuple_GET_ITEM(a, i), PyTuple_GET_ITEM(b, i))) return false;
+    return true;
+  }
+  if (PyFrozenSet_CheckExact(a)) {
+    if (PySet_GET_SIZE(a) != PySet_GET_SIZE(b)) return false;
+    PyRef ta = PyRef::steal(PySequence_Tuple(a));
+    PyRef tb = PyRef::steal(PySequence_Tuple(b));
+    if (!ta || !tb) {
+      PyErr_Clear();
+      return false;
+    }
+    return strictly_equal(ta.get(), tb.get());
+  }
+  if (PyRange_Check(a) || PySlice_Check(a)) {
+    for (const char* f : {"start", "stop", "step"}) {
+      PyRef x = PyRef::steal(PyObject_GetAttrString(a, f));
+      PyRef y = PyRef::steal(PyObject_GetAttrString(b, f));
+      if (!x || !y || !strictly_equal(x.get(), y.get())) {
+        PyErr_Clear();
+        return false;
+      }
+    }
+    return true;
+  }
+  int eq = PyObject_RichCompareBool(a, b, Py_EQ);
+  if (eq < 0) PyErr_Clear();
+  return eq == 1;
+}
 
 std::string ints_str(const std::vector<int64_t>& v) {
   std::string out = "[";
@@ -185,6 +237,7 @@ int GuardProgram::add_source(const SourcePtr& s) {
       f.key = s->key_is_str ? PyUnicode_InternFromString(s->str_key.c_str()) : PyLong_FromLongLong(s->int_key);
       break;
     case Source::Kind::TypeOf:
+    case Source::Kind::IterRest:
       f.base = add_source(s->base);
       break;
     case Source::Kind::Object:
@@ -219,6 +272,9 @@ GuardProgram::GuardProgram(const std::vector<Guard>& guards, const std::vector<S
       case Guard::Kind::TypeMatch:
       case Guard::Kind::IdMatch:
       case Guard::Kind::EqualsMatch:
+      case Guard::Kind::IterMatch:
+      case Guard::Kind::NoAttr:
+      case Guard::Kind::NoKey:
       case Guard::Kind::DictKeys:
         FF_CHECK(g.expected != nullptr, "guard without an expected value: " + c.text);
         FF_CHECK(g.kind != Guard::Kind::TypeMatch || PyType_Check(g.expected), "TypeMatch needs a type: " + c.text);
@@ -226,6 +282,7 @@ GuardProgram::GuardProgram(const std::vector<Guard>& guards, const std::vector<S
         Py_INCREF(c.expected);
         break;
       case Guard::Kind::LenMatch:
+      case Guard::Kind::LenAtLeast:
         c.length = static_cast<Py_ssize_t>(g.length);
         break;
       case Guard::Kind::TensorMatch: {
@@ -484,6 +541,9 @@ bool GuardProgram::run_fetch(const Fetch& f, const FrameValues& fr, Slots& slots
       v = reinterpret_cast<PyObject*>(Py_TYPE(slots[f.base]));
       Py_INCREF(v);
       break;
+    case Source::Kind::IterRest:
+      v = iterator_rest(slots[f.base]);
+      break;
     case Source::Kind::Object:
       v = f.key;
       Py_INCREF(v);
@@ -505,13 +565,41 @@ bool GuardProgram::run_check(const Check& c, const Slots& slots, std::string* wh
       if (why) *why = c.source_text + " is " + py_short_repr(c.expected) + " (got " + py_short_repr(v) + ")";
       return false;
     case Guard::Kind::EqualsMatch: {
-      if (v == c.expected) return true;
-      if (Py_TYPE(v) == Py_TYPE(c.expected)) {
-        int eq = PyObject_RichCompareBool(v, c.expected, Py_EQ);
-        if (eq == 1) return true;
-        if (eq < 0) PyErr_Clear();
-      }
+      if (strictly_equal(v, c.expected)) return true;
       if (why) *why = c.source_text + " == " + py_short_repr(c.expected) + " (got " + py_short_repr(v) + ")";
+      return false;
+    }
+    case Guard::Kind::NoAttr: {
+      PyObject* a = PyObject_GetAttr(v, c.expected);
+      if (!a) {
+        PyErr_Clear();
+        return true;
+      }
+      Py_DECREF(a);
+      if (why) *why = "not hasattr(" + c.source_text + ", " + py_short_repr(c.expected) + ") (it has one now)";
+      return false;
+    }
+    case Guard::Kind::NoKey: {
+      int in = PyDict_Check(v) ? PyDict_Contains(v, c.expected) : -1;
+      if (in == 0) return true;
+      if (in < 0) PyErr_Clear();
+      if (why) *why = py_short_repr(c.expected) + " not in " + c.source_text + " (it is there now)";
+      return false;
+    }
+    case Guard::Kind::IterMatch: {
+      bool ok = PyAnySet_CheckExact(v) && PySet_GET_SIZE(v) == PyTuple_GET_SIZE(c.expected);
+      if (ok) {
+        PyRef items = PyRef::steal(PySequence_Tuple(v));
+        if (!items) PyErr_Clear();
+        ok = items && strictly_equal(items.get(), c.expected);
+      }
+      if (ok) return true;
+      if (why) {
+        PyRef items = PyRef::steal(PySequence_Tuple(v));
+        if (!items) PyErr_Clear();
+        *why = "tuple(" + c.source_text + ") == " + py_short_repr(c.expected) + " (got " +
+               (items ? py_short_repr(items.get()) : py_type_name(v)) + ")";
+      }
       return false;
     }
     case Guard::Kind::LenMatch: {
@@ -527,16 +615,27 @@ bool GuardProgram::run_check(const Check& c, const Slots& slots, std::string* wh
       if (why) *why = "len(" + c.source_text + ") == " + std::to_string(c.length) + " (got " + std::to_string(n) + ")";
       return false;
     }
+    case Guard::Kind::LenAtLeast: {
+      Py_ssize_t n = PyObject_Length(v);
+      if (n < 0) PyErr_Clear();
+      if (n >= c.length) return true;
+      if (why) *why = "len(" + c.source_text + ") >= " + std::to_string(c.length) + " (got " + std::to_string(n) + ")";
+      return false;
+    }
     case Guard::Kind::DictKeys: {
       bool ok = PyDict_Check(v) && PyTuple_Check(c.expected) && PyDict_GET_SIZE(v) == PyTuple_GET_SIZE(c.expected);
-      Py_ssize_t pos = 0, i = 0;
-      PyObject *key, *val;
-      while (ok && PyDict_Next(v, &pos, &key, &val)) {
-        PyObject* want = PyTuple_GET_ITEM(c.expected, i++);
-        if (key == want) continue;
-        int eq = PyObject_RichCompareBool(key, want, Py_EQ);
-        if (eq < 0) PyErr_Clear();
-        ok = eq == 1;
+      auto same_key = [](PyObject* key, PyObject* want) { return strictly_equal(key, want); };
+      if (ok && PyDict_CheckExact(v)) {
+        Py_ssize_t pos = 0, i = 0;
+        PyObject *key, *val;
+        while (ok && PyDict_Next(v, &pos, &key, &val)) ok = same_key(key, PyTuple_GET_ITEM(c.expected, i++));
+      } else if (ok) {
+        // NB: a dict subclass (OrderedDict) iterates in its own order, not its table's.
+        PyRef keys = PyRef::steal(PySequence_Tuple(v));
+        if (!keys) PyErr_Clear();
+        ok = keys && PyTuple_GET_SIZE(keys.get()) == PyTuple_GET_SIZE(c.expected);
+        for (Py_ssize_t i = 0; ok && i < PyTuple_GET_SIZE(keys.get()); ++i)
+          ok = same_key(PyTuple_GET_ITEM(keys.get(), i), PyTuple_GET_ITEM(c.expected, i));
       }
       if (ok) return true;
       if (why) {

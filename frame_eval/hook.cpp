@@ -126,7 +126,7 @@ void note_break(PyCodeObject* code, const BreakInfo& b, bool split) {
     log_emit(LogArtifact::graph_breaks, "Graph break in " + where + (split ? " (the frame is split): " : " (the frame runs eagerly): ") +
                                             (b.id.empty() && b.explanation.empty() ? b.reason : break_text(b)));
   auto& records = break_records_storage();
-  constexpr size_t kMaxRecords = 10000;  // NB: a process that breaks forever must not grow forever
+  constexpr size_t kMaxRecords = 1000;  // NB: a process that breaks forever must not grow forever
   if (records.size() < kMaxRecords) records.push_back(BreakRecord{b, where, split});
 }
 
@@ -193,7 +193,8 @@ CompileOutcome finish_compile(const ff_frame_info& info, const FrameValues& valu
   entry->options = options;
   entry->compile_id = compile_id;
   entry->runner = std::move(runner);
-  entry->brk = std::move(brk);
+  entry->breaks = brk != nullptr;
+  entry->brk = brk;
   entry->break_cells = break_cells;
   entry->empty_graph = !tensor_work;
   ++g_stats.frames_compiled;
@@ -285,16 +286,17 @@ CompileOutcome compile_frame(ExtraState& extra, const ff_frame_info& info, const
   } catch (const GraphBreak& b) {
     PyErr_Clear();
     ++g_stats.graph_breaks;
-    if (options->fullgraph) {
-      PyErr_SetString(g_unsupported_type ? g_unsupported_type : PyExc_RuntimeError, break_text(b.info()).c_str());
-      return CompileOutcome::Raise;
-    }
     // NB: code that raises while traced (FF0008) is not remembered: the next call, with other
     // arguments, may well be capturable. Eager reproduces the exception now; a partial graph
-    // would have to stop before code whose failure the trace cannot place.
+    // would have to stop before code whose failure the trace cannot place. Under fullgraph=True
+    // too: the user gets eager's exception (an IndexError, a KeyError ...), not framefuse's.
     if (b.info().id == "FF0008") {
       note_break(info.code, b.info(), false);
       return CompileOutcome::Native;
+    }
+    if (options->fullgraph) {
+      PyErr_SetString(g_unsupported_type ? g_unsupported_type : PyExc_RuntimeError, break_text(b.info()).c_str());
+      return CompileOutcome::Raise;
     }
     split = b.info();
   } catch (const Unsupported& u) {
@@ -316,15 +318,20 @@ CompileOutcome compile_frame(ExtraState& extra, const ff_frame_info& info, const
   return compile_split(extra, info, values, options, split, t0, compile_id, out);
 }
 
-Dispatch run_entry(ThreadState& st, std::shared_ptr<CacheEntry> entry, const FrameValues& values, Slots& slots) {
+// `plan`: the entry's break plan, locked before the entry runs (null for an entry without a break).
+Dispatch run_entry(ThreadState& st, std::shared_ptr<CacheEntry> entry, std::shared_ptr<const BreakPlan> plan,
+                   const FrameValues& values, Slots& slots) {
   // NB: frames the graph's ops run (torch's Python functions) are not ours to compile.
   ++st.disabled;
   PyObject* result = entry->runner->run(values, slots);
   --st.disabled;
   Dispatch d;
-  d.kind = entry->brk && result ? Dispatch::Break : Dispatch::Done;
+  d.kind = plan && result ? Dispatch::Break : Dispatch::Done;
   d.result = result;
-  if (d.kind == Dispatch::Break) d.entry = std::move(entry);
+  if (d.kind == Dispatch::Break) {
+    d.entry = std::move(entry);
+    d.plan = std::move(plan);
+  }
   return d;
 }
 
@@ -352,7 +359,7 @@ PyObject* eval_frame_hook(PyThreadState* tstate, struct _PyInterpreterFrame* fra
   switch (d.kind) {
     case Dispatch::Native: return run_native(tstate, frame, throwflag);
     case Dispatch::Done: return finish_without_evaluator(tstate, frame, d.result);
-    case Dispatch::Break: return finish_without_evaluator(tstate, frame, run_break_chain(st, std::move(d.entry), d.result, info));
+    case Dispatch::Break: return finish_without_evaluator(tstate, frame, run_break_chain(st, std::move(d), info));
   }
   return nullptr;
 }
@@ -367,7 +374,6 @@ Dispatch dispatch_frame(ThreadState& st, const ff_frame_info& info) {
     ++st.disabled;
     try {
       extra = ensure_extra_state(info.code);
-      extra->torch_internal = is_internal_code(info.code);
     } catch (const std::exception&) {
       PyErr_Clear();
       extra = nullptr;
@@ -400,9 +406,11 @@ Dispatch dispatch_frame(ThreadState& st, const ff_frame_info& info) {
     std::shared_ptr<CacheEntry> entry = entries[i];  // alive while it runs, even if reset() drops it
     Slots slots(entry->runner->guards().num_slots());
     if (!entry->runner->guards().check(values, slots)) continue;
+    std::shared_ptr<const BreakPlan> plan = entry->brk.lock();
+    if (entry->breaks && !plan) continue;  // stale: its plan went with reset(); compiles again
     move_to_front(entries, entry.get());
     ++g_stats.cache_hits;
-    return run_entry(st, std::move(entry), values, slots);
+    return run_entry(st, std::move(entry), std::move(plan), values, slots);
   }
 
   // Miss.
@@ -441,6 +449,13 @@ Dispatch dispatch_frame(ThreadState& st, const ff_frame_info& info) {
     ++g_stats.eager_frames;
     return native();
   }
+  // NB: a reset() while the backend compiled (a Python backend may call it) dropped the plan: the
+  // frame runs natively, as nothing of it has run yet.
+  std::shared_ptr<const BreakPlan> plan = entry->brk.lock();
+  if (entry->breaks && !plan) {
+    ++g_stats.eager_frames;
+    return native();
+  }
   extra->entries.insert(extra->entries.begin(), entry);
   Slots slots(entry->runner->guards().num_slots());
   if (!entry->runner->guards().check(values, slots)) {
@@ -454,7 +469,7 @@ Dispatch dispatch_frame(ThreadState& st, const ff_frame_info& info) {
     extra->strategy = CodeStrategy::Skip;
     return native();
   }
-  return run_entry(st, std::move(entry), values, slots);
+  return run_entry(st, std::move(entry), std::move(plan), values, slots);
 }
 
 // ---- shared with hook_callable.cpp -----------------------------------------------------------

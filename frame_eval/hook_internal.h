@@ -39,11 +39,13 @@ void compile_backend(const CompileOptions& options, CaptureRunner& runner, const
 // ---- one frame's dispatch, shared by the hook and the graph-break trampoline ----
 
 // Native: run the code natively; Done: `result` is the frame's result (null: exception set);
-// Break: `entry` is a partial capture that ran, `result` its break state (new reference).
+// Break: `entry` is a partial capture that ran, `result` its break state (new reference), `plan`
+// the entry's break plan (held from before the entry ran until the chain is done with it).
 struct Dispatch {
   enum Kind { Native, Done, Break } kind = Native;
   PyObject* result = nullptr;
   std::shared_ptr<CacheEntry> entry;
+  std::shared_ptr<const BreakPlan> plan;
 };
 // Guards, cache, compile on a miss, run: everything the hook does for a frame it may handle.
 // `info` may describe a synthetic frame (a resume function entered by the trampoline).
@@ -51,14 +53,13 @@ Dispatch dispatch_frame(ThreadState& st, const ff_frame_info& info);
 
 // hook_resume.cpp. Runs the stub of a break entry and the resume functions after it, in a loop
 // (never nesting Python frames per break); returns the frame's result (null: exception set).
-// `state` is stolen.
-PyObject* run_break_chain(ThreadState& st, std::shared_ptr<CacheEntry> entry, PyObject* state,
-                          const ff_frame_info& frame);
+// `first` is a Break dispatch; its result (the break state) is stolen.
+PyObject* run_break_chain(ThreadState& st, Dispatch first, const ff_frame_info& frame);
 // The second trace of a frame that broke: where to stop. False, or Unsupported with the reason,
 // when the break cannot be split.
 bool split_trace_options(PyCodeObject* traced, const BreakInfo& info, TraceOptions* out);
-// The stub and resume functions for a partial capture of `traced` (cached). Throws Unsupported
-// when the break's state cannot be resumed.
+// The stub and resume functions for a partial capture of `traced` (cached in the state of the
+// user's code it derives from). Throws Unsupported when the break's state cannot be resumed.
 std::shared_ptr<const BreakPlan> break_plan_for(PyCodeObject* traced, const CaptureResult::BreakState& state);
 
 // A Python exception is set and must reach the user unchanged.

@@ -1,19 +1,19 @@
 // Graph breaks at run time: where a frame's second trace stops, the generated code that continues
 // it (a stub running the break instruction natively, resume functions for what follows, cached per
-// layout), and the trampoline that runs them (see cpython-frames.md §4.2).
+// layout in the state of the user's code), and the trampoline that runs them (see cpython-frames.md §4.2).
 //
 // A partial capture's runner returns the frame state at the break. The stub runs the break
 // instruction and returns (marker, successor, state...) instead of continuing; the trampoline
 // then dispatches the successor's resume function like a frame of its own (guards, cache,
 // compile) without calling it, so a loop with breaks never nests Python frames.
 #include <algorithm>
-#include <unordered_map>
 
 #include "frame_eval/bytecode.h"
 #include "frame_eval/bytecode_resume.h"
 #include "frame_eval/bytecode_stub.h"
 #include "frame_eval/hook.h"
 #include "frame_eval/hook_internal.h"
+#include "frame_eval/py_util.h"
 #include "src/errors.h"
 #include "src/gil_once.h"
 
@@ -35,25 +35,31 @@ struct Origin {
   int shift = 0;
 };
 
-// NB: keyed by pointer; the values hold the codes (and the caches below hold the keys) forever,
-// so an address is never reused while registered. Guarded by the GIL.
-std::unordered_map<PyObject*, Origin>& origins() {
-  static auto* m = new std::unordered_map<PyObject*, Origin>();
-  return *m;
-}
-std::unordered_map<std::string, PyRef>& resume_cache() {
-  static auto* m = new std::unordered_map<std::string, PyRef>();
-  return *m;
-}
-std::unordered_map<std::string, std::shared_ptr<const BreakPlan>>& plan_cache() {
-  static auto* m = new std::unordered_map<std::string, std::shared_ptr<const BreakPlan>>();
-  return *m;
+// NB: generated code's state refers to the original weakly (cache.h: the original's state owns the
+// generated code). The original outlives every frame of code generated from it (those run inside
+// a call of the original, whose frame holds it), so a dead reference means framefuse lost track.
+Origin origin_of(PyCodeObject* traced) {
+  ExtraState* s = extra_state(traced);
+  if (!s || !s->origin) return Origin{PyRef::borrow(reinterpret_cast<PyObject*>(traced)), 0};
+#if PY_VERSION_HEX >= 0x030D0000
+  PyObject* original = nullptr;
+  if (PyWeakref_GetRef(s->origin.get(), &original) < 0) PyErr_Clear();
+  PyRef ref = PyRef::steal(original);
+#else
+  PyObject* original = PyWeakref_GetObject(s->origin.get());  // borrowed; None once dead
+  PyRef ref = original && original != Py_None ? PyRef::borrow(original) : PyRef();
+#endif
+  if (!ref) throw Unsupported("the code this resume function was generated from is gone");
+  return Origin{ref, s->origin_shift};
 }
 
-Origin origin_of(PyCodeObject* traced) {
-  auto it = origins().find(reinterpret_cast<PyObject*>(traced));
-  if (it != origins().end()) return it->second;
-  return Origin{PyRef::borrow(reinterpret_cast<PyObject*>(traced)), 0};
+// Marks `generated` as derived from `original`: its state holds a weak reference to it.
+void set_origin(PyObject* generated, PyObject* original, int shift) {
+  ExtraState* s = ensure_extra_state(reinterpret_cast<PyCodeObject*>(generated));
+  PyRef weak = PyRef::steal(PyWeakref_NewRef(original, nullptr));
+  if (!weak) throw InternalError("cannot make a weak reference to a code object: " + fetch_py_error_text());
+  s->origin = weak;
+  s->origin_shift = shift;
 }
 
 int unit_of(PyObject* code, int index) {
@@ -62,24 +68,22 @@ int unit_of(PyObject* code, int index) {
   return b.instrs[static_cast<size_t>(index)].offset;
 }
 
-std::string layout_key(PyObject* code, int unit, int depth, const std::vector<int>& nulls,
-                       const std::vector<std::string>& live) {
-  std::string key = std::to_string(reinterpret_cast<uintptr_t>(code)) + "@" + std::to_string(unit) + "/" +
-                    std::to_string(depth) + "/";
+std::string layout_key(int unit, int depth, const std::vector<int>& nulls, const std::vector<std::string>& live) {
+  std::string key = std::to_string(unit) + "/" + std::to_string(depth) + "/";
   for (int n : nulls) key += std::to_string(n) + ",";
   key += "/";
   for (const std::string& l : live) key += l + ",";
   return key;
 }
 
-PyRef resume_code(PyObject* original, const bc::StubSuccessor& s) {
-  std::string key = layout_key(original, s.unit, s.depth, s.null_slots, s.live);
-  auto it = resume_cache().find(key);
-  if (it != resume_cache().end()) return it->second;
+PyRef resume_code(PyObject* original, ExtraState& original_state, const bc::StubSuccessor& s) {
+  std::string key = layout_key(s.unit, s.depth, s.null_slots, s.live);
+  auto it = original_state.resume_codes.find(key);
+  if (it != original_state.resume_codes.end()) return it->second;
   int shift = 0;
   PyRef code = PyRef::steal(bc::make_resume(original, s.unit, s.depth, s.live, s.null_slots, &shift));
-  origins()[code.get()] = Origin{PyRef::borrow(original), shift};
-  resume_cache()[key] = code;
+  set_origin(code.get(), original, shift);
+  original_state.resume_codes[key] = code;
   ++frame_eval_stats().codes_generated;
   return code;
 }
@@ -87,17 +91,6 @@ PyRef resume_code(PyObject* original, const bc::StubSuccessor& s) {
 PyRef make_function(PyObject* code, PyObject* globals, PyObject* closure) {
   PyRef fn = PyRef::steal(PyFunction_New(code, globals));
   if (fn && closure && PyTuple_GET_SIZE(closure) > 0 && PyFunction_SetClosure(fn.get(), closure) < 0) return PyRef();
-  return fn;
-}
-
-PyRef stub_function(const BreakPlan& plan, PyObject* globals, PyObject* closure) {
-  bool no_closure = closure == nullptr || PyTuple_GET_SIZE(closure) == 0;
-  if (no_closure && plan.stub_fn && plan.stub_fn_globals == globals) return plan.stub_fn;
-  PyRef fn = make_function(plan.stub.get(), globals, closure);
-  if (fn && no_closure) {
-    plan.stub_fn = fn;
-    plan.stub_fn_globals = globals;
-  }
   return fn;
 }
 
@@ -138,10 +131,11 @@ bool split_trace_options(PyCodeObject* traced, const BreakInfo& info, TraceOptio
 std::shared_ptr<const BreakPlan> break_plan_for(PyCodeObject* traced, const CaptureResult::BreakState& bs) {
   Origin o = origin_of(traced);
   PyObject* original = o.original.get();
+  ExtraState& original_state = *ensure_extra_state(reinterpret_cast<PyCodeObject*>(original));
   int unit = unit_of(original, bs.index - o.shift);
-  std::string key = layout_key(original, unit, bs.depth, bs.null_slots, bs.live);
-  auto it = plan_cache().find(key);
-  if (it != plan_cache().end()) return it->second;
+  std::string key = layout_key(unit, bs.depth, bs.null_slots, bs.live);
+  auto it = original_state.break_plans.find(key);
+  if (it != original_state.break_plans.end()) return it->second;
 
   int self_state = -1, self_cell = -1;
   switch (bc::self_slot(original)) {
@@ -165,7 +159,6 @@ std::shared_ptr<const BreakPlan> break_plan_for(PyCodeObject* traced, const Capt
   }
   bc::BreakStub stub = bc::make_break_stub(original, unit, bs.depth, bs.live, bs.null_slots, marker());
   auto plan = std::make_shared<BreakPlan>();
-  plan->original = o.original;
   plan->stub = PyRef::steal(stub.code);
   plan->self_state = self_state;
   plan->self_cell = self_cell;
@@ -174,17 +167,19 @@ std::shared_ptr<const BreakPlan> break_plan_for(PyCodeObject* traced, const Capt
   extra->generated_stub = true;
   extra->strategy = CodeStrategy::Skip;
   extra->skip_reason = "graph-break stub";
-  for (const bc::StubSuccessor& s : stub.successors) plan->resume.push_back(resume_code(original, s));
-  plan_cache()[key] = plan;
+  for (const bc::StubSuccessor& s : stub.successors) plan->resume.push_back(resume_code(original, original_state, s));
+  original_state.break_plans[key] = plan;
   return plan;
 }
 
-PyObject* run_break_chain(ThreadState& st, std::shared_ptr<CacheEntry> entry, PyObject* state,
-                          const ff_frame_info& frame) {
+PyObject* run_break_chain(ThreadState& st, Dispatch d, const ff_frame_info& frame) {
   PyRef closure = PyRef::borrow(frame.closure);
-  PyRef st_ref = PyRef::steal(state);
+  PyRef st_ref = PyRef::steal(d.result);
+  std::shared_ptr<CacheEntry> entry = std::move(d.entry);
+  // NB: held for the whole step: running the stub may run reset(), which drops the plan's owner.
+  std::shared_ptr<const BreakPlan> plan_ref = std::move(d.plan);
   for (bool first = true;; first = false) {
-    const BreakPlan& plan = *entry->brk;
+    const BreakPlan& plan = *plan_ref;
     PyObject* s = st_ref.get();
     if (!PyTuple_CheckExact(s) || PyTuple_GET_SIZE(s) < entry->break_cells) return internal_error("bad break state");
     Py_ssize_t nargs = PyTuple_GET_SIZE(s) - entry->break_cells;
@@ -206,7 +201,10 @@ PyObject* run_break_chain(ThreadState& st, std::shared_ptr<CacheEntry> entry, Py
       }
       closure = c;
     }
-    PyRef fn = stub_function(plan, frame.globals, closure.get());
+    // NB: a fresh function per call: one cached on the plan would hold the frame's globals, and
+    // through them (an exec'd namespace, a module being unloaded) the user's code whose state owns
+    // the plan, a cycle the GC cannot see. Making one costs about 0.1 us.
+    PyRef fn = make_function(plan.stub.get(), frame.globals, closure.get());
     if (!fn) return nullptr;
     PyObject** args = &PyTuple_GET_ITEM(s, 0);
     size_t nstub = static_cast<size_t>(nargs);
@@ -263,7 +261,7 @@ PyObject* run_break_chain(ThreadState& st, std::shared_ptr<CacheEntry> entry, Py
     info.localsplus = localsplus;
     info.nlocalsplus = rc->co_nlocalsplus;
     ++frame_eval_stats().resume_calls;
-    Dispatch d = dispatch_frame(st, info);
+    d = dispatch_frame(st, info);
     if (d.kind == Dispatch::Done) return d.result;
     if (d.kind == Dispatch::Native) {
       if (first) give_up_empty_split(frame.code, *entry, rc);
@@ -275,6 +273,7 @@ PyObject* run_break_chain(ThreadState& st, std::shared_ptr<CacheEntry> entry, Py
       return result;
     }
     entry = std::move(d.entry);
+    plan_ref = std::move(d.plan);
     st_ref = PyRef::steal(d.result);
   }
 }

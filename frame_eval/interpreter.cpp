@@ -6,6 +6,7 @@
 #include <memory>
 #include <unordered_map>
 
+#include "frame_eval/cache.h"
 #include "frame_eval/interpreter_impl.h"
 #include "graph/python/graph_calls.h"
 #include "src/gil_once.h"
@@ -19,12 +20,10 @@ GraphBreak::GraphBreak(BreakInfo info)
 // ---- decoding -----------------------------------------------------------------------------------
 
 const DecodedCode& decode_code(PyCodeObject* code) {
-  // NB: keyed by pointer and holding a strong reference, so an address is never reused while cached.
-  static auto* cache = new std::unordered_map<PyCodeObject*, std::unique_ptr<DecodedCode>>();
-  auto it = cache->find(code);
-  if (it != cache->end()) return *it->second;
-  auto dc = std::make_unique<DecodedCode>();
-  dc->code = PyRef::borrow(reinterpret_cast<PyObject*>(code));
+  // NB: kept in the code's own state (cache.h), which dies with the code.
+  ExtraState* state = ensure_extra_state(code);
+  if (state->decoded) return *state->decoded;
+  auto dc = std::make_shared<DecodedCode>();
   PyRef bytes = PyRef::steal(PyCode_GetCode(code));
   FF_CHECK(bytes, "PyCode_GetCode failed");
   const auto* units = reinterpret_cast<const uint8_t*>(PyBytes_AS_STRING(bytes.get()));
@@ -65,9 +64,8 @@ const DecodedCode& decode_code(PyCodeObject* code) {
     }
   }
   dc->nlocalsplus = static_cast<int>(PyTuple_GET_SIZE(code->co_localsplusnames));
-  const DecodedCode& ref = *dc;
-  cache->emplace(code, std::move(dc));
-  return ref;
+  state->decoded = dc;
+  return *dc;
 }
 
 // ---- known objects ------------------------------------------------------------------------------
@@ -205,6 +203,7 @@ Sym SymbolicTracer::run_frame(Frame& f) {
     size_t depth_before = f.stack.size();
     int ip_before = f.ip;
     step(f, ins);
+    if (f.suspended) return nullptr;  // a generator yielded: resumed by the next next()
     bool jumped = f.ip != ip_before + 1;
     bool check = !(ins.flags & kNoStackCheck) && ins.handler != Handler::ReturnGenerator &&
                  !(ins.handler == Handler::ForIter && jumped);
@@ -381,19 +380,7 @@ void SymbolicTracer::step(Frame& f, const Instr& ins) {
     case Handler::DeleteSubscr: {
       Sym key = pop();
       Sym container = pop();
-      if (!container->is(SymKind::Dict) || container->obj) brk(BreakKind::UnsupportedOperand, "del of an item");
-      PyRef k = PyRef::steal(sym_to_const(key));
-      for (size_t i = 0; k && i < container->keys.size(); ++i) {
-        int eq = PyObject_RichCompareBool(container->keys[i]->obj.get(), k.get(), Py_EQ);
-        if (eq == 1) {
-          container->keys.erase(container->keys.begin() + static_cast<long>(i));
-          container->items.erase(container->items.begin() + static_cast<long>(i));
-          k = PyRef();
-          break;
-        }
-        PyErr_Clear();
-      }
-      if (k) brk(BreakKind::RaisesInTrace, "KeyError in del");
+      delete_subscript(container, key);
       break;
     }
     case Handler::BinarySlice: {
@@ -423,7 +410,7 @@ void SymbolicTracer::step(Frame& f, const Instr& ins) {
       if (ins.handler == Handler::BuildTuple) push(make_tuple(std::move(items)));
       else if (ins.handler == Handler::BuildList) push(make_list(std::move(items)));
       else {
-        Sym set = make_sym(SymKind::Set);
+        Sym set = new_set(PySet_New(nullptr));
         for (Sym& i : items) set_add(set, i);
         push(std::move(set));
       }
@@ -471,8 +458,14 @@ void SymbolicTracer::step(Frame& f, const Instr& ins) {
     case Handler::ListAppend: {
       Sym v = pop();
       Sym& list = peek(arg);
+      if (list->is(SymKind::Appendable)) {  // a list passed in that the trace only appends to
+        list->items.push_back(std::move(v));
+        note_appended(list);
+        break;
+      }
       FF_CHECK(list->is(SymKind::List), "LIST_APPEND to a non-list");
       list->items.push_back(std::move(v));
+      note_list_mutation(list);
       break;
     }
     case Handler::SetAdd: {
@@ -491,12 +484,20 @@ void SymbolicTracer::step(Frame& f, const Instr& ins) {
       Sym& list = peek(arg);
       FF_CHECK(list->is(SymKind::List), "LIST_EXTEND to a non-list");
       for (Sym& i : iterate(seq)) list->items.push_back(std::move(i));
+      note_list_mutation(list);
       break;
     }
     case Handler::SetUpdate: {
       Sym seq = pop();
       Sym& set = peek(arg);
-      for (Sym& i : iterate(seq)) set_add(set, i);
+      FF_CHECK(set->is(SymKind::Set), "SET_UPDATE to a non-set");
+      // NB: set.update with the same kind of operand eager passes (a set's table is merged whole).
+      PyRef operand = PyRef::steal(set_operand(seq));
+      PyRef r = PyRef::steal(PyObject_CallMethod(set->obj.get(), "update", "O", operand.get()));
+      if (!r) {
+        PyErr_Clear();
+        brk(BreakKind::RaisesInTrace, "set update raises");
+      }
       break;
     }
     case Handler::DictUpdate:
@@ -680,13 +681,14 @@ void SymbolicTracer::step(Frame& f, const Instr& ins) {
       break;
     }
     case Handler::ReturnGenerator:
-      if (!f.yields) brk(BreakKind::GeneratorFrame, "generator frame");
+      if (!f.generator) brk(BreakKind::GeneratorFrame, "generator frame");
       push(make_const(Py_None));
       break;
     case Handler::YieldValue:
-      if (!f.yields) brk(BreakKind::GeneratorFrame, "yield");
-      f.yields->push_back(pop());
-      push(make_const(Py_None));
+      if (!f.generator) brk(BreakKind::GeneratorFrame, "yield");
+      f.yielded = pop();
+      push(make_const(Py_None));  // what next() sends in when the frame resumes
+      f.suspended = true;
       break;
     case Handler::LoadAssertionError: push(make_const(PyExc_AssertionError)); break;
     case Handler::RaiseVarargs: brk(BreakKind::RaisesInTrace, "raise statement reached");
@@ -852,13 +854,57 @@ CaptureResult SymbolicTracer::trace() {
     s.value = ob.plan(e.value);
     effects.push_back(std::move(s));
   }
-  for (const Sym& list : mutated_containers_) {
-    SideEffect s;
-    s.kind = SideEffect::Kind::ReplaceList;
-    s.target = list->source;
-    s.value.kind = OutputPlan::Kind::List;
-    for (const Sym& i : list->items) s.value.items.push_back(ob.plan(i));
-    effects.push_back(std::move(s));
+  for (const Sym& c : mutated_containers_) {
+    if (c->is(SymKind::Appendable) || (c->is(SymKind::Iterator) && c->iter == IterKind::Native)) {
+      // Never read: what the trace appended / added, or how many items it took.
+      SideEffect s;
+      s.target = c->source;
+      if (c->is(SymKind::Iterator)) {
+        if (c->pos == 0) continue;
+        s.kind = SideEffect::Kind::Advance;
+        s.key = PyLong_FromLongLong(c->pos);
+      } else {
+        s.kind = SideEffect::Kind::CallMethod;
+        s.name = PyList_CheckExact(c->obj.get()) ? "extend" : "update";
+        s.value.kind = OutputPlan::Kind::Tuple;
+        s.value.items.push_back(ob.plan(make_tuple(c->items)));
+      }
+      effects.push_back(std::move(s));
+      continue;
+    }
+    if (c->is(SymKind::List)) {
+      SideEffect s;
+      s.kind = SideEffect::Kind::ReplaceList;
+      s.target = c->source;
+      s.value.kind = OutputPlan::Kind::List;
+      for (const Sym& i : c->items) s.value.items.push_back(ob.plan(i));
+      effects.push_back(std::move(s));
+      continue;
+    }
+    // A set passed in: what the trace removed, then what it added (its final contents).
+    FF_CHECK(c->is(SymKind::Set) && c->source, "a mutated container that is neither a list nor a set passed in");
+    PyRef initial = PyRef::steal(PySet_New(nullptr));
+    for (const Sym& k : c->keys) PySet_Add(initial.get(), PyRef::steal(set_key(k).release()).get());
+    PyRef removed = PyRef::steal(PyNumber_Subtract(initial.get(), c->obj.get()));
+    PyRef added = PyRef::steal(PyNumber_Subtract(c->obj.get(), initial.get()));
+    FF_CHECK(removed && added, "set difference");
+    for (auto [method, elems] : {std::pair{"difference_update", removed.get()}, std::pair{"update", added.get()}}) {
+      if (PySet_GET_SIZE(elems) == 0) continue;
+      SideEffect s;
+      s.kind = SideEffect::Kind::CallMethod;
+      s.target = c->source;
+      s.name = method;
+      OutputPlan arg;
+      arg.kind = OutputPlan::Kind::Tuple;
+      PyRef it = PyRef::steal(PyObject_GetIter(elems));
+      while (PyObject* k = PyIter_Next(it.get())) {
+        arg.items.push_back(ob.plan(set_element(k)));
+        Py_DECREF(k);
+      }
+      s.value.kind = OutputPlan::Kind::Tuple;
+      s.value.items.push_back(std::move(arg));
+      effects.push_back(std::move(s));
+    }
   }
   std::vector<NodeId> remap;
   Graph g = placeholders_first(out_.graph, &remap);

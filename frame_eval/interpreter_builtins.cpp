@@ -2,21 +2,29 @@
 // functions (evaluated at capture time on constants), tensor methods and builtin container methods.
 #include <Python.h>
 
+#include <algorithm>
 #include <string_view>
 
 #include "frame_eval/interpreter_impl.h"
 #include "graph/op_registry.h"
+#include "graph/passes/effects.h"
 #include "graph/python/graph_calls.h"
 
 namespace ff {
 
 namespace {
 
-bool has_tensor(const Sym& s) {
+bool has_tensor(const Sym& s, std::vector<const SymValue*>* seen = nullptr) {
   if (s->is(SymKind::Tensor)) return true;
-  if (s->is(SymKind::Tuple) || s->is(SymKind::List) || s->is(SymKind::Slice) || s->is(SymKind::Dict))
-    for (const Sym& i : s->items)
-      if (i && has_tensor(i)) return true;
+  if (!(s->is(SymKind::Tuple) || s->is(SymKind::List) || s->is(SymKind::Slice) || s->is(SymKind::Dict) ||
+        s->is(SymKind::Appendable)))
+    return false;
+  std::vector<const SymValue*> local;
+  if (!seen) seen = &local;
+  if (std::find(seen->begin(), seen->end(), s.get()) != seen->end()) return false;  // a list holding itself
+  seen->push_back(s.get());
+  for (const Sym& i : s->items)
+    if (i && has_tensor(i, seen)) return true;
   return false;
 }
 
@@ -57,6 +65,44 @@ bool is_pure_builtin(std::string_view n) {
   return false;
 }
 
+// The types of builtin views and iterators, read off sample objects once (borrowed, immortal
+// enough: builtin static types).
+PyObject* builtin_type_named(std::string_view name) {
+  static PyObject* types[] = {
+      reinterpret_cast<PyObject*>(&PyDictKeys_Type), reinterpret_cast<PyObject*>(&PyDictValues_Type),
+      reinterpret_cast<PyObject*>(&PyDictItems_Type), reinterpret_cast<PyObject*>(&PyListIter_Type),
+      reinterpret_cast<PyObject*>(&PyTupleIter_Type), reinterpret_cast<PyObject*>(&PyRangeIter_Type),
+      reinterpret_cast<PyObject*>(&PyListRevIter_Type), reinterpret_cast<PyObject*>(&PyReversed_Type),
+      reinterpret_cast<PyObject*>(&PyDictIterKey_Type), reinterpret_cast<PyObject*>(&PyDictIterValue_Type),
+      reinterpret_cast<PyObject*>(&PyDictIterItem_Type), reinterpret_cast<PyObject*>(&PyEnum_Type),
+      reinterpret_cast<PyObject*>(&PyZip_Type), reinterpret_cast<PyObject*>(&PyMap_Type),
+      reinterpret_cast<PyObject*>(&PyFilter_Type)};
+  for (PyObject* t : types)
+    if (name == reinterpret_cast<PyTypeObject*>(t)->tp_name) return t;
+  return nullptr;
+}
+
+// The type of a modelled iterator; nullptr where it has none the trace can name (a generator's
+// values, a set's elements: type() of those breaks).
+PyObject* iterator_type(const Sym& it) {
+  switch (it->iter) {
+    case IterKind::Range: return builtin_type_named("range_iterator");
+    case IterKind::Seq: return builtin_type_named(it->origin->is(SymKind::List) ? "list_iterator" : "tuple_iterator");
+    case IterKind::Reversed: return builtin_type_named(it->origin->is(SymKind::List) ? "list_reverseiterator" : "reversed");
+    case IterKind::DictKeys: return builtin_type_named("dict_keyiterator");
+    case IterKind::DictValues: return builtin_type_named("dict_valueiterator");
+    case IterKind::DictItems: return builtin_type_named("dict_itemiterator");
+    case IterKind::Enumerate: return builtin_type_named("enumerate");
+    case IterKind::Zip: return builtin_type_named("zip");
+    case IterKind::Map: return builtin_type_named("map");
+    case IterKind::Filter: return builtin_type_named("filter");
+    case IterKind::Generator: return reinterpret_cast<PyObject*>(&PyGen_Type);
+    case IterKind::Native: return nullptr;  // NB: type_of reads the real iterator's type
+    case IterKind::Items: return nullptr;
+  }
+  return nullptr;
+}
+
 }  // namespace
 
 PyObject* SymbolicTracer::type_of(const Sym& v) {
@@ -67,6 +113,9 @@ PyObject* SymbolicTracer::type_of(const Sym& v) {
     case SymKind::List: return v->obj ? reinterpret_cast<PyObject*>(Py_TYPE(v->obj.get())) : reinterpret_cast<PyObject*>(&PyList_Type);
     case SymKind::Dict: return v->obj ? reinterpret_cast<PyObject*>(Py_TYPE(v->obj.get())) : reinterpret_cast<PyObject*>(&PyDict_Type);
     case SymKind::Set: return reinterpret_cast<PyObject*>(&PySet_Type);
+    case SymKind::DictView: return builtin_type_named(v->name == "keys" ? "dict_keys" : v->name == "values" ? "dict_values" : "dict_items");
+    case SymKind::Iterator: return v->iter == IterKind::Native ? reinterpret_cast<PyObject*>(Py_TYPE(v->obj.get())) : iterator_type(v);
+    case SymKind::Appendable: return reinterpret_cast<PyObject*>(Py_TYPE(v->obj.get()));
     case SymKind::Object: return reinterpret_cast<PyObject*>(Py_TYPE(v->obj.get()));
     case SymKind::NewObject: return v->obj.get();
     case SymKind::Function: return reinterpret_cast<PyObject*>(&PyFunction_Type);
@@ -79,6 +128,7 @@ PyObject* SymbolicTracer::type_of(const Sym& v) {
 }
 
 Value SymbolicTracer::to_value(const Sym& v) {
+  materialize(v);
   switch (v->kind) {
     case SymKind::Tensor: return Value::of_node(v->node);
     case SymKind::Const: {
@@ -113,10 +163,89 @@ Sym SymbolicTracer::torch_call(PyObject* fn, const std::vector<Sym>& args, const
   }
   if (PyErr_Occurred()) PyErr_Clear();
   if (!node) brk(BreakKind::UnsupportedTorchOp, what + ": " + reason);
-  return tensor_sym(*node);
+  const Node& n = out_.graph.node(*node);
+  if (mutates_operand(n) && n.meta.kind != ValueMeta::Kind::None) {  // (t[i] = v returns None)
+    // NB: an in-place call returns the very object it wrote (`x.add_(1) is x`): the result is the
+    // operand's own Sym, now standing for the call's node, so every reference to the tensor (stack,
+    // locals, containers) reads the written value from the call on. A tensor passed in keeps its
+    // source: returning it returns the caller's (written) tensor.
+    const OpDef& op = op_def(n.op);
+    int out_index = op.schema.index_of("out");
+    const Value& written = out_index >= 0 && static_cast<size_t>(out_index) < n.args.size() &&
+                                   !n.args[static_cast<size_t>(out_index)].is_none()
+                               ? n.args[static_cast<size_t>(out_index)]
+                               : n.args.at(0);
+    Sym target;
+    for (const Sym& a : args)
+      if (a->is(SymKind::Tensor) && written.kind == Value::Kind::Node && a->node == written.node) target = a;
+    for (const auto& kv : kwargs)
+      if (kv.second->is(SymKind::Tensor) && written.kind == Value::Kind::Node && kv.second->node == written.node)
+        target = kv.second;
+    if (!target) brk(BreakKind::UnsupportedTorchOp, what + ": in-place call whose written operand is not a tensor argument");
+    if (n.meta.kind != ValueMeta::Kind::Tensor || !(n.meta.tensor == target->meta))
+      brk(BreakKind::UnsupportedTorchOp, what + ": in-place call that changes its operand's sizes, strides or dtype");
+    target->node = *node;
+    return target;
+  }
+  if (Sym self = unchanged_self(n, args)) return self;
+  Sym r = tensor_sym(*node);
+  if (r->is(SymKind::Tuple)) r->obj = PyRef::borrow(structseq_type_of(fn, r->items.size()));
+  return r;
+}
+
+// x.float() on a float tensor, x.contiguous() on a contiguous one, x.to(x.dtype) ... return x
+// itself in eager (`x.float() is x`): the operand's Sym, where the result would be the same tensor.
+Sym SymbolicTracer::unchanged_self(const Node& n, const std::vector<Sym>& args) {
+  static constexpr std::string_view kMethods[] = {"to", "type", "type_as", "contiguous", "float", "double", "half",
+                                                  "bfloat16", "int", "long", "bool", "short", "char", "byte", "cpu", "cuda"};
+  const OpDef& op = op_def(n.op);
+  std::string_view target = op.target;
+  if (target.rfind("torch.Tensor.", 0) != 0) return nullptr;
+  std::string_view method = target.substr(std::string_view("torch.Tensor.").size());
+  if (std::find(std::begin(kMethods), std::end(kMethods), method) == std::end(kMethods)) return nullptr;
+  int copy = op.schema.index_of("copy");
+  if (copy >= 0 && static_cast<size_t>(copy) < n.args.size() && n.args[static_cast<size_t>(copy)].kind == Value::Kind::Bool &&
+      n.args[static_cast<size_t>(copy)].b)
+    return nullptr;
+  if (args.empty() || !args[0]->is(SymKind::Tensor) || n.meta.kind != ValueMeta::Kind::Tensor) return nullptr;
+  const TensorMeta& in = args[0]->meta;
+  const TensorMeta& out = n.meta.tensor;
+  bool same = in.dtype == out.dtype && in.device == out.device && in.sizes == out.sizes && in.strides == out.strides &&
+              in.requires_grad == out.requires_grad;
+  return same ? args[0] : nullptr;
+}
+
+// torch.max(t, 1), Tensor.sort(), torch.linalg.eigh ... return a torch.return_types structseq
+// named after the function; other tuple-returning ops (chunk, var_mean ...) a plain tuple.
+// Borrowed; nullptr for a plain tuple.
+PyObject* SymbolicTracer::structseq_type_of(PyObject* fn, size_t n) {
+  static PyObject* return_types = nullptr;
+  if (!return_types) {
+    return_types = PyImport_ImportModule("torch.return_types");
+    if (!return_types) {
+      PyErr_Clear();
+      return nullptr;
+    }
+  }
+  PyRef name = PyRef::steal(PyObject_GetAttrString(fn, "__name__"));
+  if (!name || !PyUnicode_Check(name.get())) {
+    PyErr_Clear();
+    return nullptr;
+  }
+  PyRef t = PyRef::steal(PyObject_GetAttr(return_types, name.get()));
+  if (!t) {
+    PyErr_Clear();
+    return nullptr;
+  }
+  PyRef fields = PyRef::steal(PyObject_GetAttrString(t.get(), "n_sequence_fields"));
+  if (!fields) PyErr_Clear();
+  if (!PyType_Check(t.get()) || !fields || PyLong_AsSsize_t(fields.get()) != static_cast<Py_ssize_t>(n)) return nullptr;
+  return t.get();  // NB: the module keeps it alive
 }
 
 Sym SymbolicTracer::fold(PyObject* fn, const std::vector<Sym>& args, const KwArgs& kwargs, const std::string& what) {
+  for (const Sym& a : args) materialize(a);
+  for (const auto& kv : kwargs) materialize(kv.second);
   PyRef tuple = PyRef::steal(PyTuple_New(static_cast<Py_ssize_t>(args.size())));
   for (size_t i = 0; i < args.size(); ++i) {
     PyObject* c = sym_to_const(args[i]);
@@ -337,53 +466,51 @@ Sym SymbolicTracer::call_builtin(PyObject* fn, const std::string& name, std::vec
     if (!t) brk(BreakKind::UnsupportedOperand, "type() of " + describe_sym(args[0]));
     return make_const(t);
   }
+  // Keyword arguments a builtin takes; any other keyword is eager's TypeError.
+  auto only_kwargs = [&](std::initializer_list<const char*> allowed) {
+    for (auto& kv : kwargs) {
+      bool ok = false;
+      for (const char* a : allowed) ok = ok || kv.first == a;
+      if (!ok) brk(BreakKind::RaisesInTrace, "TypeError: " + name + "() got an unexpected keyword argument '" + kv.first + "'");
+    }
+  };
+  auto kwarg = [&](const char* key) -> Sym {
+    for (auto& kv : kwargs)
+      if (kv.first == key) return kv.second;
+    return nullptr;
+  };
   if (name == "enumerate") {
-    arg_count(1, 2);
-    int64_t start = 0;
-    if (args.size() == 2) start = PyLong_AsLongLong(args[1]->obj.get());
-    for (auto& [key, v] : kwargs)
-      if (key == "start") start = PyLong_AsLongLong(v->obj.get());
-    Sym it = make_sym(SymKind::Iterator);
-    for (Sym& item : iterate(args[0])) it->items.push_back(make_tuple({make_const_steal(PyLong_FromLongLong(start++)), item}));
+    only_kwargs({"iterable", "start"});
+    Sym iterable = args.empty() ? kwarg("iterable") : args[0];
+    Sym start = args.size() == 2 ? args[1] : kwarg("start");
+    if (!iterable || args.size() > 2 || (args.size() == 2 && kwarg("start"))) brk(BreakKind::RaisesInTrace, "TypeError: enumerate() arguments");
+    Sym it = make_iterator(IterKind::Enumerate, {get_iter(iterable)});
+    if (start) {
+      if (!start->is(SymKind::Const) || !PyLong_Check(start->obj.get())) brk(BreakKind::UnsupportedOperand, "enumerate() with a non-integer start");
+      it->pos = PyLong_AsLongLong(start->obj.get());
+      if (PyErr_Occurred()) { PyErr_Clear(); brk(BreakKind::UnsupportedOperand, "enumerate() start out of range"); }
+    }
     return it;
   }
   if (name == "zip") {
-    std::vector<std::vector<Sym>> seqs;
-    size_t n = SIZE_MAX;
-    for (const Sym& a : args) {
-      seqs.push_back(iterate(a));
-      n = std::min(n, seqs.back().size());
-    }
-    Sym it = make_sym(SymKind::Iterator);
-    for (size_t i = 0; i < n && !seqs.empty(); ++i) {
-      std::vector<Sym> t;
-      for (auto& s : seqs) t.push_back(s[i]);
-      it->items.push_back(make_tuple(std::move(t)));
-    }
+    only_kwargs({"strict"});
+    std::vector<Sym> inner;
+    for (const Sym& a : args) inner.push_back(get_iter(a));
+    Sym it = make_iterator(IterKind::Zip, std::move(inner));
+    if (Sym strict = kwarg("strict")) it->flag = truth(strict);
     return it;
   }
   if (name == "reversed") {
     arg_count(1, 1);
-    std::vector<Sym> items = iterate(args[0]);
-    Sym it = make_sym(SymKind::Iterator);
-    it->items.assign(items.rbegin(), items.rend());
-    return it;
+    only_kwargs({});
+    return reversed_of(args[0]);
   }
-  if (name == "map") {
-    if (args.size() < 2) brk(BreakKind::WrongArguments, "map()");
-    std::vector<std::vector<Sym>> seqs;
-    size_t n = SIZE_MAX;
-    for (size_t i = 1; i < args.size(); ++i) {
-      seqs.push_back(iterate(args[i]));
-      n = std::min(n, seqs.back().size());
-    }
-    Sym it = make_sym(SymKind::Iterator);
-    for (size_t i = 0; i < n; ++i) {
-      std::vector<Sym> a;
-      for (auto& s : seqs) a.push_back(s[i]);
-      it->items.push_back(call(args[0], std::move(a), {}));
-    }
-    return it;
+  if (name == "map" || name == "filter") {
+    only_kwargs({});
+    if (name == "map" ? args.size() < 2 : args.size() != 2) brk(BreakKind::RaisesInTrace, "TypeError: " + name + "() arguments");
+    std::vector<Sym> items = {args[0]};
+    for (size_t i = 1; i < args.size(); ++i) items.push_back(get_iter(args[i]));
+    return make_iterator(name == "map" ? IterKind::Map : IterKind::Filter, std::move(items));
   }
   if (name == "list" || name == "tuple") {
     arg_count(0, 1);
@@ -408,18 +535,23 @@ Sym SymbolicTracer::call_builtin(PyObject* fn, const std::string& name, std::vec
     return d;
   }
   if (name == "set" || name == "frozenset") {
-    Sym s = make_sym(SymKind::Set);
-    if (!args.empty())
-      for (Sym& i : iterate(args[0])) set_add(s, i);
-    if (name == "frozenset") {
-      PyRef c = PyRef::steal(sym_to_const(s));
-      return make_const_steal(PyFrozenSet_New(c.get()));
-    }
-    return s;
+    arg_count(0, 1);
+    only_kwargs({});
+    // NB: built from the same kind of operand as eager's (a set's table is copied, not re-inserted).
+    PyRef operand = PyRef::steal(args.empty() ? PyTuple_New(0) : set_operand(args[0]));
+    PyObject* r = name == "set" ? PySet_New(operand.get()) : PyFrozenSet_New(operand.get());
+    if (!r) brk(BreakKind::RaisesInTrace, name + "() raises");
+    if (name == "set") return new_set(r);
+    return make_const_steal(r);
   }
-  if (name == "iter") { arg_count(1, 1); return get_iter(args[0]); }
+  if (name == "iter") {
+    arg_count(1, 1);
+    only_kwargs({});
+    return get_iter(args[0]);
+  }
   if (name == "next") {
     arg_count(1, 2);
+    only_kwargs({});
     Sym v = iter_next(args[0]);
     if (v) return v;
     if (args.size() == 2) return args[1];
@@ -467,15 +599,30 @@ Sym SymbolicTracer::call_builtin(PyObject* fn, const std::string& name, std::vec
   }
   if (name == "any" || name == "all") {
     arg_count(1, 1);
+    only_kwargs({});
     bool want = name == "any";
-    for (Sym& i : iterate(args[0]))
+    // NB: stops at the first decisive item, as eager does (the rest is never consumed).
+    Sym it = get_iter(args[0]);
+    while (Sym i = iter_next(it))
       if (truth(i) == want) return make_const(want ? Py_True : Py_False);
     return make_const(want ? Py_False : Py_True);
   }
   if (name == "sum") {
-    arg_count(1, 2);
+    only_kwargs({"start"});
+    if (args.empty() || args.size() > 2 || (args.size() == 2 && kwarg("start"))) brk(BreakKind::RaisesInTrace, "TypeError: sum() arguments");
+    Sym acc = args.size() == 2 ? args[1] : kwarg("start");
+    if (!acc) acc = make_const_steal(PyLong_FromLong(0));
+    if (acc->is(SymKind::Const) && (PyUnicode_Check(acc->obj.get()) || PyBytes_Check(acc->obj.get()) || PyByteArray_Check(acc->obj.get())))
+      brk(BreakKind::RaisesInTrace, "TypeError: sum() can't sum strings");
     std::vector<Sym> items = iterate(args[0]);
-    Sym acc = args.size() == 2 ? args[1] : make_const_steal(PyLong_FromLong(0));
+    bool all_const = acc->is(SymKind::Const);
+    for (const Sym& i : items) all_const = all_const && i->is(SymKind::Const) && is_plain_const(i->obj.get());
+    if (all_const) {
+      // NB: CPython's sum has its own float algorithm (compensated since 3.12): fold the real one.
+      std::vector<Sym> a = {make_tuple(std::move(items)), acc};
+      KwArgs none;
+      return fold(fn, a, none, name);
+    }
     for (Sym& i : items) acc = binary_op(0, acc, i);
     return acc;
   }
@@ -570,16 +717,6 @@ Sym SymbolicTracer::call_tensor_method(const Sym& self, const std::string& name,
 
 // ---- builtin methods of containers and context managers -----------------------------------------
 
-void SymbolicTracer::set_add(const Sym& set, const Sym& v) {
-  if (!(v->is(SymKind::Const) || v->is(SymKind::Object) || v->is(SymKind::NewObject)))
-    brk(BreakKind::UnsupportedValue, "set of " + describe_sym(v));
-  if (v->is(SymKind::Const) && PyObject_Hash(v->obj.get()) == -1) {
-    PyErr_Clear();
-    brk(BreakKind::RaisesInTrace, "unhashable set element " + describe_sym(v));
-  }
-  if (contains(set, v)->obj.get() == Py_False) set->items.push_back(v);
-}
-
 void SymbolicTracer::note_list_mutation(const Sym& list) {
   if (!list->obj) return;
   if (!list->source) brk(BreakKind::UnsupportedValue, "mutation of a list that cannot be fetched again");
@@ -602,127 +739,13 @@ Sym SymbolicTracer::call_method(const Sym& method, std::vector<Sym>& args, KwArg
         return none;
       }
       brk(BreakKind::UnsupportedContextManager, "grad-mode object used as " + name);
-    case SymKind::List: {
-      auto& items = self->items;
-      if (name == "append") {
-        items.push_back(args.at(0));
-        note_list_mutation(self);
-        return none;
-      }
-      if (name == "extend") {
-        for (Sym& i : iterate(args.at(0))) items.push_back(i);
-        note_list_mutation(self);
-        return none;
-      }
-      if (name == "insert") {
-        int64_t i = PyLong_AsLongLong(args.at(0)->obj.get());
-        int64_t n = static_cast<int64_t>(items.size());
-        if (i < 0) i = std::max<int64_t>(0, i + n);
-        i = std::min(i, n);
-        items.insert(items.begin() + i, args.at(1));
-        note_list_mutation(self);
-        return none;
-      }
-      if (name == "pop") {
-        if (items.empty()) brk(BreakKind::RaisesInTrace, "pop from empty list");
-        int64_t n = static_cast<int64_t>(items.size());
-        int64_t i = args.empty() ? n - 1 : PyLong_AsLongLong(args[0]->obj.get());
-        if (i < 0) i += n;
-        if (i < 0 || i >= n) brk(BreakKind::RaisesInTrace, "pop index out of range");
-        Sym r = items[static_cast<size_t>(i)];
-        items.erase(items.begin() + i);
-        note_list_mutation(self);
-        return r;
-      }
-      if (name == "copy") return make_list(items);
-      if (name == "reverse") {
-        std::reverse(items.begin(), items.end());
-        note_list_mutation(self);
-        return none;
-      }
-      if (name == "clear") {
-        items.clear();
-        note_list_mutation(self);
-        return none;
-      }
-      break;
-    }
-    case SymKind::Dict: {
-      auto find = [&](const Sym& key) -> int {
-        PyRef k = PyRef::steal(sym_to_const(key));
-        if (!k) brk(BreakKind::UnsupportedValue, "dict key " + describe_sym(key));
-        for (size_t i = 0; i < self->keys.size(); ++i) {
-          int eq = PyObject_RichCompareBool(self->keys[i]->obj.get(), k.get(), Py_EQ);
-          if (eq < 0) PyErr_Clear();
-          if (eq == 1) return static_cast<int>(i);
-        }
-        return -1;
-      };
-      if (name == "get" || name == "__getitem__") {
-        int i = find(args.at(0));
-        if (i >= 0) return self->items[static_cast<size_t>(i)];
-        if (name == "__getitem__") brk(BreakKind::RaisesInTrace, "KeyError");
-        return args.size() > 1 ? args[1] : none;
-      }
-      if (name == "__contains__") return make_const(find(args.at(0)) >= 0 ? Py_True : Py_False);
-      if (name == "keys" || name == "__iter__") return make_list(self->keys);
-      if (name == "values") return make_list(self->items);
-      if (name == "items") {
-        std::vector<Sym> pairs;
-        for (size_t i = 0; i < self->keys.size(); ++i) pairs.push_back(make_tuple({self->keys[i], self->items[i]}));
-        return make_list(std::move(pairs));
-      }
-      if (name == "copy") {
-        Sym d = make_sym(SymKind::Dict);
-        d->keys = self->keys;
-        d->items = self->items;
-        return d;
-      }
-      if (name == "update") {
-        std::vector<Sym> none_args;
-        if (!args.empty()) {
-          Sym other = args[0];
-          if (!other->is(SymKind::Dict)) brk(BreakKind::UnsupportedValue, "dict.update with " + describe_sym(other));
-          for (size_t i = 0; i < other->keys.size(); ++i) store_subscript(self, other->keys[i], other->items[i]);
-        }
-        for (auto& [key, v] : kwargs) store_subscript(self, make_const_steal(PyUnicode_FromString(key.c_str())), v);
-        return none;
-      }
-      if (name == "setdefault") {
-        int i = find(args.at(0));
-        if (i >= 0) return self->items[static_cast<size_t>(i)];
-        Sym v = args.size() > 1 ? args[1] : none;
-        store_subscript(self, args[0], v);
-        return v;
-      }
-      if (name == "pop" && !self->obj) {
-        int i = find(args.at(0));
-        if (i < 0) {
-          if (args.size() > 1) return args[1];
-          brk(BreakKind::RaisesInTrace, "KeyError in dict.pop");
-        }
-        Sym v = self->items[static_cast<size_t>(i)];
-        self->keys.erase(self->keys.begin() + i);
-        self->items.erase(self->items.begin() + i);
-        return v;
-      }
-      break;
-    }
+    case SymKind::List:
     case SymKind::Tuple:
-      if (name == "count" || name == "index") {
-        PyRef me = PyRef::steal(sym_to_const(self));
-        if (!me) break;
-        PyRef fn = PyRef::steal(PyObject_GetAttrString(me.get(), name.c_str()));
-        return fold(fn.get(), args, kwargs, "tuple." + name);
-      }
-      if (name == "_replace" || name == "_asdict") brk(BreakKind::UnsupportedCall, "namedtuple." + name);
-      break;
+    case SymKind::Dict:
     case SymKind::Set:
-      if (name == "add" && !self->obj) {
-        set_add(self, args.at(0));
-        return none;
-      }
-      break;
+    case SymKind::DictView:
+    case SymKind::Appendable:
+      return call_container_method(self, name, args, kwargs);
     default:
       break;
   }

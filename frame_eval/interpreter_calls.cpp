@@ -124,11 +124,11 @@ Sym SymbolicTracer::call_python_function(PyObject* fn, const SourcePtr& fn_sourc
       walk_modules(args[0], "", false, &seen, &found);
       found.erase(found.begin());
     }
-    Sym it = make_sym(SymKind::Iterator);
     bool named = walker.rfind("named_", 0) == 0;
+    std::vector<Sym> items;
     for (auto& [name, m] : found)
-      it->items.push_back(named ? make_tuple({make_const_steal(PyUnicode_FromString(name.c_str())), m}) : m);
-    return it;
+      items.push_back(named ? make_tuple({make_const_steal(PyUnicode_FromString(name.c_str())), m}) : m);
+    return make_iterator(IterKind::Items, std::move(items));
   }
   auto* f = reinterpret_cast<PyFunctionObject*>(fn);
   Sym defaults = f->func_defaults ? wrap(f->func_defaults, nullptr) : nullptr;
@@ -175,7 +175,8 @@ Sym SymbolicTracer::inline_call(PyCodeObject* code, PyObject* globals, const Sou
   if (flags & (CO_COROUTINE | CO_ASYNC_GENERATOR | CO_ITERABLE_COROUTINE))
     brk(BreakKind::GeneratorFrame, "coroutine or async generator");
   const DecodedCode& dc = decode_code(code);
-  Frame f;
+  auto frame = std::make_shared<Frame>();  // NB: on the heap: a generator's outlives this call
+  Frame& f = *frame;
   f.dc = &dc;
   f.code = code;
   f.globals = globals;
@@ -245,19 +246,11 @@ Sym SymbolicTracer::inline_call(PyCodeObject* code, PyObject* globals, const Sou
   }
   ++out_.stats.inlined_calls;
   if (flags & CO_GENERATOR) {
-    // A generator is run to completion and its values materialized; the traced code can only
-    // consume it (for loops, list(), any() ...), which is equivalent because tracing has no
-    // observable effects between items.
-    std::vector<Sym> yields;
-    f.yields = &yields;
-    size_t effects_before = effects_.size(), mutations_before = mutated_containers_.size();
-    run_frame(f);
-    // NB: materializing runs the generator past where a consumer may stop (any(), next()); that
-    // is only equivalent when the generator changes no program state.
-    if (effects_.size() != effects_before || mutated_containers_.size() != mutations_before)
-      brk(BreakKind::GeneratorFrame, "a generator with side effects");
-    Sym it = make_sym(SymKind::Iterator);
-    it->items = std::move(yields);
+    // NB: a generator runs lazily, a step per next(), as in eager: its body sees what the consumer
+    // changed between items, and a consumer that stops early stops it.
+    f.generator = true;
+    Sym it = make_iterator(IterKind::Generator, {});
+    it->frame = std::move(frame);
     return it;
   }
   return run_frame(f);
@@ -291,6 +284,7 @@ Sym SymbolicTracer::call_module(const Sym& module, std::vector<Sym> args, KwArgs
   PyObject* forward = nullptr;
   PyObject* inst_forward = PyDict_GetItemString(d, "forward");
   if (inst_forward) brk(BreakKind::UnsupportedCall, "module with an instance attribute 'forward'");
+  not_in_instance_dict(module, "forward");
   forward = type_lookup(t, "forward");
   if (!forward || !PyFunction_Check(forward)) brk(BreakKind::UnsupportedCall, std::string(t->tp_name) + ".forward is not a Python function");
   args.insert(args.begin(), module);

@@ -3,6 +3,7 @@
 
 #include <Python.h>
 
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
@@ -27,9 +28,8 @@ struct Instr {
   int jump = -1;   // index of the jump target instruction, for jumps
 };
 
-// A code object decoded once per process (cached; holds a strong reference to the code).
+// A code object decoded once (kept in the code's ExtraState, freed with the code).
 struct DecodedCode {
-  PyRef code;
   std::vector<Instr> instrs;
   std::vector<int> index_at_offset;  // code unit offset -> instruction index (-1 inside caches)
   int nlocalsplus = 0;
@@ -72,7 +72,11 @@ struct Frame {
   std::vector<Sym> stack;
   Sym closure;                      // Tuple of Cell syms (COPY_FREE_VARS)
   PyRef kw_names;                   // pending KW_NAMES (3.11/3.12)
-  std::vector<Sym>* yields = nullptr;  // generator frames: values passed to YIELD_VALUE
+  // A generator's frame runs lazily: each next() runs it to its next YIELD_VALUE, which stores the
+  // value in `yielded` and sets `suspended` (run_frame returns; the next call resumes at `ip`).
+  bool generator = false;
+  bool suspended = false;
+  Sym yielded;
   int ip = 0;                       // index of the instruction being interpreted
   int depth = 0;
 };
@@ -99,10 +103,18 @@ class SymbolicTracer {
 
   // ---- interpreter_values.cpp: wrapping real state, guards, attributes, globals ----
   Sym wrap(PyObject* obj, SourcePtr src);  // obj borrowed
+  void note_instance_dict(PyObject* obj);
+  void read_set(const Sym& s, PyObject* obj, const SourcePtr& src);  // s becomes the Set read from obj   // breaks if another wrapped object shares its __dict__
   void guard(Guard::Kind kind, const SourcePtr& src, PyObject* expected = nullptr, int64_t length = 0);
   Sym load_attr(const Sym& base, const std::string& name);
   Sym try_load_attr(const Sym& base, const std::string& name);  // nullptr: AttributeError
-  Sym generic_object_attr(const Sym& base, const std::string& name);  // object.__getattribute__; nullptr: none
+  Sym generic_object_attr(const Sym& base, const std::string& name);
+  Sym builtin_attr(const Sym& base, const std::string& name);
+  Sym missing_attr(const Sym& base, const std::string& name);  // nullptr, guarded to stay missing
+  void not_in_instance_dict(const Sym& base, const std::string& name);  // guards that obj.__dict__ lacks it
+  Sym instance_dict(const Sym& base);                         // obj.__dict__, linked to obj's attributes
+  Sym owner_of_instance_dict(const Sym& dict);                // the Object whose __dict__ it is, if any
+  void set_object_attr(const Sym& obj, const std::string& name, Sym value);  // the tracer's view only  // of a modelled builtin type; nullptr: none  // object.__getattribute__; nullptr: none
   void store_attr(const Sym& base, const std::string& name, Sym value);
   Sym load_global(Frame& f, PyObject* name);
   void store_global(Frame& f, PyObject* name, Sym value);
@@ -128,12 +140,15 @@ class SymbolicTracer {
   Sym call_tensor_method(const Sym& self, const std::string& name, std::vector<Sym>& args, KwArgs& kwargs,
                          PyObject* descr = nullptr);  // descr: the C method to call (borrowed), else looked up
   Sym torch_call(PyObject* fn, const std::vector<Sym>& args, const KwArgs& kwargs, const std::string& what);
+  static PyObject* structseq_type_of(PyObject* fn, size_t n);
+  Sym unchanged_self(const Node& n, const std::vector<Sym>& args);
   Sym fold(PyObject* fn, const std::vector<Sym>& args, const KwArgs& kwargs, const std::string& what);
   Sym binary_op(int nb_op, const Sym& a, const Sym& b);
   Sym compare_op(int cmp, const Sym& a, const Sym& b);
   Sym unary_op(const char* op_name, const Sym& a);
   Sym subscript(const Sym& container, const Sym& index);
   void store_subscript(const Sym& container, const Sym& index, Sym value);
+  void delete_subscript(const Sym& container, const Sym& index);
   bool truth(const Sym& v);
   Sym contains(const Sym& container, const Sym& item);
   Sym is_same(const Sym& a, const Sym& b);
@@ -144,9 +159,31 @@ class SymbolicTracer {
   Value to_value(const Sym& v);             // a graph operand
   Sym len_of(const Sym& v);
   std::vector<Sym> iterate_or_self(const Sym& s);
+  // Sequential / ModuleList / ModuleDict iterated as their base class does (children, or a
+  // ModuleDict's keys), guarded on the keys; nullopt for other objects.
+  std::optional<std::vector<Sym>> module_container_items(const Sym& v);
 
   void note_list_mutation(const Sym& list);
-  void set_add(const Sym& set, const Sym& v);  // dedups: constants by value, objects by identity
+  // An Appendable's contents, read now (guarded): it becomes a List or Set. No-op on other kinds.
+  const Sym& materialize(const Sym& v);
+  void note_appended(const Sym& v);
+
+  // ---- interpreter_containers.cpp: sets, dict views, builtin container methods ----
+  Sym call_container_method(const Sym& self, const std::string& name, std::vector<Sym>& args, KwArgs& kwargs);
+  Sym new_set(PyObject* shadow);              // steals `shadow`, a set only the trace holds
+  PyRef set_key(const Sym& v);                // what a value is in a set: constants by value, objects by identity
+  Sym set_element(PyObject* key);             // the Sym of a set element (borrowed key)
+  PyObject* set_operand(const Sym& v);        // new ref: a set/frozenset/tuple a set method can take
+  std::vector<Sym> set_elements(const Sym& set);  // in eager's iteration order
+  void set_add(const Sym& set, const Sym& v);
+  void note_set_mutation(const Sym& set);
+  Sym set_binary_op(int nb_op, bool inplace, const Sym& a, const Sym& b);  // nullptr: not a set operation
+  Sym dict_view(const Sym& dict, const char* which);
+  void delete_dict_key(const Sym& dict, int index);  // replayed on a dict passed in
+
+  // ---- interpreter_iterators.cpp: lazy iterators ----
+  Sym make_iterator(IterKind kind, std::vector<Sym> items, Sym origin = nullptr);
+  Sym reversed_of(const Sym& v);
 
   // ---- state ----
   FrameView view_;
@@ -155,8 +192,9 @@ class SymbolicTracer {
   std::vector<Frame*> frames_;
   bool grad_enabled_ = true;
   std::vector<PendingEffect> effects_;
-  std::vector<Sym> mutated_containers_;  // real lists whose contents changed (ReplaceList at the end)
+  std::vector<Sym> mutated_containers_;  // real lists and sets whose contents changed (replayed at the end)
   std::unordered_map<PyObject*, Sym> by_identity_;  // Objects / Lists / Dicts / Cells of real state
+  std::unordered_map<PyObject*, PyObject*> owner_of_dict_;  // an instance __dict__ -> its object
   std::unordered_set<std::string> guard_keys_;      // dedup of installed guards
   std::unordered_map<PyObject*, Sym> globals_cache_;  // root globals by name object
   std::vector<int> root_visits_;  // per root instruction: how many times the trace reached it
@@ -180,6 +218,10 @@ struct OutputBuilder {
   OutputPlan constant(PyObject* o);
   OutputPlan optional(const Sym& v);
   OutputPlan plan_break_only(const Sym& v);
+  OutputPlan plan_iterator(const Sym& v);
+  OutputPlan plan_iterator_value(const Sym& v);
+  OutputPlan attr_plan(OutputPlan base, const char* name);
+  OutputPlan call_plan(OutputPlan callee, std::vector<OutputPlan> args);
 };
 // The root frame's state at a partial trace's stop (CaptureResult::BreakState), as one tuple plan.
 OutputPlan plan_break_state(Frame& root, OutputBuilder& ob);

@@ -63,6 +63,8 @@ PyObject* dict_of(PyObject* o) {
 }  // namespace
 
 Sym SymbolicTracer::binary_op(int nb, const Sym& a, const Sym& b) {
+  materialize(a);
+  materialize(b);
   bool inplace = nb >= 13;
   int base = inplace ? nb - 13 : nb;
   FF_CHECK(base >= 0 && base < 13, "unknown BINARY_OP");
@@ -78,6 +80,20 @@ Sym SymbolicTracer::binary_op(int nb, const Sym& a, const Sym& b) {
     }
     PyRef fn = operator_fn(kNbNames[base]);
     return torch_call(fn.get(), {a, b}, {}, std::string("operator.") + kNbNames[base]);
+  }
+  if (Sym r = set_binary_op(base, inplace, a, b)) return r;
+  if (base == 7 && a->is(SymKind::Dict)) {  // d | other, d |= other (PEP 584)
+    if (!inplace && !b->is(SymKind::Dict)) brk(BreakKind::RaisesInTrace, "TypeError: unsupported operand type(s) for |");
+    Sym target = a;
+    if (!inplace) {
+      target = make_sym(SymKind::Dict);
+      target->keys = a->keys;
+      target->items = a->items;
+    }
+    std::vector<Sym> args = {b};
+    KwArgs none;
+    call_container_method(target, "update", args, none);
+    return target;
   }
   // Sequences: concatenation and repetition build new symbolic containers.
   bool a_seq = a->is(SymKind::List) || a->is(SymKind::Tuple);
@@ -101,6 +117,11 @@ Sym SymbolicTracer::binary_op(int nb, const Sym& a, const Sym& b) {
       std::vector<Sym> items;
       for (int64_t k = 0; k < n; ++k)
         for (const Sym& i : a->items) items.push_back(i);
+      if (inplace && a->is(SymKind::List)) {  // lst *= n repeats the list itself
+        a->items = std::move(items);
+        note_list_mutation(a);
+        return a;
+      }
       return a->is(SymKind::List) ? make_list(std::move(items)) : make_tuple(std::move(items));
     }
   }
@@ -120,6 +141,8 @@ Sym SymbolicTracer::binary_op(int nb, const Sym& a, const Sym& b) {
 }
 
 Sym SymbolicTracer::compare_op(int cmp, const Sym& a, const Sym& b) {
+  materialize(a);
+  materialize(b);
   FF_CHECK(cmp >= 0 && cmp < 6, "unknown COMPARE_OP");
   if (a->is(SymKind::Tensor) || b->is(SymKind::Tensor)) {
     PyRef fn = operator_fn(kCmpNames[cmp]);
@@ -128,8 +151,11 @@ Sym SymbolicTracer::compare_op(int cmp, const Sym& a, const Sym& b) {
   PyRef a_c = PyRef::steal(sym_to_const(a));
   PyRef b_c = PyRef::steal(sym_to_const(b));
   if (a_c && b_c) {
-    bool plain_a = is_plain_const(a_c.get()) || PyList_Check(a_c.get()) || PyType_Check(a_c.get());
-    bool plain_b = is_plain_const(b_c.get()) || PyList_Check(b_c.get()) || PyType_Check(b_c.get());
+    auto plain = [](PyObject* o) {
+      return is_plain_const(o) || PyList_CheckExact(o) || PyType_Check(o) || PyAnySet_CheckExact(o) || PyDict_CheckExact(o);
+    };
+    bool plain_a = plain(a_c.get());
+    bool plain_b = plain(b_c.get());
     bool identity_eq = (cmp == 2 || cmp == 3) &&
                        Py_TYPE(a_c.get())->tp_richcompare == PyBaseObject_Type.tp_richcompare;
     if ((plain_a && plain_b) || identity_eq || PyObject_HasAttrString(reinterpret_cast<PyObject*>(Py_TYPE(a_c.get())), "_member_map_")) {
@@ -158,6 +184,7 @@ Sym SymbolicTracer::unary_op(const char* op_name, const Sym& a) {
 }
 
 bool SymbolicTracer::truth(const Sym& v) {
+  materialize(v);
   switch (v->kind) {
     case SymKind::Const: {
       PyObject* o = v->obj.get();
@@ -177,7 +204,8 @@ bool SymbolicTracer::truth(const Sym& v) {
     case SymKind::List:
     case SymKind::Dict:
     case SymKind::Set:
-      return !v->items.empty();
+    case SymKind::DictView:
+      return truth(len_of(v));
     case SymKind::Object:
     case SymKind::NewObject: {
       PyTypeObject* t = reinterpret_cast<PyTypeObject*>(type_of(v));
@@ -200,12 +228,17 @@ bool SymbolicTracer::truth(const Sym& v) {
 }
 
 Sym SymbolicTracer::len_of(const Sym& v) {
+  materialize(v);
   switch (v->kind) {
     case SymKind::Tuple:
     case SymKind::List:
-    case SymKind::Set:
+      return make_const_steal(PyLong_FromSize_t(v->items.size()));
     case SymKind::Dict:
-      return make_const_steal(PyLong_FromSize_t(v->is(SymKind::Dict) ? v->keys.size() : v->items.size()));
+      return make_const_steal(PyLong_FromSize_t(v->keys.size()));
+    case SymKind::DictView:
+      return make_const_steal(PyLong_FromSize_t(v->items[0]->keys.size()));
+    case SymKind::Set:
+      return make_const_steal(PyLong_FromSsize_t(PySet_GET_SIZE(v->obj.get())));
     case SymKind::Tensor:
       if (v->meta.dim() == 0) brk(BreakKind::RaisesInTrace, "len() of a 0-d tensor");
       return make_const_steal(PyLong_FromLongLong(v->meta.sizes[0]));
@@ -241,6 +274,8 @@ Sym SymbolicTracer::len_of(const Sym& v) {
 }
 
 Sym SymbolicTracer::contains(const Sym& container, const Sym& item) {
+  materialize(container);
+  materialize(item);
   if (container->is(SymKind::Dict)) {
     PyRef k = PyRef::steal(sym_to_const(item));
     if (!k) brk(BreakKind::UnsupportedOperand, "`in` with key " + describe_sym(item));
@@ -251,20 +286,22 @@ Sym SymbolicTracer::contains(const Sym& container, const Sym& item) {
     }
     return make_const(Py_False);
   }
-  if (container->is(SymKind::Set) && !container->obj) {
-    // Sets hold constants (compared by value) and objects (compared by identity, e.g. the memo
-    // set of nn.Module.named_modules).
-    PyRef i = PyRef::steal(item->is(SymKind::Const) ? sym_to_const(item) : nullptr);
-    for (const Sym& e : container->items) {
-      if (i && e->is(SymKind::Const)) {
-        int eq = PyObject_RichCompareBool(e->obj.get(), i.get(), Py_EQ);
-        if (eq < 0) PyErr_Clear();
-        if (eq == 1) return make_const(Py_True);
-      } else if (!item->is(SymKind::Tensor) && !e->is(SymKind::Tensor) && (e->is(SymKind::Object) || item->is(SymKind::Object) || e->is(SymKind::NewObject) || item->is(SymKind::NewObject))) {
-        if (is_same(e, item)->obj.get() == Py_True) return make_const(Py_True);
-      } else {
-        brk(BreakKind::UnsupportedOperand, "`in` of " + describe_sym(item) + " in a set");
-      }
+  if (container->is(SymKind::Set)) {
+    if (item->is(SymKind::Tensor)) brk(BreakKind::UnsupportedOperand, "`in` of a tensor in a set");
+    PyRef key = set_key(item);
+    int r = PySet_Contains(container->obj.get(), key.get());
+    if (r < 0) brk(BreakKind::RaisesInTrace, "`in` raises");
+    return make_const(r ? Py_True : Py_False);
+  }
+  if (container->is(SymKind::DictView)) {
+    const Sym& d = container->items[0];
+    if (container->name == "keys") return contains(d, item);
+    std::vector<Sym> items = iterate(container);
+    for (const Sym& e : items) {
+      if (e == item) return make_const(Py_True);
+      Sym eq = compare_op(2, e, item);
+      if (!eq->is(SymKind::Const)) brk(BreakKind::DataDependentBranch, "`in` of a dict view with tensors");
+      if (truth(eq)) return make_const(Py_True);
     }
     return make_const(Py_False);
   }
@@ -318,6 +355,7 @@ Sym SymbolicTracer::is_same(const Sym& a, const Sym& b) {
 }
 
 Sym SymbolicTracer::subscript(const Sym& c, const Sym& index) {
+  materialize(c);
   switch (c->kind) {
     case SymKind::Tensor: {
       PyRef fn = operator_fn("getitem");
@@ -400,6 +438,7 @@ Sym SymbolicTracer::subscript(const Sym& c, const Sym& index) {
 }
 
 void SymbolicTracer::store_subscript(const Sym& c, const Sym& index, Sym value) {
+  materialize(c);
   switch (c->kind) {
     case SymKind::Dict: {
       PyRef k = PyRef::steal(sym_to_const(index));
@@ -410,6 +449,10 @@ void SymbolicTracer::store_subscript(const Sym& c, const Sym& index, Sym value) 
       if (c->obj) {
         if (!c->source) brk(BreakKind::UnsupportedValue, "mutation of a dict that cannot be fetched again");
         effects_.push_back({SideEffect::Kind::DictSetItem, c->source, "", k, value});
+        if (Sym owner = owner_of_instance_dict(c)) {
+          if (!PyUnicode_Check(k.get())) brk(BreakKind::UnsupportedValue, "a non-string key in an object's __dict__");
+          set_object_attr(owner, PyUnicode_AsUTF8(k.get()), value);
+        }
       }
       for (size_t i = 0; i < c->keys.size(); ++i) {
         int eq = PyObject_RichCompareBool(c->keys[i]->obj.get(), k.get(), Py_EQ);
@@ -421,6 +464,7 @@ void SymbolicTracer::store_subscript(const Sym& c, const Sym& index, Sym value) 
       }
       c->keys.push_back(make_const(k.get()));
       c->items.push_back(std::move(value));
+      ++c->version;
       return;
     }
     case SymKind::List: {
@@ -456,111 +500,49 @@ void SymbolicTracer::store_subscript(const Sym& c, const Sym& index, Sym value) 
   brk(BreakKind::UnsupportedOperand, "item assignment on " + describe_sym(c));
 }
 
-std::vector<Sym> SymbolicTracer::iterate(const Sym& v) {
-  switch (v->kind) {
-    case SymKind::Tuple:
-    case SymKind::List:
-      return v->items;
-    case SymKind::Set: {
-      // NB: a set iterates in hash order, not insertion order: replay the real set's order.
-      PyRef real = PyRef::steal(PySet_New(nullptr));
-      for (const Sym& i : v->items) PySet_Add(real.get(), i->obj.get());
-      std::vector<Sym> out;
-      PyRef it = PyRef::steal(PyObject_GetIter(real.get()));
-      while (PyObject* o = PyIter_Next(it.get())) {
-        for (const Sym& i : v->items)
-          if (i->obj.get() == o) { out.push_back(i); break; }
-        Py_DECREF(o);
-      }
-      FF_CHECK(!PyErr_Occurred() && out.size() == v->items.size(), "set iteration order");
-      return out;
+void SymbolicTracer::delete_subscript(const Sym& c, const Sym& index) {
+  materialize(c);
+  switch (c->kind) {
+    case SymKind::Dict: {
+      std::vector<Sym> args = {index};
+      KwArgs none;
+      call_container_method(c, "__delitem__", args, none);
+      return;
     }
-    case SymKind::Dict:
-      return v->keys;
-    case SymKind::Iterator: {
-      std::vector<Sym> out;
-      while (Sym s = iter_next(v)) out.push_back(std::move(s));
-      return out;
-    }
-    case SymKind::Const: {
-      PyObject* o = v->obj.get();
-      if (!(is_plain_const(o) || PyList_CheckExact(o) || PyDict_CheckExact(o) || PySet_CheckExact(o) ||
-            PyFrozenSet_CheckExact(o)))
-        break;
-      PyRef it = PyRef::steal(PyObject_GetIter(o));
-      if (!it) { PyErr_Clear(); brk(BreakKind::RaisesInTrace, describe_sym(v) + " is not iterable"); }
-      std::vector<Sym> out;
-      while (PyObject* item = PyIter_Next(it.get())) {
-        out.push_back(wrap(item, nullptr));
-        Py_DECREF(item);
-      }
-      if (PyErr_Occurred()) { PyErr_Clear(); brk(BreakKind::RaisesInTrace, "iteration raises"); }
-      return out;
-    }
-    case SymKind::Tensor: {
-      if (v->meta.dim() == 0) brk(BreakKind::RaisesInTrace, "iteration over a 0-d tensor");
-      std::vector<Sym> out;
-      for (int64_t i = 0; i < v->meta.sizes[0]; ++i) out.push_back(subscript(v, make_const_steal(PyLong_FromLongLong(i))));
-      return out;
-    }
-    case SymKind::Object: {
-      PyObject* o = v->obj.get();
-      if (is_module_container(o)) {
-        PyObject* modules = dict_of(o) ? PyDict_GetItemString(dict_of(o), "_modules") : nullptr;
-        if (!modules) break;
-        PyRef keys = PyRef::steal(PySequence_Tuple(PyRef::steal(PyDict_Keys(modules)).get()));
-        guard(Guard::Kind::DictKeys, attr_source(v->source, "_modules"), keys.get());
-        std::vector<Sym> out;
-        bool is_dict = is_module_dict(o);
-        PyObject *k, *m;
-        Py_ssize_t pos = 0;
-        while (PyDict_Next(modules, &pos, &k, &m)) {
-          if (is_dict) out.push_back(make_const(k));
-          else out.push_back(module_child(v, "_modules", m, PyUnicode_AsUTF8(k)));
-        }
-        return out;
+    case SymKind::List: {
+      int64_t i;
+      if (const_int(index, &i)) {
+        int64_t n = static_cast<int64_t>(c->items.size());
+        if (i < 0) i += n;
+        if (i < 0 || i >= n) brk(BreakKind::RaisesInTrace, "IndexError: list assignment index out of range");
+        c->items.erase(c->items.begin() + i);
+        note_list_mutation(c);
+        return;
       }
       break;
     }
     default:
       break;
   }
-  brk(BreakKind::UnsupportedIteration, describe_sym(v));
+  brk(BreakKind::UnsupportedOperand, "del of an item of " + describe_sym(c));
 }
 
-Sym SymbolicTracer::get_iter(const Sym& v) {
-  if (v->is(SymKind::Iterator)) return v;
-  Sym it = make_sym(SymKind::Iterator);
-  if (v->is(SymKind::Const) && PyRange_Check(v->obj.get())) {
-    PyObject* r = v->obj.get();
-    PyRef start = PyRef::steal(PyObject_GetAttrString(r, "start"));
-    PyRef stop = PyRef::steal(PyObject_GetAttrString(r, "stop"));
-    PyRef step = PyRef::steal(PyObject_GetAttrString(r, "step"));
-    it->flag = true;
-    it->start = it->pos = PyLong_AsLongLong(start.get());
-    it->stop = PyLong_AsLongLong(stop.get());
-    it->step = PyLong_AsLongLong(step.get());
-    if (PyErr_Occurred()) { PyErr_Clear(); brk(BreakKind::UnsupportedIteration, "range with huge bounds"); }
-    return it;
+std::optional<std::vector<Sym>> SymbolicTracer::module_container_items(const Sym& v) {
+  PyObject* o = v->obj.get();
+  if (!is_module_container(o)) return std::nullopt;
+  PyObject* modules = dict_of(o) ? PyDict_GetItemString(dict_of(o), "_modules") : nullptr;
+  if (!modules) return std::nullopt;
+  PyRef keys = PyRef::steal(PySequence_Tuple(PyRef::steal(PyDict_Keys(modules)).get()));
+  guard(Guard::Kind::DictKeys, attr_source(v->source, "_modules"), keys.get());
+  std::vector<Sym> out;
+  bool is_dict = is_module_dict(o);
+  PyObject *k, *m;
+  Py_ssize_t pos = 0;
+  while (PyDict_Next(modules, &pos, &k, &m)) {
+    if (is_dict) out.push_back(make_const(k));
+    else out.push_back(module_child(v, "_modules", m, PyUnicode_AsUTF8(k)));
   }
-  it->items = iterate(v);
-  if (v->is(SymKind::List) || v->is(SymKind::Tuple) ||
-      (v->is(SymKind::Const) && (PyList_CheckExact(v->obj.get()) || PyTuple_CheckExact(v->obj.get()))))
-    it->origin = v;
-  return it;
-}
-
-Sym SymbolicTracer::iter_next(const Sym& it) {
-  if (!it->is(SymKind::Iterator)) brk(BreakKind::UnsupportedIteration, "next() of " + describe_sym(it));
-  if (it->flag) {
-    bool more = it->step > 0 ? it->pos < it->stop : it->pos > it->stop;
-    if (!more) return nullptr;
-    int64_t v = it->pos;
-    it->pos += it->step;
-    return make_const_steal(PyLong_FromLongLong(v));
-  }
-  if (static_cast<size_t>(it->pos) >= it->items.size()) return nullptr;
-  return it->items[static_cast<size_t>(it->pos++)];
+  return out;
 }
 
 }  // namespace ff

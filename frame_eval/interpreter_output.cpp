@@ -25,6 +25,96 @@ OutputPlan OutputBuilder::constant(PyObject* o) {
 
 OutputPlan OutputBuilder::optional(const Sym& v) { return v ? plan(v) : constant(Py_None); }
 
+OutputPlan OutputBuilder::attr_plan(OutputPlan base, const char* name) {
+  OutputPlan p;
+  p.kind = OutputPlan::Kind::Attr;
+  p.items.push_back(std::move(base));
+  p.constant = PyUnicode_FromString(name);
+  return p;
+}
+
+OutputPlan OutputBuilder::call_plan(OutputPlan callee, std::vector<OutputPlan> args) {
+  OutputPlan p;
+  p.kind = OutputPlan::Kind::Call;
+  p.items.push_back(std::move(callee));
+  for (OutputPlan& a : args) p.items.push_back(std::move(a));
+  return p;
+}
+
+// An iterator at a graph break, rebuilt in the state the trace left it in: the same kind of
+// iterator over the same (rebuilt) object, advanced as far.
+OutputPlan OutputBuilder::plan_iterator(const Sym& v) {
+  OutputPlan p = plan_iterator_value(v);
+  p.memo = memo(v);  // one object however often the state holds it
+  return p;
+}
+
+OutputPlan OutputBuilder::plan_iterator_value(const Sym& v) {
+  auto advanced = [&](OutputPlan iterable, int64_t pos) {
+    OutputPlan p;
+    p.kind = OutputPlan::Kind::Iterator;
+    p.items.push_back(std::move(iterable));
+    p.index = static_cast<int>(pos);
+    return p;
+  };
+  auto builtin = [&](const char* name) {
+    PyRef f = PyRef::steal(PyObject_GetAttrString(known().builtins, name));
+    FF_CHECK(f, std::string("builtins.") + name);
+    return constant(f.get());
+  };
+  if (v->exhausted) return advanced(constant(PyRef::steal(PyTuple_New(0)).get()), 0);
+  switch (v->iter) {
+    case IterKind::Range: {
+      PyRef r = PyRef::steal(PyObject_CallFunction(reinterpret_cast<PyObject*>(&PyRange_Type), "LLL",
+                                                   static_cast<long long>(v->pos), static_cast<long long>(v->stop),
+                                                   static_cast<long long>(v->step)));
+      FF_CHECK(r, "range()");
+      return advanced(constant(r.get()), 0);
+    }
+    case IterKind::Seq:
+      return advanced(plan(v->origin), v->pos);
+    case IterKind::Reversed: {
+      int64_t n = static_cast<int64_t>(v->origin->items.size());
+      if (v->pos < 0 || v->pos >= n) return advanced(constant(PyRef::steal(PyTuple_New(0)).get()), 0);
+      return advanced(call_plan(builtin("reversed"), {plan(v->origin)}), n - 1 - v->pos);
+    }
+    case IterKind::Items: {
+      std::vector<Sym> rest(v->items.begin() + std::min<int64_t>(v->pos, static_cast<int64_t>(v->items.size())), v->items.end());
+      return advanced(plan(make_tuple(std::move(rest))), 0);
+    }
+    case IterKind::DictKeys:
+    case IterKind::DictValues:
+    case IterKind::DictItems: {
+      const char* which = v->iter == IterKind::DictKeys ? "keys" : v->iter == IterKind::DictValues ? "values" : "items";
+      return advanced(call_plan(attr_plan(plan(v->origin), which), {}), v->pos);
+    }
+    case IterKind::Enumerate:
+      return call_plan(builtin("enumerate"), {plan(v->items[0]), constant(PyRef::steal(PyLong_FromLongLong(v->pos)).get())});
+    case IterKind::Zip: {
+      OutputPlan callee = builtin("zip");
+      if (v->flag) {  // zip(..., strict=True) as functools.partial(zip, strict=True)
+        PyRef kw = PyRef::steal(Py_BuildValue("{s:O}", "strict", Py_True));
+        PyRef part = PyRef::steal(PyObject_Call(known().partial_type, PyRef::steal(PyTuple_Pack(1, callee.constant)).get(), kw.get()));
+        FF_CHECK(part, "functools.partial(zip, strict=True)");
+        callee = constant(part.get());
+      }
+      std::vector<OutputPlan> args;
+      for (const Sym& i : v->items) args.push_back(plan(i));
+      return call_plan(std::move(callee), std::move(args));
+    }
+    case IterKind::Map:
+    case IterKind::Filter: {
+      std::vector<OutputPlan> args;
+      for (const Sym& i : v->items) args.push_back(plan(i));
+      return call_plan(builtin(v->iter == IterKind::Map ? "map" : "filter"), std::move(args));
+    }
+    case IterKind::Generator:  // a suspended frame of the trace's: nothing native can resume it
+    case IterKind::Native:     // planned as its source (plan_value)
+      break;
+  }
+  t.brk(BreakKind::EscapingObject, describe_sym(v));
+}
+
 OutputPlan OutputBuilder::plan(const Sym& v) {
   if (!in_progress.insert(v.get()).second) {
     // A cycle. Through a cell (a recursive inner function's cell holds the function) it is a
@@ -49,8 +139,10 @@ OutputPlan OutputBuilder::plan_value(const Sym& v) {
   OutputPlan p;
   switch (v->kind) {
     case SymKind::Tensor: {
-      if (break_state && v->source && t.out_.graph.node(v->node).kind == NodeKind::Placeholder) {
-        p.kind = OutputPlan::Kind::Source;  // the caller's tensor itself, not a graph copy of it
+      // The caller's tensor itself, not a graph copy of it: at a graph break, and once written in
+      // place (the graph wrote it; its identity is the caller's).
+      if (v->source && (break_state || t.out_.graph.node(v->node).kind != NodeKind::Placeholder)) {
+        p.kind = OutputPlan::Kind::Source;
         p.source = v->source;
         return p;
       }
@@ -83,6 +175,18 @@ OutputPlan OutputBuilder::plan_value(const Sym& v) {
       p.tuple_type = v->obj.get();
       Py_XINCREF(p.tuple_type);
       return p;
+    case SymKind::Appendable:  // the object passed in (what the trace added is replayed first)
+      p.kind = OutputPlan::Kind::Source;
+      p.source = v->source;
+      return p;
+    case SymKind::Iterator:
+      if (v->iter == IterKind::Native) {  // the iterator passed in, advanced first
+        p.kind = OutputPlan::Kind::Source;
+        p.source = v->source;
+        return p;
+      }
+      if (break_state) return plan_break_only(v);
+      break;
     case SymKind::List:
     case SymKind::Dict:
     case SymKind::Object:
@@ -109,6 +213,17 @@ OutputPlan OutputBuilder::plan_value(const Sym& v) {
       }
       break;
     case SymKind::Set:
+      if (v->source) {  // the set passed in (its changes are replayed before this is built)
+        p.kind = OutputPlan::Kind::Source;
+        p.source = v->source;
+        return p;
+      }
+      p.kind = OutputPlan::Kind::Set;
+      p.memo = memo(v);
+      for (const Sym& e : t.set_elements(v)) p.items.push_back(plan(e));
+      return p;
+    case SymKind::DictView:
+      return call_plan(attr_plan(plan(v->items[0]), v->name.c_str()), {});
     case SymKind::Slice: {
       PyObject* c = sym_to_const(v);
       if (c) {
@@ -148,26 +263,8 @@ OutputPlan OutputBuilder::plan_break_only(const Sym& v) {
       Py_INCREF(p.constant);
       for (size_t i = 0; i < 3; ++i) p.items.push_back(optional(i < v->items.size() ? v->items[i] : nullptr));
       return p;
-    case SymKind::Iterator: {
-      p.kind = OutputPlan::Kind::Iterator;
-      p.memo = memo(v);
-      if (v->flag) {  // range: the rest of it
-        PyRef r = PyRef::steal(PyObject_CallFunction(reinterpret_cast<PyObject*>(&PyRange_Type), "LLL",
-                                                     static_cast<long long>(v->pos), static_cast<long long>(v->stop),
-                                                     static_cast<long long>(v->step)));
-        FF_CHECK(r, "range()");
-        p.items.push_back(constant(r.get()));
-        p.index = 0;
-      } else if (v->origin) {  // the same list/tuple, at the same position
-        p.items.push_back(plan(v->origin));
-        p.index = static_cast<int>(v->pos);
-      } else {
-        std::vector<Sym> rest(v->items.begin() + std::min<int64_t>(v->pos, static_cast<int64_t>(v->items.size())), v->items.end());
-        p.items.push_back(plan(make_tuple(std::move(rest))));
-        p.index = 0;
-      }
-      return p;
-    }
+    case SymKind::Iterator:
+      return plan_iterator(v);
     case SymKind::GradCtx:
       p.kind = OutputPlan::Kind::GradCtx;
       p.constant = v->flag ? known().enable_grad : known().no_grad;

@@ -2,6 +2,7 @@
 #include <Python.h>
 
 #include "frame_eval/interpreter_impl.h"
+#include "frame_eval/py_util.h"
 #include "graph/op_registry.h"
 #include "graph/python/graph_calls.h"
 
@@ -93,6 +94,8 @@ void SymbolicTracer::guard(Guard::Kind kind, const SourcePtr& src, PyObject* exp
   key.push_back(static_cast<char>(kind));
   key.push_back(static_cast<char>(src->kind));
   if (src->kind == Source::Kind::Attr) key += src->name;
+  if (kind == Guard::Kind::NoAttr || kind == Guard::Kind::NoKey) key += std::string("/") + PyUnicode_AsUTF8(expected);
+  if (kind == Guard::Kind::LenAtLeast) key += "/" + std::to_string(length);
   if (!guard_keys_.insert(key).second) return;
   Guard g;
   g.kind = kind;
@@ -101,6 +104,65 @@ void SymbolicTracer::guard(Guard::Kind kind, const SourcePtr& src, PyObject* exp
   Py_XINCREF(expected);
   g.length = length;
   out_.guards.push_back(std::move(g));
+}
+
+void SymbolicTracer::note_instance_dict(PyObject* obj) {
+  // NB: attribute writes are tracked per object; two objects sharing one __dict__ (proxies that
+  // assign another's __dict__) would each see a stale view of the other's writes.
+  PyObject** dp = _PyObject_GetDictPtr(obj);
+  if (!dp || !*dp) return;
+  auto [it, inserted] = owner_of_dict_.emplace(*dp, obj);
+  if (!inserted && it->second != obj) brk(BreakKind::UnsupportedValue, "two objects sharing one __dict__");
+}
+
+// A set read from frame state, guarded by its elements in its iteration order (contents and
+// order). The trace works on a private copy; changes are replayed on the real set afterwards.
+void SymbolicTracer::read_set(const Sym& s, PyObject* obj, const SourcePtr& src) {
+  PyRef elems = PyRef::steal(PySequence_Tuple(obj));
+  FF_CHECK(elems, "tuple(set)");
+  std::vector<Sym> keys;
+  for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(elems.get()); ++i) {
+    PyObject* e = PyTuple_GET_ITEM(elems.get(), i);
+    if (!is_plain_const(e)) brk(BreakKind::UnsupportedValue, "a set holding " + describe_sym(make_const(e)) + " (only sets of constants are modelled)");
+    keys.push_back(make_const(e));
+  }
+  guard(Guard::Kind::TypeMatch, src, reinterpret_cast<PyObject*>(&PySet_Type));
+  guard(Guard::Kind::IterMatch, src, elems.get());
+  s->kind = SymKind::Set;
+  s->obj = PyRef::steal(PySet_New(obj));
+  s->source = src;
+  s->origin = make_const(obj);
+  s->keys = std::move(keys);
+}
+
+const Sym& SymbolicTracer::materialize(const Sym& v) {
+  if (!v->is(SymKind::Appendable)) return v;
+  PyRef real = v->obj;
+  std::vector<Sym> added = std::move(v->items);
+  v->items.clear();
+  if (PyList_CheckExact(real.get())) {
+    Py_ssize_t n = PyList_GET_SIZE(real.get());
+    guard(Guard::Kind::LenMatch, v->source, nullptr, n);
+    for (Py_ssize_t i = 0; i < n; ++i) {
+      PyRef idx = PyRef::steal(PyLong_FromSsize_t(i));
+      v->items.push_back(wrap(PyList_GET_ITEM(real.get(), i), item_source(v->source, idx.get())));
+    }
+    v->kind = SymKind::List;
+    if (!added.empty()) {
+      for (Sym& a : added) v->items.push_back(std::move(a));
+      note_list_mutation(v);
+    }
+    return v;
+  }
+  read_set(v, real.get(), v->source);
+  for (const Sym& a : added) set_add(v, a);
+  return v;
+}
+
+void SymbolicTracer::note_appended(const Sym& v) {
+  for (const Sym& s : mutated_containers_)
+    if (s == v) return;
+  mutated_containers_.push_back(v);
 }
 
 Sym SymbolicTracer::wrap(PyObject* obj, SourcePtr src) {
@@ -152,6 +214,16 @@ Sym SymbolicTracer::wrap(PyObject* obj, SourcePtr src) {
   }
   auto cached = by_identity_.find(obj);
   if (cached != by_identity_.end()) return cached->second;
+  if ((t == &PyList_Type || t == &PySet_Type) && src) {
+    // NB: its contents are read (and guarded) only when the trace uses them: a list the code only
+    // appends to (a comprehension's, resumed after a graph break) is guarded on its type alone.
+    guard(Guard::Kind::TypeMatch, src, reinterpret_cast<PyObject*>(t));
+    Sym s = make_sym(SymKind::Appendable);
+    s->obj = PyRef::borrow(obj);
+    s->source = src;
+    by_identity_.emplace(obj, s);
+    return s;
+  }
   if (t == &PyList_Type || t == &PyTuple_Type) {
     guard(Guard::Kind::TypeMatch, src, reinterpret_cast<PyObject*>(t));
     Py_ssize_t n = PySequence_Fast_GET_SIZE(obj);
@@ -182,14 +254,18 @@ Sym SymbolicTracer::wrap(PyObject* obj, SourcePtr src) {
   }
   if (t == &PyDict_Type || (PyDict_Check(obj) && std::string_view(t->tp_name) == "collections.OrderedDict")) {
     guard(Guard::Kind::TypeMatch, src, reinterpret_cast<PyObject*>(t));
-    PyRef keys = PyRef::steal(PySequence_Tuple(PyRef::steal(PyDict_Keys(obj)).get()));
+    PyRef keys = PyRef::steal(PySequence_Tuple(obj));
+    FF_CHECK(keys, "tuple(dict)");
     guard(Guard::Kind::DictKeys, src, keys.get());
     Sym s = make_sym(SymKind::Dict);
-    PyObject *k, *v;
-    Py_ssize_t pos = 0;
-    while (PyDict_Next(obj, &pos, &k, &v)) {
+    // NB: an OrderedDict iterates in its own order (move_to_end), not its table's: read the keys
+    // through iteration, as the keys guard does.
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(keys.get()); ++i) {
+      PyObject* k = PyTuple_GET_ITEM(keys.get(), i);
       if (src && !PyUnicode_CheckExact(k) && !PyLong_CheckExact(k))
         brk(BreakKind::UnsupportedValue, "a dict with keys that are not str or int");
+      PyObject* v = PyDict_GetItemWithError(obj, k);
+      FF_CHECK(v, "a dict key vanished while read");
       s->keys.push_back(make_const(k));
       s->items.push_back(wrap(v, item_source(src, k)));
     }
@@ -218,6 +294,7 @@ Sym SymbolicTracer::wrap(PyObject* obj, SourcePtr src) {
   }
   if (is_module(obj)) {
     guard(Guard::Kind::IdMatch, src, obj);
+    note_instance_dict(obj);
     Sym s = make_sym(SymKind::Object);
     s->obj = PyRef::borrow(obj);
     s->source = src;
@@ -235,12 +312,30 @@ Sym SymbolicTracer::wrap(PyObject* obj, SourcePtr src) {
     guard(Guard::Kind::IdMatch, src, obj);
     return make_const(obj, src);
   }
-  if (is_torch_internal(obj) || t == &PySet_Type) {
+  if (t == &PySet_Type) {
+    Sym s = make_sym(SymKind::Set);
+    read_set(s, obj, src);
+    by_identity_.emplace(obj, s);
+    return s;
+  }
+  if (PyObject* rest = iterator_rest(obj)) {  // a list / tuple / range / dict / set iterator
+    Py_DECREF(rest);
+    if (!src) brk(BreakKind::UnsupportedValue, "an iterator that the compiled code cannot fetch again");
+    guard(Guard::Kind::TypeMatch, src, reinterpret_cast<PyObject*>(t));
+    Sym it = make_sym(SymKind::Iterator);
+    it->iter = IterKind::Native;
+    it->obj = PyRef::borrow(obj);
+    it->source = src;
+    by_identity_.emplace(obj, it);
+    return it;
+  }
+  if (is_torch_internal(obj)) {
     guard(Guard::Kind::IdMatch, src, obj);
     return make_const(obj, src);
   }
   // A user object: its type is guarded, attributes are guarded as they are read.
   guard(Guard::Kind::TypeMatch, src, reinterpret_cast<PyObject*>(t));
+  note_instance_dict(obj);
   Sym s = make_sym(SymKind::Object);
   s->obj = PyRef::borrow(obj);
   s->source = src;
@@ -325,15 +420,62 @@ void set_attr(std::vector<std::pair<std::string, Sym>>& attrs, const std::string
 }
 }  // namespace
 
+// obj.__dict__ of a plain object: the real dict, modelled like any dict passed in and kept in step
+// with the object's attributes (a write through either is seen through the other).
+Sym SymbolicTracer::instance_dict(const Sym& base) {
+  if (base->origin) return base->origin;
+  PyObject* o = base->obj.get();
+  if (is_module(o)) brk(BreakKind::UnsupportedAttribute, "a module's __dict__ (its parameters and children live elsewhere)");
+  for (const PendingEffect& e : effects_)
+    if (e.kind == SideEffect::Kind::SetAttr && e.target == base->source)
+      brk(BreakKind::UnsupportedAttribute, "obj.__dict__ after the compiled code assigned attributes of obj");
+  PyRef d = PyRef::steal(PyObject_GenericGetDict(o, nullptr));
+  if (!d) {
+    PyErr_Clear();
+    return missing_attr(base, "__dict__");
+  }
+  if (!PyDict_CheckExact(d.get())) brk(BreakKind::UnsupportedAttribute, "obj.__dict__ that is not a dict");
+  owner_of_dict_[d.get()] = o;  // NB: a managed dict may only exist from now on
+  Sym ds = wrap(d.get(), attr_source(base->source, "__dict__"));
+  base->origin = ds;
+  return ds;
+}
+
+Sym SymbolicTracer::owner_of_instance_dict(const Sym& dict) {
+  if (!dict->obj) return nullptr;
+  auto owner = owner_of_dict_.find(dict->obj.get());
+  if (owner == owner_of_dict_.end()) return nullptr;
+  auto sym = by_identity_.find(owner->second);
+  return sym != by_identity_.end() && sym->second->origin == dict ? sym->second : nullptr;
+}
+
+void SymbolicTracer::set_object_attr(const Sym& obj, const std::string& name, Sym value) {
+  set_attr(obj->attrs, name, std::move(value));
+}
+
+void SymbolicTracer::not_in_instance_dict(const Sym& base, const std::string& name) {
+  PyRef n = PyRef::steal(PyUnicode_InternFromString(name.c_str()));
+  guard(Guard::Kind::NoKey, attr_source(base->source, "__dict__"), n.get());
+}
+
+// An attribute the object does not have: nullptr, and a guard that it still has none (the next
+// call's object may have gained it: hasattr() and getattr() defaults must see that).
+Sym SymbolicTracer::missing_attr(const Sym& base, const std::string& name) {
+  PyRef n = PyRef::steal(PyUnicode_InternFromString(name.c_str()));
+  guard(Guard::Kind::NoAttr, base->source, n.get());
+  return nullptr;
+}
+
 // Python's generic attribute lookup (object.__getattribute__) on an object from outside the trace:
 // data descriptors, the instance dict, then class attributes, then module children and __getattr__.
 // Null: no such attribute.
 Sym SymbolicTracer::generic_object_attr(const Sym& base, const std::string& name) {
   if (Sym v = find_attr(base->attrs, name)) return v;
-  if (name == "__dict__" || name == "__class__")
-    brk(BreakKind::UnsupportedAttribute, "obj." + name + " (its contents would bypass attribute tracking)");
   PyObject* o = base->obj.get();
   PyTypeObject* t = Py_TYPE(o);
+  if (name == "__class__" && type_lookup(t, "__class__") == type_lookup(&PyBaseObject_Type, "__class__"))
+    return make_const(reinterpret_cast<PyObject*>(t));  // the object's type is guarded already
+  if (name == "__dict__") return instance_dict(base);
   PyObject* desc = type_lookup(t, name.c_str());
   SourcePtr src = attr_source(base->source, name);
   Sym result;
@@ -367,6 +509,8 @@ Sym SymbolicTracer::generic_object_attr(const Sym& base, const std::string& name
   if (inst) {
     result = wrap(inst, src);
   } else if (desc) {
+    // NB: found on the class: an instance attribute of that name set later would shadow it.
+    if ((dictptr && *dictptr) || managed) not_in_instance_dict(base, name);
     if (PyFunction_Check(desc)) {
       result = make_sym(SymKind::BoundMethod);
       result->items = {base, make_const(desc)};
@@ -396,16 +540,35 @@ Sym SymbolicTracer::generic_object_attr(const Sym& base, const std::string& name
       result = module_child(base, dict_name, v, name);
       break;
     }
-    if (!result) return nullptr;
+    if (!result) return missing_attr(base, name);
   } else {
     PyObject* ga = type_lookup(t, "__getattr__");
-    if (!ga) return nullptr;
+    if (!ga) return missing_attr(base, name);
     if (!PyFunction_Check(ga)) brk(BreakKind::UnsupportedAttribute, "__getattr__ implemented in C");
     PyRef n = PyRef::steal(PyUnicode_FromString(name.c_str()));
     return call(make_const(ga), {base, make_const(n.get())}, {});
   }
   base->attrs.emplace_back(name, result);
   return result;
+}
+
+Sym SymbolicTracer::builtin_attr(const Sym& base, const std::string& name) {
+  PyObject* t = type_of(base);
+  if (!t) brk(BreakKind::UnsupportedAttribute, "attribute '" + name + "' of " + describe_sym(base));
+  if (name == "__class__") return make_const(t);
+  // NB: these types keep no attributes on their instances (a partial's __dict__ aside, which the
+  // trace never fills): what the type does not have, the value does not have.
+  PyObject* d = type_lookup(reinterpret_cast<PyTypeObject*>(t), name.c_str());
+  if (!d) return nullptr;
+  PyTypeObject* dt = Py_TYPE(d);
+  if (dt == &PyMethodDescr_Type || dt == &PyWrapperDescr_Type || dt == &PyClassMethodDescr_Type || PyCFunction_Check(d)) {
+    Sym m = make_sym(SymKind::Method);
+    m->name = name;
+    m->items = {base};
+    return m;
+  }
+  if (d == Py_None || PyUnicode_Check(d)) return make_const(d);  // __hash__ = None, __doc__ ...
+  brk(BreakKind::UnsupportedAttribute, "attribute '" + name + "' of " + describe_sym(base));
 }
 
 Sym SymbolicTracer::load_attr(const Sym& base, const std::string& name) {
@@ -489,13 +652,15 @@ Sym SymbolicTracer::try_load_attr(const Sym& base, const std::string& name) {
     }
     case SymKind::Tuple:
       if (base->obj && base->obj.get() != known().size_type) {
-        PyObject* fields = PyObject_GetAttrString(base->obj.get(), "_fields");
-        PyRef hold = PyRef::steal(fields);
-        if (fields && PyTuple_Check(fields)) {
-          for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(fields); ++i)
-            if (name == PyUnicode_AsUTF8(PyTuple_GET_ITEM(fields, i))) return base->items[static_cast<size_t>(i)];
+        // namedtuple fields (_fields) and structseq fields (torch.return_types: __match_args__).
+        for (const char* field_names : {"_fields", "__match_args__"}) {
+          PyRef fields = PyRef::steal(PyObject_GetAttrString(base->obj.get(), field_names));
+          if (!fields) PyErr_Clear();
+          if (!fields || !PyTuple_Check(fields.get())) continue;
+          for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(fields.get()) && static_cast<size_t>(i) < base->items.size(); ++i)
+            if (name == PyUnicode_AsUTF8(PyTuple_GET_ITEM(fields.get(), i))) return base->items[static_cast<size_t>(i)];
+          break;
         }
-        PyErr_Clear();
         PyObject* attr = type_lookup(reinterpret_cast<PyTypeObject*>(base->obj.get()), name.c_str());
         if (attr && PyFunction_Check(attr)) {
           Sym s = make_sym(SymKind::BoundMethod);
@@ -507,15 +672,14 @@ Sym SymbolicTracer::try_load_attr(const Sym& base, const std::string& name) {
           return call(make_const(fget.get()), {base}, {});
         }
       }
-      [[fallthrough]];
+      return builtin_attr(base, name);
     case SymKind::List:
     case SymKind::Dict:
-    case SymKind::Set: {
-      Sym m = make_sym(SymKind::Method);
-      m->name = name;
-      m->items = {base};
-      return m;
-    }
+    case SymKind::Set:
+    case SymKind::DictView:
+    case SymKind::Iterator:
+    case SymKind::Appendable:
+      return builtin_attr(base, name);
     case SymKind::Super: {
       // super(cls, self).name: search the MRO of type(self) after cls.
       PyObject* self_type = type_of(base->items[0]);
@@ -606,7 +770,7 @@ Sym SymbolicTracer::try_load_attr(const Sym& base, const std::string& name) {
       if (name == "func") return base->items[0];
       if (name == "args") return base->items[1];
       if (name == "keywords") return base->items[2];
-      return nullptr;
+      return builtin_attr(base, name);
     case SymKind::Slice:
       if (name == "start") return base->items[0];
       if (name == "stop") return base->items[1];
@@ -636,6 +800,11 @@ void SymbolicTracer::store_attr(const Sym& base, const std::string& name, Sym va
       PyObject* params = dictptr && *dictptr ? PyDict_GetItemString(*dictptr, "_parameters") : nullptr;
       if (params && PyDict_GetItemString(params, name.c_str()))
         brk(BreakKind::UnsupportedAttribute, "assignment to a parameter");
+    }
+    if (base->origin) {  // its __dict__ is modelled: the store goes there (and is replayed there)
+      PyRef key = PyRef::steal(PyUnicode_FromString(name.c_str()));
+      store_subscript(base->origin, make_const(key.get()), value);
+      return;
     }
     effects_.push_back({SideEffect::Kind::SetAttr, base->source, name, PyRef(), value});
     set_attr(base->attrs, name, std::move(value));

@@ -1,5 +1,7 @@
 #include "frame_eval/py_util.h"
 
+#include <string_view>
+
 namespace ff {
 
 std::string py_short_repr(PyObject* o, size_t max_len) {
@@ -50,6 +52,47 @@ std::string fetch_py_error_text() {
   Py_XDECREF(et);
   Py_XDECREF(ev);
   Py_XDECREF(tb);
+  return out;
+}
+
+}  // namespace ff
+
+namespace ff {
+
+PyObject* iterator_rest(PyObject* it) {
+  static const char* kinds[] = {"list_iterator", "tuple_iterator", "range_iterator", "list_reverseiterator",
+                                "dict_keyiterator", "dict_valueiterator", "dict_itemiterator", "set_iterator"};
+  std::string_view name = Py_TYPE(it)->tp_name;
+  bool known = false;
+  for (const char* k : kinds) known = known || name == k;
+  if (!known) return nullptr;
+  // (callable, (seq,)[, position]): list/tuple/range iterators count up from the position,
+  // reversed counts down from it; dict and set iterators reduce to the list of their rest.
+  PyRef r = PyRef::steal(PyObject_CallMethod(it, "__reduce__", nullptr));
+  if (!r || !PyTuple_Check(r.get()) || PyTuple_GET_SIZE(r.get()) < 2) {
+    PyErr_Clear();
+    return nullptr;
+  }
+  PyObject* args = PyTuple_GET_ITEM(r.get(), 1);
+  if (!PyTuple_Check(args) || PyTuple_GET_SIZE(args) != 1) return nullptr;
+  PyObject* seq = PyTuple_GET_ITEM(args, 0);
+  PyRef part;
+  if (PyTuple_GET_SIZE(r.get()) >= 3) {
+    Py_ssize_t pos = PyLong_AsSsize_t(PyTuple_GET_ITEM(r.get(), 2));
+    if (pos == -1 && PyErr_Occurred()) {
+      PyErr_Clear();
+      return nullptr;
+    }
+    bool reversed = name == "list_reverseiterator";
+    PyRef start = PyRef::steal(reversed ? (pos < 0 ? nullptr : PyLong_FromSsize_t(pos)) : PyLong_FromSsize_t(pos));
+    PyRef step = PyRef::steal(PyLong_FromLong(reversed ? -1 : 1));
+    if (reversed && pos < 0) return PyTuple_New(0);
+    PyRef slice = PyRef::steal(PySlice_New(start.get(), nullptr, step.get()));
+    part = PyRef::steal(slice ? PyObject_GetItem(seq, slice.get()) : nullptr);
+    seq = part.get();
+  }
+  PyObject* out = seq ? PySequence_Tuple(seq) : nullptr;
+  if (!out) PyErr_Clear();
   return out;
 }
 

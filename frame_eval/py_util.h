@@ -18,4 +18,9 @@ std::string py_type_name(PyObject* o);
 // The current Python exception as "TypeName: message", cleared. Empty if none is set.
 std::string fetch_py_error_text();
 
+// What a builtin iterator (of a list, tuple, range, dict or set, or a reversed list) would still
+// yield, as a new tuple, read through its __reduce__ without consuming it. Null (no error set) for
+// any other object.
+PyObject* iterator_rest(PyObject* it);
+
 }  // namespace ff

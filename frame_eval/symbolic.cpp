@@ -114,13 +114,28 @@ PyObject* sym_to_const(const Sym& s) {
       return d;
     }
     case SymKind::Set: {
-      PyObject* set = PySet_New(nullptr);
-      for (const Sym& i : s->items) {
-        PyObject* v = sym_to_const(i);
-        if (!v || PySet_Add(set, v) < 0) { Py_XDECREF(v); Py_DECREF(set); PyErr_Clear(); return nullptr; }
-        Py_DECREF(v);
+      // NB: the model itself, not a copy: a copy may iterate in another order. Callers only read it.
+      for (const Sym& e : s->keys)
+        if (!e->is(SymKind::Const)) return nullptr;
+      PyObject* it = PyObject_GetIter(s->obj.get());
+      bool all_const = it != nullptr;
+      while (PyObject* k = it ? PyIter_Next(it) : nullptr) {
+        all_const = all_const && is_plain_const(k);
+        Py_DECREF(k);
       }
-      return set;
+      Py_XDECREF(it);
+      PyErr_Clear();
+      if (!all_const) return nullptr;
+      PyObject* r = s->origin && !s->flag ? s->origin->obj.get() : s->obj.get();  // a set passed in: its own order
+      Py_INCREF(r);
+      return r;
+    }
+    case SymKind::DictView: {
+      PyObject* d = sym_to_const(s->items[0]);
+      PyObject* r = d ? PyObject_CallMethod(d, s->name.c_str(), nullptr) : nullptr;
+      Py_XDECREF(d);
+      if (!r) PyErr_Clear();
+      return r;
     }
     case SymKind::Slice: {
       PyObject* a = sym_to_const(s->items[0]);

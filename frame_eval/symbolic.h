@@ -20,27 +20,34 @@ namespace ff {
 
 struct SymValue;
 using Sym = std::shared_ptr<SymValue>;
+struct Frame;  // interpreter_impl.h: an interpreted frame (a generator's, held by its iterator)
 
 // X(kind, fields used)
 #define FF_SYM_KINDS(X)                                                                          \
   X(Null, "the NULL CPython pushes below callables / an unbound local (LOAD_FAST_AND_CLEAR)")    \
   X(Const, "obj: a Python object known at capture time; source: where it was read, if anywhere") \
   X(Tensor, "node, meta; obj: the tensor's Python type (torch.Tensor / nn.Parameter)")          \
-  X(Tuple, "items; obj: the namedtuple / torch.Size type or null for a plain tuple")              \
+  X(Tuple, "items; obj: the namedtuple / structseq / torch.Size type or null for a plain tuple")  \
   X(List, "items; obj: the real list when read from frame state (mutations become side effects)") \
   X(Dict, "keys (Const) and items; obj: the real dict when read from frame state")               \
-  X(Set, "items (Const)")                                                                        \
+  X(Set, "obj: a private set that every operation is replayed on in eager's order (its iteration " \
+         "order is eager's); source: where a set passed in was read, keys: its elements in its "   \
+         "own order then, flag: changed since (its changes are replayed on it after the graph)")    \
   X(Object, "obj: a real object (user object, nn.Module); attribute writes overlay in the tracer") \
   X(NewObject, "obj: the class; attrs: attributes of an object created while tracing")          \
   X(Function, "a function made by MAKE_FUNCTION: obj code, globals, items[0] defaults, items[1] kwdefaults, items[2] closure") \
   X(BoundMethod, "items[0] self, items[1] function")                                             \
   X(Cell, "items[0] contents (absent: empty); obj: the real cell, source: of the contents")       \
-  X(Iterator, "items from pos; or a range (start, stop, step) when is_range")                    \
+  X(Iterator, "iter: which iterator (IterKind); the fields it uses are documented there")        \
   X(Slice, "items: start, stop, step")                                                           \
   X(Method, "items[0] self, name: a builtin method of a symbolic value (list.append, t.size ...)") \
   X(Super, "items[0] self; obj: the class to start the MRO search after")                        \
   X(GradCtx, "torch.no_grad()/enable_grad()/set_grad_enabled(b): flag = grad mode inside")      \
-  X(Partial, "functools.partial: items[0] func, items[1] args (Tuple), items[2] kwargs (Dict)")
+  X(Partial, "functools.partial: items[0] func, items[1] args (Tuple), items[2] kwargs (Dict)")  \
+  X(DictView, "dict.keys() / values() / items(): items[0] the Dict (read live), name: which")    \
+  X(Appendable, "a list or set passed in (obj, source) whose contents the trace has not read: "   \
+                "items are what it appended / added, in order; any other use reads it first "      \
+                "(it becomes a List or Set, guarded on its contents: materialize())")
 
 enum class SymKind : uint8_t {
 #define FF_SYM_ENUM(k, doc) k,
@@ -49,20 +56,49 @@ enum class SymKind : uint8_t {
 };
 const char* sym_kind_name(SymKind k);
 
+// The iterators the interpreter models. Each reads its source lazily, as CPython's does, so that
+// mutating a list while looping over it, or a consumer that stops early, behaves as in eager.
+// X(kind, fields used)
+#define FF_ITER_KINDS(X)                                                                          \
+  X(Range, "start, stop, step; pos: the next value")                                             \
+  X(Seq, "origin: a List or Tuple read at pos when next() is called (list_iterator)")            \
+  X(Reversed, "origin: a List or Tuple read at pos, counting down (list_reverseiterator)")       \
+  X(Items, "items from pos: a fixed sequence (a set's elements, a generator's values ...)")     \
+  X(DictKeys, "origin: a Dict read at pos; stop: its key version when made (a change raises)")  \
+  X(DictValues, "as DictKeys")                                                                   \
+  X(DictItems, "as DictKeys")                                                                    \
+  X(Enumerate, "items[0]: the inner iterator; pos: the next count")                             \
+  X(Zip, "items: the inner iterators; flag: strict=True")                                        \
+  X(Map, "items[0]: the function; items[1..]: the inner iterators")                             \
+  X(Filter, "items[0]: the function (None: truth itself); items[1]: the inner iterator")          \
+  X(Generator, "frame: the generator function's frame, run to its next yield by each next()")     \
+  X(Native, "obj: a builtin iterator passed in (source); pos: items taken, read through "         \
+            "rest(source) without consuming it (the real one is advanced after the graph)")
+
+enum class IterKind : uint8_t {
+#define FF_ITER_ENUM(k, doc) k,
+  FF_ITER_KINDS(FF_ITER_ENUM)
+#undef FF_ITER_ENUM
+};
+
 struct SymValue {
   SymKind kind = SymKind::Null;
-  bool flag = false;       // GradCtx: grad mode inside; Iterator: is_range; List/Dict: mutated
+  bool flag = false;       // GradCtx: grad mode inside; List/Dict: mutated; Set, Iterator: see above
+  bool exhausted = false;  // Iterator: next() returned StopIteration once (CPython's stay exhausted)
+  IterKind iter = IterKind::Items;  // Iterator
   PyRef obj;
   SourcePtr source;
   NodeId node = -1;
   TensorMeta meta;         // Tensor
   std::vector<Sym> items;
-  std::vector<Sym> keys;   // Dict keys
-  std::string name;        // Method name
+  std::vector<Sym> keys;   // Dict keys; Set: its elements when read from frame state
+  std::string name;        // Method name; DictView: keys / values / items
   PyRef globals;           // Function
   int64_t pos = 0, start = 0, stop = 0, step = 1;  // Iterator
+  uint32_t version = 0;    // Dict: bumped when a key is added or removed (iterators check it)
   std::vector<std::pair<std::string, Sym>> attrs;  // NewObject attributes, in assignment order
-  Sym origin;              // Iterator: the list/tuple it iterates (rebuilt at a graph break), if any
+  Sym origin;              // Iterator: the List / Tuple / Dict it reads
+  std::shared_ptr<Frame> frame;  // Iterator (Generator): its suspended frame
 
   explicit SymValue(SymKind k) : kind(k) {}
   bool is(SymKind k) const { return kind == k; }

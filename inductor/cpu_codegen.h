@@ -42,9 +42,9 @@ std::string cpu_target_description();
 
 std::shared_ptr<CpuModule> compile_cpu(const loop::Program& p, const CpuCompileOptions& options);
 
-// ---- the disk cache (kernel_cache.cpp) ----
-// Object files are stored as <dir>/<key>.ffobj with a header holding the key and a checksum; a
-// file that does not match (truncated, corrupt, another version's) is ignored and replaced.
+// ---- the disk cache of objects (kernel_cache.h) ----
+// Object files are stored as verified entries <dir>/<key>.ffobj; one that does not check out
+// (truncated, damaged, another version's, not a private regular file) is ignored and replaced.
 std::string cache_key_hash(const std::string& text);  // 32 hex digits
 bool disk_cache_load(const std::string& dir, const std::string& key, std::string* object);
 void disk_cache_store(const std::string& dir, const std::string& key, const std::string& object);

@@ -121,7 +121,8 @@ std::vector<int64_t> dims_of(const Value& v) {
 DType sum_acc(DType out) { return is_floating(out) ? float_compute_dtype(out) : DType::Int64; }
 
 int64_t reduced_numel(const LT& x, std::vector<int64_t> dims) {
-  if (dims.empty()) return x.numel();
+  // NB: a 0-dim tensor reduces over dim 0 or -1 as if it had one dimension of size 1.
+  if (dims.empty() || x.dim() == 0) return x.numel();
   int64_t n = 1;
   for (int64_t d : dims) n *= x.sizes[static_cast<size_t>(wrap_dim(d, x.dim()))];
   return n;

@@ -73,6 +73,7 @@ Guard guard_from_spec(py::handle spec) {
   else if (kind == "equals") g.kind = Guard::Kind::EqualsMatch, g.expected = new_ref(t[2]);
   else if (kind == "len") g.kind = Guard::Kind::LenMatch, g.length = t[2].cast<int64_t>();
   else if (kind == "dict_keys") g.kind = Guard::Kind::DictKeys, g.expected = new_ref(py::tuple(t[2]));
+  else if (kind == "iter") g.kind = Guard::Kind::IterMatch, g.expected = new_ref(py::tuple(t[2]));
   else if (kind == "tensor") g.kind = Guard::Kind::TensorMatch, g.tensor_meta = meta_from_tensor(t[2].ptr());
   else throw py::value_error("unknown guard kind " + kind);
   return g;
@@ -259,7 +260,17 @@ void define_frame_eval(py::module_& m) {
         },
         py::arg("fn"), py::arg("torch_free") = false,
         "Install a tracer returning hand-built capture specs (None restores the interpreter).");
-  t.def("num_code_states", &num_extra_states);
+  t.def("num_code_states", [] { return code_state_counts().states; });
+  t.def("code_state_counts", [] {
+    CodeStateCounts c = code_state_counts();
+    py::dict d;
+    d["states"] = c.states;
+    d["entries"] = c.entries;
+    d["break_plans"] = c.break_plans;
+    d["resume_codes"] = c.resume_codes;
+    d["decoded"] = c.decoded;
+    return d;
+  }, "What framefuse keeps per code object, summed over the live code objects (all of it dies with its code).");
 }
 
 }  // namespace ff

@@ -4,6 +4,7 @@
 #include <pybind11/stl.h>
 
 #include "inductor/cpu_codegen.h"
+#include "inductor/kernel_cache.h"
 #include "inductor/loop_ir.h"
 #include "inductor/parallel.h"
 #include "inductor/python/compiled_graph.h"
@@ -65,6 +66,18 @@ void define_inductor(py::module_& m) {
   ind.def("cpu_target", [] { return inductor::cpu_codegen_available() ? inductor::cpu_target_description() : std::string(); });
   ind.def("disk_cache_dir", &inductor::disk_cache_dir);
   ind.def("clear_memory_cache", &inductor::clear_memory_cache);
+
+  py::module_ t = ind.def_submodule("_testing", "test-only access to the disk cache (inductor/kernel_cache.h)");
+  t.def("cache_store", [](const std::string& dir, const std::string& name, const std::string& key, py::bytes payload) {
+    inductor::cache_store(dir, name, key, std::string(payload));
+  });
+  t.def("cache_load", [](const std::string& dir, const std::string& name, const std::string& key) -> py::object {
+    std::string payload;
+    if (!inductor::cache_load(dir, name, key, &payload)) return py::none();
+    return py::bytes(payload);
+  }, "The payload of a valid entry, or None.");
+  t.def("cache_dir_usable", &inductor::cache_dir_usable);
+  t.def("cache_pack", [](const std::string& key, py::bytes payload) { return py::bytes(inductor::cache_pack(key, std::string(payload))); });
   ind.def("loop_ir", [](py::handle graph) { return loop::program_str(inductor::compile_to_loop_ir(graph_arg(graph))); },
           "The scheduled loop IR of a graph (text form), without compiling it.");
 

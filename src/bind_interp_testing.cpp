@@ -11,6 +11,7 @@
 #include "frame_eval/break_registry.h"
 #include "frame_eval/interpreter.h"
 #include "frame_eval/opcodes.h"
+#include "frame_eval/py_util.h"
 #include "graph/op_registry.h"
 #include "graph/python/reference_runner.h"
 #include "src/errors.h"
@@ -165,6 +166,7 @@ py::object eval_source(const Source& s, const BoundFrame& b) {
       return base[py::int_(s.int_key)];
     }
     case Source::Kind::TypeOf: return py::type::of(eval_source(*s.base, b));
+    case Source::Kind::IterRest: return py::reinterpret_steal<py::object>(iterator_rest(eval_source(*s.base, b).ptr()));
     case Source::Kind::Object: return py::reinterpret_borrow<py::object>(s.object.get());
   }
   throw std::runtime_error("unknown source");
@@ -194,6 +196,19 @@ py::object build(const OutputPlan& p, py::tuple outs, const BoundFrame& b) {
       for (size_t i = 0; i < p.items.size(); ++i) d[py::handle(p.keys[i])] = build(p.items[i], outs, b);
       return std::move(d);
     }
+    case OutputPlan::Kind::Set: {
+      py::set s;
+      for (const OutputPlan& i : p.items) s.add(build(i, outs, b));
+      return std::move(s);
+    }
+    case OutputPlan::Kind::Attr: return build(p.items[0], outs, b).attr(py::handle(p.constant));
+    case OutputPlan::Kind::Call: {
+      py::list args;
+      for (size_t i = 1; i < p.items.size(); ++i) args.append(build(p.items[i], outs, b));
+      return build(p.items[0], outs, b)(*py::tuple(args));
+    }
+    default:
+      break;
   }
   throw std::runtime_error("unknown plan");
 }
@@ -217,7 +232,9 @@ py::dict capture_dict(const CaptureResult& cr) {
   for (const Guard& g : cr.guards) guards.append(g.str());
   for (const SourcePtr& s : cr.inputs) inputs.append(s->str());
   for (const SideEffect& e : cr.side_effects) {
-    static const char* kinds[] = {"SetAttr", "StoreGlobal", "ReplaceList", "DictSetItem", "DictDelItem", "CellSet"};
+    static const char* kinds[] = {"SetAttr",     "StoreGlobal", "ReplaceList", "DictSetItem",
+                                  "DictDelItem", "CellSet",     "CallMethod",  "Advance"};
+    static_assert(sizeof(kinds) / sizeof(kinds[0]) == static_cast<size_t>(SideEffect::Kind::Advance) + 1);
     std::string text = std::string(kinds[static_cast<int>(e.kind)]) + "(" + (e.target ? e.target->str() : "") +
                        (e.name.empty() ? "" : ", '" + e.name + "'") +
                        (e.key ? ", " + py::repr(e.key).cast<std::string>() : "") + ", " + plan_text(e.value) + ")";
@@ -295,6 +312,14 @@ void define_interp_testing(py::module_& m) {
             case SideEffect::Kind::DictSetItem: eval_source(*e.target, b)[py::handle(e.key)] = value; break;
             case SideEffect::Kind::DictDelItem: PyObject_DelItem(eval_source(*e.target, b).ptr(), e.key); break;
             case SideEffect::Kind::CellSet: PyCell_Set(eval_source(*e.target, b).ptr(), value.ptr()); break;
+            case SideEffect::Kind::CallMethod:
+              eval_source(*e.target, b).attr(e.name.c_str())(*py::reinterpret_borrow<py::tuple>(value));
+              break;
+            case SideEffect::Kind::Advance: {
+              py::object it = eval_source(*e.target, b);
+              for (Py_ssize_t i = PyLong_AsSsize_t(e.key); i > 0; --i) py::module_::import("builtins").attr("next")(it);
+              break;
+            }
           }
         }
         return py::make_tuple(result, capture_dict(cr));

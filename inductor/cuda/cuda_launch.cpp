@@ -5,7 +5,7 @@
 #include <cstdlib>
 
 #include "inductor/cuda/nvrtc_compiler.h"
-#include "src/config.h"
+#include "inductor/kernel_cache.h"
 #include "src/errors.h"
 #include "src/logging.h"
 
@@ -138,10 +138,11 @@ LaunchConfig CudaModule::tune(PerDevice& pd, size_t k, const std::vector<void*>&
   }
   std::string key = hash_ + "|" + std::to_string(k) + "|" + dev.arch() + "|" + std::to_string(dev.sm_count) + "|";
   for (int v : variants) key += std::to_string(v) + ",";
-  std::string path = cuda_cache_dir() + "/tune-" + content_hash(key) + ".txt";
-  if (config().disk_cache) {
-    std::string file, body;
-    if (read_cache_file(path, &file) && unpack_cache_entry(file, &body) && !body.empty()) {
+  std::string dir = cuda_cache_dir();
+  std::string name = "tune-" + content_hash(key) + ".txt";
+  if (!dir.empty()) {
+    std::string body;
+    if (inductor::cache_load(dir, name, name, &body) && !body.empty()) {
       size_t idx = std::strtoull(body.c_str(), nullptr, 10);
       if (idx < cands.size()) return cands[idx];
     }
@@ -177,7 +178,7 @@ LaunchConfig CudaModule::tune(PerDevice& pd, size_t k, const std::vector<void*>&
   d.cuEventDestroy(stop);
   if (log_enabled(LogArtifact::perf_hints))
     log_emit(LogArtifact::perf_hints, "max-autotune " + plan.name + ":\n" + report);
-  if (config().disk_cache) write_cache_file(path, pack_cache_entry(std::to_string(best)));
+  if (!dir.empty()) inductor::cache_store(dir, name, name, std::to_string(best));
   return cands[best];
 }
 

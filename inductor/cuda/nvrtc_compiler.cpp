@@ -1,44 +1,23 @@
 #include "inductor/cuda/nvrtc_compiler.h"
 
-#include <unistd.h>
-
-#include <chrono>
-#include <cstdio>
-#include <cstdlib>
-#include <cstring>
-#include <filesystem>
-#include <fstream>
-#include <functional>
-#include <sstream>
-#include <thread>
+#include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <exception>
 #include <mutex>
+#include <sstream>
+#include <thread>
 #include <vector>
 
 #include "inductor/cuda/cuda_api.h"
+#include "inductor/kernel_cache.h"
+#include "inductor/sha256.h"
 #include "src/config.h"
 #include "src/errors.h"
 #include "src/logging.h"
 
 namespace ff::cuda {
 namespace {
-
-constexpr char kMagic[4] = {'F', 'F', 'C', 'U'};
-constexpr uint32_t kFormatVersion = 1;
-
-uint64_t fnv1a(const std::string& s, uint64_t seed) {
-  uint64_t h = 1469598103934665603ull ^ seed;
-  for (unsigned char c : s) {
-    h ^= c;
-    h *= 1099511628211ull;
-  }
-  // Final avalanche so that nearby inputs differ in every digit.
-  h ^= h >> 33;
-  h *= 0xff51afd7ed558ccdull;
-  h ^= h >> 33;
-  return h;
-}
 
 std::string numbered(const std::string& src) {
   std::istringstream in(src);
@@ -48,84 +27,14 @@ std::string numbered(const std::string& src) {
   return out.str();
 }
 
-bool read_file(const std::string& path, std::string* out) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) return false;
-  std::ostringstream ss;
-  ss << f.rdbuf();
-  *out = ss.str();
-  return true;
-}
-
-// NB: write to a temporary name and rename, so a concurrent reader never sees half a file.
-void write_file_atomic(const std::string& path, const std::string& data) {
-  std::error_code ec;
-  std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ec);
-  // NB: programs are compiled on several threads: the temporary name is unique per thread too.
-  std::string tmp = path + ".tmp" + std::to_string(getpid()) + "-" +
-                    std::to_string(std::hash<std::thread::id>{}(std::this_thread::get_id()));
-  {
-    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    if (!f) return;  // an unwritable cache only costs a recompile
-    f.write(data.data(), static_cast<std::streamsize>(data.size()));
-    if (!f) {
-      std::filesystem::remove(tmp, ec);
-      return;
-    }
-  }
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) std::filesystem::remove(tmp, ec);
-}
-
 }  // namespace
 
 std::string content_hash(const std::string& data) {
-  char buf[33];
-  std::snprintf(buf, sizeof buf, "%016llx%016llx", static_cast<unsigned long long>(fnv1a(data, 0)),
-                static_cast<unsigned long long>(fnv1a(data, 0x9e3779b97f4a7c15ull)));
-  return buf;
+  // NB: a name collision would load another module's kernels: a cryptographic hash, truncated.
+  return inductor::sha256_hex(data).substr(0, 32);
 }
 
-std::string pack_cache_entry(const std::string& payload) {
-  std::string out(kMagic, 4);
-  auto put = [&](uint64_t v, int bytes) {
-    for (int i = 0; i < bytes; ++i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
-  };
-  put(kFormatVersion, 4);
-  put(payload.size(), 8);
-  put(fnv1a(payload, 7), 8);
-  return out + payload;
-}
-
-bool unpack_cache_entry(const std::string& file, std::string* payload) {
-  constexpr size_t kHeader = 24;
-  if (file.size() < kHeader || std::memcmp(file.data(), kMagic, 4) != 0) return false;
-  auto get = [&](size_t at, int bytes) {
-    uint64_t v = 0;
-    for (int i = 0; i < bytes; ++i) v |= uint64_t(static_cast<unsigned char>(file[at + i])) << (8 * i);
-    return v;
-  };
-  if (get(4, 4) != kFormatVersion) return false;
-  uint64_t size = get(8, 8);
-  if (size != file.size() - kHeader) return false;
-  std::string body = file.substr(kHeader);
-  if (fnv1a(body, 7) != get(16, 8)) return false;
-  *payload = std::move(body);
-  return true;
-}
-
-bool read_cache_file(const std::string& path, std::string* out) { return read_file(path, out); }
-void write_cache_file(const std::string& path, const std::string& data) { write_file_atomic(path, data); }
-
-std::string cuda_cache_dir() {
-  std::string base = config().cache_dir;
-  if (base.empty()) {
-    if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x) base = std::string(x) + "/framefuse";
-    else if (const char* h = std::getenv("HOME"); h && *h) base = std::string(h) + "/.cache/framefuse";
-    else base = "framefuse_cache";
-  }
-  return base + "/cuda";
-}
+std::string cuda_cache_dir() { return inductor::cache_area_dir(inductor::CacheArea::Cuda); }
 
 std::string compile_cubin(const std::string& source, const std::string& arch, CompileStats* stats) {
   const NvrtcApi& nv = nvrtc();
@@ -142,14 +51,15 @@ std::string compile_cubin(const std::string& source, const std::string& arch, Co
   std::string key = "framefuse-cuda-1|nvrtc " + std::to_string(nv.major) + "." + std::to_string(nv.minor) + "|";
   for (const auto& o : options) key += o + " ";
   key += "|" + source;
-  std::string path;
-  if (config().disk_cache) {
-    path = cuda_cache_dir() + "/" + content_hash(key) + ".cubin";
-    std::string file, cubin;
-    if (read_file(path, &file) && unpack_cache_entry(file, &cubin)) {
+  // NB: the entry's key is the name's hash, not the key itself (a whole module's source).
+  std::string dir = cuda_cache_dir();
+  std::string name = content_hash(key) + ".cubin";
+  if (!dir.empty()) {
+    std::string cubin;
+    if (inductor::cache_load(dir, name, name, &cubin)) {
       if (stats) {
         stats->disk_hit = true;
-        stats->cache_path = path;
+        stats->cache_path = dir + "/" + name;
       }
       return cubin;
     }
@@ -181,9 +91,9 @@ std::string compile_cubin(const std::string& source, const std::string& arch, Co
   FF_CHECK(size > 0, "NVRTC produced an empty cubin for " + arch);
   if (stats) {
     stats->nvrtc_ms = ms;
-    stats->cache_path = path;
+    stats->cache_path = dir.empty() ? "" : dir + "/" + name;
   }
-  if (!path.empty()) write_file_atomic(path, pack_cache_entry(cubin));
+  if (!dir.empty()) inductor::cache_store(dir, name, name, cubin);
   return cubin;
 }
 
@@ -193,6 +103,7 @@ std::vector<std::string> compile_cubins(const std::vector<std::string>& sources,
   std::vector<std::string> cubins(n);
   std::vector<CompileStats> st(n);
   nvrtc();  // NB: load the library (which may ask Python where it lives) on the calling thread
+  inductor::cache_dir_usable(cuda_cache_dir());  // and check the cache directory (a refusal is logged)
   if (threads <= 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   size_t nthreads = std::min<size_t>(n, static_cast<size_t>(threads));
   if (nthreads <= 1) {

@@ -33,21 +33,11 @@ inline constexpr const char* kFullOptimization = "// framefuse: full optimizatio
 std::vector<std::string> compile_cubins(const std::vector<std::string>& sources, const std::string& arch,
                                         std::vector<CompileStats>* stats = nullptr, int threads = 0);
 
-// The directory of cached cubins: config cache_dir (or $XDG_CACHE_HOME/framefuse, ~/.cache/framefuse)
-// + "/cuda".
+// The directory of cached cubins and tuning choices: the disk cache's CUDA area
+// (inductor/kernel_cache.h; "" when the disk cache is off).
 std::string cuda_cache_dir();
 
-// 128-bit content hash as 32 hex digits (stable across processes and builds).
+// 128-bit content hash as 32 hex digits (stable across processes and builds): names cache entries.
 std::string content_hash(const std::string& data);
-
-// The cache file format, exposed for tests: header + payload, checked on read. A file that fails
-// the check (truncated, corrupt, foreign) reads as absent.
-std::string pack_cache_entry(const std::string& payload);
-bool unpack_cache_entry(const std::string& file, std::string* payload);
-
-// One file of the cache, read whole / written under a temporary name then renamed (a reader never
-// sees half a file; an unwritable cache only costs a recompile or a re-tune).
-bool read_cache_file(const std::string& path, std::string* out);
-void write_cache_file(const std::string& path, const std::string& data);
 
 }  // namespace ff::cuda

@@ -8,6 +8,7 @@
 #include "graph/op_registry.h"
 #include "graph/python/graph_calls.h"
 #include "inductor/channels_last.h"
+#include "inductor/kernel_cache.h"
 #include "inductor/parallel.h"
 #include "inductor/python/buffer_pool.h"
 #include "inductor/python/channels_last_inputs.h"
@@ -170,16 +171,7 @@ std::string graph_structure_key(const Graph& g) {
   return cache_key_hash(s) + std::to_string(s.size());
 }
 
-std::string disk_cache_dir() {
-  if (!config().disk_cache) return "";
-  std::string base = config().cache_dir;
-  if (base.empty()) {
-    if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x) base = std::string(x) + "/framefuse";
-    else if (const char* h = std::getenv("HOME"); h && *h) base = std::string(h) + "/.cache/framefuse";
-    else return "";
-  }
-  return base + "/inductor-cpu";
-}
+std::string disk_cache_dir() { return cache_area_dir(CacheArea::CpuObjects); }
 
 void clear_memory_cache() {
   {

@@ -60,8 +60,7 @@ class CompiledGraph {
 // A structural hash of a graph (ops, constants, metadata): the in-memory cache key.
 std::string graph_structure_key(const Graph& g);
 
-// Where the disk cache lives: framefuse.config.cache_dir, else $XDG_CACHE_HOME/framefuse, else
-// ~/.cache/framefuse (empty when the disk cache is off).
+// The disk cache's directory of CPU objects (kernel_cache.h; empty when the disk cache is off).
 std::string disk_cache_dir();
 
 // Drops the in-memory cache (framefuse.reset()).

@@ -332,7 +332,7 @@ def test_side_effects_in_order():
     h = Holder()
     r = trace(f, x4, [0], {}, h)
     assert r["side_effects"] == [
-        "DictSetItem(L['d'], 'k', out[1])", "SetAttr(L['h'], 'last', out[2])", "ReplaceList(L['log'], [0, 1, 2])"]
+        "DictSetItem(L['d'], 'k', out[1])", "SetAttr(L['h'], 'last', out[2])", "CallMethod(L['log'], 'extend', ((1, 2),))"]
     check(f, x4, [0], {}, Holder())
 
 
@@ -392,15 +392,15 @@ def test_training_flag_is_guarded():
     assert any(s.endswith(".training == False") for s in r["guards"])
 
 
-def test_generator_with_side_effects_breaks():
+def test_generator_with_side_effects_runs_lazily():
     def gen(xs, log):
         for t in xs:
             log.append(1)
             yield t
 
     def f(x, log):
-        return next(gen([x, x], log))
-    assert brk(f, x4, [])["id"] == "FF0021"
+        return next(gen([x, x], log))  # one step: log gets one item, as in eager
+    check(f, x4, [])
 
     def pure_gen(xs):
         for t in xs:

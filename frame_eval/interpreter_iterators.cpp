@@ -1,0 +1,286 @@
+// Iteration on symbolic values: the iterators CPython's builtins make, modelled lazily (symbolic.h,
+// FF_ITER_KINDS). A list iterator reads the list when next() is called, so appending while looping
+// behaves as in eager; enumerate/zip/map/filter pull from their inner iterators one item at a time,
+// so a consumer that stops early (next(), any(), a break) consumes what eager would. Where eager
+// raises (a dict changed size while iterated, zip(strict=True) of unequal lengths) the trace breaks
+// and the frame runs eagerly, raising eager's error.
+#include <Python.h>
+
+#include <algorithm>
+
+#include "frame_eval/interpreter_impl.h"
+#include "frame_eval/py_util.h"
+
+namespace ff {
+
+Sym SymbolicTracer::make_iterator(IterKind kind, std::vector<Sym> items, Sym origin) {
+  Sym it = make_sym(SymKind::Iterator);
+  it->iter = kind;
+  it->items = std::move(items);
+  it->origin = std::move(origin);
+  return it;
+}
+
+Sym SymbolicTracer::get_iter(const Sym& v) {
+  materialize(v);
+  switch (v->kind) {
+    case SymKind::Iterator:
+      return v;
+    case SymKind::List:
+    case SymKind::Tuple:
+      return make_iterator(IterKind::Seq, {}, v);
+    case SymKind::Dict:
+      return get_iter(dict_view(v, "keys"));
+    case SymKind::DictView: {
+      const Sym& d = v->items[0];
+      IterKind k = v->name == "keys" ? IterKind::DictKeys : v->name == "values" ? IterKind::DictValues : IterKind::DictItems;
+      Sym it = make_iterator(k, {}, d);
+      it->stop = d->version;
+      return it;
+    }
+    case SymKind::Set: {
+      // NB: a set's iterator checks the size at each step ("Set changed size during iteration").
+      Sym it = make_iterator(IterKind::Items, set_elements(v), v);
+      it->stop = PySet_GET_SIZE(v->obj.get());
+      return it;
+    }
+    case SymKind::Const:
+      if (PyRange_Check(v->obj.get())) {
+        PyObject* r = v->obj.get();
+        PyRef start = PyRef::steal(PyObject_GetAttrString(r, "start"));
+        PyRef stop = PyRef::steal(PyObject_GetAttrString(r, "stop"));
+        PyRef step = PyRef::steal(PyObject_GetAttrString(r, "step"));
+        Sym it = make_iterator(IterKind::Range, {});
+        it->start = it->pos = PyLong_AsLongLong(start.get());
+        it->stop = PyLong_AsLongLong(stop.get());
+        it->step = PyLong_AsLongLong(step.get());
+        if (PyErr_Occurred()) {
+          PyErr_Clear();
+          brk(BreakKind::UnsupportedIteration, "range with huge bounds");
+        }
+        return it;
+      }
+      [[fallthrough]];
+    default:
+      return make_iterator(IterKind::Items, iterate(v));
+  }
+}
+
+Sym SymbolicTracer::iter_next(const Sym& it) {
+  if (!it->is(SymKind::Iterator)) brk(BreakKind::UnsupportedIteration, "next() of " + describe_sym(it));
+  if (it->exhausted) return nullptr;
+  Sym r;
+  switch (it->iter) {
+    case IterKind::Range: {
+      bool more = it->step > 0 ? it->pos < it->stop : it->pos > it->stop;
+      if (more) {
+        r = make_const_steal(PyLong_FromLongLong(it->pos));
+        it->pos += it->step;
+      }
+      break;
+    }
+    case IterKind::Seq: {
+      const std::vector<Sym>& items = it->origin->items;
+      if (static_cast<size_t>(it->pos) < items.size()) r = items[static_cast<size_t>(it->pos++)];
+      break;
+    }
+    case IterKind::Reversed: {
+      const std::vector<Sym>& items = it->origin->items;
+      if (it->pos >= 0 && static_cast<size_t>(it->pos) < items.size()) r = items[static_cast<size_t>(it->pos--)];
+      break;
+    }
+    case IterKind::Items:
+      if (it->origin && it->origin->is(SymKind::Set) && PySet_GET_SIZE(it->origin->obj.get()) != it->stop)
+        brk(BreakKind::RaisesInTrace, "RuntimeError: Set changed size during iteration");
+      if (static_cast<size_t>(it->pos) < it->items.size()) r = it->items[static_cast<size_t>(it->pos++)];
+      break;
+    case IterKind::DictKeys:
+    case IterKind::DictValues:
+    case IterKind::DictItems: {
+      const Sym& d = it->origin;
+      if (d->version != static_cast<uint32_t>(it->stop))
+        brk(BreakKind::RaisesInTrace, "RuntimeError: dictionary changed size during iteration");
+      if (static_cast<size_t>(it->pos) < d->keys.size()) {
+        size_t i = static_cast<size_t>(it->pos++);
+        if (it->iter == IterKind::DictKeys) r = d->keys[i];
+        else if (it->iter == IterKind::DictValues) r = d->items[i];
+        else r = make_tuple({d->keys[i], d->items[i]});
+      }
+      break;
+    }
+    case IterKind::Enumerate:
+      if (Sym v = iter_next(it->items[0])) r = make_tuple({make_const_steal(PyLong_FromLongLong(it->pos++)), v});
+      break;
+    case IterKind::Zip: {
+      std::vector<Sym> row;
+      for (size_t i = 0; i < it->items.size(); ++i) {
+        Sym v = iter_next(it->items[i]);
+        if (v) {
+          row.push_back(std::move(v));
+          continue;
+        }
+        if (it->flag) {  // strict: every argument must end here
+          if (i > 0) brk(BreakKind::RaisesInTrace, "ValueError: zip() argument " + std::to_string(i + 1) + " is shorter than argument 1");
+          for (size_t j = 1; j < it->items.size(); ++j)
+            if (iter_next(it->items[j]))
+              brk(BreakKind::RaisesInTrace, "ValueError: zip() argument " + std::to_string(j + 1) + " is longer than argument 1");
+        }
+        row.clear();
+        break;
+      }
+      if (!it->items.empty() && row.size() == it->items.size()) r = make_tuple(std::move(row));
+      break;
+    }
+    case IterKind::Map: {
+      std::vector<Sym> args;
+      for (size_t i = 1; i < it->items.size(); ++i) {
+        Sym v = iter_next(it->items[i]);
+        if (!v) break;
+        args.push_back(std::move(v));
+      }
+      if (args.size() + 1 == it->items.size() && !args.empty()) r = call(it->items[0], std::move(args), {});
+      break;
+    }
+    case IterKind::Native: {
+      // NB: guarded on there being at least one more item (not on how many): a loop resumed
+      // after each graph break compiles once, not once per position.
+      PyRef rest = PyRef::steal(iterator_rest(it->obj.get()));
+      FF_CHECK(rest, "the rest of an iterator passed in");
+      auto rs = std::make_shared<Source>();
+      rs->kind = Source::Kind::IterRest;
+      rs->base = it->source;
+      if (it->pos < PyTuple_GET_SIZE(rest.get())) {
+        guard(Guard::Kind::LenAtLeast, rs, nullptr, it->pos + 1);
+        PyRef idx = PyRef::steal(PyLong_FromLongLong(it->pos));
+        r = wrap(PyTuple_GET_ITEM(rest.get(), it->pos), item_source(rs, idx.get()));
+        ++it->pos;
+        note_appended(it);
+      } else {
+        guard(Guard::Kind::LenMatch, rs, nullptr, it->pos);
+      }
+      break;
+    }
+    case IterKind::Generator: {
+      Frame& f = *it->frame;
+      run_frame(f);
+      if (f.suspended) {
+        f.suspended = false;
+        r = std::move(f.yielded);
+      } else {
+        it->frame.reset();  // returned: StopIteration from now on
+      }
+      break;
+    }
+    case IterKind::Filter: {
+      const Sym& fn = it->items[0];
+      bool identity = fn->is(SymKind::Const) && fn->obj.get() == Py_None;
+      while (Sym v = iter_next(it->items[1])) {
+        if (truth(identity ? v : call(fn, {v}, {}))) {
+          r = std::move(v);
+          break;
+        }
+      }
+      break;
+    }
+  }
+  if (!r) it->exhausted = true;
+  return r;
+}
+
+Sym SymbolicTracer::reversed_of(const Sym& v) {
+  materialize(v);
+  switch (v->kind) {
+    case SymKind::List:
+    case SymKind::Tuple: {
+      Sym it = make_iterator(IterKind::Reversed, {}, v);
+      it->pos = static_cast<int64_t>(v->items.size()) - 1;
+      return it;
+    }
+    case SymKind::Dict:
+    case SymKind::DictView: {
+      // NB: reversed(dict) reads the keys as they are now; it is only used where nothing changes the
+      // dict before the iteration ends (a change breaks, as for the forward iterators).
+      std::vector<Sym> items = iterate(v);
+      std::reverse(items.begin(), items.end());
+      return make_iterator(IterKind::Items, std::move(items));
+    }
+    case SymKind::Const:
+      if (PyRange_Check(v->obj.get()) || PyUnicode_Check(v->obj.get()) || PyTuple_Check(v->obj.get()) ||
+          PyBytes_Check(v->obj.get())) {
+        if (PyRange_Check(v->obj.get())) {  // the reversed range, as a range
+          PyRef step = PyRef::steal(PySlice_New(nullptr, nullptr, PyRef::steal(PyLong_FromLong(-1)).get()));
+          PyRef r = PyRef::steal(PyObject_GetItem(v->obj.get(), step.get()));
+          FF_CHECK(r, "range[::-1]");
+          return get_iter(make_const(r.get()));
+        }
+        std::vector<Sym> items = iterate(v);
+        std::reverse(items.begin(), items.end());
+        return make_iterator(IterKind::Items, std::move(items));
+      }
+      break;
+    default:
+      break;
+  }
+  brk(BreakKind::UnsupportedIteration, "reversed() of " + describe_sym(v));
+}
+
+std::vector<Sym> SymbolicTracer::iterate(const Sym& v) {
+  materialize(v);
+  switch (v->kind) {
+    case SymKind::Tuple:
+    case SymKind::List:
+      return v->items;
+    case SymKind::Set:
+      return set_elements(v);
+    case SymKind::Dict:
+      return v->keys;
+    case SymKind::DictView: {
+      const Sym& d = v->items[0];
+      if (v->name == "keys") return d->keys;
+      if (v->name == "values") return d->items;
+      std::vector<Sym> pairs;
+      for (size_t i = 0; i < d->keys.size(); ++i) pairs.push_back(make_tuple({d->keys[i], d->items[i]}));
+      return pairs;
+    }
+    case SymKind::Iterator: {
+      std::vector<Sym> out;
+      while (Sym s = iter_next(v)) out.push_back(std::move(s));
+      return out;
+    }
+    case SymKind::Const: {
+      PyObject* o = v->obj.get();
+      if (!(is_plain_const(o) || PyList_CheckExact(o) || PyDict_CheckExact(o) || PySet_CheckExact(o) ||
+            PyFrozenSet_CheckExact(o)))
+        break;
+      PyRef it = PyRef::steal(PyObject_GetIter(o));
+      if (!it) {
+        PyErr_Clear();
+        brk(BreakKind::RaisesInTrace, describe_sym(v) + " is not iterable");
+      }
+      std::vector<Sym> out;
+      while (PyObject* item = PyIter_Next(it.get())) {
+        out.push_back(wrap(item, nullptr));
+        Py_DECREF(item);
+      }
+      if (PyErr_Occurred()) {
+        PyErr_Clear();
+        brk(BreakKind::RaisesInTrace, "iteration raises");
+      }
+      return out;
+    }
+    case SymKind::Tensor: {
+      if (v->meta.dim() == 0) brk(BreakKind::RaisesInTrace, "iteration over a 0-d tensor");
+      std::vector<Sym> out;
+      for (int64_t i = 0; i < v->meta.sizes[0]; ++i) out.push_back(subscript(v, make_const_steal(PyLong_FromLongLong(i))));
+      return out;
+    }
+    case SymKind::Object:
+      if (auto items = module_container_items(v)) return *items;
+      break;
+    default:
+      break;
+  }
+  brk(BreakKind::UnsupportedIteration, describe_sym(v));
+}
+
+}  // namespace ff
