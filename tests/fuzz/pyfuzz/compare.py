@@ -93,6 +93,11 @@ def snapshot(args, ret, module_ns) -> tuple:
     a = s.snap(list(args), "args")
     r = s.snap(ret, "ret")
     g = tuple((k, s.snap(v, k)) for k, v in sorted(module_ns.items()) if k.startswith("G_"))
+    # Class attributes of the program's own classes are module state too (Box.count).
+    module = module_ns.get("__name__")
+    g += tuple((f"{k}.{a}", s.snap(x, f"{k}.{a}")) for k, v in sorted(module_ns.items())
+               if isinstance(v, type) and v.__module__ == module
+               for a, x in sorted(vars(v).items()) if not a.startswith("__") and not callable(x))
     return {"args": a, "return": r, "globals": g}
 
 

@@ -122,6 +122,11 @@ def call_helper(g, ret: Ty, d: int = 1) -> str | None:
     args = _args_for(g, h, d)
     if args is None:
         return None
+    if h.params and g.chance(0.1):
+        # Star arguments: the call binds them like any other.
+        if g.chance(0.5):
+            return f"{h.name}(*({''.join(a + ', ' for a in args)}))"
+        return f"{h.name}(**{{{', '.join(f'{p!r}: {a}' for (p, _), a in zip(h.params, args))}}})"
     if h.params and g.chance(0.2):
         # Keyword arguments go through the same inlining.
         p, _ = h.params[-1]

@@ -386,4 +386,5 @@ SIMPLE = [
     (10, _deferred("gen_containers", "container_statement")),
     (3, _deferred("gen_funcs", "function_statement")),
 ]
-ALL = SIMPLE + [(5, _if), (5, _for), (1, _while), (2, _try), (1, _with)]
+ALL = SIMPLE + [(5, _if), (5, _for), (1, _while), (2, _try), (1, _with),
+               (3, _deferred("gen_protocols", "protocol_statement"))]
