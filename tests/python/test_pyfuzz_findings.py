@@ -214,6 +214,17 @@ def dict_iterator_across_break(d):
     return list(it)
 
 
+def alias_write_after_rebinding_in_loop(x, lst):
+    c = lst
+    for i in sorted(lst):
+        it = map(abs, c)
+        print("p", i)
+        list(it)
+        lst = lst[-2:]
+    c[0] = x.numel()
+    return x + 0.5
+
+
 CASES = [
     (listcomp_no_graph, [lambda: [[1, 2]]]),
     (setcomp_no_graph, [lambda: [[1, 2]]]),
@@ -244,6 +255,7 @@ CASES = [
     (signed_zero_sub, [lambda: [torch.tensor([[2.0, 0.0, -2.0], [3.0, -2.0, -3.0]])]]),
     (signed_zero_mul, [lambda: [torch.tensor([[2.0, 0.0, -2.0], [3.0, -2.0, -3.0]])]]),
     (dict_iterator_across_break, [lambda: [{"d": 3}]]),
+    (alias_write_after_rebinding_in_loop, [lambda: [torch.ones(3), [5, 2, 2, 4]]]),
 ]
 
 

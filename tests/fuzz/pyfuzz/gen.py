@@ -32,7 +32,7 @@ LIST_I, TUPLE_I, SET_I, FSET_I, DICT_SI = Ty("list_int"), Ty("tuple_int"), Ty("s
 SIZE = Ty("size")
 CONTAINER_KINDS = ("list_int", "list_T", "dict_si", "dict_sT", "set_i")
 # Features `generate(seed, disabled=...)` can leave out (python -m pyfuzz --disable a,b).
-TAGS = ("comp", "genexp", "sum_start", "hasattr", "structseq", "dview", "set_mutation", "list_imul")
+TAGS = ("comp", "genexp", "sum_start", "hasattr", "structseq", "dview", "set_mutation", "list_imul", "dynamic")
 
 
 class Src(str):
@@ -90,6 +90,10 @@ class Gen:
         self.in_function = 0             # > 0 inside a helper or closure (no `global` there)
         self.exact = True
         self.base_shape: tuple = (2, 3)
+        # A dynamic program is also called with variant C, whose base-shaped tensors have a larger
+        # first dimension (generate.DYNAMIC_DIM): shape literals are then written as *_like of a
+        # tensor in scope, so the program runs for both sizes (see gen_tensor_exprs._leaf).
+        self.dynamic = False
         self.module: list[Node] = []
         self.features: set[str] = set()   # module-level templates the program uses (Box, Pair...)
         self.helpers: list = []          # gen_funcs.Helper records of module-level functions

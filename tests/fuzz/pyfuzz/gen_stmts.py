@@ -299,7 +299,8 @@ def _del_name(g):
     """`del name`: the name is unbound from here on (a graph break's live locals must agree)."""
     if g.closures:
         return None  # NB: a closure made earlier may read the name when called later
-    names = sorted(n for n, v in g.frames[-1].vars.items() if not v.fixed and v.ty.kind != "fn")
+    names = sorted(n for n, v in g.frames[-1].vars.items() if not v.fixed and v.ty.kind != "fn" and
+                   not (g.dynamic and v.family.startswith("arg_")))   # NB: _like() draws on the arguments
     if not names:
         return None
     name = g.r.choice(names)

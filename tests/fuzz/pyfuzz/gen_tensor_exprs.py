@@ -51,15 +51,52 @@ def operand(g, shape, dtype, d, avoid):
     return expr(g, INT, MAX_DEPTH - 1) if dtype == "i" or g.chance(0.7) else g.r.choice(("0.5", "2.0", "-1.5"))
 
 
-def _leaf(g, shape, dtype):
-    if dtype == "b":
-        return f"torch.ones({shape}, dtype=torch.bool)" if g.chance(0.5) else f"torch.zeros({shape}, dtype=torch.bool)"
+def _like(g, shape, dtype):
+    """In a dynamic program: a new tensor of `shape` made from a tensor in scope of that shape, so
+    its size follows the arguments' (None where no such tensor is in scope)."""
+    name = g.pick(lambda v: v.ty.kind == "T" and v.ty.shape == shape)[0]
+    if name is None:
+        return None
+    kw = {"f": "dtype=torch.float32", "i": "dtype=torch.int64", "b": "dtype=torch.bool"}[dtype]
+    c = g.r.choice(("zeros", "ones", "full", "arange"))
+    if c == "arange" and dtype != "b":
+        conv = "" if dtype == "i" else ".float()"
+        return f"torch.arange({name}.numel()){conv}.reshape({name}.shape)"
+    if c == "full" and dtype != "b":
+        v = g.small_int()
+        return f"torch.full_like({name}, {v if dtype == 'i' else float(v)}, {kw})"
+    return f"torch.{'zeros' if c in ('zeros', 'full') else 'ones'}_like({name}, {kw})"
+
+
+def shape_source(g, shape) -> tuple[str, str]:
+    """(shape, element count) as source. In a dynamic program every multiple of the first
+    dimension is that dimension (generate.DYNAMIC_SHAPES), written through a tensor in scope
+    (`x.shape[0]`), so the new tensor follows variant C's size."""
     n = 1
     for s in shape:
         n *= s
+    dim = g.base_shape[0]
+    if not g.dynamic or not any(s % dim == 0 for s in shape):
+        return repr(tuple(shape)), str(n)
+    name, v = g.pick(lambda v: v.ty.kind == "T" and dim in v.ty.shape)
+    if name is None:
+        return repr(tuple(shape)), str(n)
+    ref = f"{name}.shape[{v.ty.shape.index(dim)}]"
+    parts = [str(s) if s % dim else ref if s == dim else f"{s // dim} * {ref}" for s in shape]
+    return "(" + ", ".join(parts) + ("," if len(parts) == 1 else "") + ")", " * ".join(parts)
+
+
+def _leaf(g, shape, dtype):
+    if g.dynamic and shape and g.chance(0.5):
+        like = _like(g, shape, dtype)
+        if like is not None:
+            return like
+    shape, n = shape_source(g, shape)
+    if dtype == "b":
+        return f"torch.ones({shape}, dtype=torch.bool)" if g.chance(0.5) else f"torch.zeros({shape}, dtype=torch.bool)"
     suffix = ", dtype=torch.int64" if dtype == "i" else ""
     c = g.r.choice(("zeros", "ones", "full", "arange"))
-    if c == "arange" and shape:
+    if c == "arange" and shape != "()":
         conv = "" if dtype == "i" else ".float()"
         return f"torch.arange({n}){conv}.reshape({shape})"
     if c == "arange":

@@ -6,6 +6,11 @@ from .gen_funcs import GLOBAL_LOG_GROUP, ensure_feature, make_helper
 from .program import ArgSpec, Node, Program
 
 BASE_SHAPES = ((2, 3), (2, 3), (3, 4), (4,), (2, 2), (2, 3, 2), (3,))
+# Dynamic programs: the first dimension is 5 in variants A and B and DYNAMIC_DIM in C. No other
+# dimension of these shapes is 5 (or 7), so a shape the generator derives from the first dimension
+# never equals one it builds from constants.
+DYNAMIC_SHAPES = ((5,), (5, 2), (5, 3), (5, 2, 3))
+DYNAMIC_DIM = 7
 
 # (name, kind, Ty code, weight): the entry function's optional parameters.
 OPTIONAL_ARGS = (
@@ -50,7 +55,7 @@ def _globals(g) -> list[str]:
     if g.chance(0.2):
         g.module.append(Node("G_log = []"))
         g.declare("G_log", Var(LIST_I, group=GLOBAL_LOG_GROUP))
-    if g.chance(0.15):
+    if g.chance(0.15) and not g.dynamic:
         g.module.append(Node(f"G_t = torch.zeros({g.base_shape})"))
         g.declare("G_t", Var(T(g.base_shape), family="G_t"))
         declared.append("G_t")
@@ -60,7 +65,8 @@ def _globals(g) -> list[str]:
 def generate(seed: str, disabled=frozenset()) -> Program:
     """The program of `seed`; `disabled` leaves out features (gen.TAGS) to look past known bugs."""
     g = Gen(seed, disabled)
-    g.base_shape = g.r.choice(BASE_SHAPES)
+    g.dynamic = not g.off("dynamic") and g.chance(0.3)
+    g.base_shape = g.r.choice(DYNAMIC_SHAPES if g.dynamic else BASE_SHAPES)
     declared = _globals(g)
     args = _choose_args(g)
     specs = []
@@ -68,6 +74,8 @@ def generate(seed: str, disabled=frozenset()) -> Program:
         params = {}
         if code in ("T", "Ti", "list_T", "dict_sT", "obj", "nt"):
             params["shape"] = g.base_shape
+            if g.dynamic:
+                params["shape_c"] = (DYNAMIC_DIM,) + g.base_shape[1:]
         if code == "Ti":
             params["dtype"] = "i"
         if code == "T0":
@@ -96,7 +104,7 @@ def generate(seed: str, disabled=frozenset()) -> Program:
             risky_statement(g)
         g.emit(_return(g))
     g.suites.pop()
-    return Program(seed=seed, module=g.module, body=body, args=specs, exact=g.exact)
+    return Program(seed=seed, module=g.module, body=body, args=specs, exact=g.exact, dynamic=g.dynamic)
 
 
 def _return(g) -> Node:

@@ -81,6 +81,7 @@ class Program:
     body: list[Node]
     args: list[ArgSpec]
     exact: bool = True
+    dynamic: bool = False    # also called with variant C (a larger first dimension, see generate.py)
 
     def entry_node(self) -> Node:
         params = ", ".join(a.name for a in self.args)

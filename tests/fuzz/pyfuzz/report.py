@@ -3,7 +3,7 @@ framefuse (each from a fresh copy of the module) and prints both sides' answers.
 from __future__ import annotations
 
 from .program import ENTRY, Program
-from .runner import VARIANTS
+from .runner import variants
 from .values import args_source
 
 FOOTER = '''
@@ -32,8 +32,8 @@ if __name__ == "__main__":
 
 
 def call_sources(prog: Program) -> list[tuple[str, str]]:
-    sources = {v: args_source(prog.args, prog.seed, v) for v in set(VARIANTS)}
-    return [(v, "[" + ", ".join(sources[v]) + "]") for v in VARIANTS]
+    sources = {v: args_source(prog.args, prog.seed, v) for v in set(variants(prog))}
+    return [(v, "[" + ", ".join(sources[v]) + "]") for v in variants(prog)]
 
 
 def reproducer(prog: Program, backend: str, headline: str, disabled=()) -> str:

@@ -19,6 +19,13 @@ from .program import ENTRY, Program
 from .values import args_source
 
 VARIANTS = ("A", "A", "B", "A")
+# Dynamic programs then take variant C twice: a larger first dimension (a recompile, where a frontend
+# with automatic dynamic shapes makes that dimension symbolic), then a cached call.
+DYNAMIC_VARIANTS = VARIANTS + ("C", "C")
+
+
+def variants(prog: Program) -> tuple:
+    return DYNAMIC_VARIANTS if prog.dynamic else VARIANTS
 MODULE_NAME = "pyfuzz_prog"
 
 
@@ -66,9 +73,9 @@ def execute(prog: Program, backend: str | None, stats: dict | None = None) -> li
     if backend is not None:
         framefuse.reset()
         fn = framefuse.compile(fn, backend=backend)
-    sources = {v: args_source(prog.args, prog.seed, v) for v in set(VARIANTS)}
+    sources = {v: args_source(prog.args, prog.seed, v) for v in set(variants(prog))}
     outcomes = []
-    for variant in VARIANTS:
+    for variant in variants(prog):
         args = [eval(s, ns) for s in sources[variant]]  # noqa: S307 - our own literals
         out = io.StringIO()
         exc = None

@@ -49,7 +49,7 @@ def tensor_source(rng: random.Random, shape: tuple, dtype: str) -> str:
 
 def arg_source(kind: str, params: dict, seed: str, name: str, variant: str) -> str:
     rng = _rng(seed, name, variant)
-    shape = tuple(params.get("shape", ()))
+    shape = tuple(params.get("shape_c" if variant == "C" and "shape_c" in params else "shape", ()))
     if kind == "tensor":
         return tensor_source(rng, shape, params.get("dtype", "f"))
     if kind == "int":
