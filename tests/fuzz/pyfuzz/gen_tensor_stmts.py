@@ -11,7 +11,6 @@ from .gen import INT, T, Ty, Var
 from .gen_exprs import expr
 from .gen_stmts import bind_new, tensor_info
 from .gen_tensor_exprs import operand, tensor_expr
-from .program import Node
 
 
 def tensor_statement(g):
@@ -304,4 +303,3 @@ def _clone_detach(g):
 TABLE = [(4, _view), (1, _chunks), (2, _reshaping), (1, _structseq), (6, _inplace), (3, _setitem),
          (1, _size_binding), (4, _new_tensor), (1, _clone_detach)]
 
-NODE = Node  # re-exported for gen_funcs' templates
