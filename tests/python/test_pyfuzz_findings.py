@@ -225,6 +225,15 @@ def alias_write_after_rebinding_in_loop(x, lst):
     return x + 0.5
 
 
+def exhausted_dict_iterator_then_mutation(x, d):
+    it = iter(d)
+    next(it, "none")
+    print("p")
+    c = list(it)
+    d["z"] = 1
+    return x + 1, c
+
+
 CASES = [
     (listcomp_no_graph, [lambda: [[1, 2]]]),
     (setcomp_no_graph, [lambda: [[1, 2]]]),
@@ -256,6 +265,7 @@ CASES = [
     (signed_zero_mul, [lambda: [torch.tensor([[2.0, 0.0, -2.0], [3.0, -2.0, -3.0]])]]),
     (dict_iterator_across_break, [lambda: [{"d": 3}]]),
     (alias_write_after_rebinding_in_loop, [lambda: [torch.ones(3), [5, 2, 2, 4]]]),
+    (exhausted_dict_iterator_then_mutation, [lambda: [torch.ones(2), {"e": 2, "b": 3}]]),
 ]
 
 

@@ -102,14 +102,22 @@ def snapshot(args, ret, module_ns) -> tuple:
 
 
 # ---- comparison -------------------------------------------------------------------------------
-def _tensor_equal(a: torch.Tensor, b: torch.Tensor, tolerant: bool) -> bool:
+# Integers up to 2**24 are exact in float32: below it, float tensors of small integers compare bit for
+# bit whatever order or fusion computed them; past it (repeated squaring in a loop) rounding starts.
+EXACT_LIMIT = float(2 ** 24)
+
+
+def _tensor_equal(a: torch.Tensor, b: torch.Tensor, tolerant: bool, fused: bool = False) -> bool:
+    """Bit for bit (so -0.0 differs from 0.0; any NaN equals any NaN). `tolerant`: the program uses
+    rounding ops; `fused`: a fusing backend, whose contractions (a*b+c in one rounding) may round
+    values past EXACT_LIMIT differently. Either accepts a tight relative tolerance where it applies."""
     if a.dtype in _INT_VIEW:
         iv = _INT_VIEW[a.dtype]
         a, b = a.contiguous(), b.contiguous()
-        # NB: bit for bit (so -0.0 differs from 0.0), except that any NaN equals any NaN.
         if bool(((a.view(iv) == b.view(iv)) | (a.isnan() & b.isnan())).all()):
             return True
-        return tolerant and torch.allclose(a, b, rtol=1e-5, atol=1e-5, equal_nan=True)
+        big = fused and bool((a.abs() >= EXACT_LIMIT).any() or (b.abs() >= EXACT_LIMIT).any())
+        return (tolerant or big) and torch.allclose(a, b, rtol=1e-5, atol=1e-5, equal_nan=True)
     return torch.equal(a, b)
 
 
@@ -153,7 +161,7 @@ def _tagged(s) -> bool:
     return isinstance(s, tuple) and bool(s) and isinstance(s[0], str)
 
 
-def diff(a, b, tolerant: bool, out: list, aliasing: list, ta=None, tb=None) -> None:
+def diff(a, b, tolerant: bool, out: list, aliasing: list, ta=None, tb=None, fused: bool = False) -> None:
     """Appends (category, eager text, compiled text) for the differences of snapshots a and b;
     ta/tb are the nearest enclosing tagged nodes, which name a difference found below them."""
     if len(out) >= 3:
@@ -161,7 +169,7 @@ def diff(a, b, tolerant: bool, out: list, aliasing: list, ta=None, tb=None) -> N
     if _tagged(a):
         ta, tb = a, b
     if _tagged(a) and a[0] == "tensor" and _tagged(b) and b[0] == "tensor":
-        if a[1:4] != b[1:4] or not _tensor_equal(a[4], b[4], tolerant):
+        if a[1:4] != b[1:4] or not _tensor_equal(a[4], b[4], tolerant, fused):
             out.append(("value", describe(a), describe(b)))
         elif a[5] != b[5]:
             aliasing.append(("aliasing", f"storage #{a[5]} in {describe(ta)}", f"storage #{b[5]} in {describe(tb)}"))
@@ -176,13 +184,13 @@ def diff(a, b, tolerant: bool, out: list, aliasing: list, ta=None, tb=None) -> N
         return
     if isinstance(a, tuple):
         for x, y in zip(a, b):
-            diff(x, y, tolerant, out, aliasing, ta, tb)
+            diff(x, y, tolerant, out, aliasing, ta, tb, fused)
         return
     if a != b:
         out.append(("value", describe(ta), describe(tb)))
 
 
-def compare_calls(eager: list, compiled: list, tolerant: bool) -> list[tuple]:
+def compare_calls(eager: list, compiled: list, tolerant: bool, fused: bool = False) -> list[tuple]:
     """Differences between two lists of call outcomes (runner.CallOutcome): (category, where,
     eager's, compiled's)."""
     found = []
@@ -194,7 +202,7 @@ def compare_calls(eager: list, compiled: list, tolerant: bool) -> list[tuple]:
             found.append(("stdout", where, repr(e.stdout[-300:]), repr(c.stdout[-300:])))
         for part in ("return", "args", "globals"):
             out, aliasing = [], []
-            diff(e.snap[part], c.snap[part], tolerant, out, aliasing)
+            diff(e.snap[part], c.snap[part], tolerant, out, aliasing, fused=fused)
             for cat, ev, cv in out:
                 found.append((part if cat == "value" else cat, f"{where} {part}", ev, cv))
             if not out and aliasing:

@@ -108,7 +108,7 @@ def run_program(prog: Program, backends, eager: list[CallOutcome] | None = None,
             found.append(Mismatch(prog.seed, backend, "setup", "compile", "ran", f"{compare.typename(e)}: {e}"))
             continue
         tolerant = backend != "eager" and not prog.exact
-        for category, where, ev, cv in compare.compare_calls(eager, compiled, tolerant):
+        for category, where, ev, cv in compare.compare_calls(eager, compiled, tolerant, fused=backend != "eager"):
             if category == "exception" and cv.startswith("framefuse."):
                 category = "internal"
             found.append(Mismatch(prog.seed, backend, category, where, ev, cv))
