@@ -67,7 +67,8 @@ std::string Guard::str() const {
     case Kind::NoKey: return repr_of(expected) + " not in " + s;
     case Kind::GlobalState:
       return std::string("torch.is_grad_enabled() == ") + (grad_enabled ? "True" : "False") +
-             " and torch.get_default_dtype() == torch." + std::string(dtype_name(default_dtype));
+             " and torch.get_default_dtype() == torch." + std::string(dtype_name(default_dtype)) +
+             (expected ? " and autocast == " + repr_of(expected) : " and not autocast");
   }
   return "?";
 }

@@ -85,7 +85,7 @@ struct Guard {
   X(DictKeys, "list(source.keys()) == expected keys, in order")                         \
   X(NoAttr, "not hasattr(source, expected): an attribute the trace found missing")      \
   X(NoKey, "expected not in source (a dict): an instance attribute that would shadow a method") \
-  X(GlobalState, "grad mode and default dtype as at trace time")
+  X(GlobalState, "grad mode, default dtype and autocast's state as at trace time")
   enum class Kind : uint8_t {
 #define FF_GUARD_ENUM(k, doc) k,
     FF_GUARD_KINDS(FF_GUARD_ENUM)
@@ -94,7 +94,8 @@ struct Guard {
 
   Kind kind = Kind::TypeMatch;
   SourcePtr source;            // not used by GlobalState
-  PyObject* expected = nullptr;  // strong reference (type, object, constant or tuple of keys); may be null
+  PyObject* expected = nullptr;  // strong reference (type, object, constant or tuple of keys); may be null;
+                                 // GlobalState: autocast's state where autocast was on (else null: off)
   TensorMeta tensor_meta;      // TensorMatch
   int64_t length = 0;          // LenMatch
   bool grad_enabled = true;    // GlobalState
@@ -108,8 +109,8 @@ struct Guard {
 // How to build a Python value after the graph ran.
 struct OutputPlan {
   // Cell: a fresh cell (items: its contents, or none); ClosureCell: the frame's closure cell
-  // `index`; Function: constant = code, items = defaults, kwdefaults, closure (None: absent),
-  // globals of the frame; Iterator: iter(items[0]) past its first `index` items;
+  // `index`; Function: constant = code, items = defaults, kwdefaults, closure (None: absent)
+  // [, globals: where they are not the frame's]; Iterator: iter(items[0]) past its first `index` items;
   // GradCtx: constant() (torch.no_grad / enable_grad); GradExit: the same entered, its bound
   // __exit__; Method: items[1] bound to items[0]; Set: a set of items, added in order; Call:
   // items[0](*items[1:]).

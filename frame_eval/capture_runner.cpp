@@ -70,7 +70,7 @@ CaptureRunner::Plan CaptureRunner::resolve_plan(const OutputPlan& p) {
       break;
     case OutputPlan::Kind::Function:
       r.constant = p.constant;
-      FF_CHECK(p.items.size() == 3, "function plan without defaults, kwdefaults and closure");
+      FF_CHECK(p.items.size() == 3 || p.items.size() == 4, "function plan without defaults, kwdefaults and closure");
       for (const OutputPlan& item : p.items) r.items.push_back(resolve_plan(item));
       break;
     case OutputPlan::Kind::Iterator:
@@ -382,7 +382,14 @@ PyObject* CaptureRunner::build_break_only(const Plan& p, PyObject* outputs, cons
       Py_INCREF(PyTuple_GET_ITEM(frame.closure, p.index));
       return PyTuple_GET_ITEM(frame.closure, p.index);
     case OutputPlan::Kind::Function: {
-      PyObject* fn = PyFunction_New(p.constant, frame.globals);
+      PyObject* globals = frame.globals;
+      PyRef own_globals;
+      if (p.items.size() > 3) {  // made in another module
+        own_globals = PyRef::steal(item(3));
+        if (!own_globals) return nullptr;
+        globals = own_globals.get();
+      }
+      PyObject* fn = PyFunction_New(p.constant, globals);
       if (!fn) return nullptr;
       static int (*const setters[3])(PyObject*, PyObject*) = {PyFunction_SetDefaults, PyFunction_SetKwDefaults,
                                                              PyFunction_SetClosure};

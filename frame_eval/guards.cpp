@@ -194,6 +194,22 @@ bool strictly_equal(PyObject* a, PyObject* b) {
   return eq == 1;
 }
 
+// Autocast as at trace time: off then (expected null) and off now, or the same state now.
+bool autocast_matches(PyObject* expected, std::string* why) {
+  int on = autocast_enabled_now();
+  if (on < 0) PyErr_Clear();
+  if (!expected) {
+    if (on == 0) return true;
+    if (why) *why = "autocast is off (it is on now)";
+    return false;
+  }
+  PyRef now = PyRef::steal(on == 1 ? autocast_state_now() : nullptr);
+  if (!now) PyErr_Clear();
+  if (now && strictly_equal(now.get(), expected)) return true;
+  if (why) *why = "autocast == " + py_short_repr(expected) + " (got " + (now ? py_short_repr(now.get()) : "off") + ")";
+  return false;
+}
+
 std::string ints_str(const std::vector<int64_t>& v) {
   std::string out = "[";
   for (size_t i = 0; i < v.size(); ++i) out += (i ? ", " : "") + std::to_string(v[i]);
@@ -311,6 +327,8 @@ GuardProgram::GuardProgram(const std::vector<Guard>& guards, const std::vector<S
         break;
       }
       case Guard::Kind::GlobalState:
+        c.expected = g.expected;
+        Py_XINCREF(c.expected);
         c.grad_enabled = g.grad_enabled;
         c.default_dtype = torch_dtype_object(g.default_dtype);
         FF_CHECK(c.default_dtype != nullptr, "unknown default dtype");
@@ -656,6 +674,7 @@ bool GuardProgram::run_check(const Check& c, const Slots& slots, std::string* wh
       return false;
     }
     case Guard::Kind::GlobalState: {
+      if (!autocast_matches(c.expected, why)) return false;
       if (c.native_default_dtype >= 0 && !why)
         return native_->grad_enabled() == static_cast<int>(c.grad_enabled) &&
                native_->default_scalar_type() == c.native_default_dtype;
@@ -768,6 +787,7 @@ Guard current_global_state_guard() {
   DType t = DType::Float32;
   if (dd) dtype_from_object(dd.get(), &t);
   g.default_dtype = t;
+  g.expected = autocast_state_if_on();
   return g;
 }
 

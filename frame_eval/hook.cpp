@@ -60,12 +60,16 @@ inline PyObject* finish_without_evaluator(PyThreadState* tstate, struct _PyInter
 
 // ---- cold path: compile on a miss ------------------------------------------------------------
 
+}  // namespace
+
 std::string code_location(PyCodeObject* code) {
   const char* name = PyUnicode_AsUTF8(code->co_qualname ? code->co_qualname : code->co_name);
   const char* file = PyUnicode_AsUTF8(code->co_filename);
   if (!name || !file) PyErr_Clear();
   return std::string(name ? name : "?") + " (" + (file ? file : "?") + ":" + std::to_string(code->co_firstlineno) + ")";
 }
+
+namespace {
 
 std::string break_text(const BreakInfo& b) {
   std::string out = b.reason.empty() ? std::string("unsupported construct") : b.reason;
@@ -177,16 +181,26 @@ CompileOutcome finish_compile(const ff_frame_info& info, const FrameValues& valu
     has_global_state |= g.kind == Guard::Kind::GlobalState;
     any_requires_grad |= g.kind == Guard::Kind::TensorMatch && g.tensor_meta.requires_grad;
   }
+  // NB: a tensor made inside the graph may require grad too (torch.ones(3, requires_grad=True)).
+  for (const Node& n : cap.graph.nodes())
+    any_requires_grad |= n.meta.kind == ValueMeta::Kind::Tensor && n.meta.tensor.requires_grad;
   if (!has_global_state && !g_tracer_torch_free && torch_loaded()) cap.guards.push_back(current_global_state_guard());
-  bool grad_on = false;
+  bool grad_on = false, autocast_on = false;
   for (const Guard& g : cap.guards)
-    if (g.kind == Guard::Kind::GlobalState) grad_on = g.grad_enabled;
+    if (g.kind == Guard::Kind::GlobalState) grad_on = g.grad_enabled, autocast_on = g.expected != nullptr;
   int break_cells = cap.brk.ncells;
   std::string graph_text = log_enabled(LogArtifact::graph_code) && tensor_work ? graph_code_text(cap.graph) : std::string();
   auto t1 = std::chrono::steady_clock::now();
   auto runner = std::make_unique<CaptureRunner>(std::move(cap), values, nullptr);
   // NB: an empty graph before a break runs on the reference runner: no backend call, no graph.
-  if (tensor_work || g_tracer_torch_free) compile_backend(*options, *runner, values, /*training=*/grad_on && any_requires_grad);
+  if (autocast_on && options->backend_name != "eager") {
+    // NB: the graph holds the ops as called; autocast's casts happen when each op runs. Only the
+    // reference runner runs them under the caller's autocast.
+    if (log_enabled(LogArtifact::perf_hints))
+      log_emit(LogArtifact::perf_hints, code_location(info.code) + ": traced under torch.autocast: the graph runs on the reference runner (eager torch ops)");
+  } else if (tensor_work || g_tracer_torch_free) {
+    compile_backend(*options, *runner, values, /*training=*/grad_on && any_requires_grad);
+  }
   double backend_ms = ms_since(t1);
 
   auto entry = std::make_shared<CacheEntry>();

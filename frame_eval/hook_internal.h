@@ -30,6 +30,8 @@ void thread_exit_compiled(ThreadState& st);
 
 // Code of torch or framefuse itself (compiled only when it is the compiled callable's root).
 bool is_internal_code(PyCodeObject* code);
+// "qualname (file:line)" of a code object, for logs and messages.
+std::string code_location(PyCodeObject* code);
 // The graph's `graph_code` text (empty if the printer is not built in).
 std::string graph_code_text(const Graph& g);
 // Runs the compile options' backend on the capture; may give the runner a compiled callable.

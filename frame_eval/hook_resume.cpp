@@ -122,6 +122,12 @@ bool split_trace_options(PyCodeObject* traced, const BreakInfo& info, TraceOptio
   // NB: zero-argument super() needs self kept in slot 0 (bytecode_resume.h SelfSlot); where that
   // cannot be done this throws Unsupported and the frame runs eagerly with that reason logged.
   bc::self_slot(o.original.get());
+  // NB: a resume function holds only the live locals; code that reads its own frame (locals(),
+  // vars(), eval/exec with the frame's namespace, dir(), sys._getframe) would see the difference.
+  for (const std::string& n : bc::str_tuple(o.original.get(), "co_names"))
+    if (n == "locals" || n == "vars" || n == "eval" || n == "exec" || n == "dir" || n == "_getframe" ||
+        n == "currentframe")
+      throw Unsupported(code_location(reinterpret_cast<PyCodeObject*>(o.original.get())) + " calls " + n + "(), which would see the split frame: it runs eagerly");
   out->stop_index = info.root_index;
   out->stop_visit = info.root_visit;
   out->stop_live = bc::live_locals_at(o.original.get(), unit_of(o.original.get(), k));

@@ -7,6 +7,7 @@
 #include <unordered_map>
 
 #include "frame_eval/cache.h"
+#include "frame_eval/guards.h"
 #include "frame_eval/interpreter_impl.h"
 #include "graph/python/graph_calls.h"
 #include "src/gil_once.h"
@@ -785,13 +786,8 @@ CaptureResult SymbolicTracer::trace() {
     grad_enabled_ = PyObject_IsTrue(PyRef::steal(PyObject_CallMethod(known().torch, "is_grad_enabled", nullptr)).get());
   }
   if (k.torch) {
-    Guard g;
-    g.kind = Guard::Kind::GlobalState;
+    Guard g = current_global_state_guard();
     g.grad_enabled = grad_enabled_;
-    PyRef dt = PyRef::steal(PyObject_CallMethod(known().torch, "get_default_dtype", nullptr));
-    PyRef name = PyRef::steal(PyObject_Str(dt.get()));
-    auto d = dtype_from_name(PyUnicode_AsUTF8(name.get()));
-    g.default_dtype = d ? *d : DType::Float32;
     out_.guards.push_back(std::move(g));
   }
   Frame root;
@@ -836,6 +832,17 @@ CaptureResult SymbolicTracer::trace() {
     stopped = true;
   }
 
+  for (const Sym& g : generators_) {
+    // NB: a generator left suspended in a try/finally or with-block runs that cleanup when
+    // CPython collects it as the frame returns; the trace cannot run it then.
+    const Frame* gf = g->frame.get();
+    if (!gf || g->exhausted || gf->ip == 0) continue;
+    for (const Instr& ins : gf->dc->instrs) {
+      const char* name = opcode_table()[ins.opcode].name;
+      if (name && (std::string_view(name) == "PUSH_EXC_INFO" || std::string_view(name) == "BEFORE_WITH"))
+        brk(BreakKind::GeneratorFrame, "a generator left suspended inside try/finally or a with-block");
+    }
+  }
   OutputBuilder ob{*this, {}, {}};
   OutputPlan output;
   if (stopped) {

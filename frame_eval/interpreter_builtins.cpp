@@ -103,6 +103,27 @@ PyObject* iterator_type(const Sym& it) {
   return nullptr;
 }
 
+// Whether isinstance(x, cls) is issubclass(type(x), cls): the metaclass's __instancecheck__ is
+// type's or ABCMeta's (which checks the class and its registered virtual subclasses).
+bool plain_instancecheck(PyObject* cls) {
+  if (PyTuple_Check(cls)) {
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(cls); ++i)
+      if (!plain_instancecheck(PyTuple_GET_ITEM(cls, i))) return false;
+    return true;
+  }
+  if (!PyType_Check(cls)) return true;  // issubclass raises TypeError below
+  static PyObject* abc_meta = nullptr;
+  if (!abc_meta) {
+    PyRef abc = PyRef::steal(PyImport_ImportModule("abc"));
+    abc_meta = abc ? PyObject_GetAttrString(abc.get(), "ABCMeta") : nullptr;  // NB: kept for the process
+    PyErr_Clear();
+  }
+  PyRef name = PyRef::steal(PyUnicode_InternFromString("__instancecheck__"));
+  PyObject* check = _PyType_Lookup(Py_TYPE(cls), name.get());
+  return check == _PyType_Lookup(&PyType_Type, name.get()) ||
+         (abc_meta && PyType_Check(abc_meta) && check == _PyType_Lookup(reinterpret_cast<PyTypeObject*>(abc_meta), name.get()));
+}
+
 }  // namespace
 
 PyObject* SymbolicTracer::type_of(const Sym& v) {
@@ -332,7 +353,10 @@ Sym SymbolicTracer::call_const(const Sym& fn, std::vector<Sym>& args, KwArgs& kw
     std::string mod = module_of(o);
     if (PyExceptionClass_Check(o) && !any_tensor) return fold(o, args, kwargs, qualname(o));
     if (mod == "builtins") return call_builtin(o, reinterpret_cast<PyTypeObject*>(o)->tp_name, args, kwargs);
-    if (!any_tensor && (starts_with(mod, "torch") || mod == "math" || mod == "enum")) {
+    // NB: only torch's C types are folded (torch.device, torch.finfo ...); a class written in Python
+    // (an nn.Module: constructing one draws from the RNG) is constructed by the trace or breaks.
+    bool c_type = !(reinterpret_cast<PyTypeObject*>(o)->tp_flags & Py_TPFLAGS_HEAPTYPE);
+    if (!any_tensor && ((starts_with(mod, "torch") && c_type) || mod == "math" || mod == "enum")) {
       if (auto op = op_for_callable(o)) return torch_call(o, args, kwargs, qualname(o));
       return fold(o, args, kwargs, qualname(o));
     }
@@ -438,9 +462,13 @@ Sym SymbolicTracer::call_builtin(PyObject* fn, const std::string& name, std::vec
   if (name == "print") brk(BreakKind::Print, "");
   if (name == "isinstance" || name == "issubclass") {
     arg_count(2, 2);
+    if (!kwargs.empty()) brk(BreakKind::RaisesInTrace, "TypeError: " + name + "() takes no keyword arguments");
     PyObject* t = name == "isinstance" ? type_of(args[0]) : (args[0]->is(SymKind::Const) ? args[0]->obj.get() : nullptr);
     PyRef cls = PyRef::steal(sym_to_const(args[1]));
     if (!t || !cls) brk(BreakKind::UnsupportedOperand, name + " of " + describe_sym(args[0]));
+    // NB: isinstance(x, C) is issubclass(type(x), C) unless C's metaclass says otherwise in Python.
+    if (name == "isinstance" && !plain_instancecheck(cls.get()))
+      brk(BreakKind::UnsupportedCall, "isinstance() with a class whose metaclass defines __instancecheck__");
     int r = PyObject_IsSubclass(t, cls.get());
     if (r < 0) { PyErr_Clear(); brk(BreakKind::RaisesInTrace, name + "() arg 2 is not a type"); }
     return make_const(r ? Py_True : Py_False);

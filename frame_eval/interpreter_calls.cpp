@@ -251,6 +251,7 @@ Sym SymbolicTracer::inline_call(PyCodeObject* code, PyObject* globals, const Sou
     f.generator = true;
     Sym it = make_iterator(IterKind::Generator, {});
     it->frame = std::move(frame);
+    generators_.push_back(it);
     return it;
   }
   return run_frame(f);
@@ -296,6 +297,8 @@ Sym SymbolicTracer::construct(PyObject* cls, std::vector<Sym> args, KwArgs kwarg
   if (is_module(cls) || PyType_IsSubtype(t, reinterpret_cast<PyTypeObject*>(known().module_type)))
     brk(BreakKind::UnsupportedCall, std::string("constructing ") + t->tp_name + " inside compiled code");
   if (PyType_IsSubtype(t, &PyTuple_Type) && PyObject_HasAttrString(cls, "_fields")) {
+    // NB: a subclass without __slots__ has instances with a __dict__, which a tuple model lacks.
+    if (t->tp_dictoffset != 0) brk(BreakKind::UnsupportedCall, std::string("constructing ") + t->tp_name + " (instances with attributes)");
     // namedtuple: bind like its __new__ would.
     PyObject* new_fn = type_lookup(t, "__new__");
     if (new_fn && Py_TYPE(new_fn) == &PyStaticMethod_Type) {

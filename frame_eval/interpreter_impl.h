@@ -192,9 +192,11 @@ class SymbolicTracer {
   std::vector<Frame*> frames_;
   bool grad_enabled_ = true;
   std::vector<PendingEffect> effects_;
+  std::vector<Sym> generators_;  // generators made by the trace (their frames may be suspended)
   std::vector<Sym> mutated_containers_;  // real lists and sets whose contents changed (replayed at the end)
   std::unordered_map<PyObject*, Sym> by_identity_;  // Objects / Lists / Dicts / Cells of real state
   std::unordered_map<PyObject*, PyObject*> owner_of_dict_;  // an instance __dict__ -> its object
+  std::unordered_map<NodeId, PyObject*> input_tensors_;     // placeholder -> the tensor read (borrowed)
   std::unordered_set<std::string> guard_keys_;      // dedup of installed guards
   std::unordered_map<PyObject*, Sym> globals_cache_;  // root globals by name object
   std::vector<int> root_visits_;  // per root instruction: how many times the trace reached it

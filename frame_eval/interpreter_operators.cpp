@@ -213,9 +213,16 @@ bool SymbolicTracer::truth(const Sym& v) {
       PyRef len_name = PyRef::steal(PyUnicode_FromString("__len__"));
       PyObject* b = _PyType_Lookup(t, bool_name.get());
       PyObject* l = _PyType_Lookup(t, len_name.get());
-      if (b && PyFunction_Check(b)) return truth(call(make_const(b), {v}, {}));
+      if (b && PyFunction_Check(b)) {
+        Sym r = call(make_const(b), {v}, {});
+        if (!r->is(SymKind::Const) || !PyBool_Check(r->obj.get()))
+          brk(BreakKind::RaisesInTrace, "TypeError: __bool__ should return bool, returned " + describe_sym(r));
+        return r->obj.get() == Py_True;
+      }
       if (l) {
         Sym n = len_of(v);
+        if (!n->is(SymKind::Const) || !PyLong_Check(n->obj.get()) || PyObject_RichCompareBool(n->obj.get(), PyRef::steal(PyLong_FromLong(0)).get(), Py_LT) != 0)
+          brk(BreakKind::RaisesInTrace, "TypeError/ValueError: __len__ should return an int >= 0");
         return truth(n);
       }
       if (b) brk(BreakKind::UnsupportedOperand, "truth value of " + describe_sym(v));

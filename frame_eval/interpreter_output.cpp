@@ -6,6 +6,11 @@
 
 namespace ff {
 
+namespace {
+// torch.Size values read from frame state are rebuilt (cheap, and tensors' sizes are their source).
+bool is_size_tuple(const Sym& v) { return v->obj && v->obj.get() == known().size_type; }
+}  // namespace
+
 // Objects that must keep their identity however often they are referenced.
 int OutputBuilder::memo(const Sym& v) {
   auto it = memo_of.find(v.get());
@@ -170,6 +175,11 @@ OutputPlan OutputBuilder::plan_value(const Sym& v) {
       }
       return p;
     case SymKind::Tuple:
+      if (v->source && !is_size_tuple(v)) {  // a tuple passed in: the same object (identity, attributes)
+        p.kind = OutputPlan::Kind::Source;
+        p.source = v->source;
+        return p;
+      }
       p.kind = OutputPlan::Kind::Tuple;
       for (const Sym& i : v->items) p.items.push_back(plan(i));
       p.tuple_type = v->obj.get();
@@ -256,12 +266,13 @@ OutputPlan OutputBuilder::plan_break_only(const Sym& v) {
       if (!v->items.empty() && v->items[0]) p.items.push_back(plan(v->items[0]));
       return p;
     case SymKind::Function:
-      if (v->source) break;  // made in another module's function: its globals are not the frame's
       p.kind = OutputPlan::Kind::Function;
       p.memo = memo(v);
       p.constant = v->obj.get();
       Py_INCREF(p.constant);
       for (size_t i = 0; i < 3; ++i) p.items.push_back(optional(i < v->items.size() ? v->items[i] : nullptr));
+      // NB: made by a function of another module: its own globals, not the frame's.
+      if (v->globals && v->globals.get() != t.view_.globals) p.items.push_back(constant(v->globals.get()));
       return p;
     case SymKind::Iterator:
       return plan_iterator(v);

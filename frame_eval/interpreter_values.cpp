@@ -205,6 +205,7 @@ Sym SymbolicTracer::wrap(PyObject* obj, SourcePtr src) {
     n.kind = NodeKind::Placeholder;
     n.op = kNoOp;
     out_.inputs.push_back(src);
+    input_tensors_.emplace(id, obj);
     Sym s = make_sym(SymKind::Tensor);
     s->node = id;
     s->meta = std::move(meta);
@@ -618,7 +619,14 @@ Sym SymbolicTracer::try_load_attr(const Sym& base, const std::string& name) {
         m2->items = {base};
         return m2;
       }
-      if (!desc) return nullptr;
+      if (!desc) {
+        // NB: tensors take instance attributes (`x.test = ...`): guard that a tensor passed in has none.
+        if (!base->source) return nullptr;
+        auto real = input_tensors_.find(base->node);
+        if (real != input_tensors_.end() && PyObject_HasAttrString(real->second, name.c_str()))
+          brk(BreakKind::UnsupportedAttribute, "attribute '" + name + "' set on a tensor");
+        return missing_attr(base, name);
+      }
       brk(BreakKind::UnsupportedAttribute, "tensor." + name);
     }
     case SymKind::Const: {
@@ -631,7 +639,10 @@ Sym SymbolicTracer::try_load_attr(const Sym& base, const std::string& name) {
       }
       if (PyType_Check(o)) {
         PyObject* v = PyObject_GetAttrString(o, name.c_str());
-        if (!v) { PyErr_Clear(); return nullptr; }
+        if (!v) {
+          PyErr_Clear();
+          return base->source ? missing_attr(base, name) : nullptr;
+        }
         PyRef hold = PyRef::steal(v);
         if (PyMethod_Check(v)) {  // a classmethod bound to the class
           Sym s = make_sym(SymKind::BoundMethod);
@@ -718,15 +729,21 @@ Sym SymbolicTracer::try_load_attr(const Sym& base, const std::string& name) {
           PyRef fget = PyRef::steal(PyObject_GetAttrString(v, "fget"));
           return call(make_const(fget.get()), {base->items[0]}, {});
         }
-        return wrap(v, nullptr);
+        // A plain class attribute, guarded where it lives (classes are mutable: A.a = 5).
+        std::string printed = std::string(klass->tp_name);
+        return wrap(v, attr_source(object_source(reinterpret_cast<PyObject*>(klass), printed), name));
       }
       return nullptr;
     }
     case SymKind::NewObject: {
       if (Sym v = find_attr(base->attrs, name)) return v;
       PyTypeObject* cls = reinterpret_cast<PyTypeObject*>(base->obj.get());
+      if (name == "__class__") return make_const(base->obj.get());
       PyObject* v = type_lookup(cls, name.c_str());
       if (!v) return nullptr;
+      // Slots and C-level attributes of an object that does not exist yet (__weakref__, __dict__ ...).
+      if (Py_TYPE(v) == &PyMemberDescr_Type || Py_TYPE(v) == &PyGetSetDescr_Type)
+        brk(BreakKind::UnsupportedAttribute, "attribute '" + name + "' of " + describe_sym(base) + " (a slot of the object)");
       if (PyFunction_Check(v)) {
         Sym s = make_sym(SymKind::BoundMethod);
         s->items = {base, make_const(v)};
@@ -782,6 +799,7 @@ Sym SymbolicTracer::try_load_attr(const Sym& base, const std::string& name) {
 }
 
 void SymbolicTracer::store_attr(const Sym& base, const std::string& name, Sym value) {
+  if (name == "__class__" || name == "__dict__") brk(BreakKind::UnsupportedAttribute, "assignment to " + name);
   if (base->is(SymKind::NewObject)) {
     set_attr(base->attrs, name, std::move(value));
     return;

@@ -1,5 +1,7 @@
 #include "frame_eval/symbolic.h"
 
+#include <algorithm>
+
 #include "src/errors.h"
 
 namespace ff {
@@ -75,7 +77,26 @@ bool is_plain_const(PyObject* o) {
   return false;
 }
 
+namespace {
+PyObject* sym_to_const_impl(const Sym& s, std::vector<const SymValue*>& open);
+}
+
 PyObject* sym_to_const(const Sym& s) {
+  std::vector<const SymValue*> open;
+  return sym_to_const_impl(s, open);
+}
+
+namespace {
+
+// NB: `open` holds the containers being converted: one that holds itself is not a constant.
+PyObject* sym_to_const_impl(const Sym& s, std::vector<const SymValue*>& open) {
+  if (std::find(open.begin(), open.end(), s.get()) != open.end()) return nullptr;
+  open.push_back(s.get());
+  struct Close {
+    std::vector<const SymValue*>& open;
+    ~Close() { open.pop_back(); }
+  } close{open};
+  auto sym_to_const = [&open](const Sym& item) { return sym_to_const_impl(item, open); };
   switch (s->kind) {
     case SymKind::Const:
       Py_INCREF(s->obj.get());
@@ -150,6 +171,8 @@ PyObject* sym_to_const(const Sym& s) {
       return nullptr;
   }
 }
+
+}  // namespace
 
 std::string describe_sym(const Sym& s) {
   switch (s->kind) {

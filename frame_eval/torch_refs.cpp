@@ -45,6 +45,11 @@ TorchRefs* load_torch_refs() {
   refs->is_grad_enabled = attr_or_null(refs->torch, "is_grad_enabled");
   refs->get_default_dtype = attr_or_null(refs->torch, "get_default_dtype");
   refs->strided = attr_or_null(refs->torch, "strided");
+  {
+    PyRef c = PyRef::steal(PyObject_GetAttrString(refs->torch, "_C"));
+    refs->any_autocast = c ? attr_or_null(c.get(), "_is_any_autocast_enabled") : nullptr;
+    PyErr_Clear();
+  }
   for (int i = 0; i < kNumDTypes; ++i)
     refs->dtypes[i] = attr_or_null(refs->torch, std::string(dtype_name(static_cast<DType>(i))).c_str());
   FF_CHECK(refs->is_grad_enabled && refs->get_default_dtype && refs->strided, "torch API missing");
@@ -113,6 +118,48 @@ PyObject* call_torch_getter(PyObject* fn) {
   if (PyCFunction_Check(fn) && PyCFunction_GET_FLAGS(fn) == METH_NOARGS)
     return PyCFunction_GET_FUNCTION(fn)(PyCFunction_GET_SELF(fn), nullptr);
   return PyObject_Vectorcall(fn, nullptr, 0, nullptr);
+}
+
+PyObject* autocast_state_now() {
+  PyObject* torch = torch_refs().torch;
+  // NB: torch 2 asks per device type; torch 1.13 has a CPU and a CUDA getter of each.
+  bool per_device = PyObject_HasAttrString(torch, "get_autocast_dtype");
+  PyRef out = PyRef::steal(PyTuple_New(4));
+  const char* devices[2] = {"cpu", "cuda"};
+  const char* old_on[2] = {"is_autocast_cpu_enabled", "is_autocast_enabled"};
+  const char* old_dtype[2] = {"get_autocast_cpu_dtype", "get_autocast_gpu_dtype"};
+  for (int i = 0; i < 2; ++i) {
+    PyObject* on = per_device ? PyObject_CallMethod(torch, "is_autocast_enabled", "s", devices[i])
+                              : PyObject_CallMethod(torch, old_on[i], nullptr);
+    if (!on) return nullptr;
+    PyTuple_SET_ITEM(out.get(), 2 * i, on);
+    PyObject* dt = per_device ? PyObject_CallMethod(torch, "get_autocast_dtype", "s", devices[i])
+                              : PyObject_CallMethod(torch, old_dtype[i], nullptr);
+    if (!dt) return nullptr;
+    PyTuple_SET_ITEM(out.get(), 2 * i + 1, dt);
+  }
+  return out.release();
+}
+
+PyObject* autocast_state_if_on() {
+  int on = autocast_enabled_now();
+  PyObject* state = on == 1 ? autocast_state_now() : nullptr;
+  if (!state) PyErr_Clear();
+  return state;
+}
+
+int autocast_enabled_now() {
+  const TorchRefs& refs = torch_refs();
+  if (refs.any_autocast) {
+    PyObject* r = call_torch_getter(refs.any_autocast);
+    if (!r) return -1;
+    int v = r == Py_True;
+    Py_DECREF(r);
+    return v;
+  }
+  PyRef state = PyRef::steal(autocast_state_now());
+  if (!state) return -1;
+  return PyTuple_GET_ITEM(state.get(), 0) == Py_True || PyTuple_GET_ITEM(state.get(), 2) == Py_True;
 }
 
 int grad_enabled_now() {

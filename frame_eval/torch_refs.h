@@ -38,6 +38,7 @@ struct TorchRefs {
   PyObject* is_grad_enabled = nullptr;    // torch.is_grad_enabled
   PyObject* get_default_dtype = nullptr;  // torch.get_default_dtype
   PyObject* strided = nullptr;            // torch.strided
+  PyObject* any_autocast = nullptr;       // torch._C._is_any_autocast_enabled (null on torch 1.x)
   PyObject* dtypes[kNumDTypes] = {};      // torch.float32 ... (null where torch lacks one)
 };
 
@@ -53,6 +54,13 @@ PyObject* torch_dtype_object(DType t);
 bool dtype_from_object(PyObject* dtype_obj, DType* out);
 // Hot path: torch.is_grad_enabled(); -1 on error (set).
 int grad_enabled_now();
+// Hot path: whether autocast is on for any device; -1 on error (set).
+int autocast_enabled_now();
+// Cold path: autocast's state as a tuple (per device: enabled, dtype), new reference; null with
+// an error set.
+PyObject* autocast_state_now();
+// Cold path: autocast_state_now() where autocast is on, else null (no error set).
+PyObject* autocast_state_if_on();
 // Calls torch.is_grad_enabled / torch.get_default_dtype (or any callable) without arguments: a
 // new reference, or null with an error set.
 PyObject* call_torch_getter(PyObject* fn);

@@ -521,3 +521,184 @@ def test_conversions_that_change_nothing_return_the_tensor_itself(backend):
     def f(x):
         return x.float() is x, x.contiguous() is x, x.to(x.dtype) is x, x.double() is x, x.t().contiguous() is x
     check(f, x, backend=backend)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_isinstance_honours_a_metaclass_instancecheck(backend):
+    class Meta(type):
+        def __instancecheck__(cls, instance):
+            return True
+
+    class B(metaclass=Meta):
+        pass
+
+    class A:
+        pass
+    check(lambda x, o: x + 1 if isinstance(o, B) else x - 1, x, A(), backend=backend)
+    check(lambda x: x.sin() if isinstance(x, torch.Tensor, invalid=True) else x, x, backend=backend)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_class_and_slot_attributes_of_new_objects(backend):
+    class Base:
+        def __init__(self, v):
+            self.v = v
+
+    class Derived(Base):
+        pass
+
+    def f(x):
+        obj = Base(5)
+        obj.__class__ = Derived
+        return x + 1, isinstance(obj, Derived)
+
+    class Foo:
+        pass
+    check(f, x, backend=backend)
+    check(lambda x: torch.cos(x) if Foo().__weakref__ else torch.sin(x), x, backend=backend)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_bool_must_return_a_bool(backend):
+    class MyObj:
+        def __init__(self):
+            self.x = 0.5
+
+        def __bool__(self):
+            self.x = 1.2
+            return self.x
+    check(lambda a, o: a + o.x if not o else a - o.x, x, MyObj(), backend=backend)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_attributes_added_later_to_tensors_and_classes(backend):
+    def f(x):
+        return x + 2 if hasattr(x, "test") else x + 1
+    framefuse.reset()
+    compiled = framefuse.compile(f, backend=backend)
+    compiled(torch.ones(2))
+    t = torch.ones(2)
+    t.test = None
+    assert torch.equal(compiled(t), f(t))
+
+    class A:
+        a = 4
+
+    class C(A):
+        def add(self, x):
+            return super().a * x
+    add = C().add
+    compiled = framefuse.compile(add, backend=backend)
+    compiled(torch.ones(1))
+    A.a = 5
+    assert torch.equal(compiled(torch.ones(1)), add(torch.ones(1)))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_namedtuple_subclass_instances_keep_their_attributes(backend):
+    import typing
+
+    class NT(typing.NamedTuple):
+        a: torch.Tensor
+
+    class Sub(NT):
+        pass
+
+    def f():
+        t = Sub(a=torch.tensor([1.0]))
+        t.c = torch.tensor(3.0)
+        return t
+    framefuse.reset()
+    got = framefuse.compile(f, backend=backend)()
+    assert type(got) is Sub and torch.equal(got.c, torch.tensor(3.0))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_import_of_a_module_not_loaded_yet(backend):
+    import sys
+    sys.modules.pop("colorsys", None)
+
+    def f(x):
+        import colorsys
+        return x + colorsys.ONE_THIRD
+    check(f, x, backend=backend)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_frame_that_reads_its_own_locals_is_not_split(backend):
+    def f(x, fullname="abc"):
+        y = x + 1
+        print("break")
+        return y, "{fullname}".format(**locals())
+    check(f, x, backend=backend)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_function_made_by_another_module_keeps_its_globals_across_a_break(backend):
+    import types
+    helper = types.ModuleType("helper_for_globals")
+    exec("import torch, framefuse\n"
+         "def inner():\n    return torch.is_grad_enabled()\n"
+         "def outer(func):\n"
+         "    def wrapped(*args):\n"
+         "        a = func(*args)\n"
+         "        framefuse.graph_break()\n"
+         "        return torch.sin(a + 1), inner()\n"
+         "    return wrapped\n", helper.__dict__)
+
+    def fn(a, b):
+        return helper.outer(lambda u, v: u + v)(a, b)
+    check(fn, x, x, backend=backend)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_autocast_state_is_guarded_and_honoured(backend):
+    def f(a, b):
+        return (a @ b).relu() + 1
+    a, b = torch.randn(8, 8), torch.randn(8, 8)
+    framefuse.reset()
+    compiled = framefuse.compile(f, backend=backend)
+    assert compiled(a, b).dtype == torch.float32
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        want, got = f(a, b), compiled(a, b)  # a graph traced without autocast is not reused
+        assert got.dtype == want.dtype == torch.bfloat16 and torch.equal(got, want)
+    assert compiled(a, b).dtype == torch.float32
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_generator_left_inside_try_finally_runs_its_cleanup(backend):
+    def f(t):
+        marker = []
+
+        def gen():
+            try:
+                yield t.sin()
+            finally:
+                marker.append(1)
+        g = gen()
+        next(g)
+        return t.sin(), marker
+    check(f, x, backend=backend)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_constructing_a_module_draws_from_the_rng_as_eager(backend):
+    def f(x):
+        return torch.nn.Linear(4, 3)(x)
+
+    def run(fn):
+        torch.manual_seed(0)
+        return fn(x), torch.rand(2)
+    framefuse.reset()
+    want, got = run(f), run(framefuse.compile(f, backend=backend))
+    assert _same(want, got, backend == "eager")
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_tensor_made_in_the_graph_that_requires_grad(backend):
+    def f(x):
+        w = torch.ones(4, requires_grad=True)
+        return x * w
+    framefuse.reset()
+    got = framefuse.compile(f, backend=backend)(x)
+    assert got.requires_grad and torch.equal(got.detach(), x)
