@@ -80,6 +80,8 @@ def test_comparison_sees_values_identity_and_mutation():
     # tolerant comparison (inexact float ops under inductor) accepts rounding, not real differences
     assert compare_calls(base, outcome([x, lst], (y + 1e-6, lst, 0.0)), True) == []
     assert compare_calls(base, outcome([x, lst], (y + 1e-2, lst, 0.0)), True)[0][0] == "return"
+    assert compare_calls(outcome([x], 418.4867248535156), outcome([x], 418.4866638183594), True) == []
+    assert compare_calls(outcome([x], 418.4867248535156), outcome([x], 418.4866638183594), False)[0][0] == "return"
     # past 2**24 a fusing backend may round differently (one rounding for a*b+c); below it, never
     big = torch.tensor([34465849344.0, 3.0])
     near = torch.tensor([34465849344.0 + 4096.0, 3.0])

@@ -234,6 +234,13 @@ def exhausted_dict_iterator_then_mutation(x, d):
     return x + 1, c
 
 
+def exhausted_iterator_type_across_break(x):
+    it = iter(range(0))
+    next(it, -1)
+    print("p")
+    return x + 1, type(it).__name__
+
+
 CASES = [
     (listcomp_no_graph, [lambda: [[1, 2]]]),
     (setcomp_no_graph, [lambda: [[1, 2]]]),
@@ -266,6 +273,7 @@ CASES = [
     (dict_iterator_across_break, [lambda: [{"d": 3}]]),
     (alias_write_after_rebinding_in_loop, [lambda: [torch.ones(3), [5, 2, 2, 4]]]),
     (exhausted_dict_iterator_then_mutation, [lambda: [torch.ones(2), {"e": 2, "b": 3}]]),
+    (exhausted_iterator_type_across_break, [lambda: [torch.ones(2)]]),
 ]
 
 
