@@ -241,6 +241,15 @@ def exhausted_iterator_type_across_break(x):
     return x + 1, type(it).__name__
 
 
+def list_iterator_across_break_after_shrinking(x, lst):
+    it = iter(lst)
+    print("p")
+    del lst[0]
+    c = list(it)
+    lst[1:3] = []
+    return x + 1, c
+
+
 CASES = [
     (listcomp_no_graph, [lambda: [[1, 2]]]),
     (setcomp_no_graph, [lambda: [[1, 2]]]),
@@ -274,6 +283,7 @@ CASES = [
     (alias_write_after_rebinding_in_loop, [lambda: [torch.ones(3), [5, 2, 2, 4]]]),
     (exhausted_dict_iterator_then_mutation, [lambda: [torch.ones(2), {"e": 2, "b": 3}]]),
     (exhausted_iterator_type_across_break, [lambda: [torch.ones(2)]]),
+    (list_iterator_across_break_after_shrinking, [lambda: [torch.ones(2), [6, 5, 2, 1]]]),
 ]
 
 
