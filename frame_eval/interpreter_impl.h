@@ -184,6 +184,7 @@ class SymbolicTracer {
   // ---- interpreter_iterators.cpp: lazy iterators ----
   Sym make_iterator(IterKind kind, std::vector<Sym> items, Sym origin = nullptr);
   Sym reversed_of(const Sym& v);
+  bool native_iterator_container_changed(const Sym& it);
 
   // ---- state ----
   FrameView view_;

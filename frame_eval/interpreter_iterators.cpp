@@ -142,6 +142,9 @@ Sym SymbolicTracer::iter_next(const Sym& it) {
       break;
     }
     case IterKind::Native: {
+      // NB: its rest is read off the real container, which does not have the trace's changes yet.
+      if (native_iterator_container_changed(it))
+        brk(BreakKind::UnsupportedIteration, "an iterator passed in over a container the compiled code changed");
       // NB: guarded on there being at least one more item (not on how many): a loop resumed
       // after each graph break compiles once, not once per position.
       PyRef rest = PyRef::steal(iterator_rest(it->obj.get()));
@@ -185,6 +188,27 @@ Sym SymbolicTracer::iter_next(const Sym& it) {
   }
   if (!r) it->exhausted = true;
   return r;
+}
+
+bool SymbolicTracer::native_iterator_container_changed(const Sym& it) {
+  std::string_view type = Py_TYPE(it->obj.get())->tp_name;
+  if (type == "list_iterator" || type == "list_reverseiterator") {
+    PyRef r = PyRef::steal(PyObject_CallMethod(it->obj.get(), "__reduce__", nullptr));
+    PyObject* args = r && PyTuple_Check(r.get()) && PyTuple_GET_SIZE(r.get()) >= 2 ? PyTuple_GET_ITEM(r.get(), 1) : nullptr;
+    PyErr_Clear();
+    if (!args || !PyTuple_Check(args) || PyTuple_GET_SIZE(args) != 1) return false;
+    auto known_sym = by_identity_.find(PyTuple_GET_ITEM(args, 0));
+    if (known_sym == by_identity_.end()) return false;
+    return std::find(mutated_containers_.begin(), mutated_containers_.end(), known_sym->second) != mutated_containers_.end();
+  }
+  if (type == "dict_keyiterator" || type == "dict_valueiterator" || type == "dict_itemiterator" || type == "set_iterator") {
+    // Their __reduce__ copies the rest: the container cannot be told apart, so any change counts.
+    for (const PendingEffect& e : effects_)
+      if (e.kind == SideEffect::Kind::DictSetItem || e.kind == SideEffect::Kind::DictDelItem) return true;
+    for (const Sym& c : mutated_containers_)
+      if (c->is(SymKind::Set) || (c->is(SymKind::Appendable) && PyAnySet_Check(c->obj.get()))) return true;
+  }
+  return false;
 }
 
 Sym SymbolicTracer::reversed_of(const Sym& v) {

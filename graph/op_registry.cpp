@@ -127,15 +127,18 @@ bool accepts(const ParamSpec& p, const Value& v, const Graph& g) {
   return false;
 }
 
-// Canonical form of an accepted value: int[] parameters hold Lists.
-Value canonical(const ParamSpec& p, Value v) {
+// Canonical form of an accepted value: int[] parameters hold Lists. An int passed for a float
+// parameter becomes a float, except for ops resolved through torch's schemas: their callable is
+// torch's overloaded one, which picks its overload (and result dtype) by the Python type
+// (torch.tensor(5) is int64, torch.tensor(5.0) float32).
+Value canonical(const OpDef& op, const ParamSpec& p, Value v) {
   if ((p.type == ParamType::IntList || p.type == ParamType::IntVarargs) && !v.is_none() && !v.is_sequence())
     return Value::list({std::move(v)});
   if ((p.type == ParamType::IntList || p.type == ParamType::IntVarargs || p.type == ParamType::TensorList ||
        p.type == ParamType::TensorVarargs) &&
       v.kind == Value::Kind::Tuple)
     v.kind = Value::Kind::List;
-  if (p.type == ParamType::Float && v.kind == Value::Kind::Int) return Value::of_float(double(v.i));
+  if (p.type == ParamType::Float && v.kind == Value::Kind::Int && !op.is_open()) return Value::of_float(double(v.i));
   return v;
 }
 
@@ -300,7 +303,7 @@ std::optional<std::vector<Value>> bind_call(const OpDef& op, const std::vector<V
       *error = op.name + "(): argument '" + p.name + "' must be " + type_word(p.type);
       return std::nullopt;
     }
-    out.push_back(canonical(p, std::move(*bound[i])));
+    out.push_back(canonical(op, p, std::move(*bound[i])));
   }
   return out;
 }

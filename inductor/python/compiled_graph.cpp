@@ -583,11 +583,12 @@ PyObject* CompiledGraph::run(PyObject* const* inputs, size_t n) {
   }
 
   // New reference to the tensor `r` names, or nullptr with an error set.
-  auto view_of = [&](const loop::TensorRef& r) -> PyObject* {
+  // `fresh`: a new tensor object even where the view is the whole buffer (x.view(x.shape) is not x).
+  auto view_of = [&](const loop::TensorRef& r, bool fresh = false) -> PyObject* {
     PyObject* base = tensors[static_cast<size_t>(r.buf)];
     FF_CHECK(base, "buffer buf" + std::to_string(r.buf) + " has no tensor");
     const loop::Buffer& buf = p.buffers[static_cast<size_t>(r.buf)];
-    if (r.sizes == buf.sizes && r.strides == buf.strides && r.offset == 0) {
+    if (!fresh && r.sizes == buf.sizes && r.strides == buf.strides && r.offset == 0) {
       Py_INCREF(base);
       return base;
     }
@@ -686,7 +687,10 @@ PyObject* CompiledGraph::run(PyObject* const* inputs, size_t n) {
     set_node(e.node, result.release());
   }
   for (auto& [node, ref] : p.outputs) {
-    PyObject* v = view_of(ref);
+    const loop::Buffer& ob = p.buffers[static_cast<size_t>(ref.buf)];
+    // NB: a view of an input is a new object in eager, even one of the input's own shape.
+    bool fresh = ob.role == loop::BufferRole::Input && ob.node != node;
+    PyObject* v = view_of(ref, fresh);
     if (!v) return nullptr;
     set_node(node, v);
   }

@@ -287,9 +287,19 @@ CASES = [
 ]
 
 
+# Open findings, each failing as it should until it is fixed (strict: a fix turns it red).
+OPEN = {
+    ("signed_zero_mul", "inductor"): "amin over +0.0 and -0.0 keeps the sign eager's reduction order "
+                                     "gives only for rows shorter than a vector; the kernel keeps the other",
+}
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("fn,calls", CASES, ids=[fn.__name__ for fn, _ in CASES])
-def test_finding(fn, calls, backend):
+def test_finding(fn, calls, backend, request):
+    reason = OPEN.get((fn.__name__, backend))
+    if reason:
+        request.node.add_marker(pytest.mark.xfail(reason=reason, strict=True))
     check(fn, backend, *calls, *calls)   # twice: the second call runs from the cache
 
 

@@ -108,13 +108,16 @@ def snapshot(args, ret, module_ns) -> tuple:
 EXACT_LIMIT = float(2 ** 24)
 
 
-def _tensor_equal(a: torch.Tensor, b: torch.Tensor, tolerant: bool, fused: bool = False) -> bool:
+def _tensor_equal(a: torch.Tensor, b: torch.Tensor, tolerant: bool, fused: bool = False,
+                  signless_zeros: bool = False) -> bool:
     """Bit for bit (so -0.0 differs from 0.0; any NaN equals any NaN). `tolerant`: the program uses
     rounding ops; `fused`: a fusing backend, whose contractions (a*b+c in one rounding) may round
     values past EXACT_LIMIT differently. Either accepts a tight relative tolerance where it applies."""
     if a.dtype in _INT_VIEW:
         iv = _INT_VIEW[a.dtype]
         a, b = a.contiguous(), b.contiguous()
+        if signless_zeros:  # +0.0 for every zero of both (see runner: min/max reductions)
+            a, b = torch.where(a == 0, torch.zeros_like(a), a), torch.where(b == 0, torch.zeros_like(b), b)
         if bool(((a.view(iv) == b.view(iv)) | (a.isnan() & b.isnan())).all()):
             return True
         big = fused and bool((a.abs() >= EXACT_LIMIT).any() or (b.abs() >= EXACT_LIMIT).any())
@@ -162,7 +165,8 @@ def _tagged(s) -> bool:
     return isinstance(s, tuple) and bool(s) and isinstance(s[0], str)
 
 
-def diff(a, b, tolerant: bool, out: list, aliasing: list, ta=None, tb=None, fused: bool = False) -> None:
+def diff(a, b, tolerant: bool, out: list, aliasing: list, ta=None, tb=None, fused: bool = False,
+         signless_zeros: bool = False) -> None:
     """Appends (category, eager text, compiled text) for the differences of snapshots a and b;
     ta/tb are the nearest enclosing tagged nodes, which name a difference found below them."""
     if len(out) >= 3:
@@ -170,7 +174,7 @@ def diff(a, b, tolerant: bool, out: list, aliasing: list, ta=None, tb=None, fuse
     if _tagged(a):
         ta, tb = a, b
     if _tagged(a) and a[0] == "tensor" and _tagged(b) and b[0] == "tensor":
-        if a[1:4] != b[1:4] or not _tensor_equal(a[4], b[4], tolerant, fused):
+        if a[1:4] != b[1:4] or not _tensor_equal(a[4], b[4], tolerant, fused, signless_zeros):
             out.append(("value", describe(a), describe(b)))
         elif a[5] != b[5]:
             aliasing.append(("aliasing", f"storage #{a[5]} in {describe(ta)}", f"storage #{b[5]} in {describe(tb)}"))
@@ -190,13 +194,14 @@ def diff(a, b, tolerant: bool, out: list, aliasing: list, ta=None, tb=None, fuse
         return
     if isinstance(a, tuple):
         for x, y in zip(a, b):
-            diff(x, y, tolerant, out, aliasing, ta, tb, fused)
+            diff(x, y, tolerant, out, aliasing, ta, tb, fused, signless_zeros)
         return
     if a != b:
         out.append(("value", describe(ta), describe(tb)))
 
 
-def compare_calls(eager: list, compiled: list, tolerant: bool, fused: bool = False) -> list[tuple]:
+def compare_calls(eager: list, compiled: list, tolerant: bool, fused: bool = False,
+                  signless_zeros: bool = False) -> list[tuple]:
     """Differences between two lists of call outcomes (runner.CallOutcome): (category, where,
     eager's, compiled's)."""
     found = []
@@ -208,7 +213,7 @@ def compare_calls(eager: list, compiled: list, tolerant: bool, fused: bool = Fal
             found.append(("stdout", where, repr(e.stdout[-300:]), repr(c.stdout[-300:])))
         for part in ("return", "args", "globals"):
             out, aliasing = [], []
-            diff(e.snap[part], c.snap[part], tolerant, out, aliasing, fused=fused)
+            diff(e.snap[part], c.snap[part], tolerant, out, aliasing, fused=fused, signless_zeros=signless_zeros)
             for cat, ev, cv in out:
                 found.append((part if cat == "value" else cat, f"{where} {part}", ev, cv))
             if not out and aliasing:
