@@ -6,6 +6,7 @@
 #include <mutex>
 
 #include "graph/op_registry.h"
+#include "graph/passes/effects.h"
 #include "graph/python/graph_calls.h"
 #include "inductor/channels_last.h"
 #include "inductor/kernel_cache.h"
@@ -688,8 +689,11 @@ PyObject* CompiledGraph::run(PyObject* const* inputs, size_t n) {
   }
   for (auto& [node, ref] : p.outputs) {
     const loop::Buffer& ob = p.buffers[static_cast<size_t>(ref.buf)];
-    // NB: a view of an input is a new object in eager, even one of the input's own shape.
-    bool fresh = ob.role == loop::BufferRole::Input && ob.node != node;
+    // NB: a view of an input is a new object in eager, even one of the input's own shape (an
+    // in-place call's result is the input itself).
+    const Node& on = g.node(node);
+    bool fresh = ob.role == loop::BufferRole::Input && ob.node != node && on.kind == NodeKind::Call &&
+                 op_def(on.op).has(kView) && !mutates_operand(on);
     PyObject* v = view_of(ref, fresh);
     if (!v) return nullptr;
     set_node(node, v);
