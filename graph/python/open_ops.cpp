@@ -210,6 +210,18 @@ bool updates_running_stats(const OpDef& d, const std::vector<Value>& bound) {
 }  // namespace
 
 const std::vector<OpId>& open_ops_for_callable(PyObject* fn, std::string* reason) {
+  // NB: without torch imported no callable can be one of torch's (and importing it here would run
+  // Python inside the frame hook, or fail where there is no torch).
+  static bool torch_seen = false;
+  if (!torch_seen) {
+    PyObject* m = PyImport_GetModule(py::str("torch").ptr());
+    if (!m) {
+      PyErr_Clear();
+      return kNone;
+    }
+    Py_DECREF(m);
+    torch_seen = true;
+  }
   OpenTables& t = tables();
   auto it = t.by_callable.find(fn);
   if (it == t.by_callable.end()) {
