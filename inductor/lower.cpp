@@ -21,6 +21,11 @@ namespace {
 // cost it is stored once. Bounds the expression blow-up of diamond-shaped graphs.
 constexpr int kInlineCostLimit = 40;
 constexpr int kInlineLoadLimit = 3;
+// NB: a lowering rule may read its operand's expression more than once (leaky_relu: z > 0 ? z : z * a),
+// so a chain of single-user values can still grow exponentially with its length; past this cost a
+// value is stored whatever its users (otherwise 8 levels of leaky_relu(y.square()) took seconds to
+// compile and 15 never finished).
+constexpr int kExpressionCostLimit = 400;
 
 int loads_per_element(const LT& x) {
   Idx idx;
@@ -193,17 +198,41 @@ LT Lowerer::broadcast(const LT& x, const std::vector<int64_t>& sizes) {
   return r;
 }
 
+namespace {
+
+// Nodes of `e` (a tree: shared operands counted each time), with the operands' probes counted as
+// their operands' costs.
+int64_t probe_cost(const Expr& e, const std::vector<int64_t>& operand_cost) {
+  if (e->kind == loop::ExprKind::Local && e->id <= -2) return operand_cost[static_cast<size_t>(-2 - e->id)];
+  int64_t n = 1;
+  for (const Expr& a : e->args) n += probe_cost(a, operand_cost);
+  return n;
+}
+
+// The size of fn's expression once its operands are inlined. NB: a rule may read an operand
+// several times (leaky_relu: x < 0 ? x * a : x), so it is measured on probe operands rather
+// than summed over the operands.
+int64_t inlined_size(const std::vector<LT>& bs, ScalarType ct, const std::function<Expr(const std::vector<Expr>&)>& fn) {
+  std::vector<Expr> probes;
+  std::vector<int64_t> costs;
+  for (size_t i = 0; i < bs.size(); ++i) {
+    probes.push_back(loop::local(-2 - static_cast<int>(i), ct));
+    costs.push_back(bs[i].size());
+  }
+  return std::min<int64_t>(probe_cost(fn(probes), costs) + 1, int64_t{1} << 40);
+}
+
+}  // namespace
+
 LT Lowerer::map(const std::vector<LT>& xs, DType compute, DType out, const std::function<Expr(const std::vector<Expr>&)>& fn) {
   std::vector<int64_t> sizes;
   for (const LT& x : xs) sizes = broadcast_shapes(sizes, x.sizes);
   if (!supported_dtype(compute) || !supported_dtype(out)) throw NoLowering("dtype not supported in kernels");
   std::vector<LT> bs;
-  int cost = 1;
-  for (const LT& x : xs) {
-    bs.push_back(broadcast(cast(x, compute), sizes));
-    cost += bs.back().cost;
-  }
+  for (const LT& x : xs) bs.push_back(broadcast(cast(x, compute), sizes));
   ScalarType ct = loop::dtype_compute_type(compute), ot = loop::dtype_compute_type(out);
+  int cost = 1;
+  for (const LT& b : bs) cost += b.cost;
   // NB: eager stores every op's result in its dtype: an 8/16-bit int result wraps, an f16/bf16
   // one rounds, before the next op reads it. The kernel keeps the wider compute type in
   // registers, so the result is narrowed here (free where a store narrows it anyway).
@@ -212,6 +241,7 @@ LT Lowerer::map(const std::vector<LT>& xs, DType compute, DType out, const std::
   r.sizes = sizes;
   r.dtype = out;
   r.cost = cost + (narrowing ? 1 : 0);
+  r.tree = inlined_size(bs, ct, fn) + (narrowing ? 1 : 0);
   r.at = [bs, ct, ot, out, narrowing, fn](const Idx& idx) {
     std::vector<Expr> vals;
     vals.reserve(bs.size());
@@ -769,6 +799,8 @@ std::optional<LT> Lowerer::lower_node(NodeId id) {
           // NB: a residual stream (x = x + f(x) per layer) would otherwise be re-read from every
           // earlier layer's buffers by each later consumer.
           r = realize(r, m.strides, BufferRole::Intermediate, id, "reads many buffers and has several users");
+        else if (!r.ref && r.size() > kExpressionCostLimit)
+          r = realize(r, m.strides, BufferRole::Intermediate, id, "its expression is too large to inline");
         return r;
       } catch (const NoLowering& e) {
         reason = e.what();

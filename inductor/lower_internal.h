@@ -24,7 +24,11 @@ struct LT {
   DType dtype = DType::Float32;
   std::function<Expr(const Idx&)> at;
   std::optional<loop::TensorRef> ref;
-  int cost = 0;  // loop IR nodes per element when inlined
+  int cost = 0;  // loop IR nodes per element when inlined, counting each operand once (the fusion heuristics' cost)
+  // Loop IR nodes per element when inlined, counting an operand each time a rule reads it (set by
+  // map; 0: as `cost`). Bounds the expression's real size.
+  int64_t tree = 0;
+  int64_t size() const { return std::max<int64_t>(cost, tree); }
   int64_t dim() const { return static_cast<int64_t>(sizes.size()); }
   int64_t numel() const;
 };

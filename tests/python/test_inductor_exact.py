@@ -351,3 +351,26 @@ def test_softmax_of_vector_math_is_one_at_a_dominant_element():
 def test_selects_against_zero_keep_the_sign_of_zero(fn):
     # LLVM 14's InstCombine turned select(x > 0.0, -0.0, x) into select(x >= 0.0, -0.0, x).
     _check(fn, torch.tensor([1.0, -1.0, 0.0, -0.0, 2.5] * 20, dtype=torch.float64))
+
+
+# ---- expression size: a rule that reads its operand several times --------------------------------
+
+def test_a_chain_of_rules_that_reread_their_operand_stays_linear():
+    # leaky_relu reads its operand three times (x < 0 ? x * a : x) and square twice: inlined whole,
+    # 14 levels are 6**14 loop IR nodes per element (compiling 9 levels took seconds, 15 never ended).
+    def f(y):
+        for _ in range(14):
+            y = F.leaky_relu(y.square(), 0.5) * 0.5
+        return y
+
+    seen_ir = []
+
+    def backend(graph, example_inputs):
+        seen_ir.append(framefuse.inductor.loop_ir(graph))
+        return compile_graph(graph, example_inputs)
+
+    framefuse.reset()
+    x = torch.tensor([0.5, -1.0, 1.25, -0.75, 0.0, 1.0])
+    got = framefuse.compile(f, backend=backend)(x.clone())
+    assert _same(got, f(x.clone()))
+    assert len(seen_ir) == 1 and len(seen_ir[0]) < 20_000, len(seen_ir[0])

@@ -180,12 +180,17 @@ def _float_arith(g, d):
     if c == "div":
         return f"({a} / {g.r.choice((2, 3, -4, 0.5))})"
     if c == "int":
-        return f"float({expr(g, INT, d)}) / {g.r.choice((2, 3, 7))}"
+        k = g.r.choice((2, 3, 7))
+        if k != 2:
+            g.exact = False   # a third or a seventh: its rounding feeds tensors that a fused backend may sum in another order
+        return f"float({expr(g, INT, d)}) / {k}"
     if c == "sqrt":
+        g.exact = False
         return f"math.sqrt(abs({a}))"
     if c == "round":
         return f"round({a}, {g.r.randint(0, 2)})"
     if c == "pow":
+        g.exact = False
         return f"abs({a}) ** 0.5"
     return f"-{a}"
 
