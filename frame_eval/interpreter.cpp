@@ -909,28 +909,17 @@ CaptureResult SymbolicTracer::trace() {
       effects.push_back(std::move(s));
       continue;
     }
-    // A set passed in: what the trace removed, then what it added (its final contents).
+    // A set passed in: the trace's calls again, in order, on the set itself.
     FF_CHECK(c->is(SymKind::Set) && c->source, "a mutated container that is neither a list nor a set passed in");
-    PyRef initial = PyRef::steal(PySet_New(nullptr));
-    for (const Sym& k : c->keys) PySet_Add(initial.get(), PyRef::steal(set_key(k).release()).get());
-    PyRef removed = PyRef::steal(PyNumber_Subtract(initial.get(), c->obj.get()));
-    PyRef added = PyRef::steal(PyNumber_Subtract(c->obj.get(), initial.get()));
-    FF_CHECK(removed && added, "set difference");
-    for (auto [method, elems] : {std::pair{"difference_update", removed.get()}, std::pair{"update", added.get()}}) {
-      if (PySet_GET_SIZE(elems) == 0) continue;
+    for (const SetCall& call : set_calls_) {
+      if (call.set != c) continue;
       SideEffect s;
       s.kind = SideEffect::Kind::CallMethod;
       s.target = c->source;
-      s.name = method;
-      OutputPlan arg;
-      arg.kind = OutputPlan::Kind::Tuple;
-      PyRef it = PyRef::steal(PyObject_GetIter(elems));
-      while (PyObject* k = PyIter_Next(it.get())) {
-        arg.items.push_back(ob.plan(set_element(k)));
-        Py_DECREF(k);
-      }
+      s.name = call.method;
       s.value.kind = OutputPlan::Kind::Tuple;
-      s.value.items.push_back(std::move(arg));
+      for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(call.args.get()); ++i)
+        s.value.items.push_back(ob.plan(make_const(PyTuple_GET_ITEM(call.args.get(), i))));
       effects.push_back(std::move(s));
     }
   }

@@ -106,10 +106,20 @@ std::vector<Sym> SymbolicTracer::set_elements(const Sym& set) {
   return out;
 }
 
-void SymbolicTracer::note_set_mutation(const Sym& set) {
+void SymbolicTracer::note_set_mutation(const Sym& set, const char* method, PyRef args) {
   if (!set->origin) return;  // made by the trace: nothing outside sees it
   if (!set->source) brk(BreakKind::UnsupportedValue, "mutation of a set that cannot be fetched again");
   set->flag = true;
+  // NB: a set operand may be another set of the trace that changes later: the call keeps a copy.
+  for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(args.get()); ++i) {
+    PyObject* a = PyTuple_GET_ITEM(args.get(), i);
+    if (!PySet_CheckExact(a)) continue;
+    PyObject* copy = PySet_New(a);
+    if (!copy) brk(BreakKind::RaisesInTrace, fetch_error());
+    PyTuple_SET_ITEM(args.get(), i, copy);  // steals copy; the tuple's reference to `a` goes below
+    Py_DECREF(a);
+  }
+  set_calls_.push_back({set, method, std::move(args)});
   for (const Sym& s : mutated_containers_)
     if (s == set) return;
   mutated_containers_.push_back(set);
@@ -123,7 +133,7 @@ void SymbolicTracer::set_add(const Sym& set, const Sym& v) {
     return;
   }
   if (PySet_Add(set->obj.get(), key.get()) < 0) brk(BreakKind::RaisesInTrace, fetch_error());
-  note_set_mutation(set);
+  note_set_mutation(set, "add", PyRef::steal(PyTuple_Pack(1, key.get())));
 }
 
 Sym SymbolicTracer::set_binary_op(int nb, bool inplace, const Sym& a, const Sym& b) {
@@ -133,11 +143,12 @@ Sym SymbolicTracer::set_binary_op(int nb, bool inplace, const Sym& a, const Sym&
   if (!is_setlike(a) || !is_setlike(b)) return nullptr;
   using BinFn = PyObject* (*)(PyObject*, PyObject*);
   BinFn fn = nullptr;
+  const char* method = nullptr;  // the method that does what the in-place operator does
   switch (nb) {  // NB_AND, NB_OR, NB_SUBTRACT, NB_XOR
-    case 1: fn = inplace ? PyNumber_InPlaceAnd : PyNumber_And; break;
-    case 7: fn = inplace ? PyNumber_InPlaceOr : PyNumber_Or; break;
-    case 10: fn = inplace ? PyNumber_InPlaceSubtract : PyNumber_Subtract; break;
-    case 12: fn = inplace ? PyNumber_InPlaceXor : PyNumber_Xor; break;
+    case 1: fn = inplace ? PyNumber_InPlaceAnd : PyNumber_And, method = "intersection_update"; break;
+    case 7: fn = inplace ? PyNumber_InPlaceOr : PyNumber_Or, method = "update"; break;
+    case 10: fn = inplace ? PyNumber_InPlaceSubtract : PyNumber_Subtract, method = "difference_update"; break;
+    case 12: fn = inplace ? PyNumber_InPlaceXor : PyNumber_Xor, method = "symmetric_difference_update"; break;
     default: return nullptr;
   }
   PyRef lhs = PyRef::steal(set_operand(a));
@@ -145,7 +156,7 @@ Sym SymbolicTracer::set_binary_op(int nb, bool inplace, const Sym& a, const Sym&
   PyRef r = PyRef::steal(fn(lhs.get(), rhs.get()));
   if (!r) brk(BreakKind::RaisesInTrace, fetch_error());
   if (r.get() == lhs.get() && a->is(SymKind::Set)) {  // in place on the model itself
-    note_set_mutation(a);
+    note_set_mutation(a, method, PyRef::steal(PyTuple_Pack(1, rhs.get())));
     return a;
   }
   if (PySet_CheckExact(r.get())) return new_set(r.release());
@@ -519,7 +530,7 @@ Sym SymbolicTracer::call_container_method(const Sym& self, const std::string& na
       PyRef r = PyRef::steal(fn ? PyObject_Call(fn.get(), argv.get(), nullptr) : nullptr);
       if (!r) brk(BreakKind::RaisesInTrace, "set." + name + "() raises " + fetch_error());
       if (mutates) {
-        note_set_mutation(self);
+        note_set_mutation(self, name.c_str(), argv);
         return none;
       }
       if (PySet_CheckExact(r.get())) return new_set(r.release());

@@ -176,7 +176,9 @@ class SymbolicTracer {
   PyObject* set_operand(const Sym& v);        // new ref: a set/frozenset/tuple a set method can take
   std::vector<Sym> set_elements(const Sym& set);  // in eager's iteration order
   void set_add(const Sym& set, const Sym& v);
-  void note_set_mutation(const Sym& set);
+  // `set` changed by set.<method>(*args) (args: a tuple of Python objects); a set passed in gets
+  // the same calls, in order, at the end (its table, hence its iteration order, then is eager's).
+  void note_set_mutation(const Sym& set, const char* method, PyRef args);
   Sym set_binary_op(int nb_op, bool inplace, const Sym& a, const Sym& b);  // nullptr: not a set operation
   Sym dict_view(const Sym& dict, const char* which);
   void delete_dict_key(const Sym& dict, int index);  // replayed on a dict passed in
@@ -195,6 +197,12 @@ class SymbolicTracer {
   std::vector<PendingEffect> effects_;
   std::vector<Sym> generators_;  // generators made by the trace (their frames may be suspended)
   std::vector<Sym> mutated_containers_;  // real lists and sets whose contents changed (replayed at the end)
+  struct SetCall {
+    Sym set;
+    std::string method;
+    PyRef args;
+  };
+  std::vector<SetCall> set_calls_;  // the changes of sets passed in, in order
   std::unordered_map<PyObject*, Sym> by_identity_;  // Objects / Lists / Dicts / Cells of real state
   std::unordered_map<PyObject*, PyObject*> owner_of_dict_;  // an instance __dict__ -> its object
   std::unordered_map<NodeId, PyObject*> input_tensors_;     // placeholder -> the tensor read (borrowed)

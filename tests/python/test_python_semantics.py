@@ -813,3 +813,26 @@ def test_exhausted_iterators_keep_their_type_across_a_graph_break(backend):
         lst.append(9)  # an ended list iterator does not see it
         return x + 1, [type(it).__name__ for it in its], [list(it) for it in its]
     check(f, x, [1, 2], backend=backend)
+
+
+def _set_history(st, x):
+    for _ in range(3):
+        st.symmetric_difference_update({6, 1})
+    st ^= {9}
+    st -= {9}
+    st |= {9, 17}
+    print(st)
+    return x + len(st)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_set_passed_in_gets_the_traces_calls_in_order(backend):
+    # Removing and re-adding leaves dummy slots in the set's table, so the order it iterates in
+    # depends on its history: {5} -> {5, 1, 6} here, where the net change alone gives {1, 5, 6}
+    # (pyfuzz 2:25038).
+    st = {5}
+    check(_set_history, st, torch.ones(2), backend=backend)
+    s1, s2 = {5}, {5}
+    _set_history(s1, torch.ones(2))
+    framefuse.compile(_set_history, backend=backend)(s2, torch.ones(2))
+    assert list(s1) == list(s2) and list(s1) != sorted(s1)
