@@ -106,19 +106,28 @@ std::vector<Sym> SymbolicTracer::set_elements(const Sym& set) {
   return out;
 }
 
+namespace {
+
+// The operands of a set method call as it will be made again at the end. NB: taken before the
+// call: an operand may be the set itself (s -= s) or another set of the trace that changes later.
+PyRef recorded_operands(PyObject* argv) {
+  Py_ssize_t n = PyTuple_GET_SIZE(argv);
+  PyRef out = PyRef::steal(PyTuple_New(n));
+  for (Py_ssize_t i = 0; i < n; ++i) {
+    PyObject* a = PyTuple_GET_ITEM(argv, i);
+    PyObject* kept = PySet_CheckExact(a) ? PySet_New(a) : (Py_INCREF(a), a);
+    if (!kept) return PyRef();
+    PyTuple_SET_ITEM(out.get(), i, kept);
+  }
+  return out;
+}
+
+}  // namespace
+
 void SymbolicTracer::note_set_mutation(const Sym& set, const char* method, PyRef args) {
   if (!set->origin) return;  // made by the trace: nothing outside sees it
   if (!set->source) brk(BreakKind::UnsupportedValue, "mutation of a set that cannot be fetched again");
   set->flag = true;
-  // NB: a set operand may be another set of the trace that changes later: the call keeps a copy.
-  for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(args.get()); ++i) {
-    PyObject* a = PyTuple_GET_ITEM(args.get(), i);
-    if (!PySet_CheckExact(a)) continue;
-    PyObject* copy = PySet_New(a);
-    if (!copy) brk(BreakKind::RaisesInTrace, fetch_error());
-    PyTuple_SET_ITEM(args.get(), i, copy);  // steals copy; the tuple's reference to `a` goes below
-    Py_DECREF(a);
-  }
   set_calls_.push_back({set, method, std::move(args)});
   for (const Sym& s : mutated_containers_)
     if (s == set) return;
@@ -153,10 +162,12 @@ Sym SymbolicTracer::set_binary_op(int nb, bool inplace, const Sym& a, const Sym&
   }
   PyRef lhs = PyRef::steal(set_operand(a));
   PyRef rhs = PyRef::steal(set_operand(b));
+  PyRef call = recorded_operands(PyRef::steal(PyTuple_Pack(1, rhs.get())).get());
+  if (!call) brk(BreakKind::RaisesInTrace, fetch_error());
   PyRef r = PyRef::steal(fn(lhs.get(), rhs.get()));
   if (!r) brk(BreakKind::RaisesInTrace, fetch_error());
   if (r.get() == lhs.get() && a->is(SymKind::Set)) {  // in place on the model itself
-    note_set_mutation(a, method, PyRef::steal(PyTuple_Pack(1, rhs.get())));
+    note_set_mutation(a, method, std::move(call));
     return a;
   }
   if (PySet_CheckExact(r.get())) return new_set(r.release());
@@ -526,11 +537,13 @@ Sym SymbolicTracer::call_container_method(const Sym& self, const std::string& na
         PyTuple_SET_ITEM(argv.get(), static_cast<Py_ssize_t>(i), a);
       }
       if (!kwargs.empty()) brk(BreakKind::RaisesInTrace, "TypeError: set." + name + "() takes no keyword arguments");
+      PyRef call = mutates ? recorded_operands(argv.get()) : PyRef();
+      if (mutates && !call) brk(BreakKind::RaisesInTrace, fetch_error());
       PyRef fn = PyRef::steal(PyObject_GetAttrString(shadow, name.c_str()));
       PyRef r = PyRef::steal(fn ? PyObject_Call(fn.get(), argv.get(), nullptr) : nullptr);
       if (!r) brk(BreakKind::RaisesInTrace, "set." + name + "() raises " + fetch_error());
       if (mutates) {
-        note_set_mutation(self, name.c_str(), argv);
+        note_set_mutation(self, name.c_str(), std::move(call));
         return none;
       }
       if (PySet_CheckExact(r.get())) return new_set(r.release());

@@ -836,3 +836,14 @@ def test_set_passed_in_gets_the_traces_calls_in_order(backend):
     _set_history(s1, torch.ones(2))
     framefuse.compile(_set_history, backend=backend)(s2, torch.ones(2))
     assert list(s1) == list(s2) and list(s1) != sorted(s1)
+
+
+def _set_minus_itself(st, x):
+    st -= st
+    return x + 1
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_set_passed_in_changed_by_itself(backend):
+    # The operand is the set itself: the call made again at the end takes it as it was (pyfuzz 2:62229).
+    check(_set_minus_itself, {0, 1, 2, 4, 5}, torch.ones(2), backend=backend)
