@@ -314,6 +314,21 @@ Sym SymbolicTracer::fold(PyObject* fn, const std::vector<Sym>& args, const KwArg
   return wrap(r, nullptr);
 }
 
+namespace {
+
+// torch.compiler.is_compiling() and its aliases (Python functions: inlined, they would read
+// Dynamo's own flag). True while framefuse captures, as under torch.compile.
+bool is_compiling_function(PyObject* fn) {
+  auto* f = reinterpret_cast<PyFunctionObject*>(fn);
+  if (!f->func_module || !PyUnicode_Check(f->func_module) || !PyUnicode_Check(f->func_qualname)) return false;
+  std::string_view mod = PyUnicode_AsUTF8(f->func_module), name = PyUnicode_AsUTF8(f->func_qualname);
+  if (name != "is_compiling" && name != "is_dynamo_compiling") return false;
+  return mod == "torch.compiler" || mod == "torch._utils" || mod == "torch._dynamo.external_utils" ||
+         mod == "torch._dynamo.eval_frame" || mod == "torch._dynamo";
+}
+
+}  // namespace
+
 Sym SymbolicTracer::call_const(const Sym& fn, std::vector<Sym>& args, KwArgs& kwargs) {
   PyObject* o = fn->obj.get();
   const Known& k = known();
@@ -375,7 +390,10 @@ Sym SymbolicTracer::call_const(const Sym& fn, std::vector<Sym>& args, KwArgs& kw
     bool pure_python_op = mod == "_operator" || mod == "operator" || mod == "builtins";
     if (!(pure_python_op && !any_tensor)) return torch_call(o, args, kwargs, qualname(o));
   }
-  if (PyFunction_Check(o)) return call_python_function(o, fn->source, std::move(args), std::move(kwargs));
+  if (PyFunction_Check(o)) {
+    if (is_compiling_function(o)) return make_const(Py_True);
+    return call_python_function(o, fn->source, std::move(args), std::move(kwargs));
+  }
   std::string name = qualname(o);
   if (starts_with(mod, "torch") || starts_with(name, "_has_torch_function") || starts_with(name, "has_torch_function")) {
     if (starts_with(name, "_has_torch_function") || starts_with(name, "has_torch_function")) {

@@ -847,3 +847,30 @@ def _set_minus_itself(st, x):
 def test_set_passed_in_changed_by_itself(backend):
     # The operand is the set itself: the call made again at the end takes it as it was (pyfuzz 2:62229).
     check(_set_minus_itself, {0, 1, 2, 4, 5}, torch.ones(2), backend=backend)
+
+
+class _IdModule(torch.nn.Module):
+    def forward(self, x, ref_id):
+        return torch.mul(x, 1.0) if id(self) == ref_id else torch.mul(x, 0), self
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_self_in_a_compiled_modules_forward_is_the_module(backend):
+    # As under torch.compile: forward runs on the module itself, not on the compiled wrapper.
+    framefuse.reset()
+    m1, m2 = _IdModule(), _IdModule()
+    x = torch.ones(2)
+    out, me = framefuse.compile(m1, backend=backend, fullgraph=True)(x, id(m1))
+    assert me is m1 and torch.equal(out, torch.ones(2))
+    out, me = framefuse.compile(m2, backend=backend, fullgraph=True)(x, id(m1))
+    assert me is m2 and torch.equal(out, torch.zeros(2))
+
+
+@pytest.mark.skipif(not hasattr(torch, "compiler"), reason="torch.compiler is new in torch 2.1")
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("probe", ["torch.compiler.is_compiling", "torch.compiler.is_dynamo_compiling"])
+def test_is_compiling_is_true_in_captured_code(backend, probe):
+    fn = eval(f"lambda x: x + 1 if {probe}() else x - 1")
+    assert not eval(probe)()
+    framefuse.reset()
+    assert torch.equal(framefuse.compile(fn, backend=backend)(torch.zeros(1)), torch.ones(1))
