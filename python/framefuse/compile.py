@@ -82,13 +82,17 @@ def _compile_module(mod, backend, fullgraph, mode, options):
     # The compiled module is an instance of a subclass of the module's class that shares the
     # module's __dict__: parameters, buffers, submodules and `training` are the same objects, so
     # state_dict() keys stay the original ones and checkpoints load both ways. Only __call__ differs:
-    # it calls the module itself (a partial, not a method: `self` in forward is `mod`, as under
-    # torch.compile, so id(self), `self is m` and hooks keyed by the module see the original).
+    # it calls the module itself, so `self` in forward is `mod`, as under torch.compile (id(self),
+    # `self is m` and hooks keyed by the module see the original).
     cls = type(mod)
     forward = getattr(cls, "forward", None)
     call = _C._compile_callable(cls.__call__, backend, fullgraph, mode, options, _root_code(forward))
+
+    def __call__(self, *args, **kwargs):
+        return call(mod, *args, **kwargs)
+
     compiled_cls = type(cls.__name__, (cls,), {
-        "__call__": functools.partial(call, mod),
+        "__call__": __call__,
         "__module__": cls.__module__,
         "__qualname__": cls.__qualname__,
         "_orig_mod": property(lambda self: mod),

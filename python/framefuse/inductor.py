@@ -43,6 +43,10 @@ def compile_graph(graph, example_inputs=None):
     runner.
     """
     handle = _graph_handle(graph)
+    if _needs_autograd(handle):
+        _hint("inductor: the graph needs autograd (grad mode is on and a tensor in it requires grad); "
+              "it runs on the reference runner (eager torch ops)")
+        return _ReferenceFallback(handle)
     try:
         compiled = _C.inductor.CompiledGraph(handle)
     except Exception as e:  # lowering/codegen failure: never the user's problem
@@ -51,6 +55,17 @@ def compile_graph(graph, example_inputs=None):
         _hint(f"inductor: running the graph on the reference runner: {type(e).__name__}: {e}")
         return _ReferenceFallback(handle)
     return compiled
+
+
+def _requires_grad(meta):
+    return bool(meta.get("requires_grad")) or any(_requires_grad(m) for m in meta.get("items", ()))
+
+
+def _needs_autograd(handle):
+    """Kernels record no autograd graph: a graph that makes or takes tensors that require grad
+    (torch.ones(2, requires_grad=True) inside it, too) must run on torch's ops while grad mode is on."""
+    import torch  # noqa: PLC0415
+    return torch.is_grad_enabled() and any(_requires_grad(n.meta) for n in handle.nodes())
 
 
 class _ReferenceFallback:

@@ -374,3 +374,18 @@ def test_a_chain_of_rules_that_reread_their_operand_stays_linear():
     got = framefuse.compile(f, backend=backend)(x.clone())
     assert _same(got, f(x.clone()))
     assert len(seen_ir) == 1 and len(seen_ir[0]) < 20_000, len(seen_ir[0])
+
+
+def test_a_graph_that_makes_a_tensor_requiring_grad_keeps_autograd():
+    # Kernels record no autograd graph: compile_graph (as a callable backend) runs such a graph on
+    # torch's ops while grad mode is on (Dynamo's test_intermediate_leaf_requires_grad).
+    def f(x):
+        leaf = torch.ones(2, requires_grad=True)
+        return leaf, leaf * 2 + x.sum()
+
+    framefuse.reset()
+    x = torch.arange(4, dtype=torch.float32).reshape(2, 2)
+    leaf, out = framefuse.compile(f, backend=compile_graph)(x)
+    assert leaf.requires_grad and out.requires_grad
+    out.sum().backward()
+    assert torch.equal(leaf.grad, torch.full((2,), 2.0))

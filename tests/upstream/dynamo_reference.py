@@ -23,6 +23,7 @@ import os
 import pickle
 import random
 import select
+import sys
 import time
 
 import torch
@@ -109,9 +110,24 @@ def _observe(outcome, args, kwargs, fn):
     }
 
 
+def _compiling_semantics():
+    """The one place where compiled code differs from eager on purpose, under torch.compile as under
+    framefuse: `torch.compiler.is_compiling()` and its aliases are True. The reference (a throwaway
+    child) runs with them True too."""
+    def true():
+        return True
+
+    for mod_name in ("torch.compiler", "torch._utils", "torch._dynamo", "torch._dynamo.external_utils"):
+        mod = sys.modules.get(mod_name)
+        for name in ("is_compiling", "is_dynamo_compiling"):
+            if mod is not None and hasattr(mod, name):
+                setattr(mod, name, true)
+
+
 def _run_reference(original, args, kwargs, wfd):
     """In the forked child: the eager call, its snapshot down the pipe, then exit."""
     STATE.in_reference = True
+    _compiling_semantics()
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, 1)
     os.dup2(devnull, 2)
