@@ -627,6 +627,8 @@ struct KernelVerifier : Visitor {
   void visit_Load(const Expr& x) override {
     if (err.empty() && (x->id < 0 || x->id >= static_cast<int>(p.buffers.size())))
       err = where + "buffers_exist violated by buf" + std::to_string(x->id);
+    if (err.empty() && x->args[0]->type != ScalarType::I64)
+      err = where + "indices_are_i64 violated by a load of buf" + std::to_string(x->id);
     visit_children(x);
   }
 
@@ -647,6 +649,7 @@ struct KernelVerifier : Visitor {
       err = where + "inputs_read_only violated";  // only inputs an in-place op mutates are written
       return;
     }
+    if (s.index->type != ScalarType::I64) { err = where + "indices_are_i64 violated by a store to buf" + std::to_string(s.buf); return; }
     visit(s.index);
     visit(s.value);
     if (err.empty() && s.value->type != dtype_compute_type(p.buffers[static_cast<size_t>(s.buf)].dtype))
@@ -687,7 +690,10 @@ std::string verify_program(const Program& p) {
     if (buf.sizes.size() != buf.strides.size()) return "buf" + std::to_string(b) + ": sizes_match_strides violated";
     if (buf.role == BufferRole::Input || buffer_bytes(buf) == 0) written[b] = true;  // empty: nothing to write
   }
+  auto buffer_exists = [&](int b) { return b >= 0 && b < static_cast<int>(p.buffers.size()); };
   for (const Step& s : p.steps) {
+    size_t steps_of_kind = s.kind == Step::Kind::Kernel ? p.kernels.size() : p.externs.size();
+    if (s.index < 0 || static_cast<size_t>(s.index) >= steps_of_kind) return "steps_in_range violated";
     if (s.kind == Step::Kind::Kernel) {
       const Kernel& k = p.kernels.at(static_cast<size_t>(s.index));
       if (auto e = verify_kernel(k, p); !e.empty()) return e;
@@ -699,14 +705,22 @@ std::string verify_program(const Program& p) {
     } else {
       const ExternCall& e = p.externs.at(static_cast<size_t>(s.index));
       for (auto& [n, ref] : e.operands)
+        if (ref.buf >= 0 && !buffer_exists(ref.buf))
+          return "extern node " + std::to_string(e.node) + ": buffers_exist violated by buf" + std::to_string(ref.buf);
+      if (e.result >= 0 && !buffer_exists(e.result))
+        return "extern node " + std::to_string(e.node) + ": buffers_exist violated by buf" + std::to_string(e.result);
+      for (auto& [n, ref] : e.operands)
         if (ref.buf >= 0 && !written[static_cast<size_t>(ref.buf)])
           return "extern node " + std::to_string(e.node) + ": buffers_written_before_read violated by buf" + std::to_string(ref.buf);
       if (e.result >= 0) written[static_cast<size_t>(e.result)] = true;
     }
   }
-  for (auto& [n, ref] : p.outputs)
+  for (auto& [n, ref] : p.outputs) {
+    if (ref.buf >= 0 && !buffer_exists(ref.buf))
+      return "output node " + std::to_string(n) + ": buffers_exist violated by buf" + std::to_string(ref.buf);
     if (ref.buf >= 0 && !written[static_cast<size_t>(ref.buf)])
       return "output node " + std::to_string(n) + ": outputs_written violated by buf" + std::to_string(ref.buf);
+  }
   return "";
 }
 
