@@ -22,6 +22,7 @@
 #include <stdexcept>
 #include <set>
 
+#include "inductor/loop_visitor.h"
 #include "src/errors.h"
 
 #ifdef FRAMEFUSE_HAVE_LLVM
@@ -184,11 +185,7 @@ class KernelEmitter {
   void emit(const std::string& name, int64_t stream_bytes) {
     bufs_ = k_.buffers();
     int loops = 0;
-    std::function<void(const loop::Stmt&)> scan = [&](const loop::Stmt& s) {
-      if (s.kind == StmtKind::Loop) loops++;
-      for (auto& c : s.body) scan(c);
-    };
-    scan(k_.root);
+    loop::for_each_stmt(k_.root, [&](const loop::Stmt& s) { loops += s.kind == StmtKind::Loop; });
     multi_loop_ = loops > 2;
     std::vector<int> streamed;
     if (stream_bytes > 0)

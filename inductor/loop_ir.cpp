@@ -8,6 +8,7 @@
 #include <set>
 #include <sstream>
 
+#include "inductor/loop_visitor.h"
 #include "src/errors.h"
 
 namespace ff::loop {
@@ -468,54 +469,52 @@ Stmt reduce_stmt(int l, ReduceOp rop, Expr value) {
   return s;
 }
 
-namespace {
-
-template <class Fn>
-void walk_exprs(const Expr& e, Fn&& fn) {
-  fn(e);
-  for (const Expr& a : e->args) walk_exprs(a, fn);
-}
-template <class Fn>
-void walk_stmts(const Stmt& s, Fn&& fn) {
-  fn(s);
-  for (const Stmt& c : s.body) walk_stmts(c, fn);
-}
-
-}  // namespace
-
 std::vector<int> Kernel::buffers() const {
   std::set<int> ids;
-  walk_stmts(root, [&](const Stmt& s) {
+  for_each_stmt(root, [&](const Stmt& s) {
     if (s.kind == StmtKind::Store) ids.insert(s.buf);
-    for (const Expr* e : {&s.index, &s.value})
-      if (*e) walk_exprs(*e, [&](const Expr& x) { if (x->kind == ExprKind::Load) ids.insert(x->id); });
+  });
+  for_each_expr_in(root, [&](const Expr& x) {
+    if (x->kind == ExprKind::Load) ids.insert(x->id);
   });
   return {ids.begin(), ids.end()};
 }
 std::vector<int> Kernel::stored_buffers() const {
   std::set<int> ids;
-  walk_stmts(root, [&](const Stmt& s) { if (s.kind == StmtKind::Store) ids.insert(s.buf); });
+  for_each_stmt(root, [&](const Stmt& s) {
+    if (s.kind == StmtKind::Store) ids.insert(s.buf);
+  });
   return {ids.begin(), ids.end()};
 }
 std::vector<int> Kernel::loaded_buffers() const {
   std::set<int> ids;
-  walk_stmts(root, [&](const Stmt& s) {
-    for (const Expr* e : {&s.index, &s.value})
-      if (*e) walk_exprs(*e, [&](const Expr& x) { if (x->kind == ExprKind::Load) ids.insert(x->id); });
+  for_each_expr_in(root, [&](const Expr& x) {
+    if (x->kind == ExprKind::Load) ids.insert(x->id);
   });
   return {ids.begin(), ids.end()};
 }
+
+namespace {
+// Sums the trip counts of the statements that are not loops.
+struct WorkCounter : Visitor {
+  double trip = 1.0, total = 0.0;
+  void visit_Loop(const Stmt& s) override {
+    double outer = trip;
+    trip = outer * static_cast<double>(s.extent);
+    for (const Stmt& c : s.body) visit(c);
+    trip = outer;
+  }
+  void visit_Store(const Stmt&) override { total += trip; }
+  void visit_Let(const Stmt&) override { total += trip; }
+  void visit_Init(const Stmt&) override { total += trip; }
+  void visit_Reduce(const Stmt&) override { total += trip; }
+};
+}  // namespace
+
 double Kernel::work() const {
-  double total = 0;
-  std::function<void(const Stmt&, double)> rec = [&](const Stmt& s, double trip) {
-    if (s.kind == StmtKind::Loop) {
-      for (const Stmt& c : s.body) rec(c, trip * static_cast<double>(s.extent));
-    } else {
-      total += trip;
-    }
-  };
-  rec(root, 1.0);
-  return total;
+  WorkCounter w;
+  w.visit(root);
+  return w.total;
 }
 
 int64_t buffer_bytes(const Buffer& b) {
@@ -598,68 +597,90 @@ std::string program_str(const Program& p) {
   return out;
 }
 
-std::string verify_kernel(const Kernel& k, const Program& p) {
-  const std::string where = "kernel " + k.name + ": ";
-  if (k.root.kind != StmtKind::Loop || !k.root.parallel) return where + "root_is_parallel_loop violated";
+namespace {
+
+// The kernel invariants, checked in one walk; `err` holds the first violation.
+struct KernelVerifier : Visitor {
+  const Kernel& k;
+  const Program& p;
+  const std::string where;
   std::string err;
-  std::vector<bool> bound(static_cast<size_t>(k.num_vars), false);
-  std::vector<bool> defined(k.locals.size(), false);
-  auto check_expr = [&](const Expr& e) {
-    walk_exprs(e, [&](const Expr& x) {
-      if (!err.empty()) return;
-      if (x->kind == ExprKind::Var && (x->id >= k.num_vars || !bound[static_cast<size_t>(x->id)]))
-        err = where + "vars_bound_by_enclosing_loop violated by v" + std::to_string(x->id);
-      if (x->kind == ExprKind::Local) {
-        if (x->id < 0 || x->id >= static_cast<int>(k.locals.size()) || !defined[static_cast<size_t>(x->id)])
-          err = where + "locals_defined_before_use violated by t" + std::to_string(x->id);
-        else if (k.locals[static_cast<size_t>(x->id)] != x->type)
-          err = where + "local_types_match violated by t" + std::to_string(x->id);
-      }
-      if (x->kind == ExprKind::Load && (x->id < 0 || x->id >= static_cast<int>(p.buffers.size())))
-        err = where + "buffers_exist violated by buf" + std::to_string(x->id);
-    });
-  };
-  std::function<void(const Stmt&, bool)> rec = [&](const Stmt& s, bool is_root) {
+  std::vector<bool> bound;    // loop variables of the enclosing loops
+  std::vector<bool> defined;  // locals set by a statement before this one
+
+  KernelVerifier(const Kernel& kernel, const Program& program)
+      : k(kernel), p(program), where("kernel " + kernel.name + ": "),
+        bound(static_cast<size_t>(kernel.num_vars), false), defined(kernel.locals.size(), false) {}
+
+  // ---- expressions
+  void visit_Var(const Expr& x) override {
+    if (err.empty() && (x->id >= k.num_vars || !bound[static_cast<size_t>(x->id)]))
+      err = where + "vars_bound_by_enclosing_loop violated by v" + std::to_string(x->id);
+  }
+  void visit_Local(const Expr& x) override {
     if (!err.empty()) return;
-    switch (s.kind) {
-      case StmtKind::Loop:
-        if (s.var < 0 || s.var >= k.num_vars) { err = where + "loop_var_in_range violated"; return; }
-        if (bound[static_cast<size_t>(s.var)]) { err = where + "loop_vars_not_shadowed violated by v" + std::to_string(s.var); return; }
-        if (s.parallel && !is_root) { err = where + "only_root_is_parallel violated"; return; }
-        bound[static_cast<size_t>(s.var)] = true;
-        for (const Stmt& c : s.body) rec(c, false);
-        bound[static_cast<size_t>(s.var)] = false;
-        return;
-      case StmtKind::Store:
-        if (s.buf < 0 || s.buf >= static_cast<int>(p.buffers.size())) { err = where + "buffers_exist violated"; return; }
-        if (p.buffers[static_cast<size_t>(s.buf)].role == BufferRole::Input && !p.buffers[static_cast<size_t>(s.buf)].mutated) {
-          err = where + "inputs_read_only violated";  // only inputs an in-place op mutates are written
-          return;
-        }
-        check_expr(s.index);
-        check_expr(s.value);
-        if (err.empty() && s.value->type != dtype_compute_type(p.buffers[static_cast<size_t>(s.buf)].dtype))
-          err = where + "store_type_matches_buffer violated for buf" + std::to_string(s.buf);
-        return;
-      case StmtKind::Let:
-      case StmtKind::Init:
-      case StmtKind::Reduce:
-        if (s.local < 0 || s.local >= static_cast<int>(k.locals.size())) { err = where + "local_in_range violated"; return; }
-        if (s.kind == StmtKind::Reduce && !defined[static_cast<size_t>(s.local)]) {
-          err = where + "reduce_after_init violated by t" + std::to_string(s.local);
-          return;
-        }
-        if (s.value) {
-          check_expr(s.value);
-          if (err.empty() && s.value->type != k.locals[static_cast<size_t>(s.local)])
-            err = where + "local_types_match violated by t" + std::to_string(s.local);
-        }
-        defined[static_cast<size_t>(s.local)] = true;
-        return;
+    if (x->id < 0 || x->id >= static_cast<int>(k.locals.size()) || !defined[static_cast<size_t>(x->id)])
+      err = where + "locals_defined_before_use violated by t" + std::to_string(x->id);
+    else if (k.locals[static_cast<size_t>(x->id)] != x->type)
+      err = where + "local_types_match violated by t" + std::to_string(x->id);
+  }
+  void visit_Load(const Expr& x) override {
+    if (err.empty() && (x->id < 0 || x->id >= static_cast<int>(p.buffers.size())))
+      err = where + "buffers_exist violated by buf" + std::to_string(x->id);
+    if (err.empty() && x->args[0]->type != ScalarType::I64)
+      err = where + "indices_are_i64 violated by a load of buf" + std::to_string(x->id);
+    visit_children(x);
+  }
+
+  // ---- statements
+  void visit_Loop(const Stmt& s) override {
+    if (!err.empty()) return;
+    if (s.var < 0 || s.var >= k.num_vars) { err = where + "loop_var_in_range violated"; return; }
+    if (bound[static_cast<size_t>(s.var)]) { err = where + "loop_vars_not_shadowed violated by v" + std::to_string(s.var); return; }
+    if (s.parallel && &s != &k.root) { err = where + "only_root_is_parallel violated"; return; }
+    bound[static_cast<size_t>(s.var)] = true;
+    for (const Stmt& c : s.body) visit(c);
+    bound[static_cast<size_t>(s.var)] = false;
+  }
+  void visit_Store(const Stmt& s) override {
+    if (!err.empty()) return;
+    if (s.buf < 0 || s.buf >= static_cast<int>(p.buffers.size())) { err = where + "buffers_exist violated"; return; }
+    if (p.buffers[static_cast<size_t>(s.buf)].role == BufferRole::Input && !p.buffers[static_cast<size_t>(s.buf)].mutated) {
+      err = where + "inputs_read_only violated";  // only inputs an in-place op mutates are written
+      return;
     }
-  };
-  rec(k.root, true);
-  return err;
+    if (s.index->type != ScalarType::I64) { err = where + "indices_are_i64 violated by a store to buf" + std::to_string(s.buf); return; }
+    visit(s.index);
+    visit(s.value);
+    if (err.empty() && s.value->type != dtype_compute_type(p.buffers[static_cast<size_t>(s.buf)].dtype))
+      err = where + "store_type_matches_buffer violated for buf" + std::to_string(s.buf);
+  }
+  void set_local(const Stmt& s) {
+    if (!err.empty()) return;
+    if (s.local < 0 || s.local >= static_cast<int>(k.locals.size())) { err = where + "local_in_range violated"; return; }
+    if (s.kind == StmtKind::Reduce && !defined[static_cast<size_t>(s.local)]) {
+      err = where + "reduce_after_init violated by t" + std::to_string(s.local);
+      return;
+    }
+    if (s.value) {
+      visit(s.value);
+      if (err.empty() && s.value->type != k.locals[static_cast<size_t>(s.local)])
+        err = where + "local_types_match violated by t" + std::to_string(s.local);
+    }
+    defined[static_cast<size_t>(s.local)] = true;
+  }
+  void visit_Let(const Stmt& s) override { set_local(s); }
+  void visit_Init(const Stmt& s) override { set_local(s); }
+  void visit_Reduce(const Stmt& s) override { set_local(s); }
+};
+
+}  // namespace
+
+std::string verify_kernel(const Kernel& k, const Program& p) {
+  if (k.root.kind != StmtKind::Loop || !k.root.parallel) return "kernel " + k.name + ": root_is_parallel_loop violated";
+  KernelVerifier v(k, p);
+  v.visit(k.root);
+  return v.err;
 }
 
 std::string verify_program(const Program& p) {
@@ -669,7 +690,10 @@ std::string verify_program(const Program& p) {
     if (buf.sizes.size() != buf.strides.size()) return "buf" + std::to_string(b) + ": sizes_match_strides violated";
     if (buf.role == BufferRole::Input || buffer_bytes(buf) == 0) written[b] = true;  // empty: nothing to write
   }
+  auto buffer_exists = [&](int b) { return b >= 0 && b < static_cast<int>(p.buffers.size()); };
   for (const Step& s : p.steps) {
+    size_t steps_of_kind = s.kind == Step::Kind::Kernel ? p.kernels.size() : p.externs.size();
+    if (s.index < 0 || static_cast<size_t>(s.index) >= steps_of_kind) return "steps_in_range violated";
     if (s.kind == Step::Kind::Kernel) {
       const Kernel& k = p.kernels.at(static_cast<size_t>(s.index));
       if (auto e = verify_kernel(k, p); !e.empty()) return e;
@@ -681,14 +705,22 @@ std::string verify_program(const Program& p) {
     } else {
       const ExternCall& e = p.externs.at(static_cast<size_t>(s.index));
       for (auto& [n, ref] : e.operands)
+        if (ref.buf >= 0 && !buffer_exists(ref.buf))
+          return "extern node " + std::to_string(e.node) + ": buffers_exist violated by buf" + std::to_string(ref.buf);
+      if (e.result >= 0 && !buffer_exists(e.result))
+        return "extern node " + std::to_string(e.node) + ": buffers_exist violated by buf" + std::to_string(e.result);
+      for (auto& [n, ref] : e.operands)
         if (ref.buf >= 0 && !written[static_cast<size_t>(ref.buf)])
           return "extern node " + std::to_string(e.node) + ": buffers_written_before_read violated by buf" + std::to_string(ref.buf);
       if (e.result >= 0) written[static_cast<size_t>(e.result)] = true;
     }
   }
-  for (auto& [n, ref] : p.outputs)
+  for (auto& [n, ref] : p.outputs) {
+    if (ref.buf >= 0 && !buffer_exists(ref.buf))
+      return "output node " + std::to_string(n) + ": buffers_exist violated by buf" + std::to_string(ref.buf);
     if (ref.buf >= 0 && !written[static_cast<size_t>(ref.buf)])
       return "output node " + std::to_string(n) + ": outputs_written violated by buf" + std::to_string(ref.buf);
+  }
   return "";
 }
 

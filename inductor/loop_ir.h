@@ -1,5 +1,5 @@
 // The loop IR: what a fused kernel computes, device-neutral. Both renderers (CPU: LLVM, CUDA:
-// NVRTC source) read it; lowering (lower.h) writes it; fusion (fusion.h) rewrites it.
+// NVRTC source) read it; lowering (lower.h) writes it; the loop passes (loop_passes/) rewrite it.
 //
 // A Program is a list of Buffers and Steps (kernels and extern calls, in execution order).
 // A Kernel is a statement tree whose root is one Loop marked `parallel`: the runtime splits that
@@ -16,7 +16,8 @@
 //         t0 = max(t0, buf0[v0*4096 + v1])
 //       ...
 //
-// NB: expressions are immutable and shared (shared_ptr<const>); rewrites build new trees.
+// NB: expressions are immutable and shared (shared_ptr<const>); rewrites build new trees
+// (loop_visitor.h walks and rewrites them).
 #pragma once
 
 #include <cstdint>

@@ -6,6 +6,7 @@
 #include <numeric>
 
 #include "graph/meta_rules.h"
+#include "inductor/loop_visitor.h"
 #include "inductor/lower_internal.h"
 #include "src/errors.h"
 
@@ -31,11 +32,7 @@ int loads_per_element(const LT& x) {
   Idx idx;
   for (int64_t d = 0; d < x.dim(); ++d) idx.push_back(loop::var(static_cast<int>(d)));
   int n = 0;
-  std::function<void(const Expr&)> rec = [&](const Expr& e) {
-    if (e->kind == loop::ExprKind::Load) ++n;
-    for (const Expr& a : e->args) rec(a);
-  };
-  rec(x.at(idx));
+  loop::for_each_expr(x.at(idx), [&](const Expr& e) { n += e->kind == loop::ExprKind::Load; });
   return n;
 }
 

@@ -12,6 +12,7 @@
 
 #include "inductor/cuda/cuda_render.h"
 #include "inductor/loop_ir.h"
+#include "inductor/loop_visitor.h"
 
 namespace ff::cuda::detail {
 
@@ -70,9 +71,8 @@ class Emitter {
   std::unordered_map<const loop::ExprNode*, bool> reads_data_;
 };
 
-// Walks every statement (pre-order) / every expression node of a statement tree.
-void for_each_stmt(const loop::Stmt& s, const std::function<void(const loop::Stmt&)>& fn);
-void for_each_expr(const loop::Expr& e, const std::function<void(const loop::Expr&)>& fn);
-void for_each_expr_in(const loop::Stmt& s, const std::function<void(const loop::Expr&)>& fn);
+using loop::for_each_expr;
+using loop::for_each_expr_in;
+using loop::for_each_stmt;
 
 }  // namespace ff::cuda::detail

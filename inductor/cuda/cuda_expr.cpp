@@ -45,24 +45,6 @@ const char* storage_type(DType t) {
   throw_internal(__FILE__, __LINE__, "the CUDA renderer has no storage type for " + std::string(dtype_name(t)));
 }
 
-void for_each_stmt(const Stmt& s, const std::function<void(const Stmt&)>& fn) {
-  fn(s);
-  for (const Stmt& c : s.body) for_each_stmt(c, fn);
-}
-
-void for_each_expr(const Expr& e, const std::function<void(const Expr&)>& fn) {
-  if (!e) return;
-  fn(e);
-  for (const Expr& a : e->args) for_each_expr(a, fn);
-}
-
-void for_each_expr_in(const Stmt& s, const std::function<void(const Expr&)>& fn) {
-  for_each_stmt(s, [&](const Stmt& x) {
-    for_each_expr(x.index, fn);
-    for_each_expr(x.value, fn);
-  });
-}
-
 namespace {
 
 std::string float_literal(double v, ScalarType t) {

@@ -117,6 +117,20 @@ TEST(LoopIR, VerifierNamesTheBrokenInvariant) {
   p.outputs = {{3, TensorRef{1, {4, 8}, {8, 1}, 0}}};
   p.steps.clear();
   EXPECT_EQ(verify_program(p), "output node 3: outputs_written violated by buf1");
+  p.outputs = {{3, TensorRef{7, {4, 8}, {8, 1}, 0}}};
+  EXPECT_EQ(verify_program(p), "output node 3: buffers_exist violated by buf7");
+
+  p.outputs.clear();
+  p.steps = {{Step::Kind::Kernel, 1}};  // one kernel only
+  EXPECT_EQ(verify_program(p), "steps_in_range violated");
+
+  k = row_sum_kernel();  // a rewrite that left an f32 index behind
+  auto bad = std::make_shared<ExprNode>(*k.root.body.back().index);
+  bad->type = ScalarType::F32;
+  k.root.body.back().index = bad;
+  p.kernels = {k};
+  p.steps = {{Step::Kind::Kernel, 0}};
+  EXPECT_EQ(verify_program(p), "kernel k0: indices_are_i64 violated by a store to buf1");
 }
 
 TEST(LoopIR, VerifierBuffersWrittenBeforeRead) {
