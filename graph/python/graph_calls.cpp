@@ -367,6 +367,9 @@ PyObject* value_to_py(const Value& v, PyObject* const* node_values) {
 TensorMeta meta_from_tensor(PyObject* tensor) {
   py::handle t(tensor);
   TensorMeta m;
+  // NB: graphs hold dense, strided tensors (a sparse one has no strides and no data pointer).
+  std::string layout = py::str(t.attr("layout")).cast<std::string>();
+  if (layout != "torch.strided") throw Unsupported("a tensor with layout " + layout + ": framefuse captures dense, strided tensors");
   m.sizes = int_vector(t.attr("shape"));
   m.strides = int_vector(t.attr("stride")());
   auto dt = dtype_from_name(strip_torch(py::str(t.attr("dtype")).cast<std::string>()));

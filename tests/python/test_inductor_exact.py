@@ -389,3 +389,15 @@ def test_a_graph_that_makes_a_tensor_requiring_grad_keeps_autograd():
     assert leaf.requires_grad and out.requires_grad
     out.sum().backward()
     assert torch.equal(leaf.grad, torch.full((2,), 2.0))
+
+
+def test_a_sparse_intermediate_is_not_captured():
+    # Graphs hold dense, strided tensors: a sparse one (no strides, no data pointer) breaks the
+    # graph instead of reaching a kernel (Dynamo's test_sparse_output_inductor_should_break).
+    def f(x):
+        return x.to_sparse() * 2
+
+    framefuse.reset()
+    x = torch.randn(4, 4)
+    got = framefuse.compile(f, backend="inductor")(x)
+    assert got.is_sparse and torch.equal(got.to_dense(), f(x).to_dense())
