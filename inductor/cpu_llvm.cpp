@@ -22,7 +22,7 @@
 #include <stdexcept>
 #include <set>
 
-#include "src/errors.h"
+#include "src/base/errors.h"
 
 #ifdef FRAMEFUSE_HAVE_LLVM
 #include <llvm/Analysis/TargetLibraryInfo.h>

@@ -8,7 +8,7 @@
 #include <set>
 #include <sstream>
 
-#include "src/errors.h"
+#include "src/base/errors.h"
 
 namespace ff::loop {
 

@@ -7,8 +7,8 @@
 
 #include "graph/op_registry.h"
 #include "inductor/lower.h"
-#include "src/errors.h"
-#include "src/logging.h"
+#include "src/base/errors.h"
+#include "src/base/logging.h"
 
 namespace ff::inductor {
 
