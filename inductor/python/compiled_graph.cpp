@@ -654,7 +654,7 @@ PyObject* CompiledGraph::run(PyObject* const* inputs, size_t n) {
         std::vector<PyRef> owned;
         std::vector<PyObject*> operands;
         for (const Value& v : e.args) {
-          owned.emplace_back(value_to_py(v, node_objs.data));
+          owned.push_back(PyRef::steal(value_to_py(v, node_objs.data)));
           if (!owned.back()) return nullptr;
           operands.push_back(owned.back().get());
         }
