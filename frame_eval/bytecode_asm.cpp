@@ -4,7 +4,7 @@
 
 #include "frame_eval/bytecode.h"
 #include "frame_eval/py_util.h"
-#include "src/errors.h"
+#include "src/base/errors.h"
 
 namespace ff::bc {
 

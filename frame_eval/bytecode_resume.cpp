@@ -5,8 +5,8 @@
 
 #include "frame_eval/bytecode.h"
 #include "frame_eval/py_util.h"
-#include "src/errors.h"
-#include "src/logging.h"
+#include "src/base/errors.h"
+#include "src/base/logging.h"
 
 namespace ff::bc {
 

@@ -3,7 +3,7 @@
 
 #include "frame_eval/bytecode.h"
 #include "frame_eval/opcodes.h"
-#include "src/errors.h"
+#include "src/base/errors.h"
 
 namespace ff::bc {
 

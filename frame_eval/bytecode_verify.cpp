@@ -2,7 +2,7 @@
 #include <sstream>
 
 #include "frame_eval/bytecode.h"
-#include "src/errors.h"
+#include "src/base/errors.h"
 
 namespace ff::bc {
 

@@ -4,7 +4,7 @@
 
 #include "frame_eval/hook_internal.h"
 #include "frame_eval/py_util.h"
-#include "src/errors.h"
+#include "src/base/errors.h"
 
 // NB: 3.12 renamed the co_extra API (the old names remain as deprecated aliases).
 #if PY_VERSION_HEX >= 0x030C0000

@@ -14,26 +14,9 @@
 #include <vector>
 
 #include "graph/ir.h"
+#include "src/base/py_ref.h"
 
 namespace ff {
-
-// An owning PyObject reference (new reference held; released with the GIL held). Copying increfs.
-class PyRef {
- public:
-  PyRef() = default;
-  static PyRef steal(PyObject* o) { PyRef r; r.p_ = o; return r; }
-  static PyRef borrow(PyObject* o) { Py_XINCREF(o); return steal(o); }
-  PyRef(const PyRef& o) : p_(o.p_) { Py_XINCREF(p_); }
-  PyRef(PyRef&& o) noexcept : p_(o.p_) { o.p_ = nullptr; }
-  PyRef& operator=(PyRef o) noexcept { std::swap(p_, o.p_); return *this; }
-  ~PyRef() { Py_XDECREF(p_); }
-  PyObject* get() const { return p_; }
-  PyObject* release() { PyObject* r = p_; p_ = nullptr; return r; }
-  explicit operator bool() const { return p_ != nullptr; }
-
- private:
-  PyObject* p_ = nullptr;
-};
 
 // ---- sources: how to re-fetch a value from a frame ---------------------------------------------
 

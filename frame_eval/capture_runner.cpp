@@ -3,7 +3,7 @@
 #include <optional>
 
 #include "frame_eval/py_util.h"
-#include "src/errors.h"
+#include "src/base/errors.h"
 
 namespace ff {
 

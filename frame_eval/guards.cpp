@@ -9,8 +9,8 @@
 #include "frame_eval/torch_refs.h"
 #include "graph/python/tensor_guards.h"
 #include "graph/python/torch_native.h"
-#include "src/config.h"
-#include "src/errors.h"
+#include "src/base/config.h"
+#include "src/base/errors.h"
 
 namespace ff {
 

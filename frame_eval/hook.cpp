@@ -10,8 +10,8 @@
 #include "frame_eval/interpreter.h"
 #include "frame_eval/py_util.h"
 #include "frame_eval/torch_refs.h"
-#include "src/config.h"
-#include "src/logging.h"
+#include "src/base/config.h"
+#include "src/base/logging.h"
 
 namespace ff {
 

@@ -34,6 +34,12 @@ PyObject* make_frame_eval_callable(PyObject* fn, std::shared_ptr<CompileOptions>
 PyTypeObject* frame_eval_callable_type();
 void init_frame_eval_types();
 
+// How a captured graph is handed to Python backends (framefuse.backends): returns a new reference
+// to a framefuse._C.graph.Graph holding a copy of `g`, or nullptr with a Python error set. The
+// bindings register it (src/graph_handle.h's graph_to_python): frame_eval sits below them.
+using GraphToPython = PyObject* (*)(const Graph& g);
+void set_graph_to_python(GraphToPython fn);
+
 // The exception class raised for fullgraph=True violations (framefuse.Unsupported; borrowed).
 void set_unsupported_exception(PyObject* type);
 

@@ -4,10 +4,11 @@
 
 #include <string>
 
+#include "frame_eval/hook.h"
 #include "frame_eval/hook_internal.h"
 #include "frame_eval/py_util.h"
-#include "src/errors.h"
-#include "src/logging.h"
+#include "src/base/errors.h"
+#include "src/base/logging.h"
 
 #if __has_include("graph/printer.h")
 #include "graph/printer.h"
@@ -18,10 +19,9 @@ namespace py = pybind11;
 
 namespace ff {
 
-// Defined with the graph bindings (src/bind_graph.cpp): a copy of `g` as a _C.graph.Graph.
-py::object wrap_graph_for_python(const Graph& g);
-
 namespace {
+
+GraphToPython g_graph_to_python = nullptr;  // set once by the bindings, under the GIL
 
 // The directory of an already imported package ("" if it is not imported). NB: never imports: this
 // runs inside the frame hook, and an import would run Python frames.
@@ -42,6 +42,8 @@ bool has_prefix(std::string_view s, const std::string& prefix) {
 }
 
 }  // namespace
+
+void set_graph_to_python(GraphToPython fn) { g_graph_to_python = fn; }
 
 bool is_internal_code(PyCodeObject* code) {
   // Resolved once the packages are imported (torch may be imported after framefuse's extension).
@@ -88,7 +90,10 @@ void compile_backend(const CompileOptions& options, CaptureRunner& runner, const
   if (!examples) throw InternalError("could not read the example inputs: " + fetch_py_error_text());
   PyObject* compiled = nullptr;
   try {
-    py::object graph = wrap_graph_for_python(runner.capture().graph);
+    if (!g_graph_to_python) throw InternalError("no graph_to_python registered (framefuse._C not initialized)");
+    PyObject* graph_ref = g_graph_to_python(runner.capture().graph);
+    if (!graph_ref) throw py::error_already_set();
+    py::object graph = py::reinterpret_steal<py::object>(graph_ref);
     py::object call_backend = py::module_::import("framefuse.backends").attr("_call_backend");
     // "inductor" is resolved in Python (framefuse.backends) so that builds without the code
     // generator fall back there, with their perf_hints line.

@@ -5,7 +5,7 @@
 
 #include "frame_eval/hook.h"
 #include "frame_eval/hook_internal.h"
-#include "src/errors.h"
+#include "src/base/errors.h"
 
 namespace ff {
 namespace {

@@ -14,8 +14,8 @@
 #include "frame_eval/hook.h"
 #include "frame_eval/hook_internal.h"
 #include "frame_eval/py_util.h"
-#include "src/errors.h"
-#include "src/gil_once.h"
+#include "src/base/errors.h"
+#include "src/base/gil_once.h"
 
 namespace ff {
 

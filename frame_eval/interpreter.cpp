@@ -12,7 +12,7 @@
 #include "frame_eval/guards.h"
 #include "frame_eval/interpreter_impl.h"
 #include "graph/python/graph_calls.h"
-#include "src/gil_once.h"
+#include "src/base/gil_once.h"
 
 namespace ff {
 

@@ -3,7 +3,7 @@
 #pragma once
 
 #include "frame_eval/capture.h"
-#include "src/errors.h"
+#include "src/base/errors.h"
 
 namespace ff {
 

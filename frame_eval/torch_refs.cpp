@@ -3,8 +3,8 @@
 #include <unordered_map>
 
 #include "frame_eval/py_util.h"
-#include "src/errors.h"
-#include "src/gil_once.h"
+#include "src/base/errors.h"
+#include "src/base/gil_once.h"
 
 namespace ff {
 

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cctype>
 
-#include "src/errors.h"
+#include "src/base/errors.h"
 
 namespace ff {
 

@@ -7,7 +7,7 @@
 #include <numeric>
 
 #include "graph/meta_rules_util.h"
-#include "src/errors.h"
+#include "src/base/errors.h"
 
 namespace ff {
 

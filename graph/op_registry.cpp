@@ -6,7 +6,7 @@
 #include <unordered_map>
 
 #include "graph/meta_rules.h"
-#include "src/errors.h"
+#include "src/base/errors.h"
 
 namespace ff {
 namespace {

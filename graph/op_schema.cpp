@@ -5,7 +5,7 @@
 #include <cmath>
 #include <cstdlib>
 
-#include "src/errors.h"
+#include "src/base/errors.h"
 
 namespace ff {
 namespace {

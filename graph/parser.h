@@ -15,7 +15,7 @@
 #include <string_view>
 
 #include "graph/ir.h"
-#include "src/errors.h"
+#include "src/base/errors.h"
 
 namespace ff {
 

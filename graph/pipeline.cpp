@@ -6,8 +6,8 @@
 #include "graph/passes/fuse_attention.h"
 #include "graph/printer.h"
 #include "graph/verifier.h"
-#include "src/config.h"
-#include "src/logging.h"
+#include "src/base/config.h"
+#include "src/base/logging.h"
 
 namespace ff {
 

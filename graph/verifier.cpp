@@ -6,7 +6,7 @@
 
 #include "graph/op_registry.h"
 #include "graph/printer.h"
-#include "src/errors.h"
+#include "src/base/errors.h"
 
 namespace ff {
 namespace {

@@ -23,7 +23,7 @@
 #include <set>
 
 #include "inductor/loop_visitor.h"
-#include "src/errors.h"
+#include "src/base/errors.h"
 
 #ifdef FRAMEFUSE_HAVE_LLVM
 #include <llvm/Analysis/TargetLibraryInfo.h>

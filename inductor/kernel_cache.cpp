@@ -23,8 +23,8 @@
 
 #include "inductor/cpu_codegen.h"
 #include "inductor/sha256.h"
-#include "src/config.h"
-#include "src/logging.h"
+#include "src/base/config.h"
+#include "src/base/logging.h"
 
 namespace ff::inductor {
 

@@ -9,7 +9,7 @@
 #include <sstream>
 
 #include "inductor/loop_visitor.h"
-#include "src/errors.h"
+#include "src/base/errors.h"
 
 namespace ff::loop {
 

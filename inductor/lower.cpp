@@ -8,7 +8,7 @@
 #include "graph/meta_rules.h"
 #include "inductor/loop_visitor.h"
 #include "inductor/lower_internal.h"
-#include "src/errors.h"
+#include "src/base/errors.h"
 
 namespace ff::inductor {
 

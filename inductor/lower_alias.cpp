@@ -16,7 +16,7 @@
 #include "graph/meta_rules.h"
 #include "graph/passes/effects.h"
 #include "inductor/lower_internal.h"
-#include "src/errors.h"
+#include "src/base/errors.h"
 
 namespace ff::inductor {
 

@@ -3,8 +3,8 @@
 #include <map>
 
 #include "inductor/lower.h"
-#include "src/errors.h"
-#include "src/logging.h"
+#include "src/base/errors.h"
+#include "src/base/logging.h"
 
 namespace ff::inductor {
 

@@ -5,7 +5,7 @@
 
 #include "frame_eval/bytecode.h"
 #include "frame_eval/bytecode_resume.h"
-#include "src/errors.h"
+#include "src/base/errors.h"
 
 namespace py = pybind11;
 

@@ -3,9 +3,9 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
-#include "src/config.h"
-#include "src/errors.h"
-#include "src/logging.h"
+#include "src/base/config.h"
+#include "src/base/errors.h"
+#include "src/base/logging.h"
 
 namespace py = pybind11;
 
@@ -88,7 +88,7 @@ void define_common(py::module_& m) {
 #define FF_CONFIG_BOOL(name, default_value, doc) FF_CONFIG_KNOB("bool", name, default_value, doc)
 #define FF_CONFIG_INT(name, default_value, doc) FF_CONFIG_KNOB("int", name, default_value, doc)
 #define FF_CONFIG_STR(name, default_value, doc) FF_CONFIG_KNOB("str", name, std::string(default_value), doc)
-#include "src/config.def"
+#include "src/base/config.def"
 #undef FF_CONFIG_BOOL
 #undef FF_CONFIG_INT
 #undef FF_CONFIG_STR
@@ -98,7 +98,7 @@ void define_common(py::module_& m) {
 #define FF_CONFIG_BOOL(n, d, doc) if (name == #n) return py::bool_(config().n);
 #define FF_CONFIG_INT(n, d, doc) if (name == #n) return py::int_(config().n);
 #define FF_CONFIG_STR(n, d, doc) if (name == #n) return py::str(config().n);
-#include "src/config.def"
+#include "src/base/config.def"
 #undef FF_CONFIG_BOOL
 #undef FF_CONFIG_INT
 #undef FF_CONFIG_STR
@@ -108,7 +108,7 @@ void define_common(py::module_& m) {
 #define FF_CONFIG_BOOL(n, d, doc) if (name == #n) { config().n = value.cast<bool>(); return; }
 #define FF_CONFIG_INT(n, d, doc) if (name == #n) { config().n = value.cast<int64_t>(); return; }
 #define FF_CONFIG_STR(n, d, doc) if (name == #n) { config().n = value.cast<std::string>(); return; }
-#include "src/config.def"
+#include "src/base/config.def"
 #undef FF_CONFIG_BOOL
 #undef FF_CONFIG_INT
 #undef FF_CONFIG_STR

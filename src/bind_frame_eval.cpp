@@ -9,13 +9,12 @@
 #include "frame_eval/hook.h"
 #include "frame_eval/py_util.h"
 #include "graph/python/graph_calls.h"
-#include "src/errors.h"
+#include "src/base/errors.h"
+#include "src/graph_handle.h"
 
 namespace py = pybind11;
 
 namespace ff {
-
-const Graph* graph_from_python(py::handle obj);  // src/bind_graph.cpp
 
 namespace {
 
@@ -136,11 +135,7 @@ CaptureResult capture_from_spec(py::handle spec_obj) {
   if (spec.contains("unsupported")) throw Unsupported(spec["unsupported"].cast<std::string>());
   if (spec.contains("internal_error")) throw InternalError(spec["internal_error"].cast<std::string>());
   CaptureResult r;
-  py::object graph = spec["graph"];
-  if (py::hasattr(graph, "_g")) graph = graph.attr("_g");
-  const Graph* g = graph_from_python(graph);
-  if (!g) throw py::type_error("spec['graph'] must be a framefuse.graph.Graph");
-  r.graph = *g;
+  r.graph = graph_from_python(spec["graph"], "spec['graph']");
   for (py::handle s : spec["inputs"]) r.inputs.push_back(source_from_spec(s));
   if (spec.contains("guards"))
     for (py::handle s : spec["guards"]) r.guards.push_back(guard_from_spec(s));
@@ -164,6 +159,14 @@ std::shared_ptr<CompileOptions> make_options(py::object backend, bool fullgraph,
 
 void define_frame_eval(py::module_& m) {
   init_frame_eval_types();
+  set_graph_to_python([](const Graph& g) -> PyObject* {
+    try {
+      return graph_to_python(g).release().ptr();
+    } catch (py::error_already_set& e) {
+      e.restore();
+      return nullptr;
+    }
+  });
   m.attr("FrameEvalCallable") = py::handle(reinterpret_cast<PyObject*>(frame_eval_callable_type()));
   if (py::hasattr(m, "Unsupported")) set_unsupported_exception(m.attr("Unsupported").ptr());
   m.attr("FRAME_EVAL_SUPPORTED") = py::bool_(ff_frame_supported() != 0);

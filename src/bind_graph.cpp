@@ -14,8 +14,9 @@
 #include "graph/python/graph_calls.h"
 #include "graph/python/reference_runner.h"
 #include "graph/python/torch_native.h"
-#include "src/config.h"
-#include "src/errors.h"
+#include "src/base/config.h"
+#include "src/base/errors.h"
+#include "src/graph_handle.h"
 
 namespace py = pybind11;
 
@@ -97,13 +98,6 @@ py::list traits_list(uint32_t traits) {
 }
 
 }  // namespace
-
-// The C++ graph behind a _C.graph.Graph object, for other areas' bindings (inductor); nullptr
-// when `obj` is not one. The graph stays owned by the Python object.
-const Graph* graph_from_py(py::handle obj) {
-  if (!py::isinstance<PyGraph>(obj)) return nullptr;
-  return &obj.cast<PyGraph&>().g;
-}
 
 void define_graph(py::module_& m) {
   py::module_ g = m.def_submodule("graph", "graph IR bindings");
@@ -228,9 +222,6 @@ void define_graph(py::module_& m) {
                     return out;
                   },
                   "Parse graph code (the printer's output) back into a graph.")
-      // For C++ consumers in this module (framefuse._C.cuda.compile): the graph's address, valid
-      // while this object is alive.
-      .def("_address", [](const PyGraph& self) { return reinterpret_cast<uintptr_t>(&self.g); })
       .def("run", [](PyGraph& self, py::args inputs) -> py::object {
         if (!self.runner) self.runner = std::make_unique<ReferenceRunner>(self.g);
         std::vector<PyObject*> in;
@@ -241,25 +232,20 @@ void define_graph(py::module_& m) {
       }, "Run the graph on the reference runner (eager torch ops).");
 }
 
-}  // namespace ff
+const Graph& graph_from_python(py::handle obj, const char* what) {
+  py::handle h = obj;
+  // framefuse.graph.Graph holds its _C.graph.Graph in `_g`.
+  if (!py::isinstance<PyGraph>(h) && py::hasattr(h, "_g")) h = h.attr("_g");
+  if (!py::isinstance<PyGraph>(h))
+    throw py::type_error(std::string(what) + " must be a framefuse.graph.Graph, not " +
+                         std::string(py::str(py::type::handle_of(obj).attr("__name__"))));
+  return h.cast<PyGraph&>().g;
+}
 
-namespace ff {
-
-// The frontend hands captured graphs to Python backends through this (frame_eval/hook_backend.cpp).
-py::object wrap_graph_for_python(const Graph& g) {
+py::object graph_to_python(const Graph& g) {
   auto pg = std::make_shared<PyGraph>();
   pg->g = g;
   return py::cast(pg);
-}
-
-}  // namespace ff
-
-namespace ff {
-
-// The C++ graph inside a _C.graph.Graph (test-only captures are built from Python graphs).
-const Graph* graph_from_python(py::handle obj) {
-  if (!py::isinstance<PyGraph>(obj)) return nullptr;
-  return &obj.cast<PyGraph&>().g;
 }
 
 }  // namespace ff

@@ -10,23 +10,14 @@
 #include "inductor/python/compiled_graph.h"
 #include "inductor/python/replay_inputs.h"
 #include "inductor/schedule.h"
-#include "src/errors.h"
+#include "src/base/errors.h"
+#include "src/graph_handle.h"
 
 namespace py = pybind11;
 
 namespace ff {
 
-const Graph* graph_from_py(py::handle obj);  // src/bind_graph.cpp
-
 namespace {
-
-const Graph& graph_arg(py::handle obj) {
-  py::handle h = obj;
-  if (py::hasattr(obj, "_g")) h = obj.attr("_g");  // framefuse.graph.Graph wraps _C.graph.Graph
-  const Graph* g = graph_from_py(h);
-  if (!g) throw py::type_error("expected a framefuse graph");
-  return *g;
-}
 
 // Sets the Python error for the exception being handled, through pybind11's registered translators.
 void translate_current_exception() {
@@ -78,13 +69,13 @@ void define_inductor(py::module_& m) {
   }, "The payload of a valid entry, or None.");
   t.def("cache_dir_usable", &inductor::cache_dir_usable);
   t.def("cache_pack", [](const std::string& key, py::bytes payload) { return py::bytes(inductor::cache_pack(key, std::string(payload))); });
-  ind.def("loop_ir", [](py::handle graph) { return loop::program_str(inductor::compile_to_loop_ir(graph_arg(graph))); },
+  ind.def("loop_ir", [](py::handle graph) { return loop::program_str(inductor::compile_to_loop_ir(graph_from_python(graph))); },
           "The scheduled loop IR of a graph (text form), without compiling it.");
 
   py::class_<inductor::CompiledGraph>(ind, "CompiledGraph", py::custom_type_setup([](PyHeapTypeObject* heap_type) {
                                         heap_type->ht_type.tp_call = &call_compiled_graph;
                                       }))
-      .def(py::init([](py::handle graph) { return std::make_unique<inductor::CompiledGraph>(graph_arg(graph)); }),
+      .def(py::init([](py::handle graph) { return std::make_unique<inductor::CompiledGraph>(graph_from_python(graph)); }),
            "Lower, fuse and JIT-compile a graph. Raises on failure.")
       .def_property_readonly("loop_ir", [](const inductor::CompiledGraph& self) { return loop::program_str(self.compiled().program); })
       .def_property_readonly("num_kernels", [](const inductor::CompiledGraph& self) { return self.compiled().program.kernels.size(); })

@@ -14,7 +14,7 @@
 #include "frame_eval/py_util.h"
 #include "graph/op_registry.h"
 #include "graph/python/reference_runner.h"
-#include "src/errors.h"
+#include "src/base/errors.h"
 
 namespace py = pybind11;
 

@@ -9,8 +9,8 @@ void define_graph(py::module_& m);       // src/bind_graph.cpp: graph IR, op reg
 void define_frame_eval(py::module_& m);  // src/bind_frame_eval.cpp: hook, caches, guards
 void define_inductor(py::module_& m);    // src/bind_inductor.cpp: code generation
 void define_interp_testing(py::module_& m);  // src/bind_interp_testing.cpp: interpreter internals (_testing)
-void define_cuda(py::module_& m);        // inductor/cuda/python/bind_cuda.cpp: CUDA code generation
-void define_bytecode_testing(py::module_& m);  // src/bind_bytecode_testing.cpp: bytecode assembler (_testing_bytecode)        // inductor/cuda/python/bind_cuda.cpp: CUDA code generation
+void define_cuda(py::module_& m);        // src/bind_cuda.cpp: CUDA code generation
+void define_bytecode_testing(py::module_& m);  // src/bind_bytecode_testing.cpp: bytecode assembler (_testing_bytecode)
 }  // namespace ff
 
 PYBIND11_MODULE(_C, m) {

@@ -36,6 +36,7 @@
 #include <vector>
 
 #include "inductor/cuda/graph_launch_api.h"
+#include "src/base/py_ref.h"
 #include "src/torch_build_check.h"
 
 #ifndef FF_TORCH_VERSION
@@ -44,6 +45,7 @@
 
 namespace {
 
+using ff::PyRef;
 using torch::autograd::Node;
 using torch::autograd::SavedVariable;
 using torch::autograd::variable_list;
@@ -67,26 +69,6 @@ bool finalizing() {
   return _Py_IsFinalizing();
 #endif
 }
-
-// A strong reference released under the GIL, whichever thread drops it last (an autograd worker
-// may). NB: leaked once the interpreter is finalizing.
-struct PyRef {
-  PyObject* obj = nullptr;
-  PyRef() = default;
-  explicit PyRef(PyObject* borrowed) : obj(borrowed) { Py_XINCREF(obj); }
-  PyRef(const PyRef&) = delete;
-  PyRef& operator=(const PyRef&) = delete;
-  PyRef(PyRef&& o) noexcept : obj(o.obj) { o.obj = nullptr; }
-  PyRef& operator=(PyRef&& o) noexcept {
-    std::swap(obj, o.obj);
-    return *this;
-  }
-  ~PyRef() {
-    if (!obj || !Py_IsInitialized() || finalizing()) return;
-    Gil gil;
-    Py_DECREF(obj);
-  }
-};
 
 [[noreturn]] void raise_python() {
   python_error err;
@@ -167,7 +149,7 @@ struct State {
     if (device < 0) {
       std::optional<Gil> gil;
       if (!have_gil) gil.emplace();
-      PyObject* r = PyObject_CallNoArgs(l.fn.obj);
+      PyObject* r = PyObject_CallNoArgs(l.fn.get());
       if (!r) raise_python();
       Py_DECREF(r);
       return;
@@ -185,6 +167,23 @@ NodePtr make_node(Args&&... args) {
     return std::shared_ptr<T>(new T(std::forward<Args>(args)...));
   else
     return c10::make_intrusive<T>(std::forward<Args>(args)...);
+}
+
+// NB: the last reference to a State may drop on autograd's worker thread, without the GIL: it is
+// deleted under the GIL, and its Python references are leaked once the interpreter is finalizing.
+void delete_state(State* s) {
+  if (!Py_IsInitialized() || finalizing()) {
+    (void)s->fwd.fn.release();
+    (void)s->bwd.fn.release();
+    for (auto& f : s->fixed) (void)f.obj.release();
+    for (auto& c : s->consts) (void)c.second.release();
+    (void)s->recompute.release();
+    (void)s->keep.release();
+    delete s;
+    return;
+  }
+  Gil gil;
+  delete s;
 }
 
 struct ReplayBackward final : Node {
@@ -258,8 +257,8 @@ struct ReplayBackward final : Node {
       for (size_t j = 0; j < s.tensor_at.size(); ++j)
         PyList_SetItem(in, s.tensor_at[j], THPVariable_Wrap(inputs[j]));
       for (auto& [at, v] : s.consts) {
-        Py_INCREF(v.obj);
-        PyList_SetItem(in, at, v.obj);
+        Py_INCREF(v.get());
+        PyList_SetItem(in, at, v.get());
       }
       for (size_t k = 0; k < s.outputs.size(); ++k) {
         Py_INCREF(Py_None);
@@ -269,7 +268,7 @@ struct ReplayBackward final : Node {
         at::Tensor g = i < grads.size() && grads[i].defined() ? grads[i] : at::zeros_like(s.outputs[s.diff_out[i]]);
         PyList_SetItem(gout, static_cast<Py_ssize_t>(s.diff_out[i]), THPVariable_Wrap(g));
       }
-      res = PyObject_CallFunctionObjArgs(s.recompute.obj, in, gout, create_graph ? Py_True : Py_False, nullptr);
+      res = PyObject_CallFunctionObjArgs(s.recompute.get(), in, gout, create_graph ? Py_True : Py_False, nullptr);
     }
     Py_XDECREF(in);
     Py_XDECREF(gout);
@@ -304,7 +303,7 @@ bool matches(const State& s, PyObject* inputs) {
   if (PyTuple_GET_SIZE(inputs) != s.n_inputs) return false;
   for (const auto& f : s.fixed) {
     PyObject* o = PyTuple_GET_ITEM(inputs, f.at);
-    if (o != f.obj.obj) return false;
+    if (o != f.obj.get()) return false;
     const at::Tensor& t = THPVariable_Unpack(o);
     if (t.data_ptr() != f.ptr || t.requires_grad() != f.requires_grad) return false;
   }
@@ -315,7 +314,7 @@ bool matches(const State& s, PyObject* inputs) {
   for (const auto& [at, v] : s.consts) {
     PyObject* o = PyTuple_GET_ITEM(inputs, at);
     if (THPVariable_Check(o)) return false;
-    int eq = PyObject_RichCompareBool(o, v.obj, Py_EQ);
+    int eq = PyObject_RichCompareBool(o, v.get(), Py_EQ);
     if (eq < 0) PyErr_Clear();
     if (eq != 1) return false;
   }
@@ -456,7 +455,7 @@ bool launch_of(PyObject* o, int device, Launch* out) {
       PyErr_SetString(PyExc_TypeError, "framefuse._torch_replay: device -1 takes callables as graphs");
       return false;
     }
-    out->fn = PyRef(o);
+    out->fn = PyRef::borrow(o);
     return true;
   }
   out->exec = PyLong_AsVoidPtr(o);
@@ -477,7 +476,7 @@ PyObject* training_replay(PyObject*, PyObject* spec) {
     PyErr_SetString(PyExc_TypeError, "framefuse._torch_replay.training_replay takes a dict");
     return nullptr;
   }
-  auto st = std::make_shared<State>();
+  std::shared_ptr<State> st(new State, delete_state);
   State& s = *st;
   int64_t v = 0;
   PyObject* o = item(spec, "device");
@@ -510,7 +509,7 @@ PyObject* training_replay(PyObject*, PyObject* spec) {
       if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "framefuse._torch_replay: fixed takes (position, tensor)");
       return false;
     }
-    s.fixed.push_back({at, PyRef(PyTuple_GET_ITEM(e, 1)), t.data_ptr(), t.requires_grad()});
+    s.fixed.push_back({at, PyRef::borrow(PyTuple_GET_ITEM(e, 1)), t.data_ptr(), t.requires_grad()});
     is_tensor[static_cast<size_t>(at)] = true;
     return true;
   });
@@ -534,7 +533,7 @@ PyObject* training_replay(PyObject*, PyObject* spec) {
       if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "framefuse._torch_replay: consts takes (position, value)");
       return false;
     }
-    s.consts.emplace_back(at, PyRef(PyTuple_GET_ITEM(e, 1)));
+    s.consts.emplace_back(at, PyRef::borrow(PyTuple_GET_ITEM(e, 1)));
     return true;
   });
   if (!ok) return nullptr;
@@ -598,9 +597,9 @@ PyObject* training_replay(PyObject*, PyObject* spec) {
     if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "framefuse._torch_replay: recompute must be callable");
     return nullptr;
   }
-  s.recompute = PyRef(o);
+  s.recompute = PyRef::borrow(o);
   if (!(o = item(spec, "keep"))) return nullptr;
-  s.keep = PyRef(o);
+  s.keep = PyRef::borrow(o);
 
   auto* obj = PyObject_New(ReplayObject, &kReplayType);
   if (!obj) return nullptr;

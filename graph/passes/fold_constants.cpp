@@ -9,7 +9,7 @@
 #include "graph/op_registry.h"
 #include "graph/passes/rewriter.h"
 #include "graph/printer.h"
-#include "src/logging.h"
+#include "src/base/logging.h"
 
 namespace ff {
 namespace {

@@ -8,9 +8,9 @@
 
 #include "graph/op_registry.h"
 #include "graph/passes/rewriter.h"
-#include "src/config.h"
-#include "src/errors.h"
-#include "src/logging.h"
+#include "src/base/config.h"
+#include "src/base/errors.h"
+#include "src/base/logging.h"
 
 namespace ff {
 namespace {

@@ -1,6 +1,6 @@
 #include "graph/passes/rewriter.h"
 
-#include "src/errors.h"
+#include "src/base/errors.h"
 
 namespace ff {
 

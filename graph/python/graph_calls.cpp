@@ -10,9 +10,9 @@
 #include "graph/meta_rules.h"
 #include "graph/op_registry.h"
 #include "graph/python/open_ops.h"
-#include "src/config.h"
-#include "src/errors.h"
-#include "src/gil_once.h"
+#include "src/base/config.h"
+#include "src/base/errors.h"
+#include "src/base/gil_once.h"
 
 namespace py = pybind11;
 
@@ -390,7 +390,7 @@ std::optional<NodeId> add_op_call(Graph& g, OpId op, const std::vector<Value>& a
   if (!bound) return std::nullopt;
   std::optional<ValueMeta> meta;
   try {
-    static bool version_set = false;  // NB: a flag under the GIL, not a static initializer (src/gil_once.h)
+    static bool version_set = false;  // NB: a flag under the GIL, not a static initializer (src/base/gil_once.h)
     if (!version_set) {
       std::string v = py::str(torch_types().torch.attr("__version__")).cast<std::string>();
       int major = 0, minor = 0;

@@ -10,7 +10,7 @@
 #include "graph/passes/fuse_attention.h"
 #include "graph/python/graph_calls.h"
 #include "graph/python/open_ops.h"
-#include "src/errors.h"
+#include "src/base/errors.h"
 
 namespace py = pybind11;
 

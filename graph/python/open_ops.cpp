@@ -8,8 +8,8 @@
 #include "graph/aten_schema.h"
 #include "graph/op_registry.h"
 #include "graph/python/graph_calls.h"
-#include "src/config.h"
-#include "src/errors.h"
+#include "src/base/config.h"
+#include "src/base/errors.h"
 
 namespace py = pybind11;
 

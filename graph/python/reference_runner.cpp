@@ -4,7 +4,7 @@
 
 #include "graph/op_registry.h"
 #include "graph/python/graph_calls.h"
-#include "src/errors.h"
+#include "src/base/errors.h"
 
 namespace ff {
 namespace {

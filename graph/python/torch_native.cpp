@@ -3,8 +3,8 @@
 #include <cstring>
 #include <sstream>
 
-#include "src/config.h"
-#include "src/logging.h"
+#include "src/base/config.h"
+#include "src/base/logging.h"
 
 namespace ff {
 

@@ -5,7 +5,7 @@
 
 #include "graph/passes/fuse_attention.h"
 #include "inductor/cuda/nvrtc_compiler.h"
-#include "src/errors.h"
+#include "src/base/errors.h"
 
 namespace ff::cuda {
 namespace {

@@ -7,7 +7,7 @@
 #include <memory>
 #include <mutex>
 
-#include "src/errors.h"
+#include "src/base/errors.h"
 
 namespace ff::cuda {
 namespace {

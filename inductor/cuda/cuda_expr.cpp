@@ -5,7 +5,7 @@
 #include <unordered_set>
 
 #include "inductor/cuda/cuda_codegen.h"
-#include "src/errors.h"
+#include "src/base/errors.h"
 
 namespace ff::cuda::detail {
 

@@ -6,8 +6,8 @@
 
 #include "inductor/cuda/nvrtc_compiler.h"
 #include "inductor/kernel_cache.h"
-#include "src/errors.h"
-#include "src/logging.h"
+#include "src/base/errors.h"
+#include "src/base/logging.h"
 
 namespace ff::cuda {
 

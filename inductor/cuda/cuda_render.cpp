@@ -9,7 +9,7 @@
 #include <sstream>
 
 #include "inductor/cuda/cuda_codegen.h"
-#include "src/errors.h"
+#include "src/base/errors.h"
 
 namespace ff::cuda {
 

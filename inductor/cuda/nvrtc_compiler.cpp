@@ -12,9 +12,9 @@
 #include "inductor/cuda/cuda_api.h"
 #include "inductor/kernel_cache.h"
 #include "inductor/sha256.h"
-#include "src/config.h"
-#include "src/errors.h"
-#include "src/logging.h"
+#include "src/base/config.h"
+#include "src/base/errors.h"
+#include "src/base/logging.h"
 
 namespace ff::cuda {
 namespace {

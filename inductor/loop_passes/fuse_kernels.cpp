@@ -6,7 +6,7 @@
 #include <set>
 
 #include "inductor/loop_visitor.h"
-#include "src/errors.h"
+#include "src/base/errors.h"
 
 namespace ff::inductor {
 

@@ -4,7 +4,7 @@
 
 #include "graph/op_registry.h"
 #include "inductor/loop_visitor.h"
-#include "src/errors.h"
+#include "src/base/errors.h"
 
 namespace ff::inductor {
 

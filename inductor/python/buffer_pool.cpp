@@ -5,8 +5,8 @@
 #include <mutex>
 #include <vector>
 
-#include "src/config.h"
-#include "src/gil_once.h"
+#include "src/base/config.h"
+#include "src/base/gil_once.h"
 
 namespace ff::inductor {
 

@@ -15,13 +15,13 @@
 #include "inductor/python/channels_last_inputs.h"
 #include "inductor/python/packed_linear.h"
 #include "inductor/python/prepared_call.h"
-#include "inductor/python/py_ref.h"
 #include "inductor/python/input_writes.h"
 #include "inductor/python/tensor_check.h"
 #include "inductor/schedule.h"
-#include "src/config.h"
-#include "src/errors.h"
-#include "src/logging.h"
+#include "src/base/config.h"
+#include "src/base/errors.h"
+#include "src/base/logging.h"
+#include "src/base/py_ref.h"
 
 namespace ff::inductor {
 
@@ -32,8 +32,8 @@ namespace {
 constexpr double kParallelWork = 32768;
 constexpr int64_t kMinRootExtent = 256;
 
-Ref int_tuple(const std::vector<int64_t>& v) {
-  Ref t(PyTuple_New(static_cast<Py_ssize_t>(v.size())));
+PyRef int_tuple(const std::vector<int64_t>& v) {
+  PyRef t = PyRef::steal(PyTuple_New(static_cast<Py_ssize_t>(v.size())));
   for (size_t i = 0; i < v.size(); ++i) PyTuple_SET_ITEM(t.get(), static_cast<Py_ssize_t>(i), PyLong_FromLongLong(v[i]));
   return t;
 }
@@ -68,7 +68,7 @@ void throw_py(const std::string& what) {
     PyObject *type, *value, *tb;
     PyErr_Fetch(&type, &value, &tb);
     if (value) {
-      Ref s(PyObject_Str(value));
+      PyRef s = PyRef::steal(PyObject_Str(value));
       if (s) msg += ": " + std::string(PyUnicode_AsUTF8(s.get()));
     }
     Py_XDECREF(type);
@@ -184,12 +184,12 @@ void clear_memory_cache() {
 
 // Python objects prepared once per compiled graph.
 struct CompiledGraph::Plan {
-  Ref torch, tensor_type, empty_strided, as_strided, get_num_threads, uint8, matmul, addmm;
-  Ref dtype_kwnames;                    // ("dtype",)
-  Ref unit_stride;                      // (1,): the byte slots' stride
-  Ref storage_offset_name;
+  PyRef torch, tensor_type, empty_strided, as_strided, get_num_threads, uint8, matmul, addmm;
+  PyRef dtype_kwnames;                    // ("dtype",)
+  PyRef unit_stride;                      // (1,): the byte slots' stride
+  PyRef storage_offset_name;
   struct Buf {
-    Ref sizes, strides, dtype;
+    PyRef sizes, strides, dtype;
     bool allocate = false;       // Intermediate/Output that some step uses, not in a slot
     int64_t bytes = 0;           // what its layout spans
     bool contiguous = false;     // row-major, dense
@@ -215,10 +215,10 @@ struct CompiledGraph::Plan {
   // Channels-last (see inductor/channels_last.h): the conv weights converted per call, the
   // captured strides they are checked against, and the outputs copied back to eager's layout.
   ChannelsLastInputs cl_inputs;
-  std::vector<Ref> cl_input_strides;
+  std::vector<PyRef> cl_input_strides;
   struct Restore {
     NodeId node;
-    Ref sizes, strides, dtype;
+    PyRef sizes, strides, dtype;
   };
   std::vector<Restore> restore;
   InputWrites writes;  // the inputs an in-place op writes (Lowerer::write_input)
@@ -265,10 +265,10 @@ CompiledGraph::CompiledGraph(const Graph& g) {
   const loop::Program& p = prog_->program;
   plan_ = std::make_unique<Plan>();
   Plan& pl = *plan_;
-  pl.torch = Ref(PyImport_ImportModule("torch"));
+  pl.torch = PyRef::steal(PyImport_ImportModule("torch"));
   if (!pl.torch) throw_py("cannot import torch");
   auto attr = [&](PyObject* o, const char* name) {
-    Ref r(PyObject_GetAttrString(o, name));
+    PyRef r = PyRef::steal(PyObject_GetAttrString(o, name));
     if (!r) throw_py(std::string("torch has no ") + name);
     return r;
   };
@@ -279,9 +279,9 @@ CompiledGraph::CompiledGraph(const Graph& g) {
   pl.uint8 = attr(pl.torch.get(), "uint8");
   pl.matmul = attr(pl.torch.get(), "matmul");
   pl.addmm = attr(pl.torch.get(), "addmm");
-  pl.dtype_kwnames = Ref(Py_BuildValue("(s)", "dtype"));
-  pl.unit_stride = Ref(Py_BuildValue("(i)", 1));
-  pl.storage_offset_name = Ref(PyUnicode_InternFromString("storage_offset"));
+  pl.dtype_kwnames = PyRef::steal(Py_BuildValue("(s)", "dtype"));
+  pl.unit_stride = PyRef::steal(Py_BuildValue("(i)", 1));
+  pl.storage_offset_name = PyRef::steal(PyUnicode_InternFromString("storage_offset"));
   if (!pl.dtype_kwnames || !pl.unit_stride || !pl.storage_offset_name) throw_py("out of memory");
   std::vector<bool> used(p.buffers.size(), false);
   pl.bufs.resize(p.buffers.size());
@@ -401,7 +401,7 @@ namespace {
 
 bool requires_grad(PyObject* t) {
   if (t == Py_None) return false;
-  Ref r(PyObject_GetAttrString(t, "requires_grad"));
+  PyRef r = PyRef::steal(PyObject_GetAttrString(t, "requires_grad"));
   if (!r) {
     PyErr_Clear();
     return true;  // not a tensor we understand: take the ordinary path
@@ -420,41 +420,42 @@ PyObject* CompiledGraph::matmul_into_pool(const std::string& op, const std::vect
   if (!buffer_pool_on() || pb.bytes < kPoolMinBytes || !pb.contiguous) return nullptr;
   for (PyObject* o : operands)
     if (requires_grad(o)) return nullptr;
-  Ref out(pooled_empty_strided(pb.sizes.get(), pb.strides.get(), pb.dtype.get(), pb.bytes));
+  PyRef out = PyRef::steal(pooled_empty_strided(pb.sizes.get(), pb.strides.get(), pb.dtype.get(), pb.bytes));
   if (!out) {
     PyErr_Clear();
     return nullptr;
   }
-  Ref kw(PyDict_New());
-  Ref done;
+  PyRef kw = PyRef::steal(PyDict_New());
+  PyRef done;
   if (op == "linear") {
     PyObject *x = operands[0], *w = operands[1], *bias = operands[2];
-    Ref wt(PyObject_CallMethod(w, "t", nullptr));
+    PyRef wt = PyRef::steal(PyObject_CallMethod(w, "t", nullptr));
     if (!wt) {
       PyErr_Clear();
       return nullptr;
     }
     if (bias == Py_None) {
       PyDict_SetItemString(kw.get(), "out", out.get());
-      Ref args(PyTuple_Pack(2, x, wt.get()));
-      done = Ref(PyObject_Call(pl.matmul.get(), args.get(), kw.get()));
+      PyRef args = PyRef::steal(PyTuple_Pack(2, x, wt.get()));
+      done = PyRef::steal(PyObject_Call(pl.matmul.get(), args.get(), kw.get()));
     } else {
       // NB: what F.linear does for contiguous inputs: one addmm over the flattened rows.
-      Ref k(PyObject_CallMethod(wt.get(), "size", "i", 0)), n(PyObject_CallMethod(wt.get(), "size", "i", 1));
-      Ref x2(k ? PyObject_CallMethod(x, "reshape", "(iO)", -1, k.get()) : nullptr);
-      Ref o2(x2 && n ? PyObject_CallMethod(out.get(), "view", "(iO)", -1, n.get()) : nullptr);
+      PyRef k = PyRef::steal(PyObject_CallMethod(wt.get(), "size", "i", 0));
+      PyRef n = PyRef::steal(PyObject_CallMethod(wt.get(), "size", "i", 1));
+      PyRef x2 = PyRef::steal(k ? PyObject_CallMethod(x, "reshape", "(iO)", -1, k.get()) : nullptr);
+      PyRef o2 = PyRef::steal(x2 && n ? PyObject_CallMethod(out.get(), "view", "(iO)", -1, n.get()) : nullptr);
       if (!o2) {
         PyErr_Clear();
         return nullptr;
       }
       PyDict_SetItemString(kw.get(), "out", o2.get());
-      Ref args(PyTuple_Pack(3, bias, x2.get(), wt.get()));
-      done = Ref(PyObject_Call(pl.addmm.get(), args.get(), kw.get()));
+      PyRef args = PyRef::steal(PyTuple_Pack(3, bias, x2.get(), wt.get()));
+      done = PyRef::steal(PyObject_Call(pl.addmm.get(), args.get(), kw.get()));
     }
   } else {
     PyDict_SetItemString(kw.get(), "out", out.get());
-    Ref args(PyTuple_Pack(2, operands[0], operands[1]));
-    done = Ref(PyObject_Call(pl.matmul.get(), args.get(), kw.get()));
+    PyRef args = PyRef::steal(PyTuple_Pack(2, operands[0], operands[1]));
+    done = PyRef::steal(PyObject_Call(pl.matmul.get(), args.get(), kw.get()));
   }
   if (!done) {
     PyErr_Clear();  // e.g. a dtype out= does not accept: the ordinary call reports real errors
@@ -534,7 +535,7 @@ PyObject* CompiledGraph::run(PyObject* const* inputs, size_t n) {
   RunArray<PyObject*, 32> tensors(nb);
   RunArray<void*, 32> ptrs(nb);
   RunArray<PyObject*, 64> node_objs(g.size());
-  std::vector<Ref> slots(p.slot_bytes.size());
+  std::vector<PyRef> slots(p.slot_bytes.size());
   struct Drop {
     PyObject** a;
     size_t n;
@@ -563,8 +564,8 @@ PyObject* CompiledGraph::run(PyObject* const* inputs, size_t n) {
   }
   for (size_t s = 0; s < slots.size(); ++s) {
     int64_t bytes = std::max<int64_t>(p.slot_bytes[s], 1);
-    Ref size(PyTuple_Pack(1, Ref(PyLong_FromLongLong(bytes)).get()));
-    slots[s] = Ref(cpu_empty_strided(size.get(), pl.unit_stride.get(), pl.uint8.get(), bytes));
+    PyRef size = PyRef::steal(PyTuple_Pack(1, PyRef::steal(PyLong_FromLongLong(bytes)).get()));
+    slots[s] = PyRef::steal(cpu_empty_strided(size.get(), pl.unit_stride.get(), pl.uint8.get(), bytes));
     if (!slots[s]) return nullptr;
   }
   for (size_t b = 0; b < nb; ++b) {
@@ -593,9 +594,9 @@ PyObject* CompiledGraph::run(PyObject* const* inputs, size_t n) {
       Py_INCREF(base);
       return base;
     }
-    Ref off(PyObject_CallMethodNoArgs(base, pl.storage_offset_name.get()));
+    PyRef off = PyRef::steal(PyObject_CallMethodNoArgs(base, pl.storage_offset_name.get()));
     if (!off) return nullptr;
-    Ref args(Py_BuildValue("(OOOL)", base, int_tuple(r.sizes).get(), int_tuple(r.strides).get(),
+    PyRef args = PyRef::steal(Py_BuildValue("(OOOL)", base, int_tuple(r.sizes).get(), int_tuple(r.strides).get(),
                            static_cast<long long>(PyLong_AsLongLong(off.get()) + r.offset)));
     return args ? PyObject_Call(pl.as_strided.get(), args.get(), nullptr) : nullptr;
   };
@@ -604,7 +605,7 @@ PyObject* CompiledGraph::run(PyObject* const* inputs, size_t n) {
   if (pl.any_parallel || pl.packed_linears > 0) {
     threads = static_cast<int>(config().cpu_threads);
     if (threads <= 0) {
-      Ref nt(PyObject_CallNoArgs(pl.get_num_threads.get()));
+      PyRef nt = PyRef::steal(PyObject_CallNoArgs(pl.get_num_threads.get()));
       if (!nt) return nullptr;
       threads = static_cast<int>(PyLong_AsLong(nt.get()));
     }
@@ -632,34 +633,34 @@ PyObject* CompiledGraph::run(PyObject* const* inputs, size_t n) {
       if (!v) return nullptr;
       set_node(node, v);
     }
-    Ref result;
+    PyRef result;
     const Node& nd = g.node(e.node);
     if (e.op == kNoOp) {
       PyObject* src = node_objs[static_cast<size_t>(nd.args[0].node)];
       FF_CHECK(src, "getitem of a value the runtime does not hold");
-      result = Ref(PySequence_GetItem(src, static_cast<Py_ssize_t>(nd.args[1].i)));
+      result = PyRef::steal(PySequence_GetItem(src, static_cast<Py_ssize_t>(nd.args[1].i)));
     } else {
       if (!x.call) {
         PyErr_SetString(PyExc_RuntimeError, (op_def(e.op).target + " is not available in the installed torch").c_str());
         return nullptr;
       }
       if (x.packed) {
-        Ref a[3];
+        PyRef a[3];
         for (size_t i = 0; i < 3; ++i)
-          if (!(a[i] = Ref(value_to_py(e.args[i], node_objs.data))).get()) return nullptr;
-        result = Ref(x.packed->call(a[0].get(), a[1].get(), a[2].get(), threads));
+          if (!(a[i] = PyRef::steal(value_to_py(e.args[i], node_objs.data))).get()) return nullptr;
+        result = PyRef::steal(x.packed->call(a[0].get(), a[1].get(), a[2].get(), threads));
       }
       if (!result && e.result >= 0 && x.matmul && buffer_pool_on() && pl.bufs[static_cast<size_t>(e.result)].bytes >= kPoolMinBytes) {
-        std::vector<Ref> owned;
+        std::vector<PyRef> owned;
         std::vector<PyObject*> operands;
         for (const Value& v : e.args) {
-          owned.emplace_back(value_to_py(v, node_objs.data));
+          owned.push_back(PyRef::steal(value_to_py(v, node_objs.data)));
           if (!owned.back()) return nullptr;
           operands.push_back(owned.back().get());
         }
-        result = Ref(matmul_into_pool(op_def(e.op).name, operands, e.result));
+        result = PyRef::steal(matmul_into_pool(op_def(e.op).name, operands, e.result));
       }
-      if (!result) result = Ref(x.call->call(node_objs.data));
+      if (!result) result = PyRef::steal(x.call->call(node_objs.data));
     }
     if (!result) return nullptr;
     if (e.result >= 0) {
@@ -671,9 +672,9 @@ PyObject* CompiledGraph::run(PyObject* const* inputs, size_t n) {
         if (!ok) {
           // The kernels after it assume the layout eager documented at trace time: copy into it.
           PyObject* args[3] = {pb.sizes.get(), pb.strides.get(), pb.dtype.get()};
-          Ref fixed(PyObject_Vectorcall(pl.empty_strided.get(), args, 2, pl.dtype_kwnames.get()));
+          PyRef fixed = PyRef::steal(PyObject_Vectorcall(pl.empty_strided.get(), args, 2, pl.dtype_kwnames.get()));
           if (!fixed) return nullptr;
-          Ref done(PyObject_CallMethod(fixed.get(), "copy_", "O", result.get()));
+          PyRef done = PyRef::steal(PyObject_CallMethod(fixed.get(), "copy_", "O", result.get()));
           if (!done) return nullptr;
           result = std::move(fixed);
         }
@@ -700,9 +701,9 @@ PyObject* CompiledGraph::run(PyObject* const* inputs, size_t n) {
   }
   for (const Plan::Restore& r : pl.restore) {
     PyObject* args[3] = {r.sizes.get(), r.strides.get(), r.dtype.get()};
-    Ref fixed(PyObject_Vectorcall(pl.empty_strided.get(), args, 2, pl.dtype_kwnames.get()));
+    PyRef fixed = PyRef::steal(PyObject_Vectorcall(pl.empty_strided.get(), args, 2, pl.dtype_kwnames.get()));
     if (!fixed) return nullptr;
-    Ref done(PyObject_CallMethod(fixed.get(), "copy_", "O", node_objs[static_cast<size_t>(r.node)]));
+    PyRef done = PyRef::steal(PyObject_CallMethod(fixed.get(), "copy_", "O", node_objs[static_cast<size_t>(r.node)]));
     if (!done) return nullptr;
     set_node(r.node, fixed.release());
   }

@@ -1,7 +1,7 @@
 #include "inductor/python/input_writes.h"
 
 #include "inductor/python/tensor_check.h"
-#include "src/errors.h"
+#include "src/base/errors.h"
 
 namespace ff::inductor {
 

@@ -9,9 +9,9 @@
 #include "graph/python/torch_native.h"
 #include "inductor/parallel.h"
 #include "inductor/python/buffer_pool.h"
-#include "inductor/python/py_ref.h"
 #include "inductor/python/tensor_check.h"
-#include "src/logging.h"
+#include "src/base/logging.h"
+#include "src/base/py_ref.h"
 
 namespace ff::inductor {
 
@@ -103,20 +103,22 @@ int float_matrix(PyObject* t, int64_t numel, int64_t cols, int64_t rows, bool* r
     }
   }
   // NB: without framefuse._torch_native, or a tensor it does not read: torch's own getters.
-  Ref dtype(PyObject_GetAttrString(t, "dtype"));
+  PyRef dtype = PyRef::steal(PyObject_GetAttrString(t, "dtype"));
   if (!dtype) return -1;
   if (dtype.get() != g_float32) return 0;
-  Ref cpu(PyObject_GetAttrString(t, "is_cpu")), contig(PyObject_CallMethod(t, "is_contiguous", nullptr));
-  Ref shape(PyObject_GetAttrString(t, "shape")), count(PyObject_CallMethod(t, "numel", nullptr));
-  Ref grad(PyObject_GetAttrString(t, "requires_grad"));
+  PyRef cpu = PyRef::steal(PyObject_GetAttrString(t, "is_cpu"));
+  PyRef contig = PyRef::steal(PyObject_CallMethod(t, "is_contiguous", nullptr));
+  PyRef shape = PyRef::steal(PyObject_GetAttrString(t, "shape"));
+  PyRef count = PyRef::steal(PyObject_CallMethod(t, "numel", nullptr));
+  PyRef grad = PyRef::steal(PyObject_GetAttrString(t, "requires_grad"));
   if (!cpu || !contig || !shape || !count || !grad) return -1;
   Py_ssize_t dim = PyObject_Length(shape.get());
   if (dim < 1 || cpu.get() != Py_True || contig.get() != Py_True || PyLong_AsLongLong(count.get()) != numel) return 0;
-  Ref last(PySequence_GetItem(shape.get(), dim - 1));
+  PyRef last = PyRef::steal(PySequence_GetItem(shape.get(), dim - 1));
   if (!last) return -1;
   if (PyLong_AsLongLong(last.get()) != cols) return 0;
   if (rows >= 0) {
-    Ref first(PySequence_GetItem(shape.get(), 0));
+    PyRef first = PyRef::steal(PySequence_GetItem(shape.get(), 0));
     if (!first) return -1;
     if (dim != 2 || PyLong_AsLongLong(first.get()) != rows) return 0;
   }
@@ -187,10 +189,10 @@ PyObject* PackedLinear::pack(PyObject* w) {
   const char a = 'A', t = 'T';
   const float one = 1.0f;
   size_t size = g_pack_size(&a, &n_, &rows_, &k_);
-  Ref shape(Py_BuildValue("(n)", static_cast<Py_ssize_t>(size)));
+  PyRef shape = PyRef::steal(Py_BuildValue("(n)", static_cast<Py_ssize_t>(size)));
   if (!shape) return nullptr;
   PyObject* args[2] = {shape.get(), g_uint8};
-  Ref packed(PyObject_Vectorcall(g_empty, args, 1, g_dtype_kwnames));
+  PyRef packed = PyRef::steal(PyObject_Vectorcall(g_empty, args, 1, g_dtype_kwnames));
   if (!packed) return nullptr;
   auto* src = static_cast<const float*>(tensor_data_ptr(w));
   auto* dest = static_cast<float*>(tensor_data_ptr(packed.get()));
@@ -213,7 +215,7 @@ PyObject* PackedLinear::try_call(PyObject* x, PyObject* w, PyObject* bias, int t
   if (!tensor_stamp(w, &stamp)) return nullptr;
   // NB: `packed` is this call's own reference: the GIL is released while packing and multiplying,
   // and another thread may meanwhile bring another weight through this layer.
-  Ref packed(packed_.get(w, stamp));
+  PyRef packed = PyRef::steal(packed_.get(w, stamp));
   if (!packed) {
     if (!seen_.made_from(w, stamp)) {
       // A new or changed weight (or one without a version counter, which could change unseen):
@@ -221,11 +223,11 @@ PyObject* PackedLinear::try_call(PyObject* x, PyObject* w, PyObject* bias, int t
       seen_.set(w, stamp, nullptr);
       return nullptr;
     }
-    packed = Ref(pack(w));
+    packed = PyRef::steal(pack(w));
     if (!packed) return nullptr;
     packed_.set(w, stamp, packed.get());
   }
-  Ref out(cpu_empty_strided(sizes_, strides_, g_float32, bytes_));
+  PyRef out = PyRef::steal(cpu_empty_strided(sizes_, strides_, g_float32, bytes_));
   if (!out) return nullptr;
   auto* a = static_cast<const float*>(tensor_data_ptr(packed.get()));
   auto* b = static_cast<const float*>(tensor_data_ptr(x));

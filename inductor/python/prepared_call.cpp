@@ -1,7 +1,7 @@
 #include "inductor/python/prepared_call.h"
 
 #include "graph/python/graph_calls.h"
-#include "src/errors.h"
+#include "src/base/errors.h"
 
 namespace ff::inductor {
 

@@ -2,8 +2,8 @@
 
 #include <string>
 
-#include "src/errors.h"
-#include "src/gil_once.h"
+#include "src/base/errors.h"
+#include "src/base/gil_once.h"
 
 namespace ff::inductor {
 

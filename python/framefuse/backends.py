@@ -80,8 +80,7 @@ def _inductor_training(graph, example_inputs, mode):
 def _call_backend(backend, cgraph, example_inputs, mode, options, training=False):
     # Called by the frontend (frame_eval/hook_backend.cpp) once per captured graph; `training`: grad
     # mode is on and an input requires grad.
-    graph = Graph.__new__(Graph)
-    graph._g = cgraph
+    graph = Graph(cgraph)
     if backend == "inductor" and training:
         return _inductor_training(graph, example_inputs, mode)
     if backend == "inductor":

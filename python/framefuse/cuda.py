@@ -133,7 +133,7 @@ class CompiledCudaGraph:
 
     def __init__(self, graph, mode="default", arch=""):
         self._graph = graph
-        self._mod = _C.cuda.compile(graph._g, "max-autotune" if mode.startswith("max-autotune") else mode, arch,
+        self._mod = _C.cuda.compile(graph, "max-autotune" if mode.startswith("max-autotune") else mode, arch,
                                     bool(arch))
 
     @property

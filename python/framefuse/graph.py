@@ -21,6 +21,9 @@ class Graph:
     """A graph under construction (a thin wrapper over the C++ graph IR)."""
 
     def __init__(self, _impl=None):
+        # `_impl`: the _C.graph.Graph to wrap (how C++ hands a graph to Python: src/graph_handle.h).
+        if _impl is not None and not isinstance(_impl, _C.graph.Graph):
+            raise TypeError(f"Graph(_impl) takes a framefuse._C.graph.Graph, not {type(_impl).__name__}")
         self._g = _impl if _impl is not None else _C.graph.Graph()
 
     @classmethod

@@ -8,8 +8,8 @@
 #include "inductor/cuda/nvrtc_compiler.h"
 #include "inductor/lower.h"
 #include "inductor/schedule.h"
-#include "src/config.h"
-#include "src/errors.h"
+#include "src/base/config.h"
+#include "src/base/errors.h"
 
 namespace ff {
 namespace {

@@ -2,7 +2,7 @@
 #include <gtest/gtest.h>
 
 #include "inductor/loop_ir.h"
-#include "src/errors.h"
+#include "src/base/errors.h"
 
 namespace ff::loop {
 namespace {

@@ -4,7 +4,7 @@
 
 #include "graph/op_registry.h"
 #include "graph/passes/rewriter.h"
-#include "src/errors.h"
+#include "src/base/errors.h"
 
 namespace ff::cuda {
 namespace {

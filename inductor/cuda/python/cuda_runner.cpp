@@ -15,9 +15,9 @@
 #include "inductor/python/prepared_call.h"
 #include "inductor/python/tensor_check.h"
 #include "inductor/schedule.h"
-#include "src/config.h"
-#include "src/errors.h"
-#include "src/logging.h"
+#include "src/base/config.h"
+#include "src/base/errors.h"
+#include "src/base/logging.h"
 
 namespace py = pybind11;
 

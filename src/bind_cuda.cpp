@@ -11,7 +11,8 @@
 #include "graph/printer.h"
 #include "inductor/channels_last.h"
 #include "inductor/cuda/python/cuda_runner.h"
-#include "src/logging.h"
+#include "src/base/logging.h"
+#include "src/graph_handle.h"
 
 namespace py = pybind11;
 
@@ -132,24 +133,23 @@ void define_cuda(py::module_& m) {
   // generator): (code, input indices to pass channels-last, those of them feeding convs with NCHW
   // inputs, why not).
   c.def("_channels_last_code", [](py::handle graph) -> py::tuple {
-    const Graph* g = reinterpret_cast<const Graph*>(graph.attr("_address")().cast<uintptr_t>());
     std::string why;
-    auto cl = inductor::to_channels_last(*g, &why);
+    auto cl = inductor::to_channels_last(graph_from_python(graph), &why);
     if (!cl) return py::make_tuple(std::string(), std::vector<int>{}, std::vector<int>{}, why);
     return py::make_tuple(graph_code(cl->graph), cl->inputs, cl->nchw_fed, why);
   });
 
-  // graph: a framefuse._C.graph.Graph (its `_address`); the C++ graph is copied.
+  // graph: a framefuse.graph.Graph or _C.graph.Graph (src/graph_handle.h); the C++ graph is copied.
   c.def(
       "compile",
       [](py::handle graph, const std::string& mode, const std::string& arch, bool assume_cuda, bool host_emulation) {
-        const Graph* g = reinterpret_cast<const Graph*>(graph.attr("_address")().cast<uintptr_t>());
+        const Graph& g = graph_from_python(graph);
         cuda::CudaCompileOptions opts;
         opts.mode = mode;
         opts.arch = arch;
         opts.assume_cuda = assume_cuda;
         opts.host_emulation = host_emulation;
-        return std::make_unique<CudaGraphModule>(*g, opts);
+        return std::make_unique<CudaGraphModule>(g, opts);
       },
       py::arg("graph"), py::arg("mode") = "default", py::arg("arch") = "", py::arg("assume_cuda") = false,
       py::arg("_host_emulation") = false);

@@ -1,4 +1,4 @@
-#include "src/errors.h"
+#include "src/base/errors.h"
 
 namespace ff {
 

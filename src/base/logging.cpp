@@ -1,9 +1,9 @@
-#include "src/logging.h"
+#include "src/base/logging.h"
 
 #include <cstdio>
 #include <string>
 
-#include "src/errors.h"
+#include "src/base/errors.h"
 
 namespace ff {
 namespace {
@@ -17,7 +17,7 @@ struct ArtifactInfo {
 constexpr std::string_view kComponentNames[] = {
 #define FF_LOG_COMPONENT(name, doc) #name,
 #define FF_LOG_ARTIFACT(name, component, default_on, doc)
-#include "src/log_registry.def"
+#include "src/base/log_registry.def"
 #undef FF_LOG_COMPONENT
 #undef FF_LOG_ARTIFACT
 };
@@ -25,7 +25,7 @@ constexpr std::string_view kComponentNames[] = {
 constexpr ArtifactInfo kArtifacts[] = {
 #define FF_LOG_COMPONENT(name, doc)
 #define FF_LOG_ARTIFACT(name, component, default_on, doc) {#name, LogComponent::component, default_on},
-#include "src/log_registry.def"
+#include "src/base/log_registry.def"
 #undef FF_LOG_COMPONENT
 #undef FF_LOG_ARTIFACT
 };

@@ -1,4 +1,4 @@
-#include "src/config.h"
+#include "src/base/config.h"
 
 namespace ff {
 

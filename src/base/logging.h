@@ -3,7 +3,7 @@
 //   FRAMEFUSE_LOGS="+frontend,graph_breaks,output_code"
 //
 // Components have a level (`+name` DEBUG, `name` INFO, `-name` ERROR); artifacts are on/off.
-// Every component and artifact is listed once in src/log_registry.def. Records are tagged with the
+// Every component and artifact is listed once in src/base/log_registry.def. Records are tagged with the
 // current `[frame_id/compile_id]` and go to Python's `logging` under `framefuse.<component>`.
 //
 // The hot path never logs: callers test `log_enabled(...)` (a load and a compare) first.
@@ -20,7 +20,7 @@ namespace ff {
 enum class LogComponent : uint8_t {
 #define FF_LOG_COMPONENT(name, doc) name,
 #define FF_LOG_ARTIFACT(name, component, default_on, doc)
-#include "src/log_registry.def"
+#include "src/base/log_registry.def"
 #undef FF_LOG_COMPONENT
 #undef FF_LOG_ARTIFACT
   kCount
@@ -29,7 +29,7 @@ enum class LogComponent : uint8_t {
 enum class LogArtifact : uint8_t {
 #define FF_LOG_COMPONENT(name, doc)
 #define FF_LOG_ARTIFACT(name, component, default_on, doc) name,
-#include "src/log_registry.def"
+#include "src/base/log_registry.def"
 #undef FF_LOG_COMPONENT
 #undef FF_LOG_ARTIFACT
   kCount
