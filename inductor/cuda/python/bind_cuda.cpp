@@ -9,7 +9,7 @@
 #include "inductor/cuda/cuda_api.h"
 #include "inductor/cuda/graph_launch_api.h"
 #include "graph/printer.h"
-#include "inductor/channels_last.h"
+#include "graph/passes/channels_last.h"
 #include "inductor/cuda/python/cuda_runner.h"
 #include "src/logging.h"
 
@@ -134,7 +134,7 @@ void define_cuda(py::module_& m) {
   c.def("_channels_last_code", [](py::handle graph) -> py::tuple {
     const Graph* g = reinterpret_cast<const Graph*>(graph.attr("_address")().cast<uintptr_t>());
     std::string why;
-    auto cl = inductor::to_channels_last(*g, &why);
+    auto cl = to_channels_last(*g, &why);
     if (!cl) return py::make_tuple(std::string(), std::vector<int>{}, std::vector<int>{}, why);
     return py::make_tuple(graph_code(cl->graph), cl->inputs, cl->nchw_fed, why);
   });
