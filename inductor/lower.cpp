@@ -810,11 +810,6 @@ std::optional<LT> Lowerer::lower_node(NodeId id) {
 }
 
 loop::Program Lowerer::run() {
-  for (const Node& n : g_.nodes()) {
-    if (n.kind == NodeKind::Output) continue;
-    if (n.meta.is_tensor() && n.meta.tensor.device.type != Device::Type::CPU)
-      throw Unsupported("tensor " + n.name + " is on " + n.meta.tensor.device.str() + ": the CPU code generator only handles CPU tensors");
-  }
   users_.assign(g_.size(), 0);
   fresh_.assign(g_.size(), false);
   input_root_.assign(g_.size(), -1);
@@ -851,7 +846,12 @@ loop::Program Lowerer::run() {
   return std::move(prog_);
 }
 
-loop::Program lower_graph(const Graph& g, std::vector<std::string>* notes) {
+loop::Program lower_graph(const Graph& g, std::vector<std::string>* notes, bool cpu_only) {
+  for (const Node& n : g.nodes()) {
+    if (!cpu_only || n.kind == NodeKind::Output) continue;
+    if (n.meta.is_tensor() && n.meta.tensor.device.type != Device::Type::CPU)
+      throw Unsupported("tensor " + n.name + " is on " + n.meta.tensor.device.str() + ": the CPU code generator only handles CPU tensors");
+  }
   Lowerer L(g, notes);
   loop::Program p = L.run();
   std::string err = loop::verify_program(p);

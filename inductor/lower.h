@@ -19,6 +19,8 @@ namespace ff::inductor {
 // Lowers `g`. Throws ff::Unsupported when the graph cannot be compiled as a whole (a non-CPU
 // tensor, an in-place op); the caller then runs the graph on the reference runner.
 // `notes` receives one line per decision worth logging (extern calls and why, realizations).
-loop::Program lower_graph(const Graph& g, std::vector<std::string>* notes = nullptr);
+// `cpu_only`: refuse tensors on other devices. The loop IR itself is device-neutral (it reads sizes,
+// strides and dtypes), so the CUDA pipeline lowers a graph of CUDA tensors as it is.
+loop::Program lower_graph(const Graph& g, std::vector<std::string>* notes = nullptr, bool cpu_only = true);
 
 }  // namespace ff::inductor

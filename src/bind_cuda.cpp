@@ -9,7 +9,7 @@
 #include "inductor/cuda/cuda_api.h"
 #include "inductor/cuda/graph_launch_api.h"
 #include "graph/printer.h"
-#include "inductor/channels_last.h"
+#include "graph/passes/channels_last.h"
 #include "inductor/cuda/python/cuda_runner.h"
 #include "src/base/logging.h"
 #include "src/graph_handle.h"
@@ -134,7 +134,7 @@ void define_cuda(py::module_& m) {
   // inputs, why not).
   c.def("_channels_last_code", [](py::handle graph) -> py::tuple {
     std::string why;
-    auto cl = inductor::to_channels_last(graph_from_python(graph), &why);
+    auto cl = to_channels_last(graph_from_python(graph), &why);
     if (!cl) return py::make_tuple(std::string(), std::vector<int>{}, std::vector<int>{}, why);
     return py::make_tuple(graph_code(cl->graph), cl->inputs, cl->nchw_fed, why);
   });

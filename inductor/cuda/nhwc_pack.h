@@ -1,6 +1,6 @@
 // NHWC copies of several NCHW tensors in one kernel launch, into one buffer (an "arena").
 //
-// A channels-last graph (inductor/channels_last.h) takes its conv weights in NHWC. Keeping those
+// A channels-last graph (graph/passes/channels_last.h) takes its conv weights in NHWC. Keeping those
 // copies between calls costs memory the size of the weights; converting each one inside its
 // convolution costs a copy launch per convolution, which on a host-bound call (resnet18 b32) is a
 // fifth of the time. This packs them all per call with one launch instead, into an arena that

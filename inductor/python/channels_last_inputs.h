@@ -1,4 +1,4 @@
-// The conv weights a channels-last graph (inductor/channels_last.h) takes in NHWC: each is copied
+// The conv weights a channels-last graph (graph/passes/channels_last.h) takes in NHWC: each is copied
 // into the compiled layout once and reused while the caller passes the same tensor, unchanged.
 //
 // "Unchanged" is the tensor object, its data pointer and its version counter (bumped by every

@@ -8,7 +8,7 @@
 #include "graph/op_registry.h"
 #include "graph/passes/effects.h"
 #include "graph/python/graph_calls.h"
-#include "inductor/channels_last.h"
+#include "graph/passes/channels_last.h"
 #include "inductor/kernel_cache.h"
 #include "inductor/parallel.h"
 #include "inductor/python/buffer_pool.h"
@@ -17,7 +17,7 @@
 #include "inductor/python/prepared_call.h"
 #include "inductor/python/input_writes.h"
 #include "inductor/python/tensor_check.h"
-#include "inductor/schedule.h"
+#include "inductor/pipeline.h"
 #include "src/base/config.h"
 #include "src/base/errors.h"
 #include "src/base/logging.h"
@@ -30,7 +30,6 @@ namespace {
 // NB: below this many element operations a kernel runs on the calling thread: waking the
 // OpenMP team costs more than it saves.
 constexpr double kParallelWork = 32768;
-constexpr int64_t kMinRootExtent = 256;
 
 PyRef int_tuple(const std::vector<int64_t>& v) {
   PyRef t = PyRef::steal(PyTuple_New(static_cast<Py_ssize_t>(v.size())));
@@ -122,44 +121,6 @@ std::map<std::string, std::shared_ptr<const CompiledProgram>>& memory_cache() {
   return *m;
 }
 
-std::shared_ptr<const CompiledProgram> build(const Graph& g, const std::string& key) {
-  auto cp = std::make_shared<CompiledProgram>();
-  cp->graph = g;
-  cp->key = key;
-  cp->program = compile_to_loop_ir(g);
-  // NB: enough root iterations for every thread (and for load balance between them).
-  {
-    // NB: the text form only when it is printed: it costs as much as a pass.
-    bool print_ir = log_enabled(LogArtifact::output_code);
-    std::string before = print_ir ? loop::program_str(cp->program) : std::string();
-    std::vector<std::string> inplace_log;
-    cp->program = collapse_outer_loops(write_epilogues_in_place(reuse_reduced_values(cp->program), &inplace_log), kMinRootExtent);
-    if (log_enabled(LogArtifact::schedule) && !inplace_log.empty()) {
-      std::string msg = "epilogues written in place:\n";
-      for (auto& l : inplace_log) msg += "  " + l + "\n";
-      log_emit(LogArtifact::schedule, msg);
-    }
-    if (print_ir && loop::program_str(cp->program) != before)
-      log_emit(LogArtifact::output_code, "CPU loop IR (reduced values reused, outer loops collapsed for threads):\n" + loop::program_str(cp->program));
-  }
-  if (!cp->program.kernels.empty()) {
-    if (!cpu_codegen_available())
-      throw Unsupported("framefuse was built without LLVM: CPU graphs run on the reference runner");
-    CpuCompileOptions opt;
-    opt.cache_dir = disk_cache_dir();
-    opt.want_llvm_ir = log_enabled(LogArtifact::output_code) && log_enabled(LogComponent::inductor, LogLevel::Debug);
-    opt.streaming_store_bytes = std::max<int64_t>(0, config().cpu_streaming_store_mb) << 20;
-    cp->module = compile_cpu(cp->program, opt);
-    if (opt.want_llvm_ir) log_emit(LogArtifact::output_code, "LLVM IR:\n" + cp->module->llvm_ir);
-    if (log_enabled(LogArtifact::schedule))
-      log_emit(LogArtifact::schedule, "compiled " + std::to_string(cp->program.kernels.size()) + " kernel(s) in " +
-                                          std::to_string(cp->module->compile_ms) + " ms" +
-                                          (cp->module->from_disk_cache ? " (object code from the disk cache)" : "") +
-                                          "; threads: " + parallel_backend());
-  }
-  return cp;
-}
-
 }  // namespace
 
 std::string graph_structure_key(const Graph& g) {
@@ -212,7 +173,7 @@ struct CompiledGraph::Plan {
     std::unique_ptr<PackedLinear> packed;  // a linear with a graph-input weight (packed_linear.h)
   };
   std::vector<Extern> externs;
-  // Channels-last (see inductor/channels_last.h): the conv weights converted per call, the
+  // Channels-last (see graph/passes/channels_last.h): the conv weights converted per call, the
   // captured strides they are checked against, and the outputs copied back to eager's layout.
   ChannelsLastInputs cl_inputs;
   std::vector<PyRef> cl_input_strides;
@@ -224,11 +185,12 @@ struct CompiledGraph::Plan {
   InputWrites writes;  // the inputs an in-place op writes (Lowerer::write_input)
 };
 
-void CompiledGraph::load(const Graph& g) {
-  // NB: the streaming-store size changes the generated code: part of the key.
-  std::string key = graph_structure_key(g) + " stream " + std::to_string(config().cpu_streaming_store_mb);
-  from_memory_cache_ = false;
-  prog_.reset();
+CompiledGraph::CompiledGraph(const Graph& g) {
+  // NB: the streaming-store size and the channels-last switch change the generated code: part of
+  // the key (of the graph as captured: a hit skips the rewrite too).
+  bool channels_last = config().cpu_channels_last;
+  std::string key = graph_structure_key(g) + " stream " + std::to_string(config().cpu_streaming_store_mb) +
+                    (channels_last ? " nhwc" : "");
   {
     std::lock_guard<std::mutex> lock(g_cache_mu);
     auto it = memory_cache().find(key);
@@ -238,30 +200,21 @@ void CompiledGraph::load(const Graph& g) {
     }
   }
   if (!prog_) {
-    prog_ = build(g, key);
+    CpuPipelineOptions options;
+    options.channels_last = channels_last;
+    CpuCompiled c = compile_for_cpu(g, options);
+    auto cp = std::make_shared<CompiledProgram>();
+    cp->graph = std::move(c.graph);
+    cp->program = std::move(c.program);
+    cp->module = std::move(c.module);
+    cp->channels_last = std::move(c.channels_last);
+    cp->key = key;
+    prog_ = cp;
     std::lock_guard<std::mutex> lock(g_cache_mu);
     memory_cache()[key] = prog_;
   }
-}
-
-CompiledGraph::CompiledGraph(const Graph& g) {
-  std::optional<ChannelsLastGraph> cl;
-  if (config().cpu_channels_last && has_conv2d(g)) {
-    std::string why;
-    try {
-      cl = to_channels_last(g, &why);
-      if (cl) load(cl->graph);
-    } catch (const std::exception& e) {
-      // NB: the graph as captured may still compile: only the rewrite is given up.
-      if (config().raise_on_internal_error && dynamic_cast<const InternalError*>(&e)) throw;
-      cl.reset();
-      why = std::string("compiling the rewritten graph failed: ") + e.what();
-    }
-    if (!cl && log_enabled(LogArtifact::perf_hints))
-      log_emit(LogArtifact::perf_hints, "inductor: the graph's convolutions run in eager's layout, not channels-last: " + why);
-  }
+  const std::optional<ChannelsLastGraph>& cl = prog_->channels_last;
   if (cl) original_ = std::make_unique<Graph>(g);
-  else load(g);
   const loop::Program& p = prog_->program;
   plan_ = std::make_unique<Plan>();
   Plan& pl = *plan_;

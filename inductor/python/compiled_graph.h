@@ -9,6 +9,7 @@
 #include <Python.h>
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -16,16 +17,18 @@
 #include "graph/python/reference_runner.h"
 #include "inductor/cpu_codegen.h"
 #include "inductor/loop_ir.h"
+#include "graph/passes/channels_last.h"
 
 namespace ff::inductor {
 
-// Lowered, scheduled and JIT-compiled code for one graph; shared by every CompiledGraph built
-// from a structurally equal graph (the in-memory cache).
+// What compile_for_cpu (inductor/pipeline.h) made of one graph; shared by every CompiledGraph
+// built from a structurally equal graph (the in-memory cache).
 struct CompiledProgram {
-  Graph graph;
+  Graph graph;  // the graph the program runs (channels-last where `channels_last` is set)
   loop::Program program;
   std::shared_ptr<CpuModule> module;
   std::string key;
+  std::optional<ChannelsLastGraph> channels_last;  // its `graph` left empty: see `graph`
 };
 
 class CompiledGraph {
@@ -48,7 +51,6 @@ class CompiledGraph {
  private:
   struct Plan;
   PyObject* matmul_into_pool(const std::string& op, const std::vector<PyObject*>& operands, int result);
-  void load(const Graph& g);
   std::shared_ptr<const CompiledProgram> prog_;
   std::unique_ptr<Graph> original_;  // the graph as captured, when prog_ runs it channels-last
   std::unique_ptr<Plan> plan_;

@@ -3,9 +3,11 @@
 #include <fstream>
 
 #include "graph/parser.h"
+#include "graph/passes/channels_last.h"
 #include "graph/passes/eliminate_common_subexpressions.h"
 #include "graph/passes/eliminate_dead_code.h"
 #include "graph/passes/fold_constants.h"
+#include "graph/passes/fold_conv_batch_norm.h"
 #include "graph/passes/fuse_attention.h"
 #include "graph/pipeline.h"
 #include "graph/verifier.h"
@@ -76,6 +78,20 @@ TEST(Passes, FuseAttentionNeedsSdpaAndTheScaleKeyword) {
   EXPECT_EQ(fired, std::vector<std::string>{"softmax"});
 }
 
+TEST(Passes, ChannelsLast) {
+  run_golden("channels_last.txt", [](const Graph& g) {
+    std::string why;
+    auto cl = to_channels_last(g, &why);
+    return cl ? cl->graph : g;
+  });
+}
+TEST(Passes, FoldConvBatchNorm) {
+  run_golden("fold_conv_batch_norm.txt", [](const Graph& g) {
+    std::string why;
+    auto f = fold_conv_batch_norm(g, /*relu_ops=*/true, &why);
+    return f ? f->graph : g;
+  });
+}
 TEST(Passes, Pipeline) { run_golden("pipeline.txt", run_pipeline_verified); }
 
 TEST(Passes, FoldConstantsReportsWhichRulesFired) {

@@ -1,5 +1,5 @@
 """CPU graphs with 2-d convolutions run them channels-last (config cpu_channels_last,
-inductor/channels_last.h): conv weights become NHWC copies made once per weight version, the fused
+graph/passes/channels_last.h): conv weights become NHWC copies made once per weight version, the fused
 kernels between convolutions read and write NHWC, and outputs come back in eager's layout. Every
 model here is compiled with the knob on and off and must equal eager, strides included."""
 import logging

@@ -14,7 +14,7 @@
 #include "graph/python/graph_calls.h"
 #include "inductor/python/prepared_call.h"
 #include "inductor/python/tensor_check.h"
-#include "inductor/schedule.h"
+#include "inductor/pipeline.h"
 #include "src/base/config.h"
 #include "src/base/errors.h"
 #include "src/base/logging.h"
@@ -39,37 +39,6 @@ std::string layout_str(const std::vector<int64_t>& sizes, const std::vector<int6
     return "[" + s + "]";
   };
   return join(sizes) + " strides " + join(strides);
-}
-
-// The graph with every CUDA tensor's metadata moved to the CPU: lowering and fusion are
-// device-neutral and only see sizes, strides and dtypes. *device receives the CUDA device.
-Graph device_neutral(const Graph& g, int* device, bool assume_cuda) {
-  Graph out = g;
-  bool cuda = false, other = false;
-  *device = -1;
-  std::function<void(ValueMeta&)> fix = [&](ValueMeta& m) {
-    if (m.kind == ValueMeta::Kind::Tuple)
-      for (ValueMeta& item : m.items) fix(item);
-    if (m.kind != ValueMeta::Kind::Tensor) return;
-    if (m.tensor.device.type == Device::Type::CUDA) {
-      cuda = true;
-      int idx = std::max(0, m.tensor.device.index);
-      if (*device >= 0 && *device != idx) throw Unsupported("the graph uses tensors on several CUDA devices");
-      *device = idx;
-      m.tensor.device = Device{};
-    } else {
-      other = true;
-      m.tensor.device = Device{};
-    }
-  };
-  for (NodeId id = 0; id < static_cast<NodeId>(out.size()); ++id) fix(out.mutable_node(id).meta);
-  if (assume_cuda && !cuda) {
-    *device = 0;
-    return out;
-  }
-  if (!cuda) throw Unsupported("the graph has no CUDA tensor");
-  if (other) throw Unsupported("the graph mixes CUDA tensors with CPU or meta tensors");
-  return out;
 }
 
 // A fresh tensor this graph made: a call that always returns new memory (never an input, a view or
@@ -163,50 +132,46 @@ Graph functionalize_private_inplace(const Graph& g, int* count) {
 CudaGraphModule::CudaGraphModule(const Graph& g, const CudaCompileOptions& opts) {
   auto t0 = std::chrono::steady_clock::now();
   int functionalized = 0;
-  graph_ = functionalize_private_inplace(g, &functionalized);
+  inductor::CudaPipelineOptions po;
+  po.functionalize = [&](const Graph& in) { return functionalize_private_inplace(in, &functionalized); };
+  po.assume_cuda = opts.assume_cuda;
+  if (config().cuda_fold_batch_norm && opts.mode == "reduce-overhead") {
+    auto relu = op_by_name("cudnn_convolution_relu");
+    auto add_relu = op_by_name("cudnn_convolution_add_relu");
+    po.fold_batch_norm = true;
+    po.fused_conv_epilogues = relu && add_relu && op_callable(*relu) && op_callable(*add_relu);
+  }
+  po.channels_last = config().cuda_channels_last && cudnn_tf32_allowed();
+  if (!po.channels_last)
+    channels_last_why_ = config().cuda_channels_last ? "cuDNN convolutions run in full fp32 (torch.backends.cudnn.allow_tf32 is off)"
+                                                     : "config cuda_channels_last is off";
+  inductor::CudaCompiled c = inductor::compile_for_cuda(g, po);
   if (functionalized && log_enabled(LogArtifact::perf_hints) && log_enabled(LogComponent::inductor, LogLevel::Debug))
     log_emit(LogArtifact::perf_hints, "CUDA: " + std::to_string(functionalized) +
                                           " in-place op(s) on private intermediates compiled out of place");
-  // NB: cuDNN's fused convolutions cost more host time per call than plain ones; that time is gone
-  // under a CUDA graph, where the saved kernels pay off (resnet18 b32 H100: reduce-overhead 2.11x
-  // eager), while without one a host-bound call got slower (1.40x against 1.51x unfolded).
-  if (config().cuda_fold_batch_norm && opts.mode == "reduce-overhead") {
-    std::string why;
-    auto relu = op_by_name("cudnn_convolution_relu");
-    auto add_relu = op_by_name("cudnn_convolution_add_relu");
-    bool relu_ops = relu && add_relu && op_callable(*relu) && op_callable(*add_relu);
-    if (auto f = fold_conv_batch_norm(graph_, relu_ops, &why)) {
-      graph_ = std::move(f->graph);
-      for (const FoldedInput& spec : f->folded) folded_.push_back(Folded{spec, {}, py::none()});
-      if (log_enabled(LogArtifact::perf_hints))
-        log_emit(LogArtifact::perf_hints, "CUDA: " + std::to_string(f->fused) + " eval-mode batch norm(s) folded into their convolutions" +
-                                              (relu_ops ? " (relu and residual epilogues in cuDNN)" : ""));
-    }
+  if (c.folded_batch_norms > 0) {
+    for (const FoldedInput& spec : c.folded) folded_.push_back(Folded{spec, {}, py::none()});
+    if (log_enabled(LogArtifact::perf_hints))
+      log_emit(LogArtifact::perf_hints, "CUDA: " + std::to_string(c.folded_batch_norms) + " eval-mode batch norm(s) folded into their convolutions" +
+                                            (po.fused_conv_epilogues ? " (relu and residual epilogues in cuDNN)" : ""));
   }
-  // NB: channels-last pays off where cuDNN's convolutions run in TF32 (torch's default for them);
-  // in full fp32 its NHWC kernels are slower than NCHW ones.
   std::vector<int> to_pack;  // conv weights to pack per call where memory allows (plan_packed_weights)
   std::string pack_cubin;
-  if (config().cuda_channels_last && cudnn_tf32_allowed()) {
-    std::string why;
-    if (auto cl = inductor::to_channels_last(graph_, &why)) {
-      graph_ = std::move(cl->graph);
-      cl_indices_ = cl->inputs;
-      // NB: reduce-overhead keeps static buffers and a graph pool anyway (and the folded weights):
-      // there copies made once save the packing kernel in every replay.
-      if (!config().cuda_keep_nhwc_weights && opts.mode != "reduce-overhead")
-        for (int i : cl->inputs)
-          if (std::find(cl->nchw_fed.begin(), cl->nchw_fed.end(), i) == cl->nchw_fed.end()) to_pack.push_back(i);
-      cl_restore_ = std::move(cl->restore);
-    } else {
-      channels_last_why_ = why;
-    }
-  } else {
-    channels_last_why_ = config().cuda_channels_last ? "cuDNN convolutions run in full fp32 (torch.backends.cudnn.allow_tf32 is off)"
-                                                     : "config cuda_channels_last is off";
+  if (c.channels_last) {
+    cl_indices_ = c.channels_last->inputs;
+    // NB: reduce-overhead keeps static buffers and a graph pool anyway (and the folded weights):
+    // there copies made once save the packing kernel in every replay.
+    if (!config().cuda_keep_nhwc_weights && opts.mode != "reduce-overhead")
+      for (int i : c.channels_last->inputs)
+        if (std::find(c.channels_last->nchw_fed.begin(), c.channels_last->nchw_fed.end(), i) == c.channels_last->nchw_fed.end())
+          to_pack.push_back(i);
+    cl_restore_ = std::move(c.channels_last->restore);
+  } else if (po.channels_last) {
+    channels_last_why_ = c.channels_last_why;
   }
-  Graph neutral = device_neutral(graph_, &device_, opts.assume_cuda);
-  prog_ = inductor::compile_to_loop_ir(neutral);
+  graph_ = std::move(c.graph);
+  prog_ = std::move(c.program);
+  device_ = c.device;
   writes_.prepare(prog_);
   num_inputs_ = graph_.placeholders().size() - folded_.size();
   autotune_ = opts.mode == "max-autotune";

@@ -11,7 +11,7 @@
 
 #include "graph/ir.h"
 
-namespace ff::cuda {
+namespace ff {
 
 // A graph input the runner derives: scale = weight / sqrt(running_var + eps) (weight absent: 1),
 //   is_weight: conv_weight * scale[:, None, None, None]
@@ -35,4 +35,4 @@ struct ConvFusionGraph {
 // the fused cuDNN convolutions (they are only used then).
 std::optional<ConvFusionGraph> fold_conv_batch_norm(const Graph& g, bool relu_ops, std::string* why);
 
-}  // namespace ff::cuda
+}  // namespace ff

@@ -8,7 +8,7 @@
 // to eager's strides by the runner. A conv whose input is NHWC already would return NHWC from its
 // input alone (converting its weight in the call): the result says which weights feed convs with
 // NCHW inputs, the ones that are needed for the layout to take hold at all.
-#include "inductor/channels_last.h"
+#include "graph/passes/channels_last.h"
 
 #include <algorithm>
 #include <functional>
@@ -16,7 +16,7 @@
 #include "graph/meta_rules_util.h"
 #include "graph/op_registry.h"
 
-namespace ff::inductor {
+namespace ff {
 namespace {
 
 // 2-d convolutions: input args[0], weight args[1] (cuDNN's fused ones come from folded batch norms).
@@ -216,4 +216,4 @@ std::optional<ChannelsLastGraph> to_channels_last(const Graph& src, std::string*
   return out;
 }
 
-}  // namespace ff::inductor
+}  // namespace ff

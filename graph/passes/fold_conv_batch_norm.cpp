@@ -1,4 +1,4 @@
-#include "inductor/cuda/python/conv_fusion.h"
+#include "graph/passes/fold_conv_batch_norm.h"
 
 #include <string_view>
 
@@ -6,7 +6,7 @@
 #include "graph/passes/rewriter.h"
 #include "src/base/errors.h"
 
-namespace ff::cuda {
+namespace ff {
 namespace {
 
 const Value& arg(const Graph& g, NodeId id, std::string_view param) {
@@ -210,4 +210,4 @@ std::optional<ConvFusionGraph> fold_conv_batch_norm(const Graph& g, bool relu_op
   return out;
 }
 
-}  // namespace ff::cuda
+}  // namespace ff

@@ -8,7 +8,7 @@
 
 #include "graph/ir.h"
 
-namespace ff::inductor {
+namespace ff {
 
 struct ChannelsLastGraph {
   Graph graph;                 // conv weights as channels-last inputs, metadata recomputed
@@ -26,4 +26,4 @@ std::optional<ChannelsLastGraph> to_channels_last(const Graph& g, std::string* w
 // Whether `g` calls a 2-d convolution at all (where a refused rewrite is worth a perf hint).
 bool has_conv2d(const Graph& g);
 
-}  // namespace ff::inductor
+}  // namespace ff

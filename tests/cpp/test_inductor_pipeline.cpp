@@ -1,0 +1,73 @@
+// The compile pipelines (inductor/pipeline.h): the passes in order, the same loop IR as the
+// scheduler's own entry point, and the CUDA pipeline on device-neutral loop IR.
+#include <gtest/gtest.h>
+
+#include "graph/parser.h"
+#include "inductor/pipeline.h"
+#include "inductor/schedule.h"
+#include "src/base/errors.h"
+
+namespace ff {
+namespace {
+
+std::vector<std::string> passes_of(const std::string& trace) {
+  std::vector<std::string> names;
+  size_t at = 0;
+  while ((at = trace.find("# after ", at)) != std::string::npos) {
+    size_t end = trace.find('\n', at);
+    names.push_back(trace.substr(at + 8, end - at - 8));
+    at = end;
+  }
+  return names;
+}
+
+const char* kSoftmax = R"(def forward(self, x: "f32[8, 32]"):
+    softmax: "f32[8, 32]" = torch.softmax(x, -1)
+    return (softmax,)
+)";
+
+const char* kConv = R"(def forward(self, x: "f32[2, 3, 8, 8]", w: "f32[4, 3, 3, 3]"):
+    conv2d: "f32[2, 4, 6, 6]" = torch.nn.functional.conv2d(x, w)
+    relu: "f32[2, 4, 6, 6]" = torch.relu(conv2d)
+    return (relu,)
+)";
+
+TEST(InductorPipeline, CpuRunsEveryPassInOrder) {
+  std::vector<std::string> expected = {"lower_graph", "fuse_kernels", "eliminate_dead_stores", "plan_memory",
+                                       "reuse_reduced_values", "write_epilogues_in_place", "collapse_outer_loops"};
+  EXPECT_EQ(passes_of(inductor::cpu_pass_trace(parse_graph(kSoftmax), /*channels_last=*/true)), expected);
+}
+
+TEST(InductorPipeline, CpuRewritesConvolutionsChannelsLastFirst) {
+  std::vector<std::string> names = passes_of(inductor::cpu_pass_trace(parse_graph(kConv), /*channels_last=*/true));
+  ASSERT_FALSE(names.empty());
+  EXPECT_EQ(names.front(), "channels_last");
+  EXPECT_EQ(names[1], "lower_graph");
+  names = passes_of(inductor::cpu_pass_trace(parse_graph(kConv), /*channels_last=*/false));
+  EXPECT_EQ(names.front(), "lower_graph");
+}
+
+TEST(InductorPipeline, CpuLoopIrIsTheSchedulersAfterThePasses) {
+  Graph g = parse_graph(kSoftmax);
+  inductor::CpuPipelineOptions options;
+  options.render = false;
+  inductor::CpuCompiled c = inductor::compile_for_cpu(g, options);
+  loop::Program scheduled = inductor::compile_to_loop_ir(g);
+  EXPECT_EQ(loop::program_str(c.program),
+            loop::program_str(inductor::collapse_outer_loops(
+                inductor::write_epilogues_in_place(inductor::reuse_reduced_values(scheduled), nullptr), 256)));
+}
+
+TEST(InductorPipeline, CudaLowersTheGraphAsItIs) {
+  Graph g = parse_graph(kSoftmax);
+  inductor::CudaPipelineOptions options;
+  EXPECT_THROW(inductor::compile_for_cuda(g, options), Unsupported);  // no CUDA tensor
+  options.assume_cuda = true;
+  inductor::CudaCompiled c = inductor::compile_for_cuda(g, options);
+  EXPECT_EQ(c.device, 0);
+  EXPECT_EQ(loop::program_str(c.program), loop::program_str(inductor::compile_to_loop_ir(g)));
+  EXPECT_FALSE(c.channels_last.has_value());
+}
+
+}  // namespace
+}  // namespace ff
