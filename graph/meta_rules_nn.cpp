@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "graph/meta_rules.h"
+#include "graph/op.h"
 #include "graph/meta_rules_util.h"
 
 namespace ff {
@@ -165,7 +166,7 @@ std::optional<ValueMeta> meta_linear(const MetaContext& ctx) {
 std::optional<ValueMeta> meta_conv(const MetaContext& ctx) {
   const TensorMeta& x = ctx.tensor("input");
   const TensorMeta& w = ctx.tensor("weight");
-  const size_t spatial = ctx.op.name == "conv1d" ? 1 : 2;
+  const size_t spatial = op_kind(ctx.op.id) == Op::conv1d ? 1 : 2;
   const int64_t batched_dims = static_cast<int64_t>(spatial) + 2;
   if (x.dim() != batched_dims && x.dim() != batched_dims - 1) return std::nullopt;
   if (w.dim() != batched_dims) return std::nullopt;

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "graph/meta_rules.h"
+#include "graph/op.h"
 #include "graph/meta_rules_util.h"
 
 namespace ff {
@@ -12,9 +13,7 @@ namespace {
 
 bool is_float_like(DType t) { return is_floating(t) || is_complex(t); }
 
-bool name_is(const MetaContext& ctx, std::initializer_list<std::string_view> names) {
-  return std::find(names.begin(), names.end(), ctx.op.name) != names.end();
-}
+bool op_is(const MetaContext& ctx, std::initializer_list<Op> ops) { return op_in(op_kind(ctx.op.id), ops); }
 
 // torch's canCast(from, to): no complex -> real, no floating -> integral, no non-bool -> bool.
 bool can_cast(DType from, DType to) {
@@ -58,13 +57,13 @@ std::optional<DType> binary_dtype(const MetaContext& ctx, const std::vector<Valu
   DType dt = result_type(operands, ctx.graph);
   if (is_complex(dt)) return std::nullopt;
   // Subtraction rejects a bool operand even when the other one is not.
-  if (name_is(ctx, {"sub", "rsub", "op_sub", "op_isub", "sub_"}))
+  if (op_is(ctx, {Op::sub, Op::rsub, Op::op_sub, Op::op_isub, Op::sub_}))
     for (const Value& v : operands) {
       const TensorMeta* t = tensor_or_null(v, ctx.graph);
       if ((t && t->dtype == DType::Bool) || v.kind == Value::Kind::Bool) return std::nullopt;
     }
   if (true_divide && is_integral(dt, true)) dt = default_float_dtype();
-  if (dt == DType::Bool && !name_is(ctx, {"add", "mul", "op_add", "op_mul", "op_iadd", "op_imul", "add_", "mul_", "maximum", "minimum"}))
+  if (dt == DType::Bool && !op_is(ctx, {Op::add, Op::mul, Op::op_add, Op::op_mul, Op::op_iadd, Op::op_imul, Op::add_, Op::mul_, Op::maximum, Op::minimum}))
     return std::nullopt;  // sub/div/pow/remainder ... of bools raise or promote specially
   if (!alpha_ok(ctx, dt)) return std::nullopt;
   return dt;
@@ -77,7 +76,7 @@ void check_int_pow(const MetaContext& ctx, DType dt) {
     throw MetaError("Integers to negative integer powers are not allowed.");
 }
 
-bool is_pow(const MetaContext& ctx) { return name_is(ctx, {"pow", "op_pow", "op_ipow"}); }
+bool is_pow(const MetaContext& ctx) { return op_is(ctx, {Op::pow, Op::op_pow, Op::op_ipow}); }
 
 }  // namespace
 
@@ -86,13 +85,13 @@ bool is_pow(const MetaContext& ctx) { return name_is(ctx, {"pow", "op_pow", "op_
 std::optional<ValueMeta> meta_unary(const MetaContext& ctx) {
   const TensorMeta* x = tensor_or_null(ctx.args[0], ctx.graph);
   if (!x || x->dtype == DType::Bool || is_complex(x->dtype)) return std::nullopt;
-  if (missing_cpu_kernel(*x) && !name_is(ctx, {"neg", "op_neg", "abs", "sign", "square"})) return std::nullopt;
+  if (missing_cpu_kernel(*x) && !op_is(ctx, {Op::neg, Op::op_neg, Op::abs, Op::sign, Op::square})) return std::nullopt;
   return unary_result(*x, x->dtype);
 }
 
 std::optional<ValueMeta> meta_unary_float(const MetaContext& ctx) {
   const TensorMeta* x = tensor_or_null(ctx.args[0], ctx.graph);
-  if (!x || (missing_cpu_kernel(*x) && !name_is(ctx, {"exp2", "reciprocal"})) || is_complex(x->dtype)) return std::nullopt;
+  if (!x || (missing_cpu_kernel(*x) && !op_is(ctx, {Op::exp2, Op::reciprocal})) || is_complex(x->dtype)) return std::nullopt;
   return unary_result(*x, is_integral(x->dtype, true) ? default_float_dtype() : x->dtype, Promote::OnCpu);
 }
 
@@ -116,14 +115,14 @@ std::optional<ValueMeta> meta_unary_integral(const MetaContext& ctx) {
 
 std::optional<ValueMeta> meta_activation(const MetaContext& ctx) {
   const TensorMeta& x = ctx.tensor("input");
-  bool int_ok = ctx.op.name == "f_relu";
+  bool int_ok = op_kind(ctx.op.id) == Op::f_relu;
   if (!is_floating(x.dtype) && !(int_ok && is_integral(x.dtype, false))) return std::nullopt;
-  if (missing_cpu_kernel(x, /*bfloat16_too=*/ctx.op.name == "mish")) return std::nullopt;
+  if (missing_cpu_kernel(x, /*bfloat16_too=*/op_kind(ctx.op.id) == Op::mish)) return std::nullopt;
   if (bool_arg(ctx, "inplace", false)) {
     if (has_internal_overlap(x)) return std::nullopt;
     return ValueMeta::of_tensor(x);
   }
-  if (ctx.op.name == "logsigmoid") return fresh(x.sizes, x.dtype, x.device, x.requires_grad);
+  if (op_kind(ctx.op.id) == Op::logsigmoid) return fresh(x.sizes, x.dtype, x.device, x.requires_grad);
   // Most activations are TensorIterator ops; some torch versions allocate with empty_like
   // instead. The two agree except for dense inputs whose size-1 dims have unusual strides.
   std::vector<int64_t> ti = pointwise_output_strides(x.sizes, {&x});
@@ -135,7 +134,7 @@ std::optional<ValueMeta> meta_activation(const MetaContext& ctx) {
 std::optional<ValueMeta> meta_dropout(const MetaContext& ctx) {
   const TensorMeta& x = ctx.tensor("input");
   double p = ctx.arg("p").as_double();
-  bool training = ctx.op.name == "f_dropout" ? ctx.arg("training").b : ctx.arg("train").b;
+  bool training = op_kind(ctx.op.id) == Op::f_dropout ? ctx.arg("training").b : ctx.arg("train").b;
   if (p < 0 || p > 1)
     throw MetaError("dropout probability has to be between 0 and 1, but got " + std::to_string(p));
   if (!is_floating(x.dtype)) return std::nullopt;
@@ -163,7 +162,7 @@ std::optional<ValueMeta> meta_binary(const MetaContext& ctx) {
   std::vector<Value> operands = {ctx.args[0], ctx.args[1]};
   if (!all_tensor_or_scalar(operands, ctx.graph) || !has_tensor(operands, ctx.graph)) return std::nullopt;
   bool lhs_scalar = !tensor_or_null(ctx.args[0], ctx.graph);
-  if (lhs_scalar && name_is(ctx, {"op_floordiv", "op_mod"})) return std::nullopt;  // reflected: version-specific
+  if (lhs_scalar && op_is(ctx, {Op::op_floordiv, Op::op_mod})) return std::nullopt;  // reflected: version-specific
   auto dt = binary_dtype(ctx, operands, false);
   if (!dt) return std::nullopt;
   if (is_pow(ctx)) {
@@ -177,7 +176,7 @@ std::optional<ValueMeta> meta_binary(const MetaContext& ctx) {
       // torch 2.0 on; before, it was torch.tensor(2) ** x, a pointwise op keeping x's layout.
       // NB: meta tensors keep x's layout in torch.pow(Scalar, Tensor) too, so the fallback is
       // wrong here: the rule must answer.
-      if (ctx.op.name == "op_pow" && !torch_at_least(2, 0)) {
+      if (op_kind(ctx.op.id) == Op::op_pow && !torch_at_least(2, 0)) {
         TensorMeta out = unary_result(*exp, *dt).tensor;
         out.strides = pointwise_output_strides(exp->sizes, {exp}, /*scalar_operand=*/true);
         return ValueMeta::of_tensor(std::move(out));
@@ -197,11 +196,11 @@ std::optional<ValueMeta> meta_binary_float(const MetaContext& ctx) {
     throw MetaError("div expected rounding_mode to be one of None, 'trunc', or 'floor' but found '" + rounding->s + "'");
   auto dt = binary_dtype(ctx, operands, !rounds);
   if (!dt) return std::nullopt;
-  if (ctx.op.name == "atan2" && *dt == DType::Float16 && !torch_at_least(2, 0)) return std::nullopt;
+  if (op_kind(ctx.op.id) == Op::atan2 && *dt == DType::Float16 && !torch_at_least(2, 0)) return std::nullopt;
   const TensorMeta* rhs = tensor_or_null(ctx.args[1], ctx.graph);
   if (!tensor_or_null(ctx.args[0], ctx.graph)) {
     // 2 / x is x.reciprocal() * 2.
-    if (ctx.op.name != "op_truediv") return std::nullopt;
+    if (op_kind(ctx.op.id) != Op::op_truediv) return std::nullopt;
     DType r = is_integral(rhs->dtype, true) ? default_float_dtype() : rhs->dtype;
     // A floating tensor times a Python number keeps the tensor's dtype.
     TensorMeta out = unary_result(*rhs, r, Promote::OnCpu).tensor;
@@ -261,12 +260,12 @@ std::optional<ValueMeta> meta_ternary(const MetaContext& ctx) {
   std::vector<Value> operands;
   for (const Value& v : ctx.args)
     if (tensor_or_null(v, ctx.graph)) operands.push_back(v);
-  if (operands.size() != (ctx.op.name == "lerp" ? operands.size() : 3u) || operands.size() < 2) return std::nullopt;
+  if (operands.size() != (op_kind(ctx.op.id) == Op::lerp ? operands.size() : 3u) || operands.size() < 2) return std::nullopt;
   std::vector<const TensorMeta*> ts = tensors_of(operands, ctx.graph);
   DType dt = result_type(operands, ctx.graph);
   for (const TensorMeta* t : ts)
     if (missing_cpu_kernel(*t)) return std::nullopt;
-  if (ctx.op.name == "lerp") {
+  if (op_kind(ctx.op.id) == Op::lerp) {
     for (const TensorMeta* t : ts)
       if (t->dtype != ts[0]->dtype) return std::nullopt;
     if (!is_floating(dt)) return std::nullopt;
@@ -337,7 +336,7 @@ std::optional<ValueMeta> meta_inplace(const MetaContext& ctx) {
   if (has_internal_overlap(*self))
     throw MetaError("unsupported operation: more than one element of the written-to tensor refers to a single memory "
                     "location. Please clone() the tensor before performing the operation.");
-  const std::string& n = ctx.op.name;
+  const Op n = op_kind(ctx.op.id);
   TensorMeta out = *self;
   auto must_fit = [&](const TensorMeta& other) {
     std::vector<int64_t> b = broadcast_shapes(self->sizes, other.sizes);
@@ -353,13 +352,13 @@ std::optional<ValueMeta> meta_inplace(const MetaContext& ctx) {
     if (const TensorMeta* t = tensor_or_null(v, ctx.graph))
       out.requires_grad = out.requires_grad || (t->requires_grad && is_float_like(self->dtype));
   };
-  if (n == "zero_") return ValueMeta::of_tensor(out);
-  if (n == "relu_" || n == "sigmoid_" || n == "tanh_") {
+  if (n == Op::zero_) return ValueMeta::of_tensor(out);
+  if (n == Op::relu_ || n == Op::sigmoid_ || n == Op::tanh_) {
     if (missing_cpu_kernel(*self)) return std::nullopt;
-    if (self->dtype == DType::Bool || (n != "relu_" && !is_floating(self->dtype))) return std::nullopt;
+    if (self->dtype == DType::Bool || (n != Op::relu_ && !is_floating(self->dtype))) return std::nullopt;
     return ValueMeta::of_tensor(out);
   }
-  if (n == "fill_") {
+  if (n == Op::fill_) {
     const Value& v = ctx.arg("value");
     const TensorMeta* tv = tensor_or_null(v, ctx.graph);
     if (tv && tv->dim() != 0)
@@ -369,14 +368,14 @@ std::optional<ValueMeta> meta_inplace(const MetaContext& ctx) {
     add_grad(v);
     return ValueMeta::of_tensor(out);
   }
-  if (n == "copy_") {
+  if (n == Op::copy_) {
     const TensorMeta& src = ctx.tensor("other");
     must_fit(src);
     if (is_complex(src.dtype) && !is_complex(self->dtype)) return std::nullopt;  // warns and discards imag
     add_grad(ctx.args[1]);
     return ValueMeta::of_tensor(out);
   }
-  if (n == "masked_fill_") {
+  if (n == Op::masked_fill_) {
     const TensorMeta& mask = ctx.tensor("mask");
     if (mask.dtype != DType::Bool) return std::nullopt;
     must_fit(mask);
@@ -389,7 +388,7 @@ std::optional<ValueMeta> meta_inplace(const MetaContext& ctx) {
     add_grad(v);
     return ValueMeta::of_tensor(out);
   }
-  if (n == "clamp_") {
+  if (n == Op::clamp_) {
     const Value& lo = ctx.arg("min");
     const Value& hi = ctx.arg("max");
     if (lo.is_none() && hi.is_none()) throw MetaError("torch.clamp: At least one of 'min' or 'max' must not be None");
@@ -408,7 +407,7 @@ std::optional<ValueMeta> meta_inplace(const MetaContext& ctx) {
   std::vector<Value> operands = {ctx.args[0], ctx.args[1]};
   if (!all_tensor_or_scalar(operands, ctx.graph)) return std::nullopt;
   // NB: as out of place (binary_dtype): subtraction rejects a bool operand, x_int.sub_(True) too.
-  if (name_is(ctx, {"sub_", "op_isub"}))
+  if (op_is(ctx, {Op::sub_, Op::op_isub}))
     for (const Value& v : operands) {
       const TensorMeta* t = tensor_or_null(v, ctx.graph);
       if ((t && t->dtype == DType::Bool) || v.kind == Value::Kind::Bool) return std::nullopt;
@@ -416,15 +415,15 @@ std::optional<ValueMeta> meta_inplace(const MetaContext& ctx) {
   if (const TensorMeta* o = tensor_or_null(ctx.args[1], ctx.graph)) must_fit(*o);
   DType rt = result_type(operands, ctx.graph);
   if (is_complex(rt)) return std::nullopt;
-  bool divide = n == "op_itruediv" || (n == "div_" && ctx.arg("rounding_mode").is_none());
+  bool divide = n == Op::op_itruediv || (n == Op::div_ && ctx.arg("rounding_mode").is_none());
   if (divide && is_integral(rt, true)) rt = default_float_dtype();
-  if (n == "op_iand" || n == "op_ior" || n == "op_ixor") {
+  if (n == Op::op_iand || n == Op::op_ior || n == Op::op_ixor) {
     if (!is_integral(rt, true)) return std::nullopt;
-  } else if (rt == DType::Bool && n != "op_iadd" && n != "op_imul" && n != "add_" && n != "mul_") {
+  } else if (rt == DType::Bool && n != Op::op_iadd && n != Op::op_imul && n != Op::add_ && n != Op::mul_) {
     return std::nullopt;
   }
   if (!alpha_ok(ctx, rt)) return std::nullopt;
-  if (n == "op_ipow") check_int_pow(ctx, rt);
+  if (n == Op::op_ipow) check_int_pow(ctx, rt);
   must_cast(rt);
   add_grad(ctx.args[1]);
   return ValueMeta::of_tensor(out);
@@ -434,7 +433,7 @@ std::optional<ValueMeta> meta_inplace(const MetaContext& ctx) {
 
 std::optional<ValueMeta> meta_cast(const MetaContext& ctx) {
   const TensorMeta& x = ctx.tensor("self");
-  const std::string& n = ctx.op.name;
+  const Op n = op_kind(ctx.op.id);
   DType dt = x.dtype;
   Device dev = x.device;
   bool copy = false;
@@ -453,23 +452,23 @@ std::optional<ValueMeta> meta_cast(const MetaContext& ctx) {
     // "cuda" without an index means the current device, which is not known here.
     return !(dev.type == Device::Type::CUDA && dev.index < 0);
   };
-  if (n == "to_float") dt = DType::Float32;
-  else if (n == "to_double") dt = DType::Float64;
-  else if (n == "to_half") dt = DType::Float16;
-  else if (n == "to_bfloat16") dt = DType::BFloat16;
-  else if (n == "to_long") dt = DType::Int64;
-  else if (n == "to_int") dt = DType::Int32;
-  else if (n == "to_bool") dt = DType::Bool;
-  else if (n == "to_byte") dt = DType::UInt8;
-  else if (n == "to_char") dt = DType::Int8;
-  else if (n == "to_short") dt = DType::Int16;
-  else if (n == "to_cfloat") dt = DType::Complex64;
-  else if (n == "to_cdouble") dt = DType::Complex128;
-  else if (n == "type_as") {
+  if (n == Op::to_float) dt = DType::Float32;
+  else if (n == Op::to_double) dt = DType::Float64;
+  else if (n == Op::to_half) dt = DType::Float16;
+  else if (n == Op::to_bfloat16) dt = DType::BFloat16;
+  else if (n == Op::to_long) dt = DType::Int64;
+  else if (n == Op::to_int) dt = DType::Int32;
+  else if (n == Op::to_bool) dt = DType::Bool;
+  else if (n == Op::to_byte) dt = DType::UInt8;
+  else if (n == Op::to_char) dt = DType::Int8;
+  else if (n == Op::to_short) dt = DType::Int16;
+  else if (n == Op::to_cfloat) dt = DType::Complex64;
+  else if (n == Op::to_cdouble) dt = DType::Complex128;
+  else if (n == Op::type_as) {
     const TensorMeta& other = ctx.tensor("other");
     dt = other.dtype;
     if (other.device != x.device) return std::nullopt;
-  } else if (n == "to") {
+  } else if (n == Op::to) {
     const Value& a0 = ctx.arg("arg0");
     const Value& a1 = ctx.arg("arg1");
     if (const TensorMeta* other = tensor_or_null(a0, ctx.graph)) {  // x.to(other)

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "graph/meta_rules.h"
+#include "graph/op.h"
 #include "graph/meta_rules_util.h"
 
 namespace ff {
@@ -249,9 +250,9 @@ std::optional<ValueMeta> meta_loss(const MetaContext& ctx) {
   if (reduction != "mean" && reduction != "sum" && reduction != "none")
     throw MetaError(reduction + " is not a valid value for reduction");
   if (!is_floating(x.dtype)) return std::nullopt;
-  if (ctx.op.name == "mse_loss" ? missing_cpu_kernel(x, true) && x.dtype == DType::BFloat16 : missing_cpu_kernel(x))
+  if (op_kind(ctx.op.id) == Op::mse_loss ? missing_cpu_kernel(x, true) && x.dtype == DType::BFloat16 : missing_cpu_kernel(x))
     return std::nullopt;
-  if (ctx.op.name == "mse_loss") {
+  if (op_kind(ctx.op.id) == Op::mse_loss) {
     if (target.dtype != x.dtype) return std::nullopt;
     std::vector<Value> operands = {ctx.args[0], ctx.args[1]};
     ValueMeta m = pointwise_result(operands, ctx.graph, x.dtype);  // broadcasts (with a warning)

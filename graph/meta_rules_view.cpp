@@ -4,6 +4,7 @@
 #include <numeric>
 
 #include "graph/meta_rules.h"
+#include "graph/op.h"
 #include "graph/meta_rules_util.h"
 
 namespace ff {
@@ -242,7 +243,7 @@ std::optional<ValueMeta> meta_squeeze(const MetaContext& ctx) {
 std::optional<ValueMeta> meta_expand(const MetaContext& ctx) {
   const TensorMeta& x = ctx.tensor("self");
   std::vector<int64_t> target;
-  if (ctx.op.name == "expand_as") {
+  if (op_kind(ctx.op.id) == Op::expand_as) {
     target = target_sizes(ctx, "other");
   } else {
     const Value& size_v = ctx.arg("size");
@@ -373,12 +374,12 @@ std::optional<ValueMeta> meta_contiguous(const MetaContext& ctx) {
   TensorMeta out = x;
   if (mf == "contiguous_format") {
     out.strides = TensorMeta::contiguous_strides(x.sizes);
-    if (ctx.op.name == "contiguous" && x.is_contiguous()) return ValueMeta::of_tensor(x);
+    if (op_kind(ctx.op.id) == Op::contiguous && x.is_contiguous()) return ValueMeta::of_tensor(x);
   } else if (mf == "channels_last") {
     if (x.dim() != 4) throw MetaError("required rank 4 tensor to use channels_last format");
-    if (ctx.op.name == "contiguous" && is_channels_last_contiguous(x)) return ValueMeta::of_tensor(x);
+    if (op_kind(ctx.op.id) == Op::contiguous && is_channels_last_contiguous(x)) return ValueMeta::of_tensor(x);
     out.strides = channels_last_strides(x.sizes);
-  } else if (mf == "preserve_format" && ctx.op.name == "clone") {
+  } else if (mf == "preserve_format" && op_kind(ctx.op.id) == Op::clone) {
     auto s = preserve_format_strides(x);
     if (!s) return std::nullopt;
     out.strides = *s;
@@ -412,7 +413,7 @@ std::optional<ValueMeta> meta_tril(const MetaContext& ctx) {
 
 std::optional<ValueMeta> meta_cat(const MetaContext& ctx) {
   const Value& list = ctx.arg("tensors");
-  bool stack = ctx.op.name == "stack";
+  bool stack = op_kind(ctx.op.id) == Op::stack;
   std::vector<const TensorMeta*> ts = tensors_of(list.items, ctx.graph);
   if (ts.size() != list.items.size()) return std::nullopt;
   if (ts.empty()) throw MetaError(stack ? "stack expects a non-empty TensorList" : "torch.cat(): expected a non-empty list of Tensors");

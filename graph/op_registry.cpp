@@ -6,6 +6,7 @@
 #include <unordered_map>
 
 #include "graph/meta_rules.h"
+#include "graph/op.h"
 #include "src/base/errors.h"
 
 namespace ff {
@@ -36,6 +37,8 @@ struct Tables {
   std::unordered_map<std::string, OpId> by_name;
   std::unordered_map<std::string, OpId> by_target;
   Tables() {
+    // graph/op.h numbers `enum class Op` from the same list.
+    FF_CHECK(ops.size() == kOpCount, "graph/ops.def and enum class Op disagree");
     for (const OpDef& d : ops) {
       FF_CHECK(by_name.emplace(d.name, d.id).second, "duplicate op name " + d.name);
       by_target.emplace(d.target, d.id);  // first op with a target is its canonical owner

@@ -2,10 +2,10 @@
 #include "inductor/lower.h"
 
 #include <algorithm>
-#include <map>
 #include <numeric>
 
 #include "graph/meta_rules.h"
+#include "graph/passes/functionalize.h"
 #include "inductor/loop_visitor.h"
 #include "inductor/lower_internal.h"
 #include "src/base/errors.h"
@@ -588,8 +588,7 @@ LT Lowerer::extern_call(const Node& n, NodeId id, OpId op, std::vector<Value> ar
   // Batched products (both operands >= 3-d): an operand torch would copy with its strided copy
   // before the product (nanoGPT's q, k and v, heads split out of one product) is copied by a
   // vectorized kernel here instead, into a layout the product takes as it is.
-  const std::string opname = op == kNoOp ? "" : op_def(op).name;
-  if ((opname == "matmul" || opname == "op_matmul" || opname == "bmm") && e.operands.size() == 2 && operands.size() == 2) {
+  if (op_in(op_kind(op), {Op::matmul, Op::op_matmul, Op::bmm}) && e.operands.size() == 2 && operands.size() == 2) {
     bool batched = true;
     for (auto& [o, ref] : e.operands) batched &= ref.sizes.size() >= 3;
     for (auto& [o, ref] : e.operands) {
@@ -615,41 +614,6 @@ LT Lowerer::extern_call(const Node& n, NodeId id, OpId op, std::vector<Value> ar
 }
 
 namespace {
-
-// The out-of-place form of in-place call n in *out: add_ -> add, relu(inplace=True) ->
-// relu(inplace=False). Returns "" or why there is none.
-std::string out_of_place(const Node& n, Node* out, const Graph* g) {
-  static const std::map<std::string, std::string> kOutOfPlace = {
-      {"op_iadd", "op_add"}, {"op_isub", "op_sub"}, {"op_imul", "op_mul"}, {"op_itruediv", "op_truediv"},
-      {"add_", "add"},       {"sub_", "sub"},       {"mul_", "mul"},       {"div_", "div"},
-      {"clamp_", "clamp"},   {"masked_fill_", "masked_fill"}, {"relu_", "relu"},
-      {"sigmoid_", "sigmoid"}, {"tanh_", "tanh"},
-  };
-  const OpDef& op = op_def(n.op);
-  *out = n;
-  if (op.has(kInplace)) {
-    auto it = kOutOfPlace.find(op.name);
-    if (it == kOutOfPlace.end()) return "no out-of-place form known";
-    auto fop = op_by_name(it->second);
-    if (!fop) return "no out-of-place form known";
-    out->op = *fop;
-    if (op_def(*fop).schema.params.size() != n.args.size()) return "the out-of-place form takes other arguments";
-  } else {
-    int i = op.schema.index_of("inplace");
-    out->args[static_cast<size_t>(i)] = Value::of_bool(false);
-  }
-  // NB: eager computes an in-place op in the dtype its out-of-place form gives (x_bf16 *= y_f64
-  // multiplies in float64) and converts the result to self's dtype when it stores it.
-  if (g && out->meta.is_tensor()) {
-    try {
-      if (auto m = infer_meta(op_def(out->op), out->args, *g); m && m->is_tensor() && m->tensor.sizes == n.meta.tensor.sizes)
-        out->meta = *m;
-    } catch (const std::exception&) {
-      // the graph's own meta stays
-    }
-  }
-  return "";
-}
 
 // Whether two elements of a tensor with this layout share memory (an expanded tensor).
 bool self_overlapping(const TensorMeta& m) {
@@ -681,10 +645,10 @@ std::string Lowerer::functional_form(NodeId id, Node* out) const {
   if (xn.kind != NodeKind::Call) return "the tensor it mutates is a tuple element";
   const OpDef& xo = op_def(xn.op);
   bool allocates = (xo.traits & (kPointwise | kReduction | kComposite | kExtern)) && !xo.has(kView) &&
-                   xo.name != "einsum" && (!call_mutates_input(xo, xn.args) || fresh_[static_cast<size_t>(x)]);
+                   op_kind(xn) != Op::einsum && (!call_mutates_input(xo, xn.args) || fresh_[static_cast<size_t>(x)]);
   if (!allocates) return "the tensor it mutates may alias another tensor";
   if (xn.meta.tensor.sizes != n.meta.tensor.sizes) return "it would broadcast";
-  return out_of_place(n, out, &g_);
+  return out_of_place_call(n, out, &g_);
 }
 
 // An in-place call on a graph input (or on an earlier such call's result) becomes a kernel that
@@ -694,7 +658,7 @@ std::string Lowerer::functional_form(NodeId id, Node* out) const {
 // so no node before this call may read the input except earlier writes of it.
 std::string Lowerer::write_input(NodeId id) {
   const Node& n = g_.node(id);
-  const OpDef& op = op_def(n.op);
+  const Op kind = op_kind(n);
   NodeId root = input_root_[static_cast<size_t>(n.args[0].node)];
   const TensorMeta& m = g_.node(root).meta.tensor;
   if (!n.meta.is_tensor() || n.meta.tensor.sizes != m.sizes || n.meta.tensor.dtype != m.dtype)
@@ -709,18 +673,18 @@ std::string Lowerer::write_input(NodeId id) {
   }
   LT value;
   try {
-    if (op.name == "copy_") {
+    if (kind == Op::copy_) {
       value = broadcast(tensor_arg(n, "other"), m.sizes);
-    } else if (op.name == "fill_") {
+    } else if (kind == Op::fill_) {
       value = broadcast(tensor_arg(n, "value"), m.sizes);
-    } else if (op.name == "zero_") {
+    } else if (kind == Op::zero_) {
       value = broadcast(scalar(0, m.dtype), m.sizes);
     } else {
       Node fn;
-      if (std::string why = out_of_place(n, &fn, &g_); !why.empty()) return why;
-      auto it = op_lowerings().find(op_def(fn.op).name);
-      if (it == op_lowerings().end()) return "no lowering for " + op_def(fn.op).name;
-      value = it->second(*this, fn);
+      if (std::string why = out_of_place_call(n, &fn, &g_); !why.empty()) return why;
+      OpLowering rule = op_lowerings().at(op_kind(fn.op));
+      if (!rule) return "no lowering for " + op_def(fn.op).name;
+      value = rule(*this, fn);
     }
   } catch (const NoLowering& e) {
     return e.what();
@@ -779,12 +743,12 @@ std::optional<LT> Lowerer::lower_node(NodeId id) {
   } else if (!supported_dtype(n.meta.tensor.dtype)) {
     reason = "dtype " + std::string(dtype_name(n.meta.tensor.dtype)) + " is not supported in kernels";
   } else {
-    auto it = op_lowerings().find(op.name);
-    if (it == op_lowerings().end()) {
+    OpLowering rule = op_lowerings().at(op_kind(fn.op));
+    if (!rule) {
       reason = op.has(kExtern) ? "matrix products and convolutions run in torch" : "no lowering for " + op.name;
     } else {
       try {
-        LT r = it->second(*this, fn);
+        LT r = rule(*this, fn);
         const TensorMeta& m = n.meta.tensor;
         FF_CHECK(r.sizes == m.sizes, "lowering of " + op.name + " produced the wrong shape");
         if (r.dtype != m.dtype) r = cast(r, m.dtype);

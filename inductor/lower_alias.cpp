@@ -14,6 +14,7 @@
 #include <map>
 
 #include "graph/meta_rules.h"
+#include "graph/op.h"
 #include "graph/passes/effects.h"
 #include "inductor/lower_internal.h"
 #include "src/base/errors.h"
@@ -21,10 +22,6 @@
 namespace ff::inductor {
 
 namespace {
-
-bool name_in(const std::string& name, std::initializer_list<const char*> names) {
-  return std::any_of(names.begin(), names.end(), [&](const char* n) { return name == n; });
-}
 
 // Whether a subscript is basic indexing (ints, slices, None, ...): a view in eager.
 bool basic_index(const Value& v) {
@@ -48,30 +45,30 @@ NodeId eager_alias_parent(const Graph& g, NodeId id, const std::vector<NodeId>& 
     }
   if (x < 0 || (!n.meta.is_tensor() && n.meta.kind != ValueMeta::Kind::Tuple)) return -1;
   const OpDef& op = op_def(n.op);
-  const std::string& name = op.name;
+  const Op kind = op_kind(n);
   if (mutates_operand(n)) return n.args[0].is_node() ? n.args[0].node : -1;
   const TensorMeta& xm = g.node(x).meta.tensor;
   if (op.has(kView)) {
-    if (!name_in(name, {"reshape", "tensor_reshape", "reshape_as", "flatten"})) return x;
+    if (!op_in(kind, {Op::reshape, Op::tensor_reshape, Op::reshape_as, Op::flatten})) return x;
     if (!n.meta.is_tensor()) return x;
     return view_strides(xm.sizes, xm.strides, n.meta.tensor.sizes) ? x : -1;  // a copy where no view exists
   }
   if (!n.meta.is_tensor()) return op.has(kExtern) || op.has(kReduction) ? -1 : x;
   const TensorMeta& m = n.meta.tensor;
-  if (name == "contiguous") return xm.is_contiguous() ? x : -1;
-  if (name_in(name, {"to", "to_float", "to_double", "to_half", "to_bfloat16", "to_long", "to_int", "to_bool", "type_as"})) {
+  if (kind == Op::contiguous) return xm.is_contiguous() ? x : -1;
+  if (op_in(kind, {Op::to, Op::to_float, Op::to_double, Op::to_half, Op::to_bfloat16, Op::to_long, Op::to_int, Op::to_bool, Op::type_as})) {
     int copy = op.schema.index_of("copy");
     bool forced = copy >= 0 && n.args[static_cast<size_t>(copy)].kind == Value::Kind::Bool && n.args[static_cast<size_t>(copy)].b;
     return !forced && m.dtype == xm.dtype && m.device == xm.device && m.strides == xm.strides ? x : -1;
   }
-  if (name_in(name, {"dropout", "f_dropout"})) {
-    int t = op.schema.index_of(name == "dropout" ? "train" : "training"), p = op.schema.index_of("p");
+  if (op_in(kind, {Op::dropout, Op::f_dropout})) {
+    int t = op.schema.index_of(kind == Op::dropout ? "train" : "training"), p = op.schema.index_of("p");
     bool training = t < 0 || n.args[static_cast<size_t>(t)].kind != Value::Kind::Bool || n.args[static_cast<size_t>(t)].b;
     bool p_zero = p >= 0 && n.args[static_cast<size_t>(p)].is_number() && n.args[static_cast<size_t>(p)].as_double() == 0.0;
     return !training || p_zero ? x : -1;  // eager returns its input itself
   }
-  if (name == "op_getitem") return n.args.size() > 1 && basic_index(n.args[1]) ? x : -1;
-  if (name == "einsum") return x;  // "ij->ji" is a view
+  if (kind == Op::op_getitem) return n.args.size() > 1 && basic_index(n.args[1]) ? x : -1;
+  if (kind == Op::einsum) return x;  // "ij->ji" is a view
   if (op.traits & (kExtern | kPointwise | kReduction | kComposite | kCreation | kIndexing)) return -1;
   return x;  // an op the table does not know may return a view
 }

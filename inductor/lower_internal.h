@@ -9,6 +9,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "graph/op.h"
 #include "graph/op_registry.h"
 #include "inductor/loop_ir.h"
 
@@ -40,8 +41,8 @@ struct NoLowering : std::runtime_error {
 
 class Lowerer;
 using OpLowering = LT (*)(Lowerer& L, const Node& n);
-// name -> lowering (lower_ops.cpp, lower_ops_extra.cpp).
-using OpRules = std::unordered_map<std::string, OpLowering>;
+// Op -> lowering, null where an op has none (lower_ops.cpp, lower_ops_extra.cpp). Open ops have none.
+using OpRules = OpTable<OpLowering>;
 const OpRules& op_lowerings();
 void add_extra_rules(OpRules& rules);  // lower_ops_extra.cpp
 

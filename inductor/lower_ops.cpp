@@ -1,4 +1,4 @@
-// The rule table: one lowering per torch-level op name, written in the tensor algebra of
+// The rule table: one lowering per torch-level op (an OpTable indexed by Op), written in the tensor algebra of
 // lower_internal.h. A rule throws NoLowering for operands it does not handle; the node then runs
 // in torch as an extern call.
 #include <cmath>
@@ -441,121 +441,121 @@ using Rules = OpRules;
 Rules make_rules() {
   Rules r;
   // pointwise: unary
-  r["neg"] = r["op_neg"] = [](Lowerer& L, const Node& n) {
+  r[Op::neg] = r[Op::op_neg] = [](Lowerer& L, const Node& n) {
     DType out = L.out_meta(n).dtype;
     if (out == DType::Bool) throw NoLowering("bool neg");
     return Lowerer::unary(UnaryOp::Neg, L.tensor(n.args[0]), out);
   };
-  r["abs"] = [](Lowerer& L, const Node& n) {
+  r[Op::abs] = [](Lowerer& L, const Node& n) {
     DType out = L.out_meta(n).dtype;
     if (out == DType::Bool) return L.tensor(n.args[0]);
     return Lowerer::map({L.tensor(n.args[0])}, float_compute_dtype(out), out, [](const V& v) { return loop::unary(UnaryOp::Abs, v[0]); });
   };
-  r["sin"] = [](Lowerer& L, const Node& n) { return unary_op(L, n, UnaryOp::Sin); };
-  r["cos"] = [](Lowerer& L, const Node& n) { return unary_op(L, n, UnaryOp::Cos); };
-  r["tan"] = [](Lowerer& L, const Node& n) { return unary_op(L, n, UnaryOp::Tan); };
-  r["exp"] = [](Lowerer& L, const Node& n) { return unary_op(L, n, UnaryOp::Exp); };
-  r["log"] = [](Lowerer& L, const Node& n) { return unary_op(L, n, UnaryOp::Log); };
-  r["log1p"] = [](Lowerer& L, const Node& n) { return unary_op(L, n, UnaryOp::Log1p); };
-  r["expm1"] = [](Lowerer& L, const Node& n) { return unary_op(L, n, UnaryOp::Expm1); };
-  r["sqrt"] = [](Lowerer& L, const Node& n) { return unary_op(L, n, UnaryOp::Sqrt); };
-  r["rsqrt"] = [](Lowerer& L, const Node& n) { return unary_op(L, n, UnaryOp::Rsqrt); };
-  r["tanh"] = [](Lowerer& L, const Node& n) { return unary_op(L, n, UnaryOp::Tanh); };
-  r["erf"] = [](Lowerer& L, const Node& n) { return unary_op(L, n, UnaryOp::Erf); };
-  r["reciprocal"] = [](Lowerer& L, const Node& n) { return unary_op(L, n, UnaryOp::Reciprocal); };
-  r["sigmoid"] = [](Lowerer& L, const Node& n) { return unary_float(L, n, sigmoid); };
-  r["silu"] = [](Lowerer& L, const Node& n) {
+  r[Op::sin] = [](Lowerer& L, const Node& n) { return unary_op(L, n, UnaryOp::Sin); };
+  r[Op::cos] = [](Lowerer& L, const Node& n) { return unary_op(L, n, UnaryOp::Cos); };
+  r[Op::tan] = [](Lowerer& L, const Node& n) { return unary_op(L, n, UnaryOp::Tan); };
+  r[Op::exp] = [](Lowerer& L, const Node& n) { return unary_op(L, n, UnaryOp::Exp); };
+  r[Op::log] = [](Lowerer& L, const Node& n) { return unary_op(L, n, UnaryOp::Log); };
+  r[Op::log1p] = [](Lowerer& L, const Node& n) { return unary_op(L, n, UnaryOp::Log1p); };
+  r[Op::expm1] = [](Lowerer& L, const Node& n) { return unary_op(L, n, UnaryOp::Expm1); };
+  r[Op::sqrt] = [](Lowerer& L, const Node& n) { return unary_op(L, n, UnaryOp::Sqrt); };
+  r[Op::rsqrt] = [](Lowerer& L, const Node& n) { return unary_op(L, n, UnaryOp::Rsqrt); };
+  r[Op::tanh] = [](Lowerer& L, const Node& n) { return unary_op(L, n, UnaryOp::Tanh); };
+  r[Op::erf] = [](Lowerer& L, const Node& n) { return unary_op(L, n, UnaryOp::Erf); };
+  r[Op::reciprocal] = [](Lowerer& L, const Node& n) { return unary_op(L, n, UnaryOp::Reciprocal); };
+  r[Op::sigmoid] = [](Lowerer& L, const Node& n) { return unary_float(L, n, sigmoid); };
+  r[Op::silu] = [](Lowerer& L, const Node& n) {
     if (L.has_arg(n, "inplace") && L.arg(n, "inplace").b) throw NoLowering("in-place silu");
     return unary_float(L, n, [](const Expr& x) { return loop::binary(BinaryOp::Mul, x, sigmoid(x)); });
   };
-  r["gelu"] = gelu_rule;
-  r["relu"] = r["f_relu"] = [](Lowerer& L, const Node& n) {
+  r[Op::gelu] = gelu_rule;
+  r[Op::relu] = r[Op::f_relu] = [](Lowerer& L, const Node& n) {
     if (L.has_arg(n, "inplace") && L.arg(n, "inplace").b) throw NoLowering("in-place relu");
     return relu_rule(L, n);
   };
-  r["floor"] = [](Lowerer& L, const Node& n) {
+  r[Op::floor] = [](Lowerer& L, const Node& n) {
     if (!is_floating(L.out_meta(n).dtype)) return L.tensor(n.args[0]);
     return unary_op(L, n, UnaryOp::Floor);
   };
-  r["ceil"] = [](Lowerer& L, const Node& n) {
+  r[Op::ceil] = [](Lowerer& L, const Node& n) {
     if (!is_floating(L.out_meta(n).dtype)) return L.tensor(n.args[0]);
     return unary_op(L, n, UnaryOp::Ceil);
   };
-  r["logical_not"] = [](Lowerer& L, const Node& n) {
+  r[Op::logical_not] = [](Lowerer& L, const Node& n) {
     return Lowerer::map({L.tensor(n.args[0])}, DType::Bool, DType::Bool, [](const V& v) { return loop::unary(UnaryOp::Not, v[0]); });
   };
   // pointwise: binary and ternary
-  r["add"] = [](Lowerer& L, const Node& n) { return arith(L, n, n.args[0], n.args[1], BinaryOp::Add, &L.arg(n, "alpha")); };
-  r["sub"] = [](Lowerer& L, const Node& n) { return arith(L, n, n.args[0], n.args[1], BinaryOp::Sub, &L.arg(n, "alpha")); };
-  r["mul"] = [](Lowerer& L, const Node& n) { return arith(L, n, n.args[0], n.args[1], BinaryOp::Mul); };
-  r["op_add"] = [](Lowerer& L, const Node& n) { return arith(L, n, n.args[0], n.args[1], BinaryOp::Add); };
-  r["op_sub"] = [](Lowerer& L, const Node& n) {
+  r[Op::add] = [](Lowerer& L, const Node& n) { return arith(L, n, n.args[0], n.args[1], BinaryOp::Add, &L.arg(n, "alpha")); };
+  r[Op::sub] = [](Lowerer& L, const Node& n) { return arith(L, n, n.args[0], n.args[1], BinaryOp::Sub, &L.arg(n, "alpha")); };
+  r[Op::mul] = [](Lowerer& L, const Node& n) { return arith(L, n, n.args[0], n.args[1], BinaryOp::Mul); };
+  r[Op::op_add] = [](Lowerer& L, const Node& n) { return arith(L, n, n.args[0], n.args[1], BinaryOp::Add); };
+  r[Op::op_sub] = [](Lowerer& L, const Node& n) {
     if (L.out_meta(n).dtype == DType::Bool) throw NoLowering("bool subtraction");
     return arith(L, n, n.args[0], n.args[1], BinaryOp::Sub);
   };
-  r["op_mul"] = [](Lowerer& L, const Node& n) { return arith(L, n, n.args[0], n.args[1], BinaryOp::Mul); };
-  r["div"] = [](Lowerer& L, const Node& n) { return div_rule(L, n, n.args[0], n.args[1], &L.arg(n, "rounding_mode")); };
-  r["op_truediv"] = r["true_divide"] = [](Lowerer& L, const Node& n) { return div_rule(L, n, n.args[0], n.args[1], nullptr); };
-  r["pow"] = r["op_pow"] = [](Lowerer& L, const Node& n) { return pow_rule(L, n, n.args[0], n.args[1]); };
-  r["maximum"] = [](Lowerer& L, const Node& n) { return minmax(L, n, BinaryOp::Max); };
-  r["minimum"] = [](Lowerer& L, const Node& n) { return minmax(L, n, BinaryOp::Min); };
-  r["eq"] = r["op_eq"] = [](Lowerer& L, const Node& n) { return compare(L, n, n.args[0], n.args[1], BinaryOp::Eq); };
-  r["ne"] = r["op_ne"] = [](Lowerer& L, const Node& n) { return compare(L, n, n.args[0], n.args[1], BinaryOp::Ne); };
-  r["lt"] = r["op_lt"] = [](Lowerer& L, const Node& n) { return compare(L, n, n.args[0], n.args[1], BinaryOp::Lt); };
-  r["le"] = r["op_le"] = [](Lowerer& L, const Node& n) { return compare(L, n, n.args[0], n.args[1], BinaryOp::Le); };
-  r["gt"] = r["op_gt"] = [](Lowerer& L, const Node& n) { return compare(L, n, n.args[0], n.args[1], BinaryOp::Gt); };
-  r["ge"] = r["op_ge"] = [](Lowerer& L, const Node& n) { return compare(L, n, n.args[0], n.args[1], BinaryOp::Ge); };
-  r["where"] = where_rule;
+  r[Op::op_mul] = [](Lowerer& L, const Node& n) { return arith(L, n, n.args[0], n.args[1], BinaryOp::Mul); };
+  r[Op::div] = [](Lowerer& L, const Node& n) { return div_rule(L, n, n.args[0], n.args[1], &L.arg(n, "rounding_mode")); };
+  r[Op::op_truediv] = r[Op::true_divide] = [](Lowerer& L, const Node& n) { return div_rule(L, n, n.args[0], n.args[1], nullptr); };
+  r[Op::pow] = r[Op::op_pow] = [](Lowerer& L, const Node& n) { return pow_rule(L, n, n.args[0], n.args[1]); };
+  r[Op::maximum] = [](Lowerer& L, const Node& n) { return minmax(L, n, BinaryOp::Max); };
+  r[Op::minimum] = [](Lowerer& L, const Node& n) { return minmax(L, n, BinaryOp::Min); };
+  r[Op::eq] = r[Op::op_eq] = [](Lowerer& L, const Node& n) { return compare(L, n, n.args[0], n.args[1], BinaryOp::Eq); };
+  r[Op::ne] = r[Op::op_ne] = [](Lowerer& L, const Node& n) { return compare(L, n, n.args[0], n.args[1], BinaryOp::Ne); };
+  r[Op::lt] = r[Op::op_lt] = [](Lowerer& L, const Node& n) { return compare(L, n, n.args[0], n.args[1], BinaryOp::Lt); };
+  r[Op::le] = r[Op::op_le] = [](Lowerer& L, const Node& n) { return compare(L, n, n.args[0], n.args[1], BinaryOp::Le); };
+  r[Op::gt] = r[Op::op_gt] = [](Lowerer& L, const Node& n) { return compare(L, n, n.args[0], n.args[1], BinaryOp::Gt); };
+  r[Op::ge] = r[Op::op_ge] = [](Lowerer& L, const Node& n) { return compare(L, n, n.args[0], n.args[1], BinaryOp::Ge); };
+  r[Op::where] = where_rule;
   // reductions
-  r["sum"] = sum_rule;
-  r["mean"] = mean_rule;
-  r["amax"] = [](Lowerer& L, const Node& n) { return extreme_rule(L, n, ReduceOp::Max); };
-  r["amin"] = [](Lowerer& L, const Node& n) { return extreme_rule(L, n, ReduceOp::Min); };
-  r["prod"] = prod_rule;
-  r["argmax"] = [](Lowerer& L, const Node& n) { return arg_extreme_rule(L, n, ReduceOp::Max); };
-  r["argmin"] = [](Lowerer& L, const Node& n) { return arg_extreme_rule(L, n, ReduceOp::Min); };
-  r["var"] = [](Lowerer& L, const Node& n) { return var_rule(L, n, false); };
-  r["std"] = [](Lowerer& L, const Node& n) { return var_rule(L, n, true); };
+  r[Op::sum] = sum_rule;
+  r[Op::mean] = mean_rule;
+  r[Op::amax] = [](Lowerer& L, const Node& n) { return extreme_rule(L, n, ReduceOp::Max); };
+  r[Op::amin] = [](Lowerer& L, const Node& n) { return extreme_rule(L, n, ReduceOp::Min); };
+  r[Op::prod] = prod_rule;
+  r[Op::argmax] = [](Lowerer& L, const Node& n) { return arg_extreme_rule(L, n, ReduceOp::Max); };
+  r[Op::argmin] = [](Lowerer& L, const Node& n) { return arg_extreme_rule(L, n, ReduceOp::Min); };
+  r[Op::var] = [](Lowerer& L, const Node& n) { return var_rule(L, n, false); };
+  r[Op::std] = [](Lowerer& L, const Node& n) { return var_rule(L, n, true); };
   // views and layout: index maps
   OpLowering reshape = [](Lowerer& L, const Node& n) { return L.reshape(L.tensor(n.args[0]), L.out_meta(n).sizes); };
-  r["view"] = r["reshape"] = r["flatten"] = r["unsqueeze"] = r["squeeze"] = reshape;
-  r["expand"] = [](Lowerer& L, const Node& n) { return Lowerer::broadcast(L.tensor(n.args[0]), L.out_meta(n).sizes); };
-  r["permute"] = [](Lowerer& L, const Node& n) {
+  r[Op::view] = r[Op::reshape] = r[Op::flatten] = r[Op::unsqueeze] = r[Op::squeeze] = reshape;
+  r[Op::expand] = [](Lowerer& L, const Node& n) { return Lowerer::broadcast(L.tensor(n.args[0]), L.out_meta(n).sizes); };
+  r[Op::permute] = [](Lowerer& L, const Node& n) {
     LT x = L.tensor(n.args[0]);
     std::vector<int64_t> perm = dims_of(L.arg(n, "dims"));
     for (auto& p : perm) p = wrap_dim(p, x.dim());
     return Lowerer::permute(x, perm);
   };
-  r["transpose"] = [](Lowerer& L, const Node& n) {
+  r[Op::transpose] = [](Lowerer& L, const Node& n) {
     LT x = L.tensor(n.args[0]);
     std::vector<int64_t> perm(static_cast<size_t>(x.dim()));
     for (size_t d = 0; d < perm.size(); ++d) perm[d] = static_cast<int64_t>(d);
     if (x.dim() > 0) std::swap(perm[static_cast<size_t>(dim_arg(L, n, "dim0", x.dim()))], perm[static_cast<size_t>(dim_arg(L, n, "dim1", x.dim()))]);
     return Lowerer::permute(x, perm);
   };
-  r["t"] = [](Lowerer& L, const Node& n) {
+  r[Op::t] = [](Lowerer& L, const Node& n) {
     LT x = L.tensor(n.args[0]);
     return x.dim() < 2 ? x : Lowerer::permute(x, {1, 0});
   };
-  r["contiguous"] = [](Lowerer& L, const Node& n) {
+  r[Op::contiguous] = [](Lowerer& L, const Node& n) {
     LT x = L.tensor(n.args[0]);
     if (x.ref && x.ref->strides != L.out_meta(n).strides) x.ref.reset();  // realized as eager lays it out
     return x;
   };
   // composites
-  r["softmax"] = r["f_softmax"] = [](Lowerer& L, const Node& n) { return softmax_rule(L, n, false); };
-  r["log_softmax"] = r["f_log_softmax"] = [](Lowerer& L, const Node& n) { return softmax_rule(L, n, true); };
-  r["layer_norm"] = layer_norm_rule;
-  r["batch_norm"] = batch_norm_rule;
-  r["group_norm"] = group_norm_rule;
-  r["dropout"] = r["f_dropout"] = [](Lowerer& L, const Node& n) {
+  r[Op::softmax] = r[Op::f_softmax] = [](Lowerer& L, const Node& n) { return softmax_rule(L, n, false); };
+  r[Op::log_softmax] = r[Op::f_log_softmax] = [](Lowerer& L, const Node& n) { return softmax_rule(L, n, true); };
+  r[Op::layer_norm] = layer_norm_rule;
+  r[Op::batch_norm] = batch_norm_rule;
+  r[Op::group_norm] = group_norm_rule;
+  r[Op::dropout] = r[Op::f_dropout] = [](Lowerer& L, const Node& n) {
     bool training = L.has_arg(n, "training") ? L.arg(n, "training").b : L.has_arg(n, "train") && L.arg(n, "train").b;
     double p = L.has_arg(n, "p") ? L.arg(n, "p").as_double() : 0.5;
     if (training && p != 0.0) throw NoLowering("training-mode dropout draws from torch's RNG");
     if (L.has_arg(n, "inplace") && L.arg(n, "inplace").b) throw NoLowering("in-place dropout");
     return L.tensor(n.args[0]);
   };
-  r["linear"] = linear_rule;
+  r[Op::linear] = linear_rule;
   add_extra_rules(r);
   return r;
 }

@@ -100,51 +100,51 @@ LT logical(Lowerer& L, const Node& n, BinaryOp op) {
 }  // namespace
 
 void add_extra_rules(OpRules& r) {
-  r["square"] = [](Lowerer& L, const Node& n) { return any_map(L, n, [](const Expr& x) { return bin(BinaryOp::Mul, x, x); }); };
-  r["trunc"] = [](Lowerer& L, const Node& n) {
+  r[Op::square] = [](Lowerer& L, const Node& n) { return any_map(L, n, [](const Expr& x) { return bin(BinaryOp::Mul, x, x); }); };
+  r[Op::trunc] = [](Lowerer& L, const Node& n) {
     if (!is_floating(L.out_meta(n).dtype)) return L.tensor(n.args[0]);
     return float_map(L, n, [](const Expr& x) {
       return loop::select(bin(BinaryOp::Lt, x, c(0, x)), un(UnaryOp::Ceil, x), un(UnaryOp::Floor, x));
     });
   };
   // NB: exp2 of its own: exp(x * ln 2) loses |x| ulps to the rounding of the product.
-  r["exp2"] = [](Lowerer& L, const Node& n) { return float_map(L, n, [](const Expr& x) { return un(UnaryOp::Exp2, x); }); };
+  r[Op::exp2] = [](Lowerer& L, const Node& n) { return float_map(L, n, [](const Expr& x) { return un(UnaryOp::Exp2, x); }); };
   // NB: log2 and log10 of their own: log(x) / ln 2 misses log2(8) = 3 by an ulp.
-  r["log2"] = [](Lowerer& L, const Node& n) { return float_map(L, n, [](const Expr& x) { return un(UnaryOp::Log2, x); }); };
-  r["log10"] = [](Lowerer& L, const Node& n) { return float_map(L, n, [](const Expr& x) { return un(UnaryOp::Log10, x); }); };
-  r["sign"] = [](Lowerer& L, const Node& n) {
+  r[Op::log2] = [](Lowerer& L, const Node& n) { return float_map(L, n, [](const Expr& x) { return un(UnaryOp::Log2, x); }); };
+  r[Op::log10] = [](Lowerer& L, const Node& n) { return float_map(L, n, [](const Expr& x) { return un(UnaryOp::Log10, x); }); };
+  r[Op::sign] = [](Lowerer& L, const Node& n) {
     return any_map(L, n, [](const Expr& x) {
       Expr pos = loop::cast(bin(BinaryOp::Gt, x, c(0, x)), x->type), neg = loop::cast(bin(BinaryOp::Lt, x, c(0, x)), x->type);
       return bin(BinaryOp::Sub, pos, neg);  // NaN compares false both ways: sign(NaN) is 0, as in eager
     });
   };
-  r["isnan"] = [](Lowerer& L, const Node& n) {
+  r[Op::isnan] = [](Lowerer& L, const Node& n) {
     LT x = L.tensor(n.args[0]);
     if (!is_floating(x.dtype)) return Lowerer::map({x}, DType::Bool, DType::Bool, [](const V& v) { return c(0, v[0]); });
     return Lowerer::map({x}, float_compute_dtype(x.dtype), DType::Bool, [](const V& v) { return un(UnaryOp::IsNan, v[0]); });
   };
-  r["leaky_relu"] = [](Lowerer& L, const Node& n) {
+  r[Op::leaky_relu] = [](Lowerer& L, const Node& n) {
     no_inplace(L, n);
     double s = number(L, n, "negative_slope");
     return float_map(L, n, [s](const Expr& x) { return loop::select(bin(BinaryOp::Lt, x, c(0, x)), bin(BinaryOp::Mul, x, c(s, x)), x); });
   };
-  r["hardtanh"] = [](Lowerer& L, const Node& n) {
+  r[Op::hardtanh] = [](Lowerer& L, const Node& n) {
     no_inplace(L, n);
     double lo = number(L, n, "min_val"), hi = number(L, n, "max_val");
     return float_map(L, n, [lo, hi](const Expr& x) { Expr a = c(lo, x), b = c(hi, x); return clamp_expr(x, &a, &b); });
   };
-  r["relu6"] = [](Lowerer& L, const Node& n) {
+  r[Op::relu6] = [](Lowerer& L, const Node& n) {
     no_inplace(L, n);
     return float_map(L, n, [](const Expr& x) { Expr a = c(0, x), b = c(6, x); return clamp_expr(x, &a, &b); });
   };
-  r["elu"] = [](Lowerer& L, const Node& n) {
+  r[Op::elu] = [](Lowerer& L, const Node& n) {
     no_inplace(L, n);
     double alpha = number(L, n, "alpha");
     return float_map(L, n, [alpha](const Expr& x) {
       return loop::select(bin(BinaryOp::Gt, x, c(0, x)), x, bin(BinaryOp::Mul, c(alpha, x), un(UnaryOp::Expm1, x)));
     });
   };
-  r["hardsigmoid"] = [](Lowerer& L, const Node& n) {
+  r[Op::hardsigmoid] = [](Lowerer& L, const Node& n) {
     no_inplace(L, n);
     // NB: eager's formula, min(max(x + 3, 0), 6) / 6: x / 6 + 0.5 rounds differently.
     return float_map(L, n, [](const Expr& x) {
@@ -152,14 +152,14 @@ void add_extra_rules(OpRules& r) {
       return bin(BinaryOp::Div, clamp_expr(bin(BinaryOp::Add, x, c(3, x)), &a, &b), c(6, x));
     });
   };
-  r["hardswish"] = [](Lowerer& L, const Node& n) {
+  r[Op::hardswish] = [](Lowerer& L, const Node& n) {
     no_inplace(L, n);
     return float_map(L, n, [](const Expr& x) {
       Expr a = c(0, x), b = c(6, x);
       return bin(BinaryOp::Div, bin(BinaryOp::Mul, x, clamp_expr(bin(BinaryOp::Add, x, c(3, x)), &a, &b)), c(6, x));
     });
   };
-  r["softplus"] = [](Lowerer& L, const Node& n) {
+  r[Op::softplus] = [](Lowerer& L, const Node& n) {
     double beta = number(L, n, "beta"), th = number(L, n, "threshold");
     return float_map(L, n, [beta, th](const Expr& x) {
       Expr bx = bin(BinaryOp::Mul, x, c(beta, x));
@@ -167,14 +167,14 @@ void add_extra_rules(OpRules& r) {
       return loop::select(bin(BinaryOp::Gt, bx, c(th, x)), x, soft);
     });
   };
-  r["mish"] = [](Lowerer& L, const Node& n) {
+  r[Op::mish] = [](Lowerer& L, const Node& n) {
     no_inplace(L, n);
     return float_map(L, n, [](const Expr& x) {
       Expr sp = loop::select(bin(BinaryOp::Gt, x, c(20, x)), x, un(UnaryOp::Log1p, un(UnaryOp::Exp, x)));
       return bin(BinaryOp::Mul, x, un(UnaryOp::Tanh, sp));
     });
   };
-  r["rsub"] = [](Lowerer& L, const Node& n) {
+  r[Op::rsub] = [](Lowerer& L, const Node& n) {
     DType out = L.out_meta(n).dtype;
     if (out == DType::Bool) throw NoLowering("bool rsub");
     const Value& al = L.arg(n, "alpha");
@@ -185,12 +185,12 @@ void add_extra_rules(OpRules& r) {
     });
   };
 
-  r["logical_and"] = [](Lowerer& L, const Node& n) { return logical(L, n, BinaryOp::And); };
-  r["logical_or"] = [](Lowerer& L, const Node& n) { return logical(L, n, BinaryOp::Or); };
-  r["clamp"] = [](Lowerer& L, const Node& n) { return clamp_rule(L, n, "min", "max"); };
-  r["clamp_min"] = [](Lowerer& L, const Node& n) { return clamp_rule(L, n, "min", nullptr); };
-  r["clamp_max"] = [](Lowerer& L, const Node& n) { return clamp_rule(L, n, nullptr, "max"); };
-  r["masked_fill"] = [](Lowerer& L, const Node& n) {
+  r[Op::logical_and] = [](Lowerer& L, const Node& n) { return logical(L, n, BinaryOp::And); };
+  r[Op::logical_or] = [](Lowerer& L, const Node& n) { return logical(L, n, BinaryOp::Or); };
+  r[Op::clamp] = [](Lowerer& L, const Node& n) { return clamp_rule(L, n, "min", "max"); };
+  r[Op::clamp_min] = [](Lowerer& L, const Node& n) { return clamp_rule(L, n, "min", nullptr); };
+  r[Op::clamp_max] = [](Lowerer& L, const Node& n) { return clamp_rule(L, n, nullptr, "max"); };
+  r[Op::masked_fill] = [](Lowerer& L, const Node& n) {
     DType out = L.out_meta(n).dtype;
     LT mask = Lowerer::cast(L.tensor_arg(n, "mask"), DType::Bool);
     LT x = L.tensor_arg(n, "input"), val = L.tensor(L.arg(n, "value"));
@@ -198,7 +198,7 @@ void add_extra_rules(OpRules& r) {
       return loop::select(loop::cast(v[0], loop::ScalarType::Bool), v[2], v[1]);
     });
   };
-  r["lerp"] = [](Lowerer& L, const Node& n) {
+  r[Op::lerp] = [](Lowerer& L, const Node& n) {
     DType out = L.out_meta(n).dtype;
     if (!is_floating(out)) throw NoLowering("lerp of ints");
     // NB: eager's formula: from the nearer end, start + w * (end - start) for |w| < 0.5, else
@@ -211,7 +211,7 @@ void add_extra_rules(OpRules& r) {
                                               bin(BinaryOp::Sub, v[1], bin(BinaryOp::Mul, d, bin(BinaryOp::Sub, c(1, v[2]), v[2]))));
                         });
   };
-  r["addcmul"] = [](Lowerer& L, const Node& n) {
+  r[Op::addcmul] = [](Lowerer& L, const Node& n) {
     DType out = L.out_meta(n).dtype;
     double val = number(L, n, "value");
     return Lowerer::map({L.tensor(n.args[0]), L.tensor(n.args[1]), L.tensor(n.args[2])}, float_compute_dtype(out), out, [val](const V& v) {
@@ -220,18 +220,18 @@ void add_extra_rules(OpRules& r) {
     });
   };
   // casts
-  for (const char* name : {"to", "to_float", "to_double", "to_half", "to_bfloat16", "to_long", "to_int", "to_bool", "type_as"})
-    r[name] = cast_rule;
-  r["clone"] = [](Lowerer& L, const Node& n) {
+  for (Op op : {Op::to, Op::to_float, Op::to_double, Op::to_half, Op::to_bfloat16, Op::to_long, Op::to_int, Op::to_bool, Op::type_as})
+    r[op] = cast_rule;
+  r[Op::clone] = [](Lowerer& L, const Node& n) {
     LT x = L.tensor(n.args[0]);
     x.ref.reset();  // a new tensor (realized with the layout eager gives it when needed)
     return x;
   };
   // views
   OpLowering reshape = [](Lowerer& L, const Node& n) { return L.reshape(L.tensor(n.args[0]), L.out_meta(n).sizes); };
-  r["tensor_reshape"] = r["view_as"] = r["reshape_as"] = reshape;
-  r["expand_as"] = [](Lowerer& L, const Node& n) { return Lowerer::broadcast(L.tensor(n.args[0]), L.out_meta(n).sizes); };
-  r["tensor_permute"] = [](Lowerer& L, const Node& n) {
+  r[Op::tensor_reshape] = r[Op::view_as] = r[Op::reshape_as] = reshape;
+  r[Op::expand_as] = [](Lowerer& L, const Node& n) { return Lowerer::broadcast(L.tensor(n.args[0]), L.out_meta(n).sizes); };
+  r[Op::tensor_permute] = [](Lowerer& L, const Node& n) {
     LT x = L.tensor(n.args[0]);
     const Value& dv = n.args[1];
     std::vector<int64_t> perm;
@@ -244,7 +244,7 @@ void add_extra_rules(OpRules& r) {
     return Lowerer::permute(x, perm);
   };
   // reductions
-  r["logsumexp"] = [](Lowerer& L, const Node& n) {
+  r[Op::logsumexp] = [](Lowerer& L, const Node& n) {
     DType out = L.out_meta(n).dtype;
     if (!is_floating(out)) throw NoLowering("logsumexp of ints");
     LT x = L.tensor_arg(n, "input");
@@ -274,7 +274,7 @@ void add_extra_rules(OpRules& r) {
   // reads its nearest element inside the input instead: with dilation 1 and floor-mode sizes that
   // element is in the same window, and a repeated element leaves a max unchanged, so no mask (and no
   // out-of-bounds load) is needed. NaN propagates as in torch (Max does).
-  r["max_pool2d"] = [](Lowerer& L, const Node& n) {
+  r[Op::max_pool2d] = [](Lowerer& L, const Node& n) {
     if (L.arg(n, "return_indices").b) throw NoLowering("max_pool2d with indices");
     if (L.arg(n, "ceil_mode").b) throw NoLowering("max_pool2d in ceil mode");
     DType out = L.out_meta(n).dtype;
@@ -327,7 +327,7 @@ void add_extra_rules(OpRules& r) {
     };
     return r;
   };
-  r["rms_norm"] = [](Lowerer& L, const Node& n) {
+  r[Op::rms_norm] = [](Lowerer& L, const Node& n) {
     DType out = L.out_meta(n).dtype;
     if (!is_floating(out)) throw NoLowering("rms_norm of ints");
     LT x = L.tensor_arg(n, "input");

@@ -14,15 +14,14 @@
 #include <functional>
 
 #include "graph/meta_rules_util.h"
+#include "graph/op.h"
 #include "graph/op_registry.h"
 
 namespace ff {
 namespace {
 
 // 2-d convolutions: input args[0], weight args[1] (cuDNN's fused ones come from folded batch norms).
-bool is_conv2d_op(const std::string& name) {
-  return name == "conv2d" || name == "cudnn_convolution_relu" || name == "cudnn_convolution_add_relu";
-}
+bool is_conv2d_op(Op op) { return op_in(op, {Op::conv2d, Op::cudnn_convolution_relu, Op::cudnn_convolution_add_relu}); }
 
 
 bool is_nchw_contiguous_4d(const ValueMeta& m) {
@@ -77,7 +76,7 @@ NodeId view_base(const Graph& g, NodeId u) {
 
 bool has_conv2d(const Graph& g) {
   for (const Node& nd : g.nodes())
-    if (nd.kind == NodeKind::Call && is_conv2d_op(op_def(nd.op).name)) return true;
+    if (nd.kind == NodeKind::Call && is_conv2d_op(op_kind(nd.op))) return true;
   return false;
 }
 
@@ -110,7 +109,7 @@ std::optional<ChannelsLastGraph> to_channels_last(const Graph& src, std::string*
   std::vector<bool> is_conv(n, false), weight(n, false);
   for (NodeId id = 0; id < static_cast<NodeId>(n); ++id) {
     const Node& nd = h.node(id);
-    if (nd.kind != NodeKind::Call || !is_conv2d_op(op_def(nd.op).name) || nd.args.size() < 2) continue;
+    if (nd.kind != NodeKind::Call || !is_conv2d_op(op_kind(nd.op)) || nd.args.size() < 2) continue;
     if (!nd.args[0].is_node() || !nd.args[1].is_node()) continue;
     NodeId w = nd.args[1].node;
     if (h.node(w).kind != NodeKind::Placeholder || !is_nchw_contiguous_4d(h.node(w).meta)) continue;

@@ -6,6 +6,7 @@
 #include <set>
 #include <string_view>
 
+#include "graph/op.h"
 #include "graph/op_registry.h"
 #include "graph/passes/rewriter.h"
 #include "graph/printer.h"
@@ -49,46 +50,46 @@ std::optional<Value> int_pow(int64_t base, int64_t exp) {
   return Value::of_int(result);
 }
 
-std::optional<Value> int_arith(std::string_view op, int64_t a, int64_t b) {
+std::optional<Value> int_arith(Op op, int64_t a, int64_t b) {
   int64_t r = 0;
-  if (op == "add") return __builtin_add_overflow(a, b, &r) ? std::nullopt : std::optional<Value>(Value::of_int(r));
-  if (op == "sub") return __builtin_sub_overflow(a, b, &r) ? std::nullopt : std::optional<Value>(Value::of_int(r));
-  if (op == "mul") return __builtin_mul_overflow(a, b, &r) ? std::nullopt : std::optional<Value>(Value::of_int(r));
-  if (op == "floordiv" || op == "mod") {
+  if (op == Op::op_add) return __builtin_add_overflow(a, b, &r) ? std::nullopt : std::optional<Value>(Value::of_int(r));
+  if (op == Op::op_sub) return __builtin_sub_overflow(a, b, &r) ? std::nullopt : std::optional<Value>(Value::of_int(r));
+  if (op == Op::op_mul) return __builtin_mul_overflow(a, b, &r) ? std::nullopt : std::optional<Value>(Value::of_int(r));
+  if (op == Op::op_floordiv || op == Op::op_mod) {
     if (b == 0 || (a == std::numeric_limits<int64_t>::min() && b == -1)) return std::nullopt;
     int64_t q = a / b, m = a % b;
     if (m != 0 && ((m < 0) != (b < 0))) {  // Python rounds toward -inf; the remainder takes b's sign
       q -= 1;
       m += b;
     }
-    return Value::of_int(op == "floordiv" ? q : m);
+    return Value::of_int(op == Op::op_floordiv ? q : m);
   }
-  if (op == "truediv") {
+  if (op == Op::op_truediv) {
     if (b == 0 || !exact_as_double(a) || !exact_as_double(b)) return std::nullopt;
     return Value::of_float(static_cast<double>(a) / static_cast<double>(b));
   }
-  if (op == "pow") return int_pow(a, b);
-  if (op == "lt") return Value::of_bool(a < b);
-  if (op == "le") return Value::of_bool(a <= b);
-  if (op == "gt") return Value::of_bool(a > b);
-  if (op == "ge") return Value::of_bool(a >= b);
-  if (op == "eq") return Value::of_bool(a == b);
-  if (op == "ne") return Value::of_bool(a != b);
+  if (op == Op::op_pow) return int_pow(a, b);
+  if (op == Op::op_lt) return Value::of_bool(a < b);
+  if (op == Op::op_le) return Value::of_bool(a <= b);
+  if (op == Op::op_gt) return Value::of_bool(a > b);
+  if (op == Op::op_ge) return Value::of_bool(a >= b);
+  if (op == Op::op_eq) return Value::of_bool(a == b);
+  if (op == Op::op_ne) return Value::of_bool(a != b);
   return std::nullopt;
 }
 
-std::optional<Value> float_arith(std::string_view op, const Value& va, const Value& vb) {
+std::optional<Value> float_arith(Op op, const Value& va, const Value& vb) {
   // Python's arithmetic converts an int operand to the nearest float, as the cast does; its
   // comparisons compare exactly, which doubles do only while the int converts exactly.
-  bool comparison = op == "lt" || op == "le" || op == "gt" || op == "ge" || op == "eq" || op == "ne";
+  bool comparison = op == Op::op_lt || op == Op::op_le || op == Op::op_gt || op == Op::op_ge || op == Op::op_eq || op == Op::op_ne;
   for (const Value* v : {&va, &vb})
     if (auto i = as_int(*v); comparison && i && !exact_as_double(*i)) return std::nullopt;
   double a = va.as_double(), b = vb.as_double();
-  if (op == "add") return Value::of_float(a + b);
-  if (op == "sub") return Value::of_float(a - b);
-  if (op == "mul") return Value::of_float(a * b);
-  if (op == "truediv") return b == 0.0 ? std::nullopt : std::optional<Value>(Value::of_float(a / b));
-  if (op == "pow") {
+  if (op == Op::op_add) return Value::of_float(a + b);
+  if (op == Op::op_sub) return Value::of_float(a - b);
+  if (op == Op::op_mul) return Value::of_float(a * b);
+  if (op == Op::op_truediv) return b == 0.0 ? std::nullopt : std::optional<Value>(Value::of_float(a / b));
+  if (op == Op::op_pow) {
     // NB: Python's float ** has its own errors (0.0 ** -1 raises, (-8.0) ** 0.5 is complex,
     // overflow raises) and special cases for inf/nan: only the plain finite case is folded.
     if (!std::isfinite(a) || !std::isfinite(b) || (a == 0.0 && b < 0.0) || (a < 0.0 && b != std::floor(b)))
@@ -96,12 +97,12 @@ std::optional<Value> float_arith(std::string_view op, const Value& va, const Val
     double r = std::pow(a, b);
     return std::isfinite(r) ? std::optional<Value>(Value::of_float(r)) : std::nullopt;
   }
-  if (op == "lt") return Value::of_bool(a < b);
-  if (op == "le") return Value::of_bool(a <= b);
-  if (op == "gt") return Value::of_bool(a > b);
-  if (op == "ge") return Value::of_bool(a >= b);
-  if (op == "eq") return Value::of_bool(a == b);
-  if (op == "ne") return Value::of_bool(a != b);
+  if (op == Op::op_lt) return Value::of_bool(a < b);
+  if (op == Op::op_le) return Value::of_bool(a <= b);
+  if (op == Op::op_gt) return Value::of_bool(a > b);
+  if (op == Op::op_ge) return Value::of_bool(a >= b);
+  if (op == Op::op_eq) return Value::of_bool(a == b);
+  if (op == Op::op_ne) return Value::of_bool(a != b);
   return std::nullopt;  // floordiv / mod on floats: CPython's rounding rules, not worth the risk
 }
 
@@ -146,12 +147,12 @@ bool scalar_result_guard(const FoldSite& s) {
 }
 
 std::optional<Value> python_scalar_value(const FoldSite& s) {
-  std::string_view op = operator_name(*s.op());
+  const Op op = op_kind(s.op()->id);
   std::optional<Value> r;
   if (s.args.size() == 1) {
     const Value& a = s.args[0];
-    if (op == "neg" && a.kind == Value::Kind::Float) r = Value::of_float(-a.f);
-    else if (op == "neg" && as_int(a) && *as_int(a) != std::numeric_limits<int64_t>::min()) r = Value::of_int(-*as_int(a));
+    if (op == Op::op_neg && a.kind == Value::Kind::Float) r = Value::of_float(-a.f);
+    else if (op == Op::op_neg && as_int(a) && *as_int(a) != std::numeric_limits<int64_t>::min()) r = Value::of_int(-*as_int(a));
   } else if (s.args.size() == 2) {
     const Value &a = s.args[0], &b = s.args[1];
     if (a.kind == Value::Kind::Float || b.kind == Value::Kind::Float) r = float_arith(op, a, b);

@@ -2,6 +2,7 @@
 
 #include <string_view>
 
+#include "graph/op.h"
 #include "graph/op_registry.h"
 #include "graph/passes/rewriter.h"
 #include "src/base/errors.h"
@@ -23,10 +24,8 @@ bool is_call(const Graph& g, const Value& v, std::string_view op) {
 // A relu that is not in place (functionalized graphs have none in place on intermediates).
 bool is_relu(const Graph& g, NodeId id) {
   const Node& n = g.node(id);
-  if (n.kind != NodeKind::Call) return false;
-  const std::string& op = op_def(n.op).name;
-  if (op == "relu") return true;
-  return op == "f_relu" && arg(g, id, "inplace").kind == Value::Kind::Bool && !arg(g, id, "inplace").b;
+  if (op_kind(n) == Op::relu) return true;
+  return op_kind(n) == Op::f_relu && arg(g, id, "inplace").kind == Value::Kind::Bool && !arg(g, id, "inplace").b;
 }
 
 // Two ints (an int or a one/two-element list of ints).
@@ -83,7 +82,7 @@ std::optional<ConvFusionGraph> fold_conv_batch_norm(const Graph& g, bool relu_op
   std::vector<bool> claimed(n, false);  // adds taken by a match
   int next_input = static_cast<int>(phs.size());
   for (NodeId b = 0; b < static_cast<NodeId>(n); ++b) {
-    if (g.node(b).kind != NodeKind::Call || op_def(g.node(b).op).name != "batch_norm") continue;
+    if (op_kind(g.node(b)) != Op::batch_norm) continue;
     const Value& training = arg(g, b, "training");
     const Value& eps = arg(g, b, "eps");
     if (training.kind != Value::Kind::Bool || training.b || !eps.is_number()) continue;
@@ -115,8 +114,7 @@ std::optional<ConvFusionGraph> fold_conv_batch_norm(const Graph& g, bool relu_op
       m.epilogue = Epilogue::Relu;
       m.final = u;
     } else if (relu_ops && u >= 0 && g.node(u).kind == NodeKind::Call &&
-               (op_def(g.node(u).op).name == "op_add" ||
-                                      (op_def(g.node(u).op).name == "add" && arg(g, u, "alpha") == Value::of_int(1)))) {
+               (op_kind(g.node(u)) == Op::op_add || (op_kind(g.node(u)) == Op::add && arg(g, u, "alpha") == Value::of_int(1)))) {
       const Node& a = g.node(u);
       const Value& other = a.args[0] == Value::of_node(b) ? a.args[1] : a.args[0];
       NodeId r = users[static_cast<size_t>(u)] == 1 ? sole_user[static_cast<size_t>(u)] : -1;

@@ -6,6 +6,7 @@
 #include <set>
 #include <string_view>
 
+#include "graph/op.h"
 #include "graph/op_registry.h"
 #include "graph/passes/rewriter.h"
 #include "src/base/config.h"
@@ -34,7 +35,7 @@ struct Match {
   std::optional<double> scale;     // nullopt: SDPA's default 1/sqrt(E)
 };
 
-bool is_matmul(const OpDef& op) { return op.name == "op_matmul" || op.name == "matmul" || op.name == "bmm"; }
+bool is_matmul(const OpDef& op) { return op_in(op_kind(op.id), {Op::op_matmul, Op::matmul, Op::bmm}); }
 
 const Node* call_node(const Graph& g, const Value& v) {
   if (!v.is_node()) return nullptr;
@@ -106,8 +107,8 @@ class Matcher {
   }
 
  private:
-  static bool is_dropout(const Node& n) { return op_def(n.op).name == "f_dropout" || op_def(n.op).name == "dropout"; }
-  static bool is_softmax(const Node& n) { return op_def(n.op).name == "f_softmax" || op_def(n.op).name == "softmax"; }
+  static bool is_dropout(const Node& n) { return op_in(op_kind(n), {Op::f_dropout, Op::dropout}); }
+  static bool is_softmax(const Node& n) { return op_in(op_kind(n), {Op::f_softmax, Op::softmax}); }
 
   // `v` is a node used only by the pattern's next step; returns it.
   NodeId single_use(const Value& v, const char* what) const {
@@ -132,7 +133,7 @@ class Matcher {
     const Node* pn = call_node(g_, p);
     if (is_dropout(*pn)) {
       const Value& prob = arg(*pn, "p");
-      const Value& training = arg(*pn, op_def(pn->op).name == "f_dropout" ? "training" : "train");
+      const Value& training = arg(*pn, op_kind(*pn) == Op::f_dropout ? "training" : "train");
       if (training.kind != Value::Kind::Bool || !prob.is_number())
         throw NoMatch{"dropout's p or training flag is not a constant"};
       // NB: torch's dropout returns its input when not training or p == 0 (no random numbers drawn).
@@ -152,8 +153,8 @@ class Matcher {
     Value s = pn->args[0];
     const Node* sn = call_node(g_, s);
     if (!sn) throw NoMatch{"the softmax input is not computed in the graph"};
-    std::string_view sop = op_def(sn->op).name;
-    if (sop == "masked_fill") {
+    const Op sop = op_kind(*sn);
+    if (sop == Op::masked_fill) {
       const Value& fill = arg(*sn, "value");
       if (fill.kind != Value::Kind::Float || !(std::isinf(fill.f) && fill.f < 0))
         throw NoMatch{"masked_fill fills with a value other than -inf"};
@@ -164,8 +165,8 @@ class Matcher {
       m.dropped.push_back(single_use(s, "the masked scores"));
       same_shape_and_dtype(s, arg(*sn, "input"), "masked_fill");
       s = arg(*sn, "input");
-    } else if (sop == "op_add" || sop == "add") {
-      if (sop == "add" && !(arg(*sn, "alpha").is_number() && arg(*sn, "alpha").as_double() == 1.0))
+    } else if (sop == Op::op_add || sop == Op::add) {
+      if (sop == Op::add && !(arg(*sn, "alpha").is_number() && arg(*sn, "alpha").as_double() == 1.0))
         throw NoMatch{"add with alpha"};
       // The scores are the operand computed by a scale or a matmul; the other is the mask.
       int scores = -1;
@@ -201,7 +202,7 @@ class Matcher {
     m.dropped.push_back(single_use(s, "the scores"));
     m.q = sn->args[0];
     const Node* kt = call_node(g_, sn->args[1]);
-    if (!kt || op_def(kt->op).name != "transpose") throw NoMatch{"the scores' right operand is not k.transpose(-2, -1)"};
+    if (!kt || op_kind(*kt) != Op::transpose) throw NoMatch{"the scores' right operand is not k.transpose(-2, -1)"};
     const TensorMeta* ktm = tensor_meta(g_, sn->args[1]);
     int64_t nd = ktm ? ktm->dim() : 0;
     auto norm = [&](const Value& d) { return d.kind != Value::Kind::Int ? -1 : d.i < 0 ? d.i + nd : d.i; };
@@ -216,14 +217,14 @@ class Matcher {
 
   // s * c, c * s, s / c: the constant factor.
   static std::optional<double> scale_of(const Node& n) {
-    std::string_view op = op_def(n.op).name;
+    const Op op = op_kind(n);
     const Value &a = n.args[0], &b = n.args[1];
     auto number = [](const Value& v) { return v.kind == Value::Kind::Float || v.kind == Value::Kind::Int; };
-    if (op == "op_mul" || op == "mul") {
+    if (op == Op::op_mul || op == Op::mul) {
       if (a.is_node() && number(b)) return b.as_double();
       if (b.is_node() && number(a)) return a.as_double();
     }
-    if (op == "op_truediv" || op == "true_divide" || (op == "div" && arg(n, "rounding_mode").is_none())) {
+    if (op == Op::op_truediv || op == Op::true_divide || (op == Op::div && arg(n, "rounding_mode").is_none())) {
       if (a.is_node() && number(b) && b.as_double() != 0.0) return 1.0 / b.as_double();
     }
     return std::nullopt;

@@ -6,6 +6,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "graph/op.h"
 #include "graph/op_registry.h"
 #include "graph/passes/fuse_attention.h"
 #include "graph/python/graph_calls.h"
@@ -19,16 +20,16 @@ namespace {
 
 struct Alias {
   const char* target;
-  const char* op;
+  Op op;  // NB: an enumerator, so an alias of a renamed op is a compile error
 };
 
 constexpr Alias kAliases[] = {
-#define FF_ALIAS(target, op) {target, #op},
+#define FF_ALIAS(target, op) {target, Op::op},
 #if __has_include("graph/op_aliases.def")
 #include "graph/op_aliases.def"
 #endif
 #undef FF_ALIAS
-    {nullptr, nullptr},
+    {nullptr, Op::Open},
 };
 
 struct CallableTables {
@@ -112,12 +113,10 @@ void init_op_callables() {
     register_callable(t, fn, d.id);
   }
   for (const Alias* a = kAliases; a->target; ++a) {
-    auto op = op_by_name(a->op);
-    if (!op) continue;
-    register_callable(t, resolve_path(a->target), *op);
+    register_callable(t, resolve_path(a->target), op_id(a->op));
   }
   AttentionSupport attention;
-  if (auto sdpa = op_by_name("scaled_dot_product_attention")) attention.sdpa = t.by_op[static_cast<size_t>(*sdpa)] != nullptr;
+  attention.sdpa = t.by_op[static_cast<size_t>(op_id(Op::scaled_dot_product_attention))] != nullptr;
   attention.scale_keyword = attention.sdpa && torch_at_least(2, 1);
   set_attention_support(attention);
   set_op_resolver(&open_ops_for_target);

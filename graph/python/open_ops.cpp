@@ -6,6 +6,7 @@
 #include <unordered_map>
 
 #include "graph/aten_schema.h"
+#include "graph/op.h"
 #include "graph/op_registry.h"
 #include "graph/python/graph_calls.h"
 #include "src/base/config.h"
@@ -323,9 +324,7 @@ std::optional<NodeId> add_open_call(Graph& g, const std::vector<OpId>& overloads
       *reason = d.target + " with out= on tensors that require grad is not captured (eager refuses autograd there)";
       return std::nullopt;
     }
-    auto copy = op_by_name("copy_");
-    FF_CHECK(copy.has_value(), "no copy_ op");
-    return add_op_call(g, *copy, {out, Value::of_node(*result)}, {}, reason, grad_enabled);
+    return add_op_call(g, op_id(Op::copy_), {out, Value::of_node(*result)}, {}, reason, grad_enabled);
   }
   *reason = first_error;
   return std::nullopt;

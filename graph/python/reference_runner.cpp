@@ -2,6 +2,7 @@
 
 #include <string>
 
+#include "graph/op.h"
 #include "graph/op_registry.h"
 #include "graph/python/graph_calls.h"
 #include "src/base/errors.h"
@@ -154,10 +155,11 @@ ReferenceRunner::ReferenceRunner(const Graph& graph) : plan_(std::make_unique<Pl
           }
         }
         if (!s.kwnames && s.args.size() == 2) {
-          if (def.name == "add") s.number_op = PyNumber_Add;
-          else if (def.name == "sub") s.number_op = PyNumber_Subtract;
-          else if (def.name == "mul") s.number_op = PyNumber_Multiply;
-          else if (def.name == "div" || def.name == "true_divide") s.number_op = PyNumber_TrueDivide;
+          const Op kind = op_kind(def.id);
+          if (kind == Op::add) s.number_op = PyNumber_Add;
+          else if (kind == Op::sub) s.number_op = PyNumber_Subtract;
+          else if (kind == Op::mul) s.number_op = PyNumber_Multiply;
+          else if (kind == Op::div || kind == Op::true_divide) s.number_op = PyNumber_TrueDivide;
         }
         p.steps.push_back(std::move(s));
         break;

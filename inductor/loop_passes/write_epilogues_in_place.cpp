@@ -2,6 +2,7 @@
 
 #include <memory>
 
+#include "graph/op.h"
 #include "graph/op_registry.h"
 #include "inductor/loop_visitor.h"
 #include "src/base/errors.h"
@@ -60,7 +61,7 @@ Program write_epilogues_in_place(const Program& p, std::vector<std::string>* log
       if (eb.role != loop::BufferRole::ExternResult || eb.dtype != ob.dtype || eb.sizes != ob.sizes || eb.strides != ob.strides) continue;
       bool fresh = false;
       for (const auto& x : out.externs)
-        if (x.result == e && x.op != kNoOp) fresh = op_def(x.op).has(kExtern) && op_def(x.op).name != "einsum";
+        if (x.result == e && x.op != kNoOp) fresh = op_def(x.op).has(kExtern) && op_kind(x.op) != Op::einsum;
       if (!fresh) continue;
       bool same_element = true;
       loop::for_each_expr(st->index, [&](const Expr& x) { same_element &= !(x->kind == ExprKind::Load && x->id == e); });

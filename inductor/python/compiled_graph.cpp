@@ -5,6 +5,7 @@
 #include <map>
 #include <mutex>
 
+#include "graph/op.h"
 #include "graph/op_registry.h"
 #include "graph/passes/effects.h"
 #include "graph/python/graph_calls.h"
@@ -311,8 +312,8 @@ CompiledGraph::CompiledGraph(const Graph& g) {
     if (e.op != kNoOp) {
       const OpDef& op = op_def(e.op);
       if (PyObject* fn = op_callable(e.op)) x.call = std::make_unique<PreparedCall>(fn, op, e.args);
-      x.matmul = op.name == "linear" || op.name == "matmul" || op.name == "op_matmul" || op.name == "mm" || op.name == "bmm";
-      if (op.name == "linear" && e.result >= 0 && config().cpu_pack_linear_weights) {
+      x.matmul = op_in(op_kind(e.op), {Op::linear, Op::matmul, Op::op_matmul, Op::mm, Op::bmm});
+      if (op_kind(e.op) == Op::linear && e.result >= 0 && config().cpu_pack_linear_weights) {
         int64_t rows = 0, k = 0, n = 0;
         const auto& pb = pl.bufs[static_cast<size_t>(e.result)];
         if (packable_linear(prog_->graph, op, e.args, &rows, &k, &n) && pb.contiguous && packed_linear_available()) {

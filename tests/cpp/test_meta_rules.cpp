@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "graph/meta_rules.h"
+#include "graph/op.h"
 #include "graph/op_registry.h"
 
 namespace ff {
@@ -61,6 +62,36 @@ TEST(Registry, EveryOpHasSchemaRuleAndUniqueName) {
     EXPECT_FALSE(d.target.empty()) << d.name;
     EXPECT_EQ(op_by_name(d.name), d.id);
   }
+}
+
+// enum class Op numbers the ops of ops.def as the registry does; open ops are Op::Open.
+TEST(Registry, OpEnumMatchesRegistry) {
+  ASSERT_EQ(all_ops().size(), kOpCount);
+  for (const OpDef& d : all_ops()) EXPECT_EQ(op_kind(d.id), static_cast<Op>(d.id)) << d.name;
+  EXPECT_EQ(op_def(op_id(Op::softmax)).name, "softmax");
+  EXPECT_EQ(op_kind(kNoOp), Op::Open);
+  EXPECT_EQ(op_kind(static_cast<OpId>(kOpCount)), Op::Open);
+}
+
+// In-place ops name their out-of-place form in ops.def; it takes the same arguments.
+TEST(Registry, FunctionalFormsTakeTheSameArguments) {
+  EXPECT_EQ(functional_form(Op::add_), Op::add);
+  EXPECT_EQ(functional_form(Op::op_iadd), Op::op_add);
+  EXPECT_EQ(functional_form(Op::relu_), Op::relu);
+  EXPECT_EQ(functional_form(Op::copy_), Op::Open);
+  EXPECT_EQ(functional_form(Op::add), Op::Open);
+  EXPECT_EQ(functional_form(Op::Open), Op::Open);
+  int n = 0;
+  for (const OpDef& d : all_ops()) {
+    Op f = functional_form(op_kind(d.id));
+    if (f == Op::Open) continue;
+    ++n;
+    const OpDef& fd = op_def(op_id(f));
+    EXPECT_TRUE(d.has(kInplace)) << d.name;
+    EXPECT_FALSE(fd.has(kInplace)) << fd.name;
+    EXPECT_EQ(d.schema.params.size(), fd.schema.params.size()) << d.name << " -> " << fd.name;
+  }
+  EXPECT_EQ(n, 13);
 }
 
 TEST(Registry, AliasesNameRegisteredOps) {

@@ -9,7 +9,9 @@
 #include <optional>
 #include <thread>
 
+#include "graph/op.h"
 #include "graph/op_registry.h"
+#include "graph/passes/functionalize.h"
 #include "graph/passes/fuse_attention.h"
 #include "graph/python/graph_calls.h"
 #include "inductor/python/prepared_call.h"
@@ -56,17 +58,12 @@ bool fresh_result(const Graph& g, NodeId id, const std::vector<bool>& rewritten)
   return op.has(kPointwise) || op.has(kReduction) || op.has(kExtern) || op.has(kComposite) || op.has(kCreation);
 }
 
-// `x += y` as `x + y`: the out-of-place op, when its result has x's dtype (no promotion to undo).
+// `x += y` as `x + y`: the out-of-place op (functional_form, graph/op.h, of a Python in-place
+// operator), when its result has x's dtype (no promotion to undo).
 std::optional<OpId> out_of_place_binary(const Graph& g, const Node& n) {
-  static const std::pair<const char*, const char*> kPairs[] = {{"operator.iadd", "operator.add"},
-                                                                {"operator.isub", "operator.sub"},
-                                                                {"operator.imul", "operator.mul"},
-                                                                {"operator.itruediv", "operator.truediv"}};
-  const OpDef& op = op_def(n.op);
-  const char* to = nullptr;
-  for (auto& [from, dst] : kPairs)
-    if (op.target == from) to = dst;
-  if (!to || n.args.size() != 2 || !n.args[0].is_node()) return std::nullopt;
+  Op to = functional_form(op_kind(n));
+  if (to == Op::Open || op_def(op_id(to)).style != PrintStyle::Infix) return std::nullopt;
+  if (n.args.size() != 2 || !n.args[0].is_node()) return std::nullopt;
   const ValueMeta a = g.meta_of(n.args[0]);
   if (a.kind != ValueMeta::Kind::Tensor || !is_floating(a.tensor.dtype)) return std::nullopt;
   const Value& b = n.args[1];
@@ -84,7 +81,7 @@ std::optional<OpId> out_of_place_binary(const Graph& g, const Node& n) {
   } else if (b.kind != Value::Kind::Float && b.kind != Value::Kind::Int) {
     return std::nullopt;
   }
-  return op_by_target(to);
+  return op_id(to);
 }
 
 }  // namespace
@@ -120,9 +117,9 @@ Graph functionalize_private_inplace(const Graph& g, int* count) {
       if (u > id || !fresh_result(out, u, rewritten)) private_x = false;
     }
     if (!private_x) continue;
-    Node& m = out.mutable_node(id);
-    if (flagged) m.args[static_cast<size_t>(flag)] = Value::of_bool(false);
-    else m.op = *binary;
+    Node functional;  // NB: n's metadata stays (no promotion to undo, see out_of_place_binary)
+    if (!out_of_place_call(nd, &functional).empty()) continue;
+    out.mutable_node(id) = std::move(functional);
     rewritten[static_cast<size_t>(id)] = true;
     if (count) ++*count;
   }
@@ -711,10 +708,10 @@ const loop::TensorRef* operand(const loop::ExternCall& e, const Value& v) {
 std::vector<int> CudaGraphModule::plan_tf32_attention() {
   std::vector<int> dims;
   if (!config().cuda_tf32_attention) return dims;
-  std::optional<OpId> sdpa = op_by_name("scaled_dot_product_attention");
+  const OpId sdpa = op_id(Op::scaled_dot_product_attention);
   for (size_t x = 0; x < prog_.externs.size(); ++x) {
     const loop::ExternCall& e = prog_.externs[x];
-    if (!sdpa || e.op != *sdpa || e.result < 0) continue;
+    if (e.op != sdpa || e.result < 0) continue;
     const OpDef& op = op_def(e.op);
     auto arg = [&](const char* name) -> const Value& { return e.args.at(static_cast<size_t>(op.schema.index_of(name))); };
     const loop::TensorRef *q = operand(e, arg("query")), *k = operand(e, arg("key")), *v = operand(e, arg("value"));
