@@ -116,6 +116,10 @@ class Lowerer {
 
 DType float_compute_dtype(DType dt);  // f16/bf16 -> f32; others unchanged
 
+// Whether n's result is on CUDA, whose eager kernels compute some ops by other formulas than CPU's
+// (the ATen CUDA kernel each rule follows is named there).
+inline bool on_cuda(const Lowerer& L, const Node& n) { return L.out_meta(n).device.type == Device::Type::CUDA; }
+
 // torch's strides for a view of (sizes, strides) as `shape`; nullopt where reshape copies.
 std::optional<std::vector<int64_t>> view_strides(const std::vector<int64_t>& oldshape, const std::vector<int64_t>& oldstride,
                                                  const std::vector<int64_t>& shape);
