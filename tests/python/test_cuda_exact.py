@@ -1,13 +1,16 @@
 """Compiled CUDA code is exactly eager CUDA (issue 29): the failures of the first GPU run of the
 codegen fuzzer (tests/fuzz/codegen_fuzz.py --device cuda), one test per class. Eager CUDA differs
 from eager CPU in places; each lowering names the ATen CUDA kernel it follows."""
+import operator
 import re
 
 import framefuse
 import pytest
 import torch
 import torch.nn.functional as F
-from cuda_util import fp32_and_fresh, gpu  # noqa: F401
+from cuda_util import fp32_and_fresh, gpu, need_nvrtc  # noqa: F401
+from framefuse import cuda
+from framefuse.graph import Graph
 
 pytestmark = pytest.mark.usefixtures("fp32_and_fresh")
 
@@ -162,3 +165,43 @@ def test_reduced_float_arithmetic_with_a_number(dtype):
         return (x * 2,)
 
     _compiled_equals_eager(inplace, x)
+
+
+# ---- the formulas in the generated source (NVRTC, no GPU needed) -----------------------------------
+
+
+def _cuda_source(fn, *inputs, tmp_path):
+    """The CUDA C++ framefuse generates for fn's graph with every tensor on cuda:0 (graph code
+    parsed with the device replaced: no GPU needed)."""
+    need_nvrtc()
+    g = Graph()
+    g.output(fn(g, *[g.placeholder(f"x{i}", t) for i, t in enumerate(inputs)]))
+    tensor = re.compile(r'\b([a-z]+[0-9]+\[[^\]]*\](?:\[[^\]]*\])?)(?:cpu|cuda:[0-9]+|meta)?')
+    code = re.sub(r'"[^"]*"', lambda m: tensor.sub(r"\1cuda:0", m.group(0)), g.code())
+    with framefuse.config.patch(cache_dir=str(tmp_path)):
+        return cuda.compile_graph(Graph.parse(code), arch="sm_90").source
+
+
+@pytest.mark.parametrize("dtype, sixth", [(torch.float64, "0.1666666716337204"), (torch.float32, "0.166666672f")])
+def test_source_hardswish_times_the_float_sixth(dtype, sixth, tmp_path):
+    src = _cuda_source(lambda g, x: (g.call(F.hardswish, x), g.call(F.hardsigmoid, x)), torch.randn(8, dtype=dtype),
+                       tmp_path=tmp_path)
+    assert src.count(sixth) >= 2, src
+    assert "/ 6." not in src, src
+
+
+def test_source_division_by_a_number_times_its_float_reciprocal(tmp_path):
+    src = _cuda_source(lambda g, x: (g.call(torch.div, x, 2.5),), torch.ones(33, dtype=torch.int16), tmp_path=tmp_path)
+    assert "0.400000006f" in src and "2.5" not in src, src
+
+
+def test_source_clamp_ignores_a_nan_bound(tmp_path):
+    src = _cuda_source(lambda g, x: (g.call(torch.clamp, x, min=float("nan")),), torch.ones(8, dtype=torch.bfloat16),
+                       tmp_path=tmp_path)
+    assert "FF_NAN" not in src, src
+
+
+def test_source_reduced_float_subtraction_reads_the_number_at_float(tmp_path):
+    src = _cuda_source(lambda g, x: (g.call(operator.sub, x, 0.3333333333333333),), torch.ones(8, dtype=torch.float16),
+                       tmp_path=tmp_path)
+    assert "0.333333343f" in src, src  # not the f16 0.333251953
