@@ -78,7 +78,10 @@ LT arith(Lowerer& L, const Node& n, const Value& a, const Value& b, BinaryOp op,
   // NB: eager CUDA's add/sub/mul (opmath_symmetric_gpu_kernel_with_scalars, cuda/Loops.cuh) read a
   // cpu scalar at opmath, on every torch; eager CPU's add/sub convert it to the result dtype.
   bool cuda = on_cuda(L, n);
-  DType compute = binary_operands(L, reflected ? a : b, out, op == BinaryOp::Mul || cuda, &x, &y, cuda);
+  // `0.5 - t` (rsub): the number is the first operand, read at opmath too.
+  bool number_first = cuda && !reflected && a.is_number() && !b.is_number();
+  DType compute = number_first ? binary_operands(L, a, out, true, &y, &x, cuda)
+                               : binary_operands(L, reflected ? a : b, out, op == BinaryOp::Mul || cuda, &x, &y, cuda);
   std::vector<LT> ops{x, y};
   // alpha converted to the result dtype like the operands (exact for int64).
   if (scaled) ops.push_back(L.tensor(*alpha));
