@@ -158,7 +158,7 @@ def test_reduced_float_arithmetic_with_a_number(dtype):
     # Eager CUDA reads a cpu scalar at opmath (float) in add/sub/mul; pow_tensor_scalar_kernel_impl
     # multiplies in the dtype itself, so x ** 3 rounds x * x first.
     x = _rand((7, 7, 2), dtype, -16, 16)
-    _compiled_equals_eager(lambda x: (x - 0.3333333333333333, x + 0.1, 0.1 + x, x * 0.3, x ** 3, x ** 2), x)
+    _compiled_equals_eager(lambda x: (x - 0.3333333333333333, 0.3 - x, x + 0.1, 0.1 + x, x * 0.3, x ** 3, x ** 2), x)
 
     def inplace(x):
         x += 0.3333333333333333
