@@ -822,8 +822,8 @@ loop::Program Lowerer::run() {
   return std::move(prog_);
 }
 
-loop::Program lower_graph(const Graph& g, std::vector<std::string>* notes) {
-  Lowerer L(g, notes);
+loop::Program lower_graph(const Graph& g, std::vector<std::string>* notes, EagerDevice like) {
+  Lowerer L(g, notes, like);
   loop::Program p = L.run();
   std::string err = loop::verify_program(p);
   FF_CHECK(err.empty(), "lowering produced an invalid program: " + err + "\n" + loop::program_str(p));

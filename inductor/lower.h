@@ -19,6 +19,9 @@ namespace ff::inductor {
 // Lowers `g`. Throws ff::Unsupported when the graph cannot be compiled as a whole (a non-CPU
 // tensor, an in-place op); the caller then runs the graph on the reference runner.
 // `notes` receives one line per decision worth logging (extern calls and why, realizations).
-loop::Program lower_graph(const Graph& g, std::vector<std::string>* notes = nullptr);
+// `like`: whose eager kernels to follow where eager CPU and eager CUDA compute an op by different
+// formulas (the graph itself is device-neutral by then: cuda_runner.cpp, device_neutral).
+enum class EagerDevice { CPU, CUDA };
+loop::Program lower_graph(const Graph& g, std::vector<std::string>* notes = nullptr, EagerDevice like = EagerDevice::CPU);
 
 }  // namespace ff::inductor

@@ -46,8 +46,9 @@ bool opmath_scalar(Lowerer& L, const Value& v, DType out, bool cuda) {
   if (!(out == DType::Float16 || out == DType::BFloat16) || (!cuda && !torch_at_least(2, 0))) return false;
   if (v.is_number()) return true;
   const Node* t = v.is_node() ? &L.graph().node(v.node) : nullptr;
-  // NB: on CUDA only a CPU 0-dim tensor is a "cpu scalar"; a CUDA one is read at the common dtype.
-  return t && t->meta.is_tensor() && t->meta.tensor.dim() == 0 && (!cuda || t->meta.tensor.device.type == Device::Type::CPU);
+  // NB: on CUDA a 0-dim tensor (a CUDA one: the graph does not mix devices) is no "cpu scalar":
+  // it is read at the common dtype.
+  return !cuda && t && t->meta.is_tensor() && t->meta.tensor.dim() == 0;
 }
 
 // The operands of a binary op converted as eager converts them: both to the result dtype `out`,
@@ -77,7 +78,7 @@ LT arith(Lowerer& L, const Node& n, const Value& a, const Value& b, BinaryOp op,
   if (reflected) std::swap(x, y);
   // NB: eager CUDA's add/sub/mul (opmath_symmetric_gpu_kernel_with_scalars, cuda/Loops.cuh) read a
   // cpu scalar at opmath, on every torch; eager CPU's add/sub convert it to the result dtype.
-  bool cuda = on_cuda(L, n);
+  bool cuda = on_cuda(L);
   // `0.5 - t` (rsub): the number is the first operand, read at opmath too.
   bool number_first = cuda && !reflected && a.is_number() && !b.is_number();
   DType compute = number_first ? binary_operands(L, a, out, true, &y, &x, cuda)
@@ -115,7 +116,7 @@ LT div_rule(Lowerer& L, const Node& n, const Value& a, const Value& b, const Val
     return Lowerer::map({r, s}, compute, out, [](const V& v) { return loop::binary(BinaryOp::Mul, v[0], v[1]); });
   }
   LT x = L.tensor(a), y = L.tensor(b);
-  if (on_cuda(L, n) && b.is_number()) {
+  if (on_cuda(L) && b.is_number()) {
     // NB: eager CUDA (div_true_kernel_cuda, cuda/BinaryDivTrueKernel.cu) multiplies by the
     // reciprocal of a cpu scalar divisor, taken on the host in opmath: a * (1 / b).
     DType ct = float_compute_dtype(out);
@@ -137,7 +138,7 @@ LT pow_rule(Lowerer& L, const Node& n, const Value& a, const Value& b) {
     // vector type rounds every op); f16 and wider compute them in one go.
     // Eager CUDA (pow_tensor_scalar_kernel_impl, cuda/PowKernel.cu) multiplies in the dtype itself,
     // so there f16 rounds each step too.
-    bool each_step = out == DType::BFloat16 || (out == DType::Float16 && on_cuda(L, n));
+    bool each_step = out == DType::BFloat16 || (out == DType::Float16 && on_cuda(L));
     auto step = [out, each_step](const Expr& x) { return each_step ? loop::narrow(x, out) : x; };
     if (e == 1.0) return m([](const Expr& x) { return x; });
     if (e == 2.0) return m([](const Expr& x) { return loop::binary(BinaryOp::Mul, x, x); });

@@ -66,7 +66,7 @@ LT clamp_rule(Lowerer& L, const Node& n, const char* lo_name, const char* hi_nam
   // NB: eager CUDA's number bounds (launch_clamp_scalar, cuda/TensorCompare.cu) compare
   // `val < lo` and `hi < val` in opmath, so a NaN bound is never taken: it is as if absent.
   auto nan_number = [](const Value* v) { return v && v->is_number() && std::isnan(v->as_double()); };
-  if (on_cuda(L, n) && !((lo && lo->is_node()) || (hi && hi->is_node()))) {
+  if (on_cuda(L) && !((lo && lo->is_node()) || (hi && hi->is_node()))) {
     if (nan_number(lo)) lo = nullptr;
     if (nan_number(hi)) hi = nullptr;
     if (!lo && !hi) return L.tensor(n.args[0]).dtype == out ? L.tensor(n.args[0]) : Lowerer::cast(L.tensor(n.args[0]), out);
@@ -156,7 +156,7 @@ void add_extra_rules(OpRules& r) {
   // one_sixth, the float 1.0f / 6.0f even in double; eager CPU divides by 6.
   r["hardsigmoid"] = [](Lowerer& L, const Node& n) {
     no_inplace(L, n);
-    bool cuda = on_cuda(L, n);
+    bool cuda = on_cuda(L);
     // NB: eager's formula, min(max(x + 3, 0), 6) / 6: x / 6 + 0.5 rounds differently.
     return float_map(L, n, [cuda](const Expr& x) {
       Expr a = c(0, x), b = c(6, x);
@@ -166,7 +166,7 @@ void add_extra_rules(OpRules& r) {
   };
   r["hardswish"] = [](Lowerer& L, const Node& n) {
     no_inplace(L, n);
-    bool cuda = on_cuda(L, n);
+    bool cuda = on_cuda(L);
     return float_map(L, n, [cuda](const Expr& x) {
       Expr a = c(0, x), b = c(6, x);
       Expr r = bin(BinaryOp::Mul, x, clamp_expr(bin(BinaryOp::Add, x, c(3, x)), &a, &b));

@@ -721,9 +721,9 @@ Program collapse_outer_loops(const Program& p, int64_t min_extent) {
   return out;
 }
 
-Program compile_to_loop_ir(const Graph& g) {
+Program compile_to_loop_ir(const Graph& g, EagerDevice like) {
   std::vector<std::string> notes, fusion_log, mem_log;
-  Program p = lower_graph(g, &notes);
+  Program p = lower_graph(g, &notes, like);
   p = fuse_kernels(p, &fusion_log);
   p = eliminate_dead_stores(p);
   p = plan_memory(p, &mem_log);

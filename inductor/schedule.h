@@ -8,6 +8,7 @@
 
 #include "graph/ir.h"
 #include "inductor/loop_ir.h"
+#include "inductor/lower.h"
 
 namespace ff::inductor {
 
@@ -48,6 +49,6 @@ loop::Program write_epilogues_in_place(const loop::Program& p, std::vector<std::
 
 // The whole pipeline: lower, fuse, eliminate dead stores, plan memory; verifies after each pass
 // and logs (`schedule`, `fusion`, `output_code` artifacts) when enabled.
-loop::Program compile_to_loop_ir(const Graph& g);
+loop::Program compile_to_loop_ir(const Graph& g, EagerDevice like = EagerDevice::CPU);
 
 }  // namespace ff::inductor

@@ -206,7 +206,7 @@ CudaGraphModule::CudaGraphModule(const Graph& g, const CudaCompileOptions& opts)
                                                      : "config cuda_channels_last is off";
   }
   Graph neutral = device_neutral(graph_, &device_, opts.assume_cuda);
-  prog_ = inductor::compile_to_loop_ir(neutral);
+  prog_ = inductor::compile_to_loop_ir(neutral, inductor::EagerDevice::CUDA);
   writes_.prepare(prog_);
   num_inputs_ = graph_.placeholders().size() - folded_.size();
   autotune_ = opts.mode == "max-autotune";
