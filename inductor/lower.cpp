@@ -810,13 +810,13 @@ loop::Program Lowerer::run() {
   return std::move(prog_);
 }
 
-loop::Program lower_graph(const Graph& g, std::vector<std::string>* notes, bool cpu_only) {
+loop::Program lower_graph(const Graph& g, std::vector<std::string>* notes, EagerDevice like) {
   for (const Node& n : g.nodes()) {
-    if (!cpu_only || n.kind == NodeKind::Output) continue;
+    if (like != EagerDevice::CPU || n.kind == NodeKind::Output) continue;
     if (n.meta.is_tensor() && n.meta.tensor.device.type != Device::Type::CPU)
       throw Unsupported("tensor " + n.name + " is on " + n.meta.tensor.device.str() + ": the CPU code generator only handles CPU tensors");
   }
-  Lowerer L(g, notes);
+  Lowerer L(g, notes, like);
   loop::Program p = L.run();
   std::string err = loop::verify_program(p);
   FF_CHECK(err.empty(), "lowering produced an invalid program: " + err + "\n" + loop::program_str(p));

@@ -19,8 +19,11 @@ namespace ff::inductor {
 // Lowers `g`. Throws ff::Unsupported when the graph cannot be compiled as a whole (a non-CPU
 // tensor, an in-place op); the caller then runs the graph on the reference runner.
 // `notes` receives one line per decision worth logging (extern calls and why, realizations).
-// `cpu_only`: refuse tensors on other devices. The loop IR itself is device-neutral (it reads sizes,
-// strides and dtypes), so the CUDA pipeline lowers a graph of CUDA tensors as it is.
-loop::Program lower_graph(const Graph& g, std::vector<std::string>* notes = nullptr, bool cpu_only = true);
+// `like`: whose eager kernels to follow where eager CPU and eager CUDA compute an op by different
+// formulas. With EagerDevice::CPU, tensors on other devices are refused; the loop IR itself is
+// device-neutral (it reads sizes, strides and dtypes), so the CUDA pipeline lowers a graph of CUDA
+// tensors as it is.
+enum class EagerDevice { CPU, CUDA };
+loop::Program lower_graph(const Graph& g, std::vector<std::string>* notes = nullptr, EagerDevice like = EagerDevice::CPU);
 
 }  // namespace ff::inductor

@@ -12,6 +12,7 @@
 #include "graph/op.h"
 #include "graph/op_registry.h"
 #include "inductor/loop_ir.h"
+#include "inductor/lower.h"
 
 namespace ff::inductor {
 
@@ -48,8 +49,9 @@ void add_extra_rules(OpRules& rules);  // lower_ops_extra.cpp
 
 class Lowerer {
  public:
-  explicit Lowerer(const Graph& g, std::vector<std::string>* notes) : g_(g), notes_(notes) {}
+  Lowerer(const Graph& g, std::vector<std::string>* notes, EagerDevice like = EagerDevice::CPU) : g_(g), notes_(notes), like_(like) {}
   loop::Program run();
+  EagerDevice like() const { return like_; }
 
   // ---- operands of the node being lowered ----
   const Value& arg(const Node& n, const char* name) const;
@@ -109,6 +111,7 @@ class Lowerer {
 
   const Graph& g_;
   std::vector<std::string>* notes_;
+  EagerDevice like_;
   loop::Program prog_;
   std::vector<std::optional<LT>> values_;
   std::vector<int> users_;
@@ -120,6 +123,10 @@ class Lowerer {
 };
 
 DType float_compute_dtype(DType dt);  // f16/bf16 -> f32; others unchanged
+
+// Whether the graph is lowered for CUDA, whose eager kernels compute some ops by other formulas
+// than CPU's (the ATen CUDA kernel each rule follows is named there).
+inline bool on_cuda(const Lowerer& L) { return L.like() == EagerDevice::CUDA; }
 
 // torch's strides for a view of (sizes, strides) as `shape`; nullopt where reshape copies.
 std::optional<std::vector<int64_t>> view_strides(const std::vector<int64_t>& oldshape, const std::vector<int64_t>& oldstride,

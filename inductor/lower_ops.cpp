@@ -42,18 +42,20 @@ Expr sigmoid(const Expr& x) {
 // Whether eager's CPU kernel reads operand v (the second operand of mul or div) at opmath precision
 // instead of converted to the result dtype: torch >= 2.0 does for a reduced-float result when v is a
 // Python number or a 0-dim tensor (TensorIterator's "cpu scalar", read from its original dtype).
-bool opmath_scalar(Lowerer& L, const Value& v, DType out) {
-  if (!(out == DType::Float16 || out == DType::BFloat16) || !torch_at_least(2, 0)) return false;
+bool opmath_scalar(Lowerer& L, const Value& v, DType out, bool cuda) {
+  if (!(out == DType::Float16 || out == DType::BFloat16) || (!cuda && !torch_at_least(2, 0))) return false;
   if (v.is_number()) return true;
   const Node* t = v.is_node() ? &L.graph().node(v.node) : nullptr;
-  return t && t->meta.is_tensor() && t->meta.tensor.dim() == 0;
+  // NB: on CUDA a 0-dim tensor (a CUDA one: the graph does not mix devices) is no "cpu scalar":
+  // it is read at the common dtype.
+  return !cuda && t && t->meta.is_tensor() && t->meta.tensor.dim() == 0;
 }
 
 // The operands of a binary op converted as eager converts them: both to the result dtype `out`,
 // except a scalar second operand of mul/div read at opmath precision (opmath_scalar). Returns the
 // dtype to compute in.
-DType binary_operands(Lowerer& L, const Value& b, DType out, bool scalar_at_opmath, LT* x, LT* y) {
-  if (!scalar_at_opmath || !opmath_scalar(L, b, out)) return out;
+DType binary_operands(Lowerer& L, const Value& b, DType out, bool scalar_at_opmath, LT* x, LT* y, bool cuda = false) {
+  if (!scalar_at_opmath || !opmath_scalar(L, b, out, cuda)) return out;
   *x = Lowerer::cast(*x, out);
   return float_compute_dtype(out);
 }
@@ -74,7 +76,13 @@ LT arith(Lowerer& L, const Node& n, const Value& a, const Value& b, BinaryOp op,
   // Python's reflected operators: `2.5 * t` runs t.__rmul__(2.5), i.e. mul(t, 2.5).
   bool reflected = (op == BinaryOp::Mul || op == BinaryOp::Add) && op_def(n.op).style == PrintStyle::Infix && a.is_number();
   if (reflected) std::swap(x, y);
-  DType compute = binary_operands(L, reflected ? a : b, out, op == BinaryOp::Mul, &x, &y);
+  // NB: eager CUDA's add/sub/mul (opmath_symmetric_gpu_kernel_with_scalars, cuda/Loops.cuh) read a
+  // cpu scalar at opmath, on every torch; eager CPU's add/sub convert it to the result dtype.
+  bool cuda = on_cuda(L);
+  // `0.5 - t` (rsub): the number is the first operand, read at opmath too.
+  bool number_first = cuda && !reflected && a.is_number() && !b.is_number();
+  DType compute = number_first ? binary_operands(L, a, out, true, &y, &x, cuda)
+                               : binary_operands(L, reflected ? a : b, out, op == BinaryOp::Mul || cuda, &x, &y, cuda);
   std::vector<LT> ops{x, y};
   // alpha converted to the result dtype like the operands (exact for int64).
   if (scaled) ops.push_back(L.tensor(*alpha));
@@ -108,6 +116,13 @@ LT div_rule(Lowerer& L, const Node& n, const Value& a, const Value& b, const Val
     return Lowerer::map({r, s}, compute, out, [](const V& v) { return loop::binary(BinaryOp::Mul, v[0], v[1]); });
   }
   LT x = L.tensor(a), y = L.tensor(b);
+  if (on_cuda(L) && b.is_number()) {
+    // NB: eager CUDA (div_true_kernel_cuda, cuda/BinaryDivTrueKernel.cu) multiplies by the
+    // reciprocal of a cpu scalar divisor, taken on the host in opmath: a * (1 / b).
+    DType ct = float_compute_dtype(out);
+    double inv = ct == DType::Float32 ? static_cast<double>(1.0f / static_cast<float>(b.as_double())) : 1.0 / b.as_double();
+    return Lowerer::map({x}, ct, out, [inv](const V& v) { return loop::binary(BinaryOp::Mul, v[0], fconst(inv, v[0])); });
+  }
   DType compute = binary_operands(L, b, out, true, &x, &y);
   return Lowerer::map({x, y}, compute, out, [](const V& v) { return loop::binary(BinaryOp::Div, v[0], v[1]); });
 }
@@ -121,7 +136,10 @@ LT pow_rule(Lowerer& L, const Node& n, const Value& a, const Value& b) {
     auto m = [&](std::function<Expr(const Expr&)> f) { return Lowerer::map({L.tensor(a)}, ct, out, [f](const V& v) { return f(v[0]); }); };
     // NB: eager's bf16 kernel rounds x*x to bf16 before the next step of x**3 and x**-2 (its
     // vector type rounds every op); f16 and wider compute them in one go.
-    auto step = [out](const Expr& x) { return out == DType::BFloat16 ? loop::narrow(x, out) : x; };
+    // Eager CUDA (pow_tensor_scalar_kernel_impl, cuda/PowKernel.cu) multiplies in the dtype itself,
+    // so there f16 rounds each step too.
+    bool each_step = out == DType::BFloat16 || (out == DType::Float16 && on_cuda(L));
+    auto step = [out, each_step](const Expr& x) { return each_step ? loop::narrow(x, out) : x; };
     if (e == 1.0) return m([](const Expr& x) { return x; });
     if (e == 2.0) return m([](const Expr& x) { return loop::binary(BinaryOp::Mul, x, x); });
     if (e == 3.0) return m([step](const Expr& x) { return loop::binary(BinaryOp::Mul, step(loop::binary(BinaryOp::Mul, x, x)), x); });

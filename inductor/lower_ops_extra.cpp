@@ -63,6 +63,14 @@ LT clamp_rule(Lowerer& L, const Node& n, const char* lo_name, const char* hi_nam
   std::vector<LT> ops{L.tensor(n.args[0])};
   const Value* lo = lo_name && !L.arg(n, lo_name).is_none() ? &L.arg(n, lo_name) : nullptr;
   const Value* hi = hi_name && !L.arg(n, hi_name).is_none() ? &L.arg(n, hi_name) : nullptr;
+  // NB: eager CUDA's number bounds (launch_clamp_scalar, cuda/TensorCompare.cu) compare
+  // `val < lo` and `hi < val` in opmath, so a NaN bound is never taken: it is as if absent.
+  auto nan_number = [](const Value* v) { return v && v->is_number() && std::isnan(v->as_double()); };
+  if (on_cuda(L) && !((lo && lo->is_node()) || (hi && hi->is_node()))) {
+    if (nan_number(lo)) lo = nullptr;
+    if (nan_number(hi)) hi = nullptr;
+    if (!lo && !hi) return L.tensor(n.args[0]).dtype == out ? L.tensor(n.args[0]) : Lowerer::cast(L.tensor(n.args[0]), out);
+  }
   if (lo) ops.push_back(L.tensor(*lo));
   if (hi) ops.push_back(L.tensor(*hi));
   // NB: eager has two kernels. Tensor bounds: min(max(x, lo), hi) with NaN from any operand.
@@ -144,19 +152,25 @@ void add_extra_rules(OpRules& r) {
       return loop::select(bin(BinaryOp::Gt, x, c(0, x)), x, bin(BinaryOp::Mul, c(alpha, x), un(UnaryOp::Expm1, x)));
     });
   };
+  // NB: eager CUDA (hardsigmoid_kernel, hardswish_kernel in ActivationHard*Kernel.cu) multiplies by
+  // one_sixth, the float 1.0f / 6.0f even in double; eager CPU divides by 6.
   r[Op::hardsigmoid] = [](Lowerer& L, const Node& n) {
     no_inplace(L, n);
+    bool cuda = on_cuda(L);
     // NB: eager's formula, min(max(x + 3, 0), 6) / 6: x / 6 + 0.5 rounds differently.
-    return float_map(L, n, [](const Expr& x) {
+    return float_map(L, n, [cuda](const Expr& x) {
       Expr a = c(0, x), b = c(6, x);
-      return bin(BinaryOp::Div, clamp_expr(bin(BinaryOp::Add, x, c(3, x)), &a, &b), c(6, x));
+      Expr r = clamp_expr(bin(BinaryOp::Add, x, c(3, x)), &a, &b);
+      return cuda ? bin(BinaryOp::Mul, r, c(static_cast<double>(1.0f / 6.0f), x)) : bin(BinaryOp::Div, r, c(6, x));
     });
   };
   r[Op::hardswish] = [](Lowerer& L, const Node& n) {
     no_inplace(L, n);
-    return float_map(L, n, [](const Expr& x) {
+    bool cuda = on_cuda(L);
+    return float_map(L, n, [cuda](const Expr& x) {
       Expr a = c(0, x), b = c(6, x);
-      return bin(BinaryOp::Div, bin(BinaryOp::Mul, x, clamp_expr(bin(BinaryOp::Add, x, c(3, x)), &a, &b)), c(6, x));
+      Expr r = bin(BinaryOp::Mul, x, clamp_expr(bin(BinaryOp::Add, x, c(3, x)), &a, &b));
+      return cuda ? bin(BinaryOp::Mul, r, c(static_cast<double>(1.0f / 6.0f), x)) : bin(BinaryOp::Div, r, c(6, x));
     });
   };
   r[Op::softplus] = [](Lowerer& L, const Node& n) {

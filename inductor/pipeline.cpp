@@ -66,7 +66,7 @@ void check_program(const loop::Program& p, std::string_view after) {
 // Graph -> loop IR: the one pass that changes IR.
 loop::Program lower(const Graph& g, std::vector<std::string>* notes, bool cpu_only, const PassObserver* observer) {
   auto t0 = std::chrono::steady_clock::now();
-  loop::Program p = lower_graph(g, notes, cpu_only);
+  loop::Program p = lower_graph(g, notes, cpu_only ? EagerDevice::CPU : EagerDevice::CUDA);
   log_pass("lower_graph", ms_since(t0));
   if (verifying()) check_program(p, "lower_graph");
   if (print_after("lower_graph")) log_emit(LogArtifact::pass_ir, "loop IR after lower_graph:\n" + loop::program_str(p));

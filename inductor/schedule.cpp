@@ -12,10 +12,10 @@ using loop::Kernel;
 using loop::Program;
 using loop::Step;
 
-Program compile_to_loop_ir(const Graph& g) {
+Program compile_to_loop_ir(const Graph& g, EagerDevice like) {
   std::vector<std::string> notes;
   std::map<std::string, std::vector<std::string>> logs;  // pass name -> its decisions
-  Program p = lower_graph(g, &notes);
+  Program p = lower_graph(g, &notes, like);
   for (const LoopPass& pass : schedule_passes()) {
     p = pass.run(p, &logs[pass.name]);
 #ifndef NDEBUG

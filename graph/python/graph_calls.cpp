@@ -59,7 +59,7 @@ struct FallbackCall {
   std::optional<Device> requested_device;  // a `device=` argument, replaced by "meta" in the call
   std::vector<Device> input_devices;
   std::vector<std::pair<py::object, int64_t>> inputs;  // the meta tensors passed, with their versions
-  bool probe = false;  // real CPU tensors of ones instead of meta tensors (kernel_exists)
+  bool probe = false;  // real tensors of ones on the operand's device instead of meta tensors (kernel_exists)
 
   py::object to_meta_py(const Value& v) {
     if (v.is_node()) {
@@ -75,7 +75,7 @@ struct FallbackCall {
         std::vector<int64_t> sizes = t.sizes;
         if (t.numel() > 4096)
           for (int64_t& d : sizes) d = std::min<int64_t>(d, 1);
-        return tt.torch.attr("ones")(int_tuple(sizes), py::arg("dtype") = dtype);
+        return tt.torch.attr("ones")(int_tuple(sizes), py::arg("dtype") = dtype, py::arg("device") = t.device.str());
       }
       py::object meta = tt.empty_strided(int_tuple(t.sizes), int_tuple(t.strides), py::arg("dtype") = dtype,
                                          py::arg("device") = "meta");
@@ -126,6 +126,11 @@ struct FallbackCall {
   }
 };
 
+bool cuda_capturing() {
+  py::object cuda = torch_types().torch.attr("cuda");
+  return py::hasattr(cuda, "is_current_stream_capturing") && cuda.attr("is_current_stream_capturing")().cast<bool>();
+}
+
 // Meta tensors type a call without running a kernel: abs of a bool tensor, or a float16 op on
 // torch 1.13's CPU, types fine but raises in eager. A pointwise, reduction or composite call on CPU
 // tensors whose meta came from the fallback is therefore run once on small real tensors of the
@@ -141,8 +146,13 @@ bool kernel_exists(const OpDef& op, const std::vector<Value>& bound, const Graph
   for (const Value& v : bound) {
     if (v.is_node() && g.node(v.node).meta.is_tensor()) {
       const TensorMeta& t = g.node(v.node).meta.tensor;
-      if (t.device.type != Device::Type::CPU) return true;
-      key += "|" + std::string(dtype_name(t.dtype)) + std::to_string(t.dim());
+      // NB: CUDA's kernels support other dtypes than CPU's ("floor_cuda" not implemented for
+      // 'Bool'), so a CUDA call is probed on its own device: eager's CUDA dispatch decides. Only
+      // pointwise ops and reductions there: ones as an index could trip a device-side assert.
+      bool cuda = t.device.type == Device::Type::CUDA && (op.traits & (kPointwise | kReduction));
+      if (t.device.type != Device::Type::CPU && !cuda) return true;
+      if (cuda && cuda_capturing()) return true;  // a probe would be recorded into the user's CUDA graph
+      key += "|" + t.device.str() + std::string(dtype_name(t.dtype)) + std::to_string(t.dim());
     } else if (v.is_node()) {
       return true;  // a value known only at run time
     } else {

@@ -279,6 +279,16 @@ CudaGraphModule::CudaGraphModule(const Graph& g, const CudaCompileOptions& opts)
       if (!is_output) free_after_[static_cast<size_t>(last[b])].push_back(static_cast<int>(b));
     }
   }
+  // NB: an output with no elements has no kernel (Lowerer::store_kernel stores nothing), so no step
+  // allocates it; it is still made, as the CPU runtime makes every buffer an output views.
+  alloc_unstored_.clear();
+  for (auto& [nid, ref] : prog_.outputs) {
+    loop::BufferRole role = prog_.buffers[static_cast<size_t>(ref.buf)].role;
+    bool made = role == loop::BufferRole::Intermediate || role == loop::BufferRole::Output;
+    if (made && first[static_cast<size_t>(ref.buf)] < 0 &&
+        std::find(alloc_unstored_.begin(), alloc_unstored_.end(), ref.buf) == alloc_unstored_.end())
+      alloc_unstored_.push_back(ref.buf);
+  }
   plan_packed_weights(to_pack, std::move(pack_cubin), first, last);
   for (int i : cl_indices_) {
     if (std::find(pack_.inputs.begin(), pack_.inputs.end(), i) != pack_.inputs.end()) continue;
@@ -658,6 +668,7 @@ py::object CudaGraphModule::run(const std::vector<py::object>& given) {
     }
     for (NodeId id : release_after_[s]) node_objs[static_cast<size_t>(id)] = py::none();
   }
+  for (int b : alloc_unstored_) bufs[static_cast<size_t>(b)] = alloc(b);
   for (auto& [nid, ref] : prog_.outputs) node_objs[static_cast<size_t>(nid)] = view(bufs, ref.buf, ref);
   for (auto& [nid, meta] : cl_restore_) {
     py::object t = node_objs[static_cast<size_t>(nid)];

@@ -95,6 +95,7 @@ class CudaGraphModule {
   std::unique_ptr<CudaModule> module_;
   // Buffers first/last used at each step.
   std::vector<std::vector<int>> alloc_at_, free_after_;  // [step] -> buffers
+  std::vector<int> alloc_unstored_;  // graph outputs no step touches: no elements, so no kernel stores them
   std::vector<std::vector<NodeId>> release_after_;       // [step] -> nodes whose held value goes
   pybind11::object torch_, empty_strided_, raw_stream_, device_obj_;
   std::vector<pybind11::object> dtype_objs_;  // per buffer
