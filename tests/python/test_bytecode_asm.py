@@ -7,7 +7,6 @@ without importing the framefuse package.
 """
 from __future__ import annotations
 
-import collections
 import contextlib
 import dis
 import importlib.machinery
@@ -348,8 +347,8 @@ def test_verifier_rejects_negative_stack():
 def test_verifier_rejects_overlapping_exception_ranges():
     code = f_try.__code__
     entries = [tuple(e) for e in T.parse_exception_table(code.co_exceptiontable)]
-    s, l, t, d, la = entries[1]
-    entries[1] = (entries[0][0], l + (s - entries[0][0]), t, d, la)
+    s, n, t, d, la = entries[1]
+    entries[1] = (entries[0][0], n + (s - entries[0][0]), t, d, la)
     _expect_rejected(code.replace(co_exceptiontable=T.write_exception_table(entries)), "overlap")
 
 

@@ -8,11 +8,9 @@ import re
 
 import pytest
 import torch
-import torch.nn as nn
 import torch.nn.functional as F
 
 import framefuse
-from framefuse import _C
 from framefuse.graph import Graph
 from interp_models import CausalSelfAttention, GPTConfig
 
@@ -51,7 +49,7 @@ def rewrite(fn, *args):
 
 def sdpa_args(code):
     """The arguments of the one scaled_dot_product_attention call in graph code, as text."""
-    (line,) = [l for l in code.splitlines() if "torch.nn.functional.scaled_dot_product_attention(" in l]
+    (line,) = [ln for ln in code.splitlines() if "torch.nn.functional.scaled_dot_product_attention(" in ln]
     return line.split("scaled_dot_product_attention(", 1)[1].rsplit(")", 1)[0].split(", ")
 
 

@@ -8,7 +8,7 @@ import torch
 import framefuse
 from framefuse import _C
 from capture_specs import local, stats, tensor_args_capture, tracer
-from check_modes import HAS_TENSOR_GUARDS, MODES, check_mode
+from check_modes import MODES, check_mode
 
 SCALE = 2
 

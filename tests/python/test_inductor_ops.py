@@ -309,13 +309,13 @@ def test_inplace_on_input_or_shared_value_runs_eagerly():
     (v,) = cg(x)
     assert torch.equal(x, torch.relu(a)) and torch.equal(v, torch.relu(a).view(20))
     # the mutated intermediate has another user that reads it afterwards
-    fn = lambda g, x: (lambda t: (g.call(F.relu, t, inplace=True), g.call(torch.mul, t, 3.0)))(g.call(torch.sub, x, 0.1))
+    fn = lambda g, x: (lambda t: (g.call(F.relu, t, inplace=True), g.call(torch.mul, t, 3.0)))(g.call(torch.sub, x, 0.1))  # noqa: E731
     g, cg = _compiled(fn, [a])
     assert not isinstance(cg, _C.inductor.CompiledGraph)
     r, m = cg(a)
     assert torch.equal(r, torch.relu(a - 0.1)) and torch.equal(m, torch.relu(a - 0.1) * 3.0)
     # a view of an intermediate: mutating it mutates its base
-    fn = lambda g, x: g.call(operator.iadd, g.call(torch.Tensor.view, g.call(torch.exp, x), 20), 1.0)
+    fn = lambda g, x: g.call(operator.iadd, g.call(torch.Tensor.view, g.call(torch.exp, x), 20), 1.0)  # noqa: E731
     g, cg = _compiled(fn, [a])
     assert not isinstance(cg, _C.inductor.CompiledGraph)
     torch.testing.assert_close(cg(a)[0], torch.exp(a).view(20) + 1)

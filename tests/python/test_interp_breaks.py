@@ -64,7 +64,7 @@ def test_unknown_c_function():
 def test_unhandled_opcode():
     def f(x):
         match x.shape:
-            case (a, b):
+            case (a, b):  # noqa: F841 - the pattern under test binds both
                 return x * a
         return x
     b = brk(f, x)

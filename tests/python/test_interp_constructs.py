@@ -6,10 +6,8 @@ import enum
 import functools
 import math
 
-import pytest
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 
 from interp_util import brk, check, trace
 
@@ -73,7 +71,7 @@ def test_containers_and_unpacking():
     def f(x, y):
         pair = (x, y)
         a, b = pair
-        first, *rest = [a, b, a]
+        first, *rest = [a, b, a]  # noqa: F841 - the unpacking under test
         d = {"a": a, "b": b}
         d["c"] = rest[0] + rest[1]
         s = {1, 2, 3}
@@ -86,7 +84,7 @@ def test_comprehensions():
         ys = [t * i for i, t in enumerate(xs)]
         d = {i: t.sum() for i, t in enumerate(xs) if i != 1}
         return sum(ys), d, {n % 2 for n in range(5)}
-    r = check(f, [x4, y4, x4])
+    check(f, [x4, y4, x4])
     assert "len(L['xs']) == 3" in trace(f, [x4, y4, x4])["guards"]
 
 

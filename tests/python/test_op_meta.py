@@ -17,7 +17,7 @@ import framefuse
 from framefuse import _C
 from framefuse.graph import Graph, ops
 
-from op_cases import CASES, Case, T, graph_value
+from op_cases import CASES, T, graph_value
 
 OPS = {op["name"]: op for op in ops()}
 TORCH = torch.__version__.split("+")[0]
