@@ -1,7 +1,7 @@
 """relu(x * scale + shift) -> max_pool2d(3, 2, 1) over 8x64x112x112 (resnet18's stem), 2 threads:
 eager against framefuse.compile(backend="inductor"), NCHW and channels-last, interleaved, medians.
 
-    PYTHONPATH=python python benchmarks/cpu_max_pool.py
+    PYTHONPATH=python python benchmarks/experiments/cpu_max_pool.py
 """
 import statistics
 import time

@@ -10,7 +10,7 @@ contenders taking turns (medians of 9):
 Each call's result is dropped before the next, as a model's layers drop theirs. Also whether the
 results are bit-equal.
 
-    python benchmarks/cpu_packed_linear.py    (framefuse importable: PYTHONPATH=python for a plain build)
+    python benchmarks/experiments/cpu_packed_linear.py    (framefuse importable: PYTHONPATH=python for a plain build)
 """
 import statistics
 import time

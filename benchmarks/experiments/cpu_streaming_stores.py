@@ -2,7 +2,7 @@
 on the suite's memory-bound CPU workloads at full size, 2 threads, against eager: the three take
 turns each round; medians over rounds of each one's time and of the per-round ratios.
 
-    PYTHONPATH=python python benchmarks/cpu_streaming_stores.py [--rounds 15] [--workloads copy,sin_cos]
+    PYTHONPATH=python python benchmarks/experiments/cpu_streaming_stores.py [--rounds 15] [--workloads copy,sin_cos]
 """
 import argparse
 import os
@@ -13,7 +13,7 @@ import time
 
 import torch
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 import framefuse  # noqa: E402
 from benchmarks.workloads import all_workloads  # noqa: E402
 

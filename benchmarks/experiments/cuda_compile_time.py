@@ -2,7 +2,7 @@
 on the CPU and compiled for sm_90 (render + NVRTC) with an empty cubin cache. Prints, per workload,
 graphs, kernels, functions compiled, wall seconds and the NVRTC share.
 
-    PYTHONPATH=python python -m benchmarks.cuda_compile_time [--workloads nanogpt,resnet18,sin_cos]
+    PYTHONPATH=python python -m benchmarks.experiments.cuda_compile_time [--workloads nanogpt,resnet18,sin_cos]
 """
 import argparse
 import operator

@@ -2,7 +2,7 @@
 products around a softmax), framefuse (its TF32 attention kernel, inductor/cuda/attention.h) and
 torch.compile, from the product holding q, k and v to the heads merged back.
 
-    PYTHONPATH=python python3 benchmarks/gpu_attention.py [--batch 8 --heads 12 --seq 512 --head-dim 64]
+    PYTHONPATH=python python3 benchmarks/experiments/gpu_attention.py [--batch 8 --heads 12 --seq 512 --head-dim 64]
 
 Each round times every contender for `--calls` calls between two CUDA events, the contenders taking
 turns; medians over `--rounds` rounds. Errors are against the same attention in float64.

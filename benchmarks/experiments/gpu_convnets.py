@@ -4,8 +4,8 @@ reduce-overhead) and framefuse variants (NCHW, channels-last, channels-last keep
 every weight, the default, reduce-overhead), timed interleaved: 15 rounds of 20 CUDA-event timed
 calls per variant, medians.
 
-    PYTHONPATH=python python3 benchmarks/gpu_convnets.py --tc          # with torch.compile
-    PYTHONPATH=python python3 benchmarks/gpu_convnets.py --fp32        # timed with TF32 off
+    PYTHONPATH=python python3 benchmarks/experiments/gpu_convnets.py --tc          # with torch.compile
+    PYTHONPATH=python python3 benchmarks/experiments/gpu_convnets.py --fp32        # timed with TF32 off
 
 --fp32 compiles everything under torch's defaults and times in full fp32 (cuDNN TF32 off): it shows
 what the channels-last layout costs where cuDNN's NHWC kernels run in fp32.
@@ -17,7 +17,7 @@ import time
 
 import torch
 import torchvision
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "python"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "python"))
 import framefuse  # noqa: E402
 from framefuse import config  # noqa: E402
 dev = "cuda"

@@ -2,7 +2,7 @@
 _add_relu) as fast as the bare convolution, against the convolution followed by batch-norm affine and
 relu as eager ops? resnet18's 3x3 shapes at b32, channels-last, torch's default precision.
 
-    python3 benchmarks/gpu_cudnn_fused.py
+    python3 benchmarks/experiments/gpu_cudnn_fused.py
 """
 import torch
 import torch.nn.functional as F

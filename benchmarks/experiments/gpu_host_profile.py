@@ -6,7 +6,7 @@ over the same count; equal to the wall time when the host is the bottleneck), th
 per call from torch.profiler, its ops with the most host time, and for framefuse a cProfile of
 its Python functions.
 
-    PYTHONPATH=python python3 benchmarks/gpu_host_profile.py [--workloads mlp,resnet18] [--calls 200]"""
+    PYTHONPATH=python python3 benchmarks/experiments/gpu_host_profile.py [--workloads mlp,resnet18] [--calls 200]"""
 import argparse
 import cProfile
 import io
@@ -17,9 +17,9 @@ import time
 
 import torch
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 from benchmarks import gpu_cases  # noqa: E402
-from benchmarks.gpu_train_step import _contender, parts  # noqa: E402
+from benchmarks.experiments.gpu_train_step import _contender, parts  # noqa: E402
 
 
 def _resnet_spec(name):

@@ -4,14 +4,14 @@ five steady calls, and what the contender keeps allocated after them (cached con
 CUDA graph's pool). With --trace, the largest blocks live at the peak of one steady call of the
 last contender, with the C++ and Python frames that allocated them.
 
-    PYTHONPATH=python python3 benchmarks/gpu_peak_phases.py [--workload resnet18] [--contenders eager,torch.compile,framefuse] [--trace]"""
+    PYTHONPATH=python python3 benchmarks/experiments/gpu_peak_phases.py [--workload resnet18] [--contenders eager,torch.compile,framefuse] [--trace]"""
 import argparse
 import os
 import sys
 
 import torch
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 from benchmarks import gpu_cases as gc  # noqa: E402
 
 

@@ -3,7 +3,7 @@ call) against the same check in Python (a loop over every input: what framefuse.
 ran before, kept here as `PythonCheck`), the two taking turns on one recorded CUDA graph. resnet18 brings ~100 inputs (its parameters and the batch); at batch 1 the
 replay is host-bound.
 
-    PYTHONPATH=python python3 benchmarks/gpu_replay_inputs.py [--batches 1,32] [--rounds 15] [--calls 200]
+    PYTHONPATH=python python3 benchmarks/experiments/gpu_replay_inputs.py [--batches 1,32] [--rounds 15] [--calls 200]
 
 Host time: calls issued without waiting for the GPU, per call (the GPU catches up after each round)."""
 import argparse
@@ -14,7 +14,7 @@ import time
 
 import torch
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 import framefuse  # noqa: E402
 from framefuse import cuda  # noqa: E402
 from benchmarks.workloads.models import build_resnet18  # noqa: E402

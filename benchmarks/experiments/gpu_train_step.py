@@ -6,7 +6,7 @@ by tens of percent within minutes. Each round therefore runs every contender for
 steps, one after another, and the result is the median over rounds of each contender's time over
 eager's in the same round.
 
-    PYTHONPATH=python python3 benchmarks/gpu_train_step.py [--rounds 30] [--steps 100]
+    PYTHONPATH=python python3 benchmarks/experiments/gpu_train_step.py [--rounds 30] [--steps 100]
 
 Peak memory: torch.cuda.max_memory_allocated from compile() through the warm-up steps, beyond what
 was allocated before (cuBLAS's workspaces for the default stream exist by then)."""
@@ -19,7 +19,7 @@ import time
 import torch
 from torch import nn
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 from benchmarks.workloads.nets import MLP  # noqa: E402
 
 
