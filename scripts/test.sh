@@ -146,10 +146,12 @@ if lane_on asan; then
     rc=${PIPESTATUS[0]}
     [ $rc = 0 ] && record ok asan-cpp "ctest under ASan/UBSan" "$RESULTS/asan-cpp.xml" "$RESULTS/asan-cpp.log" \
                 || record fail asan-cpp "ctest under ASan/UBSan exited $rc" "$RESULTS/asan-cpp.xml" "$RESULTS/asan-cpp.log"
-    libasan="$("${CXX:-g++}" -print-file-name=libasan.so)"
+    # NB: libstdc++ is preloaded too: the interpreter does not link it, and ASan's __cxa_throw
+    # interceptor fails its start-up check when the real one is not loaded yet.
+    preload="$("${CXX:-g++}" -print-file-name=libasan.so) $("${CXX:-g++}" -print-file-name=libstdc++.so)"
     if [ "${FRAMEFUSE_ASAN_FULL:-0}" = 1 ]; then FF_PYTEST_TARGETS=(tests/python)
     else mapfile -t FF_PYTEST_TARGETS < <(grep -vE '^\s*(#|$)' scripts/asan_tests.txt); fi
-    FF_PYTEST_ENV=("LD_PRELOAD=$libasan" "ASAN_OPTIONS=detect_leaks=0${ASAN_OPTIONS:+:$ASAN_OPTIONS}")
+    FF_PYTEST_ENV=("LD_PRELOAD=$preload" "ASAN_OPTIONS=detect_leaks=0${ASAN_OPTIONS:+:$ASAN_OPTIONS}")
     run_pytest asan "$FF_VENV/bin/python" "$(ff_lane_pythonpath asan)" 0 "$@"
     FF_PYTEST_TARGETS=(tests/python) FF_PYTEST_ENV=()
     # NB: UBSan reports and goes on; a report anywhere fails the lane, with every report in the log.
