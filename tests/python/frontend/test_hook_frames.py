@@ -2,7 +2,7 @@
 evaluator (3.12 clears and pops it itself), data-stack chunk boundaries, exceptions, generators,
 closures. Runs on any supported interpreter, with or without torch installed:
 
-    PYTHONPATH=python python -m pytest tests/python/test_hook_frames.py
+    PYTHONPATH=python python -m pytest tests/python/frontend/test_hook_frames.py
 """
 import collections
 import importlib.util
@@ -16,7 +16,7 @@ try:
     import torch  # noqa: F401
     from framefuse import _C
 except ImportError:  # an interpreter without torch: load the extension module alone
-    _so = pathlib.Path(__file__).resolve().parents[2] / "python" / "framefuse" / ("_C" + sysconfig.get_config_var("EXT_SUFFIX"))
+    _so = pathlib.Path(__file__).resolve().parents[3] / "python" / "framefuse" / ("_C" + sysconfig.get_config_var("EXT_SUFFIX"))
     _spec = importlib.util.spec_from_file_location("_C", _so)
     _C = importlib.util.module_from_spec(_spec)
     _spec.loader.exec_module(_C)

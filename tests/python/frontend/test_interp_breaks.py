@@ -112,7 +112,7 @@ def test_break_registry_ids_are_unique_and_used():
     assert ids == [f"FF{i:04d}" for i in range(1, len(ids) + 1)]
     assert all(r[1] and r[2] and r[3] for r in records)
     # Every registered reason is raised somewhere in the interpreter, and nothing else is raised.
-    root = os.path.join(os.path.dirname(HERE), "..", "..", "frame_eval")
+    root = os.path.join(os.path.dirname(HERE), "..", "..", "..", "frame_eval")
     source = "".join(open(os.path.join(root, f)).read() for f in os.listdir(root) if f.startswith("interpreter"))
     used = set(re.findall(r"BreakKind::(\w+)", source))
     registry = open(os.path.join(root, "break_registry.def")).read()

@@ -13,7 +13,7 @@ import pytest
 
 import framefuse._C as C
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 GPU_LIBS = ("libcuda.so", "libnvrtc.so")
 
 

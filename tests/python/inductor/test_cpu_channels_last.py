@@ -16,7 +16,7 @@ from framefuse import _C
 from framefuse.graph import Graph
 from framefuse.inductor import compile_graph
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 if REPO not in sys.path:
     sys.path.insert(0, REPO)
 from benchmarks.workloads.nets import BasicBlock  # noqa: E402

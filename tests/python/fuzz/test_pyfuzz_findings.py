@@ -14,7 +14,7 @@ import torch
 
 import framefuse
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fuzz"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "fuzz"))
 from pyfuzz.compare import compare_calls, snapshot  # noqa: E402
 from pyfuzz.runner import CallOutcome  # noqa: E402
 

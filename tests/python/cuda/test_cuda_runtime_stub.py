@@ -146,7 +146,7 @@ def test_runtime_host_side_with_driver_stand_in(stub_dir, tmp_path):
     env = dict(os.environ)
     env["LD_LIBRARY_PATH"] = str(stub_dir) + os.pathsep + env.get("LD_LIBRARY_PATH", "")
     env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
-    script = SCRIPT.format(tests=os.path.dirname(__file__), cache=str(tmp_path / "cache"))
+    script = SCRIPT.format(tests=os.path.dirname(os.path.dirname(os.path.abspath(__file__))), cache=str(tmp_path / "cache"))
     r = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     out = r.stdout

@@ -12,7 +12,7 @@ import framefuse
 import inductor_util as iu
 from cuda_util import gpu
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "fuzz"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "fuzz"))
 import codegen_fuzz as cf  # noqa: E402
 
 pytestmark = iu.needs_codegen

@@ -9,7 +9,7 @@ import pytest
 
 pytestmark = pytest.mark.pure_python
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 _spec = importlib.util.spec_from_file_location("summarize", ROOT / "scripts" / "summarize.py")
 summarize = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(summarize)
