@@ -93,7 +93,7 @@ register(Contender("eager", "eager", compile=lambda target: target, description=
 # --- framefuse ---------------------------------------------------------------------------------------
 
 def _ff_compile(backend, mode):
-    def compile(target):
+    def compile(target):  # noqa: A001
         ff = import_framefuse()
         kwargs = {"backend": backend}
         if mode is not None:
@@ -135,7 +135,7 @@ for _name, _backend, _mode, _devs, _desc in (
 # --- torch.compile -----------------------------------------------------------------------------------
 
 def _tc_compile(backend, mode):
-    def compile(target):
+    def compile(target):  # noqa: A001
         fn = torch_compile_fn()
         kwargs = {"backend": backend}
         if mode is not None:

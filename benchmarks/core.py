@@ -143,7 +143,7 @@ def run_one(wl, device, scale, contender, budget, ref, caches, do_explain=True, 
             if case.bytes_moved:
                 rec["bytes_moved"] = case.bytes_moved
                 rec["gbps"] = case.bytes_moved / rec["steady_s"] / 1e9
-            del fn, case, out
+            fn = case = out = None  # NB: not del: the lambdas above name them
             if do_explain and contender.explain is not None:
                 mark("explain")
                 _explain(rec, wl, device, scale, contender)
@@ -249,7 +249,7 @@ def interleaved_steady(wl, device, scale, contenders, budget, rounds):
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 fn = c.compile(case.target)
-                call = (lambda fn=fn: case.run(fn))
+                call = (lambda fn=fn: case.run(fn))  # noqa: E731
                 measure.warmup(call, device, budget)
                 inner[c.name] = measure.calibrate(call, device, budget)
             fns[c.name] = call

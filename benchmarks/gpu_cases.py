@@ -122,14 +122,14 @@ def contenders(workload, device):
 
 
 def _tc(mode):
-    def compile(target):
+    def compile(target):  # noqa: A001
         kw = {"mode": mode} if mode else {}
         return torch.compile(target, **kw)
     return compile
 
 
 def _ff(mode):
-    def compile(target):
+    def compile(target):  # noqa: A001
         import framefuse
         kw = {"mode": mode} if mode else {}
         return framefuse.compile(target, backend="inductor", **kw)

@@ -28,7 +28,7 @@ timeout "${SUITE_S:-240}" python3 -m benchmarks.gpu_suite --json "$OUT/gpu_suite
 stamp "cuda tests"
 for f in test_cuda_codegen.py test_cuda_models.py test_cuda_runtime_stub.py test_cuda_training_graphs.py; do
   echo "### $f"
-  timeout "${TESTS_S:-120}" python3 -m pytest -q -p no:cacheprovider -rfE "tests/python/$f"
+  timeout "${TESTS_S:-120}" python3 -m pytest -q -p no:cacheprovider -rfE "tests/python/cuda/$f"
   echo "rc=$?"
 done >"$OUT/tests.txt" 2>&1
 grep -E "^###|passed|failed|^FAILED|^ERROR|Fatal|Segmentation|^rc=" "$OUT/tests.txt" | tail -30

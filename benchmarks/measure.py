@@ -6,7 +6,6 @@ sample is bracketed by CUDA events and synchronized at its end; on CPU by perf_c
 """
 
 import math
-import os
 import statistics
 import time
 from dataclasses import dataclass

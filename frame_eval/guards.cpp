@@ -227,12 +227,6 @@ bool weakly_held(PyObject* o) {
 
 namespace {
 
-std::string ints_str(const std::vector<int64_t>& v) {
-  std::string out = "[";
-  for (size_t i = 0; i < v.size(); ++i) out += (i ? ", " : "") + std::to_string(v[i]);
-  return out + "]";
-}
-
 }  // namespace
 
 int GuardProgram::slot_of(const SourcePtr& s) const {

@@ -339,7 +339,7 @@ Sym SymbolicTracer::construct(PyObject* cls, std::vector<Sym> args, KwArgs kwarg
   PyObject* base_new = type_lookup(&PyBaseObject_Type, "__new__");
   PyObject* meta_call = type_lookup(Py_TYPE(cls), "__call__");
   if (new_fn != base_new || meta_call != type_lookup(&PyType_Type, "__call__") || !(t->tp_flags & Py_TPFLAGS_HEAPTYPE) ||
-      t->tp_base->tp_init != PyBaseObject_Type.tp_init && type_lookup(t, "__init__") && !PyFunction_Check(type_lookup(t, "__init__")))
+      (t->tp_base->tp_init != PyBaseObject_Type.tp_init && type_lookup(t, "__init__") && !PyFunction_Check(type_lookup(t, "__init__"))))
     brk(BreakKind::UnsupportedCall, std::string("constructing ") + t->tp_name + " (custom __new__, metaclass or C base)");
   Sym obj = make_sym(SymKind::NewObject);
   obj->obj = PyRef::borrow(cls);

@@ -191,9 +191,9 @@ bool SymbolicTracer::truth(const Sym& v) {
       PyTypeObject* t = Py_TYPE(o);
       bool safe = is_plain_const(o) || PyType_Check(o) || PyFunction_Check(o) || PyCFunction_Check(o) ||
                   PyModule_Check(o) || PyList_Check(o) || PyDict_Check(o) || PySet_Check(o) ||
-                  (t->tp_as_number == nullptr || t->tp_as_number->nb_bool == nullptr) &&
-                      (t->tp_as_mapping == nullptr || t->tp_as_mapping->mp_length == nullptr) &&
-                      (t->tp_as_sequence == nullptr || t->tp_as_sequence->sq_length == nullptr);
+                  ((t->tp_as_number == nullptr || t->tp_as_number->nb_bool == nullptr) &&
+                   (t->tp_as_mapping == nullptr || t->tp_as_mapping->mp_length == nullptr) &&
+                   (t->tp_as_sequence == nullptr || t->tp_as_sequence->sq_length == nullptr));
       if (!safe) brk(BreakKind::UnsupportedOperand, "truth value of " + describe_sym(v));
       int r = PyObject_IsTrue(o);
       if (r < 0) { PyErr_Clear(); brk(BreakKind::RaisesInTrace, "bool() raises"); }

@@ -1,5 +1,5 @@
 // CPython 3.12's opcodes (numbers from Lib/opcode.py of 3.12; checked against `opcode.opmap` and
-// `dis._inline_cache_entries` by tests/python/test_interp_opcodes.py).
+// `dis._inline_cache_entries` by tests/python/frontend/test_interp_opcodes.py).
 #include <Python.h>
 #if PY_VERSION_HEX >= 0x030C0000 && PY_VERSION_HEX < 0x030D0000
 

@@ -23,13 +23,6 @@ ValueMeta reduced(const TensorMeta& x, const std::vector<int64_t>& dims, bool ke
   return fresh(reduced_shape(x.sizes, dims, keepdim), dtype, x.device, grad && x.requires_grad);
 }
 
-// Number of elements a reduction over `dims` sees per output element.
-int64_t reduced_numel(const TensorMeta& x, const std::vector<int64_t>& dims) {
-  int64_t n = 1;
-  for (int64_t d : dims) n *= x.dim() == 0 ? 1 : x.sizes[d];
-  return n;
-}
-
 // CPU batch_norm / group_norm: contiguous for a contiguous input, channels-last for a
 // channels-last-contiguous one, contiguous for other layouts unless they merely look
 // channels-last (left to the fallback). Other devices pick their own.

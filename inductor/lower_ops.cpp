@@ -54,7 +54,7 @@ bool opmath_scalar(Lowerer& L, const Value& v, DType out, bool cuda) {
 // The operands of a binary op converted as eager converts them: both to the result dtype `out`,
 // except a scalar second operand of mul/div read at opmath precision (opmath_scalar). Returns the
 // dtype to compute in.
-DType binary_operands(Lowerer& L, const Value& b, DType out, bool scalar_at_opmath, LT* x, LT* y, bool cuda = false) {
+DType binary_operands(Lowerer& L, const Value& b, DType out, bool scalar_at_opmath, LT* x, LT* /*y*/, bool cuda = false) {
   if (!scalar_at_opmath || !opmath_scalar(L, b, out, cuda)) return out;
   *x = Lowerer::cast(*x, out);
   return float_compute_dtype(out);
@@ -151,7 +151,7 @@ LT pow_rule(Lowerer& L, const Node& n, const Value& a, const Value& b) {
   return Lowerer::map({L.tensor(a), L.tensor(b)}, ct, out, [](const V& v) { return loop::binary(BinaryOp::Pow, v[0], v[1]); });
 }
 
-LT compare(Lowerer& L, const Node& n, const Value& a, const Value& b, BinaryOp op) {
+LT compare(Lowerer& L, const Node& /*n*/, const Value& a, const Value& b, BinaryOp op) {
   DType ct = common_dtype(L, {a, b});  // a scalar is converted to it: int8 < 300 compares with 44
   return Lowerer::map({L.tensor(a), L.tensor(b)}, ct, DType::Bool, [op](const V& v) { return loop::binary(op, v[0], v[1]); });
 }

@@ -4,6 +4,12 @@
 #   main    pytest tests/python with the venv's Python and torch 2.13 (build/main)
 #   debian  pytest tests/python with /usr/bin/python3 and Debian's torch 1.13 (build/debian)
 #   pure    tests marked pure_python on pyenv's 3.12 / 3.13 where installed (no _C, no torch)
+#   ruff    ruff check on python/, tests/, benchmarks/ and scripts/ (rules in pyproject.toml)
+#   asan    a Debug build with AddressSanitizer and UBSan (build/asan; the debug-only verifiers run):
+#           ctest, then the pytest subset in scripts/asan_tests.txt; FRAMEFUSE_ASAN_FULL=1 runs all
+#           of tests/python instead (see scripts/asan.sh)
+#   format  scripts/check_format.sh (clang-format) over the C++ sources; off by default until the
+#           tree is formatted once: FRAMEFUSE_FORMAT_GATE=1 turns it on, or name it in FRAMEFUSE_LANES
 # Extra arguments go to every pytest run (e.g. `bash scripts/test.sh -k printer`).
 # FRAMEFUSE_LANES="cpp main" picks lanes; FRAMEFUSE_JOBS sets build parallelism.
 # Exit status: 0 only when every lane that ran passed.
@@ -11,9 +17,12 @@ set -uo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 cd "$FF_ROOT"
 
-LANES=" ${FRAMEFUSE_LANES:-cpp main debian pure} "
+DEFAULT_LANES="ruff cpp main debian pure"
+# NB: the format gate stays off until the lead formats the tree once; then set this default to 1.
+[ "${FRAMEFUSE_FORMAT_GATE:-0}" = 1 ] && DEFAULT_LANES="format $DEFAULT_LANES"
+LANES=" ${FRAMEFUSE_LANES:-$DEFAULT_LANES} "
 LANE_TIMEOUT="${FRAMEFUSE_TEST_TIMEOUT:-900}"
-RESULTS="$FF_ROOT/build/test-results"
+RESULTS="${FRAMEFUSE_TEST_RESULTS:-$FF_ROOT/build/test-results}"
 rm -rf "$RESULTS"
 mkdir -p "$RESULTS"
 START=$(date +%s)
@@ -31,6 +40,23 @@ lane_on debian && apt_specs+=("${FF_APT_DEBIAN_LANE[@]}")
 ff_apt_ensure "${apt_specs[@]}"
 ff_main_venv
 ff_log "set-up done after $(( $(date +%s) - START ))s"
+"$FF_VENV/bin/python" scripts/size_report.py || true
+
+# ---- ruff and format: checks that need no build ---------------------------------
+if lane_on ruff; then
+  ff_log "ruff: ruff check python tests benchmarks scripts"
+  "$FF_VENV/bin/ruff" check --no-cache python tests benchmarks scripts 2>&1 | tee "$RESULTS/ruff.log"
+  rc=${PIPESTATUS[0]}
+  [ $rc = 0 ] && record ok ruff "ruff check (pyproject.toml's rules): clean" "" "$RESULTS/ruff.log" \
+              || record fail ruff "ruff check exited $rc (see above or build/test-results/ruff.log)" "" "$RESULTS/ruff.log"
+fi
+if lane_on format; then
+  ff_log "format: scripts/check_format.sh"
+  FRAMEFUSE_FORMAT_DIFF=0 bash scripts/check_format.sh 2>&1 | tee "$RESULTS/format.log"
+  rc=${PIPESTATUS[0]}
+  [ $rc = 0 ] && record ok format "clang-format: every C++ file as .clang-format says" "" "$RESULTS/format.log" \
+              || record fail format "clang-format would change files (bash scripts/check_format.sh shows how)" "" "$RESULTS/format.log"
+fi
 
 # ---- builds ------------------------------------------------------------------
 MAIN_BUILT=0 DEBIAN_BUILT=0
@@ -61,6 +87,10 @@ if lane_on cpp && [ $MAIN_BUILT = 1 ]; then
 fi
 
 # run_pytest LANE PYTHON SITE PURE [pytest args...]
+# FF_PYTEST_TARGETS (array) replaces tests/python; FF_PYTEST_ENV (array of NAME=VALUE) adds to the
+# environment of pytest alone.
+FF_PYTEST_TARGETS=(tests/python)
+FF_PYTEST_ENV=()
 run_pytest() {
   local lane="$1" py="$2" site="$3" pure="$4"; shift 4
   local xml="$RESULTS/$lane.xml" log="$RESULTS/$lane.log" desc
@@ -68,11 +98,11 @@ run_pytest() {
   ff_log "$lane: pytest with $py ($desc)"
   # NB: PYTHONNOUSERSITE: pyenv's 3.11 and /usr/bin/python3 share ~/.local's
   # site-packages folder, which would let one lane import the other's packages.
-  env PYTHONPATH="$site" PYTHONNOUSERSITE=1 \
+  env "${FF_PYTEST_ENV[@]}" PYTHONPATH="$site" PYTHONNOUSERSITE=1 \
       FRAMEFUSE_TEST_LANE="$lane" FRAMEFUSE_TEST_PURE="$pure" \
       FRAMEFUSE_EXPECT_MODULE_DIR="$([ "$pure" = 1 ] || echo "$site/framefuse")" \
       timeout --kill-after=30 "$LANE_TIMEOUT" \
-      "$py" -m pytest tests/python -ra -o faulthandler_timeout=300 --junitxml="$xml" "$@" \
+      "$py" -m pytest "${FF_PYTEST_TARGETS[@]}" -ra -o faulthandler_timeout=300 --junitxml="$xml" "$@" \
       2>&1 | tee "$log"
   local rc=${PIPESTATUS[0]}
   case $rc in
@@ -96,6 +126,42 @@ if lane_on debian && [ $DEBIAN_BUILT = 1 ]; then
     [ -n "$nvrtc" ] && export FRAMEFUSE_NVRTC_PATH="$nvrtc"
   fi
   run_pytest debian "$FF_DEBIAN_PYTHON" "$(ff_lane_pythonpath debian)" 0 "$@"
+fi
+
+# ---- asan: Debug + AddressSanitizer + UBSan ----------------------------------------
+# NB: its own build folder and Debug, so NDEBUG is off and the debug-only verifiers run. Python
+# itself is not instrumented: libasan must be the first library loaded (LD_PRELOAD), and leak
+# checking is off (the interpreter and torch keep allocations to the end by design).
+if lane_on asan; then
+  ff_log "asan: building build/asan (Debug, -fsanitize=address,undefined)"
+  san="-fsanitize=address,undefined -fno-omit-frame-pointer"
+  if ff_build_lane asan "$FF_VENV/bin/python" -DCMAKE_BUILD_TYPE=Debug -DFRAMEFUSE_BUILD_TESTS=ON \
+       "-DCMAKE_CXX_FLAGS=$san" "-DCMAKE_C_FLAGS=$san" "-DCMAKE_EXE_LINKER_FLAGS=$san" \
+       "-DCMAKE_SHARED_LINKER_FLAGS=$san" "-DCMAKE_MODULE_LINKER_FLAGS=$san"; then
+    export UBSAN_OPTIONS="print_stacktrace=1${UBSAN_OPTIONS:+:$UBSAN_OPTIONS}"
+    ff_log "asan: ctest (build/asan)"
+    ASAN_OPTIONS="detect_leaks=0${ASAN_OPTIONS:+:$ASAN_OPTIONS}" \
+      "$FF_VENV/bin/ctest" --test-dir build/asan --output-on-failure -j "$FF_JOBS" --timeout 600 \
+      --no-tests=error --output-junit "$RESULTS/asan-cpp.xml" 2>&1 | tee "$RESULTS/asan-cpp.log"
+    rc=${PIPESTATUS[0]}
+    [ $rc = 0 ] && record ok asan-cpp "ctest under ASan/UBSan" "$RESULTS/asan-cpp.xml" "$RESULTS/asan-cpp.log" \
+                || record fail asan-cpp "ctest under ASan/UBSan exited $rc" "$RESULTS/asan-cpp.xml" "$RESULTS/asan-cpp.log"
+    # NB: libstdc++ is preloaded too: the interpreter does not link it, and ASan's __cxa_throw
+    # interceptor fails its start-up check when the real one is not loaded yet.
+    preload="$("${CXX:-g++}" -print-file-name=libasan.so) $("${CXX:-g++}" -print-file-name=libstdc++.so)"
+    if [ "${FRAMEFUSE_ASAN_FULL:-0}" = 1 ]; then FF_PYTEST_TARGETS=(tests/python)
+    else mapfile -t FF_PYTEST_TARGETS < <(grep -vE '^\s*(#|$)' scripts/asan_tests.txt); fi
+    FF_PYTEST_ENV=("LD_PRELOAD=$preload" "ASAN_OPTIONS=detect_leaks=0${ASAN_OPTIONS:+:$ASAN_OPTIONS}")
+    run_pytest asan "$FF_VENV/bin/python" "$(ff_lane_pythonpath asan)" 0 "$@"
+    FF_PYTEST_TARGETS=(tests/python) FF_PYTEST_ENV=()
+    # NB: UBSan reports and goes on; a report anywhere fails the lane, with every report in the log.
+    for log in "$RESULTS/asan-cpp.log" "$RESULTS/asan.log"; do
+      n="$(grep -c 'runtime error:' "$log" 2>/dev/null)"
+      [ "${n:-0}" = 0 ] || record fail ubsan "$n UBSan runtime errors in $log (grep 'runtime error:')"
+    done
+  else
+    record fail asan "build of build/asan failed"
+  fi
 fi
 
 # ---- pure: pyenv 3.12 / 3.13 ----------------------------------------------------

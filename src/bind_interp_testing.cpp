@@ -113,6 +113,7 @@ std::string plan_text(const OutputPlan& p) {
         s += (i ? ", " : "") + py::repr(p.keys[i]).cast<std::string>() + ": " + plan_text(p.items[i]);
       return s + "}";
     }
+    default: break;  // NB: the other kinds (Set, Attr, Call, Cell, Function, Iterator, ...) print as "?"
   }
   return "?";
 }
@@ -181,7 +182,7 @@ py::object build(const OutputPlan& p, py::tuple outs, const BoundFrame& b) {
       py::list items;
       for (const OutputPlan& i : p.items) items.append(build(i, outs, b));
       py::tuple t(items);
-      if (!p.tuple_type) return std::move(t);
+      if (!p.tuple_type) return t;
       py::handle type(p.tuple_type);
       if (py::hasattr(type, "_make")) return type.attr("_make")(t);
       return type(t);
@@ -189,17 +190,17 @@ py::object build(const OutputPlan& p, py::tuple outs, const BoundFrame& b) {
     case OutputPlan::Kind::List: {
       py::list items;
       for (const OutputPlan& i : p.items) items.append(build(i, outs, b));
-      return std::move(items);
+      return items;
     }
     case OutputPlan::Kind::Dict: {
       py::dict d;
       for (size_t i = 0; i < p.items.size(); ++i) d[py::handle(p.keys[i])] = build(p.items[i], outs, b);
-      return std::move(d);
+      return d;
     }
     case OutputPlan::Kind::Set: {
       py::set s;
       for (const OutputPlan& i : p.items) s.add(build(i, outs, b));
-      return std::move(s);
+      return s;
     }
     case OutputPlan::Kind::Attr: return build(p.items[0], outs, b).attr(py::handle(p.constant));
     case OutputPlan::Kind::Call: {

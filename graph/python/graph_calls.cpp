@@ -91,7 +91,7 @@ struct FallbackCall {
       py::list items;
       for (const Value& item : v.items) items.append(to_meta_py(item));
       if (v.kind == Value::Kind::Tuple) return py::tuple(items);
-      return std::move(items);
+      return items;
     }
     PyObject* obj = value_to_py(v, nullptr);
     if (!obj) throw py::error_already_set();

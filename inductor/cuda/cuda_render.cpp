@@ -195,7 +195,7 @@ struct RowCache {
 // Emits the straight-line statements `stmts` for VEC lanes starting at lane variable value
 // `lane_base` (vector loads before, vector stores after). Returns the alignment requirements.
 // With `cache`, loads it holds are taken from (or, in the first pass, also put into) its arrays.
-std::vector<std::pair<int, int>> emit_vector_lanes(Emitter& em, const Program& p, const Kernel& k, const VecPlan& vp,
+std::vector<std::pair<int, int>> emit_vector_lanes(Emitter& em, const Program& p, const Kernel& /*k*/, const VecPlan& vp,
                                                    const std::vector<const Stmt*>& stmts, int lane_var,
                                                    const std::string& lane_base, int indent, RowCache* cache = nullptr) {
   std::vector<std::pair<int, int>> aligned;

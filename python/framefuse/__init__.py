@@ -26,7 +26,7 @@ __all__ = ["config", "set_logs", "Unsupported", "UserError", "InternalError", "_
 
 # The frontend API (compile, disable, reset, graph_break, explain) is re-exported here when present.
 try:
-    from .compile import compile, disable, reset, graph_break  # noqa: F401,A001
+    from .compile import compile, disable, reset, graph_break  # noqa: F401,A004
     __all__ += ["compile", "disable", "reset", "graph_break"]
 except ImportError as _e:  # pragma: no cover - only while the frontend module is absent
     if "framefuse.compile" not in str(_e):

@@ -285,7 +285,7 @@ def _torch_replay():
     reason goes to perf_hints once."""
     if not _replay_module:
         try:
-            from . import _torch_replay as mod
+            from . import _torch_replay as mod  # noqa: PLC0415 - optional module, loaded on first use
         except ImportError as e:
             mod = None
             _hint(f"reduce-overhead (training): replays go through torch.autograd.Function ({e})")

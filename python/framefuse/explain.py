@@ -133,7 +133,7 @@ def explain(fn, *extra_args, **extra_kwargs):
         raise TypeError(f"framefuse.explain expects a callable, not {type(fn).__name__}")
 
     def inner(*args, **kwargs):
-        from . import _logging
+        from . import _logging  # noqa: PLC0415
 
         graphs, ops_per_graph = [], []
 

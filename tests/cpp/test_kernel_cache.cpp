@@ -1,6 +1,6 @@
 // The disk cache's hash and entry format (inductor/sha256.h, inductor/kernel_cache.h). The
 // file-system side (private directories, FIFOs, links, pruning, processes) is tested from Python:
-// tests/python/test_disk_cache.py.
+// tests/python/inductor/test_disk_cache.py.
 #include <gtest/gtest.h>
 
 #include <string>

@@ -162,7 +162,9 @@ Value sample_argument(const ParamSpec& p, NodeId x) {
 TEST(Parser, EveryRegisteredOpRoundTrips) {
   for (const OpDef& op : all_ops()) {
     SCOPED_TRACE(op.name + " " + op.schema.str());
-    if (op.style == PrintStyle::Method) EXPECT_TRUE(op.target.starts_with("torch.Tensor.")) << op.target;
+    if (op.style == PrintStyle::Method) {
+      EXPECT_TRUE(op.target.starts_with("torch.Tensor.")) << op.target;
+    }
     // Once with only the required arguments, once with every argument given.
     for (bool all : {false, true}) {
       Graph g;

@@ -72,7 +72,7 @@ class T:
         return f"T{list(self.shape)}{str(self.dtype).replace('torch.', ':')}{extra}"
 
 
-def I(hi, *shape, dtype=i64, layout=None):
+def I(hi, *shape, dtype=i64, layout=None):  # noqa: E743 - reads like T(...) in the case tables
     """An index tensor with values in [0, hi)."""
     return T(*shape, dtype=dtype, lo=0, hi=hi, layout=layout)
 

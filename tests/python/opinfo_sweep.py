@@ -80,7 +80,6 @@ def _unspecified(name):
 
 
 def _compare(actual, expected, metadata_only):
-    import torch
     if metadata_only:
         a = [t for t in _tensors(actual)]
         e = [t for t in _tensors(expected)]
@@ -286,7 +285,6 @@ def _note_placement(graph, inductor, placement):
 
 def items(op_db, dtypes, all_samples, ops_filter=None):
     """(op, variant name, variant, dtype, sample index, sample) in a fixed order."""
-    import torch
     for op in op_db:
         if ops_filter and op.name not in ops_filter:
             continue

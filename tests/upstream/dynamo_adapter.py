@@ -67,7 +67,7 @@ def run_file(name, args, out_dir):
 
 
 def summarize(results, meta):
-    lines = [f"# framefuse on PyTorch's Dynamo tests\n", f"backend: `{meta['backend']}`, torch {meta['torch']}, "
+    lines = ["# framefuse on PyTorch's Dynamo tests\n", f"backend: `{meta['backend']}`, torch {meta['torch']}, "
              f"framefuse {meta['framefuse']}, {meta['date']}\n", "| file | tests | " + " | ".join(CLASSES) + " |",
              "|---|---|" + "---|" * len(CLASSES)]
     totals = {c: 0 for c in CLASSES}

@@ -636,7 +636,6 @@ py::object CudaGraphModule::run(const std::vector<py::object>& given) {
       // bufs), which tripled resnet18's and nanoGPT's peak memory. Later calls take their operands
       // from bufs again; placeholders get their input back.
       for (auto& [nid, ref] : e.operands) {
-        const Node& on = graph_.node(nid);
         int pos = prep_->input_of_node[static_cast<size_t>(nid)];
         node_objs[static_cast<size_t>(nid)] = pos >= 0 ? inputs[static_cast<size_t>(pos)] : py::none();
       }

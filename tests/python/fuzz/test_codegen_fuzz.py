@@ -1,0 +1,142 @@
+"""The codegen differential fuzzer (tests/fuzz/codegen_fuzz.py): a fixed-seed budget of random
+programs must agree with eager, and the fuzzer itself must notice what it is there to notice.
+Local runs of any size: `python tests/fuzz/codegen_fuzz.py --count 100000`."""
+import os
+import sys
+
+import pytest
+import torch
+
+import framefuse
+
+import inductor_util as iu
+from cuda_util import gpu
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "fuzz"))
+import codegen_fuzz as cf  # noqa: E402
+
+pytestmark = iu.needs_codegen
+
+# NB: about 30 ms a case on one core: the CPU budget stays near a minute on the CI machines.
+CPU_CASES = int(os.environ.get("FRAMEFUSE_FUZZ_CASES", "1500"))
+
+
+@pytest.fixture()
+def fuzz_config():
+    old = framefuse.config.raise_on_internal_error, framefuse.config.disk_cache
+    yield
+    framefuse.config.raise_on_internal_error, framefuse.config.disk_cache = old
+    framefuse.reset()
+
+
+def _run(count, seed, device):
+    lines = []
+    stats, failures, ops = cf.run(count, seed=seed, device=device, report=lines.append)
+    assert not failures, "\n\n".join(lines)
+    return stats, ops
+
+
+def test_fixed_budget_on_cpu_agrees_with_eager(fuzz_config):
+    stats, ops = _run(CPU_CASES, seed=29, device="cpu")
+    # The budget must exercise the code generator, not only eager fallbacks and errors.
+    assert stats["compiled"] >= 0.7 * stats["cases"], stats
+    assert stats["raised like eager"] >= 0.05 * stats["cases"], stats
+    assert len(ops) >= 0.9 * len(cf.fuzz_ops.OPS), sorted(set(o.name for o in cf.fuzz_ops.OPS) - set(ops))
+
+
+def test_generated_cuda_source_compiles_for_random_graphs(fuzz_config):
+    from cuda_util import need_nvrtc  # noqa: PLC0415
+    need_nvrtc()
+    stats, _ = _run(150, seed=29, device="cuda-compile")
+    assert stats["cases"] == 150
+
+
+@gpu
+def test_fixed_budget_on_cuda_agrees_with_eager(fuzz_config):
+    torch.backends.cuda.matmul.allow_tf32 = False
+    stats, _ = _run(1000, seed=29, device="cuda")
+    assert stats["compiled"] >= 0.5 * stats["cases"], stats
+
+
+# ---- the fuzzer's own checks --------------------------------------------------------------------
+
+def test_cases_are_reproducible_from_their_seed():
+    a, b = cf.generate(12345), cf.generate(12345)
+    assert a.source() == b.source() and a.inputs == b.inputs
+    ta, tb = cf.make_input(a.inputs[0], 7, "cpu"), cf.make_input(b.inputs[0], 7, "cpu")
+    assert torch.equal(ta.nan_to_num(), tb.nan_to_num()) and ta.stride() == tb.stride()
+
+
+def test_inputs_have_the_layout_they_claim():
+    for layout in cf.LAYOUTS:
+        t = cf.make_input(cf.InputSpec((4, 5, 6), torch.float32, layout), 3, "cpu")
+        assert t.shape == (4, 5, 6)
+        if layout == "contiguous":
+            assert t.is_contiguous()
+        if layout in ("transposed", "sliced", "expanded"):
+            assert not t.is_contiguous(), layout
+        if layout == "offset":
+            assert t.storage_offset() == 3
+
+
+def test_exact_comparison_sees_one_ulp_and_the_sign_of_zero():
+    x = torch.tensor([1.0, 0.0, float("nan")])
+    cf._check_exact("x", x.clone(), x)
+    with pytest.raises(cf.Mismatch):
+        cf._check_exact("x", torch.tensor([1.0000001, 0.0, float("nan")]), x)
+    with pytest.raises(cf.Mismatch):
+        cf._check_exact("x", torch.tensor([1.0, -0.0, float("nan")]), x)
+    cf._check_exact("x", torch.tensor([1.0, -0.0, float("nan")]), x, signed_zeros=False)
+    with pytest.raises(cf.Mismatch):
+        cf._check_exact("x", x.to(torch.float64), x)
+
+
+def test_approximate_comparison_allows_ulps_but_not_a_wrong_result():
+    w = torch.linspace(-3, 3, 101).exp()
+    cf._check_close("x", w * (1 + 4e-7), w, torch.zeros_like(w, dtype=torch.float64))
+    with pytest.raises(cf.Mismatch):
+        cf._check_close("x", w * 1.001, w, torch.zeros_like(w, dtype=torch.float64))
+    # eager's own error (cancellation) widens the tolerance where it is large
+    err = torch.full_like(w, 1e-3, dtype=torch.float64)
+    cf._check_close("x", w + 1e-2, w, err)
+
+
+def test_a_wrong_backend_is_caught():
+    # A backend that adds one ulp to every float output must fail the differential check.
+    case = cf.Case(0, "cpu", [cf.InputSpec((8,), torch.float32, "contiguous")],
+                   [cf.Stmt("v0 = x0 * 3", "mul", [])], ["v0"])
+
+    def wrong(graph, example_inputs):
+        run = graph.run
+
+        def call(*args):
+            return tuple(torch.nextafter(o, torch.full_like(o, float("inf"))) for o in run(*args))
+        return call
+
+    old = cf._backend
+    cf._backend = wrong
+    try:
+        assert cf.run_case(case).status == "fail"
+    finally:
+        cf._backend = old
+    assert cf.run_case(case).status == "ok"
+
+
+def test_minimizer_keeps_the_failure_and_drops_the_rest():
+    case = cf.Case(0, "cpu", [cf.InputSpec((8,), torch.int64, "contiguous")],
+                   [cf.Stmt("v0 = x0 + 1", "add", []), cf.Stmt("v1 = v0 * 2", "mul", []),
+                    cf.Stmt("v2 = x0 - 5", "sub", [])], ["v1", "v2"])
+    calls = []
+
+    def fake_run(c):
+        calls.append(c)
+        failing = any("x0 - 5" in s.text for s in c.stmts) and "v2" in c.outs
+        return cf.Outcome("fail" if failing else "ok", "value", "", True)
+
+    old = cf.run_case
+    cf.run_case = fake_run
+    try:
+        small = cf.minimize(case, cf.Outcome("fail", "value", "", True))
+    finally:
+        cf.run_case = old
+    assert [s.text for s in small.stmts] == ["v2 = x0 - 5"] and small.outs == ["v2"]
