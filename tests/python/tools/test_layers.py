@@ -10,7 +10,7 @@ import pytest
 
 pytestmark = pytest.mark.pure_python
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
 
 # folder (most specific first) -> the include prefixes its files may use. Bottom to top:
