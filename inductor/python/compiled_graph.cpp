@@ -644,11 +644,10 @@ PyObject* CompiledGraph::run(PyObject* const* inputs, size_t n) {
   }
   for (auto& [node, ref] : p.outputs) {
     const loop::Buffer& ob = p.buffers[static_cast<size_t>(ref.buf)];
-    // NB: a view of an input is a new object in eager, even one of the input's own shape (an
-    // in-place call's result is the input itself).
+    // NB: a view is a new object in eager, even one of its base's own shape, whether the base is an
+    // input or another value of the graph (an in-place call's result is its operand itself).
     const Node& on = g.node(node);
-    bool fresh = ob.role == loop::BufferRole::Input && ob.node != node && on.kind == NodeKind::Call &&
-                 op_def(on.op).has(kView) && !mutates_operand(on);
+    bool fresh = ob.node != node && on.kind == NodeKind::Call && op_def(on.op).has(kView) && !mutates_operand(on);
     PyObject* v = view_of(ref, fresh);
     if (!v) return nullptr;
     set_node(node, v);

@@ -178,6 +178,11 @@ def same_shape_view_is_new_object(x):
     return x.view(2, -1), x
 
 
+def same_shape_view_of_an_intermediate_is_new_object(x):
+    t = x.mean(0, keepdim=True) + 0 * x     # pyfuzz 2:79540
+    return t, t.view(-1)
+
+
 def inplace_overwrite_then_add(x):
     x.copy_(torch.full((3,), 5.0))
     x.zero_()
@@ -274,6 +279,7 @@ CASES = [
     (view_of_intermediate_across_break, [lambda: [torch.tensor([1.0, 2.0])]]),
     (returned_view_keeps_aliasing, [T23_]),
     (same_shape_view_is_new_object, [T23_]),
+    (same_shape_view_of_an_intermediate_is_new_object, [lambda: [torch.tensor([1.0, -2.0, -3.0, 0.0])]]),
     (inplace_overwrite_then_add, [lambda: [torch.tensor([1.0, 2.0, 3.0])]]),
     (inplace_overwrite_then_sigmoid, [lambda: [torch.tensor([1.0, -2.0, 3.0])]]),
     (inplace_fill_then_iadd, [lambda: [torch.tensor([1.0, 2.0, 3.0])]]),
