@@ -63,10 +63,11 @@ LT clamp_rule(Lowerer& L, const Node& n, const char* lo_name, const char* hi_nam
   std::vector<LT> ops{L.tensor(n.args[0])};
   const Value* lo = lo_name && !L.arg(n, lo_name).is_none() ? &L.arg(n, lo_name) : nullptr;
   const Value* hi = hi_name && !L.arg(n, hi_name).is_none() ? &L.arg(n, hi_name) : nullptr;
-  // NB: eager CUDA's number bounds (launch_clamp_scalar, cuda/TensorCompare.cu) compare
-  // `val < lo` and `hi < val` in opmath, so a NaN bound is never taken: it is as if absent.
+  // NB: with both bounds given, a NaN number fills the result with NaN on every device (clamp_out).
+  // With one bound, eager CUDA's kernel (clamp_min/max_scalar, cuda/TensorCompare.cu) takes
+  // ::max(v, lo) / ::min(v, hi), which never returns a NaN bound: it is as if absent.
   auto nan_number = [](const Value* v) { return v && v->is_number() && std::isnan(v->as_double()); };
-  if (on_cuda(L) && !((lo && lo->is_node()) || (hi && hi->is_node()))) {
+  if (on_cuda(L) && !(lo && hi) && !((lo && lo->is_node()) || (hi && hi->is_node()))) {
     if (nan_number(lo)) lo = nullptr;
     if (nan_number(hi)) hi = nullptr;
     if (!lo && !hi) return L.tensor(n.args[0]).dtype == out ? L.tensor(n.args[0]) : Lowerer::cast(L.tensor(n.args[0]), out);

@@ -146,8 +146,9 @@ def test_hardswish_and_hardsigmoid_multiply_by_a_float_sixth(dtype):
 
 @gpu
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32, torch.float64])
-def test_clamp_ignores_a_nan_number_bound(dtype):
-    # launch_clamp_scalar compares `val < lo` in opmath: a NaN bound is never taken.
+def test_clamp_with_a_nan_number_bound(dtype):
+    # One bound: eager CUDA's clamp_min/clamp_max kernel never takes a NaN bound. Both bounds and
+    # one of them NaN: clamp_out fills the result with NaN (every device).
     x = _rand((8, 7, 3), dtype)
     x[0, 0, 0] = float("nan")
     _compiled_equals_eager(lambda x: (torch.clamp(x, min=float("nan")), torch.clamp(x, max=float("nan")),

@@ -140,7 +140,7 @@ def test_the_rewritten_graph_computes_nhwc_between_convolutions():
     assert cg.channels_last
     # The first conv's output and the fused batch norm + relu after it: [2, 8, 16, 16] in NHWC.
     assert "f32[2, 8, 16, 16] strides [2048, 1, 128, 8]" in cg.loop_ir
-    with framefuse.config.patch(cpu_channels_last=False):
+    with framefuse.config.patch(cpu_channels_last=False), torch.no_grad():  # parameters require grad
         off = compile_graph(graph_of(model, x))
     assert not off.channels_last and "strides [2048, 1, 128, 8]" not in off.loop_ir
 
