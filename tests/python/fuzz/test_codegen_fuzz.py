@@ -15,7 +15,7 @@ from cuda_util import gpu
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "fuzz"))
 import codegen_fuzz as cf  # noqa: E402
 
-pytestmark = iu.needs_codegen
+# NB: the CPU tests need the CPU code generator (LLVM); the CUDA ones only NVRTC or a GPU.
 
 # NB: about 30 ms a case on one core: the CPU budget stays near a minute on the CI machines.
 CPU_CASES = int(os.environ.get("FRAMEFUSE_FUZZ_CASES", "1500"))
@@ -36,6 +36,7 @@ def _run(count, seed, device):
     return stats, ops
 
 
+@iu.needs_codegen
 def test_fixed_budget_on_cpu_agrees_with_eager(fuzz_config):
     stats, ops = _run(CPU_CASES, seed=29, device="cpu")
     # The budget must exercise the code generator, not only eager fallbacks and errors.
@@ -60,6 +61,7 @@ def test_fixed_budget_on_cuda_agrees_with_eager(fuzz_config):
 
 # ---- the fuzzer's own checks --------------------------------------------------------------------
 
+@iu.needs_codegen
 def test_cases_are_reproducible_from_their_seed():
     a, b = cf.generate(12345), cf.generate(12345)
     assert a.source() == b.source() and a.inputs == b.inputs
@@ -67,6 +69,7 @@ def test_cases_are_reproducible_from_their_seed():
     assert torch.equal(ta.nan_to_num(), tb.nan_to_num()) and ta.stride() == tb.stride()
 
 
+@iu.needs_codegen
 def test_inputs_have_the_layout_they_claim():
     for layout in cf.LAYOUTS:
         t = cf.make_input(cf.InputSpec((4, 5, 6), torch.float32, layout), 3, "cpu")
@@ -79,6 +82,7 @@ def test_inputs_have_the_layout_they_claim():
             assert t.storage_offset() == 3
 
 
+@iu.needs_codegen
 def test_exact_comparison_sees_one_ulp_and_the_sign_of_zero():
     x = torch.tensor([1.0, 0.0, float("nan")])
     cf._check_exact("x", x.clone(), x)
@@ -91,6 +95,7 @@ def test_exact_comparison_sees_one_ulp_and_the_sign_of_zero():
         cf._check_exact("x", x.to(torch.float64), x)
 
 
+@iu.needs_codegen
 def test_approximate_comparison_allows_ulps_but_not_a_wrong_result():
     w = torch.linspace(-3, 3, 101).exp()
     cf._check_close("x", w * (1 + 4e-7), w, torch.zeros_like(w, dtype=torch.float64))
@@ -101,6 +106,7 @@ def test_approximate_comparison_allows_ulps_but_not_a_wrong_result():
     cf._check_close("x", w + 1e-2, w, err)
 
 
+@iu.needs_codegen
 def test_a_wrong_backend_is_caught():
     # A backend that adds one ulp to every float output must fail the differential check.
     case = cf.Case(0, "cpu", [cf.InputSpec((8,), torch.float32, "contiguous")],
@@ -122,6 +128,7 @@ def test_a_wrong_backend_is_caught():
     assert cf.run_case(case).status == "ok"
 
 
+@iu.needs_codegen
 def test_minimizer_keeps_the_failure_and_drops_the_rest():
     case = cf.Case(0, "cpu", [cf.InputSpec((8,), torch.int64, "contiguous")],
                    [cf.Stmt("v0 = x0 + 1", "add", []), cf.Stmt("v1 = v0 * 2", "mul", []),
