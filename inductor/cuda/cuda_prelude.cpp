@@ -46,8 +46,12 @@ FF_UNARY(ff_log2, log2f(x), log2(x))
 FF_UNARY(ff_log10, log10f(x), log10(x))
 FF_UNARY(ff_sigmoid, 1.0f / (1.0f + expf(-x)), 1.0 / (1.0 + exp(-x)))
 FF_UNARY(ff_recip, 1.0f / x, 1.0 / x)
-FF_DEV float ff_abs(float x) { return fabsf(x); }
-FF_DEV double ff_abs(double x) { return fabs(x); }
+// NB: the sign bit cleared, not fabsf: NVRTC folds `fabsf(x) > -0.3f` to true, NaN included (H200,
+// NVRTC 13; eager gives false for a NaN). A NaN becomes the one abs.f32 gives (all payload bits set).
+FF_DEV float ff_abs(float x) { return __uint_as_float(x != x ? 0x7fffffffu : __float_as_uint(x) & 0x7fffffffu); }
+FF_DEV double ff_abs(double x) {
+  return __longlong_as_double(x != x ? 0x7fffffffffffffffLL : __double_as_longlong(x) & 0x7fffffffffffffffLL);
+}
 FF_DEV int ff_abs(int x) { return x < 0 ? (int)(0u - (unsigned)x) : x; }  // INT_MIN stays INT_MIN, as in torch
 FF_DEV long long ff_abs(long long x) { return x < 0 ? (long long)(0ull - (unsigned long long)x) : x; }
 FF_DEV bool ff_abs(bool x) { return x; }

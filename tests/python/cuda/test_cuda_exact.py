@@ -212,3 +212,12 @@ def test_source_reduced_float_subtraction_reads_the_number_at_float(tmp_path):
     src = _cuda_source(lambda g, x: (g.call(operator.sub, x, 0.3333333333333333),), torch.ones(8, dtype=torch.float16),
                        tmp_path=tmp_path)
     assert "0.333333343f" in src, src  # not the f16 0.333251953
+
+
+@gpu
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32, torch.float64])
+def test_abs_of_nan_compared_with_a_negative_number(dtype):
+    # NVRTC folded fabsf(x) > -0.3f to true, NaN included (codegen fuzz case 29000153).
+    x = _rand((4, 9), dtype)
+    x[0, 0], x[1, 3], x[3, 8] = float("nan"), -float("nan"), float("nan")
+    _compiled_equals_eager(lambda x: (torch.gt(x.abs(), -0.3), x.abs() >= -1.0, x.abs()), x)
