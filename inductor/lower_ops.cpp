@@ -273,7 +273,9 @@ LT var_rule(Lowerer& L, const Node& n, bool is_std) {
   if (L.has_arg(n, "correction") && !L.arg(n, "correction").is_none()) correction = L.arg(n, "correction").as_double();
   else if (L.has_arg(n, "unbiased") && L.arg(n, "unbiased").kind == Value::Kind::Bool) correction = L.arg(n, "unbiased").b ? 1.0 : 0.0;
   bool keepdim = L.has_arg(n, "keepdim") && L.arg(n, "keepdim").b;
-  DType ct = float_compute_dtype(out);
+  // NB: eager CPU's Welford accumulates in double for every float dtype (std_var_kernel_impl), so
+  // float32 values near 1e38 have a finite variance there; eager CUDA accumulates in float.
+  DType ct = on_cuda(L) ? float_compute_dtype(out) : DType::Float64;
   double count = static_cast<double>(reduced_numel(x, dims));
   LT xc = L.consistent(Lowerer::cast(x, ct));
   LT mean = Lowerer::map({L.reduce(xc, dims, true, ReduceOp::Sum, ct)}, ct, ct, [count](const V& v) { return loop::binary(BinaryOp::Div, v[0], fconst(count, v[0])); });

@@ -401,3 +401,10 @@ def test_a_sparse_intermediate_is_not_captured():
     x = torch.randn(4, 4)
     got = framefuse.compile(f, backend="inductor")(x)
     assert got.is_sparse and torch.equal(got.to_dense(), f(x).to_dense())
+
+
+def test_std_of_huge_float32_values_accumulates_as_eager():
+    # Eager CPU's Welford accumulates float32 in double: a row near 1e38 has a finite std there
+    # (the float sum of squares overflowed to inf - inf = nan; codegen fuzz case 7050013).
+    x = torch.tensor([[3e38, -3e38, 1e38], [1.0, 2.0, 4.0]])
+    _check(lambda x: (torch.std(x), torch.var(x, 1), torch.std(x, 0) / -1), x)
