@@ -63,7 +63,11 @@ std::optional<DType> binary_dtype(const MetaContext& ctx, const std::vector<Valu
       if ((t && t->dtype == DType::Bool) || v.kind == Value::Kind::Bool) return std::nullopt;
     }
   if (true_divide && is_integral(dt, true)) dt = default_float_dtype();
-  if (dt == DType::Bool && !op_is(ctx, {Op::add, Op::mul, Op::op_add, Op::op_mul, Op::op_iadd, Op::op_imul, Op::add_, Op::mul_, Op::maximum, Op::minimum}))
+  // NB: a bool tensor to a bool number's power stays bool in torch 2 (torch's own meta kernel says
+  // int64); torch 1.13 raises.
+  bool bool_pow = op_is(ctx, {Op::pow, Op::op_pow, Op::op_ipow}) && operands[1].kind == Value::Kind::Bool && torch_at_least(2, 0);
+  if (dt == DType::Bool && !bool_pow &&
+      !op_is(ctx, {Op::add, Op::mul, Op::op_add, Op::op_mul, Op::op_iadd, Op::op_imul, Op::add_, Op::mul_, Op::maximum, Op::minimum}))
     return std::nullopt;  // sub/div/pow/remainder ... of bools raise or promote specially
   if (!alpha_ok(ctx, dt)) return std::nullopt;
   return dt;

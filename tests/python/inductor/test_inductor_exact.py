@@ -408,3 +408,10 @@ def test_std_of_huge_float32_values_accumulates_as_eager():
     # (the float sum of squares overflowed to inf - inf = nan; codegen fuzz case 7050013).
     x = torch.tensor([[3e38, -3e38, 1e38], [1.0, 2.0, 4.0]])
     _check(lambda x: (torch.std(x), torch.var(x, 1), torch.std(x, 0) / -1), x)
+
+
+@pytest.mark.skipif(torch.__version__ < "2", reason="torch 1.13 raises for pow of a bool tensor")
+def test_bool_tensor_to_a_bool_power_stays_bool():
+    # torch's own meta kernel says int64; eager gives bool (codegen fuzz case 7018561).
+    x = torch.tensor([True, False, True])
+    _check(lambda x: ((x ** False).unsqueeze(-1), x ** True, torch.pow(x, False) * 2), x)
