@@ -6,38 +6,6 @@
 namespace ff {
 namespace {
 
-std::string_view trim(std::string_view s) {
-  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.front()))) s.remove_prefix(1);
-  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.remove_suffix(1);
-  return s;
-}
-
-// Splits at the top-level commas of `s` (not inside brackets or quotes).
-std::vector<std::string_view> split_top(std::string_view s) {
-  std::vector<std::string_view> parts;
-  int depth = 0;
-  char quote = 0;
-  size_t start = 0;
-  for (size_t i = 0; i < s.size(); ++i) {
-    char c = s[i];
-    if (quote) {
-      if (c == quote) quote = 0;
-    } else if (c == '"' || c == '\'') {
-      quote = c;
-    } else if (c == '(' || c == '[') {
-      ++depth;
-    } else if (c == ')' || c == ']') {
-      --depth;
-    } else if (c == ',' && depth == 0) {
-      parts.push_back(trim(s.substr(start, i - start)));
-      start = i + 1;
-    }
-  }
-  std::string_view last = trim(s.substr(start));
-  if (!last.empty()) parts.push_back(last);
-  return parts;
-}
-
 // Index of the bracket closing the one at `open`, or npos.
 size_t closing(std::string_view s, size_t open) {
   int depth = 0;

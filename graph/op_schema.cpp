@@ -156,31 +156,38 @@ constexpr TypeName kTypeNames[] = {
     {"MemoryFormat", ParamType::MemoryFormat}, {"Any", ParamType::Any},
 };
 
+}  // namespace
+
 std::string_view trim(std::string_view s) {
   while (!s.empty() && std::isspace(static_cast<unsigned char>(s.front()))) s.remove_prefix(1);
   while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.remove_suffix(1);
   return s;
 }
 
-// Splits on commas at bracket depth 0.
 std::vector<std::string_view> split_top(std::string_view s) {
   std::vector<std::string_view> parts;
   int depth = 0;
+  char quote = 0;
   size_t start = 0;
   for (size_t i = 0; i < s.size(); ++i) {
     char c = s[i];
-    if (c == '[' || c == '(') ++depth;
-    else if (c == ']' || c == ')') --depth;
-    else if (c == ',' && depth == 0) {
+    if (quote) {
+      if (c == quote) quote = 0;
+    } else if (c == '"' || c == '\'') {
+      quote = c;
+    } else if (c == '(' || c == '[') {
+      ++depth;
+    } else if (c == ')' || c == ']') {
+      --depth;
+    } else if (c == ',' && depth == 0) {
       parts.push_back(trim(s.substr(start, i - start)));
       start = i + 1;
     }
   }
-  if (!trim(s.substr(start)).empty()) parts.push_back(trim(s.substr(start)));
+  std::string_view last = trim(s.substr(start));
+  if (!last.empty()) parts.push_back(last);
   return parts;
 }
-
-}  // namespace
 
 Value parse_constant(std::string_view text, bool* ok) {
   Reader r{text};

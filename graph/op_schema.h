@@ -38,6 +38,12 @@ struct OpSchema {
 // Throws InternalError on a malformed schema (they are compiled-in strings).
 OpSchema parse_schema(std::string_view text);
 
+// `s` without leading and trailing white space.
+std::string_view trim(std::string_view s);
+// The comma-separated parts of `s` at bracket depth 0 and outside quotes, each trimmed (a last
+// empty part dropped): the argument lists of schemas and graph code.
+std::vector<std::string_view> split_top(std::string_view s);
+
 // Parses one constant as it appears in a schema default or in printed graph code
 // (None, True, 1, -2.5, 'str', [1, 2], torch.float32, ...). Sets *ok=false on failure.
 Value parse_constant(std::string_view text, bool* ok);
