@@ -281,6 +281,14 @@ Expr binary(BinaryOp op, Expr a, Expr b) {
   n->args = {std::move(a), std::move(b)};
   return n;
 }
+Expr rounded(Expr e) {
+  if (!e || e->kind != ExprKind::Binary || static_cast<BinaryOp>(e->op) != BinaryOp::Mul || !is_float(e->type) ||
+      e->i == 1)
+    return e;
+  auto n = std::make_shared<ExprNode>(*e);
+  n->i = 1;
+  return n;
+}
 Expr select(Expr c, Expr a, Expr b) {
   FF_CHECK(c && a && b, "null operand");
   FF_CHECK(c->type == ScalarType::Bool, "select condition must be bool");

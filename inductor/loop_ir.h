@@ -108,7 +108,7 @@ struct ExprNode {
   ExprKind kind = ExprKind::Const;
   ScalarType type = ScalarType::F32;
   uint8_t op = 0;  // UnaryOp / BinaryOp
-  int64_t i = 0;
+  int64_t i = 0;  // Const: the value; a float Mul: 1 where rounded() marked it
   double f = 0.0;
   int id = -1;  // Var / Local / Load (buffer id)
   std::vector<Expr> args;
@@ -123,6 +123,14 @@ Expr local(int id, ScalarType t);
 Expr load(int buffer, Expr index, ScalarType t);
 Expr unary(UnaryOp op, Expr a);
 Expr binary(BinaryOp op, Expr a, Expr b);
+// `e` as one op's result, which eager rounds to its type before the next op reads it: a float
+// multiply at its top is marked (ExprNode::i = 1) so that no code generator contracts it into a
+// later op's add (NVRTC fuses x * y + z into one fma across two ops unless told not to; within one
+// op's formula it may, as nvcc does in eager's own kernels). Any other e is returned as it is.
+Expr rounded(Expr e);
+inline bool is_rounded_mul(const ExprNode& e) {
+  return e.kind == ExprKind::Binary && e.op == static_cast<uint8_t>(BinaryOp::Mul) && e.i == 1;
+}
 Expr select(Expr c, Expr a, Expr b);
 Expr cast(Expr a, ScalarType t);  // identity when already `t`
 // `a` as a value of dtype `dt` (computed in dtype_compute_type(dt), which must be a's type):

@@ -749,6 +749,7 @@ std::optional<LT> Lowerer::lower_node(NodeId id) {
     } else {
       try {
         LT r = rule(*this, fn);
+        if (!r.ref) r.at = [inner = std::move(r.at)](const Idx& idx) { return loop::rounded(inner(idx)); };
         const TensorMeta& m = n.meta.tensor;
         FF_CHECK(r.sizes == m.sizes, "lowering of " + op.name + " produced the wrong shape");
         if (r.dtype != m.dtype) r = cast(r, m.dtype);

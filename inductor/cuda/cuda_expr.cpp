@@ -278,6 +278,9 @@ std::string Emitter::render(const Expr& e, const std::unordered_map<const ExprNo
                    e->type != ScalarType::Bool && reads_data(e);
       if (wraps) {
         s = wrapping_int(e->type, infix(op), a[0], a[1]);
+      } else if (loop::is_rounded_mul(*e) && loop::is_float(e->type)) {
+        // NB: one op's result: rounded before the next op adds to it, as eager's separate kernels do.
+        s = std::string(e->type == ScalarType::F64 ? "__dmul_rn(" : "__fmul_rn(") + a[0] + ", " + a[1] + ")";
       } else if (const char* sym = infix(op)) {
         s = "(" + a[0] + " " + sym + " " + a[1] + ")";
       } else if ((op == BinaryOp::FloorDiv || op == BinaryOp::Mod) && ints && nonneg(e->args[0]) &&

@@ -160,6 +160,24 @@ def _far_from_zero(t):
     return bool(torch.isfinite(a).all()) and float(a.min()) > max(1e-6 * float(a.max()), 1e-30)
 
 
+def _cancellation(op, operands, before, value, approx, limit=4.0):
+    """An add of an approximate operand whose result is smaller than the operand by more than
+    `limit` somewhere (fuzz_ops.CANCELS says why it is not drawn)."""
+    if op.name not in fuzz_ops.CANCELS or not isinstance(value, torch.Tensor) or not value.dtype.is_floating_point:
+        return False
+    r = value.detach().abs().to(torch.float64)
+    for n, t in zip(operands, before):
+        if n not in approx or not isinstance(t, torch.Tensor) or not t.dtype.is_floating_point:
+            continue
+        try:
+            a = torch.broadcast_to(t.abs().to(torch.float64), r.shape)
+        except RuntimeError:
+            continue
+        if bool(((a > limit * r) & torch.isfinite(a)).any()):
+            return True
+    return False
+
+
 def _division_hazard(op, text, values):
     # NB: INT_MIN // -1 traps (SIGFPE) in eager's integer division: never drawn.
     if op.name not in _INT_DIVISION:
@@ -216,6 +234,8 @@ def generate(seed: int, device: str = "cpu", max_ops: int = 10) -> Case:
         target = f"v{len(stmts)}"
         line = text if op.inplace else f"{target} = {text}"
         local = dict(ns, **env)
+        # operands as they were (an in-place op overwrites its first)
+        before = [v.clone() if isinstance(v, torch.Tensor) else v for v in vals] if op.name in fuzz_ops.CANCELS else vals
         try:
             exec(line, local)  # noqa: S102 - our own program
         except Exception:  # noqa: BLE001  eager rejects it: kept now and then, as the last statement
@@ -229,6 +249,9 @@ def generate(seed: int, device: str = "cpu", max_ops: int = 10) -> Case:
             new = local[operands[0]]
             if new is not mutated:
                 continue
+            if _cancellation(op, operands, before, mutated, approx):
+                env[operands[0]].copy_(before[0])   # undone: the op is not drawn
+                continue
             touched = [n for n, t in env.items() if isinstance(t, torch.Tensor) and _storage(t) == _storage(mutated)]
             is_approx = not op.exact or any(o in approx for o in operands)
             no_sign = op.name in fuzz_ops.ZERO_SIGN or any(o in signless for o in operands)
@@ -240,7 +263,7 @@ def generate(seed: int, device: str = "cpu", max_ops: int = 10) -> Case:
             summed.update(touched if is_summed else [])
             continue
         value = local[target]
-        if not isinstance(value, torch.Tensor):
+        if not isinstance(value, torch.Tensor) or _cancellation(op, operands, before, value, approx):
             continue
         is_approx = value.dtype.is_floating_point and (not op.exact or any(o in approx for o in operands))
         # a view of an approximate value is approximate, and so is anything sharing its memory

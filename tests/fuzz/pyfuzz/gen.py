@@ -89,6 +89,11 @@ class Gen:
         self.iterating: set[str] = set()  # container groups a loop encloses
         self.in_function = 0             # > 0 inside a helper or closure (no `global` there)
         self.exact = True
+        # A float tensor's value reached Python (int(t.sum()), a branch on t.max()...). With a rounding
+        # op anywhere in the program (exact False) that value may differ in the last ulp between eager
+        # and a fused kernel that sums in another order, and a branch turns the ulp into another path:
+        # generate() draws such programs again (see there).
+        self.float_to_python = False
         self.base_shape: tuple = (2, 3)
         # A dynamic program is also called with variant C, whose base-shaped tensors have a larger
         # first dimension (generate.DYNAMIC_DIM): shape literals are then written as *_like of a

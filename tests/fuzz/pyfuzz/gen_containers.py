@@ -145,6 +145,7 @@ def _list_t(g):
         g.emit(f"if {name}:")
         g.suites[-1][-1].body.append(_node(f"del {name}[0]"))
     elif c == "sort":
+        g.float_to_python = True
         g.emit(f"{name}.sort(key=lambda t: float(t.sum()))")
     else:
         g.emit(f"for {g.fresh('t')} in {name}[:1]:")

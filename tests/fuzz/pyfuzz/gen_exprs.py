@@ -90,6 +90,7 @@ def _int_of_tensor(g, d):
         return f"len({name})"
     if c == "item":
         # NB: data-dependent: a graph break in the compiled function.
+        g.float_to_python |= v.ty.dtype == "f"
         return f"int({name}.sum())" if g.chance(0.5) else f"int({name}.max())"
     return f"{name}.{'dim' if c == 'dim' else 'numel'}()"
 
@@ -199,6 +200,7 @@ def _float_of_tensor(g, d):
     name, v = tensor_var(g, dtype="f")
     if name is None:
         return None
+    g.float_to_python = True
     return g.r.choice((f"{name}.sum().item()", f"float({name}.max())", f"{name}.abs().sum().item() / 2"))
 
 

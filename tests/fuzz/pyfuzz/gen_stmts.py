@@ -166,6 +166,7 @@ def tensor_condition(g) -> str:
     name, v = g.pick(lambda v: v.ty.kind == "T" and v.ty.dtype in ("f", "i"))
     if name is None:
         return expr(g, BOOL)
+    g.float_to_python |= v.ty.dtype == "f"
     c = g.r.choice(("sum", "any", "max", "all", "item"))
     if c == "sum":
         return f"{name}.sum() > {g.small_int(-2, 3)}"

@@ -82,6 +82,7 @@ class Program:
     args: list[ArgSpec]
     exact: bool = True
     dynamic: bool = False    # also called with variant C (a larger first dimension, see generate.py)
+    float_to_python: bool = False   # a float tensor's value reaches Python (never in a program not exact)
 
     def entry_node(self) -> Node:
         params = ", ".join(a.name for a in self.args)

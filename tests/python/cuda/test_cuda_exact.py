@@ -221,3 +221,23 @@ def test_abs_of_nan_compared_with_a_negative_number(dtype):
     x = _rand((4, 9), dtype)
     x[0, 0], x[1, 3], x[3, 8] = float("nan"), -float("nan"), float("nan")
     _compiled_equals_eager(lambda x: (torch.gt(x.abs(), -0.3), x.abs() >= -1.0, x.abs()), x)
+
+
+# ---- one op's product, the next op's sum: two roundings, as eager's two kernels -------------------
+
+
+def test_source_an_ops_product_is_rounded_before_a_later_op_adds(tmp_path):
+    # NVRTC contracted one op's x * y and the next op's + z into one fma (codegen fuzz on CUDA,
+    # cases 1242, 2397 and 8103); within one op (addcmul) it contracts as nvcc does in eager's kernel.
+    ins = [torch.randn(8) for _ in range(3)]
+    src = _cuda_source(lambda g, x, y, z: (g.call(operator.add, g.call(operator.mul, x, y), z),), *ins, tmp_path=tmp_path)
+    assert "__fmul_rn(" in src, src
+    src = _cuda_source(lambda g, x, y, z: (g.call(torch.addcmul, z, x, y, value=0.5),), *ins, tmp_path=tmp_path)
+    assert "__fmul_rn(" not in src, src
+
+
+@gpu
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_a_product_and_a_later_sum_round_twice(dtype):
+    x, y, z = (_rand((64, 33), dtype, seed=i) for i in range(3))
+    _compiled_equals_eager(lambda x, y, z: (x * y + z, z - x * 3.0, torch.addcmul(z, x, y, value=0.5)), x, y, z)

@@ -42,6 +42,18 @@ def test_generation_is_a_pure_function_of_the_seed():
         assert out == "".join(first), f"generation depends on PYTHONHASHSEED={hash_seed}"
 
 
+@pytest.mark.pure_python
+def test_rounding_programs_keep_float_values_out_of_python():
+    """A program that rounds may not branch on a float tensor's value (generate() draws it again):
+    eager and a fused kernel may sum in different orders, and the last ulp would pick the branch."""
+    from pyfuzz.generate import generate  # noqa: PLC0415
+    progs = [generate(f"ulp:{i}") for i in range(300)]
+    assert not [p.seed for p in progs if not p.exact and p.float_to_python]
+    # Both kinds the rule keeps are still drawn, so the rule did not empty either class.
+    assert sum(not p.exact for p in progs) > 30
+    assert sum(p.float_to_python for p in progs) > 30
+
+
 def test_programs_are_deterministic_in_eager():
     from pyfuzz.compare import compare_calls  # noqa: PLC0415
     from pyfuzz.generate import generate  # noqa: PLC0415
