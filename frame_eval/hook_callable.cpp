@@ -5,6 +5,7 @@
 
 #include "frame_eval/hook.h"
 #include "frame_eval/hook_internal.h"
+#include "frame_eval/torch_refs.h"
 #include "src/base/errors.h"
 
 namespace ff {
@@ -24,7 +25,8 @@ struct FrameEvalCallable {
 PyObject* callable_vectorcall(PyObject* self, PyObject* const* args, size_t nargsf, PyObject* kwnames) {
   auto* c = reinterpret_cast<FrameEvalCallable*>(self);
   ThreadState& st = thread_state();
-  if (c->mode == CallableMode::Disable) {
+  // NB: a user's TorchDispatchMode sees eager's ops (torch.compile runs the function uncompiled too).
+  if (c->mode == CallableMode::Disable || user_dispatch_mode_active()) {
     ++st.disabled;
     PyObject* r = PyObject_Vectorcall(c->fn, args, nargsf, kwnames);
     --st.disabled;

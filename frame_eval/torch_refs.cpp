@@ -48,6 +48,12 @@ TorchRefs* load_torch_refs() {
   {
     PyRef c = PyRef::steal(PyObject_GetAttrString(refs->torch, "_C"));
     refs->any_autocast = c ? attr_or_null(c.get(), "_is_any_autocast_enabled") : nullptr;
+    refs->dispatch_stack_len = c ? attr_or_null(c.get(), "_len_torch_dispatch_stack") : nullptr;
+    PyErr_Clear();
+  }
+  if (refs->dispatch_stack_len) {
+    PyRef pd = PyRef::steal(PyImport_ImportModule("torch.utils._python_dispatch"));
+    refs->in_dispatch_mode = pd ? attr_or_null(pd.get(), "is_in_torch_dispatch_mode") : nullptr;
     PyErr_Clear();
   }
   for (int i = 0; i < kNumDTypes; ++i)
@@ -56,12 +62,11 @@ TorchRefs* load_torch_refs() {
   return refs;
 }
 
+TorchRefs* g_torch_refs = nullptr;  // set once, on first use
+
 }  // namespace
 
-const TorchRefs& torch_refs() {
-  static TorchRefs* refs = nullptr;
-  return *gil_once(refs, load_torch_refs);
-}
+const TorchRefs& torch_refs() { return *gil_once(g_torch_refs, load_torch_refs); }
 
 const TensorReaders& tensor_readers(PyTypeObject* type) {
   static auto* cache = new std::unordered_map<PyTypeObject*, TensorReaders*>();
@@ -146,6 +151,34 @@ PyObject* autocast_state_if_on() {
   PyObject* state = on == 1 ? autocast_state_now() : nullptr;
   if (!state) PyErr_Clear();
   return state;
+}
+
+bool user_dispatch_mode_active() {
+  if (!g_torch_refs) {  // NB: a program that never imported torch has no mode, and imports none here
+    PyRef name = PyRef::steal(PyUnicode_FromString("torch"));
+    PyRef m = PyRef::steal(name ? PyImport_GetModule(name.get()) : nullptr);
+    if (!m) {
+      PyErr_Clear();
+      return false;
+    }
+  }
+  const TorchRefs& refs = torch_refs();
+  if (!refs.dispatch_stack_len) return false;
+  PyRef n = PyRef::steal(call_torch_getter(refs.dispatch_stack_len));
+  if (!n || !PyLong_Check(n.get())) {
+    PyErr_Clear();
+    return false;
+  }
+  if (PyLong_AsLong(n.get()) <= 0) return false;
+  if (!refs.in_dispatch_mode) return true;  // NB: a mode is on and torch cannot tell which kind
+  PyRef args = PyRef::steal(PyTuple_New(0));
+  PyRef kw = PyRef::steal(Py_BuildValue("{s:O}", "include_infra_modes", Py_False));
+  PyRef r = PyRef::steal(args && kw ? PyObject_Call(refs.in_dispatch_mode, args.get(), kw.get()) : nullptr);
+  if (!r) {
+    PyErr_Clear();
+    return true;
+  }
+  return r.get() == Py_True;
 }
 
 int autocast_enabled_now() {

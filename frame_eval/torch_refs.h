@@ -39,6 +39,10 @@ struct TorchRefs {
   PyObject* get_default_dtype = nullptr;  // torch.get_default_dtype
   PyObject* strided = nullptr;            // torch.strided
   PyObject* any_autocast = nullptr;       // torch._C._is_any_autocast_enabled (null on torch 1.x)
+  // torch.utils._python_dispatch.is_in_torch_dispatch_mode (null where torch lacks it or its
+  // include_infra_modes argument) and torch._C._len_torch_dispatch_stack (null on torch 1.x)
+  PyObject* in_dispatch_mode = nullptr;
+  PyObject* dispatch_stack_len = nullptr;
   PyObject* dtypes[kNumDTypes] = {};      // torch.float32 ... (null where torch lacks one)
 };
 
@@ -61,6 +65,12 @@ int autocast_enabled_now();
 PyObject* autocast_state_now();
 // Cold path: autocast_state_now() where autocast is on, else null (no error set).
 PyObject* autocast_state_if_on();
+// Whether a user's TorchDispatchMode (not one of torch's own infrastructure modes) is active. Such
+// a mode sees every op eager runs: a compiled callable entered under it runs its function with the
+// hook off, and a frame is not compiled under it (as torch.compile does), so the mode sees eager's
+// ops and none of the compiler's own. Where no mode is on: one call into torch's C code. False
+// where torch was never imported, and on error (cleared).
+bool user_dispatch_mode_active();
 // Calls torch.is_grad_enabled / torch.get_default_dtype (or any callable) without arguments: a
 // new reference, or null with an error set.
 PyObject* call_torch_getter(PyObject* fn);
