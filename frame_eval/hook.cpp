@@ -449,12 +449,12 @@ Dispatch dispatch_frame(ThreadState& st, const ff_frame_info& info) {
   }
   {
     ++st.disabled;  // cold: may ask torch's Python code
-    bool mode = user_dispatch_mode_active();
+    bool mode = eager_context_active();
     --st.disabled;
     if (mode) {
       // NB: not remembered: the frame compiles on a later call made outside the mode.
       log_emit(LogComponent::frontend, LogLevel::Debug,
-               "not compiling " + code_location(info.code) + " now: a TorchDispatchMode is active");
+               "not compiling " + code_location(info.code) + " now: a TorchDispatchMode or a torch.func transform is active");
       ++g_stats.eager_frames;
       return native();
     }

@@ -25,8 +25,9 @@ struct FrameEvalCallable {
 PyObject* callable_vectorcall(PyObject* self, PyObject* const* args, size_t nargsf, PyObject* kwnames) {
   auto* c = reinterpret_cast<FrameEvalCallable*>(self);
   ThreadState& st = thread_state();
-  // NB: a user's TorchDispatchMode sees eager's ops (torch.compile runs the function uncompiled too).
-  if (c->mode == CallableMode::Disable || user_dispatch_mode_active()) {
+  // NB: under a user's TorchDispatchMode or a torch.func transform the function runs uncompiled
+  // (eager_context_active says why), as under torch.compile.
+  if (c->mode == CallableMode::Disable || eager_context_active()) {
     ++st.disabled;
     PyObject* r = PyObject_Vectorcall(c->fn, args, nargsf, kwnames);
     --st.disabled;

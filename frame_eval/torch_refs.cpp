@@ -50,6 +50,9 @@ TorchRefs* load_torch_refs() {
     refs->any_autocast = c ? attr_or_null(c.get(), "_is_any_autocast_enabled") : nullptr;
     refs->dispatch_stack_len = c ? attr_or_null(c.get(), "_len_torch_dispatch_stack") : nullptr;
     PyErr_Clear();
+    PyRef ft = PyRef::steal(c ? PyObject_GetAttrString(c.get(), "_functorch") : nullptr);
+    refs->functorch_peek = ft ? attr_or_null(ft.get(), "peek_interpreter_stack") : nullptr;
+    PyErr_Clear();
   }
   if (refs->dispatch_stack_len) {
     PyRef pd = PyRef::steal(PyImport_ImportModule("torch.utils._python_dispatch"));
@@ -153,16 +156,9 @@ PyObject* autocast_state_if_on() {
   return state;
 }
 
-bool user_dispatch_mode_active() {
-  if (!g_torch_refs) {  // NB: a program that never imported torch has no mode, and imports none here
-    PyRef name = PyRef::steal(PyUnicode_FromString("torch"));
-    PyRef m = PyRef::steal(name ? PyImport_GetModule(name.get()) : nullptr);
-    if (!m) {
-      PyErr_Clear();
-      return false;
-    }
-  }
-  const TorchRefs& refs = torch_refs();
+namespace {
+
+bool user_dispatch_mode_active(const TorchRefs& refs) {
   if (!refs.dispatch_stack_len) return false;
   PyRef n = PyRef::steal(call_torch_getter(refs.dispatch_stack_len));
   if (!n || !PyLong_Check(n.get())) {
@@ -179,6 +175,31 @@ bool user_dispatch_mode_active() {
     return true;
   }
   return r.get() == Py_True;
+}
+
+bool functorch_transform_active(const TorchRefs& refs) {
+  if (!refs.functorch_peek) return false;
+  PyRef r = PyRef::steal(call_torch_getter(refs.functorch_peek));
+  if (!r) {
+    PyErr_Clear();
+    return false;
+  }
+  return r.get() != Py_None;
+}
+
+}  // namespace
+
+bool eager_context_active() {
+  if (!g_torch_refs) {  // NB: a program that never imported torch has neither, and imports none here
+    PyRef name = PyRef::steal(PyUnicode_FromString("torch"));
+    PyRef m = PyRef::steal(name ? PyImport_GetModule(name.get()) : nullptr);
+    if (!m) {
+      PyErr_Clear();
+      return false;
+    }
+  }
+  const TorchRefs& refs = torch_refs();
+  return user_dispatch_mode_active(refs) || functorch_transform_active(refs);
 }
 
 int autocast_enabled_now() {

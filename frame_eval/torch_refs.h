@@ -43,6 +43,7 @@ struct TorchRefs {
   // include_infra_modes argument) and torch._C._len_torch_dispatch_stack (null on torch 1.x)
   PyObject* in_dispatch_mode = nullptr;
   PyObject* dispatch_stack_len = nullptr;
+  PyObject* functorch_peek = nullptr;  // torch._C._functorch.peek_interpreter_stack (null on torch 1.x)
   PyObject* dtypes[kNumDTypes] = {};      // torch.float32 ... (null where torch lacks one)
 };
 
@@ -65,12 +66,13 @@ int autocast_enabled_now();
 PyObject* autocast_state_now();
 // Cold path: autocast_state_now() where autocast is on, else null (no error set).
 PyObject* autocast_state_if_on();
-// Whether a user's TorchDispatchMode (not one of torch's own infrastructure modes) is active. Such
-// a mode sees every op eager runs: a compiled callable entered under it runs its function with the
-// hook off, and a frame is not compiled under it (as torch.compile does), so the mode sees eager's
-// ops and none of the compiler's own. Where no mode is on: one call into torch's C code. False
-// where torch was never imported, and on error (cleared).
-bool user_dispatch_mode_active();
+// Whether eager's ops must run as they are: a user's TorchDispatchMode (not one of torch's own
+// infrastructure modes) is active, and sees every op eager runs; or a torch.func transform (vmap,
+// grad, jvp, jacfwd...) is, whose wrapped tensors have no storage a kernel could read. A compiled
+// callable entered then runs its function with the hook off, and no frame is compiled then (as
+// torch.compile does). Where neither is on: two calls into torch's C code. False where torch was
+// never imported, and on error (cleared).
+bool eager_context_active();
 // Calls torch.is_grad_enabled / torch.get_default_dtype (or any callable) without arguments: a
 // new reference, or null with an error set.
 PyObject* call_torch_getter(PyObject* fn);

@@ -92,3 +92,37 @@ def test_compiled_inside_a_handler_compiles():
     with SubInHandler():
         out = torch.add(x, x)
     assert torch.equal(out, torch.zeros(3)) and graphs == [1]
+
+
+# ---- torch.func transforms: their wrapped tensors have no storage a kernel could read ----------------
+
+
+def square_affine(x):
+    return x.square() * 2 + 1
+
+
+@pytest.mark.skipif(not hasattr(torch, "func"), reason="torch.func is torch 2's")
+@pytest.mark.parametrize("backend", ["eager", "inductor"])
+def test_transforms_of_a_compiled_function(backend):
+    framefuse.reset()
+    g = framefuse.compile(square_affine, backend=backend)
+    x = torch.rand(4, 3, dtype=torch.float64)
+    assert torch.equal(g(x[0]), square_affine(x[0]))   # compiled first, outside any transform
+    assert torch.equal(torch.vmap(g)(x), torch.vmap(square_affine)(x))
+    assert torch.equal(torch.func.jacfwd(g)(x[0]), torch.func.jacfwd(square_affine)(x[0]))
+    assert torch.equal(torch.func.grad(lambda t: g(t).sum())(x[0]), 4 * x[0])
+
+
+@pytest.mark.skipif(not hasattr(torch, "func"), reason="torch.func is torch 2's")
+def test_compiled_function_calling_a_transform():
+    # Dynamo's test_jacfwd_one_hot_dynamic_compile: one_hot under jacfwd's wrapped tensors.
+    def func(x, idxs):
+        return x.square() * torch.nn.functional.one_hot(idxs, 3)
+
+    def jacfunc(x, idxs):
+        return torch.func.jacfwd(func, argnums=(0,))(x, idxs)
+
+    framefuse.reset()
+    idxs = torch.tensor([0, 2, 1, 1, 0])
+    x = torch.rand(5, 3, dtype=torch.float64)
+    assert torch.equal(framefuse.compile(jacfunc, backend="inductor")(x, idxs)[0], jacfunc(x, idxs)[0])
