@@ -153,6 +153,19 @@ def _small(t, bound=4.0):
     return t.numel() == 0 or bool((t.to(torch.float64).abs() <= bound).all())
 
 
+def _may_overflow(op_name, t):
+    """Whether some order of the reduction's partial results overflows t's dtype (see
+    fuzz_ops.ORDER_OVERFLOW): a sum whose terms' magnitudes add past the largest finite value, a
+    product whose factors above 1 multiply past it."""
+    if not t.dtype.is_floating_point or t.numel() == 0:
+        return False
+    a = t.detach().abs().to(torch.float64).nan_to_num(0.0, posinf=0.0)
+    big = torch.finfo(t.dtype).max
+    if op_name == "prod":
+        return float(torch.log2(a.clamp(min=1.0)).sum()) >= math.log2(big)
+    return float(a.sum()) >= big
+
+
 def _far_from_zero(t):
     if not t.dtype.is_floating_point or t.numel() == 0:
         return False
@@ -220,6 +233,7 @@ def generate(seed: int, device: str = "cpu", max_ops: int = 10) -> Case:
         pool = [n for n in recent if (op.smooth or n not in approx) and
                 (op.name not in fuzz_ops.POLES or (n not in signless and n not in approx) or _far_from_zero(env[n])) and
                 (op.name not in fuzz_ops.AMPLIFIERS or n not in summed or _small(env[n])) and
+                (op.name not in fuzz_ops.ORDER_OVERFLOW or not _may_overflow(op.name, env[n])) and
                 (op.name not in fuzz_ops.PERIODIC or n not in approx or _small(env[n], 100.0))]
         if not pool:
             continue

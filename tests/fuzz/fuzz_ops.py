@@ -56,6 +56,10 @@ PERIODIC = {"sin", "cos", "tan"}
 # there (its cos rounded the right way) while a kernel's cos 1 ulp away is right too. The generator
 # keeps such cancellation out of approximate values (codegen_fuzz._cancellation).
 CANCELS = {"add", "sub", "torch_add", "torch_sub", "add_alpha", "addcmul", "lerp", "add_", "sub_", "iadd"}
+# Reductions whose partial results may overflow in one order and not in another: prod of 3e38, 7
+# and 0 is -0.0 in eager's order and NaN in a sequential one (3e38 * 7 = inf, inf * 0 = NaN). They
+# read only tensors where no order overflows (codegen_fuzz._may_overflow).
+ORDER_OVERFLOW = {"sum", "mean", "cumsum", "prod"}
 AMPLIFIERS = {"exp", "exp2", "expm1", "sin", "cos", "tan", "pow", "pow_scalar", "pow_int", "tanh", "sigmoid",
               "softplus", "mish", "elu", "erf", "gelu", "gelu_tanh", "silu", "softmax", "log_softmax", "logsumexp"}
 

@@ -85,6 +85,15 @@ def test_cancellation_of_approximate_values_is_not_drawn():
     assert not cf._cancellation(mul, ["v0", "x1"], [c, one * 1e-3], c * 1e-3, approx={"v0"})
 
 
+def test_reductions_that_overflow_in_some_order_are_not_drawn():
+    """prod of [3e38, 7, 0, ...] is -0.0 in eager's order and NaN in a sequential one (codegen fuzz
+    case 11020410): which order overflows is not a property of the result."""
+    t = torch.tensor([3e38, 7.0, 0.0, -0.5])
+    assert cf._may_overflow("prod", t) and not cf._may_overflow("prod", t.to(torch.float64))
+    assert not cf._may_overflow("prod", torch.tensor([2.0, -3.0, 0.0, float("inf")]))   # inf * 0 is NaN in any order
+    assert cf._may_overflow("sum", torch.tensor([3e38, 3e38, -3e38])) and not cf._may_overflow("sum", torch.tensor([3e38, -1.0]))
+
+
 @iu.needs_codegen
 def test_inputs_have_the_layout_they_claim():
     for layout in cf.LAYOUTS:
