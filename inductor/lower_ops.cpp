@@ -153,6 +153,10 @@ LT pow_rule(Lowerer& L, const Node& n, const Value& a, const Value& b) {
 
 LT compare(Lowerer& L, const Node& /*n*/, const Value& a, const Value& b, BinaryOp op) {
   DType ct = common_dtype(L, {a, b});  // a scalar is converted to it: int8 < 300 compares with 44
+  // NB: eager CUDA (CompareKernels.cu: opmath_symmetric_gpu_kernel_with_scalars) reads a number
+  // at opmath: a bf16 tensor > 0.3 compares with 0.3f, not with bf16's 0.30078125 as eager CPU does.
+  if (on_cuda(L) && (ct == DType::Float16 || ct == DType::BFloat16) && a.is_number() != b.is_number())
+    ct = float_compute_dtype(ct);
   return Lowerer::map({L.tensor(a), L.tensor(b)}, ct, DType::Bool, [op](const V& v) { return loop::binary(op, v[0], v[1]); });
 }
 

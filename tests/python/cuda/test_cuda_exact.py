@@ -214,6 +214,20 @@ def test_source_reduced_float_subtraction_reads_the_number_at_float(tmp_path):
     assert "0.333333343f" in src, src  # not the f16 0.333251953
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_source_reduced_float_compared_with_a_number_at_float(dtype, tmp_path):
+    src = _cuda_source(lambda g, x: (g.call(operator.gt, x, 0.3), g.call(operator.le, 0.3, x)), torch.ones(8, dtype=dtype),
+                       tmp_path=tmp_path)
+    assert src.count("0.300000012f") >= 2, src   # not bf16's 0.30078125 or f16's 0.300048828
+
+
+@gpu
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_reduced_float_compared_with_a_number(dtype):
+    x = torch.tensor([0.2998, 0.3, 0.30005, 0.30078125, 0.3008, -0.3, 1.0], dtype=dtype).cuda()
+    _compiled_equals_eager(lambda x: (x > 0.3, x == 0.3, 0.3 <= x, x != 0.30078125, torch.lt(x, 0.3)), x)
+
+
 @gpu
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32, torch.float64])
 def test_abs_of_nan_compared_with_a_negative_number(dtype):
