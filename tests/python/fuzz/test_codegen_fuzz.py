@@ -94,6 +94,16 @@ def test_reductions_that_overflow_in_some_order_are_not_drawn():
     assert cf._may_overflow("sum", torch.tensor([3e38, 3e38, -3e38])) and not cf._may_overflow("sum", torch.tensor([3e38, -1.0]))
 
 
+def test_float32_values_cast_up_are_compared_at_float32():
+    """log2(softplus(cos(x))).to(torch.float64): an ulp of float32 apart is close (case 11022640)."""
+    w = torch.tensor([-0.38863664865493774, 0.5], dtype=torch.float32).to(torch.float64)
+    g = torch.tensor([-0.38863661885261536, 0.5], dtype=torch.float32).to(torch.float64)
+    assert cf._computed_eps(w) == 2.0**-23
+    cf._check_close("v", g, w, torch.zeros(2, dtype=torch.float64))
+    with pytest.raises(cf.Mismatch):   # a float64 computation is still held to float64's ulps
+        cf._check_close("v", w + 1e-12, w + torch.tensor([1e-9, 0.0], dtype=torch.float64), torch.zeros(2, dtype=torch.float64))
+
+
 @iu.needs_codegen
 def test_inputs_have_the_layout_they_claim():
     for layout in cf.LAYOUTS:
