@@ -72,8 +72,7 @@ std::optional<ValueMeta> suggested_format(const TensorMeta& x, std::vector<int64
 }  // namespace
 
 std::optional<ValueMeta> meta_matmul(const MetaContext& ctx) {
-  const std::string& n = ctx.op.name;
-  bool has_self = n == "addmm" || n == "baddbmm";
+  bool has_self = op_is(ctx, {Op::addmm, Op::baddbmm});
   const TensorMeta* a = tensor_or_null(ctx.args[has_self ? 1 : 0], ctx.graph);
   const TensorMeta* b = tensor_or_null(ctx.args[has_self ? 2 : 1], ctx.graph);
   if (!a || !b) return std::nullopt;
@@ -81,13 +80,13 @@ std::optional<ValueMeta> meta_matmul(const MetaContext& ctx) {
   const int64_t da = a->dim(), db = b->dim();
   bool grad = a->requires_grad || b->requires_grad;
   std::vector<int64_t> sizes;
-  if (n == "mm" || n == "addmm") {
-    if (da != 2) throw MetaError(n == "mm" ? "self must be a matrix" : "mat1 must be a matrix, got " + std::to_string(da) + "-D tensor");
-    if (db != 2) throw MetaError(n == "mm" ? "mat2 must be a matrix" : "mat2 must be a matrix, got " + std::to_string(db) + "-D tensor");
+  if (op_is(ctx, {Op::mm, Op::addmm})) {
+    if (da != 2) throw MetaError(op_is(ctx, {Op::mm}) ? "self must be a matrix" : "mat1 must be a matrix, got " + std::to_string(da) + "-D tensor");
+    if (db != 2) throw MetaError(op_is(ctx, {Op::mm}) ? "mat2 must be a matrix" : "mat2 must be a matrix, got " + std::to_string(db) + "-D tensor");
     check_mm(a->sizes, b->sizes);
     check_same_dtype(*a, *b);
     sizes = {a->sizes[0], b->sizes[1]};
-  } else if (n == "bmm" || n == "baddbmm") {
+  } else if (op_is(ctx, {Op::bmm, Op::baddbmm})) {
     if (da != 3) throw MetaError("batch1 must be a 3D tensor");
     if (db != 3) throw MetaError("batch2 must be a 3D tensor");
     if (a->sizes[0] != b->sizes[0])
@@ -242,14 +241,13 @@ std::optional<ValueMeta> meta_conv(const MetaContext& ctx) {
 
 std::optional<ValueMeta> meta_pool(const MetaContext& ctx) {
   const TensorMeta& x = ctx.tensor("input");
-  const std::string& n = ctx.op.name;
   if (x.dim() != 3 && x.dim() != 4) return std::nullopt;
   if (!is_floating(x.dtype) || unsupported_cpu_half(x)) return std::nullopt;
   for (int64_t d = x.dim() - 3; d < x.dim(); ++d)
     if (x.sizes[d] == 0) return std::nullopt;
   const int64_t h = x.sizes[x.dim() - 2], wdt = x.sizes[x.dim() - 1];
   std::vector<int64_t> sizes(x.sizes.begin(), x.sizes.end() - 2);
-  if (n == "adaptive_avg_pool2d") {
+  if (op_is(ctx, {Op::adaptive_avg_pool2d})) {
     const Value& os = ctx.arg("output_size");
     std::vector<Value> items = os.is_sequence() ? os.items : std::vector<Value>{os, os};
     if (items.size() != 2) return std::nullopt;
@@ -260,7 +258,7 @@ std::optional<ValueMeta> meta_pool(const MetaContext& ctx) {
     }
     return suggested_format(x, sizes, x.dtype, x.requires_grad);
   }
-  bool is_max = n == "max_pool2d";
+  bool is_max = op_is(ctx, {Op::max_pool2d});
   auto k = expand_param(ctx.arg("kernel_size"), 2);
   const Value& sv = ctx.arg("stride");
   auto s = sv.is_none() || (sv.is_sequence() && sv.items.empty()) ? k : expand_param(sv, 2);
@@ -323,7 +321,7 @@ std::optional<ValueMeta> meta_creation(const MetaContext& ctx) {
   bool random = n.starts_with("rand");
   // dtype
   DType dt = base ? base->dtype : default_float_dtype();
-  if (n == "arange" || n == "full" || n == "new_full" || n == "full_like") {
+  if (op_is(ctx, {Op::arange, Op::full, Op::new_full, Op::full_like})) {
     // fill values and arange bounds must be known numbers
     for (const char* p : {"start", "end", "step", "fill_value"}) {
       if (ctx.op.schema.index_of(p) < 0) continue;
@@ -331,12 +329,12 @@ std::optional<ValueMeta> meta_creation(const MetaContext& ctx) {
       if (!v.is_none() && !v.is_number()) return std::nullopt;
     }
   }
-  if (n == "full") {
+  if (op_is(ctx, {Op::full})) {
     const Value& fv = ctx.arg("fill_value");
     dt = fv.kind == Value::Kind::Bool ? DType::Bool : fv.kind == Value::Kind::Int ? DType::Int64 : default_float_dtype();
   }
   std::vector<int64_t> sizes;
-  if (n == "arange") {
+  if (op_is(ctx, {Op::arange})) {
     Value start = ctx.arg("start"), end = ctx.arg("end"), step = ctx.arg("step");
     if (end.is_none()) std::swap(start, end), start = Value::of_int(0);
     bool any_float = false;
@@ -369,7 +367,7 @@ std::optional<ValueMeta> meta_creation(const MetaContext& ctx) {
     for (int64_t s : sizes)
       if (s < 0) throw MetaError("Trying to create tensor with negative dimension " + std::to_string(s) + ": " + shape_str(sizes));
   }
-  if (n != "arange") dt = dtype_arg(ctx, "dtype", dt);
+  if (!op_is(ctx, {Op::arange})) dt = dtype_arg(ctx, "dtype", dt);
   if (random && !is_floating(dt)) return std::nullopt;
   auto dev = device_arg(ctx, base ? base->device : Device{});
   if (!dev) return std::nullopt;

@@ -13,8 +13,6 @@ namespace {
 
 bool is_float_like(DType t) { return is_floating(t) || is_complex(t); }
 
-bool op_is(const MetaContext& ctx, std::initializer_list<Op> ops) { return op_in(op_kind(ctx.op.id), ops); }
-
 // torch's canCast(from, to): no complex -> real, no floating -> integral, no non-bool -> bool.
 bool can_cast(DType from, DType to) {
   if (is_complex(from) && !is_complex(to)) return false;

@@ -45,30 +45,29 @@ const TensorMeta* optional_tensor(const MetaContext& ctx, std::string_view name)
 
 std::optional<ValueMeta> meta_reduce(const MetaContext& ctx) {
   const TensorMeta& x = ctx.tensor("input");
-  const std::string& n = ctx.op.name;
   const Value& dim_v = ctx.arg("dim");
   bool keepdim = ctx.arg("keepdim").b;
-  if (is_complex(x.dtype) && n != "sum" && n != "mean") return std::nullopt;
+  if (is_complex(x.dtype) && !op_is(ctx, {Op::sum, Op::mean})) return std::nullopt;
   if (dim_v.is_node() || (dim_v.is_sequence() && !all_ints(dim_v))) return std::nullopt;
   std::vector<int64_t> dims = reduction_dims(dim_v, x.dim());
   bool all_dims = dim_v.is_none() || (dim_v.is_sequence() && dim_v.items.empty());
   DType dt = x.dtype;
   bool grad = true;
-  if ((n == "prod" && missing_cpu_kernel(x, true)) || (n == "logsumexp" && missing_cpu_kernel(x))) return std::nullopt;
-  if (n == "sum" || n == "prod") {
-    if (n == "prod" && dim_v.is_none() && keepdim) return std::nullopt;  // no such overload
+  if ((op_is(ctx, {Op::prod}) && missing_cpu_kernel(x, true)) || (op_is(ctx, {Op::logsumexp}) && missing_cpu_kernel(x))) return std::nullopt;
+  if (op_is(ctx, {Op::sum, Op::prod})) {
+    if (op_is(ctx, {Op::prod}) && dim_v.is_none() && keepdim) return std::nullopt;  // no such overload
     dt = dtype_arg(ctx, "dtype", is_integral(x.dtype, true) ? DType::Int64 : x.dtype);
-  } else if (n == "mean") {
+  } else if (op_is(ctx, {Op::mean})) {
     dt = dtype_arg(ctx, "dtype", x.dtype);
     if (!is_float_like(dt)) return std::nullopt;  // eager raises for integer means
-  } else if (n == "amax" || n == "amin") {
+  } else if (op_is(ctx, {Op::amax, Op::amin})) {
     if (x.numel() == 0 || x.dtype == DType::Bool) return std::nullopt;
-  } else if (n == "logsumexp") {
+  } else if (op_is(ctx, {Op::logsumexp})) {
     if (is_integral(dt, true)) dt = default_float_dtype();
-  } else if (n == "all" || n == "any") {
+  } else if (op_is(ctx, {Op::all, Op::any})) {
     if (all_dims && keepdim) return std::nullopt;
     dt = x.dtype == DType::UInt8 ? DType::UInt8 : DType::Bool;
-  } else if (n == "norm") {
+  } else if (op_is(ctx, {Op::norm})) {
     const Value& p = ctx.arg("p");
     if (!is_floating(x.dtype)) return std::nullopt;
     if (p.kind == Value::Kind::Str && (p.s != "fro" || (!all_dims && dims.size() > 2))) return std::nullopt;
@@ -76,12 +75,12 @@ std::optional<ValueMeta> meta_reduce(const MetaContext& ctx) {
     if (all_dims && keepdim) return std::nullopt;
     if (!ctx.arg("dtype").is_none()) return std::nullopt;  // torch 1.13 rejects dtype for some norms
     dt = to_real(x.dtype);
-  } else if (n == "var" || n == "std") {
+  } else if (op_is(ctx, {Op::var, Op::std})) {
     if (!is_floating(x.dtype)) return std::nullopt;
     if (!ctx.arg("unbiased").is_none() && !ctx.arg("correction").is_none()) return std::nullopt;
     if (all_dims && keepdim) return std::nullopt;
     dt = to_real(x.dtype);
-  } else if (n == "argmax" || n == "argmin") {
+  } else if (op_is(ctx, {Op::argmax, Op::argmin})) {
     if (x.numel() == 0 || x.dtype == DType::Bool) return std::nullopt;
     if (dim_v.is_none() && keepdim) return std::nullopt;  // torch versions disagree
     dt = DType::Int64;
@@ -154,7 +153,6 @@ std::optional<ValueMeta> meta_softmax(const MetaContext& ctx) {
 
 std::optional<ValueMeta> meta_norm(const MetaContext& ctx) {
   const TensorMeta& x = ctx.tensor("input");
-  const std::string& n = ctx.op.name;
   if (!is_floating(x.dtype)) return std::nullopt;
   if (missing_cpu_kernel(x)) return std::nullopt;
   bool grad = x.requires_grad;
@@ -166,7 +164,7 @@ std::optional<ValueMeta> meta_norm(const MetaContext& ctx) {
     if (!t || t->dtype != x.dtype) return std::nullopt;  // mixed dtypes: version-specific
     grad = grad || t->requires_grad;
   }
-  if (n == "layer_norm" || n == "rms_norm") {
+  if (op_is(ctx, {Op::layer_norm, Op::rms_norm})) {
     const Value& ns = ctx.arg("normalized_shape");
     if (!all_ints(ns)) return std::nullopt;
     std::vector<int64_t> shape = int_list(ns);
@@ -181,10 +179,10 @@ std::optional<ValueMeta> meta_norm(const MetaContext& ctx) {
         throw MetaError("Expected " + std::string(p) + " to be of same shape as normalized_shape, but got " +
                         std::string(p) + " of shape " + shape_str(t->sizes) + " and normalized_shape = " + shape_str(shape));
     }
-    if (n == "rms_norm" && !x.is_contiguous()) return std::nullopt;
+    if (op_is(ctx, {Op::rms_norm}) && !x.is_contiguous()) return std::nullopt;
     return fresh(x.sizes, x.dtype, x.device, grad);
   }
-  if (n == "batch_norm") {
+  if (op_is(ctx, {Op::batch_norm})) {
     if (x.dim() < 2) return std::nullopt;
     int64_t c = x.sizes[1];
     for (const char* p : {"running_mean", "running_var", "weight", "bias"}) {
@@ -201,7 +199,7 @@ std::optional<ValueMeta> meta_norm(const MetaContext& ctx) {
     if (!training && (ctx.arg("running_mean").is_none() || ctx.arg("running_var").is_none())) return std::nullopt;
     return suggested_layout(x, grad);
   }
-  if (n == "group_norm") {
+  if (op_is(ctx, {Op::group_norm})) {
     if (x.dim() < 2 || !is_int(ctx.arg("num_groups"))) return std::nullopt;
     int64_t groups = ctx.arg("num_groups").i;
     if (groups <= 0 || x.sizes[1] % groups != 0)
@@ -219,7 +217,7 @@ std::optional<ValueMeta> meta_norm(const MetaContext& ctx) {
     out.requires_grad = grad;
     return ValueMeta::of_tensor(std::move(out));
   }
-  if (n == "normalize") {
+  if (op_is(ctx, {Op::normalize})) {
     if (x.dim() == 0) return std::nullopt;
     int64_t d = wrap_dim(ctx.arg("dim").i, x.dim());
     // input / input.norm(p, dim, keepdim=True).clamp_min(eps).expand_as(input)

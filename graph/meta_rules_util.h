@@ -7,8 +7,13 @@
 #include <vector>
 
 #include "graph/meta_rules.h"
+#include "graph/op.h"
 
 namespace ff::meta_util {
+
+// Whether the rule runs for one of `ops` (a rule serves several ops; it tells them apart by Op, so
+// a renamed op is a compile error, not a silently skipped branch).
+inline bool op_is(const MetaContext& ctx, std::initializer_list<Op> ops) { return op_in(op_kind(ctx.op.id), ops); }
 
 std::string shape_str(const std::vector<int64_t>& s);
 

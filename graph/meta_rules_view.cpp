@@ -114,10 +114,9 @@ std::vector<int64_t> target_sizes(const MetaContext& ctx, std::string_view other
 
 std::optional<ValueMeta> meta_view(const MetaContext& ctx) {
   const TensorMeta& x = ctx.tensor(ctx.op.schema.params[0].name);
-  const std::string& n = ctx.op.name;
-  if (n == "view_as") return reshape_of(x, target_sizes(ctx, "other"), true);
-  if (n == "reshape_as") return reshape_of(x, target_sizes(ctx, "other"), false);
-  if (n == "flatten") {
+  if (op_is(ctx, {Op::view_as})) return reshape_of(x, target_sizes(ctx, "other"), true);
+  if (op_is(ctx, {Op::reshape_as})) return reshape_of(x, target_sizes(ctx, "other"), false);
+  if (op_is(ctx, {Op::flatten})) {
     if (x.dim() == 0) return view_of(x, {1}, {1});
     int64_t s = wrap_dim(ctx.arg("start_dim").i, x.dim()), e = wrap_dim(ctx.arg("end_dim").i, x.dim());
     if (s > e) throw MetaError("flatten() has invalid args: start_dim cannot come after end_dim");
@@ -129,7 +128,7 @@ std::optional<ValueMeta> meta_view(const MetaContext& ctx) {
     shape.insert(shape.end(), x.sizes.begin() + e + 1, x.sizes.end());
     return reshape_of(x, shape, false);
   }
-  if (n == "unflatten") {
+  if (op_is(ctx, {Op::unflatten})) {
     const Value& sizes_v = ctx.arg("sizes");
     if (!all_ints(sizes_v) || sizes_v.items.empty()) return std::nullopt;
     if (x.dim() == 0) throw MetaError("Cannot unflatten a 0-dim tensor");
@@ -145,25 +144,24 @@ std::optional<ValueMeta> meta_view(const MetaContext& ctx) {
   const Value& shape_v = ctx.args[1];
   if (!all_ints(shape_v)) return std::nullopt;
   std::vector<int64_t> shape = infer_size(int_list(shape_v), x.numel());
-  return reshape_of(x, shape, n == "view");
+  return reshape_of(x, shape, op_is(ctx, {Op::view}));
 }
 
 std::optional<ValueMeta> meta_permute(const MetaContext& ctx) {
   const TensorMeta& x = ctx.tensor(ctx.op.schema.params[0].name);
-  const std::string& n = ctx.op.name;
   int64_t nd = x.dim();
   std::vector<int64_t> perm;
-  if (n == "t") {
+  if (op_is(ctx, {Op::t})) {
     if (nd > 2) throw MetaError("t() expects a tensor with <= 2 dimensions, but self is " + std::to_string(nd) + "D");
     if (nd < 2) return ValueMeta::of_tensor(x);
     perm = {1, 0};
-  } else if (n == "transpose") {
+  } else if (op_is(ctx, {Op::transpose})) {
     int64_t d0 = wrap_dim(ctx.arg("dim0").i, nd), d1 = wrap_dim(ctx.arg("dim1").i, nd);
     if (nd == 0) return ValueMeta::of_tensor(x);
     perm.resize(static_cast<size_t>(nd));
     std::iota(perm.begin(), perm.end(), 0);
     std::swap(perm[d0], perm[d1]);
-  } else if (n == "movedim") {
+  } else if (op_is(ctx, {Op::movedim})) {
     const Value& src_v = ctx.arg("source");
     const Value& dst_v = ctx.arg("destination");
     if (!all_ints(src_v) || !all_ints(dst_v)) return std::nullopt;
@@ -317,12 +315,11 @@ std::optional<ValueMeta> meta_select(const MetaContext& ctx) {
 
 std::optional<ValueMeta> meta_split(const MetaContext& ctx) {
   const TensorMeta& x = ctx.tensor(ctx.op.schema.params[0].name);
-  const std::string& n = ctx.op.name;
   if (x.dim() == 0) return std::nullopt;
   int64_t d = wrap_dim(ctx.arg("dim").i, x.dim());
   int64_t size = x.sizes[d];
   std::vector<int64_t> pieces;
-  if (n == "unbind") {
+  if (op_is(ctx, {Op::unbind})) {
     std::vector<ValueMeta> items;
     auto sizes = x.sizes, strides = x.strides;
     sizes.erase(sizes.begin() + d);
@@ -330,7 +327,7 @@ std::optional<ValueMeta> meta_split(const MetaContext& ctx) {
     for (int64_t i = 0; i < size; ++i) items.push_back(view_of(x, sizes, strides));
     return ValueMeta::tuple(std::move(items));
   }
-  if (n == "chunk") {
+  if (op_is(ctx, {Op::chunk})) {
     if (!is_int(ctx.arg("chunks"))) return std::nullopt;
     int64_t chunks = ctx.arg("chunks").i;
     if (chunks <= 0) throw MetaError("chunk expects `chunks` to be greater than 0, got: " + std::to_string(chunks));
@@ -496,8 +493,7 @@ std::optional<ValueMeta> meta_setitem(const MetaContext& ctx) {
 }
 
 std::optional<ValueMeta> meta_index(const MetaContext& ctx) {
-  const std::string& n = ctx.op.name;
-  if (n == "embedding") {
+  if (op_is(ctx, {Op::embedding})) {
     const TensorMeta& idx = ctx.tensor("input");
     const TensorMeta& w = ctx.tensor("weight");
     if (w.dim() != 2) throw MetaError("'weight' must be 2-D");
@@ -512,7 +508,7 @@ std::optional<ValueMeta> meta_index(const MetaContext& ctx) {
   const TensorMeta& x = ctx.tensor("input");
   const TensorMeta& index = ctx.tensor("index");
   int64_t d = wrap_dim(ctx.arg("dim").i, x.dim());
-  if (n == "index_select") {
+  if (op_is(ctx, {Op::index_select})) {
     if (index.dim() > 1) throw MetaError("index_select(): Index is supposed to be a vector");
     if (index.dtype != DType::Int64 && index.dtype != DType::Int32) return std::nullopt;
     if (x.dim() == 0) return std::nullopt;
@@ -526,12 +522,12 @@ std::optional<ValueMeta> meta_index(const MetaContext& ctx) {
   if (x.dim() == 0 || index.dim() == 0) return std::nullopt;
   for (int64_t k = 0; k < x.dim(); ++k)
     if (k != d && index.sizes[k] > x.sizes[k]) {
-      if (n == "gather")
+      if (op_is(ctx, {Op::gather}))
         throw MetaError("Size does not match at dimension " + std::to_string(k) + " expected index " + shape_str(index.sizes) +
                         " to be smaller than self " + shape_str(x.sizes) + " apart from dimension " + std::to_string(d));
       return std::nullopt;
     }
-  if (n == "gather") return fresh(index.sizes, x.dtype, x.device, x.requires_grad);
+  if (op_is(ctx, {Op::gather})) return fresh(index.sizes, x.dtype, x.device, x.requires_grad);
   // scatter / scatter_add: a copy of the input.
   const Value& src = ctx.arg("src");
   bool grad = x.requires_grad;
