@@ -26,6 +26,9 @@ struct CpuModule {
   bool from_disk_cache = false;
   double compile_ms = 0;
   std::string cache_key;
+  // The kernels' code in the JIT, freed with the module (held by a shared_ptr so that this header
+  // needs no LLVM type): a process that compiles for ever must not keep every kernel it compiled.
+  std::shared_ptr<void> jit_code;
 };
 
 struct CpuCompileOptions {

@@ -879,18 +879,25 @@ std::shared_ptr<CpuModule> compile_cpu(const loop::Program& p, const CpuCompileO
   mod->from_disk_cache = cached;
   auto& jd = cantFail(j.lljit->createJITDylib("ff_module_" + std::to_string(j.modules++)));
   jd.addGenerator(cantFail(orc::DynamicLibrarySearchGenerator::GetForCurrentProcess(j.lljit->getDataLayout().getGlobalPrefix())));
-  if (auto e = j.lljit->addObjectFile(jd, MemoryBuffer::getMemBufferCopy(object, "ff_" + mod->cache_key))) {
-    std::string msg = toString(std::move(e));
-    FF_CHECK(false, "cannot load kernel object: " + msg);
-  }
-  for (size_t k = 0; k < p.kernels.size(); ++k) {
+  std::string failure;
+  if (auto e = j.lljit->addObjectFile(jd, MemoryBuffer::getMemBufferCopy(object, "ff_" + mod->cache_key)))
+    failure = "cannot load kernel object: " + toString(std::move(e));
+  for (size_t k = 0; k < p.kernels.size() && failure.empty(); ++k) {
     auto sym = j.lljit->lookup(jd, "ff_kernel_" + std::to_string(k));
-    if (!sym) {
-      std::string msg = toString(sym.takeError());
-      FF_CHECK(false, "cannot resolve kernel: " + msg);
-    }
-    mod->kernels.push_back(reinterpret_cast<KernelFn>(sym->getAddress()));
+    if (!sym) failure = "cannot resolve kernel: " + toString(sym.takeError());
+    else mod->kernels.push_back(reinterpret_cast<KernelFn>(sym->getAddress()));
   }
+  if (!failure.empty()) {
+    consumeError(j.lljit->getExecutionSession().removeJITDylib(jd));
+    FF_CHECK(false, failure);
+  }
+  // NB: removed when the last graph holding the module lets it go (each JITDylib keeps a few
+  // memory mappings: a process with ~27,000 of them reached the kernel's limit of 65,530).
+  mod->jit_code = std::shared_ptr<void>(&jd, [](void* d) {
+    Jit& j = jit();
+    std::lock_guard<std::mutex> lock(j.mu);
+    consumeError(j.lljit->getExecutionSession().removeJITDylib(*static_cast<orc::JITDylib*>(d)));
+  });
   mod->compile_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   return mod;
 }

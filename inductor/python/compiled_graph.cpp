@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <deque>
 #include <map>
 #include <mutex>
 
@@ -116,9 +117,38 @@ std::string meta_key(const ValueMeta& m) {
   return s;
 }
 
+// Compiled programs by graph structure: every program some graph still runs (weak), and the most
+// recent ones kept alive (a function compiled again after reset(), or a new function with the same
+// graph, finds its kernels without LLVM). Bounded: a process that compiles new graphs for ever
+// keeps only those in use plus kMemoryCacheKept (each holds JIT code and memory mappings).
+constexpr size_t kMemoryCacheKept = 256;
+struct MemoryCache {
+  std::map<std::string, std::weak_ptr<const CompiledProgram>> live;
+  std::deque<std::shared_ptr<const CompiledProgram>> recent;  // newest at the back
+
+  std::shared_ptr<const CompiledProgram> find(const std::string& key) {
+    auto it = live.find(key);
+    if (it == live.end()) return nullptr;
+    auto p = it->second.lock();
+    if (!p) live.erase(it);
+    return p;
+  }
+  void add(const std::string& key, std::shared_ptr<const CompiledProgram> p) {
+    live[key] = p;
+    recent.push_back(std::move(p));
+    if (recent.size() > kMemoryCacheKept) recent.pop_front();
+    if (live.size() > 2 * kMemoryCacheKept)  // NB: sweep keys whose programs died, now and then
+      for (auto it = live.begin(); it != live.end();) it = it->second.expired() ? live.erase(it) : std::next(it);
+  }
+  void clear() {
+    live.clear();
+    recent.clear();
+  }
+};
+
 std::mutex g_cache_mu;
-std::map<std::string, std::shared_ptr<const CompiledProgram>>& memory_cache() {
-  static auto* m = new std::map<std::string, std::shared_ptr<const CompiledProgram>>;
+MemoryCache& memory_cache() {
+  static auto* m = new MemoryCache;
   return *m;
 }
 
@@ -194,11 +224,8 @@ CompiledGraph::CompiledGraph(const Graph& g) {
                     (channels_last ? " nhwc" : "");
   {
     std::lock_guard<std::mutex> lock(g_cache_mu);
-    auto it = memory_cache().find(key);
-    if (it != memory_cache().end()) {
-      prog_ = it->second;
-      from_memory_cache_ = true;
-    }
+    prog_ = memory_cache().find(key);
+    from_memory_cache_ = prog_ != nullptr;
   }
   if (!prog_) {
     CpuPipelineOptions options;
@@ -212,7 +239,7 @@ CompiledGraph::CompiledGraph(const Graph& g) {
     cp->key = key;
     prog_ = cp;
     std::lock_guard<std::mutex> lock(g_cache_mu);
-    memory_cache()[key] = prog_;
+    memory_cache().add(key, prog_);
   }
   const std::optional<ChannelsLastGraph>& cl = prog_->channels_last;
   if (cl) original_ = std::make_unique<Graph>(g);
