@@ -16,7 +16,9 @@ std::string bytes_attr(PyObject* code, const char* name) {
   return std::string(PyBytes_AS_STRING(b.get()), PyBytes_GET_SIZE(b.get()));
 }
 
-int ext_count(int arg) { return arg > 0xFFFFFF ? 3 : arg > 0xFFFF ? 2 : arg > 0xFF ? 1 : 0; }
+int ext_count(int arg) { return arg > 0xFFFFFF ? 3 : arg > 0xFFFF ? 2
+                                                 : arg > 0xFF     ? 1
+                                                                  : 0; }
 
 std::string op_text(int op) {
   const char* n = opname(op);

@@ -33,7 +33,9 @@ namespace ff::bc {
 //          super() reads it without any LOAD_FAST for the liveness analysis to see.
 //   Cell:  the first local is a cell (an inner function captures `self`): the cell stays in the
 //          closure, and its contents come first in a plain argument named kSelfCopy.
-enum class SelfSlot { None, Local, Cell };
+enum class SelfSlot { None,
+                      Local,
+                      Cell };
 constexpr const char* kSelfCopy = "__ff_self";
 // Throws Unsupported when slot 0 cannot be kept equal to what the original frame would hold:
 // no positional argument (super() raises there), the first local deleted, or (Cell) the cell

@@ -180,7 +180,7 @@ std::string disassemble(PyObject* code) {
     os << "ExceptionTable:\n";
     for (const ExcEntry& e : bc.exc) {
       int end_off = e.end + 1 < static_cast<int>(bc.instrs.size()) ? 2 * bc.instrs[e.end + 1].offset
-                                                                     : total_bytes;
+                                                                   : total_bytes;
       // Like dis: the range's last code unit, inclusive.
       os << "  " << 2 * bc.instrs[e.start].offset << " to " << end_off - 2 << " -> " << 2 * bc.instrs[e.target].offset
          << " [" << e.depth << "]" << (e.lasti ? " lasti" : "") << '\n';

@@ -69,7 +69,9 @@ struct CacheEntry {
   bool empty_graph = false;  // no tensor work (kept only because it ends at a break)
 };
 
-enum class CodeStrategy : uint8_t { Compile, Skip, CacheLimit };
+enum class CodeStrategy : uint8_t { Compile,
+                                    Skip,
+                                    CacheLimit };
 
 struct ExtraState {
   std::vector<std::shared_ptr<CacheEntry>> entries;  // most recently used first

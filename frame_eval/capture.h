@@ -25,6 +25,7 @@ using SourcePtr = std::shared_ptr<const Source>;
 
 struct Source {
   // X(kind, fields used, printed form)
+  // clang-format off
 #define FF_SOURCE_KINDS(X)                                                   \
   X(Local, "index (localsplus slot), name", "L['name']")                    \
   X(Closure, "index (into func_closure), name: the cell's contents", "L['name']") \
@@ -35,6 +36,7 @@ struct Source {
   X(TypeOf, "base", "type(base)")                                          \
   X(IterRest, "base: a builtin iterator; what it would still yield, as a tuple, read without consuming it", "rest(base)") \
   X(Object, "object: a fixed object the capture holds (e.g. another module's globals dict)", "name")
+  // clang-format on
   enum class Kind : uint8_t {
 #define FF_SOURCE_ENUM(k, fields, printed) k,
     FF_SOURCE_KINDS(FF_SOURCE_ENUM)
@@ -57,6 +59,7 @@ struct Source {
 
 struct Guard {
   // X(kind, what it checks)
+  // clang-format off
 #define FF_GUARD_KINDS(X)                                                               \
   X(TypeMatch, "type(source) is expected_type")                                         \
   X(IdMatch, "source is expected (identity)")                                           \
@@ -71,6 +74,7 @@ struct Guard {
   X(SameObject, "source is others[0]: two sources the trace read as one object")         \
   X(Distinct, "the objects of others are pairwise different: mutable values read as separate") \
   X(GlobalState, "grad mode, default dtype and autocast's state as at trace time")
+  // clang-format on
   enum class Kind : uint8_t {
 #define FF_GUARD_ENUM(k, doc) k,
     FF_GUARD_KINDS(FF_GUARD_ENUM)
@@ -101,9 +105,22 @@ struct OutputPlan {
   // __exit__; Method: items[1] bound to items[0]; Set: a set of items, added in order; Call:
   // items[0](*items[1:]).
   enum class Kind : uint8_t {
-    GraphOutput, Source, Constant, Tuple, List, Dict, Cell, ClosureCell, Function, Iterator, GradCtx, GradExit, Method,
+    GraphOutput,
+    Source,
+    Constant,
+    Tuple,
+    List,
+    Dict,
+    Cell,
+    ClosureCell,
+    Function,
+    Iterator,
+    GradCtx,
+    GradExit,
+    Method,
     Attr,  // getattr(items[0], constant)
-    Set, Call
+    Set,
+    Call
   };
   Kind kind = Kind::Constant;
   int index = -1;               // GraphOutput: index into the graph's output tuple

@@ -394,7 +394,7 @@ PyObject* CaptureRunner::build_break_only(const Plan& p, PyObject* outputs, cons
       PyObject* fn = PyFunction_New(p.constant, globals);
       if (!fn) return nullptr;
       static int (*const setters[3])(PyObject*, PyObject*) = {PyFunction_SetDefaults, PyFunction_SetKwDefaults,
-                                                             PyFunction_SetClosure};
+                                                              PyFunction_SetClosure};
       for (size_t i = 0; i < 3; ++i) {
         PyObject* v = item(i);
         int rc = v ? setters[i](fn, v) : -1;

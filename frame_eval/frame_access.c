@@ -88,9 +88,15 @@ void ff_frame_release(PyThreadState* tstate, struct _PyInterpreterFrame* frame) 
 #else  // !FF_FRAMES_SUPPORTED
 
 int ff_frame_inspect(PyThreadState* tstate, struct _PyInterpreterFrame* frame, int throwflag, ff_frame_info* out) {
-  (void)tstate; (void)frame; (void)throwflag; (void)out;
+  (void)tstate;
+  (void)frame;
+  (void)throwflag;
+  (void)out;
   return 0;
 }
-void ff_frame_release(PyThreadState* tstate, struct _PyInterpreterFrame* frame) { (void)tstate; (void)frame; }
+void ff_frame_release(PyThreadState* tstate, struct _PyInterpreterFrame* frame) {
+  (void)tstate;
+  (void)frame;
+}
 
 #endif

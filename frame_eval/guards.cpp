@@ -744,7 +744,7 @@ bool GuardProgram::run_tensor_batch(const Slots& slots) const {
 
 bool GuardProgram::check(const FrameValues& frame, Slots& slots) const {
   for (const Instr& ins : hot_program_) {
-    bool ok = ins.is_fetch ? run_fetch(fetches_[static_cast<size_t>(ins.index)], frame, slots)
+    bool ok = ins.is_fetch                ? run_fetch(fetches_[static_cast<size_t>(ins.index)], frame, slots)
               : ins.index == kTensorBatch ? run_tensor_batch(slots)
                                           : run_check(checks_[static_cast<size_t>(ins.index)], slots, nullptr);
     if (!ok) {
@@ -785,8 +785,9 @@ std::vector<std::string> GuardProgram::explain(const FrameValues& frame, bool fi
 }
 
 std::string GuardProgram::explain_tensor_batch(const Slots& slots) const {
-  std::string generic = "a tensor's dispatch keys differ from the traced one's (a negative or conjugate view, "
-                        "inference mode, or a tensor subclass's state)";
+  std::string generic =
+      "a tensor's dispatch keys differ from the traced one's (a negative or conjugate view, "
+      "inference mode, or a tensor subclass's state)";
   Py_ssize_t n = static_cast<Py_ssize_t>(tensor_batch_slots_.size());
   PyRef args = PyRef::steal(PyTuple_New(n));
   PyRef names = PyRef::steal(PyList_New(n));

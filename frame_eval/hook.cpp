@@ -115,7 +115,9 @@ double ms_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }
 
-enum class CompileOutcome { Compiled, Native, Raise };
+enum class CompileOutcome { Compiled,
+                            Native,
+                            Raise };
 
 std::vector<BreakRecord>& break_records_storage() {
   static auto* r = new std::vector<BreakRecord>();

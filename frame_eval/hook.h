@@ -27,7 +27,8 @@ void set_tracer(Tracer tracer, bool torch_free = false);
 // A callable that runs `fn` with the hook active (mode Compile) or with framefuse disabled for
 // everything `fn` runs (mode Disable). `root_code` (may be null): a code object compiled even if it
 // belongs to torch itself (nn.Linear.forward when the module itself is compiled).
-enum class CallableMode : uint8_t { Compile, Disable };
+enum class CallableMode : uint8_t { Compile,
+                                    Disable };
 PyObject* make_frame_eval_callable(PyObject* fn, std::shared_ptr<CompileOptions> options, PyObject* root_code,
                                    CallableMode mode);
 // The Python type of those callables (ready after init_frame_eval_types).

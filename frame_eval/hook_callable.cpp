@@ -13,7 +13,7 @@ namespace {
 
 struct FrameEvalCallable {
   PyObject_HEAD
-  vectorcallfunc vectorcall;
+      vectorcallfunc vectorcall;
   PyObject* fn;         // strong: the wrapped callable
   PyObject* root_code;  // strong or null
   PyObject* dict;       // __dict__ (functools.wraps writes __name__, __wrapped__ ...)

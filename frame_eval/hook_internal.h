@@ -44,7 +44,9 @@ void compile_backend(const CompileOptions& options, CaptureRunner& runner, const
 // Break: `entry` is a partial capture that ran, `result` its break state (new reference), `plan`
 // the entry's break plan (held from before the entry ran until the chain is done with it).
 struct Dispatch {
-  enum Kind { Native, Done, Break } kind = Native;
+  enum Kind { Native,
+              Done,
+              Break } kind = Native;
   PyObject* result = nullptr;
   std::shared_ptr<CacheEntry> entry;
   std::shared_ptr<const BreakPlan> plan;

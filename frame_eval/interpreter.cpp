@@ -553,7 +553,10 @@ void SymbolicTracer::step(Frame& f, const Instr& ins) {
       }
       break;
     }
-    case Handler::EndFor: pop(); pop(); break;
+    case Handler::EndFor:
+      pop();
+      pop();
+      break;
     case Handler::JumpForward:
     case Handler::JumpBackward:
       next = ins.jump;
@@ -677,9 +680,15 @@ void SymbolicTracer::step(Frame& f, const Instr& ins) {
       if (conv == 1) value = PyRef::steal(PyObject_Str(value.get()));
       else if (conv == 2) value = PyRef::steal(PyObject_Repr(value.get()));
       else if (conv == 3) value = PyRef::steal(PyObject_ASCII(value.get()));
-      if (!value) { PyErr_Clear(); brk(BreakKind::RaisesInTrace, "string conversion failed"); }
+      if (!value) {
+        PyErr_Clear();
+        brk(BreakKind::RaisesInTrace, "string conversion failed");
+      }
       PyObject* r = PyObject_Format(value.get(), spec ? spec->obj.get() : nullptr);
-      if (!r) { PyErr_Clear(); brk(BreakKind::RaisesInTrace, "format() failed"); }
+      if (!r) {
+        PyErr_Clear();
+        brk(BreakKind::RaisesInTrace, "format() failed");
+      }
       push(make_const_steal(r));
       break;
     }
@@ -703,7 +712,10 @@ void SymbolicTracer::step(Frame& f, const Instr& ins) {
       if (!level->is(SymKind::Const) || PyLong_AsLong(level->obj.get()) != 0 || !PyDict_GetItem(modules, name))
         brk(BreakKind::UnsupportedCall, "import of a module that is not loaded yet: " + str_of(name));
       PyObject* m = PyImport_ImportModuleLevelObject(name, f.globals, nullptr, fromlist->obj.get(), 0);
-      if (!m) { PyErr_Clear(); brk(BreakKind::RaisesInTrace, "import failed"); }
+      if (!m) {
+        PyErr_Clear();
+        brk(BreakKind::RaisesInTrace, "import failed");
+      }
       push(make_const_steal(m));
       break;
     }

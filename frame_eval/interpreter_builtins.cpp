@@ -134,7 +134,8 @@ PyObject* SymbolicTracer::type_of(const Sym& v) {
     case SymKind::List: return v->obj ? reinterpret_cast<PyObject*>(Py_TYPE(v->obj.get())) : reinterpret_cast<PyObject*>(&PyList_Type);
     case SymKind::Dict: return v->obj ? reinterpret_cast<PyObject*>(Py_TYPE(v->obj.get())) : reinterpret_cast<PyObject*>(&PyDict_Type);
     case SymKind::Set: return reinterpret_cast<PyObject*>(&PySet_Type);
-    case SymKind::DictView: return builtin_type_named(v->name == "keys" ? "dict_keys" : v->name == "values" ? "dict_values" : "dict_items");
+    case SymKind::DictView: return builtin_type_named(v->name == "keys" ? "dict_keys" : v->name == "values" ? "dict_values"
+                                                                                                            : "dict_items");
     case SymKind::Iterator: return v->iter == IterKind::Native ? reinterpret_cast<PyObject*>(Py_TYPE(v->obj.get())) : iterator_type(v);
     case SymKind::Appendable: return reinterpret_cast<PyObject*>(Py_TYPE(v->obj.get()));
     case SymKind::Object: return reinterpret_cast<PyObject*>(Py_TYPE(v->obj.get()));
@@ -295,7 +296,9 @@ Sym SymbolicTracer::fold(PyObject* fn, const std::vector<Sym>& args, const KwArg
     std::string msg = type ? reinterpret_cast<PyTypeObject*>(type)->tp_name : "error";
     PyRef s = PyRef::steal(value ? PyObject_Str(value) : nullptr);
     if (s) msg += std::string(": ") + PyUnicode_AsUTF8(s.get());
-    Py_XDECREF(type); Py_XDECREF(value); Py_XDECREF(tb);
+    Py_XDECREF(type);
+    Py_XDECREF(value);
+    Py_XDECREF(tb);
     PyErr_Clear();
     brk(BreakKind::RaisesInTrace, what + " raises " + msg);
   }
@@ -498,10 +501,16 @@ Sym SymbolicTracer::call_builtin(PyObject* fn, const std::string& name, std::vec
     if (name == "isinstance" && !plain_instancecheck(cls.get()))
       brk(BreakKind::UnsupportedCall, "isinstance() with a class whose metaclass defines __instancecheck__");
     int r = PyObject_IsSubclass(t, cls.get());
-    if (r < 0) { PyErr_Clear(); brk(BreakKind::RaisesInTrace, name + "() arg 2 is not a type"); }
+    if (r < 0) {
+      PyErr_Clear();
+      brk(BreakKind::RaisesInTrace, name + "() arg 2 is not a type");
+    }
     return make_const(r ? Py_True : Py_False);
   }
-  if (name == "len") { arg_count(1, 1); return len_of(args[0]); }
+  if (name == "len") {
+    arg_count(1, 1);
+    return len_of(args[0]);
+  }
   if (name == "getattr" || name == "hasattr") {
     arg_count(2, 3);
     if (!args[1]->is(SymKind::Const) || !PyUnicode_Check(args[1]->obj.get())) brk(BreakKind::UnsupportedOperand, name + " with a non-constant name");
@@ -544,7 +553,10 @@ Sym SymbolicTracer::call_builtin(PyObject* fn, const std::string& name, std::vec
     if (start) {
       if (!start->is(SymKind::Const) || !PyLong_Check(start->obj.get())) brk(BreakKind::UnsupportedOperand, "enumerate() with a non-integer start");
       it->pos = PyLong_AsLongLong(start->obj.get());
-      if (PyErr_Occurred()) { PyErr_Clear(); brk(BreakKind::UnsupportedOperand, "enumerate() start out of range"); }
+      if (PyErr_Occurred()) {
+        PyErr_Clear();
+        brk(BreakKind::UnsupportedOperand, "enumerate() start out of range");
+      }
     }
     return it;
   }
@@ -716,7 +728,7 @@ Sym SymbolicTracer::call_builtin(PyObject* fn, const std::string& name, std::vec
 // ---- tensor methods -----------------------------------------------------------------------------
 
 Sym SymbolicTracer::call_tensor_method(const Sym& self, const std::string& name, std::vector<Sym>& args, KwArgs& kwargs,
-                               PyObject* descr) {
+                                       PyObject* descr) {
   const TensorMeta& m = self->meta;
   auto int_arg = [&](size_t i) -> int64_t {
     if (i >= args.size() || !args[i]->is(SymKind::Const) || !PyLong_Check(args[i]->obj.get()))

@@ -41,7 +41,10 @@ Sym SymbolicTracer::call(const Sym& fn, std::vector<Sym> args, KwArgs kwargs) {
       for (auto& [k, v] : kwargs) {
         bool replaced = false;
         for (auto& [k2, v2] : kw)
-          if (k2 == k) { v2 = v; replaced = true; }
+          if (k2 == k) {
+            v2 = v;
+            replaced = true;
+          }
         if (!replaced) kw.emplace_back(k, v);
       }
       return call(fn->items[0], std::move(all), std::move(kw));
@@ -90,7 +93,7 @@ bool is_module_walker(PyObject* fn, std::string* which) {
 }  // namespace
 
 void SymbolicTracer::walk_modules(const Sym& module, const std::string& prefix, bool recurse, std::vector<Sym>* seen,
-                          std::vector<std::pair<std::string, Sym>>* out) {
+                                  std::vector<std::pair<std::string, Sym>>* out) {
   for (const Sym& s : *seen)
     if (s->obj.get() == module->obj.get()) return;
   seen->push_back(module);
@@ -168,7 +171,7 @@ Sym SymbolicTracer::call_python_function(PyObject* fn, const SourcePtr& fn_sourc
 }
 
 Sym SymbolicTracer::inline_call(PyCodeObject* code, PyObject* globals, const SourcePtr& globals_source, const Sym& defaults,
-                        const Sym& kwdefaults, const Sym& closure, std::vector<Sym> args, KwArgs kwargs) {
+                                const Sym& kwdefaults, const Sym& closure, std::vector<Sym> args, KwArgs kwargs) {
   if (static_cast<int>(frames_.size()) > options_.max_inline_depth)
     brk(BreakKind::InlineDepth, "more than " + std::to_string(options_.max_inline_depth) + " nested calls");
   int flags = code->co_flags;
@@ -216,7 +219,10 @@ Sym SymbolicTracer::inline_call(PyCodeObject* code, PyObject* globals, const Sou
   for (auto& [k, v] : kwargs) {
     int slot = -1;
     for (int i = posonly; i < argcount + kwonly; ++i)
-      if (name_at(i) == k) { slot = i; break; }
+      if (name_at(i) == k) {
+        slot = i;
+        break;
+      }
     if (slot < 0) {
       if (!varkw) brk(BreakKind::WrongArguments, fname + "() got an unexpected keyword argument '" + k + "'");
       varkw->keys.push_back(make_const_steal(PyUnicode_FromString(k.c_str())));

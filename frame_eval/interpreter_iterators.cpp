@@ -33,7 +33,8 @@ Sym SymbolicTracer::get_iter(const Sym& v) {
       return get_iter(dict_view(v, "keys"));
     case SymKind::DictView: {
       const Sym& d = v->items[0];
-      IterKind k = v->name == "keys" ? IterKind::DictKeys : v->name == "values" ? IterKind::DictValues : IterKind::DictItems;
+      IterKind k = v->name == "keys" ? IterKind::DictKeys : v->name == "values" ? IterKind::DictValues
+                                                                                : IterKind::DictItems;
       Sym it = make_iterator(k, {}, d);
       it->stop = d->version;
       return it;

@@ -196,7 +196,10 @@ bool SymbolicTracer::truth(const Sym& v) {
                    (t->tp_as_sequence == nullptr || t->tp_as_sequence->sq_length == nullptr));
       if (!safe) brk(BreakKind::UnsupportedOperand, "truth value of " + describe_sym(v));
       int r = PyObject_IsTrue(o);
-      if (r < 0) { PyErr_Clear(); brk(BreakKind::RaisesInTrace, "bool() raises"); }
+      if (r < 0) {
+        PyErr_Clear();
+        brk(BreakKind::RaisesInTrace, "bool() raises");
+      }
       return r == 1;
     }
     case SymKind::Tensor: brk(BreakKind::DataDependentBranch, "bool() of a tensor");
@@ -251,7 +254,10 @@ Sym SymbolicTracer::len_of(const Sym& v) {
       return make_const_steal(PyLong_FromLongLong(v->meta.sizes[0]));
     case SymKind::Const: {
       Py_ssize_t n = PyObject_Length(v->obj.get());
-      if (n < 0) { PyErr_Clear(); brk(BreakKind::RaisesInTrace, "len() of " + describe_sym(v)); }
+      if (n < 0) {
+        PyErr_Clear();
+        brk(BreakKind::RaisesInTrace, "len() of " + describe_sym(v));
+      }
       return make_const_steal(PyLong_FromSsize_t(n));
     }
     case SymKind::Iterator:
@@ -318,7 +324,10 @@ Sym SymbolicTracer::contains(const Sym& container, const Sym& item) {
   PyRef i = PyRef::steal(sym_to_const(item));
   if (c && i) {
     int r = PySequence_Contains(c.get(), i.get());
-    if (r < 0) { PyErr_Clear(); brk(BreakKind::RaisesInTrace, "`in` raises"); }
+    if (r < 0) {
+      PyErr_Clear();
+      brk(BreakKind::RaisesInTrace, "`in` raises");
+    }
     return make_const(r ? Py_True : Py_False);
   }
   if ((container->is(SymKind::List) || container->is(SymKind::Tuple)) && i) {
@@ -389,7 +398,10 @@ Sym SymbolicTracer::subscript(const Sym& c, const Sym& index) {
       PyRef sl = PyRef::steal(index->is(SymKind::Slice) ? sym_to_const(index) : nullptr);
       if (sl) {
         Py_ssize_t start, stop, step;
-        if (PySlice_Unpack(sl.get(), &start, &stop, &step) < 0) { PyErr_Clear(); brk(BreakKind::RaisesInTrace, "bad slice"); }
+        if (PySlice_Unpack(sl.get(), &start, &stop, &step) < 0) {
+          PyErr_Clear();
+          brk(BreakKind::RaisesInTrace, "bad slice");
+        }
         Py_ssize_t len = PySlice_AdjustIndices(n, &start, &stop, step);
         std::vector<Sym> items;
         for (Py_ssize_t k = 0; k < len; ++k) items.push_back(c->items[static_cast<size_t>(start + k * step)]);

@@ -80,7 +80,8 @@ OutputPlan OutputBuilder::plan_iterator_value(const Sym& v) {
       case IterKind::DictKeys:
       case IterKind::DictValues:
       case IterKind::DictItems: {
-        const char* which = v->iter == IterKind::DictKeys ? "keys" : v->iter == IterKind::DictValues ? "values" : "items";
+        const char* which = v->iter == IterKind::DictKeys ? "keys" : v->iter == IterKind::DictValues ? "values"
+                                                                                                     : "items";
         return advanced(call_plan(attr_plan(constant(PyRef::steal(PyDict_New()).get()), which), {}), 0);
       }
       case IterKind::Enumerate:
@@ -118,7 +119,8 @@ OutputPlan OutputBuilder::plan_iterator_value(const Sym& v) {
     case IterKind::DictItems: {
       // NB: one made before the dict changed size raises at its next step; rebuilt now it would not.
       if (v->origin->version != static_cast<uint32_t>(v->stop)) break;
-      const char* which = v->iter == IterKind::DictKeys ? "keys" : v->iter == IterKind::DictValues ? "values" : "items";
+      const char* which = v->iter == IterKind::DictKeys ? "keys" : v->iter == IterKind::DictValues ? "values"
+                                                                                                   : "items";
       return advanced(call_plan(attr_plan(plan(v->origin), which), {}), v->pos);
     }
     case IterKind::Enumerate:
@@ -334,7 +336,6 @@ OutputPlan OutputBuilder::plan_break_only(const Sym& v) {
   }
   t.brk(BreakKind::EscapingObject, describe_sym(v));
 }
-
 
 // The frame state at the stop: (stack values non-NULL bottom first..., live locals..., cells...).
 OutputPlan plan_break_state(Frame& root, OutputBuilder& ob) {

@@ -65,7 +65,10 @@ bool is_torch_internal(PyObject* o) {
 // Modules whose attributes never need guards (the stdlib pieces model code uses, and torch).
 bool is_stable_module(PyObject* m) {
   const char* name = PyModule_GetName(m);
-  if (!name) { PyErr_Clear(); return false; }
+  if (!name) {
+    PyErr_Clear();
+    return false;
+  }
   std::string_view n = name;
   if (n == "torch" || n.rfind("torch.", 0) == 0) return true;
   for (std::string_view s : {"math", "operator", "functools", "builtins", "typing", "collections", "itertools",
@@ -503,7 +506,10 @@ Sym SymbolicTracer::generic_object_attr(const Sym& base, const std::string& name
   if (data_descr) {
     if (Py_TYPE(desc) == &PyMemberDescr_Type || Py_TYPE(desc) == &PyGetSetDescr_Type) {
       PyObject* v = PyObject_GetAttrString(o, name.c_str());
-      if (!v) { PyErr_Clear(); return nullptr; }
+      if (!v) {
+        PyErr_Clear();
+        return nullptr;
+      }
       PyRef hold = PyRef::steal(v);
       result = wrap(v, src);
       base->attrs.emplace_back(name, result);
@@ -614,7 +620,10 @@ Sym SymbolicTracer::try_load_attr(const Sym& base, const std::string& name) {
       if (name == "is_cpu") return make_const(m.device.type == Device::Type::CPU ? Py_True : Py_False);
       if (name == "layout") {  // NB: traced tensors are dense and strided (is_sparse above)
         PyRef strided = PyRef::steal(PyObject_GetAttrString(known().torch, "strided"));
-        if (!strided) { PyErr_Clear(); brk(BreakKind::UnsupportedAttribute, "tensor.layout"); }
+        if (!strided) {
+          PyErr_Clear();
+          brk(BreakKind::UnsupportedAttribute, "tensor.layout");
+        }
         return make_const(strided.get());
       }
       if (name == "H" || name == "mH") {
@@ -662,7 +671,10 @@ Sym SymbolicTracer::try_load_attr(const Sym& base, const std::string& name) {
       PyObject* o = base->obj.get();
       if (PyModule_Check(o)) {
         PyObject* v = PyObject_GetAttrString(o, name.c_str());
-        if (!v) { PyErr_Clear(); return nullptr; }
+        if (!v) {
+          PyErr_Clear();
+          return nullptr;
+        }
         PyRef hold = PyRef::steal(v);
         return wrap(v, is_stable_module(o) ? nullptr : attr_source(base->source, name));
       }
@@ -683,7 +695,10 @@ Sym SymbolicTracer::try_load_attr(const Sym& base, const std::string& name) {
       if (is_plain_const(o) || PyFunction_Check(o) || PyCFunction_Check(o) || is_torch_internal(o) ||
           PyObject_HasAttrString(reinterpret_cast<PyObject*>(Py_TYPE(o)), "_member_map_")) {
         PyObject* v = PyObject_GetAttrString(o, name.c_str());
-        if (!v) { PyErr_Clear(); return nullptr; }
+        if (!v) {
+          PyErr_Clear();
+          return nullptr;
+        }
         PyRef hold = PyRef::steal(v);
         if (is_tensor(v)) brk(BreakKind::UnsupportedValue, "a tensor attribute of a constant object");
         return wrap(v, nullptr);

@@ -16,6 +16,7 @@ namespace ff {
 
 // Version-independent handlers. Several opcodes of one version may share a handler; an opcode
 // whose handler is Unsupported graph-breaks when reached.
+// clang-format off
 #define FF_HANDLERS(X)                                                                           \
   X(Unsupported) X(Nop) X(PopTop) X(PushNull) X(Copy) X(Swap) X(LoadConst) X(LoadFast)          \
   X(LoadFastAndClear) X(StoreFast) X(DeleteFast) X(LoadGlobal) X(StoreGlobal) X(LoadAttr)       \
@@ -31,6 +32,7 @@ namespace ff {
   X(CallFunctionEx) X(MakeFunction) X(BeforeWith) X(FormatValue) X(ReturnValue)                 \
   X(ReturnConst) X(ReturnGenerator) X(YieldValue) X(LoadAssertionError) X(RaiseVarargs)         \
   X(ImportName) X(ImportFrom) X(GetLen)
+// clang-format on
 
 enum class Handler : uint8_t {
 #define FF_HANDLER_ENUM(h) h,

@@ -11,6 +11,7 @@ namespace {
 constexpr uint8_t F = kJumpForward, B = kJumpBackward, M = kMayBreak, S = kNoStackCheck;
 
 // X(name, number, handler, caches, flags)
+// clang-format off
 #define FF_OPCODES_311(X)                                         \
   X(CACHE, 0, Unsupported, 0, 0)                                  \
   X(POP_TOP, 1, PopTop, 0, 0)                                     \
@@ -122,12 +123,15 @@ constexpr uint8_t F = kJumpForward, B = kJumpBackward, M = kMayBreak, S = kNoSta
   X(POP_JUMP_BACKWARD_IF_NONE, 174, PopJumpIfNone, 0, B | M)      \
   X(POP_JUMP_BACKWARD_IF_FALSE, 175, PopJumpIfFalse, 0, B | M)    \
   X(POP_JUMP_BACKWARD_IF_TRUE, 176, PopJumpIfTrue, 0, B | M)
+// clang-format on
 
 struct Table {
   OpcodeInfo entries[256];
   Table() {
+    // clang-format off
 #define FF_OPCODE_ENTRY(name, num, handler, caches, flags) \
   entries[num] = OpcodeInfo{#name, Handler::handler, caches, static_cast<uint8_t>(flags)};
+    // clang-format on
     FF_OPCODES_311(FF_OPCODE_ENTRY)
 #undef FF_OPCODE_ENTRY
   }

@@ -11,6 +11,7 @@ namespace {
 constexpr uint8_t F = kJumpForward, B = kJumpBackward, M = kMayBreak;
 
 // X(name, number, handler, caches, flags)
+// clang-format off
 #define FF_OPCODES_312(X)                                     \
   X(CACHE, 0, Unsupported, 0, 0)                              \
   X(POP_TOP, 1, PopTop, 0, 0)                                 \
@@ -123,12 +124,15 @@ constexpr uint8_t F = kJumpForward, B = kJumpBackward, M = kMayBreak;
   X(CALL_INTRINSIC_2, 174, Unsupported, 0, 0)                 \
   X(LOAD_FROM_DICT_OR_GLOBALS, 175, Unsupported, 0, 0)        \
   X(LOAD_FROM_DICT_OR_DEREF, 176, Unsupported, 0, 0)
+// clang-format on
 
 struct Table {
   OpcodeInfo entries[256];
   Table() {
+    // clang-format off
 #define FF_OPCODE_ENTRY(name, num, handler, caches, flags) \
   entries[num] = OpcodeInfo{#name, Handler::handler, caches, static_cast<uint8_t>(flags)};
+    // clang-format on
     FF_OPCODES_312(FF_OPCODE_ENTRY)
 #undef FF_OPCODE_ENTRY
   }

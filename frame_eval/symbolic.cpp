@@ -58,7 +58,10 @@ bool is_plain_const(PyObject* o) {
     return true;
   if (t == &PyTuple_Type || t == &PyFrozenSet_Type) {
     PyObject* it = PyObject_GetIter(o);
-    if (!it) { PyErr_Clear(); return false; }
+    if (!it) {
+      PyErr_Clear();
+      return false;
+    }
     bool ok = true;
     while (PyObject* item = PyIter_Next(it)) {
       ok = ok && is_plain_const(item);
@@ -106,7 +109,10 @@ PyObject* sym_to_const_impl(const Sym& s, std::vector<const SymValue*>& open) {
       PyObject* seq = s->is(SymKind::List) ? PyList_New(s->items.size()) : PyTuple_New(s->items.size());
       for (size_t i = 0; i < s->items.size(); ++i) {
         PyObject* item = sym_to_const(s->items[i]);
-        if (!item) { Py_DECREF(seq); return nullptr; }
+        if (!item) {
+          Py_DECREF(seq);
+          return nullptr;
+        }
         if (s->is(SymKind::List)) PyList_SET_ITEM(seq, i, item);
         else PyTuple_SET_ITEM(seq, i, item);
       }
@@ -127,10 +133,14 @@ PyObject* sym_to_const_impl(const Sym& s, std::vector<const SymValue*>& open) {
         PyObject* k = sym_to_const(s->keys[i]);
         PyObject* v = k ? sym_to_const(s->items[i]) : nullptr;
         if (!v || PyDict_SetItem(d, k, v) < 0) {
-          Py_XDECREF(k); Py_XDECREF(v); Py_DECREF(d); PyErr_Clear();
+          Py_XDECREF(k);
+          Py_XDECREF(v);
+          Py_DECREF(d);
+          PyErr_Clear();
           return nullptr;
         }
-        Py_DECREF(k); Py_DECREF(v);
+        Py_DECREF(k);
+        Py_DECREF(v);
       }
       return d;
     }
@@ -163,7 +173,9 @@ PyObject* sym_to_const_impl(const Sym& s, std::vector<const SymValue*>& open) {
       PyObject* b = a ? sym_to_const(s->items[1]) : nullptr;
       PyObject* c = b ? sym_to_const(s->items[2]) : nullptr;
       PyObject* r = c ? PySlice_New(a, b, c) : nullptr;
-      Py_XDECREF(a); Py_XDECREF(b); Py_XDECREF(c);
+      Py_XDECREF(a);
+      Py_XDECREF(b);
+      Py_XDECREF(c);
       if (!r) PyErr_Clear();
       return r;
     }

@@ -23,6 +23,7 @@ using Sym = std::shared_ptr<SymValue>;
 struct Frame;  // interpreter_impl.h: an interpreted frame (a generator's, held by its iterator)
 
 // X(kind, fields used)
+// clang-format off
 #define FF_SYM_KINDS(X)                                                                          \
   X(Null, "the NULL CPython pushes below callables / an unbound local (LOAD_FAST_AND_CLEAR)")    \
   X(Const, "obj: a Python object known at capture time; source: where it was read, if anywhere") \
@@ -48,6 +49,7 @@ struct Frame;  // interpreter_impl.h: an interpreted frame (a generator's, held 
   X(Appendable, "a list or set passed in (obj, source) whose contents the trace has not read: "   \
                 "items are what it appended / added, in order; any other use reads it first "      \
                 "(it becomes a List or Set, guarded on its contents: materialize())")
+// clang-format on
 
 enum class SymKind : uint8_t {
 #define FF_SYM_ENUM(k, doc) k,
@@ -59,6 +61,7 @@ const char* sym_kind_name(SymKind k);
 // The iterators the interpreter models. Each reads its source lazily, as CPython's does, so that
 // mutating a list while looping over it, or a consumer that stops early, behaves as in eager.
 // X(kind, fields used)
+// clang-format off
 #define FF_ITER_KINDS(X)                                                                          \
   X(Range, "start, stop, step; pos: the next value")                                             \
   X(Seq, "origin: a List or Tuple read at pos when next() is called (list_iterator)")            \
@@ -74,6 +77,7 @@ const char* sym_kind_name(SymKind k);
   X(Generator, "frame: the generator function's frame, run to its next yield by each next()")     \
   X(Native, "obj: a builtin iterator passed in (source); pos: items taken, read through "         \
             "rest(source) without consuming it (the real one is advanced after the graph)")
+// clang-format on
 
 enum class IterKind : uint8_t {
 #define FF_ITER_ENUM(k, doc) k,

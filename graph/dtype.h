@@ -43,14 +43,19 @@ bool is_complex(DType t);
 bool is_integral(DType t, bool include_bool);
 
 // Type promotion category as torch uses it: bool < integral < floating < complex.
-enum class TypeCategory : uint8_t { Bool = 0, Integral = 1, Floating = 2, Complex = 3 };
+enum class TypeCategory : uint8_t { Bool = 0,
+                                    Integral = 1,
+                                    Floating = 2,
+                                    Complex = 3 };
 TypeCategory type_category(DType t);
 
 // torch.promote_types(a, b).
 DType promote_types(DType a, DType b);
 
 struct Device {
-  enum class Type : uint8_t { CPU, CUDA, Meta };
+  enum class Type : uint8_t { CPU,
+                              CUDA,
+                              Meta };
   Type type = Type::CPU;
   int index = -1;  // -1: no index given ("cuda" rather than "cuda:0")
 

@@ -50,6 +50,7 @@ struct TensorMeta {
 // What a node produces (or what a placeholder receives).
 struct ValueMeta {
   // X(kind, printed form when it is a scalar type)
+  // clang-format off
 #define FF_VALUE_META_KINDS(X) \
   X(Tensor, "Tensor")          \
   X(Int, "int")                \
@@ -57,6 +58,7 @@ struct ValueMeta {
   X(Bool, "bool")              \
   X(None, "None")              \
   X(Tuple, "tuple")
+  // clang-format on
   enum class Kind : uint8_t {
 #define FF_VM_ENUM(k, s) k,
     FF_VALUE_META_KINDS(FF_VM_ENUM)
@@ -93,6 +95,7 @@ struct ValueMeta {
 // An operand of a node: a constant or a reference to another node's result.
 struct Value {
   // X(kind, what it holds)
+  // clang-format off
 #define FF_VALUE_KINDS(X)                                        \
   X(None, "Python None")                                         \
   X(Bool, "b")                                                   \
@@ -108,6 +111,7 @@ struct Value {
   X(List, "items")                                               \
   X(Tuple, "items")                                              \
   X(Node, "node: the result of another node")
+  // clang-format on
   enum class Kind : uint8_t {
 #define FF_VALUE_ENUM(k, doc) k,
     FF_VALUE_KINDS(FF_VALUE_ENUM)
@@ -125,27 +129,90 @@ struct Value {
   std::vector<Value> items;
 
   static Value none() { return {}; }
-  static Value of_bool(bool v) { Value x; x.kind = Kind::Bool; x.b = v; return x; }
-  static Value of_int(int64_t v) { Value x; x.kind = Kind::Int; x.i = v; return x; }
-  static Value of_float(double v) { Value x; x.kind = Kind::Float; x.f = v; return x; }
-  static Value of_str(std::string v) { Value x; x.kind = Kind::Str; x.s = std::move(v); return x; }
-  static Value of_dtype(DType t) { Value x; x.kind = Kind::DType; x.dtype = t; return x; }
-  static Value of_device(Device d) { Value x; x.kind = Kind::Device; x.device = d; return x; }
-  static Value of_memory_format(std::string v) { Value x; x.kind = Kind::MemoryFormat; x.s = std::move(v); return x; }
-  static Value of_layout(std::string v) { Value x; x.kind = Kind::Layout; x.s = std::move(v); return x; }
-  static Value ellipsis() { Value x; x.kind = Kind::Ellipsis; return x; }
-  static Value slice(Value start, Value stop, Value step) {
-    Value x; x.kind = Kind::Slice; x.items = {std::move(start), std::move(stop), std::move(step)}; return x;
+  static Value of_bool(bool v) {
+    Value x;
+    x.kind = Kind::Bool;
+    x.b = v;
+    return x;
   }
-  static Value list(std::vector<Value> v) { Value x; x.kind = Kind::List; x.items = std::move(v); return x; }
-  static Value tuple(std::vector<Value> v) { Value x; x.kind = Kind::Tuple; x.items = std::move(v); return x; }
-  static Value of_node(NodeId n) { Value x; x.kind = Kind::Node; x.node = n; return x; }
+  static Value of_int(int64_t v) {
+    Value x;
+    x.kind = Kind::Int;
+    x.i = v;
+    return x;
+  }
+  static Value of_float(double v) {
+    Value x;
+    x.kind = Kind::Float;
+    x.f = v;
+    return x;
+  }
+  static Value of_str(std::string v) {
+    Value x;
+    x.kind = Kind::Str;
+    x.s = std::move(v);
+    return x;
+  }
+  static Value of_dtype(DType t) {
+    Value x;
+    x.kind = Kind::DType;
+    x.dtype = t;
+    return x;
+  }
+  static Value of_device(Device d) {
+    Value x;
+    x.kind = Kind::Device;
+    x.device = d;
+    return x;
+  }
+  static Value of_memory_format(std::string v) {
+    Value x;
+    x.kind = Kind::MemoryFormat;
+    x.s = std::move(v);
+    return x;
+  }
+  static Value of_layout(std::string v) {
+    Value x;
+    x.kind = Kind::Layout;
+    x.s = std::move(v);
+    return x;
+  }
+  static Value ellipsis() {
+    Value x;
+    x.kind = Kind::Ellipsis;
+    return x;
+  }
+  static Value slice(Value start, Value stop, Value step) {
+    Value x;
+    x.kind = Kind::Slice;
+    x.items = {std::move(start), std::move(stop), std::move(step)};
+    return x;
+  }
+  static Value list(std::vector<Value> v) {
+    Value x;
+    x.kind = Kind::List;
+    x.items = std::move(v);
+    return x;
+  }
+  static Value tuple(std::vector<Value> v) {
+    Value x;
+    x.kind = Kind::Tuple;
+    x.items = std::move(v);
+    return x;
+  }
+  static Value of_node(NodeId n) {
+    Value x;
+    x.kind = Kind::Node;
+    x.node = n;
+    return x;
+  }
 
   bool is_none() const { return kind == Kind::None; }
   bool is_node() const { return kind == Kind::Node; }
   bool is_sequence() const { return kind == Kind::List || kind == Kind::Tuple; }
   bool is_number() const { return kind == Kind::Int || kind == Kind::Float || kind == Kind::Bool; }
-  double as_double() const { return kind == Kind::Float ? f : kind == Kind::Int ? double(i) : double(b); }
+  double as_double() const { return kind == Kind::Float ? f : kind == Kind::Int ? double(i)
+                                                                                : double(b); }
   bool operator==(const Value&) const = default;
 
   // Calls fn(NodeId) for every node this value refers to, nested ones included.
@@ -159,11 +226,13 @@ struct Value {
 // ---- nodes and graphs -----------------------------------------------------------------------
 
 // X(kind, semantics)
+// clang-format off
 #define FF_NODE_KINDS(X)                                                                     \
   X(Placeholder, "a graph input; `target` is its name; meta describes what callers pass")     \
   X(Call, "calls op `op` (an entry of the op registry) with `args`/`kwargs`")                 \
   X(Output, "the graph result: args[0] is a Value (usually a Tuple) built from node results") \
   X(GetItem, "args[0] is a node producing a tuple; args[1] an Int index: that element")
+// clang-format on
 
 enum class NodeKind : uint8_t {
 #define FF_NODE_ENUM(k, doc) k,

@@ -47,6 +47,7 @@ bool torch_at_least(int major, int minor);
 bool call_mutates_input(const OpDef& op, const std::vector<Value>& bound);
 
 // ---- rules, referenced from ops.def -------------------------------------------------------
+// clang-format off
 #define FF_META_RULES(X)                                                                            \
   /* pointwise (meta_rules_pointwise.cpp) */                                                        \
   X(meta_unary)            /* same dtype as input; bool inputs go to the fallback */                \
@@ -98,6 +99,7 @@ bool call_mutates_input(const OpDef& op, const std::vector<Value>& bound);
   X(meta_pad)              /* F.pad */                                                              \
   X(meta_creation)         /* arange / zeros / full / *_like / new_* ... */                         \
   X(meta_fallback)         /* no rule: always the meta-tensor fallback */
+// clang-format on
 
 #define FF_DECLARE_META(name) std::optional<ValueMeta> name(const MetaContext& ctx);
 FF_META_RULES(FF_DECLARE_META)

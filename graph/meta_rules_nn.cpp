@@ -304,8 +304,10 @@ std::optional<ValueMeta> meta_pad(const MetaContext& ctx) {
     int64_t out = sizes[d] + pad[2 * i] + pad[2 * i + 1];
     if (out < 0)
       throw MetaError("The input size " + std::to_string(sizes[d]) + ", plus negative padding " + std::to_string(pad[2 * i]) +
-                      " and " + std::to_string(pad[2 * i + 1]) + " resulted in a negative output size, which is invalid. "
-                      "Check dimension " + std::to_string(d) + " of your input.");
+                      " and " + std::to_string(pad[2 * i + 1]) +
+                      " resulted in a negative output size, which is invalid. "
+                      "Check dimension " +
+                      std::to_string(d) + " of your input.");
     sizes[d] = out;
   }
   return suggested_format(x, sizes, x.dtype, x.requires_grad);
@@ -331,7 +333,8 @@ std::optional<ValueMeta> meta_creation(const MetaContext& ctx) {
   }
   if (op_is(ctx, {Op::full})) {
     const Value& fv = ctx.arg("fill_value");
-    dt = fv.kind == Value::Kind::Bool ? DType::Bool : fv.kind == Value::Kind::Int ? DType::Int64 : default_float_dtype();
+    dt = fv.kind == Value::Kind::Bool ? DType::Bool : fv.kind == Value::Kind::Int ? DType::Int64
+                                                                                  : default_float_dtype();
   }
   std::vector<int64_t> sizes;
   if (op_is(ctx, {Op::arange})) {

@@ -336,8 +336,9 @@ std::optional<ValueMeta> meta_inplace(const MetaContext& ctx) {
   const TensorMeta* self = tensor_or_null(ctx.args[0], ctx.graph);
   if (!self) return std::nullopt;
   if (has_internal_overlap(*self))
-    throw MetaError("unsupported operation: more than one element of the written-to tensor refers to a single memory "
-                    "location. Please clone() the tensor before performing the operation.");
+    throw MetaError(
+        "unsupported operation: more than one element of the written-to tensor refers to a single memory "
+        "location. Please clone() the tensor before performing the operation.");
   const Op n = op_kind(ctx.op.id);
   TensorMeta out = *self;
   auto must_fit = [&](const TensorMeta& other) {

@@ -42,7 +42,9 @@ std::vector<const TensorMeta*> tensors_of(const std::vector<Value>& operands, co
 // CPU TensorIterator copies an input of another dtype (`x.to(compute)`, which keeps x's layout
 // only where x is dense); some ops convert explicitly on every device; GPU kernels read mixed
 // dtypes in place.
-enum class Promote { None, OnCpu, Always };
+enum class Promote { None,
+                     OnCpu,
+                     Always };
 
 // A pointwise (TensorIterator) result over `operands`, in TensorIterator's operand order.
 ValueMeta pointwise_result(const std::vector<Value>& operands, const Graph& g, DType dtype,

@@ -18,8 +18,9 @@ bool is_float_like(DType t) { return is_floating(t) || is_complex(t); }
 ValueMeta reshape_of(const TensorMeta& x, const std::vector<int64_t>& shape, bool must_view) {
   if (auto strides = view_strides(x, shape)) return view_of(x, shape, std::move(*strides));
   if (must_view)
-    throw MetaError("view size is not compatible with input tensor's size and stride (at least one dimension spans "
-                    "across two contiguous subspaces). Use .reshape(...) instead.");
+    throw MetaError(
+        "view size is not compatible with input tensor's size and stride (at least one dimension spans "
+        "across two contiguous subspaces). Use .reshape(...) instead.");
   return fresh(shape, x.dtype, x.device, x.requires_grad);
 }
 
@@ -195,9 +196,11 @@ std::optional<ValueMeta> meta_permute(const MetaContext& ctx) {
     const Value& dims_v = ctx.arg("dims");
     if (!all_ints(dims_v)) return std::nullopt;
     if (static_cast<int64_t>(dims_v.items.size()) != nd)
-      throw MetaError("permute(sparse_coo): number of dimensions in the tensor input does not match the length of the "
-                      "desired ordering of dimensions i.e. input.dim() = " + std::to_string(nd) +
-                      " is not equal to len(dims) = " + std::to_string(dims_v.items.size()));
+      throw MetaError(
+          "permute(sparse_coo): number of dimensions in the tensor input does not match the length of the "
+          "desired ordering of dimensions i.e. input.dim() = " +
+          std::to_string(nd) +
+          " is not equal to len(dims) = " + std::to_string(dims_v.items.size()));
     std::vector<bool> seen(static_cast<size_t>(nd), false);
     for (int64_t d : int_list(dims_v)) {
       int64_t w = wrap_dim(d, nd);

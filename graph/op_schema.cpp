@@ -70,12 +70,30 @@ struct Reader {
     }
     if (c == '-' || c == '+' || std::isdigit(static_cast<unsigned char>(c))) return number(out);
     std::string_view id = ident();
-    if (id == "None") { *out = Value::none(); return true; }
-    if (id == "True") { *out = Value::of_bool(true); return true; }
-    if (id == "False") { *out = Value::of_bool(false); return true; }
-    if (id == "inf" || id == "math.inf") { *out = Value::of_float(HUGE_VAL); return true; }
-    if (id == "nan" || id == "math.nan") { *out = Value::of_float(NAN); return true; }
-    if (id == "...") { *out = Value::ellipsis(); return true; }
+    if (id == "None") {
+      *out = Value::none();
+      return true;
+    }
+    if (id == "True") {
+      *out = Value::of_bool(true);
+      return true;
+    }
+    if (id == "False") {
+      *out = Value::of_bool(false);
+      return true;
+    }
+    if (id == "inf" || id == "math.inf") {
+      *out = Value::of_float(HUGE_VAL);
+      return true;
+    }
+    if (id == "nan" || id == "math.nan") {
+      *out = Value::of_float(NAN);
+      return true;
+    }
+    if (id == "...") {
+      *out = Value::ellipsis();
+      return true;
+    }
     if (id == "float" && eat("(")) {  // float('inf'), float('-inf'), float('nan')
       Value str;
       if (!constant(&str) || str.kind != Value::Kind::Str || !eat(")")) return false;
@@ -101,13 +119,19 @@ struct Reader {
     }
     if (id.starts_with("torch.")) {
       std::string_view rest = id.substr(6);
-      if (auto t = dtype_from_name(rest)) { *out = Value::of_dtype(*t); return true; }
+      if (auto t = dtype_from_name(rest)) {
+        *out = Value::of_dtype(*t);
+        return true;
+      }
       if (rest == "contiguous_format" || rest == "channels_last" || rest == "preserve_format" ||
           rest == "channels_last_3d") {
         *out = Value::of_memory_format(std::string(rest));
         return true;
       }
-      if (rest == "strided") { *out = Value::of_layout("strided"); return true; }
+      if (rest == "strided") {
+        *out = Value::of_layout("strided");
+        return true;
+      }
     }
     return false;
   }
@@ -124,8 +148,10 @@ struct Reader {
     while (pos < s.size()) {
       char c = s[pos];
       if (std::isdigit(static_cast<unsigned char>(c))) ++pos;
-      else if (c == '.' || c == 'e' || c == 'E') { is_float = true; ++pos; }
-      else if ((c == '-' || c == '+') && (s[pos - 1] == 'e' || s[pos - 1] == 'E')) ++pos;
+      else if (c == '.' || c == 'e' || c == 'E') {
+        is_float = true;
+        ++pos;
+      } else if ((c == '-' || c == '+') && (s[pos - 1] == 'e' || s[pos - 1] == 'E')) ++pos;
       else break;
     }
     std::string text(s.substr(start, pos - start));
@@ -149,11 +175,21 @@ struct TypeName {
   ParamType type;
 };
 constexpr TypeName kTypeNames[] = {
-    {"Tensor[]", ParamType::TensorList}, {"Tensor...", ParamType::TensorVarargs}, {"Tensor", ParamType::Tensor},     {"Scalar", ParamType::Scalar},
-    {"int[]", ParamType::IntList},       {"int...", ParamType::IntVarargs}, {"int", ParamType::Int},
-    {"float", ParamType::Float},         {"bool", ParamType::Bool},         {"str", ParamType::Str},
-    {"ScalarType", ParamType::ScalarType}, {"Device", ParamType::Device},   {"Layout", ParamType::Layout},
-    {"MemoryFormat", ParamType::MemoryFormat}, {"Any", ParamType::Any},
+    {"Tensor[]", ParamType::TensorList},
+    {"Tensor...", ParamType::TensorVarargs},
+    {"Tensor", ParamType::Tensor},
+    {"Scalar", ParamType::Scalar},
+    {"int[]", ParamType::IntList},
+    {"int...", ParamType::IntVarargs},
+    {"int", ParamType::Int},
+    {"float", ParamType::Float},
+    {"bool", ParamType::Bool},
+    {"str", ParamType::Str},
+    {"ScalarType", ParamType::ScalarType},
+    {"Device", ParamType::Device},
+    {"Layout", ParamType::Layout},
+    {"MemoryFormat", ParamType::MemoryFormat},
+    {"Any", ParamType::Any},
 };
 
 }  // namespace

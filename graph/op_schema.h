@@ -16,7 +16,21 @@
 
 namespace ff {
 
-enum class ParamType : uint8_t { Tensor, TensorList, TensorVarargs, Scalar, Int, IntList, IntVarargs, Float, Bool, Str, ScalarType, Device, Layout, MemoryFormat, Any };
+enum class ParamType : uint8_t { Tensor,
+                                 TensorList,
+                                 TensorVarargs,
+                                 Scalar,
+                                 Int,
+                                 IntList,
+                                 IntVarargs,
+                                 Float,
+                                 Bool,
+                                 Str,
+                                 ScalarType,
+                                 Device,
+                                 Layout,
+                                 MemoryFormat,
+                                 Any };
 
 struct ParamSpec {
   std::string name;

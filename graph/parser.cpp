@@ -23,7 +23,11 @@ namespace {
 
 // ---- tokens -----------------------------------------------------------------------------------
 
-enum class Tok { Name, Number, String, Punct, End };
+enum class Tok { Name,
+                 Number,
+                 String,
+                 Punct,
+                 End };
 
 struct Token {
   Tok kind = Tok::End;
@@ -33,8 +37,8 @@ struct Token {
 };
 
 constexpr std::string_view kPuncts[] = {"...", "**", "//", "<=", ">=", "==", "!=", "<<", ">>", "(", ")", "[", "]",
-                                        ",",   ":",  "=",  ".",  "+",  "-",  "*",  "/",  "@",  "<", ">", "~",
-                                        "&",   "|",  "^",  "%"};
+                                        ",", ":", "=", ".", "+", "-", "*", "/", "@", "<", ">", "~",
+                                        "&", "|", "^", "%"};
 
 bool is_name_char(char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; }
 
@@ -129,7 +133,9 @@ class Parser {
           if (d == c) break;
           if (d == '\\' && i < line_.size()) {
             char e = line_[i++];
-            t.text += e == 'n' ? '\n' : e == 't' ? '\t' : e == 'r' ? '\r' : e;
+            t.text += e == 'n' ? '\n' : e == 't' ? '\t'
+                                    : e == 'r'   ? '\r'
+                                                 : e;
           } else {
             t.text += d;
           }

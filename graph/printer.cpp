@@ -156,11 +156,17 @@ std::string shortest_scientific(double f) {
       if (step > 0) {
         while (i >= 0 && d[i] == '9') d[i--] = '0';
         if (i >= 0) ++d[i];
-        else { d = "1" + d.substr(0, d.size() - 1); ++x; }
+        else {
+          d = "1" + d.substr(0, d.size() - 1);
+          ++x;
+        }
       } else {
         while (i >= 0 && d[i] == '0') d[i--] = '9';
         if (i >= 0) --d[i];
-        if (d[0] == '0') { d = d.substr(1) + "9"; --x; }
+        if (d[0] == '0') {
+          d = d.substr(1) + "9";
+          --x;
+        }
       }
       if (d.empty() || d[0] == '0') continue;
       std::string cand = sci_text(d, x);

@@ -13,6 +13,7 @@
 namespace ff {
 
 // X(name, the invariant)
+// clang-format off
 #define FF_GRAPH_INVARIANTS(X)                                                                          \
   X(placeholders_first, "every Placeholder precedes every other node")                                  \
   X(one_output_last, "there is exactly one Output node, it is the last node and holds one Value")       \
@@ -27,6 +28,7 @@ namespace ff {
     "text form cannot tell them apart)")                                                                \
   X(unique_names, "node names are unique Python identifiers that Graph::unique_name could hand out")    \
   X(meta_matches_rule, "a Call whose op's meta rule answers for its operands carries the rule's result")
+// clang-format on
 
 enum class GraphInvariant : uint8_t {
 #define FF_INVARIANT_ENUM(name, doc) name,

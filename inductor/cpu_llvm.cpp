@@ -127,11 +127,20 @@ Jit& jit() {
 }
 
 // libm functions without an LLVM intrinsic; f32 name, f64 name.
-struct MathFn { UnaryOp op; const char* f32; const char* f64; };
+struct MathFn {
+  UnaryOp op;
+  const char* f32;
+  const char* f64;
+};
 const MathFn kMathFns[] = {
-    {UnaryOp::Tan, "tanf", "tan"},     {UnaryOp::Tanh, "tanhf", "tanh"},    {UnaryOp::Erf, "erff", "erf"},
-    {UnaryOp::Log1p, "log1pf", "log1p"}, {UnaryOp::Expm1, "expm1f", "expm1"}, {UnaryOp::Exp2, "exp2f", "exp2"},
-    {UnaryOp::Log2, "log2f", "log2"}, {UnaryOp::Log10, "log10f", "log10"},
+    {UnaryOp::Tan, "tanf", "tan"},
+    {UnaryOp::Tanh, "tanhf", "tanh"},
+    {UnaryOp::Erf, "erff", "erf"},
+    {UnaryOp::Log1p, "log1pf", "log1p"},
+    {UnaryOp::Expm1, "expm1f", "expm1"},
+    {UnaryOp::Exp2, "exp2f", "exp2"},
+    {UnaryOp::Log2, "log2f", "log2"},
+    {UnaryOp::Log10, "log10f", "log10"},
 };
 
 // Vector variants in glibc's libmvec (x86_64): scalar name -> ISA letter + width + signature.
@@ -139,17 +148,30 @@ void add_vector_math(TargetLibraryInfoImpl& tlii, bool avx512, bool avx2) {
   static std::vector<std::string> names;  // VecDesc keeps StringRefs
   static std::vector<VecDesc> descs;
   if (descs.empty()) {
-    struct Fn { const char* scalar32; const char* scalar64; const char* base; const char* sig; };
+    struct Fn {
+      const char* scalar32;
+      const char* scalar64;
+      const char* base;
+      const char* sig;
+    };
     const Fn fns[] = {
-        {"llvm.sin.f32", "llvm.sin.f64", "sin", "v"},   {"llvm.cos.f32", "llvm.cos.f64", "cos", "v"},
-        {"llvm.exp.f32", "llvm.exp.f64", "exp", "v"},   {"llvm.log.f32", "llvm.log.f64", "log", "v"},
-        {"llvm.pow.f32", "llvm.pow.f64", "pow", "vv"},  {"tanf", "tan", "tan", "v"},
-        {"tanhf", "tanh", "tanh", "v"},                  {"erff", "erf", "erf", "v"},
-        {"log1pf", "log1p", "log1p", "v"},               {"expm1f", "expm1", "expm1", "v"},
-        {"exp2f", "exp2", "exp2", "v"},                  {"log2f", "log2", "log2", "v"},
+        {"llvm.sin.f32", "llvm.sin.f64", "sin", "v"},
+        {"llvm.cos.f32", "llvm.cos.f64", "cos", "v"},
+        {"llvm.exp.f32", "llvm.exp.f64", "exp", "v"},
+        {"llvm.log.f32", "llvm.log.f64", "log", "v"},
+        {"llvm.pow.f32", "llvm.pow.f64", "pow", "vv"},
+        {"tanf", "tan", "tan", "v"},
+        {"tanhf", "tanh", "tanh", "v"},
+        {"erff", "erf", "erf", "v"},
+        {"log1pf", "log1p", "log1p", "v"},
+        {"expm1f", "expm1", "expm1", "v"},
+        {"exp2f", "exp2", "exp2", "v"},
+        {"log2f", "log2", "log2", "v"},
         {"log10f", "log10", "log10", "v"},
-        {"sinf", "sin", "sin", "v"},                     {"cosf", "cos", "cos", "v"},
-        {"expf", "exp", "exp", "v"},                     {"logf", "log", "log", "v"},
+        {"sinf", "sin", "sin", "v"},
+        {"cosf", "cos", "cos", "v"},
+        {"expf", "exp", "exp", "v"},
+        {"logf", "log", "log", "v"},
     };
     names.reserve(256);
     auto add = [&](const char* scalar, const std::string& vec, unsigned width) {
@@ -274,7 +296,7 @@ class KernelEmitter {
     }
     vars_.assign(static_cast<size_t>(k_.num_vars), nullptr);
     bool one_level = !streamed.empty() && std::none_of(k_.root.body.begin(), k_.root.body.end(),
-                                                        [](const loop::Stmt& c) { return c.kind == StmtKind::Loop; });
+                                                       [](const loop::Stmt& c) { return c.kind == StmtKind::Loop; });
     if (one_level) {
       // [begin, min(up, end)) and [max(down, up), end) around [up, max(down, up)): `up` and `down`
       // are begin and end rounded to 64 bytes, up computed by a mask so that the optimizer knows
@@ -323,8 +345,11 @@ class KernelEmitter {
   }
   Type* storage_type(DType dt) {
     switch (dt) {
-      case DType::Bool: case DType::UInt8: case DType::Int8: return b_.getInt8Ty();
-      case DType::Int16: case DType::BFloat16: return b_.getInt16Ty();
+      case DType::Bool:
+      case DType::UInt8:
+      case DType::Int8: return b_.getInt8Ty();
+      case DType::Int16:
+      case DType::BFloat16: return b_.getInt16Ty();
       case DType::Float16: return b_.getHalfTy();
       case DType::Int32: return b_.getInt32Ty();
       case DType::Int64: return b_.getInt64Ty();
@@ -357,7 +382,8 @@ class KernelEmitter {
     switch (dt) {
       case DType::Bool: return b_.CreateICmpNE(raw, b_.getInt8(0));
       case DType::UInt8: return b_.CreateZExt(raw, b_.getInt32Ty());
-      case DType::Int8: case DType::Int16: return b_.CreateSExt(raw, b_.getInt32Ty());
+      case DType::Int8:
+      case DType::Int16: return b_.CreateSExt(raw, b_.getInt32Ty());
       case DType::BFloat16:
         return b_.CreateBitCast(b_.CreateShl(b_.CreateZExt(raw, b_.getInt32Ty()), 16), b_.getFloatTy());
       case DType::Float16: return b_.CreateFPExt(raw, b_.getFloatTy());
@@ -370,7 +396,8 @@ class KernelEmitter {
     Value* raw = v;
     switch (dt) {
       case DType::Bool: raw = b_.CreateZExt(v, b_.getInt8Ty()); break;
-      case DType::UInt8: case DType::Int8: raw = b_.CreateTrunc(v, b_.getInt8Ty()); break;
+      case DType::UInt8:
+      case DType::Int8: raw = b_.CreateTrunc(v, b_.getInt8Ty()); break;
       case DType::Int16: raw = b_.CreateTrunc(v, b_.getInt16Ty()); break;
       case DType::Float16: raw = b_.CreateFPTrunc(v, b_.getHalfTy()); break;
       case DType::BFloat16: raw = b_.CreateTrunc(bf16_bits(v), b_.getInt16Ty()); break;
@@ -474,12 +501,12 @@ class KernelEmitter {
   // inputs included; libmvec's erff cost about 14 cycles an element and made layer_norm + gelu
   // compute-bound.
   Value* erf_f32(Value* x) {
-    static const double kSmall[] = {1.1283791670801047,     -0.3761263855282758,    0.11283783443885603,
-                                    -0.02686547551504577,   0.005221138696496533,   -0.0008485438921544276,
+    static const double kSmall[] = {1.1283791670801047, -0.3761263855282758, 0.11283783443885603,
+                                    -0.02686547551504577, 0.005221138696496533, -0.0008485438921544276,
                                     0.00011274737966242606, -9.689741149238891e-06};
-    static const double kLarge[] = {-7.806815272428783,     -5.352680740385491,    -0.9438937430096846,
-                                    -0.01085816553042549,   0.002165525597579107,  -0.0004207069390565528,
-                                    7.693984503663556e-05,  -1.2976133189407243e-05, 1.8449596466209705e-06,
+    static const double kLarge[] = {-7.806815272428783, -5.352680740385491, -0.9438937430096846,
+                                    -0.01085816553042549, 0.002165525597579107, -0.0004207069390565528,
+                                    7.693984503663556e-05, -1.2976133189407243e-05, 1.8449596466209705e-06,
                                     -6.582858246603396e-08, -4.1048539233021445e-08};
     Type* t = x->getType();
     auto horner = [&](const double* c, int n, Value* z) {
@@ -556,10 +583,14 @@ class KernelEmitter {
       case BinaryOp::Pow: return call_intrinsic(Intrinsic::pow, {a, c});
       case BinaryOp::Eq: return fl ? b_.CreateFCmpOEQ(a, c) : b_.CreateICmpEQ(a, c);
       case BinaryOp::Ne: return fl ? b_.CreateNot(b_.CreateFCmpOEQ(a, c)) : b_.CreateICmpNE(a, c);
-      case BinaryOp::Lt: return fl ? b_.CreateFCmpOLT(a, c) : is_bool ? b_.CreateICmpULT(a, c) : b_.CreateICmpSLT(a, c);
-      case BinaryOp::Le: return fl ? b_.CreateFCmpOLE(a, c) : is_bool ? b_.CreateICmpULE(a, c) : b_.CreateICmpSLE(a, c);
-      case BinaryOp::Gt: return fl ? b_.CreateFCmpOGT(a, c) : is_bool ? b_.CreateICmpUGT(a, c) : b_.CreateICmpSGT(a, c);
-      case BinaryOp::Ge: return fl ? b_.CreateFCmpOGE(a, c) : is_bool ? b_.CreateICmpUGE(a, c) : b_.CreateICmpSGE(a, c);
+      case BinaryOp::Lt: return fl ? b_.CreateFCmpOLT(a, c) : is_bool ? b_.CreateICmpULT(a, c)
+                                                                      : b_.CreateICmpSLT(a, c);
+      case BinaryOp::Le: return fl ? b_.CreateFCmpOLE(a, c) : is_bool ? b_.CreateICmpULE(a, c)
+                                                                      : b_.CreateICmpSLE(a, c);
+      case BinaryOp::Gt: return fl ? b_.CreateFCmpOGT(a, c) : is_bool ? b_.CreateICmpUGT(a, c)
+                                                                      : b_.CreateICmpSGT(a, c);
+      case BinaryOp::Ge: return fl ? b_.CreateFCmpOGE(a, c) : is_bool ? b_.CreateICmpUGE(a, c)
+                                                                      : b_.CreateICmpSGE(a, c);
       case BinaryOp::And: return b_.CreateAnd(a, c);
       case BinaryOp::Or: return b_.CreateOr(a, c);
     }
@@ -776,7 +807,7 @@ void mark_streaming_stores(Module& m) {
         auto* base = dyn_cast<Argument>(getUnderlyingObject(st->getPointerOperand()));
         if (!base || base->getParamAlign().valueOrOne().value() < 64) continue;
         st->setMetadata(LLVMContext::MD_nontemporal, MDNode::get(m.getContext(), ConstantAsMetadata::get(
-                                                                     ConstantInt::get(Type::getInt32Ty(m.getContext()), 1))));
+                                                                                     ConstantInt::get(Type::getInt32Ty(m.getContext()), 1))));
         any = true;
       }
     if (!any) continue;

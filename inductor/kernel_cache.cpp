@@ -144,7 +144,7 @@ bool read_all(int fd, std::string* out) {
 struct FileInfo {
   std::string path;
   int64_t bytes = 0;
-  struct timespec mtime {};
+  struct timespec mtime{};
 };
 
 // The entries (and temporary files) of one area directory; stale temporary files are removed.

@@ -26,7 +26,8 @@
 
 namespace ff::inductor {
 
-enum class CacheArea { CpuObjects, Cuda };
+enum class CacheArea { CpuObjects,
+                       Cuda };
 
 // The directory of `area` ("" when the disk cache is off: config disk_cache, or no home). Does not
 // create or check it.

@@ -27,9 +27,14 @@ const char* scalar_type_name(ScalarType t) {
 ScalarType dtype_compute_type(DType t) {
   switch (t) {
     case DType::Bool: return ScalarType::Bool;
-    case DType::UInt8: case DType::Int8: case DType::Int16: case DType::Int32: return ScalarType::I32;
+    case DType::UInt8:
+    case DType::Int8:
+    case DType::Int16:
+    case DType::Int32: return ScalarType::I32;
     case DType::Int64: return ScalarType::I64;
-    case DType::Float16: case DType::BFloat16: case DType::Float32: return ScalarType::F32;
+    case DType::Float16:
+    case DType::BFloat16:
+    case DType::Float32: return ScalarType::F32;
     case DType::Float64: return ScalarType::F64;
     default: break;
   }
@@ -168,9 +173,19 @@ bool holds_dtype_values(const Expr& a, DType dt, const Program& p) {
 bool calls_vector_math(const Expr& a) {
   if (a->kind == ExprKind::Unary) {
     switch (static_cast<UnaryOp>(a->op)) {
-      case UnaryOp::Exp: case UnaryOp::Log: case UnaryOp::Sin: case UnaryOp::Cos: case UnaryOp::Tan:
-      case UnaryOp::Tanh: case UnaryOp::Erf: case UnaryOp::Sigmoid: case UnaryOp::Log1p: case UnaryOp::Expm1:
-      case UnaryOp::Exp2: case UnaryOp::Log2: case UnaryOp::Log10:
+      case UnaryOp::Exp:
+      case UnaryOp::Log:
+      case UnaryOp::Sin:
+      case UnaryOp::Cos:
+      case UnaryOp::Tan:
+      case UnaryOp::Tanh:
+      case UnaryOp::Erf:
+      case UnaryOp::Sigmoid:
+      case UnaryOp::Log1p:
+      case UnaryOp::Expm1:
+      case UnaryOp::Exp2:
+      case UnaryOp::Log2:
+      case UnaryOp::Log10:
         return true;
       default: break;
     }
@@ -217,7 +232,8 @@ Expr const_int(int64_t v, ScalarType t) {
   FF_CHECK(!is_float(t), "const_int needs an integer or bool type");
   auto n = make(ExprKind::Const, t);
   // NB: an i32 literal holds its value modulo 2^32, as the renderers' 32-bit constants do.
-  std::const_pointer_cast<ExprNode>(n)->i = t == ScalarType::Bool ? (v != 0) : t == ScalarType::I32 ? static_cast<int32_t>(static_cast<uint64_t>(v)) : v;
+  std::const_pointer_cast<ExprNode>(n)->i = t == ScalarType::Bool ? (v != 0) : t == ScalarType::I32 ? static_cast<int32_t>(static_cast<uint64_t>(v))
+                                                                                                    : v;
   return n;
 }
 Expr const_float(double v, ScalarType t) {
@@ -399,7 +415,9 @@ bool affine_str(const Expr& e, std::string* out) {
     int64_t m = c < 0 ? -c : c;
     s += "v" + std::to_string(v) + (m == 1 ? "" : "*" + std::to_string(m));
   }
-  if (a.offset != 0 || s.empty()) s += (s.empty() ? "" : a.offset < 0 ? " - " : " + ") + std::to_string(s.empty() ? a.offset : std::abs(a.offset));
+  if (a.offset != 0 || s.empty()) s += (s.empty() ? "" : a.offset < 0 ? " - "
+                                                                      : " + ") +
+                                       std::to_string(s.empty() ? a.offset : std::abs(a.offset));
   *out = s;
   return true;
 }
@@ -617,8 +635,7 @@ struct KernelVerifier : Visitor {
   std::vector<bool> defined;  // locals set by a statement before this one
 
   KernelVerifier(const Kernel& kernel, const Program& program)
-      : k(kernel), p(program), where("kernel " + kernel.name + ": "),
-        bound(static_cast<size_t>(kernel.num_vars), false), defined(kernel.locals.size(), false) {}
+      : k(kernel), p(program), where("kernel " + kernel.name + ": "), bound(static_cast<size_t>(kernel.num_vars), false), defined(kernel.locals.size(), false) {}
 
   // ---- expressions
   void visit_Var(const Expr& x) override {
@@ -643,21 +660,36 @@ struct KernelVerifier : Visitor {
   // ---- statements
   void visit_Loop(const Stmt& s) override {
     if (!err.empty()) return;
-    if (s.var < 0 || s.var >= k.num_vars) { err = where + "loop_var_in_range violated"; return; }
-    if (bound[static_cast<size_t>(s.var)]) { err = where + "loop_vars_not_shadowed violated by v" + std::to_string(s.var); return; }
-    if (s.parallel && &s != &k.root) { err = where + "only_root_is_parallel violated"; return; }
+    if (s.var < 0 || s.var >= k.num_vars) {
+      err = where + "loop_var_in_range violated";
+      return;
+    }
+    if (bound[static_cast<size_t>(s.var)]) {
+      err = where + "loop_vars_not_shadowed violated by v" + std::to_string(s.var);
+      return;
+    }
+    if (s.parallel && &s != &k.root) {
+      err = where + "only_root_is_parallel violated";
+      return;
+    }
     bound[static_cast<size_t>(s.var)] = true;
     for (const Stmt& c : s.body) visit(c);
     bound[static_cast<size_t>(s.var)] = false;
   }
   void visit_Store(const Stmt& s) override {
     if (!err.empty()) return;
-    if (s.buf < 0 || s.buf >= static_cast<int>(p.buffers.size())) { err = where + "buffers_exist violated"; return; }
+    if (s.buf < 0 || s.buf >= static_cast<int>(p.buffers.size())) {
+      err = where + "buffers_exist violated";
+      return;
+    }
     if (p.buffers[static_cast<size_t>(s.buf)].role == BufferRole::Input && !p.buffers[static_cast<size_t>(s.buf)].mutated) {
       err = where + "inputs_read_only violated";  // only inputs an in-place op mutates are written
       return;
     }
-    if (s.index->type != ScalarType::I64) { err = where + "indices_are_i64 violated by a store to buf" + std::to_string(s.buf); return; }
+    if (s.index->type != ScalarType::I64) {
+      err = where + "indices_are_i64 violated by a store to buf" + std::to_string(s.buf);
+      return;
+    }
     visit(s.index);
     visit(s.value);
     if (err.empty() && s.value->type != dtype_compute_type(p.buffers[static_cast<size_t>(s.buf)].dtype))
@@ -665,7 +697,10 @@ struct KernelVerifier : Visitor {
   }
   void set_local(const Stmt& s) {
     if (!err.empty()) return;
-    if (s.local < 0 || s.local >= static_cast<int>(k.locals.size())) { err = where + "local_in_range violated"; return; }
+    if (s.local < 0 || s.local >= static_cast<int>(k.locals.size())) {
+      err = where + "local_in_range violated";
+      return;
+    }
     if (s.kind == StmtKind::Reduce && !defined[static_cast<size_t>(s.local)]) {
       err = where + "reduce_after_init violated by t" + std::to_string(s.local);
       return;

@@ -43,6 +43,7 @@ ScalarType dtype_compute_type(DType t);
 inline bool is_float(ScalarType t) { return t == ScalarType::F32 || t == ScalarType::F64; }
 
 // Unary math. X(name, printed name, float only)
+// clang-format off
 #define FF_LOOP_UNARY_OPS(X)                                                                      \
   X(Neg, "neg", false) X(Abs, "abs", false) X(Not, "not", false) /* Not: bool only */           \
   X(Exp, "exp", true) X(Log, "log", true) X(Sin, "sin", true) X(Cos, "cos", true)                \
@@ -51,6 +52,7 @@ inline bool is_float(ScalarType t) { return t == ScalarType::F32 || t == ScalarT
   X(Reciprocal, "reciprocal", true) X(Log1p, "log1p", true) X(Expm1, "expm1", true)              \
   X(Exp2, "exp2", true) X(Log2, "log2", true) X(Log10, "log10", true)                            \
   X(IsNan, "isnan", true) /* result bool */
+// clang-format on
 enum class UnaryOp : uint8_t {
 #define FF_LOOP_UN_ENUM(e, s, f) e,
   FF_LOOP_UNARY_OPS(FF_LOOP_UN_ENUM)
@@ -60,11 +62,13 @@ enum class UnaryOp : uint8_t {
 // Binary math; both operands have the same type. Comparisons give bool.
 // Max/Min propagate NaN like torch.maximum. Div on ints truncates; FloorDiv/Mod round toward -inf
 // (Python semantics; index expressions only ever divide non-negative values).
+// clang-format off
 #define FF_LOOP_BINARY_OPS(X)                                                                  \
   X(Add, "+") X(Sub, "-") X(Mul, "*") X(Div, "/") X(FloorDiv, "//") X(Mod, "%")                 \
   X(Max, "max") X(Min, "min") X(Pow, "pow")                                                     \
   X(Eq, "==") X(Ne, "!=") X(Lt, "<") X(Le, "<=") X(Gt, ">") X(Ge, ">=")                         \
   X(And, "and") X(Or, "or")
+// clang-format on
 enum class BinaryOp : uint8_t {
 #define FF_LOOP_BIN_ENUM(e, s) e,
   FF_LOOP_BINARY_OPS(FF_LOOP_BIN_ENUM)
@@ -83,6 +87,7 @@ enum class ReduceOp : uint8_t {
 // ---- expressions ---------------------------------------------------------------------------
 
 // X(kind, semantics)
+// clang-format off
 #define FF_LOOP_EXPR_KINDS(X)                                                                   \
   X(Const, "a literal of `type`: `f` for floats, `i` for ints and bools")                       \
   X(Var, "loop variable `id` (i64)")                                                            \
@@ -95,6 +100,7 @@ enum class ReduceOp : uint8_t {
   X(Narrow, "args[0] rounded to the storage dtype `i` (a DType) and back to `type`: 8/16-bit "  \
             "ints wrap (two's complement), f16/bf16 round to nearest even; what a store to a "   \
             "buffer of that dtype and a load from it give")
+// clang-format on
 enum class ExprKind : uint8_t {
 #define FF_LOOP_EXPR_ENUM(e, doc) e,
   FF_LOOP_EXPR_KINDS(FF_LOOP_EXPR_ENUM)
@@ -165,12 +171,14 @@ bool as_affine(const Expr& e, Affine* out);
 // ---- statements and kernels ----------------------------------------------------------------
 
 // X(kind, semantics)
+// clang-format off
 #define FF_LOOP_STMT_KINDS(X)                                                                    \
   X(Loop, "for var `var` in [0, extent): body. The kernel root is the one `parallel` loop")      \
   X(Store, "buffer `buf`[index] = value, converted to the buffer's dtype")                       \
   X(Let, "local `local` = value (declares or overwrites it)")                                   \
   X(Init, "local `local` = the identity of reduction `rop` for its type")                       \
   X(Reduce, "local `local` = rop(local, value)")
+// clang-format on
 enum class StmtKind : uint8_t {
 #define FF_LOOP_STMT_ENUM(e, doc) e,
   FF_LOOP_STMT_KINDS(FF_LOOP_STMT_ENUM)
@@ -197,11 +205,13 @@ Stmt init_stmt(int local, ReduceOp rop);
 Stmt reduce_stmt(int local, ReduceOp rop, Expr value);
 
 // Where a buffer's memory comes from at run time.
+// clang-format off
 #define FF_LOOP_BUFFER_ROLES(X)                                                    \
   X(Input, "a graph input (placeholder `input`)")                                   \
   X(Intermediate, "allocated for one run, dead after its last use")                 \
   X(Output, "allocated for one run and returned (part of the graph output)")         \
   X(ExternResult, "the tensor an extern call returned (node `node`)")
+// clang-format on
 enum class BufferRole : uint8_t {
 #define FF_LOOP_ROLE_ENUM(e, doc) e,
   FF_LOOP_BUFFER_ROLES(FF_LOOP_ROLE_ENUM)
@@ -253,7 +263,8 @@ struct ExternCall {
 };
 
 struct Step {
-  enum class Kind : uint8_t { Kernel, Extern } kind = Kind::Kernel;
+  enum class Kind : uint8_t { Kernel,
+                              Extern } kind = Kind::Kernel;
   int index = 0;
 };
 

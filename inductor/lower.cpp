@@ -126,7 +126,9 @@ bool holds_all(DType from, DType to) {
   };
   int fb = bits(from);  // -1 for floats
   switch (to) {
-    case DType::Int16: case DType::Int32: case DType::Int64: return fb >= 0 && fb <= bits(to);
+    case DType::Int16:
+    case DType::Int32:
+    case DType::Int64: return fb >= 0 && fb <= bits(to);
     case DType::BFloat16: return fb >= 0 && fb <= 8;
     case DType::Float16: return fb >= 0 && fb <= 11;
     case DType::Float32: return (fb >= 0 && fb <= 24) || from == DType::Float16 || from == DType::BFloat16;
@@ -336,7 +338,9 @@ LT Lowerer::reshape(const LT& x, const std::vector<int64_t>& sizes) {
     if (sizes[d] != 1) out_dims.push_back(static_cast<int>(d));
   for (int d : in_dims)
     if (x.sizes[static_cast<size_t>(d)] == 0) throw NoLowering("reshape of an empty tensor");
-  struct Group { std::vector<int> in, out; };
+  struct Group {
+    std::vector<int> in, out;
+  };
   std::vector<Group> groups;
   size_t i = 0, j = 0;
   while (i < in_dims.size()) {
@@ -346,8 +350,15 @@ LT Lowerer::reshape(const LT& x, const std::vector<int64_t>& sizes) {
     gr.in.push_back(in_dims[i++]);
     gr.out.push_back(out_dims[j++]);
     while (pi != pj) {
-      if (pi < pj) { FF_CHECK(i < in_dims.size(), "reshape"); pi *= x.sizes[static_cast<size_t>(in_dims[i])]; gr.in.push_back(in_dims[i++]); }
-      else { FF_CHECK(j < out_dims.size(), "reshape"); pj *= sizes[static_cast<size_t>(out_dims[j])]; gr.out.push_back(out_dims[j++]); }
+      if (pi < pj) {
+        FF_CHECK(i < in_dims.size(), "reshape");
+        pi *= x.sizes[static_cast<size_t>(in_dims[i])];
+        gr.in.push_back(in_dims[i++]);
+      } else {
+        FF_CHECK(j < out_dims.size(), "reshape");
+        pj *= sizes[static_cast<size_t>(out_dims[j])];
+        gr.out.push_back(out_dims[j++]);
+      }
     }
     groups.push_back(gr);
   }
@@ -595,7 +606,8 @@ LT Lowerer::extern_call(const Node& n, NodeId id, OpId op, std::vector<Value> ar
       if (!batched || batched_blas_layout(ref.sizes, ref.strides) || !supported_dtype(g_.node(o).meta.tensor.dtype)) continue;
       LT view = from_ref(ref, g_.node(o).meta.tensor.dtype);
       ref = *realize(view, batched_operand_strides(ref.sizes, ref.strides), BufferRole::Intermediate, -1,
-                     "operand of batched product " + node_desc(g_, id) + " in a layout BLAS takes").ref;
+                     "operand of batched product " + node_desc(g_, id) + " in a layout BLAS takes")
+                 .ref;
     }
   }
   LT result;

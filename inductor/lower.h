@@ -23,7 +23,8 @@ namespace ff::inductor {
 // formulas. With EagerDevice::CPU, tensors on other devices are refused; the loop IR itself is
 // device-neutral (it reads sizes, strides and dtypes), so the CUDA pipeline lowers a graph of CUDA
 // tensors as it is.
-enum class EagerDevice { CPU, CUDA };
+enum class EagerDevice { CPU,
+                         CUDA };
 loop::Program lower_graph(const Graph& g, std::vector<std::string>* notes = nullptr, EagerDevice like = EagerDevice::CPU);
 
 }  // namespace ff::inductor

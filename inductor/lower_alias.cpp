@@ -116,7 +116,7 @@ void Lowerer::alias_outputs() {
     // Memory that is a graph input, or that an output of another eager root already returns, is
     // not this output's in eager: it gets a copy of its own.
     bool foreign = sb.role == loop::BufferRole::Input ? sb.node != root
-                                                     : storage_root_of.count(storage) && storage_root_of[storage] != root;
+                                                      : storage_root_of.count(storage) && storage_root_of[storage] != root;
     if (foreign) {
       const TensorMeta& m = g_.node(o).meta.tensor;
       LT copy = realize(from_ref(ref, m.dtype), m.strides, loop::BufferRole::Output, o,

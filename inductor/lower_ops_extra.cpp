@@ -91,8 +91,14 @@ LT clamp_rule(Lowerer& L, const Node& n, const char* lo_name, const char* hi_nam
       if (has_hi) r = bin(BinaryOp::Min, r, v[k++]);
       return r;
     }
-    if (has_lo) { Expr lo = v[k++]; r = loop::select(bin(BinaryOp::Lt, r, lo), lo, r); }
-    if (has_hi) { Expr hi = v[k++]; r = loop::select(bin(BinaryOp::Gt, r, hi), hi, r); }
+    if (has_lo) {
+      Expr lo = v[k++];
+      r = loop::select(bin(BinaryOp::Lt, r, lo), lo, r);
+    }
+    if (has_hi) {
+      Expr hi = v[k++];
+      r = loop::select(bin(BinaryOp::Gt, r, hi), hi, r);
+    }
     return r;
   });
 }
@@ -354,7 +360,9 @@ void add_extra_rules(OpRules& r) {
     const Value& ev = L.arg(n, "eps");
     // torch's default eps is the machine epsilon of the input dtype.
     double eps = ev.is_none() ? (x.dtype == DType::Float64 ? 2.220446049250313e-16 : x.dtype == DType::Float32 ? 1.1920928955078125e-07
-                                 : x.dtype == DType::BFloat16 ? 0.0078125 : 0.0009765625) : ev.as_double();
+                                                                                 : x.dtype == DType::BFloat16  ? 0.0078125
+                                                                                                               : 0.0009765625)
+                              : ev.as_double();
     LT xc = Lowerer::cast(x, ct);
     double count = 1;
     for (int64_t d : dims) count *= static_cast<double>(x.sizes[static_cast<size_t>(d)]);

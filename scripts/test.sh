@@ -8,8 +8,8 @@
 #   asan    a Debug build with AddressSanitizer and UBSan (build/asan; the debug-only verifiers run):
 #           ctest, then the pytest subset in scripts/asan_tests.txt; FRAMEFUSE_ASAN_FULL=1 runs all
 #           of tests/python instead (see scripts/asan.sh)
-#   format  scripts/check_format.sh (clang-format) over the C++ sources; off by default until the
-#           tree is formatted once: FRAMEFUSE_FORMAT_GATE=1 turns it on, or name it in FRAMEFUSE_LANES
+#   format  scripts/check_format.sh (clang-format, pinned in scripts/requirements-main.txt) over the
+#           C++ sources; FRAMEFUSE_FORMAT_GATE=0 leaves it out
 # Extra arguments go to every pytest run (e.g. `bash scripts/test.sh -k printer`).
 # FRAMEFUSE_LANES="cpp main" picks lanes; FRAMEFUSE_JOBS sets build parallelism.
 # Exit status: 0 only when every lane that ran passed.
@@ -18,8 +18,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 cd "$FF_ROOT"
 
 DEFAULT_LANES="ruff cpp main debian pure"
-# NB: the format gate stays off until the lead formats the tree once; then set this default to 1.
-[ "${FRAMEFUSE_FORMAT_GATE:-0}" = 1 ] && DEFAULT_LANES="format $DEFAULT_LANES"
+[ "${FRAMEFUSE_FORMAT_GATE:-1}" = 1 ] && DEFAULT_LANES="format $DEFAULT_LANES"
 LANES=" ${FRAMEFUSE_LANES:-$DEFAULT_LANES} "
 LANE_TIMEOUT="${FRAMEFUSE_TEST_TIMEOUT:-900}"
 RESULTS="${FRAMEFUSE_TEST_RESULTS:-$FF_ROOT/build/test-results}"

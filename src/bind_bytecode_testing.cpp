@@ -32,12 +32,10 @@ void define_bytecode_testing(py::module_& m) {
     }
     py::list exc;
     for (const bc::ExcEntry& e : b.exc) exc.append(py::make_tuple(e.start, e.end, e.target, e.depth, e.lasti));
-    return py::make_tuple(instrs, exc);
-  }, "(instructions as (byte offset, name, arg, target index, line), exception entries as instruction indices)");
+    return py::make_tuple(instrs, exc); }, "(instructions as (byte offset, name, arg, target index, line), exception entries as instruction indices)");
   t.def("roundtrip", [](py::handle code) {
     PyObject* c = need_code(code);
-    return py::reinterpret_steal<py::object>(bc::assemble(c, bc::decode(c)));
-  }, "decode, encode and construct again (verified)");
+    return py::reinterpret_steal<py::object>(bc::assemble(c, bc::decode(c))); }, "decode, encode and construct again (verified)");
   t.def("stacksize", [](py::handle code) { return bc::compute_stacksize(bc::decode(need_code(code))); });
   t.def("verify", [](py::handle code) { bc::verify_code(need_code(code)); });
   t.def("dis", [](py::handle code) { return bc::disassemble(need_code(code)); });
@@ -58,13 +56,9 @@ void define_bytecode_testing(py::module_& m) {
     return to_bytes(bc::write_line_table(first, lines, units));
   });
   t.def("parse_line_table", [](py::bytes b, int first) { return bc::parse_line_table(std::string(b), first); });
-  t.def("make_resume", [](py::handle code, int offset, int stack_depth, const std::vector<std::string>& live,
-                          const std::vector<int>& null_slots) {
+  t.def("make_resume", [](py::handle code, int offset, int stack_depth, const std::vector<std::string>& live, const std::vector<int>& null_slots) {
     if (offset % 2) throw InternalError("resume offset " + std::to_string(offset) + " is not an instruction boundary");
-    return py::reinterpret_steal<py::object>(bc::make_resume(need_code(code), offset / 2, stack_depth, live, null_slots));
-  }, py::arg("code"), py::arg("offset"), py::arg("stack_depth"), py::arg("live_locals"),
-     py::arg("null_slots") = std::vector<int>{},
-     "a resume code object starting at byte `offset` (see frame_eval/bytecode_resume.h)");
+    return py::reinterpret_steal<py::object>(bc::make_resume(need_code(code), offset / 2, stack_depth, live, null_slots)); }, py::arg("code"), py::arg("offset"), py::arg("stack_depth"), py::arg("live_locals"), py::arg("null_slots") = std::vector<int>{}, "a resume code object starting at byte `offset` (see frame_eval/bytecode_resume.h)");
   t.def("live_locals_at", [](py::handle code, int offset) {
     if (offset % 2) throw InternalError("offset " + std::to_string(offset) + " is not an instruction boundary");
     return bc::live_locals_at(need_code(code), offset / 2);

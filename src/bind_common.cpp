@@ -42,8 +42,7 @@ void define_common(py::module_& m) {
   });
 
   py::module_ log = m.def_submodule("logging", "FRAMEFUSE_LOGS");
-  log.def("set_spec", [](const std::string& spec) { set_log_spec(spec); },
-          "Apply a TORCH_LOGS-style spec (raises UserError on unknown names).");
+  log.def("set_spec", [](const std::string& spec) { set_log_spec(spec); }, "Apply a TORCH_LOGS-style spec (raises UserError on unknown names).");
   log.def("component_names", &log_component_names);
   log.def("artifact_names", &log_artifact_names);
   log.def("enabled_artifacts", [] {
@@ -70,12 +69,12 @@ void define_common(py::module_& m) {
         if (log_enabled(static_cast<LogArtifact>(a))) log_emit(static_cast<LogArtifact>(a), msg);
         return;
       }
-    throw UserError("unknown log artifact '" + artifact + "'");
-  }, "Emit a record on an artifact if it is enabled (used by the Python layer).");
+    throw UserError("unknown log artifact '" + artifact + "'"); }, "Emit a record on an artifact if it is enabled (used by the Python layer).");
   log.def("set_compile_tag", [](int frame_id, int compile_id) { set_compile_tag({frame_id, compile_id}); });
 
   py::module_ cfg = m.def_submodule("config", "framefuse.config storage");
   py::list knobs;
+  // clang-format off
 #define FF_CONFIG_KNOB(kind, name, default_value, doc)                                        \
   {                                                                                           \
     py::dict k;                                                                               \
@@ -85,6 +84,7 @@ void define_common(py::module_& m) {
     k["doc"] = doc;                                                                           \
     knobs.append(k);                                                                          \
   }
+// clang-format on
 #define FF_CONFIG_BOOL(name, default_value, doc) FF_CONFIG_KNOB("bool", name, default_value, doc)
 #define FF_CONFIG_INT(name, default_value, doc) FF_CONFIG_KNOB("int", name, default_value, doc)
 #define FF_CONFIG_STR(name, default_value, doc) FF_CONFIG_KNOB("str", name, std::string(default_value), doc)
@@ -95,9 +95,12 @@ void define_common(py::module_& m) {
 #undef FF_CONFIG_KNOB
   cfg.attr("KNOBS") = knobs;
   cfg.def("get", [](const std::string& name) -> py::object {
-#define FF_CONFIG_BOOL(n, d, doc) if (name == #n) return py::bool_(config().n);
-#define FF_CONFIG_INT(n, d, doc) if (name == #n) return py::int_(config().n);
-#define FF_CONFIG_STR(n, d, doc) if (name == #n) return py::str(config().n);
+#define FF_CONFIG_BOOL(n, d, doc) \
+  if (name == #n) return py::bool_(config().n);
+#define FF_CONFIG_INT(n, d, doc) \
+  if (name == #n) return py::int_(config().n);
+#define FF_CONFIG_STR(n, d, doc) \
+  if (name == #n) return py::str(config().n);
 #include "src/base/config.def"
 #undef FF_CONFIG_BOOL
 #undef FF_CONFIG_INT
@@ -105,9 +108,21 @@ void define_common(py::module_& m) {
     throw py::attribute_error("framefuse.config has no knob '" + name + "'");
   });
   cfg.def("set", [](const std::string& name, py::object value) {
-#define FF_CONFIG_BOOL(n, d, doc) if (name == #n) { config().n = value.cast<bool>(); return; }
-#define FF_CONFIG_INT(n, d, doc) if (name == #n) { config().n = value.cast<int64_t>(); return; }
-#define FF_CONFIG_STR(n, d, doc) if (name == #n) { config().n = value.cast<std::string>(); return; }
+#define FF_CONFIG_BOOL(n, d, doc)    \
+  if (name == #n) {                  \
+    config().n = value.cast<bool>(); \
+    return;                          \
+  }
+#define FF_CONFIG_INT(n, d, doc)        \
+  if (name == #n) {                     \
+    config().n = value.cast<int64_t>(); \
+    return;                             \
+  }
+#define FF_CONFIG_STR(n, d, doc)            \
+  if (name == #n) {                         \
+    config().n = value.cast<std::string>(); \
+    return;                                 \
+  }
 #include "src/base/config.def"
 #undef FF_CONFIG_BOOL
 #undef FF_CONFIG_INT

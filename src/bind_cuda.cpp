@@ -101,8 +101,7 @@ void define_cuda(py::module_& m) {
     d["nvrtc_ms"] = st.nvrtc_ms;
     d["disk_hit"] = st.disk_hit;
     d["cubin_bytes"] = cubin.size();
-    return d;
-  }, py::arg("source"), py::arg("arch") = "sm_90");
+    return d; }, py::arg("source"), py::arg("arch") = "sm_90");
 
   py::class_<CudaGraphModule>(c, "CompiledGraph")
       .def_property_readonly("source", &CudaGraphModule::source)

@@ -171,27 +171,19 @@ void define_frame_eval(py::module_& m) {
   if (py::hasattr(m, "Unsupported")) set_unsupported_exception(m.attr("Unsupported").ptr());
   m.attr("FRAME_EVAL_SUPPORTED") = py::bool_(ff_frame_supported() != 0);
 
-  m.def("_compile_callable",
-        [](py::object fn, py::object backend, bool fullgraph, py::object mode, py::object options, py::object root_code) {
+  m.def("_compile_callable", [](py::object fn, py::object backend, bool fullgraph, py::object mode, py::object options, py::object root_code) {
           PyObject* r = make_frame_eval_callable(fn.ptr(), make_options(backend, fullgraph, mode, options),
                                                  root_code.is_none() ? nullptr : root_code.ptr(), CallableMode::Compile);
           if (!r) throw py::error_already_set();
-          return py::reinterpret_steal<py::object>(r);
-        },
-        py::arg("fn"), py::arg("backend"), py::arg("fullgraph"), py::arg("mode"), py::arg("options"), py::arg("root_code"),
-        "A callable that runs fn with framefuse's frame hook active.");
-  m.def("_disable_callable",
-        [](py::object fn) {
+          return py::reinterpret_steal<py::object>(r); }, py::arg("fn"), py::arg("backend"), py::arg("fullgraph"), py::arg("mode"), py::arg("options"), py::arg("root_code"), "A callable that runs fn with framefuse's frame hook active.");
+  m.def("_disable_callable", [](py::object fn) {
           PyObject* r = make_frame_eval_callable(fn.ptr(), nullptr, nullptr, CallableMode::Disable);
           if (!r) throw py::error_already_set();
-          return py::reinterpret_steal<py::object>(r);
-        },
-        "A callable that runs fn (and everything it calls) natively.");
+          return py::reinterpret_steal<py::object>(r); }, "A callable that runs fn (and everything it calls) natively.");
   m.def("_reset", [] {
     reset_caches();
     frame_eval_stats() = FrameEvalStats{};
-    clear_break_records();
-  }, "Drop every compiled frame.");
+    clear_break_records(); }, "Drop every compiled frame.");
   m.def("_graph_break_records", [] {
     py::list out;
     for (const BreakRecord& r : break_records()) {
@@ -207,9 +199,9 @@ void define_frame_eval(py::module_& m) {
       d["split"] = r.split;
       out.append(d);
     }
-    return out;
-  }, "Every graph break since the last _reset(): dicts with id, reason, explanation, hint, filename, lineno, "
-     "user_stack, where (the frame) and split (False: the frame ran eagerly).");
+    return out; },
+        "Every graph break since the last _reset(): dicts with id, reason, explanation, hint, filename, lineno, "
+        "user_stack, where (the frame) and split (False: the frame ran eagerly).");
   m.def("_frame_eval_stats", [] {
     const FrameEvalStats& s = frame_eval_stats();
     py::dict d;
@@ -233,7 +225,8 @@ void define_frame_eval(py::module_& m) {
     if (!s) return py::none();
     py::dict d;
     d["entries"] = s->entries.size();
-    d["strategy"] = s->strategy == CodeStrategy::Compile ? "compile" : s->strategy == CodeStrategy::Skip ? "skip" : "cache_limit";
+    d["strategy"] = s->strategy == CodeStrategy::Compile ? "compile" : s->strategy == CodeStrategy::Skip ? "skip"
+                                                                                                         : "cache_limit";
     d["skip_reason"] = s->skip_reason;
     d["frame_id"] = s->frame_id;
     py::list guards;
@@ -246,8 +239,7 @@ void define_frame_eval(py::module_& m) {
   m.attr("graph_break") = py::reinterpret_steal<py::object>(gb);
 
   py::module_ t = m.def_submodule("_testing", "test-only access to frontend internals");
-  t.def("set_tracer",
-        [](py::object fn, bool torch_free) {
+  t.def("set_tracer", [](py::object fn, bool torch_free) {
           if (fn.is_none()) {
             set_tracer(nullptr);
             return;
@@ -259,10 +251,7 @@ void define_frame_eval(py::module_& m) {
             for (PyObject* v : view.localsplus) locals.append(v ? py::handle(v) : py::handle(Py_None));
             py::object spec = fn(py::handle(reinterpret_cast<PyObject*>(view.code)), locals);
             return capture_from_spec(spec);
-          }, torch_free);
-        },
-        py::arg("fn"), py::arg("torch_free") = false,
-        "Install a tracer returning hand-built capture specs (None restores the interpreter).");
+          }, torch_free); }, py::arg("fn"), py::arg("torch_free") = false, "Install a tracer returning hand-built capture specs (None restores the interpreter).");
   t.def("num_code_states", [] { return code_state_counts().states; });
   t.def("code_state_counts", [] {
     CodeStateCounts c = code_state_counts();
@@ -272,8 +261,7 @@ void define_frame_eval(py::module_& m) {
     d["break_plans"] = c.break_plans;
     d["resume_codes"] = c.resume_codes;
     d["decoded"] = c.decoded;
-    return d;
-  }, "What framefuse keeps per code object, summed over the live code objects (all of it dies with its code).");
+    return d; }, "What framefuse keeps per code object, summed over the live code objects (all of it dies with its code).");
 }
 
 }  // namespace ff

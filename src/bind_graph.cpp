@@ -89,9 +89,7 @@ py::dict meta_dict(const ValueMeta& m) {
 py::list traits_list(uint32_t traits) {
   py::list out;
   const std::pair<OpTrait, const char*> names[] = {
-      {kPointwise, "pointwise"}, {kReduction, "reduction"}, {kView, "view"},     {kInplace, "inplace"},
-      {kRandom, "random"},       {kCreation, "creation"},   {kExtern, "extern"}, {kComposite, "composite"},
-      {kNondeterministicOutput, "nondeterministic_output"}, {kIndexing, "indexing"}};
+      {kPointwise, "pointwise"}, {kReduction, "reduction"}, {kView, "view"}, {kInplace, "inplace"}, {kRandom, "random"}, {kCreation, "creation"}, {kExtern, "extern"}, {kComposite, "composite"}, {kNondeterministicOutput, "nondeterministic_output"}, {kIndexing, "indexing"}};
   for (const auto& [t, name] : names)
     if (traits & t) out.append(name);
   return out;
@@ -109,9 +107,9 @@ void define_graph(py::module_& m) {
   g.def("native_tensor_mismatch", [](py::handle expected, py::handle actual) -> py::object {
     NativeTensorMatch m;
     if (!m.record(expected.ptr())) return py::none();
-    return py::str(m.mismatch(actual.ptr()));
-  }, "Testing: how `actual` differs from `expected` for the native tensor check (\"\" if it matches); "
-     "None when the check does not read `expected`.");
+    return py::str(m.mismatch(actual.ptr())); },
+        "Testing: how `actual` differs from `expected` for the native tensor check (\"\" if it matches); "
+        "None when the check does not read `expected`.");
 
   g.def("ops", [] {
     py::list out;
@@ -153,15 +151,11 @@ void define_graph(py::module_& m) {
 
   py::class_<PyGraph, std::shared_ptr<PyGraph>>(g, "Graph")
       .def(py::init([] { return std::make_shared<PyGraph>(); }))
-      .def("placeholder",
-           [](PyGraph& self, const std::string& name, py::handle example) {
+      .def("placeholder", [](PyGraph& self, const std::string& name, py::handle example) {
              TensorMeta meta = meta_from_tensor(example.ptr());
              self.runner.reset();
-             return self.node(self.g.add_placeholder(name, ValueMeta::of_tensor(std::move(meta))));
-           },
-           py::arg("name"), py::arg("example"), "Add a graph input typed like the example tensor.")
-      .def("call",
-           [](PyGraph& self, py::handle fn, py::args args, py::kwargs kwargs) {
+             return self.node(self.g.add_placeholder(name, ValueMeta::of_tensor(std::move(meta)))); }, py::arg("name"), py::arg("example"), "Add a graph input typed like the example tensor.")
+      .def("call", [](PyGraph& self, py::handle fn, py::args args, py::kwargs kwargs) {
              std::vector<Value> pos;
              for (py::handle a : args) pos.push_back(self.to_value(a));
              std::vector<std::pair<std::string, Value>> kw;
@@ -170,66 +164,47 @@ void define_graph(py::module_& m) {
              auto id = add_torch_call(self.g, fn.ptr(), pos, kw, &reason);
              if (!id) throw Unsupported(reason);
              self.runner.reset();
-             return self.node(*id);
-           },
-           "Add a call of a torch callable; arguments are nodes or Python constants.")
-      .def("getitem",
-           [](PyGraph& self, const PyNode& n, int64_t index) {
+             return self.node(*id); }, "Add a call of a torch callable; arguments are nodes or Python constants.")
+      .def("getitem", [](PyGraph& self, const PyNode& n, int64_t index) {
              self.runner.reset();
-             return self.node(self.g.add_getitem(n.id, index));
-           })
-      .def("output",
-           [](PyGraph& self, py::handle result) {
+             return self.node(self.g.add_getitem(n.id, index)); })
+      .def("output", [](PyGraph& self, py::handle result) {
              self.runner.reset();
-             self.g.set_output(self.to_value(result));
-           })
-      .def("nodes",
-           [](PyGraph& self) {
+             self.g.set_output(self.to_value(result)); })
+      .def("nodes", [](PyGraph& self) {
              py::list out;
              for (NodeId id = 0; id < static_cast<NodeId>(self.g.size()); ++id) out.append(self.node(id));
-             return out;
-           })
+             return out; })
       .def("__len__", [](const PyGraph& self) { return self.g.size(); })
       .def("code", [](const PyGraph& self) { return graph_code(self.g); }, "The graph as Python-like code.")
       .def("table", [](const PyGraph& self) { return graph_table(self.g); }, "The graph as a table.")
       .def("verify", [](const PyGraph& self) { return verify(self.g); }, "Invariant violations (empty: valid).")
-      .def("optimized",
-           [](const PyGraph& self) {
+      .def("optimized", [](const PyGraph& self) {
              auto out = std::make_shared<PyGraph>();
              out->g = run_graph_passes(self.g);
-             return out;
-           },
-           "A new graph after the graph passes (dead code, CSE, constant folding).")
-      .def("fuse_attention",
-           [](const PyGraph& self, bool cuda_tf32_matmul) {
+             return out; }, "A new graph after the graph passes (dead code, CSE, constant folding).")
+      .def("fuse_attention", [](const PyGraph& self, bool cuda_tf32_matmul) {
              auto out = std::make_shared<PyGraph>();
              std::vector<std::string> fired;
              AttentionSupport support = attention_support();
              support.cuda_tf32_matmul = cuda_tf32_matmul;
              out->g = config().fuse_attention ? fuse_attention(self.g, support, &fired) : self.g;
-             return py::make_tuple(out, fired);
-           },
-           py::arg("cuda_tf32_matmul") = false,
+             return py::make_tuple(out, fired); }, py::arg("cuda_tf32_matmul") = false,
            "(graph, rewritten softmax names): explicit attention rewritten into scaled_dot_product_attention "
            "(config fuse_attention; a no-op where the installed torch has no SDPA). cuda_tf32_matmul: float32 "
            "matmuls on CUDA run in TF32 now, so float32 CUDA attention stays explicit.")
-      .def("pass_trace", [](const PyGraph& self) { return graph_pass_trace(self.g); },
-           "The IR after each graph pass, as text.")
-      .def_static("parse",
-                  [](const std::string& text) {
+      .def("pass_trace", [](const PyGraph& self) { return graph_pass_trace(self.g); }, "The IR after each graph pass, as text.")
+      .def_static("parse", [](const std::string& text) {
                     auto out = std::make_shared<PyGraph>();
                     out->g = parse_graph(text);
-                    return out;
-                  },
-                  "Parse graph code (the printer's output) back into a graph.")
+                    return out; }, "Parse graph code (the printer's output) back into a graph.")
       .def("run", [](PyGraph& self, py::args inputs) -> py::object {
         if (!self.runner) self.runner = std::make_unique<ReferenceRunner>(self.g);
         std::vector<PyObject*> in;
         for (py::handle h : inputs) in.push_back(h.ptr());
         PyObject* r = self.runner->run(in.data(), in.size());
         if (!r) throw py::error_already_set();
-        return py::reinterpret_steal<py::object>(r);
-      }, "Run the graph on the reference runner (eager torch ops).");
+        return py::reinterpret_steal<py::object>(r); }, "Run the graph on the reference runner (eager torch ops).");
 }
 
 const Graph& graph_from_python(py::handle obj, const char* what) {

@@ -65,12 +65,10 @@ void define_inductor(py::module_& m) {
   t.def("cache_load", [](const std::string& dir, const std::string& name, const std::string& key) -> py::object {
     std::string payload;
     if (!inductor::cache_load(dir, name, key, &payload)) return py::none();
-    return py::bytes(payload);
-  }, "The payload of a valid entry, or None.");
+    return py::bytes(payload); }, "The payload of a valid entry, or None.");
   t.def("cache_dir_usable", &inductor::cache_dir_usable);
   t.def("cache_pack", [](const std::string& key, py::bytes payload) { return py::bytes(inductor::cache_pack(key, std::string(payload))); });
-  ind.def("loop_ir", [](py::handle graph) { return loop::program_str(inductor::compile_to_loop_ir(graph_from_python(graph))); },
-          "The scheduled loop IR of a graph (text form), without compiling it.");
+  ind.def("loop_ir", [](py::handle graph) { return loop::program_str(inductor::compile_to_loop_ir(graph_from_python(graph))); }, "The scheduled loop IR of a graph (text form), without compiling it.");
 
   py::class_<inductor::CompiledGraph>(ind, "CompiledGraph", py::custom_type_setup([](PyHeapTypeObject* heap_type) {
                                         heap_type->ht_type.tp_call = &call_compiled_graph;
@@ -108,8 +106,7 @@ void define_inductor(py::module_& m) {
       .def("matches", [](inductor::ReplayInputs& self, const py::tuple& inputs) {
         int ok = self.matches(&PyTuple_GET_ITEM(inputs.ptr(), 0), static_cast<size_t>(PyTuple_GET_SIZE(inputs.ptr())));
         if (ok < 0) throw py::error_already_set();
-        return ok == 1;
-      }, py::arg("inputs"), "Whether these inputs (a tuple) fit the recording.");
+        return ok == 1; }, py::arg("inputs"), "Whether these inputs (a tuple) fit the recording.");
 }
 
 }  // namespace ff

@@ -233,8 +233,8 @@ py::dict capture_dict(const CaptureResult& cr) {
   for (const Guard& g : cr.guards) guards.append(g.str());
   for (const SourcePtr& s : cr.inputs) inputs.append(s->str());
   for (const SideEffect& e : cr.side_effects) {
-    static const char* kinds[] = {"SetAttr",     "StoreGlobal", "ReplaceList", "DictSetItem",
-                                  "DictDelItem", "CellSet",     "CallMethod",  "Advance"};
+    static const char* kinds[] = {"SetAttr", "StoreGlobal", "ReplaceList", "DictSetItem",
+                                  "DictDelItem", "CellSet", "CallMethod", "Advance"};
     static_assert(sizeof(kinds) / sizeof(kinds[0]) == static_cast<size_t>(SideEffect::Kind::Advance) + 1);
     std::string text = std::string(kinds[static_cast<int>(e.kind)]) + "(" + (e.target ? e.target->str() : "") +
                        (e.name.empty() ? "" : ", '" + e.name + "'") +
@@ -261,7 +261,7 @@ py::dict capture_dict(const CaptureResult& cr) {
 
 void define_interp_testing(py::module_& m) {
   py::module_ t = py::hasattr(m, "_testing") ? py::module_(m.attr("_testing"))
-                                               : m.def_submodule("_testing", "test-only access to C++ internals");
+                                             : m.def_submodule("_testing", "test-only access to C++ internals");
   t.def(
       "trace",
       [](py::handle fn, py::tuple args, py::dict kwargs) -> py::dict {

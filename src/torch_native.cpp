@@ -80,7 +80,11 @@ int dtype_scalar_type(PyObject* dtype) {
 }
 
 const ff_torch_native_api kApi = {
-    FF_TORCH_NATIVE_ABI, sizeof(ff_torch_native_api), tensor_meta, grad_enabled, default_scalar_type,
+    FF_TORCH_NATIVE_ABI,
+    sizeof(ff_torch_native_api),
+    tensor_meta,
+    grad_enabled,
+    default_scalar_type,
     dtype_scalar_type,
 };
 

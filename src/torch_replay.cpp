@@ -55,7 +55,9 @@ using NodePtr = decltype(torch::autograd::Edge{}.function);
 const ff_graph_launch_api* g_launch = nullptr;  // from framefuse._C.cuda, when this torch has CUDA
 
 // Why a call was not replayed (the Python side logs the reason and runs the graph eagerly).
-enum Refused : int { kMismatch = 1, kPending = 2, kBusy = 3 };
+enum Refused : int { kMismatch = 1,
+                     kPending = 2,
+                     kBusy = 3 };
 
 struct Gil {
   PyGILState_STATE state = PyGILState_Ensure();
@@ -514,28 +516,28 @@ PyObject* training_replay(PyObject*, PyObject* spec) {
     return true;
   });
   ok = ok && each(spec, "copied", [&](PyObject* e) {  // (position, static buffer, example input)
-    Py_ssize_t at = 0;
-    at::Tensor buf, example;
-    if (!PyTuple_Check(e) || PyTuple_GET_SIZE(e) != 3 || !position(PyTuple_GET_ITEM(e, 0), &at) ||
-        !tensor_of(PyTuple_GET_ITEM(e, 1), &buf) || !tensor_of(PyTuple_GET_ITEM(e, 2), &example) ||
-        !buf.defined() || !example.defined()) {
-      if (!PyErr_Occurred())
-        PyErr_SetString(PyExc_TypeError, "framefuse._torch_replay: copied takes (position, buffer, example)");
-      return false;
-    }
-    s.copied.push_back({at, buf, meta_of(example)});
-    is_tensor[static_cast<size_t>(at)] = true;
-    return true;
-  });
+         Py_ssize_t at = 0;
+         at::Tensor buf, example;
+         if (!PyTuple_Check(e) || PyTuple_GET_SIZE(e) != 3 || !position(PyTuple_GET_ITEM(e, 0), &at) ||
+             !tensor_of(PyTuple_GET_ITEM(e, 1), &buf) || !tensor_of(PyTuple_GET_ITEM(e, 2), &example) ||
+             !buf.defined() || !example.defined()) {
+           if (!PyErr_Occurred())
+             PyErr_SetString(PyExc_TypeError, "framefuse._torch_replay: copied takes (position, buffer, example)");
+           return false;
+         }
+         s.copied.push_back({at, buf, meta_of(example)});
+         is_tensor[static_cast<size_t>(at)] = true;
+         return true;
+       });
   ok = ok && each(spec, "consts", [&](PyObject* e) {  // (position, value)
-    Py_ssize_t at = 0;
-    if (!PyTuple_Check(e) || PyTuple_GET_SIZE(e) != 2 || !position(PyTuple_GET_ITEM(e, 0), &at)) {
-      if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "framefuse._torch_replay: consts takes (position, value)");
-      return false;
-    }
-    s.consts.emplace_back(at, PyRef::borrow(PyTuple_GET_ITEM(e, 1)));
-    return true;
-  });
+         Py_ssize_t at = 0;
+         if (!PyTuple_Check(e) || PyTuple_GET_SIZE(e) != 2 || !position(PyTuple_GET_ITEM(e, 0), &at)) {
+           if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "framefuse._torch_replay: consts takes (position, value)");
+           return false;
+         }
+         s.consts.emplace_back(at, PyRef::borrow(PyTuple_GET_ITEM(e, 1)));
+         return true;
+       });
   if (!ok) return nullptr;
   for (Py_ssize_t i = 0; i < s.n_inputs; ++i)
     if (is_tensor[static_cast<size_t>(i)]) s.tensor_at.push_back(i);

@@ -23,7 +23,6 @@ namespace {
 // 2-d convolutions: input args[0], weight args[1] (cuDNN's fused ones come from folded batch norms).
 bool is_conv2d_op(Op op) { return op_in(op, {Op::conv2d, Op::cudnn_convolution_relu, Op::cudnn_convolution_add_relu}); }
 
-
 bool is_nchw_contiguous_4d(const ValueMeta& m) {
   return m.kind == ValueMeta::Kind::Tensor && m.tensor.dim() == 4 && is_floating(m.tensor.dtype) &&
          m.tensor.strides == TensorMeta::contiguous_strides(m.tensor.sizes);
@@ -39,7 +38,6 @@ bool same_shapes(const ValueMeta& a, const ValueMeta& b) {
   }
   return true;
 }
-
 
 // Every tensor's device set to `d`; *devices collects the devices seen before.
 void set_devices(Graph& g, const Device& d, std::vector<Device>* devices) {

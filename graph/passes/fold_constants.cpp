@@ -188,8 +188,8 @@ std::optional<Value> getitem_of_constant_value(const FoldSite& s) { return eleme
 // Views that, with their result's sizes and strides equal to their input's, are the input:
 // same storage, same offset (none of them moves the offset), same layout.
 bool noop_view_pattern(const FoldSite& s) {
-  static constexpr std::string_view kOps[] = {"view",      "reshape", "expand",  "flatten",  "permute",
-                                              "transpose", "t",       "squeeze", "unsqueeze", "contiguous"};
+  static constexpr std::string_view kOps[] = {"view", "reshape", "expand", "flatten", "permute",
+                                              "transpose", "t", "squeeze", "unsqueeze", "contiguous"};
   const OpDef* op = s.op();
   if (!op || s.args.empty() || !s.args[0].is_node()) return false;
   for (std::string_view name : kOps)

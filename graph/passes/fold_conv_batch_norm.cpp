@@ -38,7 +38,9 @@ std::optional<Value> pair_of_ints(const Value& v) {
   return Value::list(items);
 }
 
-enum class Epilogue { None, Relu, AddRelu };
+enum class Epilogue { None,
+                      Relu,
+                      AddRelu };
 
 struct Match {
   NodeId conv = -1, bn = -1, add = -1, final = -1;

@@ -23,7 +23,9 @@ struct NoMatch {
   std::string why;
 };
 
-enum class MaskKind { None, Bool, Additive };
+enum class MaskKind { None,
+                      Bool,
+                      Additive };
 
 struct Match {
   NodeId softmax = -1;
@@ -205,7 +207,8 @@ class Matcher {
     if (!kt || op_kind(*kt) != Op::transpose) throw NoMatch{"the scores' right operand is not k.transpose(-2, -1)"};
     const TensorMeta* ktm = tensor_meta(g_, sn->args[1]);
     int64_t nd = ktm ? ktm->dim() : 0;
-    auto norm = [&](const Value& d) { return d.kind != Value::Kind::Int ? -1 : d.i < 0 ? d.i + nd : d.i; };
+    auto norm = [&](const Value& d) { return d.kind != Value::Kind::Int ? -1 : d.i < 0 ? d.i + nd
+                                                                                       : d.i; };
     std::set<int64_t> dims = {norm(arg(*kt, "dim0")), norm(arg(*kt, "dim1"))};
     if (dims != std::set<int64_t>{nd - 2, nd - 1}) throw NoMatch{"the scores' right operand is not k.transpose(-2, -1)"};
     m.k = arg(*kt, "input");
@@ -393,8 +396,10 @@ Graph fuse_attention(const Graph& g, const AttentionSupport& support, std::vecto
       std::string no = tf32_kernel_refusal(g, *m);
       if (!no.empty()) {
         m.reset();
-        why = "float32 on CUDA with TF32 matmuls on: the explicit matmuls run on tensor cores, SDPA's float32 "
-              "kernels do not, and framefuse's TF32 attention kernel does not take it (" + no + ")";
+        why =
+            "float32 on CUDA with TF32 matmuls on: the explicit matmuls run on tensor cores, SDPA's float32 "
+            "kernels do not, and framefuse's TF32 attention kernel does not take it (" +
+            no + ")";
       }
     }
     if (m) matches.push_back(std::move(*m));

@@ -158,8 +158,8 @@ bool kernel_exists(const OpDef& op, const std::vector<Value>& bound, const Graph
     } else {
       char f[40];
       std::snprintf(f, sizeof f, "%a", v.f);  // NB: exact: the verdict may depend on the value
-      key += "|" + std::to_string(static_cast<int>(v.kind)) + ":" + (v.kind == Value::Kind::Int ? std::to_string(v.i)
-                                                                   : v.kind == Value::Kind::Float ? std::string(f) : v.s);
+      key += "|" + std::to_string(static_cast<int>(v.kind)) + ":" + (v.kind == Value::Kind::Int ? std::to_string(v.i) : v.kind == Value::Kind::Float ? std::string(f)
+                                                                                                                                                     : v.s);
     }
   }
   static auto* verdicts = new std::unordered_map<std::string, std::string>();  // NB: under the GIL; leaked on purpose
@@ -211,7 +211,9 @@ bool number_may_overflow(const Value& v, DType dt) {
     if (v.kind == Value::Kind::Int) return dt != DType::Int64 && (static_cast<double>(v.i) < lo || static_cast<double>(v.i) > hi);
     return x < lo || x > hi;
   }
-  double max = dt == DType::Float16 ? 65504.0 : dt == DType::BFloat16 ? 3.3895313892515355e38 : dt == DType::Float32 ? 3.4028234663852886e38 : INFINITY;
+  double max = dt == DType::Float16 ? 65504.0 : dt == DType::BFloat16 ? 3.3895313892515355e38
+                                            : dt == DType::Float32    ? 3.4028234663852886e38
+                                                                      : INFINITY;
   return std::isfinite(x) && std::fabs(x) > max;
 }
 
@@ -436,7 +438,7 @@ std::optional<NodeId> add_torch_call(Graph& g, PyObject* fn, const std::vector<V
   if (!op) {
     py::handle h(fn);
     std::string name = py::hasattr(h, "__qualname__") ? py::str(h.attr("__qualname__")).cast<std::string>()
-                                                       : py::str(py::repr(h)).cast<std::string>();
+                                                      : py::str(py::repr(h)).cast<std::string>();
     std::string why;
     open_ops_for_callable(fn, &why);  // why torch's schemas did not help, where they were asked
     *reason = why.empty() ? name + " is not in framefuse's op registry" : why;

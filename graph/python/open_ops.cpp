@@ -59,9 +59,16 @@ OpenTables& tables() {
 // Where a builtin of torch's namespaces is reached from: (public namespace, prefix of its ATen
 // name the namespace drops). torch.linalg.svd is aten::linalg_svd.
 constexpr std::pair<const char*, const char*> kNamespaces[] = {
-    {"torch", ""},          {"torch.linalg", "linalg_"},   {"torch.fft", "fft_"},         {"torch.special", "special_"},
-    {"torch.nn.functional", ""}, {"torch._C._nn", ""},     {"torch._C._linalg", ""},      {"torch._C._fft", ""},
-    {"torch._C._special", ""},   {"torch._C._VariableFunctions", ""},
+    {"torch", ""},
+    {"torch.linalg", "linalg_"},
+    {"torch.fft", "fft_"},
+    {"torch.special", "special_"},
+    {"torch.nn.functional", ""},
+    {"torch._C._nn", ""},
+    {"torch._C._linalg", ""},
+    {"torch._C._fft", ""},
+    {"torch._C._special", ""},
+    {"torch._C._VariableFunctions", ""},
 };
 
 std::string name_of(py::handle fn) {

@@ -13,7 +13,11 @@ namespace {
 // An argument of a step: a constant built once, a slot holding a node's result, or a sequence /
 // slice with node results inside (built per run).
 struct Arg {
-  enum class Kind : uint8_t { Const, Slot, List, Tuple, Slice };
+  enum class Kind : uint8_t { Const,
+                              Slot,
+                              List,
+                              Tuple,
+                              Slice };
   Kind kind = Kind::Const;
   PyObject* obj = nullptr;  // Const: strong reference
   int slot = -1;            // Slot
@@ -58,7 +62,8 @@ Arg make_arg(const Value& v) {
     if (!a.obj) throw_internal(__FILE__, __LINE__, "cannot convert a graph constant to Python");
     return a;
   }
-  a.kind = v.kind == Value::Kind::List ? Arg::Kind::List : v.kind == Value::Kind::Tuple ? Arg::Kind::Tuple : Arg::Kind::Slice;
+  a.kind = v.kind == Value::Kind::List ? Arg::Kind::List : v.kind == Value::Kind::Tuple ? Arg::Kind::Tuple
+                                                                                        : Arg::Kind::Slice;
   FF_CHECK(v.is_sequence() || v.kind == Value::Kind::Slice, "node reference inside an unsupported constant kind");
   for (const Value& item : v.items) a.items.push_back(make_arg(item));
   return a;

@@ -274,8 +274,8 @@ bool tf32_attention_aligned(const AttentionCall& c) {
 
 void Tf32Attention::launch(const AttentionCall& c, CUstream stream, int device) {
   FF_CHECK(tf32_attention_aligned(c), "TF32 attention launched on operands it does not take");
-  AttnArgs a{c.q,   c.k,   c.v,   c.mask, c.out, c.q_b, c.q_h, c.q_l, c.k_b, c.k_h, c.k_l, c.v_b, c.v_h, c.v_l,
-             c.m_b, c.m_h, c.m_l, c.m_s,  c.o_b, c.o_h, c.o_l, c.H,   c.L,   c.S,   c.scale, c.mask ? 1 : 0};
+  AttnArgs a{c.q, c.k, c.v, c.mask, c.out, c.q_b, c.q_h, c.q_l, c.k_b, c.k_h, c.k_l, c.v_b, c.v_h, c.v_l,
+             c.m_b, c.m_h, c.m_l, c.m_s, c.o_b, c.o_h, c.o_l, c.H, c.L, c.S, c.scale, c.mask ? 1 : 0};
   CUfunction fn = cubin_.function(device, kernel_name(c.head_dim));
   // NB: (batch, head) along x, query tiles along y: blocks start in order of their index, so the
   // longest rows of a causal mask (the last tiles, taken first) start first everywhere.

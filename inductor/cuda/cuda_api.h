@@ -37,6 +37,7 @@ constexpr int kFuncAttrMaxDynamicShared = 8;
 constexpr int kCudaErrorNotInitialized = 3;
 
 // X(field, symbol tried first, fallback symbol or nullptr, signature)
+// clang-format off
 #define FF_CUDA_DRIVER_FUNCS(X)                                                                         \
   X(cuInit, "cuInit", nullptr, CUresult (*)(unsigned))                                                 \
   X(cuDriverGetVersion, "cuDriverGetVersion", nullptr, CUresult (*)(int*))                             \
@@ -61,7 +62,9 @@ constexpr int kCudaErrorNotInitialized = 3;
   X(cuEventDestroy, "cuEventDestroy_v2", "cuEventDestroy", CUresult (*)(CUevent))                      \
   X(cuStreamIsCapturing, "cuStreamIsCapturing", nullptr, CUresult (*)(CUstream, int*))                \
   X(cuGraphLaunch, "cuGraphLaunch", nullptr, CUresult (*)(CUgraphExec, CUstream))
+// clang-format on
 
+// clang-format off
 #define FF_NVRTC_FUNCS(X)                                                                               \
   X(nvrtcVersion, "nvrtcVersion", nullptr, nvrtcResult (*)(int*, int*))                                \
   X(nvrtcGetErrorString, "nvrtcGetErrorString", nullptr, const char* (*)(nvrtcResult))                 \
@@ -73,6 +76,7 @@ constexpr int kCudaErrorNotInitialized = 3;
   X(nvrtcGetCUBINSize, "nvrtcGetCUBINSize", nullptr, nvrtcResult (*)(nvrtcProgram, size_t*))           \
   X(nvrtcGetCUBIN, "nvrtcGetCUBIN", nullptr, nvrtcResult (*)(nvrtcProgram, char*))                     \
   X(nvrtcDestroyProgram, "nvrtcDestroyProgram", nullptr, nvrtcResult (*)(nvrtcProgram*))
+// clang-format on
 
 struct DriverApi {
 #define FF_API_FIELD(field, sym, alt, sig) std::type_identity_t<sig> field = nullptr;

@@ -32,12 +32,14 @@ const char* c_type(ScalarType t) {
 
 const char* storage_type(DType t) {
   switch (t) {
-    case DType::UInt8: case DType::Bool: return "unsigned char";
+    case DType::UInt8:
+    case DType::Bool: return "unsigned char";
     case DType::Int8: return "signed char";
     case DType::Int16: return "short";
     case DType::Int32: return "int";
     case DType::Int64: return "long long";
-    case DType::Float16: case DType::BFloat16: return "unsigned short";
+    case DType::Float16:
+    case DType::BFloat16: return "unsigned short";
     case DType::Float32: return "float";
     case DType::Float64: return "double";
     default: break;

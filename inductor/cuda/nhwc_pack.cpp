@@ -35,7 +35,8 @@ const char* kernel_name(int elem_size) {
 const std::string& nhwc_pack_source() {
   static const std::string text = R"CUDA(// framefuse: NCHW -> NHWC copies of several tensors in one launch
 struct FfPackPiece { const void* src; unsigned long long dst, begin; unsigned int c, hw; };
-struct FfPackTable { FfPackPiece piece[)CUDA" + std::to_string(NhwcPacker::kMaxPieces) + R"CUDA(]; unsigned long long total; unsigned int n; };
+struct FfPackTable { FfPackPiece piece[)CUDA" +
+                                  std::to_string(NhwcPacker::kMaxPieces) + R"CUDA(]; unsigned long long total; unsigned int n; };
 extern __shared__ __align__(16) unsigned char ff_pack_smem[];
 
 // One block per row (one output channel o of one tensor: c x hw elements). The row is read

@@ -24,7 +24,8 @@ void drop_stores(Stmt& root, const std::vector<bool>& needed) {
     auto& body = s.body;
     body.erase(std::remove_if(body.begin(), body.end(), [&](const Stmt& c) {
                  return c.kind == StmtKind::Store && !needed[static_cast<size_t>(c.buf)];
-               }), body.end());
+               }),
+               body.end());
   });
 }
 
@@ -47,7 +48,8 @@ void drop_dead_locals(Kernel& k) {
       body.erase(std::remove_if(body.begin(), body.end(), [&](const Stmt& c) {
                    bool dead_local = (c.kind == StmtKind::Let || c.kind == StmtKind::Init || c.kind == StmtKind::Reduce) && !read.count(c.local);
                    return dead_local || (c.kind == StmtKind::Loop && c.body.empty());
-                 }), body.end());
+                 }),
+                 body.end());
       changed |= body.size() != before;
     });
   }

@@ -169,7 +169,8 @@ struct Fuser {
         if (has(wi, b)) at_j = false;
       }
     }
-    return at_i ? static_cast<int>(i) : at_j ? static_cast<int>(j) : -1;
+    return at_i ? static_cast<int>(i) : at_j ? static_cast<int>(j)
+                                             : -1;
   }
 
   void commit(size_t i, size_t j, int at, Kernel merged) {

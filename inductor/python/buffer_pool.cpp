@@ -60,8 +60,7 @@ void release(void* ptr, size_t cap) {
 }
 
 struct Block {
-  PyObject_HEAD
-  void* ptr;
+  PyObject_HEAD void* ptr;
   size_t cap;
   Py_ssize_t len;
 };

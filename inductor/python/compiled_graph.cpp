@@ -90,7 +90,9 @@ std::string value_key(const Value& v) {
       s += b;
       break;
     }
-    case Value::Kind::Str: case Value::Kind::MemoryFormat: case Value::Kind::Layout: s += v.s; break;
+    case Value::Kind::Str:
+    case Value::Kind::MemoryFormat:
+    case Value::Kind::Layout: s += v.s; break;
     case Value::Kind::DType: s += dtype_name(v.dtype); break;
     case Value::Kind::Device: s += v.device.str(); break;
     case Value::Kind::Node: s += "%" + std::to_string(v.node); break;
@@ -323,7 +325,8 @@ CompiledGraph::CompiledGraph(const Graph& g) {
     if (log_enabled(LogArtifact::schedule))
       log_emit(LogArtifact::schedule, "channels-last: " + std::to_string(pl.cl_inputs.size()) +
                                           " conv weight(s) converted once per version; convolutions and the kernels between "
-                                          "them run NHWC; " + std::to_string(pl.restore.size()) +
+                                          "them run NHWC; " +
+                                          std::to_string(pl.restore.size()) +
                                           " output(s) copied back to eager's layout");
   }
   pl.writes.prepare(p);
@@ -578,7 +581,7 @@ PyObject* CompiledGraph::run(PyObject* const* inputs, size_t n) {
     PyRef off = PyRef::steal(PyObject_CallMethodNoArgs(base, pl.storage_offset_name.get()));
     if (!off) return nullptr;
     PyRef args = PyRef::steal(Py_BuildValue("(OOOL)", base, int_tuple(r.sizes).get(), int_tuple(r.strides).get(),
-                           static_cast<long long>(PyLong_AsLongLong(off.get()) + r.offset)));
+                                            static_cast<long long>(PyLong_AsLongLong(off.get()) + r.offset)));
     return args ? PyObject_Call(pl.as_strided.get(), args.get(), nullptr) : nullptr;
   };
 

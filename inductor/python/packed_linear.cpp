@@ -198,9 +198,8 @@ PyObject* PackedLinear::pack(PyObject* w) {
   auto* dest = static_cast<float*>(tensor_data_ptr(packed.get()));
   if (PyErr_Occurred()) return nullptr;
   Py_BEGIN_ALLOW_THREADS
-  g_pack(&a, &t, &n_, &rows_, &k_, &one, src, &k_, dest);
-  Py_END_ALLOW_THREADS
-  return packed.release();
+      g_pack(&a, &t, &n_, &rows_, &k_, &one, src, &k_, dest);
+  Py_END_ALLOW_THREADS return packed.release();
 }
 
 PyObject* PackedLinear::try_call(PyObject* x, PyObject* w, PyObject* bias, int threads) {
@@ -237,8 +236,7 @@ PyObject* PackedLinear::try_call(PyObject* x, PyObject* w, PyObject* bias, int t
   // As torch's _mkl_linear: the bias in every row of the output first, the product added to it.
   const float beta = bias_data ? 1.0f : 0.0f;
   const char pa = 'P', nb = 'N';
-  Py_BEGIN_ALLOW_THREADS
-  if (bias_data) {
+  Py_BEGIN_ALLOW_THREADS if (bias_data) {
     void* fill[3] = {c, bias_data, &n_};
     if (threads > 1 && rows_ * n_ >= kParallelFill)
       parallel_run(fill_bias_rows, fill, rows_, threads);
@@ -246,8 +244,7 @@ PyObject* PackedLinear::try_call(PyObject* x, PyObject* w, PyObject* bias, int t
       fill_bias_rows(fill, 0, rows_);
   }
   g_compute(&pa, &nb, &n_, &rows_, &k_, a, &k_, b, &k_, &beta, c, &n_);
-  Py_END_ALLOW_THREADS
-  return out.release();
+  Py_END_ALLOW_THREADS return out.release();
 }
 
 }  // namespace ff::inductor

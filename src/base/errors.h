@@ -31,7 +31,9 @@ class InternalError : public std::logic_error {
 }  // namespace ff
 
 // FF_CHECK(cond, msg): an internal invariant. Failing it throws InternalError with our file:line.
+// clang-format off
 #define FF_CHECK(cond, msg)                                              \
   do {                                                                   \
     if (!(cond)) ::ff::throw_internal(__FILE__, __LINE__, std::string("check failed: " #cond ": ") + (msg)); \
   } while (0)
+// clang-format on

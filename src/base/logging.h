@@ -35,7 +35,11 @@ enum class LogArtifact : uint8_t {
   kCount
 };
 
-enum class LogLevel : uint8_t { Debug = 10, Info = 20, Warning = 30, Error = 40, Off = 255 };
+enum class LogLevel : uint8_t { Debug = 10,
+                                Info = 20,
+                                Warning = 30,
+                                Error = 40,
+                                Off = 255 };
 
 struct LogSettings {
   LogLevel component_level[static_cast<int>(LogComponent::kCount)];

@@ -202,7 +202,9 @@ inline void write_golden(const std::string& name, const std::vector<GoldenCase>&
   std::ofstream out(golden_path(name));
   for (size_t i = 0; i < cases.size(); ++i) {
     if (i) out << "\n";
-    out << "## " << cases[i].intent << "\n" << cases[i].before << "----\n" << cases[i].expected;
+    out << "## " << cases[i].intent << "\n"
+        << cases[i].before << "----\n"
+        << cases[i].expected;
   }
 }
 

@@ -27,8 +27,9 @@ std::vector<OpDef> defs(const char* target, PrintStyle style, std::vector<const 
 }
 
 TEST(AtenSchema, ReadsArgumentsAliasAnnotationsAndReturns) {
-  AtenSchema s = parse("aten::sort.values_stable(Tensor self, *, bool? stable, int dim=-1, bool descending=False, "
-                       "Tensor(a!) values, Tensor(b!) indices) -> (Tensor(a!) values, Tensor(b!) indices)");
+  AtenSchema s = parse(
+      "aten::sort.values_stable(Tensor self, *, bool? stable, int dim=-1, bool descending=False, "
+      "Tensor(a!) values, Tensor(b!) indices) -> (Tensor(a!) values, Tensor(b!) indices)");
   EXPECT_EQ(s.name, "sort");
   EXPECT_EQ(s.overload, "values_stable");
   ASSERT_EQ(s.args.size(), 6u);

@@ -46,7 +46,8 @@ void expect_compiles(const cuda::ModuleSource& m) {
   config().disk_cache = false;
   std::string cubin = cuda::compile_cubin(m.source, "sm_90");
   EXPECT_GT(cubin.size(), 1000u);
-  EXPECT_EQ(cubin.substr(0, 4), std::string("\x7f" "ELF"));
+  EXPECT_EQ(cubin.substr(0, 4), std::string("\x7f"
+                                            "ELF"));
 }
 
 TEST(CudaRender, SinCosIsVectorizedPointwise) {

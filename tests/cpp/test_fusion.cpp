@@ -172,7 +172,8 @@ TEST(Fusion, SoftmaxReusesStoredExpAndSmallOuterLoopsCollapse) {
   ASSERT_EQ(p.kernels.size(), 1u) << loop::program_str(p);
   std::string k = loop::kernel_str(p.kernels[0], p);
   EXPECT_NE(k.find("for v0 in 0..4 parallel:"), std::string::npos) << k;  // rows already flat; body is not a single loop
-  EXPECT_EQ(k.find("exp", k.find("exp") + 1), std::string::npos) << "exp computed twice:\n" << k;
+  EXPECT_EQ(k.find("exp", k.find("exp") + 1), std::string::npos) << "exp computed twice:\n"
+                                                                 << k;
   EXPECT_NE(k.find("= t"), std::string::npos) << k;
 
   Graph h;

@@ -33,7 +33,11 @@ TEST(Sha256, IncrementalEqualsOneShotAtEveryBlockBoundary) {
 }
 
 TEST(KernelCache, EntryRoundTrip) {
-  std::string payload = std::string("\x7f" "ELF", 4) + std::string(1000, '\0') + "object bytes";
+  std::string payload = std::string(
+                            "\x7f"
+                            "ELF",
+                            4) +
+                        std::string(1000, '\0') + "object bytes";
   std::string file = cache_pack("key1", payload);
   std::string back;
   ASSERT_TRUE(cache_unpack(file, "key1", &back));

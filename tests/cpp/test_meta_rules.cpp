@@ -96,10 +96,12 @@ TEST(Registry, FunctionalFormsTakeTheSameArguments) {
 
 TEST(Registry, AliasesNameRegisteredOps) {
   int n = 0;
+  // clang-format off
 #define FF_ALIAS(target, name)                          \
   EXPECT_TRUE(op_by_name(#name).has_value()) << target; \
   EXPECT_FALSE(op_by_target(target).has_value()) << target << " is already the target of an op"; \
   ++n;
+// clang-format on
 #include "graph/op_aliases.def"
 #undef FF_ALIAS
   EXPECT_GT(n, 100);

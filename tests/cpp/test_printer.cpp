@@ -99,8 +99,8 @@ TEST(Printer, Constants) {
 
 TEST(Printer, EveryConstantReadsBackWithParseConstant) {
   Graph g;
-  std::vector<Value> values = {F(1.0),     F(0.1),          F(1e-05),        F(-2.5e300),   F(1.0 / 3.0),
-                               F(6.02e23), F(5e-324),       F(HUGE_VAL),     F(-HUGE_VAL),  I(-7),
+  std::vector<Value> values = {F(1.0), F(0.1), F(1e-05), F(-2.5e300), F(1.0 / 3.0),
+                               F(6.02e23), F(5e-324), F(HUGE_VAL), F(-HUGE_VAL), I(-7),
                                I(INT64_MAX), Value::of_dtype(DType::Int8), Value::of_device(Device{Device::Type::CUDA, 0}),
                                Value::of_memory_format("contiguous_format"), L({I(1), Value::none()})};
   for (const Value& v : values) {
@@ -120,8 +120,7 @@ TEST(Printer, StylesAndSubscripts) {
   NodeId n = g.add_placeholder("n", ValueMeta::of(ValueMeta::Kind::Int));
   NodeId neg = call(g, "op_neg", {N(x)});
   NodeId p = call_as(g, "op_pow", {I(-2), N(x)}, T({4, 5}));
-  NodeId i1 = call_as(g, "op_getitem", {N(x), Value::tuple({Value::slice(Value::none(), Value::none(), Value::none()),
-                                                           Value::none(), Value::ellipsis()})}, T({4, 1, 5}));
+  NodeId i1 = call_as(g, "op_getitem", {N(x), Value::tuple({Value::slice(Value::none(), Value::none(), Value::none()), Value::none(), Value::ellipsis()})}, T({4, 1, 5}));
   NodeId i2 = call_as(g, "op_getitem", {N(x), Value::tuple({Value::slice(I(1), Value::none(), I(2))})}, T({2, 5}));
   NodeId i3 = call_as(g, "op_getitem", {N(x), Value::slice(N(n), Value::none(), Value::none())}, T({2, 5}));
   NodeId i4 = call_as(g, "op_getitem", {N(x), Value::tuple({})}, T({4, 5}));
