@@ -96,6 +96,16 @@ LT div_rule(Lowerer& L, const Node& n, const Value& a, const Value& b, const Val
   if (mode && !mode->is_none()) {
     if (mode->s != "trunc" || !is_floating(out)) throw NoLowering("rounding_mode " + mode->s);
     LT x = L.tensor(a), y = L.tensor(b);
+    if (on_cuda(L) && b.is_number()) {
+      // NB: eager CUDA (div_trunc_kernel_cuda, cuda/BinaryDivTruncKernel.cu) multiplies by the
+      // reciprocal of a cpu scalar divisor taken on the host at accscalar: trunc(a * (1 / b)).
+      DType ct = float_compute_dtype(out);
+      double inv = ct == DType::Float32 ? static_cast<double>(1.0f / static_cast<float>(b.as_double())) : 1.0 / b.as_double();
+      return Lowerer::map({x}, ct, out, [inv](const V& v) {
+        Expr q = loop::binary(BinaryOp::Mul, v[0], fconst(inv, v[0]));
+        return loop::select(loop::binary(BinaryOp::Lt, q, fconst(0, q)), loop::unary(UnaryOp::Ceil, q), loop::unary(UnaryOp::Floor, q));
+      });
+    }
     DType compute = binary_operands(L, b, out, true, &x, &y);
     // NB: eager's f16/bf16 kernel rounds the quotient to the dtype before it truncates (except
     // for an opmath scalar divisor, where it truncates the float quotient).
@@ -153,10 +163,8 @@ LT pow_rule(Lowerer& L, const Node& n, const Value& a, const Value& b) {
 
 LT compare(Lowerer& L, const Node& /*n*/, const Value& a, const Value& b, BinaryOp op) {
   DType ct = common_dtype(L, {a, b});  // a scalar is converted to it: int8 < 300 compares with 44
-  // NB: eager CUDA (CompareKernels.cu: opmath_symmetric_gpu_kernel_with_scalars) reads a number
-  // at opmath: a bf16 tensor > 0.3 compares with 0.3f, not with bf16's 0.30078125 as eager CPU does.
-  if (on_cuda(L) && (ct == DType::Float16 || ct == DType::BFloat16) && a.is_number() != b.is_number())
-    ct = float_compute_dtype(ct);
+  // NB: eager CUDA too compares a f16/bf16 tensor with a number converted to the tensor's dtype
+  // (0.30078125 > 0.3 is false for bf16 on the H200): measured, test_cuda_exact.py.
   return Lowerer::map({L.tensor(a), L.tensor(b)}, ct, DType::Bool, [op](const V& v) { return loop::binary(op, v[0], v[1]); });
 }
 

@@ -201,6 +201,11 @@ def test_source_division_by_a_number_times_its_float_reciprocal(tmp_path):
     assert "0.400000006f" in src and "2.5" not in src, src
 
 
+def test_source_truncating_division_by_a_number_times_its_float_reciprocal(tmp_path):
+    src = _cuda_source(lambda g, x: (g.call(torch.div, x, -0.3, rounding_mode="trunc"),), torch.ones(33), tmp_path=tmp_path)
+    assert "* (-3.33333325f)" in src and "0.300000012f" not in src, src
+
+
 def test_source_clamp_ignores_a_nan_bound(tmp_path):
     src = _cuda_source(lambda g, x: (g.call(torch.clamp, x, min=float("nan")),), torch.ones(8, dtype=torch.bfloat16),
                        tmp_path=tmp_path)
@@ -214,18 +219,22 @@ def test_source_reduced_float_subtraction_reads_the_number_at_float(tmp_path):
     assert "0.333333343f" in src, src  # not the f16 0.333251953
 
 
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-def test_source_reduced_float_compared_with_a_number_at_float(dtype, tmp_path):
-    src = _cuda_source(lambda g, x: (g.call(operator.gt, x, 0.3), g.call(operator.le, 0.3, x)), torch.ones(8, dtype=dtype),
-                       tmp_path=tmp_path)
-    assert src.count("0.300000012f") >= 2, src   # not bf16's 0.30078125 or f16's 0.300048828
-
-
 @gpu
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_reduced_float_compared_with_a_number(dtype):
+    # Eager CUDA compares with the number converted to the tensor's dtype, as eager CPU does
+    # (0.30078125 > 0.3 is false for bf16; codegen fuzz case 2118: f16 x != 1.0000001).
     x = torch.tensor([0.2998, 0.3, 0.30005, 0.30078125, 0.3008, -0.3, 1.0], dtype=dtype).cuda()
-    _compiled_equals_eager(lambda x: (x > 0.3, x == 0.3, 0.3 <= x, x != 0.30078125, torch.lt(x, 0.3)), x)
+    _compiled_equals_eager(lambda x: (x > 0.3, x == 0.3, 0.3 <= x, x != 0.30078125, torch.lt(x, 0.3), x != 1.0000001), x)
+
+
+@gpu
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.float64])
+def test_truncating_division_by_a_number(dtype):
+    # eager CUDA: trunc(a * (1 / b)) (codegen fuzz case 6563: 259 where eager has 260)
+    x = _rand((7, 7), dtype, lo=-100, hi=100, seed=3)
+    x[0, :3] = torch.tensor([77.9, -78.0, 78.0], dtype=dtype)
+    _compiled_equals_eager(lambda x: (torch.div(x, -0.3, rounding_mode="trunc"), torch.div(x, 0.1, rounding_mode="trunc") - 1), x)
 
 
 @gpu
