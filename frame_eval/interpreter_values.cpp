@@ -145,6 +145,13 @@ const Sym& SymbolicTracer::materialize(const Sym& v) {
   v->items.clear();
   if (PyList_CheckExact(real.get())) {
     Py_ssize_t n = PyList_GET_SIZE(real.get());
+    // NB: every item becomes a value with a guard of its own, checked on each call: past this a
+    // list costs more to model than to run (a global list doubled per call reached 2**20 items,
+    // and its frames took minutes where Python took seconds: pyfuzz program 2:88202).
+    constexpr Py_ssize_t kMaxListItems = 1024;
+    if (n > kMaxListItems)
+      brk(BreakKind::UnsupportedValue, "a list of " + std::to_string(n) + " items read in full (framefuse models lists of up to " +
+                                           std::to_string(kMaxListItems) + ")");
     guard(Guard::Kind::LenMatch, v->source, nullptr, n);
     for (Py_ssize_t i = 0; i < n; ++i) {
       PyRef idx = PyRef::steal(PyLong_FromSsize_t(i));

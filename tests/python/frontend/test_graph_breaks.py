@@ -574,3 +574,24 @@ def test_zero_argument_super_after_a_break_splits_the_frame(capsys):
     m = _Child()
     s = run_both(m, X, capsys=capsys)
     assert s["frames_split"] == 1 and s["graph_breaks"] >= 1 and s["internal_errors"] == 0
+
+
+BIG = []
+
+
+def doubles_a_global_list(x):
+    BIG.extend(BIG)   # read in full: every item would be a value and a guard
+    return x * len(BIG)
+
+
+def test_a_list_past_the_model_limit_breaks_and_runs_natively():
+    """pyfuzz program 2:88202 doubled a global list on each call: framefuse modelled its 2**20 items
+    one by one and took minutes where Python took seconds."""
+    BIG[:] = list(range(2000))
+    report = framefuse.explain(doubles_a_global_list)(X)
+    assert any("a list of 2000 items read in full" in br.reason for br in report.break_reasons), report.break_reasons
+    BIG[:] = list(range(3000))
+    f = framefuse.compile(doubles_a_global_list, backend="eager")
+    assert torch.equal(f(X), X * 6000) and len(BIG) == 6000
+    BIG[:] = [1, 2]
+    assert torch.equal(f(X), X * 4) and BIG == [1, 2, 1, 2]
