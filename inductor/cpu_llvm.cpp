@@ -627,6 +627,14 @@ class KernelEmitter {
       case ExprKind::Load: return load(e->id, expr(e->args[0]), e->type);
       case ExprKind::Unary: return unary(static_cast<UnaryOp>(e->op), expr(e->args[0]));
       case ExprKind::Binary: {
+        const loop::Expr& d = e->args[1];
+        if (static_cast<BinaryOp>(e->op) == BinaryOp::Div && loop::is_float(e->type) && d->kind == ExprKind::Const && d->f == 0.0) {
+          // NB: x / ±0.0 is x * ±inf in every case (0 and NaN give NaN, the rest a signed inf). LLVM
+          // 14 folds `uitofp(u8) / -0.0 < -2.0` to false, where the quotient is -inf (codegen fuzz
+          // case 11064237: hardtanh of it kept -inf); a product it reasons about correctly.
+          Value* x = expr(e->args[0]);
+          return b_.CreateFMul(x, ConstantFP::getInfinity(x->getType()->getScalarType(), std::signbit(d->f)));
+        }
         Value* r = binary(static_cast<BinaryOp>(e->op), expr(e->args[0]), expr(e->args[1]), e->args[0]->type);
         if (static_cast<BinaryOp>(e->op) == BinaryOp::Div && loop::is_float(e->type) && e->args[1]->kind == ExprKind::Local)
           if (auto* inst = dyn_cast<Instruction>(r)) {
@@ -867,7 +875,9 @@ std::shared_ptr<CpuModule> compile_cpu(const loop::Program& p, const CpuCompileO
   auto mod = std::make_shared<CpuModule>();
   // NB: non-temporal stores are x86's (sfence); elsewhere the option does nothing.
   int64_t stream_bytes = j.tm->getTargetTriple().isX86() ? options.streaming_store_bytes : 0;
-  std::string text = "framefuse-cpu-v8\nllvm " LLVM_VERSION_STRING "\n" + j.cpu + "\n" + j.features +
+  // NB: the build's time stands for this file's code: an object compiled by an earlier emitter
+  // (one with a bug fixed since) is never loaded by a later one.
+  std::string text = "framefuse-cpu-v9 " __DATE__ " " __TIME__ "\nllvm " LLVM_VERSION_STRING "\n" + j.cpu + "\n" + j.features +
                      "\nstreaming " + std::to_string(stream_bytes) + "\n" + loop::program_str(p);
   mod->cache_key = cache_key_hash(text);
   std::string object;

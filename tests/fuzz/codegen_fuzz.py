@@ -237,7 +237,7 @@ def generate(seed: int, device: str = "cpu", max_ops: int = 10) -> Case:
         recent = names[-4:] if rng.random() < 0.7 else names
         pool = [n for n in recent if (op.smooth or n not in approx) and
                 (op.name not in fuzz_ops.POLES or (n not in signless and n not in approx) or _far_from_zero(env[n])) and
-                (op.name not in fuzz_ops.AMPLIFIERS or n not in summed or _small(env[n])) and
+                (op.name not in fuzz_ops.AMPLIFIERS or (n not in summed and n not in approx) or _small(env[n])) and
                 (op.name not in fuzz_ops.ORDER_OVERFLOW or not _may_overflow(op.name, env[n])) and
                 (op.name not in fuzz_ops.PERIODIC or n not in approx or _small(env[n], 100.0))]
         if not pool:
@@ -287,7 +287,7 @@ def generate(seed: int, device: str = "cpu", max_ops: int = 10) -> Case:
         is_approx = value.dtype.is_floating_point and (not op.exact or any(o in approx for o in operands))
         # a view of an approximate value is approximate, and so is anything sharing its memory
         no_sign = value.dtype.is_floating_point and (op.name in fuzz_ops.ZERO_SIGN or any(o in signless for o in operands))
-        is_summed = is_approx and (op.name in fuzz_ops.SUMS or any(o in summed for o in operands))
+        is_summed = is_approx and (op.name in fuzz_ops.SUMS or op.name in fuzz_ops.TAIL_CANCELS or any(o in summed for o in operands))
         stmts.append(Stmt(line, op.name, [target] if is_approx else [], signless=[target] if no_sign else [],
                           summed=[target] if is_summed else []))
         if is_summed:

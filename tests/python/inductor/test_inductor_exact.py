@@ -155,6 +155,14 @@ def test_float64_constants_that_print_alike_are_different_kernels():
 
 # ---- 4: integer and bool semantics -------------------------------------------------------------
 
+@pytest.mark.parametrize("dtype", [torch.uint8, torch.float32, torch.float64])
+@pytest.mark.parametrize("zero", [-0.0, 0.0])
+def test_division_by_a_zero_then_a_clamp(dtype, zero):
+    # LLVM 14 folded `uitofp(u8) / -0.0 < -2.0` to false: hardtanh kept -inf (codegen fuzz case 11064237).
+    x = torch.tensor([3, 0, 7, 200], dtype=dtype)
+    _check(lambda x: (F.hardtanh(torch.div(x, zero), -2.0, 3.0), torch.div(x, zero) < -2.0, x / zero), x)
+
+
 def test_uint8_wraps_before_a_float_conversion():
     got = _check(lambda x: (x + x) * 1.0, torch.tensor([200, 100, 7], dtype=torch.uint8))
     assert got.tolist() == [144.0, 200.0, 14.0]
