@@ -82,7 +82,8 @@ def main(argv=None) -> int:
               reduce=a.reduce if a.out else 0, reduce_budget=a.reduce_budget, skip=a.skip, disabled=disabled)
     print(f"pyfuzz: {res.programs} programs (seed {a.seed}, {a.start}..{a.start + a.count - 1}, backends "
           f"{','.join(backends)}, inductor every {a.inductor_every}) in {res.seconds:.1f}s; "
-          f"{res.mismatching()} with mismatches" + (f"; {res.skipped} skipped (--skip)" if res.skipped else ""))
+          f"{res.mismatching()} with mismatches" + (f"; {res.skipped} skipped (--skip)" if res.skipped else "") +
+          (f"; {len(res.reference_hangs())} that plain Python does not finish either" if res.reference_hangs() else ""))
     for (backend, category), n in sorted(res.by_key().items()):
         print(f"  {n:6d}  [{backend}] {category}")
     print("coverage:\n" + res.coverage())
