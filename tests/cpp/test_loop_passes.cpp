@@ -9,6 +9,7 @@
 #include "graph/parser.h"
 #include "graph_test_util.h"
 #include "inductor/loop_passes/loop_passes.h"
+#include "inductor/loop_passes/plan_memory.h"
 #include "inductor/lower.h"
 
 namespace ff {
@@ -70,6 +71,48 @@ TEST(LoopPasses, WriteEpiloguesInPlace) { run_golden("write_epilogues_in_place")
 TEST(LoopPasses, CollapseOuterLoops) { run_golden("collapse_outer_loops"); }
 
 // Every pass has a golden file, and the list is the pipeline's order.
+// The lifetimes and the per-step allocations the CUDA runtime follows (plan_memory.h), on a chain
+// of kernels that cannot fuse and an extern call in the middle.
+TEST(LoopPasses, StepAllocations) {
+  Graph g = parse_graph(R"(def forward(self, x: "f32[8, 16]", w: "f32[16, 4]"):
+    sum_1: "f32[8, 1]" = torch.sum(x, [-1], True)
+    truediv: "f32[8, 16]" = x / sum_1
+    mm: "f32[8, 4]" = torch.mm(truediv, w)
+    relu: "f32[8, 4]" = torch.relu(mm)
+    sum_2: "f32[]" = torch.sum(relu, [0, 1])
+    return (sum_2, relu)
+)");
+  std::vector<std::string> notes;
+  loop::Program p = inductor::run_loop_passes(inductor::lower_graph(g, &notes), all_passes());
+  inductor::BufferLifetimes life = inductor::buffer_lifetimes(p);
+  inductor::StepAllocations plan = inductor::step_allocations(p, life);
+  ASSERT_EQ(plan.alloc_at.size(), p.steps.size());
+  for (size_t b = 0; b < p.buffers.size(); ++b) {
+    SCOPED_TRACE("buf" + std::to_string(b));
+    loop::BufferRole role = p.buffers[b].role;
+    bool output = std::any_of(p.outputs.begin(), p.outputs.end(), [&](const auto& o) { return o.second.buf == static_cast<int>(b); });
+    EXPECT_LE(life.first[b], life.last[b]);
+    bool touched = life.first[b] >= 0;  // NB: the row sums' buffer is dead once the kernels fuse
+    int allocs = 0, frees = 0;
+    for (size_t s = 0; s < p.steps.size(); ++s) {
+      for (int x : plan.alloc_at[s]) allocs += x == static_cast<int>(b) && static_cast<int>(s) == life.first[b];
+      for (int x : plan.free_after[s]) frees += x == static_cast<int>(b) && static_cast<int>(s) == life.last[b];
+    }
+    bool made = role == loop::BufferRole::Intermediate || role == loop::BufferRole::Output;
+    EXPECT_EQ(allocs, touched && made ? 1 : 0);
+    EXPECT_EQ(frees, touched && !output && (role == loop::BufferRole::Intermediate || role == loop::BufferRole::ExternResult) ? 1 : 0);
+  }
+  // the extern's result is read after it is written: its life spans the mm step and the reads after
+  bool extern_result = false;
+  for (size_t b = 0; b < p.buffers.size(); ++b)
+    if (p.buffers[b].role == loop::BufferRole::ExternResult) {
+      extern_result = true;
+      EXPECT_LT(life.first[b], life.last[b]);
+    }
+  EXPECT_TRUE(extern_result);
+  EXPECT_TRUE(plan.unstored_outputs.empty());
+}
+
 TEST(LoopPasses, ListIsThePipelineOrder) {
   std::vector<std::string> names;
   for (const auto& p : all_passes()) names.push_back(p.name);

@@ -1,5 +1,7 @@
 #include "inductor/cuda/python/cuda_runner.h"
 
+#include "inductor/loop_passes/plan_memory.h"
+
 #include <pybind11/stl.h>
 
 #include <algorithm>
@@ -226,23 +228,10 @@ CudaGraphModule::CudaGraphModule(const Graph& g, const CudaCompileOptions& opts)
   hash_ = content_hash(src_.source);
   compile_ms_ = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 
-  // Buffer lifetimes in steps: allocate before the first use, release after the last one.
+  // Buffers are allocated before the first step that uses them and freed after the last one
+  // (inductor/loop_passes/plan_memory.h).
   size_t nsteps = prog_.steps.size();
-  std::vector<int> first(prog_.buffers.size(), -1), last(prog_.buffers.size(), -1);
-  auto touch = [&](int b, int step) {
-    if (first[static_cast<size_t>(b)] < 0) first[static_cast<size_t>(b)] = step;
-    last[static_cast<size_t>(b)] = step;
-  };
-  for (size_t s = 0; s < nsteps; ++s) {
-    const loop::Step& st = prog_.steps[s];
-    if (st.kind == loop::Step::Kind::Kernel) {
-      for (int b : src_.kernels[static_cast<size_t>(st.index)].buffers) touch(b, static_cast<int>(s));
-    } else {
-      const loop::ExternCall& e = prog_.externs[static_cast<size_t>(st.index)];
-      for (auto& [nid, ref] : e.operands) touch(ref.buf, static_cast<int>(s));
-      if (e.result >= 0) touch(e.result, static_cast<int>(s));
-    }
-  }
+  const inductor::BufferLifetimes life = inductor::buffer_lifetimes(prog_);
   // Values the runtime holds per node (tuples of split, getitem sources, non-buffer results) are
   // let go after the last extern step that reads them: a split's tuple kept to the end of the graph
   // keeps the whole product it views alive (nanoGPT's qkv, one per layer).
@@ -266,30 +255,11 @@ CudaGraphModule::CudaGraphModule(const Graph& g, const CudaCompileOptions& opts)
     if (last_read[static_cast<size_t>(id)] >= 0 && graph_.node(id).kind != NodeKind::Placeholder)
       release_after_[static_cast<size_t>(last_read[static_cast<size_t>(id)])].push_back(id);
 
-  alloc_at_.assign(nsteps, {});
-  free_after_.assign(nsteps, {});
-  for (size_t b = 0; b < prog_.buffers.size(); ++b) {
-    loop::BufferRole role = prog_.buffers[b].role;
-    if (first[b] < 0) continue;
-    if (role == loop::BufferRole::Intermediate || role == loop::BufferRole::Output)
-      alloc_at_[static_cast<size_t>(first[b])].push_back(static_cast<int>(b));
-    if (role == loop::BufferRole::Intermediate || role == loop::BufferRole::ExternResult) {
-      bool is_output = false;
-      for (auto& [nid, ref] : prog_.outputs) is_output |= ref.buf == static_cast<int>(b);
-      if (!is_output) free_after_[static_cast<size_t>(last[b])].push_back(static_cast<int>(b));
-    }
-  }
-  // NB: an output with no elements has no kernel (Lowerer::store_kernel stores nothing), so no step
-  // allocates it; it is still made, as the CPU runtime makes every buffer an output views.
-  alloc_unstored_.clear();
-  for (auto& [nid, ref] : prog_.outputs) {
-    loop::BufferRole role = prog_.buffers[static_cast<size_t>(ref.buf)].role;
-    bool made = role == loop::BufferRole::Intermediate || role == loop::BufferRole::Output;
-    if (made && first[static_cast<size_t>(ref.buf)] < 0 &&
-        std::find(alloc_unstored_.begin(), alloc_unstored_.end(), ref.buf) == alloc_unstored_.end())
-      alloc_unstored_.push_back(ref.buf);
-  }
-  plan_packed_weights(to_pack, std::move(pack_cubin), first, last);
+  inductor::StepAllocations plan = inductor::step_allocations(prog_, life);
+  alloc_at_ = std::move(plan.alloc_at);
+  free_after_ = std::move(plan.free_after);
+  alloc_unstored_ = std::move(plan.unstored_outputs);
+  plan_packed_weights(to_pack, std::move(pack_cubin), life.first, life.last);
   for (int i : cl_indices_) {
     if (std::find(pack_.inputs.begin(), pack_.inputs.end(), i) != pack_.inputs.end()) continue;
     // NB: exactly the strides the graph was compiled for (see ChannelsLastInputs).
