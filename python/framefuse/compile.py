@@ -1,4 +1,5 @@
 """framefuse.compile, framefuse.disable, framefuse.reset, framefuse.graph_break."""
+import copy
 import functools
 
 import torch
@@ -91,8 +92,23 @@ def _compile_module(mod, backend, fullgraph, mode, options):
     def __call__(self, *args, **kwargs):
         return call(mod, *args, **kwargs)
 
+    # NB: a copy is a compiled copy of the module (its forward runs on the copy's parameters, not
+    # on `mod`'s), and pickling stores the module and how it was compiled (the class above has the
+    # module class's name, which pickle would take for the module class).
+    def __copy__(self):
+        return _compile_module(copy.copy(mod), backend, fullgraph, mode, options)
+
+    def __deepcopy__(self, memo):
+        return _compile_module(copy.deepcopy(mod, memo), backend, fullgraph, mode, options)
+
+    def __reduce_ex__(self, protocol):
+        return _compile_module, (mod, backend, fullgraph, mode, options)
+
     compiled_cls = type(cls.__name__, (cls,), {
         "__call__": __call__,
+        "__copy__": __copy__,
+        "__deepcopy__": __deepcopy__,
+        "__reduce_ex__": __reduce_ex__,
         "__module__": cls.__module__,
         "__qualname__": cls.__qualname__,
         "_orig_mod": property(lambda self: mod),

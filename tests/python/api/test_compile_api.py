@@ -295,3 +295,42 @@ def test_compile_seconds_count_compiles_only():
     assert _C._frame_eval_stats()["compile_seconds"] > after_compile
     framefuse.reset()
     assert _C._frame_eval_stats()["compile_seconds"] == 0
+
+
+@pytest.mark.parametrize("backend", ["eager", "inductor"])
+def test_copies_of_a_compiled_module_run_on_their_own_parameters(backend):
+    """Dynamo's test_optimized_deepcopy and test_reinplacing (same_two_models deep-copies the
+    compiled module): a copy's forward ran on the original's parameters, so its gradients were None."""
+    import copy  # noqa: PLC0415
+    torch.manual_seed(0)
+    mod = torch.nn.Sequential(torch.nn.Linear(2, 3), torch.nn.ReLU(), torch.nn.Linear(3, 1))
+    opt = framefuse.compile(mod, backend=backend)
+    x = torch.randn(4, 2)
+    for c in (copy.deepcopy(opt), copy.copy(opt)):
+        assert isinstance(c, torch.nn.Sequential)
+        out = c(x)
+        out.sum().backward()
+        assert torch.equal(out, mod(x))
+        assert all(p.grad is not None for p in c.parameters())
+        mod.zero_grad(set_to_none=True)
+    deep = copy.deepcopy(opt)
+    assert all(a is not b for a, b in zip(deep.parameters(), mod.parameters()))
+    with torch.no_grad():
+        deep[0].weight.add_(1.0)
+    assert not torch.equal(deep(x), mod(x))   # the copy runs its own weights
+    assert torch.equal(opt(x), mod(x))
+
+
+def test_a_compiled_module_saves_and_loads(tmp_path):
+    """torch.save of a compiled module (Dynamo's test_save_and_load_inductor): pickle took the
+    compiled class, which has the module class's name, for the module class and refused."""
+    torch.manual_seed(0)
+    mod = Net()
+    opt = framefuse.compile(mod, backend="inductor")
+    x = torch.randn(2, 3)
+    want = opt(x)
+    torch.save(opt, tmp_path / "model.pt")
+    loaded = torch.load(tmp_path / "model.pt", weights_only=False)
+    assert type(loaded).__call__ is not torch.nn.Module.__call__   # still compiled
+    assert torch.equal(loaded(x), want) and torch.equal(loaded(x), mod(x))
+    assert loaded.state_dict().keys() == mod.state_dict().keys()
