@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstdio>
 
+#include "graph/passes/fuse_attention.h"
 #include "graph/printer.h"
 #include "graph/verifier.h"
 #include "inductor/kernel_cache.h"
@@ -215,7 +216,18 @@ loop::Program run_passes(const loop::Program& ir, const std::vector<NamedPass<lo
   return current;
 }
 
-CpuCompiled compile_for_cpu(const Graph& g, const CpuPipelineOptions& options) {
+// The first graph pass of both pipelines: explicit attention rewritten into one
+// scaled_dot_product_attention call where that is exactly equivalent (graph/passes/fuse_attention.h).
+NamedPass<Graph> attention_pass(bool cuda_tf32_matmul) {
+  return {"fuse_attention", [cuda_tf32_matmul](const Graph& in) {
+            AttentionSupport support = attention_support();
+            support.cuda_tf32_matmul = cuda_tf32_matmul;
+            return fuse_attention(in, support, nullptr);
+          }};
+}
+
+CpuCompiled compile_for_cpu(const Graph& captured, const CpuPipelineOptions& options) {
+  const Graph g = options.fuse_attention ? run_passes(captured, {attention_pass(false)}, options.observer) : captured;
   if (!options.channels_last || !has_conv2d(g)) return compile_cpu_graph(g, std::nullopt, options);
   // The one CPU graph pass. NB: the graph as captured may still compile where the rewritten one
   // does not: only the rewrite is given up.
@@ -240,6 +252,7 @@ CpuCompiled compile_for_cpu(const Graph& g, const CpuPipelineOptions& options) {
 CudaCompiled compile_for_cuda(const Graph& g, const CudaPipelineOptions& options) {
   CudaCompiled out;
   std::vector<NamedPass<Graph>> graph_passes;
+  if (options.fuse_attention) graph_passes.push_back(attention_pass(options.cuda_tf32_matmul));
   if (options.functionalize) graph_passes.push_back({"functionalize_private_inplace", options.functionalize});
   // NB: cuDNN's fused convolutions cost more host time per call than plain ones; that time is gone
   // under a CUDA graph, where the saved kernels pay off (resnet18 b32 H100: reduce-overhead 2.11x

@@ -2,10 +2,12 @@
 // its way to kernels, in order, in one list. First the graph passes (torch-level rewrites), then
 // lowering and the loop-IR passes, then the renderer.
 //
-//   compile_for_cpu:   channels_last | lower_graph, fuse_kernels, eliminate_dead_stores, plan_memory,
-//                      reuse_reduced_values, write_epilogues_in_place, collapse_outer_loops | LLVM
-//   compile_for_cuda:  fold_conv_batch_norm (reduce-overhead), channels_last | lower_graph,
-//                      fuse_kernels, eliminate_dead_stores, plan_memory   (rendered by the runner)
+//   compile_for_cpu:   fuse_attention, channels_last | lower_graph, fuse_kernels, eliminate_dead_stores,
+//                      plan_memory, reuse_reduced_values, write_epilogues_in_place,
+//                      collapse_outer_loops | LLVM
+//   compile_for_cuda:  fuse_attention, functionalize_private_inplace, fold_conv_batch_norm
+//                      (reduce-overhead), channels_last | lower_graph, fuse_kernels,
+//                      eliminate_dead_stores, plan_memory   (rendered by the runner)
 //
 // Each pass is timed and logged (artifact `passes`), verified after it runs when config
 // `verify_graphs` is on or in debug builds (the graph verifier, loop::verify_program), and its IR is
@@ -44,7 +46,8 @@ struct PassObserver {
 
 // ---- CPU ----
 struct CpuPipelineOptions {
-  bool channels_last = false;  // rewrite 2-d convolutions to NHWC (config cpu_channels_last)
+  bool fuse_attention = false;  // explicit attention into one SDPA call (config fuse_attention)
+  bool channels_last = false;   // rewrite 2-d convolutions to NHWC (config cpu_channels_last)
   bool render = true;          // run the LLVM renderer (false: stop at the loop IR)
   const PassObserver* observer = nullptr;
 };
@@ -63,6 +66,8 @@ CpuCompiled compile_for_cpu(const Graph& g, const CpuPipelineOptions& options);
 
 // ---- CUDA ----
 struct CudaPipelineOptions {
+  bool fuse_attention = false;        // explicit attention into one SDPA call (config fuse_attention)
+  bool cuda_tf32_matmul = false;      // torch runs float32 matmuls in TF32 now: float32 attention stays
   bool channels_last = false;         // config cuda_channels_last while cuDNN runs TF32
   bool fold_batch_norm = false;       // reduce-overhead with config cuda_fold_batch_norm
   bool fused_conv_epilogues = false;  // torch has cudnn_convolution_relu / _add_relu

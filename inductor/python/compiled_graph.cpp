@@ -221,9 +221,9 @@ struct CompiledGraph::Plan {
 CompiledGraph::CompiledGraph(const Graph& g) {
   // NB: the streaming-store size and the channels-last switch change the generated code: part of
   // the key (of the graph as captured: a hit skips the rewrite too).
-  bool channels_last = config().cpu_channels_last;
+  bool channels_last = config().cpu_channels_last, attention = config().fuse_attention;
   std::string key = graph_structure_key(g) + " stream " + std::to_string(config().cpu_streaming_store_mb) +
-                    (channels_last ? " nhwc" : "");
+                    (channels_last ? " nhwc" : "") + (attention ? " sdpa" : "");
   {
     std::lock_guard<std::mutex> lock(g_cache_mu);
     prog_ = memory_cache().find(key);
@@ -231,6 +231,7 @@ CompiledGraph::CompiledGraph(const Graph& g) {
   }
   if (!prog_) {
     CpuPipelineOptions options;
+    options.fuse_attention = attention;
     options.channels_last = channels_last;
     CpuCompiled c = compile_for_cpu(g, options);
     auto cp = std::make_shared<CompiledProgram>();

@@ -79,39 +79,13 @@ class _ReferenceFallback:
         return self._g.run(*inputs)
 
 
-def _cuda_tf32_matmul():
-    """Whether torch runs float32 CUDA matmuls in TF32 now (allow_tf32, or float32 matmul precision
-    "high" / "medium")."""
-    import torch  # noqa: PLC0415
-    get = getattr(torch._C, "_get_cublas_allow_tf32", None)
-    return bool(get()) if get is not None else bool(torch.backends.cuda.matmul.allow_tf32)
-
-
-def _fuse_attention(graph):
-    """`graph` with explicit attention rewritten into one scaled_dot_product_attention call where
-    that is exactly equivalent (graph/passes/fuse_attention.h; config `fuse_attention`, log
-    `graph_rewrites`); `graph` itself where nothing was rewritten. float32 attention on CUDA stays
-    explicit while torch runs float32 matmuls in TF32 (the pass's header says why)."""
-    try:
-        rewritten, fired = _graph_handle(graph).fuse_attention(_cuda_tf32_matmul())
-    except Exception as e:  # a pass failure keeps the graph as captured
-        if _C.config.get("raise_on_internal_error") and isinstance(e, _C.InternalError):
-            raise
-        _hint(f"inductor: attention rewrite skipped after an internal error: {type(e).__name__}: {e}")
-        return graph
-    if not fired:
-        return graph
-    from .graph import Graph  # noqa: PLC0415
-    return Graph(rewritten)
-
-
 def backend(graph, example_inputs, mode=None, **options):
     """The `backend="inductor"` of framefuse.compile: CPU graphs go to the LLVM code generator,
     graphs of CUDA tensors to the CUDA code generator (framefuse.cuda); anything else (mixed
     devices, no tensors) runs on the reference runner with a `perf_hints` line."""
     import torch  # noqa: PLC0415  (imported by framefuse already; keeps module import light)
 
-    graph = _fuse_attention(graph)
+    # NB: the pipelines' first graph pass rewrites explicit attention (inductor/pipeline.h).
     tensors = [t for t in example_inputs if isinstance(t, torch.Tensor)]
     devices = {t.device.type for t in tensors}
     if devices == {"cuda"}:

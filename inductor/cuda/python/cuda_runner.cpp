@@ -28,6 +28,18 @@ namespace py = pybind11;
 namespace ff::cuda {
 namespace {
 
+// Whether torch runs float32 CUDA matmuls in TF32 now (allow_tf32, or float32 matmul precision
+// "high" / "medium").
+bool cuda_matmul_tf32() {
+  try {
+    py::module torch = py::module::import("torch");
+    if (py::hasattr(torch.attr("_C"), "_get_cublas_allow_tf32")) return torch.attr("_C").attr("_get_cublas_allow_tf32")().cast<bool>();
+    return torch.attr("backends").attr("cuda").attr("matmul").attr("allow_tf32").cast<bool>();
+  } catch (const py::error_already_set&) {
+    return false;
+  }
+}
+
 bool cudnn_tf32_allowed() {
   try {
     return py::module::import("torch").attr("backends").attr("cudnn").attr("allow_tf32").cast<bool>();
@@ -134,6 +146,8 @@ CudaGraphModule::CudaGraphModule(const Graph& g, const CudaCompileOptions& opts)
   inductor::CudaPipelineOptions po;
   po.functionalize = [&](const Graph& in) { return functionalize_private_inplace(in, &functionalized); };
   po.assume_cuda = opts.assume_cuda;
+  po.fuse_attention = config().fuse_attention;
+  po.cuda_tf32_matmul = po.fuse_attention && cuda_matmul_tf32();
   if (config().cuda_fold_batch_norm && opts.mode == "reduce-overhead") {
     auto relu = op_by_name("cudnn_convolution_relu");
     auto add_relu = op_by_name("cudnn_convolution_add_relu");

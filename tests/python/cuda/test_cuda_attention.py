@@ -17,7 +17,6 @@ import torch.nn.functional as F
 import framefuse
 from framefuse import _C
 from framefuse import cuda as ffcuda
-from framefuse import inductor as ffinductor
 from framefuse.graph import Graph
 
 import interp_models as im
@@ -129,7 +128,7 @@ def test_nanogpt_attention_runs_on_the_tf32_kernel_for_sm90():
     with torch.no_grad():
         graph = on_cuda(capture(attn, x))
     with tf32():
-        g = ffinductor._fuse_attention(graph)
+        g, _ = graph.fuse_attention(cuda_tf32_matmul=True)
     assert "scaled_dot_product_attention" in g.code()
     mod = ffcuda.compile_graph(g, arch="sm_90")._mod
     assert len(mod.tf32_attention) == 1
@@ -150,7 +149,7 @@ def _compiled(fn, *args):
     the names of the calls the TF32 kernel runs."""
     graph, inputs = capture(fn, *args, inputs=True)
     with tf32():
-        g = ffinductor._fuse_attention(graph)
+        g, _ = graph.fuse_attention(cuda_tf32_matmul=True)
     compiled = ffcuda.compile_graph(g)
     rest = inputs[len(args):]
 

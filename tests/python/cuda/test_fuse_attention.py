@@ -12,6 +12,8 @@ import torch.nn.functional as F
 
 import framefuse
 from framefuse.graph import Graph
+
+import cuda_util
 from interp_models import CausalSelfAttention, GPTConfig
 
 pytestmark = pytest.mark.usefixtures("fresh_framefuse")
@@ -455,15 +457,25 @@ def test_float32_cuda_attention_stays_explicit_under_tf32_matmuls(dtype, E, rewr
 
 
 @needs_sdpa
-def test_the_backend_reads_torchs_tf32_switch(monkeypatch):
-    from framefuse import inductor
+def test_the_cuda_pipeline_reads_torchs_tf32_switch(tmp_path):
+    """The CUDA pipeline's first graph pass reads torch's TF32 switch when it compiles: float32
+    attention stays explicit while matmuls run in TF32, one SDPA call else."""
+    from framefuse import cuda  # noqa: PLC0415
+    cuda_util.need_nvrtc()
     graph, _ = capture(_masked, *qkv(2, 2, E=12), torch.ones(8, 8, dtype=torch.bool).triu(1))
-    cuda = _on_cuda(graph)
+    cuda_graph = _on_cuda(graph)
+
+    def fused():
+        with framefuse.config.patch(cache_dir=str(tmp_path)):
+            return "(scaled_dot_product_attention)" in cuda.compile_graph(cuda_graph, arch="sm_90")._mod.program
+
     saved = torch.backends.cuda.matmul.allow_tf32
     try:
         torch.backends.cuda.matmul.allow_tf32 = True
-        assert inductor._fuse_attention(cuda) is cuda
+        assert not fused()
         torch.backends.cuda.matmul.allow_tf32 = False
-        assert "scaled_dot_product_attention" in inductor._fuse_attention(cuda).code()
+        assert fused()
+        with framefuse.config.patch(fuse_attention=False):
+            assert not fused()
     finally:
         torch.backends.cuda.matmul.allow_tf32 = saved
