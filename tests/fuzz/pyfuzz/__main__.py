@@ -83,7 +83,8 @@ def main(argv=None) -> int:
     print(f"pyfuzz: {res.programs} programs (seed {a.seed}, {a.start}..{a.start + a.count - 1}, backends "
           f"{','.join(backends)}, inductor every {a.inductor_every}) in {res.seconds:.1f}s; "
           f"{res.mismatching()} with mismatches" + (f"; {res.skipped} skipped (--skip)" if res.skipped else "") +
-          (f"; {len(res.reference_hangs())} that plain Python does not finish either" if res.reference_hangs() else ""))
+          (f"; {len(res.reference_hangs())} that plain Python does not finish either" if res.reference_hangs() else "") +
+          (f"; {len(res.reference_oom)} that exhaust the memory limit in plain Python too" if res.reference_oom else ""))
     for (backend, category), n in sorted(res.by_key().items()):
         print(f"  {n:6d}  [{backend}] {category}")
     print("coverage:\n" + res.coverage())

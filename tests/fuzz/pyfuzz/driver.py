@@ -7,6 +7,7 @@ eager backend; every `inductor_every`-th also on the inductor backend (its compi
 from __future__ import annotations
 
 import dataclasses
+import gc
 import json
 import os
 import re
@@ -72,7 +73,22 @@ def worker(seed: str, start: int, stop: int, backends: list[str], inductor_every
         stats = {}
         for b in backends_for(i, backends, inductor_every):
             _emit({"event": "phase", "i": i, "phase": b})
+            gc.collect()   # NB: each run starts from what the reference left, not from its garbage
             found += run_program(prog, [b], eager=eager, stats=stats)
+        if found and all("MemoryError" in m.compiled for m in found):
+            # NB: the worker's memory limit covers every run of a program at once: a program that
+            # grows a list without bound may exhaust it on the third run whatever runs it. Plain
+            # Python once more, with all this held: out of memory too, the program is the cause.
+            _emit({"event": "phase", "i": i, "phase": "reference"})
+            gc.collect()
+            try:
+                oom = any(o.exc == "MemoryError" for o in execute(prog, None))
+            except MemoryError:
+                oom = True
+            if oom:
+                _emit({"event": "done", "i": i, "mismatches": [], "exact": prog.exact, "stats": stats,
+                       "reference_out_of_memory": True})
+                continue
         record = {"event": "done", "i": i, "mismatches": [dataclasses.asdict(m) for m in found], "exact": prog.exact,
                   "stats": stats}
         if found and out_dir:
@@ -100,6 +116,7 @@ class RunResult:
     seconds: float = 0.0
     records: list = dataclasses.field(default_factory=list)     # done records with mismatches
     failures: list = dataclasses.field(default_factory=list)    # (i, phase, "crash rc=.." / "hang")
+    reference_oom: list = dataclasses.field(default_factory=list)  # programs plain Python ran out of memory on too
 
     stats: dict = dataclasses.field(default_factory=dict)     # backend -> summed frame counters
     breaks: Counter = dataclasses.field(default_factory=Counter)  # graph-break reason -> programs
@@ -202,6 +219,9 @@ def run(seed: str, count: int, backends: list[str], *, inductor_every: int = 1, 
             res.programs += 1
             current = None
             res.add_stats(ev["i"], ev.get("stats", {}))
+            if ev.get("reference_out_of_memory"):
+                res.reference_oom.append(ev["i"])
+                log(f"program {seed}:{ev['i']}: out of memory in a compiled run and in plain Python alike")
             if ev["mismatches"]:
                 res.records.append(ev)
                 for m in ev["mismatches"][:2]:
