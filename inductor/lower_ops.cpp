@@ -91,6 +91,12 @@ LT arith(Lowerer& L, const Node& n, const Value& a, const Value& b, BinaryOp op,
   });
 }
 
+// 1 / b as eager CUDA takes it on the host for a number divisor: at accscalar (float for float32,
+// f16 and bf16; double for float64), then used as a factor.
+double host_reciprocal(double b, DType compute) {
+  return compute == DType::Float32 ? static_cast<double>(1.0f / static_cast<float>(b)) : 1.0 / b;
+}
+
 LT div_rule(Lowerer& L, const Node& n, const Value& a, const Value& b, const Value* mode) {
   DType out = L.out_meta(n).dtype;
   if (mode && !mode->is_none()) {
@@ -100,7 +106,7 @@ LT div_rule(Lowerer& L, const Node& n, const Value& a, const Value& b, const Val
       // NB: eager CUDA (div_trunc_kernel_cuda, cuda/BinaryDivTruncKernel.cu) multiplies by the
       // reciprocal of a cpu scalar divisor taken on the host at accscalar: trunc(a * (1 / b)).
       DType ct = float_compute_dtype(out);
-      double inv = ct == DType::Float32 ? static_cast<double>(1.0f / static_cast<float>(b.as_double())) : 1.0 / b.as_double();
+      double inv = host_reciprocal(b.as_double(), ct);
       return Lowerer::map({x}, ct, out, [inv](const V& v) {
         Expr q = loop::binary(BinaryOp::Mul, v[0], fconst(inv, v[0]));
         return loop::select(loop::binary(BinaryOp::Lt, q, fconst(0, q)), loop::unary(UnaryOp::Ceil, q), loop::unary(UnaryOp::Floor, q));
@@ -130,7 +136,7 @@ LT div_rule(Lowerer& L, const Node& n, const Value& a, const Value& b, const Val
     // NB: eager CUDA (div_true_kernel_cuda, cuda/BinaryDivTrueKernel.cu) multiplies by the
     // reciprocal of a cpu scalar divisor, taken on the host in opmath: a * (1 / b).
     DType ct = float_compute_dtype(out);
-    double inv = ct == DType::Float32 ? static_cast<double>(1.0f / static_cast<float>(b.as_double())) : 1.0 / b.as_double();
+    double inv = host_reciprocal(b.as_double(), ct);
     return Lowerer::map({x}, ct, out, [inv](const V& v) { return loop::binary(BinaryOp::Mul, v[0], fconst(inv, v[0])); });
   }
   DType compute = binary_operands(L, b, out, true, &x, &y);
