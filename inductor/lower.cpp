@@ -643,26 +643,6 @@ bool self_overlapping(const TensorMeta& m) {
 
 }  // namespace
 
-// In-place calls whose mutation nobody can observe are computed out of place: the mutated
-// operand must be a fresh tensor (made by a pointwise, reduction, composite or extern op that
-// never returns an alias of its inputs, or by an in-place call already rewritten so) whose only
-// user is this call. Returns "" and the out-of-place call in *out, or why not.
-std::string Lowerer::functional_form(NodeId id, Node* out) const {
-  const Node& n = g_.node(id);
-  if (n.args.empty() || n.args[0].kind != Value::Kind::Node) return "its first operand is not a graph value";
-  NodeId x = n.args[0].node;
-  const Node& xn = g_.node(x);
-  if (!xn.meta.is_tensor() || !n.meta.is_tensor()) return "it does not mutate a tensor";
-  if (users_[static_cast<size_t>(x)] != 1) return "the tensor it mutates has other users";
-  if (xn.kind != NodeKind::Call) return "the tensor it mutates is a tuple element";
-  const OpDef& xo = op_def(xn.op);
-  bool allocates = (xo.traits & (kPointwise | kReduction | kComposite | kExtern)) && !xo.has(kView) &&
-                   op_kind(xn) != Op::einsum && (!call_mutates_input(xo, xn.args) || fresh_[static_cast<size_t>(x)]);
-  if (!allocates) return "the tensor it mutates may alias another tensor";
-  if (xn.meta.tensor.sizes != n.meta.tensor.sizes) return "it would broadcast";
-  return out_of_place_call(n, out, &g_);
-}
-
 // An in-place call on a graph input (or on an earlier such call's result) becomes a kernel that
 // stores the new value into the caller's tensor. The runtime bumps the tensor's version and runs
 // the reference runner instead when the input shares memory with another input.
@@ -735,7 +715,6 @@ std::optional<LT> Lowerer::lower_node(NodeId id) {
     return r;
   }
   FF_CHECK(n.kind == NodeKind::Call, "unexpected node kind");
-  Node fn = n;  // the call lowered: n, or its out-of-place form
   if (call_mutates_input(op_def(n.op), n.args)) {
     if (!n.args.empty() && n.args[0].kind == Value::Kind::Node && input_root_[static_cast<size_t>(n.args[0].node)] >= 0) {
       std::string why = write_input(id);
@@ -743,24 +722,25 @@ std::optional<LT> Lowerer::lower_node(NodeId id) {
         throw Unsupported("in-place " + op_def(n.op).target + " (" + n.name + ") on a graph input is not compiled by inductor: " + why);
       return values_[static_cast<size_t>(id)];
     }
-    std::string why = functional_form(id, &fn);
-    if (!why.empty()) throw Unsupported("in-place " + op_def(n.op).target + " (" + n.name + ") is not compiled by inductor: " + why);
-    fresh_[static_cast<size_t>(id)] = true;
-    note("in-place " + node_desc(g_, id) + " computed out of place: the tensor it mutates is a fresh intermediate with no other user");
+    // NB: the functionalize graph pass (graph/passes/functionalize.h) computed out of place every
+    // in-place call whose mutation nobody can see; this one is seen.
+    throw Unsupported("in-place " + op_def(n.op).target + " (" + n.name +
+                      ") is not compiled by inductor: the tensor it mutates is not a private intermediate of the graph "
+                      "(a view, an output, or read after the mutation)");
   }
-  const OpDef& op = op_def(fn.op);
+  const OpDef& op = op_def(n.op);
   std::string reason;
   if (!n.meta.is_tensor()) {
     reason = "its result is not a tensor";
   } else if (!supported_dtype(n.meta.tensor.dtype)) {
     reason = "dtype " + std::string(dtype_name(n.meta.tensor.dtype)) + " is not supported in kernels";
   } else {
-    OpLowering rule = op_lowerings().at(op_kind(fn.op));
+    OpLowering rule = op_lowerings().at(op_kind(n.op));
     if (!rule) {
       reason = op.has(kExtern) ? "matrix products and convolutions run in torch" : "no lowering for " + op.name;
     } else {
       try {
-        LT r = rule(*this, fn);
+        LT r = rule(*this, n);
         if (!r.ref) r.at = [inner = std::move(r.at)](const Idx& idx) { return loop::rounded(inner(idx)); };
         const TensorMeta& m = n.meta.tensor;
         FF_CHECK(r.sizes == m.sizes, "lowering of " + op.name + " produced the wrong shape");
@@ -781,14 +761,13 @@ std::optional<LT> Lowerer::lower_node(NodeId id) {
       }
     }
   }
-  LT r = extern_call(fn, id, fn.op, fn.args, reason);
+  LT r = extern_call(n, id, n.op, n.args, reason);
   if (!n.meta.is_tensor()) return std::nullopt;
   return r;
 }
 
 loop::Program Lowerer::run() {
   users_.assign(g_.size(), 0);
-  fresh_.assign(g_.size(), false);
   input_root_.assign(g_.size(), -1);
   for (const Node& n : g_.nodes())
     for (const Value& v : n.args) v.for_each_node([&](NodeId o) { users_[static_cast<size_t>(o)]++; });

@@ -97,7 +97,6 @@ class Lowerer {
 
  private:
   std::optional<LT> lower_node(NodeId id);
-  std::string functional_form(NodeId id, Node* out) const;
   std::string write_input(NodeId id);
   void store_kernel(const LT& x, int b, const std::vector<int64_t>& strides);  // x into buffer b
   loop::TensorRef ensure_ref(NodeId id, const std::string& why);
@@ -115,7 +114,6 @@ class Lowerer {
   loop::Program prog_;
   std::vector<std::optional<LT>> values_;
   std::vector<int> users_;
-  std::vector<bool> fresh_;  // in-place calls computed out of place (their result is fresh)
   std::vector<NodeId> input_root_;  // a tensor placeholder, or an in-place write of one: that placeholder; -1
   std::vector<NodeId> alias_parent_;  // eager: the operand whose memory a node's result is in, or -1
   std::vector<bool> shares_storage_;  // stored when lowered: its memory is seen through several outputs

@@ -3,10 +3,11 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <iterator>
 
-#include "graph/passes/fuse_attention.h"
 #include "graph/printer.h"
 #include "graph/verifier.h"
+#include "inductor/cuda/cuda_api.h"
 #include "inductor/kernel_cache.h"
 #include "inductor/lower.h"
 #include "inductor/parallel.h"
@@ -21,39 +22,7 @@ namespace {
 // NB: enough root iterations for every thread (and for load balance between them).
 constexpr int64_t kMinRootExtent = 256;
 
-bool verifying() {
-#ifndef NDEBUG
-  return true;
-#else
-  return config().verify_graphs;
-#endif
-}
-
-// Whether the `pass_ir` artifact prints the IR after `pass` (config print_ir_after: a comma list
-// of pass names; empty: every pass).
-bool print_after(std::string_view pass) {
-  if (!log_enabled(LogArtifact::pass_ir)) return false;
-  const std::string& names = config().print_ir_after;
-  if (names.empty()) return true;
-  size_t start = 0;
-  while (start <= names.size()) {
-    size_t end = names.find(',', start);
-    if (end == std::string::npos) end = names.size();
-    std::string_view name(names.data() + start, end - start);
-    while (!name.empty() && name.front() == ' ') name.remove_prefix(1);
-    while (!name.empty() && name.back() == ' ') name.remove_suffix(1);
-    if (name == pass) return true;
-    start = end + 1;
-  }
-  return false;
-}
-
-void log_pass(std::string_view pass, double ms) {
-  if (!log_enabled(LogArtifact::passes)) return;
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.3f ms", ms);
-  log_emit(LogArtifact::passes, std::string(pass) + ": " + buf);
-}
+bool verifying() { return verify_between_passes(); }
 
 double ms_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
@@ -68,9 +37,9 @@ void check_program(const loop::Program& p, std::string_view after) {
 loop::Program lower(const Graph& g, std::vector<std::string>* notes, bool cpu_only, const PassObserver* observer) {
   auto t0 = std::chrono::steady_clock::now();
   loop::Program p = lower_graph(g, notes, cpu_only ? EagerDevice::CPU : EagerDevice::CUDA);
-  log_pass("lower_graph", ms_since(t0));
+  log_pass_time("lower_graph", ms_since(t0));
   if (verifying()) check_program(p, "lower_graph");
-  if (print_after("lower_graph")) log_emit(LogArtifact::pass_ir, "loop IR after lower_graph:\n" + loop::program_str(p));
+  if (print_ir_after("lower_graph")) log_emit(LogArtifact::pass_ir, "loop IR after lower_graph:\n" + loop::program_str(p));
   if (observer && observer->loop) observer->loop("lower_graph", p);
   return p;
 }
@@ -176,7 +145,7 @@ CpuCompiled compile_cpu_graph(const Graph& g, std::optional<ChannelsLastGraph> c
   opt.want_llvm_ir = log_enabled(LogArtifact::output_code) && log_enabled(LogComponent::inductor, LogLevel::Debug);
   opt.streaming_store_bytes = std::max<int64_t>(0, config().cpu_streaming_store_mb) << 20;
   out.module = compile_cpu(out.program, opt);
-  log_pass("render_llvm", ms_since(t0));
+  log_pass_time("render_llvm", ms_since(t0));
   if (opt.want_llvm_ir) log_emit(LogArtifact::output_code, "LLVM IR:\n" + out.module->llvm_ir);
   if (log_enabled(LogArtifact::schedule))
     log_emit(LogArtifact::schedule, "compiled " + std::to_string(out.program.kernels.size()) + " kernel(s) in " +
@@ -186,19 +155,55 @@ CpuCompiled compile_cpu_graph(const Graph& g, std::optional<ChannelsLastGraph> c
   return out;
 }
 
+// The CUDA program as CUDA C++ and cubins: render_cuda, then NVRTC over the eager units and the
+// runtime's hand-written kernels, in parallel.
+void render_cuda(CudaCompiled& out, const CudaPipelineOptions& options) {
+  auto t0 = std::chrono::steady_clock::now();
+  cuda::RenderOptions ro;
+  ro.all_variants = options.all_variants;
+  ro.max_units = std::max(1, options.compile_threads);
+  out.source = cuda::render_module(out.program, ro);
+  log_pass_time("render_cuda", ms_since(t0));
+  out.arch = options.arch;
+  if (out.arch.empty()) out.arch = cuda::driver_api() ? cuda::device_info(out.device).arch() : "sm_90";
+  if (log_enabled(LogArtifact::output_code) && log_enabled(LogComponent::inductor, LogLevel::Debug))
+    log_emit(LogArtifact::output_code, "CUDA source (" + out.arch + "):\n" + out.source.source);
+  std::vector<std::string> extra = options.extra_sources ? options.extra_sources(out) : std::vector<std::string>();
+  out.cubins.assign(out.source.units.size(), std::string());
+  // NB: a graph with no kernels needs NVRTC only for the hand-written ones, which the runtime can
+  // leave to torch: without NVRTC they are simply not compiled.
+  if (out.source.kernels.empty() && (extra.empty() || !cuda::nvrtc_api())) return;
+  t0 = std::chrono::steady_clock::now();
+  std::vector<std::string> sources;
+  std::vector<size_t> unit_of;  // per compiled generated source: its unit
+  if (!out.source.kernels.empty())
+    for (size_t u = 0; u < out.source.units.size(); ++u)
+      if (!out.source.units[u].lazy) {
+        sources.push_back(out.source.units[u].source);
+        unit_of.push_back(u);
+      }
+  sources.insert(sources.end(), extra.begin(), extra.end());
+  std::vector<cuda::CompileStats> per;
+  std::vector<std::string> cubins = cuda::compile_cubins(sources, out.arch, &per, std::max(1, options.compile_threads));
+  log_pass_time("nvrtc", ms_since(t0));
+  for (size_t i = 0; i < unit_of.size(); ++i) out.cubins[unit_of[i]] = std::move(cubins[i]);
+  out.extra_cubins.assign(std::make_move_iterator(cubins.begin() + static_cast<std::ptrdiff_t>(unit_of.size())),
+                          std::make_move_iterator(cubins.end()));
+  if (unit_of.empty()) return;
+  out.stats = cuda::CompileStats{};
+  out.stats.disk_hit = true;
+  out.stats.programs = static_cast<int>(unit_of.size());
+  for (size_t i = 0; i < unit_of.size(); ++i) {
+    out.stats.nvrtc_ms += per[i].nvrtc_ms;
+    out.stats.disk_hit &= per[i].disk_hit;
+    out.stats.functions += out.source.units[unit_of[i]].functions;
+  }
+}
+
 }  // namespace
 
 Graph run_passes(const Graph& ir, const std::vector<NamedPass<Graph>>& passes, const PassObserver* observer) {
-  Graph current = ir;
-  for (const auto& pass : passes) {
-    auto t0 = std::chrono::steady_clock::now();
-    current = pass.run(current);
-    log_pass(pass.name, ms_since(t0));
-    if (verifying()) verify_or_throw(current, std::string("after ") + pass.name);
-    if (print_after(pass.name)) log_emit(LogArtifact::pass_ir, std::string("graph after ") + pass.name + ":\n" + graph_code(current));
-    if (observer && observer->graph) observer->graph(pass.name, current);
-  }
-  return current;
+  return ff::run_passes(ir, passes, verifying(), observer ? observer->graph : nullptr);
 }
 
 loop::Program run_passes(const loop::Program& ir, const std::vector<NamedPass<loop::Program>>& passes,
@@ -207,27 +212,19 @@ loop::Program run_passes(const loop::Program& ir, const std::vector<NamedPass<lo
   for (const auto& pass : passes) {
     auto t0 = std::chrono::steady_clock::now();
     current = pass.run(current);
-    log_pass(pass.name, ms_since(t0));
+    log_pass_time(pass.name, ms_since(t0));
     if (verifying()) check_program(current, pass.name);
-    if (print_after(pass.name))
+    if (print_ir_after(pass.name))
       log_emit(LogArtifact::pass_ir, std::string("loop IR after ") + pass.name + ":\n" + loop::program_str(current));
     if (observer && observer->loop) observer->loop(pass.name, current);
   }
   return current;
 }
 
-// The first graph pass of both pipelines: explicit attention rewritten into one
-// scaled_dot_product_attention call where that is exactly equivalent (graph/passes/fuse_attention.h).
-NamedPass<Graph> attention_pass(bool cuda_tf32_matmul) {
-  return {"fuse_attention", [cuda_tf32_matmul](const Graph& in) {
-            AttentionSupport support = attention_support();
-            support.cuda_tf32_matmul = cuda_tf32_matmul;
-            return fuse_attention(in, support, nullptr);
-          }};
-}
-
 CpuCompiled compile_for_cpu(const Graph& captured, const CpuPipelineOptions& options) {
-  const Graph g = options.fuse_attention ? run_passes(captured, {attention_pass(false)}, options.observer) : captured;
+  GraphStageOptions stage;
+  stage.fuse_attention = options.fuse_attention;
+  const Graph g = run_passes(captured, graph_passes(stage), options.observer);
   if (!options.channels_last || !has_conv2d(g)) return compile_cpu_graph(g, std::nullopt, options);
   // The one CPU graph pass. NB: the graph as captured may still compile where the rewritten one
   // does not: only the rewrite is given up.
@@ -251,32 +248,33 @@ CpuCompiled compile_for_cpu(const Graph& captured, const CpuPipelineOptions& opt
 
 CudaCompiled compile_for_cuda(const Graph& g, const CudaPipelineOptions& options) {
   CudaCompiled out;
-  std::vector<NamedPass<Graph>> graph_passes;
-  if (options.fuse_attention) graph_passes.push_back(attention_pass(options.cuda_tf32_matmul));
-  if (options.functionalize) graph_passes.push_back({"functionalize_private_inplace", options.functionalize});
+  GraphStageOptions stage;
+  stage.fuse_attention = options.fuse_attention;
+  stage.cuda_tf32_matmul = options.cuda_tf32_matmul;
+  std::vector<NamedPass<Graph>> passes = graph_passes(stage);
   // NB: cuDNN's fused convolutions cost more host time per call than plain ones; that time is gone
   // under a CUDA graph, where the saved kernels pay off (resnet18 b32 H100: reduce-overhead 2.11x
   // eager), while without one a host-bound call got slower (1.40x against 1.51x unfolded).
   if (options.fold_batch_norm)
-    graph_passes.push_back({"fold_conv_batch_norm", [&](const Graph& in) {
-                              std::string why;
-                              auto f = fold_conv_batch_norm(in, options.fused_conv_epilogues, &why);
-                              if (!f) return in;
-                              out.folded = std::move(f->folded);
-                              out.folded_batch_norms = f->fused;
-                              return std::move(f->graph);
-                            }});
+    passes.push_back({"fold_conv_batch_norm", [&](const Graph& in) {
+                        std::string why;
+                        auto f = fold_conv_batch_norm(in, options.fused_conv_epilogues, &why);
+                        if (!f) return in;
+                        out.folded = std::move(f->folded);
+                        out.folded_batch_norms = f->fused;
+                        return std::move(f->graph);
+                      }});
   // NB: channels-last pays off where cuDNN's convolutions run in TF32 (torch's default for them);
   // in full fp32 its NHWC kernels are slower than NCHW ones. The caller decides.
   if (options.channels_last)
-    graph_passes.push_back({"channels_last", [&](const Graph& in) {
-                              auto cl = to_channels_last(in, &out.channels_last_why);
-                              if (!cl) return in;
-                              Graph rewritten = std::move(cl->graph);
-                              out.channels_last = std::move(cl);
-                              return rewritten;
-                            }});
-  out.graph = run_passes(g, graph_passes, options.observer);
+    passes.push_back({"channels_last", [&](const Graph& in) {
+                        auto cl = to_channels_last(in, &out.channels_last_why);
+                        if (!cl) return in;
+                        Graph rewritten = std::move(cl->graph);
+                        out.channels_last = std::move(cl);
+                        return rewritten;
+                      }});
+  out.graph = run_passes(g, passes, options.observer);
   out.device = cuda_device_of(out.graph, options.assume_cuda);
   std::vector<std::string> notes, fusion_log, mem_log;
   loop::Program p = lower(out.graph, &notes, /*cpu_only=*/false, options.observer);
@@ -284,6 +282,7 @@ CudaCompiled compile_for_cuda(const Graph& g, const CudaPipelineOptions& options
   check_program(p, "plan_memory");
   log_schedule(p, notes, fusion_log, mem_log);
   out.program = std::move(p);
+  if (options.render) render_cuda(out, options);
   return out;
 }
 

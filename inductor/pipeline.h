@@ -1,18 +1,21 @@
 // The compile pipeline of the inductor backend, one per device: every pass a graph goes through on
-// its way to kernels, in order, in one list. First the graph passes (torch-level rewrites), then
-// lowering and the loop-IR passes, then the renderer.
+// its way to kernels, in order, in one list. First the graph passes (torch-level rewrites: the
+// graph stage of graph/pipeline.h, then the device's own), then lowering and the loop-IR passes,
+// then the renderer.
 //
-//   compile_for_cpu:   fuse_attention, channels_last | lower_graph, fuse_kernels, eliminate_dead_stores,
-//                      plan_memory, reuse_reduced_values, write_epilogues_in_place,
-//                      collapse_outer_loops | LLVM
-//   compile_for_cuda:  fuse_attention, functionalize_private_inplace, fold_conv_batch_norm
-//                      (reduce-overhead), channels_last | lower_graph, fuse_kernels,
-//                      eliminate_dead_stores, plan_memory   (rendered by the runner)
+//   compile_for_cpu:   fold_constants, fuse_attention, eliminate_common_subexpressions,
+//                      eliminate_dead_code, functionalize, channels_last | lower_graph, fuse_kernels,
+//                      eliminate_dead_stores, plan_memory, reuse_reduced_values,
+//                      write_epilogues_in_place, collapse_outer_loops | LLVM
+//   compile_for_cuda:  fold_constants, fuse_attention, eliminate_common_subexpressions,
+//                      eliminate_dead_code, functionalize, fold_conv_batch_norm (reduce-overhead),
+//                      channels_last | lower_graph, fuse_kernels, eliminate_dead_stores,
+//                      plan_memory | CUDA C++ (render_cuda; NVRTC: compile_cuda_units)
 //
 // Each pass is timed and logged (artifact `passes`), verified after it runs when config
 // `verify_graphs` is on or in debug builds (the graph verifier, loop::verify_program), and its IR is
 // printed after it runs with artifact `pass_ir` (config `print_ir_after` picks the passes).
-// `inductor_pass_trace` returns the same text for tests. The runtimes (python/compiled_graph.cpp,
+// `cpu_pass_trace` returns the same text for tests. The runtimes (python/compiled_graph.cpp,
 // cuda/python/cuda_runner.cpp) only prepare and run what the pipeline made.
 #pragma once
 
@@ -24,19 +27,15 @@
 #include <vector>
 
 #include "graph/ir.h"
+#include "graph/pipeline.h"
 #include "graph/passes/channels_last.h"
 #include "graph/passes/fold_conv_batch_norm.h"
 #include "inductor/cpu_codegen.h"
+#include "inductor/cuda/cuda_render.h"
+#include "inductor/cuda/nvrtc_compiler.h"
 #include "inductor/loop_ir.h"
 
 namespace ff::inductor {
-
-// One named pass of a pipeline over IR `T` (Graph or loop::Program).
-template <typename T>
-struct NamedPass {
-  const char* name;
-  std::function<T(const T&)> run;
-};
 
 // Called with each pass's name and the IR it produced (tests, traces).
 struct PassObserver {
@@ -65,6 +64,8 @@ struct CpuCompiled {
 CpuCompiled compile_for_cpu(const Graph& g, const CpuPipelineOptions& options);
 
 // ---- CUDA ----
+struct CudaCompiled;
+
 struct CudaPipelineOptions {
   bool fuse_attention = false;        // explicit attention into one SDPA call (config fuse_attention)
   bool cuda_tf32_matmul = false;      // torch runs float32 matmuls in TF32 now: float32 attention stays
@@ -73,9 +74,15 @@ struct CudaPipelineOptions {
   bool fused_conv_epilogues = false;  // torch has cudnn_convolution_relu / _add_relu
   // A graph of CPU or meta tensors is compiled as if its tensors were on cuda:0.
   bool assume_cuda = false;
-  // The first graph pass: in-place ops on private intermediates computed out of place (the
-  // runner's functionalize_private_inplace until one functionalization lives in graph/passes).
-  std::function<Graph(const Graph&)> functionalize;
+  // Render the program to CUDA C++ and compile its eager units with NVRTC (false: stop at the
+  // loop IR).
+  bool render = true;
+  bool all_variants = false;  // max-autotune: every candidate block shape of row kernels
+  std::string arch;           // "" = the device's (sm_90 where no GPU is present)
+  int compile_threads = 1;    // NVRTC programs compiled at once; the kernels are split into as many units
+  // Hand-written kernels the runtime launches besides the generated ones (weight packing, TF32
+  // attention), asked for once the loop IR is final and compiled with the generated units.
+  std::function<std::vector<std::string>(const CudaCompiled&)> extra_sources;
   const PassObserver* observer = nullptr;
 };
 
@@ -87,11 +94,17 @@ struct CudaCompiled {
   int folded_batch_norms = 0;
   std::optional<ChannelsLastGraph> channels_last;
   std::string channels_last_why;     // "" where the rewrite ran
+  // Where `render` is on:
+  std::string arch;                    // what the cubins are for
+  cuda::ModuleSource source;           // the rendered module
+  std::vector<std::string> cubins;     // per source unit; "" for lazy units (compiled when a launch needs one)
+  std::vector<std::string> extra_cubins;  // per extra source; empty where nothing needed NVRTC and it is missing
+  cuda::CompileStats stats;            // of the generated units
 };
 
-// Runs the graph passes and the loop-IR passes for CUDA; the runner renders and compiles the
-// program with NVRTC (cuda/cuda_render.h). Needs no GPU. Throws ff::Unsupported when the graph
-// cannot be compiled for CUDA (several devices, no CUDA tensor, mixed devices).
+// Runs the graph passes and the loop-IR passes for CUDA, then renders the program to CUDA C++
+// (cuda/cuda_render.h) and compiles it with NVRTC. Needs no GPU. Throws ff::Unsupported when the
+// graph cannot be compiled for CUDA (several devices, no CUDA tensor, mixed devices).
 CudaCompiled compile_for_cuda(const Graph& g, const CudaPipelineOptions& options);
 
 // ---- the driver ----

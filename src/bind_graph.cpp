@@ -182,7 +182,7 @@ void define_graph(py::module_& m) {
       .def("optimized", [](const PyGraph& self) {
              auto out = std::make_shared<PyGraph>();
              out->g = run_graph_passes(self.g);
-             return out; }, "A new graph after the graph passes (dead code, CSE, constant folding).")
+             return out; }, "A new graph after the graph passes (constant folding, attention, CSE, dead code, functionalization).")
       .def("fuse_attention", [](const PyGraph& self, bool cuda_tf32_matmul) {
              auto out = std::make_shared<PyGraph>();
              std::vector<std::string> fired;

@@ -4,22 +4,27 @@
 #include <optional>
 #include <string_view>
 
+#include "graph/op.h"
 #include "graph/op_registry.h"
 
 namespace ff {
 namespace {
 
 // Methods that return `self` unchanged when there is nothing to do (x.to(x.dtype) is x), so
-// their result may alias the operand even where their traits say pointwise.
+// their result may alias the operand even where their traits say pointwise; einsum returns a view
+// for a permutation ("ij->ji").
 bool may_return_self(const OpDef& op) {
   static constexpr std::string_view kMethods[] = {"to", "type", "type_as", "contiguous", "float", "double",
                                                   "half", "bfloat16", "int", "long", "bool", "cpu", "cuda",
-                                                  "detach", "requires_grad_", "view_as", "expand_as", "reshape_as"};
+                                                  "detach", "requires_grad_", "view_as", "expand_as", "reshape_as",
+                                                  "einsum"};
   std::string_view target = op.target;
   size_t dot = target.rfind('.');
   std::string_view last = dot == std::string_view::npos ? target : target.substr(dot + 1);
   return std::find(std::begin(kMethods), std::end(kMethods), last) != std::end(kMethods);
 }
+
+}  // namespace
 
 bool returns_fresh_tensor(const Node& n) {
   if (n.kind != NodeKind::Call || mutates_operand(n)) return false;
@@ -27,8 +32,6 @@ bool returns_fresh_tensor(const Node& n) {
   if (op.has(kView) || op.has(kInplace) || may_return_self(op)) return false;
   return (op.traits & (kPointwise | kReduction | kExtern | kComposite | kCreation)) != 0;
 }
-
-}  // namespace
 
 bool mutates_operand(const Node& n) {
   if (n.kind != NodeKind::Call) return false;
@@ -45,6 +48,21 @@ bool mutates_operand(const Node& n) {
 
 bool has_side_effects(const Node& n) {
   return n.kind == NodeKind::Call && (mutates_operand(n) || op_def(n.op).has(kRandom));
+}
+
+bool may_raise(const Node& n, const Graph& g) {
+  if (n.kind != NodeKind::Call) return false;
+  const Op kind = op_kind(n);
+  const OpDef& op = op_def(n.op);
+  if (kind == Op::Open || (op.traits & (kExtern | kComposite | kIndexing))) return true;
+  if (!op_in(kind, {Op::div, Op::floor_divide, Op::remainder, Op::fmod, Op::op_floordiv, Op::op_mod})) return false;
+  bool integral = false;  // NB: an integer division by zero raises on the CPU (ZeroDivisionError)
+  for (const Value& v : n.args)
+    v.for_each_node([&](NodeId id) {
+      const ValueMeta& m = g.node(id).meta;
+      if (m.is_tensor() && !is_floating(m.tensor.dtype) && !is_complex(m.tensor.dtype)) integral = true;
+    });
+  return integral;
 }
 
 bool is_pure_call(const Node& n) {

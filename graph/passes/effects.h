@@ -16,9 +16,19 @@ bool mutates_operand(const Node& n);
 // a draw from the RNG (kRandom).
 bool has_side_effects(const Node& n);
 
+// The call may raise for some operand values, so eager runs it even where its result is unused:
+// integer division and remainder (by zero), indexing (out of range), and the ops not known not to
+// (extern, composite and open ops: a cross_entropy target out of range, a singular matrix ...).
+bool may_raise(const Node& n, const Graph& g);
+
 // A call whose result depends only on its operands' values and that does nothing else: safe to
 // merge with an identical call or to evaluate early.
 bool is_pure_call(const Node& n);
+
+// The call surely returns new memory: never an operand, a view of one, or an alias of one
+// (pointwise, reduction, extern, composite and creation ops that mutate nothing, less views and
+// the methods that may return `self`: x.to(x.dtype) is x, einsum("ij->ji", x) is a view).
+bool returns_fresh_tensor(const Node& n);
 
 // Alias classes: two nodes in different classes never share memory. A call joins the classes of
 // its tensor operands unless it surely returns a fresh tensor; getitems join their tuple's class;

@@ -51,8 +51,18 @@ Graph eliminate_common_subexpressions(const Graph& g) {
   // Bumped by every mutation of a class: a value computed before it is not the one after.
   std::vector<int64_t> version(g.size(), 0);
   std::set<int> output_classes;
+  std::set<NodeId> outputs;
   if (auto out = g.output())
-    for (const Value& v : g.node(*out).args) v.for_each_node([&](NodeId id) { output_classes.insert(alias.of(id)); });
+    for (const Value& v : g.node(*out).args)
+      v.for_each_node([&](NodeId id) {
+        output_classes.insert(alias.of(id));
+        outputs.insert(id);
+      });
+  // Memory some call writes into: two results that are equal when computed stop being equal when
+  // one of them is written to later, so results in such a class are never merged.
+  std::set<int> mutated_classes;
+  for (const Node& n : g.nodes())
+    if (mutates_operand(n) && !n.args.empty() && n.args[0].is_node()) mutated_classes.insert(alias.of(n.args[0].node));
 
   GraphRewriter rw(g);
   std::unordered_map<std::string, Seen> seen;
@@ -88,8 +98,11 @@ Graph eliminate_common_subexpressions(const Graph& g) {
       const Seen& prev = it->second;
       int prev_class = alias.of(prev.source), this_class = alias.of(id);
       bool stale = version[prev_class] != prev.version;  // the earlier result was mutated since
-      bool both_returned = prev_class != this_class && output_classes.count(prev_class) && output_classes.count(this_class);
-      if (!stale && !both_returned) {
+      bool written = mutated_classes.count(prev_class) || mutated_classes.count(this_class);
+      // NB: eager returns two tensors (or two tensors that do not share memory): so must we.
+      bool both_returned = (prev_class != this_class && output_classes.count(prev_class) && output_classes.count(this_class)) ||
+                           (outputs.count(prev.source) && outputs.count(id));
+      if (!stale && !written && !both_returned) {
         rw.replace(id, Value::of_node(prev.result));
         continue;
       }

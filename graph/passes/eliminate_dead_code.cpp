@@ -10,7 +10,7 @@ Graph eliminate_dead_code(const Graph& g) {
   // Users come after their operands, so one backward sweep settles liveness.
   for (size_t k = g.size(); k-- > 0;) {
     const Node& n = g.nodes()[k];
-    if (n.kind == NodeKind::Placeholder || n.kind == NodeKind::Output || has_side_effects(n)) live[k] = true;
+    if (n.kind == NodeKind::Placeholder || n.kind == NodeKind::Output || has_side_effects(n) || may_raise(n, g)) live[k] = true;
     if (!live[k]) continue;
     for (const Value& v : n.args) v.for_each_node([&](NodeId id) { live[static_cast<size_t>(id)] = true; });
   }

@@ -1,9 +1,12 @@
 #include "graph/passes/functionalize.h"
 
 #include <exception>
+#include <optional>
 
 #include "graph/op.h"
 #include "graph/op_registry.h"
+#include "graph/passes/effects.h"
+#include "graph/passes/rewriter.h"
 
 namespace ff {
 
@@ -28,6 +31,85 @@ std::string out_of_place_call(const Node& n, Node* out, const Graph* g) {
     }
   }
   return "";
+}
+
+namespace {
+
+// The call's dtype, sizes and strides (what a tensor result promises its readers).
+bool same_tensor_meta(const ValueMeta& a, const ValueMeta& b) {
+  return a.is_tensor() && b.is_tensor() && a.tensor.dtype == b.tensor.dtype && a.tensor.sizes == b.tensor.sizes &&
+         a.tensor.strides == b.tensor.strides && a.tensor.device == b.tensor.device;
+}
+
+std::optional<ValueMeta> inferred(OpId op, const std::vector<Value>& args, const Graph& g) {
+  try {
+    return infer_meta(op_def(op), args, g);
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+}
+
+}  // namespace
+
+Graph functionalize(const Graph& g, std::vector<std::string>* log) {
+  const size_t n = g.size();
+  std::vector<std::vector<NodeId>> users(n);
+  for (NodeId id = 0; id < static_cast<NodeId>(n); ++id)
+    for (const Value& v : g.node(id).args) v.for_each_node([&](NodeId u) { users[static_cast<size_t>(u)].push_back(id); });
+  // Source nodes whose result is fresh memory: fresh calls, and in-place calls rewritten here.
+  std::vector<bool> fresh(n, false);
+  for (NodeId id = 0; id < static_cast<NodeId>(n); ++id) fresh[static_cast<size_t>(id)] = returns_fresh_tensor(g.node(id));
+
+  GraphRewriter rw(g);
+  for (NodeId id = 0; id < static_cast<NodeId>(n); ++id) {
+    const Node& nd = g.node(id);
+    bool inplace = nd.kind == NodeKind::Call && (op_def(nd.op).has(kInplace) || (op_def(nd.op).has(kInplaceFlag) && mutates_operand(nd)));
+    if (!inplace || nd.args.empty() || !nd.args[0].is_node() || !nd.meta.is_tensor()) {
+      rw.copy(id);
+      continue;
+    }
+    NodeId x = nd.args[0].node;
+    bool private_x = fresh[static_cast<size_t>(x)];
+    for (NodeId u : users[static_cast<size_t>(x)])
+      if (u != id && (u > id || !fresh[static_cast<size_t>(u)])) private_x = false;
+    Node fn;
+    if (!private_x || !out_of_place_call(nd, &fn).empty()) {
+      rw.copy(id);
+      continue;
+    }
+    std::vector<Value> args;
+    for (const Value& v : fn.args) args.push_back(rw.map(v));
+    std::optional<ValueMeta> m = inferred(fn.op, args, rw.result());
+    if (!m || !m->is_tensor()) {
+      rw.copy(id);
+      continue;
+    }
+    if (same_tensor_meta(*m, nd.meta)) {
+      rw.replace(id, Value::of_node(rw.add_call(fn.op, std::move(args), nd.meta, nd.name)));
+    } else {
+      // Computed in another dtype: converted to x's on the way back, as eager stores it.
+      static const OpId to = op_id(Op::to);
+      if (m->tensor.sizes != nd.meta.tensor.sizes || m->tensor.dtype == nd.meta.tensor.dtype) {
+        rw.copy(id);
+        continue;
+      }
+      Graph trial = rw.result();  // NB: the cast's metadata is checked before the graph changes
+      NodeId value = trial.add_call(fn.op, args, *m, nd.name);
+      std::string err;
+      auto cast_args = bind_call(op_def(to), {Value::of_node(value)}, {{"dtype", Value::of_dtype(nd.meta.tensor.dtype)}}, trial, &err);
+      std::optional<ValueMeta> cm = cast_args ? inferred(to, *cast_args, trial) : std::nullopt;
+      if (!cm || !same_tensor_meta(*cm, nd.meta)) {
+        rw.copy(id);
+        continue;
+      }
+      value = rw.add_call(fn.op, std::move(args), *m, nd.name);
+      (*cast_args)[0] = Value::of_node(value);
+      rw.replace(id, Value::of_node(rw.add_call(to, std::move(*cast_args), nd.meta, nd.name + "_cast")));
+    }
+    fresh[static_cast<size_t>(id)] = true;
+    if (log) log->push_back(nd.name + " -> " + op_def(fn.op).name);
+  }
+  return rw.finish();
 }
 
 }  // namespace ff

@@ -1,19 +1,30 @@
-// Functionalization: an in-place call rewritten as its out-of-place form.
+// Functionalization: in-place calls rewritten as their out-of-place forms, with the one table of
+// in-place -> out-of-place ops (functional_form in graph/op.h, derived from graph/ops.def).
 //
-// The rewrite of one call is here, once, with the one table of in-place -> out-of-place ops
-// (functional_form in graph/op.h, derived from graph/ops.def). When the rewrite is safe depends
-// on who asks, and stays with them:
-//  - inductor's lowering (Lowerer::functional_form, inductor/lower.cpp): the mutated operand is a
-//    fresh intermediate with no other user; also in-place writes into graph inputs;
-//  - the CUDA runner (functionalize_private_inplace): the mutated tensor is a fresh result of the
-//    graph that every other reader reads earlier.
+// `functionalize` is the graph pass both inductor pipelines run (inductor/pipeline.h). An in-place
+// call (x.add_(y), x += y, relu(x, inplace=True)) becomes its out-of-place form where nobody can
+// tell the difference:
+//  - x is a fresh tensor of this graph (returns_fresh_tensor, graph/passes/effects.h: never an
+//    input, a view or an alias of one), or the result of an in-place call rewritten so;
+//  - every other reader of x runs before the call and returns fresh memory itself (no view of x
+//    survives to see the change), and x is not part of the output;
+//  - the out-of-place form has the in-place result's sizes and strides. Where it computes in
+//    another dtype (x_f16 += y_f32 adds in float32), a cast to x's dtype follows, as eager
+//    converts the value when it stores it into x.
+// What stays in place: writes into graph inputs (inductor's lowering stores them into the
+// caller's tensor, Lowerer::write_input) and everything the rules above refuse (the graph then
+// runs on the reference runner).
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "graph/ir.h"
 
 namespace ff {
+
+// The pass. Appends "<in-place node> -> <out-of-place op>" to *log for every rewrite.
+Graph functionalize(const Graph& g, std::vector<std::string>* log = nullptr);
 
 // The out-of-place form of in-place call `n` in *out: add_ -> add, x += y -> x + y,
 // relu(x, inplace=True) -> relu(x, inplace=False). Returns "" or why there is none.

@@ -68,7 +68,7 @@ class Graph:
 
     def optimized(self):
         """A new graph after the graph passes (constant folding, attention rewrite, common
-        subexpressions, dead code)."""
+        subexpressions, dead code, functionalization of in-place calls nobody can observe)."""
         return Graph(self._g.optimized())
 
     def fuse_attention(self, cuda_tf32_matmul=False):

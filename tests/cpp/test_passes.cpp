@@ -7,6 +7,7 @@
 #include "graph/passes/eliminate_common_subexpressions.h"
 #include "graph/passes/eliminate_dead_code.h"
 #include "graph/passes/fold_constants.h"
+#include "graph/passes/functionalize.h"
 #include "graph/passes/fold_conv_batch_norm.h"
 #include "graph/passes/fuse_attention.h"
 #include "graph/pipeline.h"
@@ -49,6 +50,9 @@ void run_golden(const std::string& file, PassFn pass) {
 TEST(Passes, EliminateDeadCode) { run_golden("eliminate_dead_code.txt", eliminate_dead_code); }
 TEST(Passes, EliminateCommonSubexpressions) {
   run_golden("eliminate_common_subexpressions.txt", eliminate_common_subexpressions);
+}
+TEST(Passes, Functionalize) {
+  run_golden("functionalize.txt", [](const Graph& g) { return functionalize(g); });
 }
 TEST(Passes, FoldConstants) {
   run_golden("fold_constants.txt", [](const Graph& g) { return fold_constants(g); });
@@ -187,12 +191,18 @@ TEST(Passes, PipelinePrintsTheGraphAfterEachPass) {
             "def forward(self, x: \"f32[4]\"):\n"
             "    mul: \"f32[4]\" = x * 2\n"
             "    mul_1: \"f32[4]\" = x * 2\n"
+            "    return (mul, mul_1)\n"
+            "# after functionalize\n"
+            "def forward(self, x: \"f32[4]\"):\n"
+            "    mul: \"f32[4]\" = x * 2\n"
+            "    mul_1: \"f32[4]\" = x * 2\n"
             "    return (mul, mul_1)\n");
   std::vector<std::string> names;
   PipelineOptions options;
   options.after_pass = [&](std::string_view pass, const Graph&) { names.emplace_back(pass); };
   run_graph_passes(g, options);
-  EXPECT_EQ(names, (std::vector<std::string>{"fold_constants", "fuse_attention", "eliminate_common_subexpressions", "eliminate_dead_code"}));
+  EXPECT_EQ(names, (std::vector<std::string>{"fold_constants", "fuse_attention", "eliminate_common_subexpressions", "eliminate_dead_code",
+                                             "functionalize"}));
 }
 
 TEST(Passes, PipelineVerifiesBetweenPasses) {

@@ -13,7 +13,6 @@
 
 #include "graph/op.h"
 #include "graph/op_registry.h"
-#include "graph/passes/functionalize.h"
 #include "graph/passes/fuse_attention.h"
 #include "graph/python/graph_calls.h"
 #include "inductor/python/prepared_call.h"
@@ -57,94 +56,11 @@ std::string layout_str(const std::vector<int64_t>& sizes, const std::vector<int6
   return join(sizes) + " strides " + join(strides);
 }
 
-// A fresh tensor this graph made: a call that always returns new memory (never an input, a view or
-// an alias of one).
-bool fresh_result(const Graph& g, NodeId id, const std::vector<bool>& rewritten) {
-  const Node& n = g.node(id);
-  if (n.kind != NodeKind::Call) return false;
-  if (rewritten[static_cast<size_t>(id)]) return true;
-  const OpDef& op = op_def(n.op);
-  if (op.has(kView) || op.has(kInplace) || op.has(kRandom)) return false;
-  if (op.has(kInplaceFlag)) {
-    int i = op.schema.index_of("inplace");
-    if (i < 0 || n.args[static_cast<size_t>(i)].kind != Value::Kind::Bool || n.args[static_cast<size_t>(i)].b) return false;
-  }
-  return op.has(kPointwise) || op.has(kReduction) || op.has(kExtern) || op.has(kComposite) || op.has(kCreation);
-}
-
-// `x += y` as `x + y`: the out-of-place op (functional_form, graph/op.h, of a Python in-place
-// operator), when its result has x's dtype (no promotion to undo).
-std::optional<OpId> out_of_place_binary(const Graph& g, const Node& n) {
-  Op to = functional_form(op_kind(n));
-  if (to == Op::Open || op_def(op_id(to)).style != PrintStyle::Infix) return std::nullopt;
-  if (n.args.size() != 2 || !n.args[0].is_node()) return std::nullopt;
-  const ValueMeta a = g.meta_of(n.args[0]);
-  if (a.kind != ValueMeta::Kind::Tensor || !is_floating(a.tensor.dtype)) return std::nullopt;
-  const Value& b = n.args[1];
-  if (b.is_node()) {
-    ValueMeta bm = g.meta_of(b);
-    if (bm.kind != ValueMeta::Kind::Tensor || bm.tensor.dtype != a.tensor.dtype) return std::nullopt;
-    // Broadcasting must not grow the result past x's shape (eager would have refused the in-place op).
-    const auto& as = a.tensor.sizes;
-    const auto& bs = bm.tensor.sizes;
-    if (bs.size() > as.size()) return std::nullopt;
-    for (size_t i = 0; i < bs.size(); ++i) {
-      int64_t d = bs[bs.size() - 1 - i];
-      if (d != 1 && d != as[as.size() - 1 - i]) return std::nullopt;
-    }
-  } else if (b.kind != Value::Kind::Float && b.kind != Value::Kind::Int) {
-    return std::nullopt;
-  }
-  return op_id(to);
-}
-
 }  // namespace
-
-Graph functionalize_private_inplace(const Graph& g, int* count) {
-  // lower.cpp compiles no in-place op (an extern mutation could be read by inlined expressions), so
-  // resnet's `relu(x, inplace=True)` and `out += identity` would send the whole graph to eager. Here
-  // such an op becomes its out-of-place form when nobody can tell the difference: the mutated tensor
-  // is a fresh result of this graph, every other reader of it runs earlier and does not alias it,
-  // and it is not part of the output.
-  Graph out = g;
-  size_t n = out.size();
-  std::vector<std::vector<NodeId>> users(n);
-  for (NodeId id = 0; id < static_cast<NodeId>(n); ++id)
-    for (const Value& v : out.node(id).args)
-      v.for_each_node([&](NodeId u) { users[static_cast<size_t>(u)].push_back(id); });
-  std::vector<bool> rewritten(n, false);
-  if (count) *count = 0;
-  for (NodeId id = 0; id < static_cast<NodeId>(n); ++id) {
-    const Node& nd = out.node(id);
-    if (nd.kind != NodeKind::Call || nd.args.empty() || !nd.args[0].is_node()) continue;
-    const OpDef& op = op_def(nd.op);
-    int flag = op.has(kInplaceFlag) ? op.schema.index_of("inplace") : -1;
-    bool flagged = flag >= 0 && nd.args[static_cast<size_t>(flag)].kind == Value::Kind::Bool &&
-                   nd.args[static_cast<size_t>(flag)].b;
-    std::optional<OpId> binary = op.has(kInplace) ? out_of_place_binary(out, nd) : std::nullopt;
-    if (!flagged && !binary) continue;
-    NodeId x = nd.args[0].node;
-    if (!fresh_result(out, x, rewritten)) continue;
-    bool private_x = true;
-    for (NodeId u : users[static_cast<size_t>(x)]) {
-      if (u == id) continue;
-      if (u > id || !fresh_result(out, u, rewritten)) private_x = false;
-    }
-    if (!private_x) continue;
-    Node functional;  // NB: n's metadata stays (no promotion to undo, see out_of_place_binary)
-    if (!out_of_place_call(nd, &functional).empty()) continue;
-    out.mutable_node(id) = std::move(functional);
-    rewritten[static_cast<size_t>(id)] = true;
-    if (count) ++*count;
-  }
-  return out;
-}
 
 CudaGraphModule::CudaGraphModule(const Graph& g, const CudaCompileOptions& opts) {
   auto t0 = std::chrono::steady_clock::now();
-  int functionalized = 0;
   inductor::CudaPipelineOptions po;
-  po.functionalize = [&](const Graph& in) { return functionalize_private_inplace(in, &functionalized); };
   po.assume_cuda = opts.assume_cuda;
   po.fuse_attention = config().fuse_attention;
   po.cuda_tf32_matmul = po.fuse_attention && cuda_matmul_tf32();
@@ -158,26 +74,39 @@ CudaGraphModule::CudaGraphModule(const Graph& g, const CudaCompileOptions& opts)
   if (!po.channels_last)
     channels_last_why_ = config().cuda_channels_last ? "cuDNN convolutions run in full fp32 (torch.backends.cudnn.allow_tf32 is off)"
                                                      : "config cuda_channels_last is off";
+  autotune_ = opts.mode == "max-autotune";
+  host_emulation_ = opts.host_emulation;
+  po.all_variants = autotune_;
+  po.arch = opts.arch;
+  po.compile_threads = config().cuda_compile_threads;
+  if (po.compile_threads <= 0) po.compile_threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  // The hand-written kernels this runtime launches, compiled with the graph's own.
+  std::vector<int> to_pack;  // conv weights to pack per call where memory allows (plan_packed_weights)
+  std::vector<int> attn_dims;
+  po.extra_sources = [&](const inductor::CudaCompiled& c) {
+    if (c.channels_last) {
+      // NB: reduce-overhead keeps static buffers and a graph pool anyway (and the folded weights):
+      // there copies made once save the packing kernel in every replay.
+      if (!config().cuda_keep_nhwc_weights && opts.mode != "reduce-overhead")
+        for (int i : c.channels_last->inputs)
+          if (std::find(c.channels_last->nchw_fed.begin(), c.channels_last->nchw_fed.end(), i) == c.channels_last->nchw_fed.end())
+            to_pack.push_back(i);
+    }
+    attn_dims = plan_tf32_attention(c.program);
+    std::vector<std::string> sources;
+    if (!to_pack.empty()) sources.push_back(nhwc_pack_source());
+    if (!attn_dims.empty()) sources.push_back(tf32_attention_source(attn_dims));
+    return sources;
+  };
   inductor::CudaCompiled c = inductor::compile_for_cuda(g, po);
-  if (functionalized && log_enabled(LogArtifact::perf_hints) && log_enabled(LogComponent::inductor, LogLevel::Debug))
-    log_emit(LogArtifact::perf_hints, "CUDA: " + std::to_string(functionalized) +
-                                          " in-place op(s) on private intermediates compiled out of place");
   if (c.folded_batch_norms > 0) {
     for (const FoldedInput& spec : c.folded) folded_.push_back(Folded{spec, {}, py::none()});
     if (log_enabled(LogArtifact::perf_hints))
       log_emit(LogArtifact::perf_hints, "CUDA: " + std::to_string(c.folded_batch_norms) + " eval-mode batch norm(s) folded into their convolutions" +
                                             (po.fused_conv_epilogues ? " (relu and residual epilogues in cuDNN)" : ""));
   }
-  std::vector<int> to_pack;  // conv weights to pack per call where memory allows (plan_packed_weights)
-  std::string pack_cubin;
   if (c.channels_last) {
     cl_indices_ = c.channels_last->inputs;
-    // NB: reduce-overhead keeps static buffers and a graph pool anyway (and the folded weights):
-    // there copies made once save the packing kernel in every replay.
-    if (!config().cuda_keep_nhwc_weights && opts.mode != "reduce-overhead")
-      for (int i : c.channels_last->inputs)
-        if (std::find(c.channels_last->nchw_fed.begin(), c.channels_last->nchw_fed.end(), i) == c.channels_last->nchw_fed.end())
-          to_pack.push_back(i);
     cl_restore_ = std::move(c.channels_last->restore);
   } else if (po.channels_last) {
     channels_last_why_ = c.channels_last_why;
@@ -185,55 +114,22 @@ CudaGraphModule::CudaGraphModule(const Graph& g, const CudaCompileOptions& opts)
   graph_ = std::move(c.graph);
   prog_ = std::move(c.program);
   device_ = c.device;
+  src_ = std::move(c.source);
+  cubins_ = std::move(c.cubins);
+  arch_ = std::move(c.arch);
+  stats_ = c.stats;
   writes_.prepare(prog_);
   num_inputs_ = graph_.placeholders().size() - folded_.size();
-  autotune_ = opts.mode == "max-autotune";
-  host_emulation_ = opts.host_emulation;
-  RenderOptions ro;
-  ro.all_variants = autotune_;
-  int threads = config().cuda_compile_threads;
-  if (threads <= 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  ro.max_units = threads;
-  src_ = render_module(prog_, ro);
-  arch_ = opts.arch;
-  if (arch_.empty()) {
-    std::string why;
-    arch_ = driver_api(&why) ? device_info(device_).arch() : "sm_90";
-  }
-  if (log_enabled(LogArtifact::output_code) && log_enabled(LogComponent::inductor, LogLevel::Debug))
-    log_emit(LogArtifact::output_code, "CUDA source (" + arch_ + "):\n" + src_.source);
-  std::vector<int> attn_dims = plan_tf32_attention();
-  std::string attn_cubin;
-  if (!src_.kernels.empty()) {
-    // Eager units in parallel; lazy ones (scalar fallbacks) only when a launch needs them. The
-    // hand-written kernels (packing, attention) go last and are taken off again.
-    std::vector<std::string> eager;
-    for (const CompileUnit& u : src_.units)
-      if (!u.lazy) eager.push_back(u.source);
-    if (!to_pack.empty()) eager.push_back(nhwc_pack_source());
-    if (!attn_dims.empty()) eager.push_back(tf32_attention_source(attn_dims));
-    std::vector<CompileStats> per;
-    cubins_ = compile_cubins(eager, arch_, &per, threads);
-    auto take_last = [&](std::string* into) {
-      *into = std::move(cubins_.back());
-      cubins_.pop_back();
-      per.pop_back();
-    };
-    if (!attn_dims.empty()) take_last(&attn_cubin);
-    if (!to_pack.empty()) take_last(&pack_cubin);
-    cubins_.resize(src_.units.size());
-    stats_ = CompileStats{};
-    stats_.disk_hit = !per.empty();
-    stats_.programs = static_cast<int>(per.size());
-    for (size_t i = 0; i < per.size(); ++i) {
-      stats_.nvrtc_ms += per[i].nvrtc_ms;
-      stats_.disk_hit &= per[i].disk_hit;
-      stats_.functions += src_.units[i].functions;
-    }
-  }
+  // The extra cubins, in the order extra_sources gave them ("" where NVRTC is missing).
+  std::string pack_cubin, attn_cubin;
+  size_t next = 0;
+  auto take = [&](std::string* into) {
+    if (next < c.extra_cubins.size()) *into = std::move(c.extra_cubins[next]);
+    ++next;
+  };
+  if (!to_pack.empty()) take(&pack_cubin);
   if (!attn_dims.empty()) {
-    std::string why;
-    if (attn_cubin.empty() && nvrtc_api(&why)) attn_cubin = compile_cubin(tf32_attention_source(attn_dims), arch_);
+    take(&attn_cubin);
     if (attn_cubin.empty()) attn_.clear();  // no NVRTC: torch runs the calls (the graph has no kernels either)
     else attn_kernel_ = std::make_unique<Tf32Attention>(std::move(attn_cubin));
   }
@@ -699,12 +595,12 @@ const loop::TensorRef* operand(const loop::ExternCall& e, const Value& v) {
 
 }  // namespace
 
-std::vector<int> CudaGraphModule::plan_tf32_attention() {
+std::vector<int> CudaGraphModule::plan_tf32_attention(const loop::Program& prog) {
   std::vector<int> dims;
   if (!config().cuda_tf32_attention) return dims;
   const OpId sdpa = op_id(Op::scaled_dot_product_attention);
-  for (size_t x = 0; x < prog_.externs.size(); ++x) {
-    const loop::ExternCall& e = prog_.externs[x];
+  for (size_t x = 0; x < prog.externs.size(); ++x) {
+    const loop::ExternCall& e = prog.externs[x];
     if (e.op != sdpa || e.result < 0) continue;
     const OpDef& op = op_def(e.op);
     auto arg = [&](const char* name) -> const Value& { return e.args.at(static_cast<size_t>(op.schema.index_of(name))); };
@@ -713,8 +609,8 @@ std::vector<int> CudaGraphModule::plan_tf32_attention() {
     bool no_dropout = (dropout.kind == Value::Kind::Float || dropout.kind == Value::Kind::Int) && dropout.as_double() == 0.0;
     if (!q || !k || !v || !no_dropout || !(causal.kind == Value::Kind::Bool && !causal.b)) continue;
     if (!scale.is_none() && scale.kind != Value::Kind::Float && scale.kind != Value::Kind::Int) continue;
-    const loop::Buffer& out = prog_.buffers[static_cast<size_t>(e.result)];
-    auto f32 = [&](const loop::TensorRef* r) { return prog_.buffers[static_cast<size_t>(r->buf)].dtype == DType::Float32; };
+    const loop::Buffer& out = prog.buffers[static_cast<size_t>(e.result)];
+    auto f32 = [&](const loop::TensorRef* r) { return prog.buffers[static_cast<size_t>(r->buf)].dtype == DType::Float32; };
     size_t nd = q->sizes.size();
     if (!f32(q) || !f32(k) || !f32(v) || out.dtype != DType::Float32 || (nd != 3 && nd != 4) || k->sizes.size() != nd ||
         v->sizes.size() != nd)
@@ -751,7 +647,7 @@ std::vector<int> CudaGraphModule::plan_tf32_attention() {
     a.v = *v;
     if (!mask.is_none()) {
       const loop::TensorRef* m = operand(e, mask);
-      if (!m || prog_.buffers[static_cast<size_t>(m->buf)].dtype != DType::Bool || m->sizes.size() > nd) continue;
+      if (!m || prog.buffers[static_cast<size_t>(m->buf)].dtype != DType::Bool || m->sizes.size() > nd) continue;
       // Right-aligned against the scores (batch..., L, S): size-1 dims broadcast (stride 0).
       std::vector<int64_t> scores = batch, st(nd, 0);
       scores.insert(scores.end(), {L, S});

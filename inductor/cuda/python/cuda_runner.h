@@ -36,15 +36,11 @@ struct CudaCompileOptions {
   bool host_emulation = false;
 };
 
-// `g` with in-place ops on tensors nothing else can observe (fresh intermediates, read by nobody
-// after the mutation) turned into their out-of-place forms: F.relu(x, inplace=True), x += y ...
-// *count receives how many were rewritten. Node ids are unchanged.
-Graph functionalize_private_inplace(const Graph& g, int* count = nullptr);
-
 class CudaGraphModule {
  public:
   ~CudaGraphModule();
-  // Lowers, fuses, renders and compiles `g` (all tensors on one CUDA device). Needs no GPU.
+  // Compiles `g` (all tensors on one CUDA device) with inductor::compile_for_cuda and prepares its
+  // runs. Needs no GPU.
   // Throws ff::Unsupported when the graph cannot be compiled for CUDA.
   CudaGraphModule(const Graph& g, const CudaCompileOptions& opts);
 
@@ -148,8 +144,9 @@ class CudaGraphModule {
   std::vector<int> attn_at_;  // per extern: index into attn_, or -1
   std::unique_ptr<Tf32Attention> attn_kernel_;
   pybind11::object tf32_matmul_;  // torch._C._get_cublas_allow_tf32 (None: not on this torch)
-  // Fills attn_ (the constructor indexes it into attn_at_); returns the head dims the kernel needs.
-  std::vector<int> plan_tf32_attention();
+  // Fills attn_ from the calls of `prog` (the constructor indexes it into attn_at_); returns the
+  // head dims the kernel needs.
+  std::vector<int> plan_tf32_attention(const loop::Program& prog);
   // Runs attention a into a new result buffer; false (nothing done) where the operands' pointers
   // are not aligned as the kernel needs (the caller then calls torch).
   bool run_attention(const OwnAttention& a, std::vector<pybind11::object>& bufs, std::vector<void*>& ptrs, CUstream stream);

@@ -465,7 +465,8 @@ def _conv_bn_graph(dev, epilogue, conv_bias=False, affine=True):
     rm, rv = torch.randn(16, **t), torch.rand(16, **t) + 0.5
     bw, bb = (torch.randn(16, **t), torch.randn(16, **t)) if affine else (None, None)
     z = torch.randn(4, 16, 12, 12, **t)
-    vals = {"x": x, "w": w, "cb": cb, "rm": rm, "rv": rv, "bw": bw, "bb": bb, "z": z}
+    w2 = torch.randn(16, 8, 3, 3, **t) / 8 if epilogue == "two_bn_add_relu" else None  # the downsample's own weight
+    vals = {"x": x, "w": w, "cb": cb, "rm": rm, "rv": rv, "bw": bw, "bb": bb, "z": z, "w2": w2}
     vals = {k: v for k, v in vals.items() if v is not None}
     g = Graph()
     ph = {k: g.placeholder(k, v) for k, v in vals.items()}
@@ -476,7 +477,7 @@ def _conv_bn_graph(dev, epilogue, conv_bias=False, affine=True):
     elif epilogue == "add_relu":
         y = g.call(torch.relu, g.call(operator.add, ph["z"], y))
     elif epilogue == "two_bn_add_relu":  # a residual block with a downsample: two folded convs, one add
-        y2 = g.call(F.batch_norm, g.call(F.conv2d, ph["x"], ph["w"], None, 1, 1), ph["rv"], ph["rv"], None, ph["rm"],
+        y2 = g.call(F.batch_norm, g.call(F.conv2d, ph["x"], ph["w2"], None, 1, 1), ph["rv"], ph["rv"], None, ph["rm"],
                     False, 0.1, 1e-3)
         y = g.call(F.relu, g.call(operator.add, y, y2))
     g.output((y,))

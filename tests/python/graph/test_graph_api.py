@@ -190,6 +190,20 @@ def test_parse_error_is_a_user_error_with_position():
         Graph.parse('def forward(self, x: "f32[4]"):\n    y: "f32[4]" = torch.no_such_op(x)\n    return (y,)\n')
 
 
+def test_optimized_keeps_equal_results_apart_when_one_is_written_later():
+    # a = x * 2; b = x * 2; a.relu_(); return a, b + 1: merged, b would see relu_'s write
+    g = Graph()
+    x = g.placeholder("x", torch.randn(8))
+    a = g.call(torch.mul, x, 2.0)
+    b = g.call(torch.mul, x, 2.0)
+    g.call(torch.Tensor.relu_, a)
+    g.output((a, g.call(torch.add, b, 1.0)))
+    opt = g.optimized()
+    X = torch.randn(8)
+    for got, want in zip(opt.run(X), (torch.relu(X * 2), X * 2 + 1)):
+        assert torch.equal(got, want)
+
+
 def test_optimized_removes_dead_and_duplicate_work():
     g = Graph()
     x = g.placeholder("x", torch.randn(8))

@@ -102,4 +102,4 @@ def test_pass_trace_lists_every_pass():
     trace = g.pass_trace()
     assert [line for line in trace.splitlines() if line.startswith("#")] == [
         "# input", "# after fold_constants", "# after fuse_attention", "# after eliminate_common_subexpressions",
-        "# after eliminate_dead_code"]
+        "# after eliminate_dead_code", "# after functionalize"]
