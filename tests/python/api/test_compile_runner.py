@@ -1,7 +1,6 @@
 """Running a capture: inputs by source, outputs per plan, side effects, exceptions, memory."""
 import collections
 import gc
-import resource
 
 import pytest
 import torch
@@ -9,6 +8,7 @@ import torch
 import framefuse
 from framefuse.graph import Graph
 from capture_specs import stats, tracer
+from mem_util import assert_rss_growth_below, rss_kb
 
 STATE = {}
 COUNTER = 0
@@ -160,14 +160,6 @@ def test_training_runs_through_autograd():
         assert torch.allclose(gw, lin.weight.grad)
 
 
-def _rss_kb():
-    with open("/proc/self/status") as fh:
-        for line in fh:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-
-
 def test_a_million_cached_calls_do_not_grow_memory():
     def f(x):
         return torch.relu(x)
@@ -177,10 +169,10 @@ def test_a_million_cached_calls_do_not_grow_memory():
         for _ in range(20000):
             cf(x)
         gc.collect()
-        before = _rss_kb()
+        before = rss_kb()
         for _ in range(1_000_000):
             cf(x)
         gc.collect()
-        after = _rss_kb()
+        after = rss_kb()
         assert stats()["cache_hits"] == 1_019_999
-    assert after - before < 2048, f"RSS grew by {after - before} kB over a million cached calls"
+    assert_rss_growth_below(after - before, 2048, "a million cached calls")

@@ -11,6 +11,7 @@ import torch
 
 import framefuse
 from framefuse import _C
+from mem_util import assert_rss_growth_below, rss_kb
 
 pytestmark = pytest.mark.usefixtures("fresh_framefuse")
 
@@ -37,14 +38,6 @@ def compile_and_call(kind, backend, x):
         out = cf(x)
         assert out == expected if isinstance(out, int) else torch.equal(out, expected)
     return weakref.ref(f.__code__)
-
-
-def rss_kb():
-    with open("/proc/self/status") as fh:
-        for line in fh:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    raise AssertionError("no VmRSS in /proc/self/status")
 
 
 @pytest.mark.parametrize("reset", [False, True])
@@ -96,7 +89,7 @@ def test_making_and_dropping_functions_keeps_memory_flat(kind):
     gc.collect()
     assert _C._testing.code_state_counts() == counts
     grown = rss_kb() - rss
-    assert grown < n, f"RSS grew by {grown} kB over {n} functions"
+    assert_rss_growth_below(grown, n, f"{n} functions")
 
 
 def map_count():

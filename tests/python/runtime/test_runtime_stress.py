@@ -10,17 +10,10 @@ import torch
 
 import framefuse
 from framefuse import _C
+from mem_util import assert_rss_growth_below, rss_kb
 from thread_util import run_threads
 
 pytestmark = pytest.mark.usefixtures("fresh_framefuse")
-
-
-def rss_kb():
-    with open("/proc/self/status") as fh:
-        for line in fh:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    raise AssertionError("no VmRSS in /proc/self/status")
 
 
 def fused(x, w):
@@ -52,7 +45,7 @@ def test_cached_calls_keep_memory_and_state_flat(fn, backend, calls):
     assert after["frames_compiled"] == stats["frames_compiled"] and after["recompiles"] == stats["recompiles"]
     assert after["cache_hits"] - stats["cache_hits"] >= calls
     assert _C._testing.code_state_counts() == counts
-    assert grown < 1024, f"RSS grew by {grown} kB over {calls} cached calls"
+    assert_rss_growth_below(grown, 1024, f"{calls} cached calls")
 
 
 def shapes_and_break(x, k):
