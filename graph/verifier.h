@@ -27,7 +27,7 @@ namespace ff {
     "an int subscript of a tuple-producing node is a GetItem node, not an operator.getitem Call (the "  \
     "text form cannot tell them apart)")                                                                \
   X(unique_names, "node names are unique Python identifiers that Graph::unique_name could hand out")    \
-  X(meta_matches_rule, "a Call whose op's meta rule answers for its operands carries the rule's result")
+  X(meta_matches_rule, "a Call whose op's meta rule answers for its operands carries the rule's result (requires_grad may be clear where the rule sets it: grad mode was off)")
 // clang-format on
 
 enum class GraphInvariant : uint8_t {

@@ -44,6 +44,17 @@ TEST(Verifier, MetaMustMatchTheRule) {
                        }));
 }
 
+TEST(Verifier, RequiresGradMayBeClearedByGradMode) {
+  // Captured under torch.no_grad(): results of a parameter carry no requires_grad though the rule,
+  // which does not know the mode, gives it. The converse is a violation.
+  Graph g = parse_graph(
+      "def forward(self, x: \"f32[4]\", w: \"f32[4] rg\"):\n"
+      "    mul: \"f32[4]\" = x * w\n"
+      "    relu: \"f32[4] rg\" = torch.relu(x)\n"
+      "    return (mul, relu)\n");
+  EXPECT_EQ(verify(g), (Lines{"meta_matches_rule: 'relu' carries f32[4] rg; the meta rule gives f32[4]"}));
+}
+
 TEST(Verifier, Structure) {
   Graph g = parse_graph(kWellFormed);
   // An operand that comes later, one that does not exist, and a second Output.

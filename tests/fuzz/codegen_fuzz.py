@@ -175,8 +175,21 @@ def _far_from_zero(t):
 
 def _cancellation(op, operands, before, value, approx, limit=4.0):
     """An add of an approximate operand whose result is smaller than the operand by more than
-    `limit` somewhere (fuzz_ops.CANCELS says why it is not drawn)."""
-    if op.name not in fuzz_ops.CANCELS or not isinstance(value, torch.Tensor) or not value.dtype.is_floating_point:
+    `limit` somewhere, or a var / std of one whose spread is (fuzz_ops.CANCELS and SPREADS say why
+    they are not drawn)."""
+    if not isinstance(value, torch.Tensor) or not value.dtype.is_floating_point:
+        return False
+    if op.name in fuzz_ops.SPREADS:
+        spread = value.detach().abs().to(torch.float64)
+        spread = spread.sqrt() if op.name == "var" else spread
+        for n, t in zip(operands, before):
+            if n in approx and isinstance(t, torch.Tensor) and t.dtype.is_floating_point and t.numel():
+                a = t.detach().abs().to(torch.float64)
+                a = a[torch.isfinite(a)]
+                if a.numel() and bool((float(a.max()) > limit * spread).any()):
+                    return True
+        return False
+    if op.name not in fuzz_ops.CANCELS:
         return False
     r = value.detach().abs().to(torch.float64)
     for n, t in zip(operands, before):

@@ -230,11 +230,7 @@ void CudaGraphModule::plan_packed_weights(const std::vector<int>& to_pack, std::
                                             " NHWC conv weight copies kept between calls: packing them per call would raise the graph's peak memory");
     return;
   }
-  if (cubin.empty()) {  // a graph of extern calls alone compiled no kernels
-    std::string why;
-    if (!nvrtc_api(&why)) return;
-    cubin = compile_cubin(nhwc_pack_source(), arch_);
-  }
+  if (cubin.empty()) return;  // no NVRTC (compile_for_cuda compiles it wherever NVRTC is): weights stay converted
   pack_.at_step = from;
   pack_.bufs = bufs;
   pack_.inputs = inputs;
