@@ -109,6 +109,8 @@ const Known& known() {
     k->module_setattr = PyObject_GetAttrString(k->module_type, "__setattr__");
     PyErr_Clear();
     k->partial_type = import_attr("functools", "partial");
+    k->generator_cm_type = import_attr("contextlib", "_GeneratorContextManager");
+    PyErr_Clear();
     k->operator_mod = PyImport_ImportModule("operator");
     k->builtins = PyImport_ImportModule("builtins");
     k->object_getattribute = PyObject_GetAttrString(reinterpret_cast<PyObject*>(&PyBaseObject_Type), "__getattribute__");
@@ -292,6 +294,7 @@ void SymbolicTracer::step(Frame& f, const Instr& ins) {
       store_attr(obj, str_of(co_name(f, arg)), std::move(value));
       break;
     }
+    case Handler::DeleteAttr: delete_attr(pop(), str_of(co_name(f, arg))); break;
     case Handler::LoadSuperAttr: {
       Sym self = pop();
       Sym cls = pop();
@@ -658,6 +661,21 @@ void SymbolicTracer::step(Frame& f, const Instr& ins) {
         push(std::move(entered));
         break;
       }
+      if (Sym gen = generator_cm_gen(mgr)) {
+        // NB: a @contextlib.contextmanager object made in the trace: __enter__ is next(gen) and a
+        // normal __exit__ runs the generator to its end (contextlib's own code catches the
+        // StopIteration that ends it, which the trace cannot). The rest of contextlib's
+        // __enter__ and __exit__ (`del self.args`, the exception paths) changes nothing the
+        // block can see.
+        Sym entered = iter_next(gen);
+        if (!entered) brk(BreakKind::UnsupportedContextManager, "a @contextmanager generator that did not yield");
+        Sym exit = make_sym(SymKind::Method);
+        exit->name = "__exit__";
+        exit->items = {mgr};
+        push(std::move(exit));
+        push(std::move(entered));
+        break;
+      }
       if (mgr->is(SymKind::Object) || mgr->is(SymKind::NewObject)) {
         Sym enter = try_load_attr(mgr, "__enter__");
         Sym exit = try_load_attr(mgr, "__exit__");
@@ -785,8 +803,10 @@ Sym SymbolicTracer::tensor_sym(NodeId node) {
     return s;
   }
   if (m.kind == ValueMeta::Kind::Tuple) {
+    // NB: add_getitem grows the graph's node list, which `m` points into: the count is read first.
+    const size_t count = m.items.size();
     std::vector<Sym> items;
-    for (size_t i = 0; i < m.items.size(); ++i) items.push_back(tensor_sym(out_.graph.add_getitem(node, static_cast<int64_t>(i))));
+    for (size_t i = 0; i < count; ++i) items.push_back(tensor_sym(out_.graph.add_getitem(node, static_cast<int64_t>(i))));
     return make_tuple(std::move(items));
   }
   if (m.kind == ValueMeta::Kind::None) return make_const(Py_None);

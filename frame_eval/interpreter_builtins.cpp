@@ -820,10 +820,32 @@ Sym SymbolicTracer::call_method(const Sym& method, std::vector<Sym>& args, KwArg
     case SymKind::DictView:
     case SymKind::Appendable:
       return call_container_method(self, name, args, kwargs);
+    case SymKind::NewObject:
+      if (Sym gen = generator_cm_gen(self); gen && name == "__exit__") {
+        // The with-statement's normal exit: __exit__(None, None, None). The generator must end
+        // (contextlib raises "generator didn't stop" where it yields again).
+        bool normal = args.size() == 3 && kwargs.empty();
+        for (const Sym& a : args) normal = normal && a->is(SymKind::Const) && a->obj.get() == Py_None;
+        if (!normal) brk(BreakKind::UnsupportedContextManager, "an exception leaving a @contextmanager block");
+        if (iter_next(gen)) brk(BreakKind::UnsupportedContextManager, "a @contextmanager generator that yields twice");
+        return make_const(Py_False);
+      }
+      break;
     default:
       break;
   }
   brk(BreakKind::UnsupportedCall, std::string(sym_kind_name(self->kind)) + "." + name + "()");
+}
+
+Sym SymbolicTracer::generator_cm_gen(const Sym& mgr) {
+  PyObject* cm_type = known().generator_cm_type;
+  if (!cm_type || !mgr->is(SymKind::NewObject) || !PyType_Check(mgr->obj.get())) return nullptr;
+  PyTypeObject* cls = reinterpret_cast<PyTypeObject*>(mgr->obj.get());
+  // NB: only contextlib's own class: a subclass may change __enter__ or __exit__.
+  if (cls != reinterpret_cast<PyTypeObject*>(cm_type)) return nullptr;
+  for (auto& [n, v] : mgr->attrs)
+    if (n == "gen") return v->is(SymKind::Iterator) && v->iter == IterKind::Generator ? v : nullptr;
+  return nullptr;
 }
 
 }  // namespace ff

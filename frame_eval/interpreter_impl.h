@@ -49,6 +49,7 @@ struct Known {
   PyObject* set_grad_enabled = nullptr;
   PyObject* size_type = nullptr;        // torch.Size
   PyObject* partial_type = nullptr;     // functools.partial
+  PyObject* generator_cm_type = nullptr;  // contextlib._GeneratorContextManager (@contextmanager's objects)
   PyObject* operator_mod = nullptr;
   PyObject* builtins = nullptr;
   PyObject* object_getattribute = nullptr;
@@ -116,6 +117,9 @@ class SymbolicTracer {
   Sym owner_of_instance_dict(const Sym& dict);                // the Object whose __dict__ it is, if any
   void set_object_attr(const Sym& obj, const std::string& name, Sym value);  // the tracer's view only  // of a modelled builtin type; nullptr: none  // object.__getattribute__; nullptr: none
   void store_attr(const Sym& base, const std::string& name, Sym value);
+  void delete_attr(const Sym& base, const std::string& name);
+  // The generator of a @contextlib.contextmanager object the trace made (nullptr for anything else).
+  Sym generator_cm_gen(const Sym& mgr);
   Sym load_global(Frame& f, PyObject* name);
   void store_global(Frame& f, PyObject* name, Sym value);
   Sym cell_contents(const Sym& cell);

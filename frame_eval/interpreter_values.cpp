@@ -1,6 +1,8 @@
 // Turning real Python state into symbolic values: sources, guards, attributes and globals.
 #include <Python.h>
 
+#include <algorithm>
+
 #include "frame_eval/interpreter_impl.h"
 #include "frame_eval/py_util.h"
 #include "graph/op_registry.h"
@@ -882,6 +884,26 @@ void SymbolicTracer::store_attr(const Sym& base, const std::string& name, Sym va
     return;
   }
   brk(BreakKind::UnsupportedAttribute, "assignment to attribute '" + name + "' of " + describe_sym(base));
+}
+
+void SymbolicTracer::delete_attr(const Sym& base, const std::string& name) {
+  // NB: an object the trace made holds all of its attributes in `attrs` (they are replayed onto
+  // it where it escapes): `del` takes one out (contextlib's __enter__: `del self.args, self.kwds,
+  // self.func`). A later read finds the class's attribute, or none, as Python would.
+  if (base->is(SymKind::NewObject)) {
+    PyTypeObject* cls = reinterpret_cast<PyTypeObject*>(base->obj.get());
+    if (type_lookup(cls, "__delattr__") != type_lookup(&PyBaseObject_Type, "__delattr__"))
+      brk(BreakKind::UnsupportedAttribute, "deleting attribute '" + name + "' runs custom code (__delattr__)");
+    PyObject* desc = type_lookup(cls, name.c_str());
+    if (desc && Py_TYPE(desc)->tp_descr_set)
+      brk(BreakKind::UnsupportedAttribute, "deleting attribute '" + name + "' runs custom code (a descriptor)");
+    auto it = std::find_if(base->attrs.begin(), base->attrs.end(), [&](const auto& a) { return a.first == name; });
+    if (it == base->attrs.end())
+      brk(BreakKind::UnsupportedAttribute, "deleting attribute '" + name + "' that " + describe_sym(base) + " does not have");
+    base->attrs.erase(it);
+    return;
+  }
+  brk(BreakKind::UnsupportedAttribute, "deleting attribute '" + name + "' of " + describe_sym(base));
 }
 
 }  // namespace ff

@@ -20,7 +20,7 @@ namespace ff {
 #define FF_HANDLERS(X)                                                                           \
   X(Unsupported) X(Nop) X(PopTop) X(PushNull) X(Copy) X(Swap) X(LoadConst) X(LoadFast)          \
   X(LoadFastAndClear) X(StoreFast) X(DeleteFast) X(LoadGlobal) X(StoreGlobal) X(LoadAttr)       \
-  X(LoadMethod) X(LoadAttrMethodBit) X(StoreAttr) X(LoadSuperAttr) X(LoadDeref) X(StoreDeref) X(LoadClosure)         \
+  X(LoadMethod) X(LoadAttrMethodBit) X(StoreAttr) X(DeleteAttr) X(LoadSuperAttr) X(LoadDeref) X(StoreDeref) X(LoadClosure)         \
   X(MakeCell) X(CopyFreeVars) X(BinaryOp) X(UnaryNegative) X(UnaryNot) X(UnaryInvert)            \
   X(UnaryPositive) X(CompareOp) X(IsOp) X(ContainsOp) X(BinarySubscr) X(StoreSubscr)            \
   X(DeleteSubscr) X(BinarySlice) X(StoreSlice) X(BuildTuple) X(BuildList) X(BuildSet)          \

@@ -58,7 +58,7 @@ constexpr uint8_t F = kJumpForward, B = kJumpBackward, M = kMayBreak;
   X(FOR_ITER, 93, ForIter, 1, F | M)                          \
   X(UNPACK_EX, 94, UnpackEx, 0, M)                            \
   X(STORE_ATTR, 95, StoreAttr, 4, M)                          \
-  X(DELETE_ATTR, 96, Unsupported, 0, 0)                       \
+  X(DELETE_ATTR, 96, DeleteAttr, 0, M)                         \
   X(STORE_GLOBAL, 97, StoreGlobal, 0, M)                      \
   X(DELETE_GLOBAL, 98, Unsupported, 0, 0)                     \
   X(SWAP, 99, Swap, 0, 0)                                     \

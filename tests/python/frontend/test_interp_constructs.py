@@ -1,6 +1,7 @@
 """The symbolic interpreter on the constructs real model code uses: each case is traced (graph text
 and counters asserted where they say something) and run on the reference runner against eager."""
 import collections
+import contextlib
 import dataclasses
 import enum
 import functools
@@ -426,3 +427,73 @@ def test_zero_argument_super_reaching_object():
     f = framefuse.compile(lambda x: s.apply(x) + 1, backend="eager")
     for _ in range(2):
         assert torch.equal(f(x), x * 3.0 + 1)
+
+
+# ---- del obj.attr and @contextlib.contextmanager ----------------------------------------------
+
+class _Holder:
+    shared = 10
+
+    def __init__(self):
+        self.a, self.shared = 1, 2
+
+
+def test_del_of_an_attribute_of_an_object_made_in_the_trace():
+    def f(x):
+        o = _Holder()
+        del o.a, o.shared            # the class attribute shows through again
+        return x * o.shared, hasattr(o, "a"), hasattr(o, "shared")
+    info = check(f, x4)
+    assert info["break"] is None
+    assert trace(f, x4)["stats"]["ops"] == 1
+
+
+def test_del_that_python_would_refuse_or_that_reaches_outside_breaks():
+    def missing(x):
+        o = _Holder()
+        del o.missing                # AttributeError in eager
+        return x
+    assert "does not have" in brk(missing, x4)["reason"]
+    outside = _Holder()
+
+    def foreign(x, o):
+        del o.a                      # an object from outside the graph
+        return x
+    assert "deleting attribute 'a'" in brk(foreign, x4, outside)["reason"]
+
+
+@contextlib.contextmanager
+def _logged(log, k):
+    log.append("enter")
+    try:
+        yield k + 1
+    finally:
+        log.append("exit")
+
+
+def test_contextmanager_generators_run_their_setup_and_cleanup_in_order():
+    def f(x, log):
+        with _logged(log, 2) as v:
+            y = x * v
+            log.append("body")
+        log.append(len(log))
+        return y + 1
+    info = check(f, x4, [])
+    assert info["break"] is None
+
+
+def test_contextmanager_that_yields_twice_or_sees_an_exception_breaks():
+    @contextlib.contextmanager
+    def twice():
+        yield 1
+        yield 2
+
+    def f(x):
+        with twice() as v:
+            return x + v
+    assert "yields twice" in brk(f, x4)["reason"]
+
+    def g(x, log):
+        with _logged(log, 0):
+            raise ValueError("inside")
+    assert brk(g, x4, [])["reason"]

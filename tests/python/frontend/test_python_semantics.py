@@ -876,3 +876,45 @@ def test_is_compiling_is_true_in_captured_code(backend, probe):
     assert not getattr(torch.compiler, probe)()
     framefuse.reset()
     assert torch.equal(framefuse.compile(fn, backend=backend)(torch.zeros(1)), torch.ones(1))
+
+
+class _Slots:
+    def __init__(self, n):
+        self.n, self.tmp = n, n * 2
+
+
+@contextlib.contextmanager
+def _scoped(log, k):
+    log.append(("enter", k))
+    try:
+        yield k * 2
+    finally:
+        log.append(("exit", k))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_del_attr_on_an_object_that_escapes(backend):
+    def f(x):
+        o = _Slots(3)
+        del o.tmp
+        return x * o.n, o                     # the returned object has no `tmp`
+    check(f, x, backend=backend)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_contextmanager_blocks_with_and_without_a_break_inside(backend):
+    def whole(x, log):
+        with _scoped(log, 1) as v:
+            y = x * v
+        with _scoped(log, 2):
+            y = y + 1
+        return y, log
+    check(whole, x, [], backend=backend)
+
+    def broken(x, log):
+        with _scoped(log, 3) as v:
+            y = x + v
+            print("break inside the block")
+            y = y * 2
+        return y, log
+    check(broken, x, [], backend=backend)
