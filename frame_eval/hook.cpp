@@ -439,7 +439,9 @@ Dispatch dispatch_frame(ThreadState& st, const ff_frame_info& info) {
     ++st.disabled;  // cold: explaining the guards may run Python code
     std::string last = "none";
     if (!entries.empty()) {
-      auto fails = entries.front()->runner->guards().explain(values, true);
+      // NB: held: explaining checks guards, which may release the GIL to a thread that resets.
+      std::shared_ptr<CacheEntry> first = entries.front();
+      auto fails = first->runner->guards().explain(values, true);
       if (!fails.empty()) last = fails.front();
     }
     log_emit(LogComponent::frontend, LogLevel::Warning,

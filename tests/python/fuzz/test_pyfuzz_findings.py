@@ -328,3 +328,21 @@ def test_class_attribute_read_with_default_is_guarded(backend):
         assert cf(torch.ones(1))[1] == 5
     finally:
         del _Counter.count
+
+
+def _two_equal_constants_returned(x):
+    # program 5:3985: three equal constant expressions, the last two returned. Common-subexpression
+    # elimination merged both returned ones into the first, so the call returned one tensor twice.
+    def ones():
+        return (torch.full((3,), 1, dtype=torch.int64) != torch.full((3,), -3, dtype=torch.int64)).float()
+    a = ones()
+    b = ones()
+    c = ones()
+    return b, c, a + x
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_equal_results_returned_twice_stay_two_tensors(backend):
+    check(_two_equal_constants_returned, backend, lambda: [torch.tensor([-1.0, 2.0, 3.0])])
+    b, c, _ = framefuse.compile(_two_equal_constants_returned, backend=backend)(torch.zeros(3))
+    assert b is not c and b.data_ptr() != c.data_ptr()
