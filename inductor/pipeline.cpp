@@ -22,8 +22,6 @@ namespace {
 // NB: enough root iterations for every thread (and for load balance between them).
 constexpr int64_t kMinRootExtent = 256;
 
-bool verifying() { return verify_between_passes(); }
-
 double ms_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }
@@ -38,7 +36,7 @@ loop::Program lower(const Graph& g, std::vector<std::string>* notes, bool cpu_on
   auto t0 = std::chrono::steady_clock::now();
   loop::Program p = lower_graph(g, notes, cpu_only ? EagerDevice::CPU : EagerDevice::CUDA);
   log_pass_time("lower_graph", ms_since(t0));
-  if (verifying()) check_program(p, "lower_graph");
+  if (verify_between_passes()) check_program(p, "lower_graph");
   if (print_ir_after("lower_graph")) log_emit(LogArtifact::pass_ir, "loop IR after lower_graph:\n" + loop::program_str(p));
   if (observer && observer->loop) observer->loop("lower_graph", p);
   return p;
@@ -203,7 +201,7 @@ void render_cuda(CudaCompiled& out, const CudaPipelineOptions& options) {
 }  // namespace
 
 Graph run_passes(const Graph& ir, const std::vector<NamedPass<Graph>>& passes, const PassObserver* observer) {
-  return ff::run_passes(ir, passes, verifying(), observer ? observer->graph : nullptr);
+  return ff::run_passes(ir, passes, verify_between_passes(), observer ? observer->graph : nullptr);
 }
 
 loop::Program run_passes(const loop::Program& ir, const std::vector<NamedPass<loop::Program>>& passes,
@@ -213,7 +211,7 @@ loop::Program run_passes(const loop::Program& ir, const std::vector<NamedPass<lo
     auto t0 = std::chrono::steady_clock::now();
     current = pass.run(current);
     log_pass_time(pass.name, ms_since(t0));
-    if (verifying()) check_program(current, pass.name);
+    if (verify_between_passes()) check_program(current, pass.name);
     if (print_ir_after(pass.name))
       log_emit(LogArtifact::pass_ir, std::string("loop IR after ") + pass.name + ":\n" + loop::program_str(current));
     if (observer && observer->loop) observer->loop(pass.name, current);

@@ -10,7 +10,7 @@
 //   compile_for_cuda:  fold_constants, fuse_attention, eliminate_common_subexpressions,
 //                      eliminate_dead_code, functionalize, fold_conv_batch_norm (reduce-overhead),
 //                      channels_last | lower_graph, fuse_kernels, eliminate_dead_stores,
-//                      plan_memory | CUDA C++ (render_cuda; NVRTC: compile_cuda_units)
+//                      plan_memory | CUDA C++ (render_cuda: cuda/cuda_render.h; NVRTC: compile_cubins)
 //
 // Each pass is timed and logged (artifact `passes`), verified after it runs when config
 // `verify_graphs` is on or in debug builds (the graph verifier, loop::verify_program), and its IR is

@@ -41,7 +41,6 @@ void append_key(std::string& key, const Value& v) {
 struct Seen {
   NodeId result;       // the node in the result graph
   NodeId source;       // the node in the source graph
-  int64_t version;     // its alias class's version when it was computed
   bool returned;       // the result is a graph output (itself or a node merged into it)
 };
 
@@ -98,14 +97,14 @@ Graph eliminate_common_subexpressions(const Graph& g) {
     if (it != seen.end()) {
       const Seen& prev = it->second;
       int prev_class = alias.of(prev.source), this_class = alias.of(id);
-      bool stale = version[prev_class] != prev.version;  // the earlier result was mutated since
+      // NB: this also covers an earlier result mutated since it was computed.
       bool written = mutated_classes.count(prev_class) || mutated_classes.count(this_class);
       // NB: eager returns two tensors (or two tensors that do not share memory): so must we. A node
       // merged into `prev` makes prev what it was: returned, of its class.
       bool this_returned = outputs.count(id) > 0;
       bool both_returned = (prev_class != this_class && output_classes.count(prev_class) && output_classes.count(this_class)) ||
                            (this_returned && prev.returned);
-      if (!stale && !written && !both_returned) {
+      if (!written && !both_returned) {
         it->second.returned |= this_returned;
         if (output_classes.count(this_class)) output_classes.insert(prev_class);
         rw.replace(id, Value::of_node(prev.result));
@@ -113,7 +112,7 @@ Graph eliminate_common_subexpressions(const Graph& g) {
       }
     }
     NodeId result = copied(rw.copy_with(id, std::move(args)), id);
-    seen[key] = Seen{result, id, version[alias.of(id)], outputs.count(id) > 0};
+    seen[key] = Seen{result, id, outputs.count(id) > 0};
   }
   return rw.finish();
 }

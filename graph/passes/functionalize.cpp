@@ -51,7 +51,7 @@ std::optional<ValueMeta> inferred(OpId op, const std::vector<Value>& args, const
 
 }  // namespace
 
-Graph functionalize(const Graph& g, std::vector<std::string>* log) {
+Graph functionalize(const Graph& g) {
   const size_t n = g.size();
   std::vector<std::vector<NodeId>> users(n);
   for (NodeId id = 0; id < static_cast<NodeId>(n); ++id)
@@ -107,7 +107,6 @@ Graph functionalize(const Graph& g, std::vector<std::string>* log) {
       rw.replace(id, Value::of_node(rw.add_call(to, std::move(*cast_args), nd.meta, nd.name + "_cast")));
     }
     fresh[static_cast<size_t>(id)] = true;
-    if (log) log->push_back(nd.name + " -> " + op_def(fn.op).name);
   }
   return rw.finish();
 }

@@ -17,14 +17,13 @@
 #pragma once
 
 #include <string>
-#include <vector>
 
 #include "graph/ir.h"
 
 namespace ff {
 
-// The pass. Appends "<in-place node> -> <out-of-place op>" to *log for every rewrite.
-Graph functionalize(const Graph& g, std::vector<std::string>* log = nullptr);
+// The pass.
+Graph functionalize(const Graph& g);
 
 // The out-of-place form of in-place call `n` in *out: add_ -> add, x += y -> x + y,
 // relu(x, inplace=True) -> relu(x, inplace=False). Returns "" or why there is none.
