@@ -103,7 +103,10 @@ struct OutputPlan {
   // [, globals: where they are not the frame's]; Iterator: iter(items[0]) past its first `index` items;
   // GradCtx: constant() (torch.no_grad / enable_grad); GradExit: the same entered, its bound
   // __exit__; Method: items[1] bound to items[0]; Set: a set of items, added in order; Call:
-  // items[0](*items[1:]).
+  // items[0](*items[1:]); Object: an instance of the class `constant` made without __init__, its
+  // attributes keys[i] = items[i] written to its __dict__, and where index == 1 (a dict or
+  // OrderedDict subclass) the last item a Dict plan of its mapping contents, stored in order
+  // through the builtin base's __setitem__.
   enum class Kind : uint8_t {
     GraphOutput,
     Source,
@@ -120,14 +123,15 @@ struct OutputPlan {
     Method,
     Attr,  // getattr(items[0], constant)
     Set,
-    Call
+    Call,
+    Object
   };
   Kind kind = Kind::Constant;
   int index = -1;               // GraphOutput: index into the graph's output tuple
   SourcePtr source;             // Source: an existing object fetched again (e.g. `return self`)
   PyObject* constant = nullptr; // Constant: strong reference
   std::vector<OutputPlan> items;  // Tuple/List; Dict: items are values, `keys` the keys
-  std::vector<PyObject*> keys;    // Dict: strong references
+  std::vector<PyObject*> keys;    // Dict; Object: attribute names. Strong references
   PyObject* tuple_type = nullptr; // Tuple: a namedtuple type to rebuild, or null for a plain tuple
   int memo = -1;                  // >= 0: built once per run; every plan with this id is the same object
 };

@@ -83,6 +83,13 @@ CaptureRunner::Plan CaptureRunner::resolve_plan(const OutputPlan& p) {
       r.index = p.index;
       for (const OutputPlan& item : p.items) r.items.push_back(resolve_plan(item));
       break;
+    case OutputPlan::Kind::Object:
+      FF_CHECK(p.keys.size() + (p.index == 1 ? 1 : 0) == p.items.size(), "object plan: names and values differ in number");
+      r.constant = p.constant;
+      r.index = p.index;
+      r.keys = p.keys;
+      for (const OutputPlan& item : p.items) r.items.push_back(resolve_plan(item));
+      break;
     case OutputPlan::Kind::Dict:
       FF_CHECK(p.keys.size() == p.items.size(), "dict plan: keys and values differ in number");
       r.keys = p.keys;
@@ -368,6 +375,33 @@ PyObject* CaptureRunner::run(const FrameValues& frame, Slots& slots) const {
   return result;
 }
 
+// An object the trace made: its class's __new__ (object's, dict's or OrderedDict's: nothing else
+// reaches a plan) without __init__, whose effects the trace modelled, then its state.
+PyObject* CaptureRunner::build_object(const Plan& p, PyObject* outputs, const Slots& slots, const FrameValues& frame,
+                                      Memo* memo) const {
+  auto* cls = reinterpret_cast<PyTypeObject*>(p.constant);
+  PyRef no_args = PyRef::steal(PyTuple_New(0));
+  PyRef obj = PyRef::steal(no_args ? cls->tp_new(cls, no_args.get(), nullptr) : nullptr);
+  if (!obj) return nullptr;
+  PyRef dict = PyRef::steal(PyObject_GenericGetDict(obj.get(), nullptr));
+  if (!dict) return nullptr;
+  for (size_t i = 0; i < p.keys.size(); ++i) {
+    PyRef v = PyRef::steal(build(p.items[i], outputs, slots, frame, memo));
+    if (!v || PyDict_SetItem(dict.get(), p.keys[i], v.get()) < 0) return nullptr;
+  }
+  if (p.index == 1) {
+    PyTypeObject* base = cls;
+    while (base->tp_flags & Py_TPFLAGS_HEAPTYPE) base = base->tp_base;
+    PyRef contents = PyRef::steal(build(p.items.back(), outputs, slots, frame, memo));
+    if (!contents) return nullptr;
+    PyObject *k, *v;
+    Py_ssize_t pos = 0;
+    while (PyDict_Next(contents.get(), &pos, &k, &v))
+      if (base->tp_as_mapping->mp_ass_subscript(obj.get(), k, v) < 0) return nullptr;
+  }
+  return obj.release();
+}
+
 PyObject* CaptureRunner::build_break_only(const Plan& p, PyObject* outputs, const Slots& slots,
                                           const FrameValues& frame, Memo* memo) const {
   auto item = [&](size_t i) { return build(p.items[i], outputs, slots, frame, memo); };
@@ -459,6 +493,8 @@ PyObject* CaptureRunner::build_break_only(const Plan& p, PyObject* outputs, cons
       Py_DECREF(callee);
       return r;
     }
+    case OutputPlan::Kind::Object:
+      return build_object(p, outputs, slots, frame, memo);
     case OutputPlan::Kind::GradCtx:
       return PyObject_CallNoArgs(p.constant);
     case OutputPlan::Kind::GradExit: {

@@ -47,6 +47,8 @@ class CaptureRunner {
   PyObject* build_one(const Plan& p, PyObject* outputs, const Slots& slots, const FrameValues& frame, Memo* memo) const;
   PyObject* build_break_only(const Plan& p, PyObject* outputs, const Slots& slots, const FrameValues& frame,
                              Memo* memo) const;
+  PyObject* build_object(const Plan& p, PyObject* outputs, const Slots& slots, const FrameValues& frame,
+                         Memo* memo) const;
 
   CaptureResult capture_;
   std::unique_ptr<GuardProgram> program_;

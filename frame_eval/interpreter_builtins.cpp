@@ -449,8 +449,15 @@ Sym SymbolicTracer::call_const(const Sym& fn, std::vector<Sym>& args, KwArgs& kw
       if (Sym r = generic_object_attr(args[0], attr)) return r;
       brk(BreakKind::RaisesInTrace, std::string("AttributeError: ") + describe_sym(args[0]) + " has no attribute '" + attr + "'");
     }
-    if (o == k.object_setattr && args.size() == 3 && args[0]->is(SymKind::NewObject) && args[1]->is(SymKind::Const)) {
-      store_attr(args[0], PyUnicode_AsUTF8(args[1]->obj.get()), args[2]);
+    if (o == k.object_getattribute && args.size() == 2 && args[0]->is(SymKind::NewObject) && args[1]->is(SymKind::Const) &&
+        PyUnicode_Check(args[1]->obj.get())) {
+      const char* attr = PyUnicode_AsUTF8(args[1]->obj.get());
+      if (Sym r = new_object_attr(args[0], attr)) return r;
+      brk(BreakKind::RaisesInTrace, std::string("AttributeError: ") + describe_sym(args[0]) + " has no attribute '" + attr + "'");
+    }
+    if (o == k.object_setattr && args.size() == 3 && args[0]->is(SymKind::NewObject) && args[1]->is(SymKind::Const) &&
+        PyUnicode_Check(args[1]->obj.get())) {
+      new_object_store(args[0], PyUnicode_AsUTF8(args[1]->obj.get()), args[2]);
       return make_const(Py_None);
     }
     if ((mod == "_operator" || mod == "operator") && !any_tensor) {

@@ -115,7 +115,10 @@ class SymbolicTracer {
   void not_in_instance_dict(const Sym& base, const std::string& name);  // guards that obj.__dict__ lacks it
   Sym instance_dict(const Sym& base);                         // obj.__dict__, linked to obj's attributes
   Sym owner_of_instance_dict(const Sym& dict);                // the Object whose __dict__ it is, if any
-  void set_object_attr(const Sym& obj, const std::string& name, Sym value);  // the tracer's view only  // of a modelled builtin type; nullptr: none  // object.__getattribute__; nullptr: none
+  void set_object_attr(const Sym& obj, const std::string& name, Sym value);  // the tracer's view only
+  // object.__getattribute__ / object.__setattr__ on an object the trace made (no custom hooks).
+  Sym new_object_attr(const Sym& base, const std::string& name);  // nullptr: AttributeError
+  void new_object_store(const Sym& base, const std::string& name, Sym value);
   void store_attr(const Sym& base, const std::string& name, Sym value);
   void delete_attr(const Sym& base, const std::string& name);
   // The generator of a @contextlib.contextmanager object the trace made (nullptr for anything else).

@@ -264,6 +264,21 @@ OutputPlan OutputBuilder::plan_value(const Sym& v) {
       return p;
     case SymKind::DictView:
       return call_plan(attr_plan(plan(v->items[0]), v->name.c_str()), {});
+    case SymKind::NewObject: {
+      // Rebuilt from its state: __new__ (object's or dict's, construct() allows no other) and the
+      // attributes, which hold everything its __init__ did to it.
+      auto* cls = reinterpret_cast<PyTypeObject*>(v->obj.get());
+      if (cls->tp_dictoffset == 0) break;
+      p.kind = OutputPlan::Kind::Object;
+      p.memo = memo(v);
+      p.constant = v->obj.get();
+      Py_INCREF(p.constant);
+      for (const auto& [name, value] : v->attrs) {
+        p.keys.push_back(PyUnicode_FromString(name.c_str()));
+        p.items.push_back(plan(value));
+      }
+      return p;
+    }
     case SymKind::Slice: {
       PyObject* c = sym_to_const(v);
       if (c) {

@@ -789,34 +789,19 @@ Sym SymbolicTracer::try_load_attr(const Sym& base, const std::string& name) {
       return nullptr;
     }
     case SymKind::NewObject: {
-      if (Sym v = find_attr(base->attrs, name)) return v;
       PyTypeObject* cls = reinterpret_cast<PyTypeObject*>(base->obj.get());
-      if (name == "__class__") return make_const(base->obj.get());
-      PyObject* v = type_lookup(cls, name.c_str());
-      if (!v) return nullptr;
-      // Slots and C-level attributes of an object that does not exist yet (__weakref__, __dict__ ...).
-      if (Py_TYPE(v) == &PyMemberDescr_Type || Py_TYPE(v) == &PyGetSetDescr_Type)
-        brk(BreakKind::UnsupportedAttribute, "attribute '" + name + "' of " + describe_sym(base) + " (a slot of the object)");
-      if (PyFunction_Check(v)) {
-        Sym s = make_sym(SymKind::BoundMethod);
-        s->items = {base, make_const(v)};
-        return s;
+      PyObject* getattribute = type_lookup(cls, "__getattribute__");
+      if (getattribute != type_lookup(&PyBaseObject_Type, "__getattribute__") && cls->tp_getattro != PyObject_GenericGetAttr) {
+        if (!PyFunction_Check(getattribute)) brk(BreakKind::UnsupportedAttribute, "an object with a custom __getattribute__ written in C");
+        PyRef n = PyRef::steal(PyUnicode_FromString(name.c_str()));
+        return call(make_const(getattribute), {base, make_const(n.get())}, {});
       }
-      if (PyObject_TypeCheck(v, &PyProperty_Type)) {
-        PyRef fget = PyRef::steal(PyObject_GetAttrString(v, "fget"));
-        return call(make_const(fget.get()), {base}, {});
-      }
-      if (Py_TYPE(v) == &PyClassMethod_Type) {
-        PyRef fn = PyRef::steal(PyObject_GetAttrString(v, "__func__"));
-        Sym s = make_sym(SymKind::BoundMethod);
-        s->items = {make_const(base->obj.get()), make_const(fn.get())};
-        return s;
-      }
-      if (Py_TYPE(v) == &PyStaticMethod_Type) {
-        PyRef fn = PyRef::steal(PyObject_GetAttrString(v, "__func__"));
-        return make_const(fn.get());
-      }
-      return wrap(v, nullptr);
+      if (Sym v = new_object_attr(base, name)) return v;
+      PyObject* ga = type_lookup(cls, "__getattr__");
+      if (!ga) return nullptr;
+      if (!PyFunction_Check(ga)) brk(BreakKind::UnsupportedAttribute, "__getattr__ implemented in C");
+      PyRef n = PyRef::steal(PyUnicode_FromString(name.c_str()));
+      return call(make_const(ga), {base, make_const(n.get())}, {});
     }
     case SymKind::Object: {
       // NB: no attribute cache before a custom __getattribute__: it may map names (the cache holds
@@ -853,10 +838,66 @@ Sym SymbolicTracer::try_load_attr(const Sym& base, const std::string& name) {
   }
 }
 
+// Python's generic attribute lookup on an object the trace made: data descriptors of its class,
+// then its own attributes, then the class's. nullptr: no such attribute.
+Sym SymbolicTracer::new_object_attr(const Sym& base, const std::string& name) {
+  auto* cls = reinterpret_cast<PyTypeObject*>(base->obj.get());
+  if (name == "__class__" && type_lookup(cls, "__class__") == type_lookup(&PyBaseObject_Type, "__class__"))
+    return make_const(base->obj.get());
+  PyObject* v = type_lookup(cls, name.c_str());
+  if (v && Py_TYPE(v)->tp_descr_set) {  // a data descriptor wins over the instance's attributes
+    if (PyObject_TypeCheck(v, &PyProperty_Type)) {
+      PyRef fget = PyRef::steal(PyObject_GetAttrString(v, "fget"));
+      if (!fget || fget.get() == Py_None) brk(BreakKind::RaisesInTrace, "AttributeError: property '" + name + "' has no getter");
+      return call(make_const(fget.get()), {base}, {});
+    }
+    // Slots and C-level attributes of an object that does not exist yet (__weakref__, __dict__ ...).
+    brk(BreakKind::UnsupportedAttribute, "attribute '" + name + "' of " + describe_sym(base) + " (a descriptor of its class)");
+  }
+  if (Sym a = find_attr(base->attrs, name)) return a;
+  if (!v) return nullptr;
+  if (PyFunction_Check(v) || PyObject_TypeCheck(v, &PyMethodDescr_Type) || Py_TYPE(v) == &PyWrapperDescr_Type) {
+    Sym s = make_sym(SymKind::BoundMethod);
+    s->items = {base, make_const(v)};
+    return s;
+  }
+  if (Py_TYPE(v) == &PyClassMethod_Type) {
+    PyRef fn = PyRef::steal(PyObject_GetAttrString(v, "__func__"));
+    Sym s = make_sym(SymKind::BoundMethod);
+    s->items = {make_const(base->obj.get()), make_const(fn.get())};
+    return s;
+  }
+  if (Py_TYPE(v) == &PyStaticMethod_Type) {
+    PyRef fn = PyRef::steal(PyObject_GetAttrString(v, "__func__"));
+    return make_const(fn.get());
+  }
+  if (Py_TYPE(v)->tp_descr_get) brk(BreakKind::UnsupportedAttribute, "attribute '" + name + "' is a descriptor");
+  // A plain class attribute, guarded where it lives (classes are mutable: A.a = 5).
+  return wrap(v, attr_source(object_source(base->obj.get(), cls->tp_name), name));
+}
+
+void SymbolicTracer::new_object_store(const Sym& base, const std::string& name, Sym value) {
+  auto* cls = reinterpret_cast<PyTypeObject*>(base->obj.get());
+  if (PyObject* desc = type_lookup(cls, name.c_str()); desc && Py_TYPE(desc)->tp_descr_set) {
+    if (PyObject_TypeCheck(desc, &PyProperty_Type)) {
+      PyRef fset = PyRef::steal(PyObject_GetAttrString(desc, "fset"));
+      if (!fset || fset.get() == Py_None) brk(BreakKind::RaisesInTrace, "AttributeError: property '" + name + "' has no setter");
+      call(make_const(fset.get()), {base, std::move(value)}, {});
+      return;
+    }
+    brk(BreakKind::UnsupportedAttribute, "assignment to '" + name + "' of " + describe_sym(base) + " (a descriptor of its class)");
+  }
+  set_attr(base->attrs, name, std::move(value));
+}
+
 void SymbolicTracer::store_attr(const Sym& base, const std::string& name, Sym value) {
   if (name == "__class__" || name == "__dict__") brk(BreakKind::UnsupportedAttribute, "assignment to " + name);
   if (base->is(SymKind::NewObject)) {
-    set_attr(base->attrs, name, std::move(value));
+    PyObject* setattr = type_lookup(reinterpret_cast<PyTypeObject*>(base->obj.get()), "__setattr__");
+    if (setattr == type_lookup(&PyBaseObject_Type, "__setattr__")) return new_object_store(base, name, std::move(value));
+    if (!PyFunction_Check(setattr)) brk(BreakKind::UnsupportedAttribute, "assignment to '" + name + "' runs __setattr__ written in C");
+    PyRef n = PyRef::steal(PyUnicode_FromString(name.c_str()));
+    call(make_const(setattr), {base, make_const(n.get()), std::move(value)}, {});
     return;
   }
   if (base->is(SymKind::Object) && base->source) {
