@@ -8,6 +8,7 @@
 #include <memory>
 #include <unordered_map>
 
+#include "frame_eval/bytecode.h"
 #include "frame_eval/cache.h"
 #include "frame_eval/guards.h"
 #include "frame_eval/interpreter_impl.h"
@@ -67,6 +68,10 @@ const DecodedCode& decode_code(PyCodeObject* code) {
     }
   }
   dc->nlocalsplus = static_cast<int>(PyTuple_GET_SIZE(code->co_localsplusnames));
+  PyObject* exc_table = code->co_exceptiontable;
+  if (exc_table && PyBytes_Check(exc_table))
+    for (const bc::RawExcEntry& e : bc::parse_exception_table(std::string(PyBytes_AS_STRING(exc_table), PyBytes_GET_SIZE(exc_table))))
+      dc->handled.emplace_back(e.start, e.start + e.length);
   state->decoded = dc;
   return *dc;
 }
@@ -110,6 +115,7 @@ const Known& known() {
     PyErr_Clear();
     k->partial_type = import_attr("functools", "partial");
     k->generator_cm_type = import_attr("contextlib", "_GeneratorContextManager");
+    k->ordered_dict_type = import_attr("collections", "OrderedDict");
     PyErr_Clear();
     k->operator_mod = PyImport_ImportModule("operator");
     k->builtins = PyImport_ImportModule("builtins");
@@ -147,7 +153,13 @@ const Known& known() {
 
 SymbolicTracer::SymbolicTracer(const FrameView& view, const TraceOptions& options) : view_(view), options_(options) {}
 
-void SymbolicTracer::brk(BreakKind kind, const std::string& detail) {
+void SymbolicTracer::brk(BreakKind kind, const std::string& detail) { throw GraphBreak(break_info(kind, detail)); }
+
+void SymbolicTracer::raise_attribute_error(const Sym& obj, const std::string& name) {
+  throw AttributeMissing(break_info(BreakKind::RaisesInTrace, "AttributeError: " + describe_sym(obj) + " has no attribute '" + name + "'"));
+}
+
+BreakInfo SymbolicTracer::break_info(BreakKind kind, const std::string& detail) {
   BreakInfo info = make_break_info(kind, detail);
   for (const Frame* f : frames_) {
     const Instr& ins = f->dc->instrs[static_cast<size_t>(f->ip)];
@@ -169,7 +181,7 @@ void SymbolicTracer::brk(BreakKind kind, const std::string& detail) {
     info.root_index = idx;
     info.root_visit = root_visits_[static_cast<size_t>(idx)];
   }
-  throw GraphBreak(std::move(info));
+  return info;
 }
 
 namespace {
@@ -721,7 +733,16 @@ void SymbolicTracer::step(Frame& f, const Instr& ins) {
       f.suspended = true;
       break;
     case Handler::LoadAssertionError: push(make_const(PyExc_AssertionError)); break;
-    case Handler::RaiseVarargs: brk(BreakKind::RaisesInTrace, "raise statement reached");
+    case Handler::RaiseVarargs: {
+      // `raise AttributeError(...)` (a __getattr__ saying no) propagates to a getattr() default or
+      // hasattr() that asked; any other raise is a break.
+      const Sym& e = f.stack[f.stack.size() - static_cast<size_t>(arg)];
+      PyObject* o = arg >= 1 && (e->is(SymKind::Const) || e->is(SymKind::Object)) ? e->obj.get() : nullptr;
+      if (o && ((PyExceptionInstance_Check(o) && PyErr_GivenExceptionMatches(o, PyExc_AttributeError)) ||
+                (PyExceptionClass_Check(o) && PyObject_IsSubclass(o, PyExc_AttributeError) == 1)))
+        throw AttributeMissing(break_info(BreakKind::RaisesInTrace, "AttributeError raised"));
+      brk(BreakKind::RaisesInTrace, "raise statement reached (" + (arg >= 1 ? describe_sym(e) : std::string("re-raise")) + ")");
+    }
     case Handler::ImportName: {
       Sym fromlist = pop();
       Sym level = pop();

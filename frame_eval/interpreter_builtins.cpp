@@ -447,13 +447,14 @@ Sym SymbolicTracer::call_const(const Sym& fn, std::vector<Sym>& args, KwArgs& kw
       // the generic lookup, without obj's own hook.
       const char* attr = PyUnicode_AsUTF8(args[1]->obj.get());
       if (Sym r = generic_object_attr(args[0], attr)) return r;
-      brk(BreakKind::RaisesInTrace, std::string("AttributeError: ") + describe_sym(args[0]) + " has no attribute '" + attr + "'");
+      raise_attribute_error(args[0], attr);
     }
+    if (Sym r = call_mapping_method(o, args, kwargs)) return r;
     if (o == k.object_getattribute && args.size() == 2 && args[0]->is(SymKind::NewObject) && args[1]->is(SymKind::Const) &&
         PyUnicode_Check(args[1]->obj.get())) {
       const char* attr = PyUnicode_AsUTF8(args[1]->obj.get());
       if (Sym r = new_object_attr(args[0], attr)) return r;
-      brk(BreakKind::RaisesInTrace, std::string("AttributeError: ") + describe_sym(args[0]) + " has no attribute '" + attr + "'");
+      raise_attribute_error(args[0], attr);
     }
     if (o == k.object_setattr && args.size() == 3 && args[0]->is(SymKind::NewObject) && args[1]->is(SymKind::Const) &&
         PyUnicode_Check(args[1]->obj.get())) {
@@ -526,6 +527,10 @@ Sym SymbolicTracer::call_builtin(PyObject* fn, const std::string& name, std::vec
     if (r) return r;
     if (args.size() == 3) return args[2];
     brk(BreakKind::RaisesInTrace, "AttributeError in getattr");
+  }
+  if (name == "vars" && args.size() == 1 && kwargs.empty()) {  // vars(obj) is obj.__dict__
+    if (Sym d = try_load_attr(args[0], "__dict__")) return d;
+    brk(BreakKind::RaisesInTrace, "TypeError: vars() argument must have __dict__ attribute");
   }
   if (name == "setattr") {
     arg_count(3, 3);
@@ -850,9 +855,8 @@ Sym SymbolicTracer::generator_cm_gen(const Sym& mgr) {
   PyTypeObject* cls = reinterpret_cast<PyTypeObject*>(mgr->obj.get());
   // NB: only contextlib's own class: a subclass may change __enter__ or __exit__.
   if (cls != reinterpret_cast<PyTypeObject*>(cm_type)) return nullptr;
-  for (auto& [n, v] : mgr->attrs)
-    if (n == "gen") return v->is(SymKind::Iterator) && v->iter == IterKind::Generator ? v : nullptr;
-  return nullptr;
+  Sym gen = own_attr(mgr, "gen");
+  return gen && gen->is(SymKind::Iterator) && gen->iter == IterKind::Generator ? gen : nullptr;
 }
 
 }  // namespace ff

@@ -10,11 +10,6 @@ namespace {
 
 bool is_module(PyObject* o) { return PyObject_TypeCheck(o, reinterpret_cast<PyTypeObject*>(known().module_type)); }
 
-PyObject* type_lookup(PyTypeObject* t, const char* name) {
-  PyRef n = PyRef::steal(PyUnicode_InternFromString(name));
-  return _PyType_Lookup(t, n.get());
-}
-
 }  // namespace
 
 Sym SymbolicTracer::call(const Sym& fn, std::vector<Sym> args, KwArgs kwargs) {
@@ -260,7 +255,15 @@ Sym SymbolicTracer::inline_call(PyCodeObject* code, PyObject* globals, const Sou
     generators_.push_back(it);
     return it;
   }
-  return run_frame(f);
+  try {
+    return run_frame(f);
+  } catch (const AttributeMissing& e) {
+    // NB: a handler covering the raise (except, finally, a with-block's exit) would run in Python.
+    int at = f.dc->instrs[static_cast<size_t>(f.ip)].offset;
+    for (const auto& [first, end] : f.dc->handled)
+      if (at >= first && at < end) throw GraphBreak(e.info());
+    throw;
+  }
 }
 
 Sym SymbolicTracer::call_module(const Sym& module, std::vector<Sym> args, KwArgs kwargs) {
@@ -344,6 +347,22 @@ Sym SymbolicTracer::construct(PyObject* cls, std::vector<Sym> args, KwArgs kwarg
   PyObject* new_fn = type_lookup(t, "__new__");
   PyObject* base_new = type_lookup(&PyBaseObject_Type, "__new__");
   PyObject* meta_call = type_lookup(Py_TYPE(cls), "__call__");
+  PyTypeObject* builtin = t;
+  while (builtin->tp_flags & Py_TPFLAGS_HEAPTYPE) builtin = builtin->tp_base;
+  if ((builtin == &PyDict_Type || reinterpret_cast<PyObject*>(builtin) == known().ordered_dict_type) &&
+      new_fn == type_lookup(builtin, "__new__") && meta_call == type_lookup(&PyType_Type, "__call__")) {
+    // A dict or OrderedDict subclass (transformers' ModelOutput): its mapping contents are a Dict
+    // of the object's own (items[0]), its attributes as for any object.
+    Sym obj = make_sym(SymKind::NewObject);
+    obj->obj = PyRef::borrow(cls);
+    obj->items = {make_sym(SymKind::Dict)};
+    PyObject* init = type_lookup(t, "__init__");
+    args.insert(args.begin(), obj);
+    Sym r = PyFunction_Check(init) ? call_python_function(init, nullptr, std::move(args), std::move(kwargs))
+                                   : call(make_const(init), std::move(args), std::move(kwargs));
+    if (!(r->is(SymKind::Const) && r->obj.get() == Py_None)) brk(BreakKind::RaisesInTrace, "__init__() should return None");
+    return obj;
+  }
   if (new_fn != base_new || meta_call != type_lookup(&PyType_Type, "__call__") || !(t->tp_flags & Py_TPFLAGS_HEAPTYPE) ||
       (t->tp_base->tp_init != PyBaseObject_Type.tp_init && type_lookup(t, "__init__") && !PyFunction_Check(type_lookup(t, "__init__"))))
     brk(BreakKind::UnsupportedCall, std::string("constructing ") + t->tp_name + " (custom __new__, metaclass or C base)");

@@ -212,6 +212,59 @@ void SymbolicTracer::delete_dict_key(const Sym& d, int i) {
 
 // ---- methods ----------------------------------------------------------------------------------------
 
+namespace {
+// The builtin base (dict or OrderedDict) that owns a C method descriptor; nullptr for any other.
+PyTypeObject* mapping_owner(PyObject* descr) {
+  if (Py_TYPE(descr) != &PyMethodDescr_Type && Py_TYPE(descr) != &PyWrapperDescr_Type) return nullptr;
+  PyTypeObject* owner = PyDescr_TYPE(descr);
+  return owner == &PyDict_Type || reinterpret_cast<PyObject*>(owner) == known().ordered_dict_type ? owner : nullptr;
+}
+}  // namespace
+
+Sym SymbolicTracer::mapping_part(const Sym& v, const char* dunder) {
+  if (!v->is(SymKind::NewObject) || v->items.empty()) return nullptr;
+  PyObject* m = type_lookup(reinterpret_cast<PyTypeObject*>(v->obj.get()), dunder);
+  return m && mapping_owner(m) ? v->items[0] : nullptr;
+}
+
+Sym SymbolicTracer::call_mapping_method(PyObject* descr, std::vector<Sym>& args, KwArgs& kwargs) {
+  if (args.empty() || !args[0]->is(SymKind::NewObject) || args[0]->items.empty()) return nullptr;
+  PyTypeObject* owner = mapping_owner(descr);
+  if (!owner) return nullptr;
+  auto* cls = reinterpret_cast<PyTypeObject*>(args[0]->obj.get());
+  const Sym d = args[0]->items[0];
+  const std::string name = PyUnicode_AsUTF8(PyDescr_NAME(descr));
+  std::vector<Sym> rest(args.begin() + 1, args.end());
+  Sym none = make_const(Py_None);
+  auto arity = [&](size_t n) {
+    if (rest.size() != n || !kwargs.empty())
+      brk(BreakKind::RaisesInTrace, "TypeError: " + std::string(owner->tp_name) + "." + name + "() takes " + std::to_string(n) + " arguments");
+  };
+  bool odict = owner != &PyDict_Type;
+  if (name == "__init__") {
+    if (rest.empty() && kwargs.empty()) return none;
+    // NB: OrderedDict.__init__ stores through the object's own __setitem__.
+    if (odict && type_lookup(cls, "__setitem__") != type_lookup(owner, "__setitem__"))
+      brk(BreakKind::UnsupportedCall, std::string(cls->tp_name) + ".__init__ with contents (they go through its own __setitem__)");
+    call_container_method(d, "update", rest, kwargs);
+    return none;
+  }
+  if (name == "__getitem__") return arity(1), subscript(d, rest[0]);
+  if (name == "__setitem__") return arity(2), store_subscript(d, rest[0], rest[1]), none;
+  if (name == "__delitem__") return arity(1), delete_subscript(d, rest[0]), none;
+  if (name == "__contains__") return arity(1), contains(d, rest[0]);
+  if (name == "__len__") return arity(0), len_of(d);
+  if (name == "__iter__") return arity(0), get_iter(d);
+  // OrderedDict's own methods that behave as dict's on the contents; the others (move_to_end,
+  // popitem(last=False), copy: type(self)(self), update: through __setitem__ ...) are not modelled.
+  static const char* const same_as_dict[] = {"keys", "values", "items", "get", "pop", "setdefault", "clear"};
+  if (odict && std::none_of(std::begin(same_as_dict), std::end(same_as_dict), [&](const char* n) { return name == n; }))
+    brk(BreakKind::UnsupportedCall, std::string("OrderedDict.") + name + " of " + describe_sym(args[0]));
+  if (name.size() > 1 && name[0] == '_' && name[1] == '_')
+    brk(BreakKind::UnsupportedCall, std::string(owner->tp_name) + "." + name + " of " + describe_sym(args[0]));
+  return call_container_method(d, name, rest, kwargs);
+}
+
 Sym SymbolicTracer::call_container_method(const Sym& self, const std::string& name, std::vector<Sym>& args,
                                           KwArgs& kwargs) {
   Sym none = make_const(Py_None);

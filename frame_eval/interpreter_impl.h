@@ -32,6 +32,7 @@ struct Instr {
 struct DecodedCode {
   std::vector<Instr> instrs;
   std::vector<int> index_at_offset;  // code unit offset -> instruction index (-1 inside caches)
+  std::vector<std::pair<int, int>> handled;  // code unit ranges [first, end) an exception handler covers
   int nlocalsplus = 0;
 };
 const DecodedCode& decode_code(PyCodeObject* code);
@@ -50,6 +51,7 @@ struct Known {
   PyObject* size_type = nullptr;        // torch.Size
   PyObject* partial_type = nullptr;     // functools.partial
   PyObject* generator_cm_type = nullptr;  // contextlib._GeneratorContextManager (@contextmanager's objects)
+  PyObject* ordered_dict_type = nullptr;  // collections.OrderedDict
   PyObject* operator_mod = nullptr;
   PyObject* builtins = nullptr;
   PyObject* object_getattribute = nullptr;
@@ -92,6 +94,15 @@ struct PendingEffect {
 
 using KwArgs = std::vector<std::pair<std::string, Sym>>;
 
+// An AttributeError raised in traced code (object.__getattribute__ found nothing). It unwinds inlined
+// frames that have no handler at the raise, up to the lookup that asked (getattr with a default,
+// hasattr, __getattr__ after a custom __getattribute__), which answers as Python does. Anywhere else
+// it is the graph break it derives from.
+class AttributeMissing : public GraphBreak {
+ public:
+  using GraphBreak::GraphBreak;
+};
+
 class SymbolicTracer {
  public:
   SymbolicTracer(const FrameView& view, const TraceOptions& options);
@@ -101,6 +112,8 @@ class SymbolicTracer {
   Sym run_frame(Frame& f);
   void step(Frame& f, const Instr& ins);
   [[noreturn]] void brk(BreakKind kind, const std::string& detail);
+  BreakInfo break_info(BreakKind kind, const std::string& detail);
+  [[noreturn]] void raise_attribute_error(const Sym& obj, const std::string& name);
 
   // ---- interpreter_values.cpp: wrapping real state, guards, attributes, globals ----
   Sym wrap(PyObject* obj, SourcePtr src);  // obj borrowed
@@ -109,6 +122,7 @@ class SymbolicTracer {
   void guard(Guard::Kind kind, const SourcePtr& src, PyObject* expected = nullptr, int64_t length = 0);
   Sym load_attr(const Sym& base, const std::string& name);
   Sym try_load_attr(const Sym& base, const std::string& name);  // nullptr: AttributeError
+  Sym lookup_attr(const Sym& base, const std::string& name);    // __getattribute__'s part of it
   Sym generic_object_attr(const Sym& base, const std::string& name);
   Sym builtin_attr(const Sym& base, const std::string& name);
   Sym missing_attr(const Sym& base, const std::string& name);  // nullptr, guarded to stay missing
@@ -119,6 +133,16 @@ class SymbolicTracer {
   // object.__getattribute__ / object.__setattr__ on an object the trace made (no custom hooks).
   Sym new_object_attr(const Sym& base, const std::string& name);  // nullptr: AttributeError
   void new_object_store(const Sym& base, const std::string& name, Sym value);
+  // The mapping contents (a Dict) of an object the trace made from a dict or OrderedDict subclass,
+  // where `dunder` on its class is still the builtin base's; nullptr otherwise.
+  Sym mapping_part(const Sym& v, const char* dunder);
+  // An object the trace made keeps its own attributes in `attrs`, or, once the trace read its
+  // __dict__, in that Dict (`origin`): these read and write whichever holds them.
+  Sym own_attr(const Sym& obj, const std::string& name);  // nullptr: none
+  void set_own_attr(const Sym& obj, const std::string& name, Sym value);
+  bool del_own_attr(const Sym& obj, const std::string& name);  // false: none
+  // A builtin method of dict / OrderedDict called on such an object (nullptr: not such a call).
+  Sym call_mapping_method(PyObject* descr, std::vector<Sym>& args, KwArgs& kwargs);
   void store_attr(const Sym& base, const std::string& name, Sym value);
   void delete_attr(const Sym& base, const std::string& name);
   // The generator of a @contextlib.contextmanager object the trace made (nullptr for anything else).
@@ -241,6 +265,8 @@ struct OutputBuilder {
   OutputPlan attr_plan(OutputPlan base, const char* name);
   OutputPlan call_plan(OutputPlan callee, std::vector<OutputPlan> args);
 };
+// `name` looked up on a type's MRO as Python does (borrowed; nullptr: absent, no error set).
+PyObject* type_lookup(PyTypeObject* t, const char* name);
 // The root frame's state at a partial trace's stop (CaptureResult::BreakState), as one tuple plan.
 OutputPlan plan_break_state(Frame& root, OutputBuilder& ob);
 

@@ -22,6 +22,7 @@ Sym SymbolicTracer::make_iterator(IterKind kind, std::vector<Sym> items, Sym ori
 }
 
 Sym SymbolicTracer::get_iter(const Sym& v) {
+  if (Sym d = mapping_part(v, "__iter__")) return get_iter(d);
   materialize(v);
   switch (v->kind) {
     case SymKind::Iterator:
@@ -166,7 +167,11 @@ Sym SymbolicTracer::iter_next(const Sym& it) {
     }
     case IterKind::Generator: {
       Frame& f = *it->frame;
-      run_frame(f);
+      try {
+        run_frame(f);
+      } catch (const AttributeMissing& e) {
+        throw GraphBreak(e.info());  // the generator is not left half-run for a caller that catches it
+      }
       if (f.suspended) {
         f.suspended = false;
         r = std::move(f.yielded);
@@ -250,6 +255,7 @@ Sym SymbolicTracer::reversed_of(const Sym& v) {
 }
 
 std::vector<Sym> SymbolicTracer::iterate(const Sym& v) {
+  if (Sym d = mapping_part(v, "__iter__")) return iterate(d);
   materialize(v);
   switch (v->kind) {
     case SymKind::Tuple:

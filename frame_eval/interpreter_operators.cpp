@@ -275,6 +275,7 @@ Sym SymbolicTracer::len_of(const Sym& v) {
       [[fallthrough]];
     }
     case SymKind::NewObject: {
+      if (Sym d = mapping_part(v, "__len__")) return len_of(d);
       PyRef len_name = PyRef::steal(PyUnicode_FromString("__len__"));
       PyObject* l = _PyType_Lookup(reinterpret_cast<PyTypeObject*>(type_of(v)), len_name.get());
       if (l && PyFunction_Check(l)) return call(make_const(l), {v}, {});
@@ -351,6 +352,7 @@ Sym SymbolicTracer::contains(const Sym& container, const Sym& item) {
       Sym r = call(make_const(fn), {container, item}, {});
       return make_const(truth(r) ? Py_True : Py_False);
     }
+    if (Sym d = mapping_part(container, "__contains__")) return contains(d, item);
   }
   brk(BreakKind::UnsupportedOperand, "`in` of " + describe_sym(item) + " in " + describe_sym(container));
 }
@@ -454,6 +456,7 @@ Sym SymbolicTracer::subscript(const Sym& c, const Sym& index) {
       [[fallthrough]];
     }
     case SymKind::NewObject: {
+      if (Sym d = mapping_part(c, "__getitem__")) return subscript(d, index);
       PyRef name = PyRef::steal(PyUnicode_FromString("__getitem__"));
       PyObject* gi = _PyType_Lookup(reinterpret_cast<PyTypeObject*>(type_of(c)), name.get());
       if (gi && PyFunction_Check(gi)) return call(make_const(gi), {c, index}, {});
@@ -514,6 +517,7 @@ void SymbolicTracer::store_subscript(const Sym& c, const Sym& index, Sym value) 
     }
     case SymKind::Object:
     case SymKind::NewObject: {
+      if (Sym d = mapping_part(c, "__setitem__")) return store_subscript(d, index, std::move(value));
       PyRef name = PyRef::steal(PyUnicode_FromString("__setitem__"));
       PyObject* si = _PyType_Lookup(reinterpret_cast<PyTypeObject*>(type_of(c)), name.get());
       if (si && PyFunction_Check(si)) {
@@ -545,6 +549,15 @@ void SymbolicTracer::delete_subscript(const Sym& c, const Sym& index) {
         if (i < 0 || i >= n) brk(BreakKind::RaisesInTrace, "IndexError: list assignment index out of range");
         c->items.erase(c->items.begin() + i);
         note_list_mutation(c);
+        return;
+      }
+      break;
+    }
+    case SymKind::NewObject: {
+      if (Sym d = mapping_part(c, "__delitem__")) return delete_subscript(d, index);
+      PyObject* di = type_lookup(reinterpret_cast<PyTypeObject*>(c->obj.get()), "__delitem__");
+      if (di && PyFunction_Check(di)) {
+        call(make_const(di), {c, index}, {});
         return;
       }
       break;

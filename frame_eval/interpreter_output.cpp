@@ -273,9 +273,23 @@ OutputPlan OutputBuilder::plan_value(const Sym& v) {
       p.memo = memo(v);
       p.constant = v->obj.get();
       Py_INCREF(p.constant);
-      for (const auto& [name, value] : v->attrs) {
-        p.keys.push_back(PyUnicode_FromString(name.c_str()));
-        p.items.push_back(plan(value));
+      if (v->origin) {  // its __dict__ was read: the attributes are that Dict's
+        for (size_t i = 0; i < v->origin->keys.size(); ++i) {
+          PyObject* name = v->origin->keys[i]->obj.get();
+          if (!PyUnicode_Check(name)) t.brk(BreakKind::EscapingObject, describe_sym(v) + " with a non-string key in its __dict__");
+          Py_INCREF(name);
+          p.keys.push_back(name);
+          p.items.push_back(plan(v->origin->items[i]));
+        }
+      } else {
+        for (const auto& [name, value] : v->attrs) {
+          p.keys.push_back(PyUnicode_FromString(name.c_str()));
+          p.items.push_back(plan(value));
+        }
+      }
+      if (!v->items.empty()) {  // a dict subclass: its mapping contents
+        p.index = 1;
+        p.items.push_back(plan(v->items[0]));
       }
       return p;
     }

@@ -79,12 +79,12 @@ bool is_stable_module(PyObject* m) {
   return false;
 }
 
+}  // namespace
+
 PyObject* type_lookup(PyTypeObject* t, const char* name) {
   PyRef n = PyRef::steal(PyUnicode_InternFromString(name));
   return _PyType_Lookup(t, n.get());  // borrowed, no error set
 }
-
-}  // namespace
 
 PyObject* SymbolicTracer::dtype_object(DType t) { return known().dtypes[static_cast<size_t>(t)]; }
 
@@ -572,11 +572,11 @@ Sym SymbolicTracer::generic_object_attr(const Sym& base, const std::string& name
     }
     if (!result) return missing_attr(base, name);
   } else {
-    PyObject* ga = type_lookup(t, "__getattr__");
-    if (!ga) return missing_attr(base, name);
-    if (!PyFunction_Check(ga)) brk(BreakKind::UnsupportedAttribute, "__getattr__ implemented in C");
-    PyRef n = PyRef::steal(PyUnicode_FromString(name.c_str()));
-    return call(make_const(ga), {base, make_const(n.get())}, {});
+    // NB: with a __getattr__ (which try_load_attr calls next), hasattr() is always true: the
+    // guard is that the object's own dict still lacks the name.
+    if (!type_lookup(t, "__getattr__")) return missing_attr(base, name);
+    if ((dictptr && *dictptr) || managed) not_in_instance_dict(base, name);
+    return nullptr;
   }
   base->attrs.emplace_back(name, result);
   return result;
@@ -603,11 +603,33 @@ Sym SymbolicTracer::builtin_attr(const Sym& base, const std::string& name) {
 
 Sym SymbolicTracer::load_attr(const Sym& base, const std::string& name) {
   Sym r = try_load_attr(base, name);
-  if (!r) brk(BreakKind::RaisesInTrace, "AttributeError: " + describe_sym(base) + " has no attribute '" + name + "'");
+  if (!r) raise_attribute_error(base, name);
   return r;
 }
 
+// Python's attribute slot: __getattribute__ (or the generic lookup), then, where that raised
+// AttributeError, __getattr__. nullptr: AttributeError.
 Sym SymbolicTracer::try_load_attr(const Sym& base, const std::string& name) {
+  if (!base->is(SymKind::Object) && !base->is(SymKind::NewObject)) return lookup_attr(base, name);
+  Sym r;
+  try {
+    r = lookup_attr(base, name);
+  } catch (const AttributeMissing&) {
+  }
+  if (r) return r;
+  auto* t = reinterpret_cast<PyTypeObject*>(type_of(base));
+  PyObject* ga = type_lookup(t, "__getattr__");
+  if (!ga || (base->is(SymKind::Object) && is_module(base->obj.get()))) return nullptr;  // modules: generic_object_attr
+  if (!PyFunction_Check(ga)) brk(BreakKind::UnsupportedAttribute, "__getattr__ implemented in C");
+  PyRef n = PyRef::steal(PyUnicode_FromString(name.c_str()));
+  try {
+    return call(make_const(ga), {base, make_const(n.get())}, {});
+  } catch (const AttributeMissing&) {
+    return nullptr;
+  }
+}
+
+Sym SymbolicTracer::lookup_attr(const Sym& base, const std::string& name) {
   switch (base->kind) {
     case SymKind::Tensor: {
       const TensorMeta& m = base->meta;
@@ -796,12 +818,7 @@ Sym SymbolicTracer::try_load_attr(const Sym& base, const std::string& name) {
         PyRef n = PyRef::steal(PyUnicode_FromString(name.c_str()));
         return call(make_const(getattribute), {base, make_const(n.get())}, {});
       }
-      if (Sym v = new_object_attr(base, name)) return v;
-      PyObject* ga = type_lookup(cls, "__getattr__");
-      if (!ga) return nullptr;
-      if (!PyFunction_Check(ga)) brk(BreakKind::UnsupportedAttribute, "__getattr__ implemented in C");
-      PyRef n = PyRef::steal(PyUnicode_FromString(name.c_str()));
-      return call(make_const(ga), {base, make_const(n.get())}, {});
+      return new_object_attr(base, name);
     }
     case SymKind::Object: {
       // NB: no attribute cache before a custom __getattribute__: it may map names (the cache holds
@@ -838,6 +855,32 @@ Sym SymbolicTracer::try_load_attr(const Sym& base, const std::string& name) {
   }
 }
 
+Sym SymbolicTracer::own_attr(const Sym& obj, const std::string& name) {
+  if (!obj->origin) return find_attr(obj->attrs, name);
+  const Sym& d = obj->origin;
+  for (size_t i = 0; i < d->keys.size(); ++i)
+    if (PyUnicode_Check(d->keys[i]->obj.get()) && name == PyUnicode_AsUTF8(d->keys[i]->obj.get())) return d->items[i];
+  return nullptr;
+}
+
+void SymbolicTracer::set_own_attr(const Sym& obj, const std::string& name, Sym value) {
+  if (!obj->origin) return set_attr(obj->attrs, name, std::move(value));
+  PyRef key = PyRef::steal(PyUnicode_FromString(name.c_str()));
+  store_subscript(obj->origin, make_const(key.get()), std::move(value));
+}
+
+bool SymbolicTracer::del_own_attr(const Sym& obj, const std::string& name) {
+  if (!own_attr(obj, name)) return false;
+  if (obj->origin) {
+    PyRef key = PyRef::steal(PyUnicode_FromString(name.c_str()));
+    delete_subscript(obj->origin, make_const(key.get()));
+    return true;
+  }
+  auto it = std::find_if(obj->attrs.begin(), obj->attrs.end(), [&](const auto& a) { return a.first == name; });
+  obj->attrs.erase(it);
+  return true;
+}
+
 // Python's generic attribute lookup on an object the trace made: data descriptors of its class,
 // then its own attributes, then the class's. nullptr: no such attribute.
 Sym SymbolicTracer::new_object_attr(const Sym& base, const std::string& name) {
@@ -845,6 +888,19 @@ Sym SymbolicTracer::new_object_attr(const Sym& base, const std::string& name) {
   if (name == "__class__" && type_lookup(cls, "__class__") == type_lookup(&PyBaseObject_Type, "__class__"))
     return make_const(base->obj.get());
   PyObject* v = type_lookup(cls, name.c_str());
+  if (name == "__dict__" && v && Py_TYPE(v) == &PyGetSetDescr_Type && cls->tp_dictoffset != 0) {
+    // From now on its attributes live in this Dict: a write through either is seen through both.
+    if (!base->origin) {
+      Sym d = make_sym(SymKind::Dict);
+      for (auto& [n, a] : base->attrs) {
+        d->keys.push_back(make_const_steal(PyUnicode_FromString(n.c_str())));
+        d->items.push_back(a);
+      }
+      base->attrs.clear();
+      base->origin = d;
+    }
+    return base->origin;
+  }
   if (v && Py_TYPE(v)->tp_descr_set) {  // a data descriptor wins over the instance's attributes
     if (PyObject_TypeCheck(v, &PyProperty_Type)) {
       PyRef fget = PyRef::steal(PyObject_GetAttrString(v, "fget"));
@@ -854,7 +910,7 @@ Sym SymbolicTracer::new_object_attr(const Sym& base, const std::string& name) {
     // Slots and C-level attributes of an object that does not exist yet (__weakref__, __dict__ ...).
     brk(BreakKind::UnsupportedAttribute, "attribute '" + name + "' of " + describe_sym(base) + " (a descriptor of its class)");
   }
-  if (Sym a = find_attr(base->attrs, name)) return a;
+  if (Sym a = own_attr(base, name)) return a;
   if (!v) return nullptr;
   if (PyFunction_Check(v) || PyObject_TypeCheck(v, &PyMethodDescr_Type) || Py_TYPE(v) == &PyWrapperDescr_Type) {
     Sym s = make_sym(SymKind::BoundMethod);
@@ -887,7 +943,7 @@ void SymbolicTracer::new_object_store(const Sym& base, const std::string& name, 
     }
     brk(BreakKind::UnsupportedAttribute, "assignment to '" + name + "' of " + describe_sym(base) + " (a descriptor of its class)");
   }
-  set_attr(base->attrs, name, std::move(value));
+  set_own_attr(base, name, std::move(value));
 }
 
 void SymbolicTracer::store_attr(const Sym& base, const std::string& name, Sym value) {
@@ -938,10 +994,8 @@ void SymbolicTracer::delete_attr(const Sym& base, const std::string& name) {
     PyObject* desc = type_lookup(cls, name.c_str());
     if (desc && Py_TYPE(desc)->tp_descr_set)
       brk(BreakKind::UnsupportedAttribute, "deleting attribute '" + name + "' runs custom code (a descriptor)");
-    auto it = std::find_if(base->attrs.begin(), base->attrs.end(), [&](const auto& a) { return a.first == name; });
-    if (it == base->attrs.end())
+    if (!del_own_attr(base, name))
       brk(BreakKind::UnsupportedAttribute, "deleting attribute '" + name + "' that " + describe_sym(base) + " does not have");
-    base->attrs.erase(it);
     return;
   }
   brk(BreakKind::UnsupportedAttribute, "deleting attribute '" + name + "' of " + describe_sym(base));

@@ -35,7 +35,9 @@ struct Frame;  // interpreter_impl.h: an interpreted frame (a generator's, held 
          "order is eager's); source: where a set passed in was read, keys: its elements in its "   \
          "own order then, flag: changed since (its changes are replayed on it after the graph)")    \
   X(Object, "obj: a real object (user object, nn.Module); attribute writes overlay in the tracer") \
-  X(NewObject, "obj: the class; attrs: attributes of an object created while tracing")          \
+  X(NewObject, "obj: the class; attrs: attributes of an object created while tracing; items[0]: " \
+               "its mapping contents (a Dict) when the class derives from dict or OrderedDict; " \
+               "origin: its __dict__ once read (a Dict holding the attributes from then on)")    \
   X(Function, "a function made by MAKE_FUNCTION: obj code, globals, items[0] defaults, items[1] kwdefaults, items[2] closure") \
   X(BoundMethod, "items[0] self, items[1] function")                                             \
   X(Cell, "items[0] contents (absent: empty); obj: the real cell, source: of the contents")       \

@@ -3,7 +3,9 @@ once gave a wrong answer (issue #21 and the differential fuzzers). Every case ru
 compiled function on copies of the same arguments and compares results, argument state afterwards
 and exception types, twice (the second call runs the cached capture), plus once more with other
 argument contents where guards must notice."""
+import collections
 import contextlib
+import dataclasses
 import copy
 import functools
 import io
@@ -995,3 +997,111 @@ def test_objects_made_in_the_trace_are_returned_whole(backend):
     assert outer.a is outer.b and outer.a.b is b
     assert compiled(x)[0] is not outer
     assert framefuse.explain(f)(x).graph_break_count == 0
+
+
+class _Record(dict):
+    def __init__(self, x):
+        super().__init__(a=x)
+        self.tag = 3
+
+
+@dataclasses.dataclass
+class _Output(collections.OrderedDict):
+    # The shape of transformers' ModelOutput: a dataclass over OrderedDict whose fields are mirrored
+    # into its mapping contents by __post_init__ / __setattr__ / __setitem__.
+    first: object = None
+    second: object = None
+
+    def __post_init__(self):
+        for f in dataclasses.fields(self):
+            v = self.__dict__.get(f.name)
+            if v is not None:
+                self[f.name] = v
+
+    def __setitem__(self, key, value):
+        super().__setitem__(key, value)
+        super().__setattr__(key, value)
+
+    def __setattr__(self, name, value):
+        if name in {f.name for f in dataclasses.fields(self)} and value is not None:
+            super().__setitem__(name, value)
+        super().__setattr__(name, value)
+
+    def to_tuple(self):
+        return tuple(self[k] for k in self.keys())
+
+
+def _state(o):
+    return type(o), list(o.items()), vars(o)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_dict_subclasses_made_in_the_trace(backend):
+    def plain(x):
+        d = _Record(x + 1)
+        d["b"] = x * 2
+        del d["a"]
+        od = collections.OrderedDict()
+        od["z"], od["a"] = x, 2
+        od.setdefault("q", 5)
+        return _state(d), list(od.items()), len(d), "b" in d, d.get("zz", 4), [k for k in d]
+
+    def model_output(x):
+        o = _Output(first=x + 1)
+        o.second = o.first * 10
+        o.first = o.first - 1
+        return _state(o), o.to_tuple(), o["second"]
+
+    for fn in (plain, model_output):
+        check(fn, x, backend=backend)
+        assert framefuse.explain(fn)(x).graph_break_count == 0
+    out = framefuse.compile(model_output, backend=backend)(x)
+    assert out[2] is out[1][1]                  # one tensor, in the mapping and the attribute
+
+
+class _Config:
+    def __init__(self):
+        self.a = 2
+
+    def __getattribute__(self, k):
+        return super().__getattribute__(k)
+
+
+class _Lazy:
+    def __getattr__(self, k):
+        if k.startswith("x"):
+            return 10
+        raise AttributeError(k)
+
+
+class _Failing:
+    @property
+    def p(self):
+        raise AttributeError("p")
+
+    def __getattr__(self, k):
+        return 5
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_attribute_errors_reach_getattr_defaults_and_hasattr(backend):
+    # An AttributeError raised in traced code (a custom __getattribute__ finding nothing, a
+    # __getattr__ that raises, a property that raises) is what getattr(o, n, default), hasattr and
+    # __getattr__ see, without a graph break; guards notice when the attribute appears.
+    def f(x, c, lazy):
+        r = x * getattr(c, "a", 0) + getattr(c, "missing", 3) + hasattr(c, "nope")
+        return r + getattr(lazy, "xy") + getattr(lazy, "zz", 7) + _Failing().p, hasattr(lazy, "q")
+
+    c = _Config()
+    compiled = check(f, x, c, _Lazy(), backend=backend)
+    assert framefuse.explain(f)(x, c, _Lazy()).graph_break_count == 0
+    c.missing = 50
+    assert torch.equal(compiled(x, c, _Lazy())[0], f(x, c, _Lazy())[0])
+
+    def handled(x, lazy):
+        try:                                    # a handler at the raise: not modelled, a break
+            v = lazy.zz
+        except AttributeError:
+            v = 1
+        return x + v
+    check(handled, x, _Lazy(), backend=backend)
