@@ -116,6 +116,7 @@ const Known& known() {
     k->partial_type = import_attr("functools", "partial");
     k->generator_cm_type = import_attr("contextlib", "_GeneratorContextManager");
     k->ordered_dict_type = import_attr("collections", "OrderedDict");
+    k->inspect_signature = import_attr("inspect", "signature");
     PyErr_Clear();
     k->operator_mod = PyImport_ImportModule("operator");
     k->builtins = PyImport_ImportModule("builtins");

@@ -277,6 +277,7 @@ Sym SymbolicTracer::fold(PyObject* fn, const std::vector<Sym>& args, const KwArg
   PyRef tuple = PyRef::steal(PyTuple_New(static_cast<Py_ssize_t>(args.size())));
   for (size_t i = 0; i < args.size(); ++i) {
     PyObject* c = sym_to_const(args[i]);
+    if (!c && is_frozen_view(args[i])) c = Py_NewRef(args[i]->obj.get());
     if (!c) brk(BreakKind::UnsupportedOperand, what + " of " + describe_sym(args[i]));
     PyTuple_SET_ITEM(tuple.get(), static_cast<Py_ssize_t>(i), c);
   }
@@ -340,6 +341,19 @@ Sym SymbolicTracer::call_const(const Sym& fn, std::vector<Sym>& args, KwArgs& kw
   for (const auto& kv : kwargs) any_tensor = any_tensor || has_tensor(kv.second);
 
   if (o == k.graph_break_fn && o) brk(BreakKind::ExplicitBreak, "");
+  if (o == k.inspect_signature && args.size() == 1 && kwargs.empty()) {
+    // inspect.signature of a function (or a method of an object passed in) is computed now: it
+    // depends on the function, which its source guards, not on anything the trace changes.
+    const Sym& f = args[0];
+    PyRef callable;
+    if (f->is(SymKind::Const) && (PyFunction_Check(f->obj.get()) || PyCFunction_Check(f->obj.get()))) {
+      callable = PyRef::borrow(f->obj.get());
+    } else if (f->is(SymKind::BoundMethod) && f->items[1]->is(SymKind::Const) && PyFunction_Check(f->items[1]->obj.get()) &&
+               (f->items[0]->is(SymKind::Object) || f->items[0]->is(SymKind::Const))) {
+      callable = PyRef::steal(PyMethod_New(f->items[1]->obj.get(), f->items[0]->obj.get()));
+    }
+    if (callable) return fold(o, {make_const(callable.get())}, kwargs, "inspect.signature");
+  }
   if (PyType_Check(o)) {
     if (o == k.no_grad || o == k.enable_grad) {
       Sym g = make_sym(SymKind::GradCtx);
@@ -370,10 +384,6 @@ Sym SymbolicTracer::call_const(const Sym& fn, std::vector<Sym>& args, KwArgs& kw
       p->items = {args[0], make_tuple(std::vector<Sym>(args.begin() + 1, args.end())), d};
       return p;
     }
-    if (PyObject_GetAttrString(o, "__module__") && (PyErr_Clear(), true)) {
-      // fallthrough to the checks below
-    }
-    PyErr_Clear();
     std::string mod = module_of(o);
     if (PyExceptionClass_Check(o) && !any_tensor) return fold(o, args, kwargs, qualname(o));
     if (mod == "builtins") return call_builtin(o, reinterpret_cast<PyTypeObject*>(o)->tp_name, args, kwargs);

@@ -221,19 +221,43 @@ PyTypeObject* mapping_owner(PyObject* descr) {
 }
 }  // namespace
 
+// The contents of a dict subclass's instance passed in (a registry global ...), read like a dict
+// passed in (its keys and values guarded), for the read-only methods of dict only: a write would be
+// replayed through the subclass's own __setitem__. The class must read its contents as dict does.
+Sym SymbolicTracer::object_mapping(const Sym& v) {
+  if (!v->items.empty()) return v->items[0];
+  auto* t = Py_TYPE(v->obj.get());
+  for (const char* n : {"__iter__", "keys", "__getitem__", "__len__", "__contains__"})
+    if (!mapping_owner(type_lookup(t, n))) brk(BreakKind::UnsupportedValue, std::string(t->tp_name) + " with its own " + n);
+  Sym d = read_dict(v->obj.get(), v->source);
+  v->items = {d};
+  return d;
+}
+
 Sym SymbolicTracer::mapping_part(const Sym& v, const char* dunder) {
-  if (!v->is(SymKind::NewObject) || v->items.empty()) return nullptr;
-  PyObject* m = type_lookup(reinterpret_cast<PyTypeObject*>(v->obj.get()), dunder);
-  return m && mapping_owner(m) ? v->items[0] : nullptr;
+  bool passed_in = v->is(SymKind::Object) && PyDict_Check(v->obj.get()) && v->source;
+  if (!(v->is(SymKind::NewObject) && !v->items.empty()) && !passed_in) return nullptr;
+  PyObject* m = type_lookup(reinterpret_cast<PyTypeObject*>(type_of(v)), dunder);
+  if (!m || !mapping_owner(m)) return nullptr;
+  if (!passed_in) return v->items[0];
+  std::string_view n = dunder;
+  return n == "__len__" || n == "__contains__" || n == "__getitem__" || n == "__iter__" ? object_mapping(v) : nullptr;
 }
 
 Sym SymbolicTracer::call_mapping_method(PyObject* descr, std::vector<Sym>& args, KwArgs& kwargs) {
-  if (args.empty() || !args[0]->is(SymKind::NewObject) || args[0]->items.empty()) return nullptr;
+  if (args.empty()) return nullptr;
   PyTypeObject* owner = mapping_owner(descr);
   if (!owner) return nullptr;
-  auto* cls = reinterpret_cast<PyTypeObject*>(args[0]->obj.get());
-  const Sym d = args[0]->items[0];
   const std::string name = PyUnicode_AsUTF8(PyDescr_NAME(descr));
+  if (args[0]->is(SymKind::Object) && PyDict_Check(args[0]->obj.get()) && args[0]->source) {
+    static const char* const reads[] = {"get", "keys", "values", "items", "__getitem__", "__contains__", "__len__", "__iter__", "copy"};
+    if (std::none_of(std::begin(reads), std::end(reads), [&](const char* n) { return name == n; }))
+      brk(BreakKind::UnsupportedCall, std::string(owner->tp_name) + "." + name + " of " + describe_sym(args[0]) + " passed in");
+    object_mapping(args[0]);
+  }
+  if (!(args[0]->is(SymKind::NewObject) || args[0]->is(SymKind::Object)) || args[0]->items.empty()) return nullptr;
+  auto* cls = reinterpret_cast<PyTypeObject*>(type_of(args[0]));
+  const Sym d = args[0]->items[0];
   std::vector<Sym> rest(args.begin() + 1, args.end());
   Sym none = make_const(Py_None);
   auto arity = [&](size_t n) {

@@ -52,6 +52,7 @@ struct Known {
   PyObject* partial_type = nullptr;     // functools.partial
   PyObject* generator_cm_type = nullptr;  // contextlib._GeneratorContextManager (@contextmanager's objects)
   PyObject* ordered_dict_type = nullptr;  // collections.OrderedDict
+  PyObject* inspect_signature = nullptr;  // inspect.signature
   PyObject* operator_mod = nullptr;
   PyObject* builtins = nullptr;
   PyObject* object_getattribute = nullptr;
@@ -143,6 +144,8 @@ class SymbolicTracer {
   bool del_own_attr(const Sym& obj, const std::string& name);  // false: none
   // A builtin method of dict / OrderedDict called on such an object (nullptr: not such a call).
   Sym call_mapping_method(PyObject* descr, std::vector<Sym>& args, KwArgs& kwargs);
+  Sym object_mapping(const Sym& v);  // a dict subclass's instance passed in: its contents, read once
+  Sym read_dict(PyObject* obj, const SourcePtr& src);  // a dict (or subclass) passed in, guarded
   void store_attr(const Sym& base, const std::string& name, Sym value);
   void delete_attr(const Sym& base, const std::string& name);
   // The generator of a @contextlib.contextmanager object the trace made (nullptr for anything else).
@@ -265,6 +268,9 @@ struct OutputBuilder {
   OutputPlan attr_plan(OutputPlan base, const char* name);
   OutputPlan call_plan(OutputPlan callee, std::vector<OutputPlan> args);
 };
+// A read-only view that folding produced (inspect.signature(f).parameters, its keys(), values(),
+// items()): nothing in the trace can change it, so it is read for real like a constant.
+bool is_frozen_view(const Sym& s);
 // `name` looked up on a type's MRO as Python does (borrowed; nullptr: absent, no error set).
 PyObject* type_lookup(PyTypeObject* t, const char* name);
 // The root frame's state at a partial trace's stop (CaptureResult::BreakState), as one tuple plan.

@@ -278,11 +278,16 @@ std::vector<Sym> SymbolicTracer::iterate(const Sym& v) {
       while (Sym s = iter_next(v)) out.push_back(std::move(s));
       return out;
     }
+    case SymKind::Object:
     case SymKind::Const: {
       PyObject* o = v->obj.get();
-      if (!(is_plain_const(o) || PyList_CheckExact(o) || PyDict_CheckExact(o) || PySet_CheckExact(o) ||
-            PyFrozenSet_CheckExact(o)))
+      if (v->is(SymKind::Object)) {
+        if (auto items = module_container_items(v)) return *items;
+        if (!is_frozen_view(v)) break;
+      } else if (!(is_plain_const(o) || PyList_CheckExact(o) || PyDict_CheckExact(o) || PySet_CheckExact(o) ||
+                   PyFrozenSet_CheckExact(o))) {
         break;
+      }
       PyRef it = PyRef::steal(PyObject_GetIter(o));
       if (!it) {
         PyErr_Clear();
@@ -305,9 +310,6 @@ std::vector<Sym> SymbolicTracer::iterate(const Sym& v) {
       for (int64_t i = 0; i < v->meta.sizes[0]; ++i) out.push_back(subscript(v, make_const_steal(PyLong_FromLongLong(i))));
       return out;
     }
-    case SymKind::Object:
-      if (auto items = module_container_items(v)) return *items;
-      break;
     default:
       break;
   }

@@ -264,6 +264,11 @@ Sym SymbolicTracer::len_of(const Sym& v) {
       brk(BreakKind::RaisesInTrace, "len() of an iterator");
     case SymKind::Object: {
       PyObject* o = v->obj.get();
+      if (is_frozen_view(v)) {
+        Py_ssize_t n = PyObject_Length(o);
+        if (n < 0) brk(BreakKind::RaisesInTrace, "len() of a mappingproxy raises");
+        return make_const_steal(PyLong_FromSsize_t(n));
+      }
       if (is_module_container(o)) {
         PyObject* modules = dict_of(o) ? PyDict_GetItemString(dict_of(o), "_modules") : nullptr;
         if (modules) {
@@ -321,7 +326,7 @@ Sym SymbolicTracer::contains(const Sym& container, const Sym& item) {
   }
   if (container->is(SymKind::Tensor) || item->is(SymKind::Tensor))
     brk(BreakKind::DataDependentBranch, "`in` with a tensor");
-  PyRef c = PyRef::steal(sym_to_const(container));
+  PyRef c = PyRef::steal(is_frozen_view(container) ? Py_NewRef(container->obj.get()) : sym_to_const(container));
   PyRef i = PyRef::steal(sym_to_const(item));
   if (c && i) {
     int r = PySequence_Contains(c.get(), i.get());

@@ -81,6 +81,22 @@ bool is_stable_module(PyObject* m) {
 
 }  // namespace
 
+bool is_frozen_view(const Sym& s) {
+  if (!s->is(SymKind::Object) || s->source) return false;
+  static PyTypeObject* views[3] = {nullptr, nullptr, nullptr};
+  if (!views[0]) {
+    PyRef od = PyRef::steal(PyObject_CallNoArgs(known().ordered_dict_type));
+    const char* names[3] = {"keys", "values", "items"};
+    for (int i = 0; i < 3; ++i) {
+      PyRef v = PyRef::steal(od ? PyObject_CallMethod(od.get(), names[i], nullptr) : nullptr);
+      views[i] = v ? Py_TYPE(v.get()) : &PyDictProxy_Type;
+    }
+    PyErr_Clear();
+  }
+  PyTypeObject* t = Py_TYPE(s->obj.get());
+  return t == &PyDictProxy_Type || t == views[0] || t == views[1] || t == views[2];
+}
+
 PyObject* type_lookup(PyTypeObject* t, const char* name) {
   PyRef n = PyRef::steal(PyUnicode_InternFromString(name));
   return _PyType_Lookup(t, n.get());  // borrowed, no error set
@@ -281,22 +297,7 @@ Sym SymbolicTracer::wrap(PyObject* obj, SourcePtr src) {
   }
   if (t == &PyDict_Type || (PyDict_Check(obj) && std::string_view(t->tp_name) == "collections.OrderedDict")) {
     guard(Guard::Kind::TypeMatch, src, reinterpret_cast<PyObject*>(t));
-    PyRef keys = PyRef::steal(PySequence_Tuple(obj));
-    FF_CHECK(keys, "tuple(dict)");
-    guard(Guard::Kind::DictKeys, src, keys.get());
-    Sym s = make_sym(SymKind::Dict);
-    // NB: an OrderedDict iterates in its own order (move_to_end), not its table's: read the keys
-    // through iteration, as the keys guard does.
-    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(keys.get()); ++i) {
-      PyObject* k = PyTuple_GET_ITEM(keys.get(), i);
-      if (src && !PyUnicode_CheckExact(k) && !PyLong_CheckExact(k))
-        brk(BreakKind::UnsupportedValue, "a dict with keys that are not str or int");
-      PyObject* v = PyDict_GetItemWithError(obj, k);
-      FF_CHECK(v, "a dict key vanished while read");
-      s->keys.push_back(make_const(k));
-      s->items.push_back(wrap(v, item_source(src, k)));
-    }
-    s->source = src;
+    Sym s = read_dict(obj, src);
     s->obj = PyRef::borrow(obj);
     by_identity_.emplace(obj, s);
     return s;
@@ -853,6 +854,27 @@ Sym SymbolicTracer::lookup_attr(const Sym& base, const std::string& name) {
     default:
       brk(BreakKind::UnsupportedAttribute, "attribute '" + name + "' of " + describe_sym(base));
   }
+}
+
+// A dict passed in (or a dict subclass's contents): its keys guarded, its values read through
+// item sources. NB: an OrderedDict iterates in its own order (move_to_end), not its table's: the
+// keys are read through iteration, as the keys guard does.
+Sym SymbolicTracer::read_dict(PyObject* obj, const SourcePtr& src) {
+  PyRef keys = PyRef::steal(PySequence_Tuple(obj));
+  FF_CHECK(keys, "tuple(dict)");
+  guard(Guard::Kind::DictKeys, src, keys.get());
+  Sym s = make_sym(SymKind::Dict);
+  for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(keys.get()); ++i) {
+    PyObject* k = PyTuple_GET_ITEM(keys.get(), i);
+    if (src && !PyUnicode_CheckExact(k) && !PyLong_CheckExact(k))
+      brk(BreakKind::UnsupportedValue, "a dict with keys that are not str or int");
+    PyObject* v = PyDict_GetItemWithError(obj, k);
+    FF_CHECK(v, "a dict key vanished while read");
+    s->keys.push_back(make_const(k));
+    s->items.push_back(wrap(v, item_source(src, k)));
+  }
+  s->source = src;
+  return s;
 }
 
 Sym SymbolicTracer::own_attr(const Sym& obj, const std::string& name) {

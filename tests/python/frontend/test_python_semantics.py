@@ -8,6 +8,7 @@ import contextlib
 import dataclasses
 import copy
 import functools
+import inspect
 import io
 
 import pytest
@@ -1105,3 +1106,50 @@ def test_attribute_errors_reach_getattr_defaults_and_hasattr(backend):
             v = 1
         return x + v
     check(handled, x, _Lazy(), backend=backend)
+
+
+class _Registry(dict):
+    def __setitem__(self, key, value):
+        super().__setitem__(str(key), value)
+
+    def get(self, key):
+        return super().get(str(key)) or {}
+
+
+_REGISTRY = _Registry()
+_REGISTRY["a"] = {"scale": 2}
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_dict_subclass_passed_in_is_read_and_guarded(backend):
+    # transformers' _CanRecordRegistry: a global dict subclass read through dict's own methods.
+    def f(x):
+        entry = _REGISTRY.get("a")
+        return x * entry.get("scale", 1) + len(_REGISTRY) + ("b" in _REGISTRY), list(_REGISTRY.items())
+
+    compiled = check(f, x, backend=backend)
+    assert framefuse.explain(f)(x).graph_break_count == 0
+    _REGISTRY["a"] = {"scale": 3}               # a new value and a new key: the guards notice both
+    _REGISTRY["b"] = {}
+    try:
+        assert _same(compiled(x), f(x), exact=backend == "eager")
+    finally:
+        del _REGISTRY["b"]
+        _REGISTRY["a"] = {"scale": 2}
+
+
+class _Chunked(torch.nn.Module):
+    def chunk(self, a, b=2):
+        return a * b
+
+    def forward(self, x):
+        params = inspect.signature(self.chunk).parameters
+        names = list(inspect.signature(torch.nn.functional.relu).parameters.keys())
+        return self.chunk(x) + len(params), names, "b" in params, [p for p in params]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_inspect_signature_of_functions_and_methods(backend):
+    m = _Chunked()
+    check(m, x, backend=backend)
+    assert framefuse.explain(m)(x).graph_break_count == 0
