@@ -117,6 +117,9 @@ const Known& known() {
     k->generator_cm_type = import_attr("contextlib", "_GeneratorContextManager");
     k->ordered_dict_type = import_attr("collections", "OrderedDict");
     k->inspect_signature = import_attr("inspect", "signature");
+    PyObject* sequence = import_attr("collections.abc", "Sequence");
+    k->sequence_iter = PyObject_GetAttrString(sequence, "__iter__");
+    Py_DECREF(sequence);
     PyErr_Clear();
     k->operator_mod = PyImport_ImportModule("operator");
     k->builtins = PyImport_ImportModule("builtins");
@@ -157,7 +160,11 @@ SymbolicTracer::SymbolicTracer(const FrameView& view, const TraceOptions& option
 void SymbolicTracer::brk(BreakKind kind, const std::string& detail) { throw GraphBreak(break_info(kind, detail)); }
 
 void SymbolicTracer::raise_attribute_error(const Sym& obj, const std::string& name) {
-  throw AttributeMissing(break_info(BreakKind::RaisesInTrace, "AttributeError: " + describe_sym(obj) + " has no attribute '" + name + "'"));
+  raise_in_trace(PyExc_AttributeError, "AttributeError: " + describe_sym(obj) + " has no attribute '" + name + "'");
+}
+
+void SymbolicTracer::raise_in_trace(PyObject* exc_class, const std::string& detail) {
+  throw RaisedInTrace(break_info(BreakKind::RaisesInTrace, detail), exc_class);
 }
 
 BreakInfo SymbolicTracer::break_info(BreakKind kind, const std::string& detail) {
@@ -735,13 +742,13 @@ void SymbolicTracer::step(Frame& f, const Instr& ins) {
       break;
     case Handler::LoadAssertionError: push(make_const(PyExc_AssertionError)); break;
     case Handler::RaiseVarargs: {
-      // `raise AttributeError(...)` (a __getattr__ saying no) propagates to a getattr() default or
-      // hasattr() that asked; any other raise is a break.
+      // `raise E(...)`: propagates to a builtin that catches it (RaisedInTrace), else a break.
       const Sym& e = f.stack[f.stack.size() - static_cast<size_t>(arg)];
       PyObject* o = arg >= 1 && (e->is(SymKind::Const) || e->is(SymKind::Object)) ? e->obj.get() : nullptr;
-      if (o && ((PyExceptionInstance_Check(o) && PyErr_GivenExceptionMatches(o, PyExc_AttributeError)) ||
-                (PyExceptionClass_Check(o) && PyObject_IsSubclass(o, PyExc_AttributeError) == 1)))
-        throw AttributeMissing(break_info(BreakKind::RaisesInTrace, "AttributeError raised"));
+      PyObject* cls = !o ? nullptr : PyExceptionInstance_Check(o) ? reinterpret_cast<PyObject*>(Py_TYPE(o))
+                                   : PyExceptionClass_Check(o)    ? o
+                                                                  : nullptr;
+      if (cls) raise_in_trace(cls, std::string("raise ") + reinterpret_cast<PyTypeObject*>(cls)->tp_name);
       brk(BreakKind::RaisesInTrace, "raise statement reached (" + (arg >= 1 ? describe_sym(e) : std::string("re-raise")) + ")");
     }
     case Handler::ImportName: {

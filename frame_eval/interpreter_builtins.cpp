@@ -98,6 +98,7 @@ PyObject* iterator_type(const Sym& it) {
     case IterKind::Filter: return builtin_type_named("filter");
     case IterKind::Generator: return reinterpret_cast<PyObject*>(&PyGen_Type);
     case IterKind::Native: return nullptr;  // NB: type_of reads the real iterator's type
+    case IterKind::Protocol: return it->flag ? builtin_type_named("iterator") : reinterpret_cast<PyObject*>(&PyGen_Type);
     case IterKind::Items: return nullptr;
   }
   return nullptr;

@@ -257,7 +257,7 @@ Sym SymbolicTracer::inline_call(PyCodeObject* code, PyObject* globals, const Sou
   }
   try {
     return run_frame(f);
-  } catch (const AttributeMissing& e) {
+  } catch (const RaisedInTrace& e) {
     // NB: a handler covering the raise (except, finally, a with-block's exit) would run in Python.
     int at = f.dc->instrs[static_cast<size_t>(f.ip)].offset;
     for (const auto& [first, end] : f.dc->handled)

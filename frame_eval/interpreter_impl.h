@@ -53,6 +53,7 @@ struct Known {
   PyObject* generator_cm_type = nullptr;  // contextlib._GeneratorContextManager (@contextmanager's objects)
   PyObject* ordered_dict_type = nullptr;  // collections.OrderedDict
   PyObject* inspect_signature = nullptr;  // inspect.signature
+  PyObject* sequence_iter = nullptr;      // collections.abc.Sequence.__iter__
   PyObject* operator_mod = nullptr;
   PyObject* builtins = nullptr;
   PyObject* object_getattribute = nullptr;
@@ -95,13 +96,17 @@ struct PendingEffect {
 
 using KwArgs = std::vector<std::pair<std::string, Sym>>;
 
-// An AttributeError raised in traced code (object.__getattribute__ found nothing). It unwinds inlined
-// frames that have no handler at the raise, up to the lookup that asked (getattr with a default,
-// hasattr, __getattr__ after a custom __getattribute__), which answers as Python does. Anywhere else
-// it is the graph break it derives from.
-class AttributeMissing : public GraphBreak {
+// A Python exception raised in traced code (`raise`, a failed attribute lookup, an index out of
+// range). It unwinds inlined frames that have no handler at the raise, up to a builtin that catches
+// it as Python does: getattr with a default, hasattr and __getattr__ (AttributeError), the
+// sequence-iteration protocol (IndexError). Anywhere else it is the graph break it derives from.
+class RaisedInTrace : public GraphBreak {
  public:
-  using GraphBreak::GraphBreak;
+  RaisedInTrace(BreakInfo info, PyObject* type) : GraphBreak(std::move(info)), type_(PyRef::borrow(type)) {}
+  bool matches(PyObject* exc_class) const { return PyErr_GivenExceptionMatches(type_.get(), exc_class) != 0; }
+
+ private:
+  PyRef type_;
 };
 
 class SymbolicTracer {
@@ -115,6 +120,7 @@ class SymbolicTracer {
   [[noreturn]] void brk(BreakKind kind, const std::string& detail);
   BreakInfo break_info(BreakKind kind, const std::string& detail);
   [[noreturn]] void raise_attribute_error(const Sym& obj, const std::string& name);
+  [[noreturn]] void raise_in_trace(PyObject* exc_class, const std::string& detail);
 
   // ---- interpreter_values.cpp: wrapping real state, guards, attributes, globals ----
   Sym wrap(PyObject* obj, SourcePtr src);  // obj borrowed
@@ -144,7 +150,8 @@ class SymbolicTracer {
   bool del_own_attr(const Sym& obj, const std::string& name);  // false: none
   // A builtin method of dict / OrderedDict called on such an object (nullptr: not such a call).
   Sym call_mapping_method(PyObject* descr, std::vector<Sym>& args, KwArgs& kwargs);
-  Sym object_mapping(const Sym& v);  // a dict subclass's instance passed in: its contents, read once
+  Sym object_mapping(const Sym& v);
+  Sym object_iter(const Sym& v);  // iter() of an object by its class's protocol; nullptr: none modelled  // a dict subclass's instance passed in: its contents, read once
   Sym read_dict(PyObject* obj, const SourcePtr& src);  // a dict (or subclass) passed in, guarded
   void store_attr(const Sym& base, const std::string& name, Sym value);
   void delete_attr(const Sym& base, const std::string& name);

@@ -21,9 +21,32 @@ Sym SymbolicTracer::make_iterator(IterKind kind, std::vector<Sym> items, Sym ori
   return it;
 }
 
+// iter(obj) for an object whose class says how: collections.abc.Sequence's __iter__ and the old
+// protocol (only __getitem__) as a lazy Protocol iterator, an __iter__ written in Python inlined.
+Sym SymbolicTracer::object_iter(const Sym& v) {
+  if (!v->is(SymKind::Object) && !v->is(SymKind::NewObject)) return nullptr;
+  if (v->is(SymKind::Object) && module_container_items(v)) return nullptr;
+  auto* t = reinterpret_cast<PyTypeObject*>(type_of(v));
+  PyObject* it = type_lookup(t, "__iter__");
+  if (it && it == known().sequence_iter) return make_iterator(IterKind::Protocol, {}, v);
+  if (it && PyFunction_Check(it)) {
+    Sym r = call(make_const(it), {v}, {});
+    if (!r->is(SymKind::Iterator)) brk(BreakKind::UnsupportedIteration, "__iter__ returned " + describe_sym(r));
+    return r;
+  }
+  PyObject* gi = type_lookup(t, "__getitem__");
+  if (!it && gi && PyFunction_Check(gi)) {
+    Sym r = make_iterator(IterKind::Protocol, {}, v);
+    r->flag = true;
+    return r;
+  }
+  return nullptr;
+}
+
 Sym SymbolicTracer::get_iter(const Sym& v) {
   if (Sym d = mapping_part(v, "__iter__")) return get_iter(d);
   materialize(v);
+  if (Sym it = object_iter(v)) return it;
   switch (v->kind) {
     case SymKind::Iterator:
       return v;
@@ -143,6 +166,17 @@ Sym SymbolicTracer::iter_next(const Sym& it) {
       if (args.size() + 1 == it->items.size() && !args.empty()) r = call(it->items[0], std::move(args), {});
       break;
     }
+    case IterKind::Protocol: {
+      PyRef i = PyRef::steal(PyLong_FromLongLong(it->pos));
+      try {
+        r = subscript(it->origin, make_const(i.get()));
+        ++it->pos;
+      } catch (const RaisedInTrace& e) {
+        if (!e.matches(PyExc_IndexError) && !(it->flag && e.matches(PyExc_StopIteration))) throw;
+        r = nullptr;
+      }
+      break;
+    }
     case IterKind::Native: {
       // NB: its rest is read off the real container, which does not have the trace's changes yet.
       if (native_iterator_container_changed(it))
@@ -169,7 +203,7 @@ Sym SymbolicTracer::iter_next(const Sym& it) {
       Frame& f = *it->frame;
       try {
         run_frame(f);
-      } catch (const AttributeMissing& e) {
+      } catch (const RaisedInTrace& e) {
         throw GraphBreak(e.info());  // the generator is not left half-run for a caller that catches it
       }
       if (f.suspended) {
@@ -257,6 +291,7 @@ Sym SymbolicTracer::reversed_of(const Sym& v) {
 std::vector<Sym> SymbolicTracer::iterate(const Sym& v) {
   if (Sym d = mapping_part(v, "__iter__")) return iterate(d);
   materialize(v);
+  if (Sym it = object_iter(v)) return iterate(it);
   switch (v->kind) {
     case SymKind::Tuple:
     case SymKind::List:

@@ -399,7 +399,7 @@ Sym SymbolicTracer::subscript(const Sym& c, const Sym& index) {
       int64_t i;
       if (const_int(index, &i)) {
         if (i < 0) i += n;
-        if (i < 0 || i >= n) brk(BreakKind::RaisesInTrace, "IndexError: index out of range");
+        if (i < 0 || i >= n) raise_in_trace(PyExc_IndexError, "IndexError: index out of range");
         return c->items[static_cast<size_t>(i)];
       }
       PyRef sl = PyRef::steal(index->is(SymKind::Slice) ? sym_to_const(index) : nullptr);

@@ -145,6 +145,7 @@ OutputPlan OutputBuilder::plan_iterator_value(const Sym& v) {
     }
     case IterKind::Generator:  // a suspended frame of the trace's: nothing native can resume it
     case IterKind::Native:     // planned as its source (plan_value)
+    case IterKind::Protocol:   // advancing a new one would call __getitem__ again
       break;
   }
   t.brk(BreakKind::EscapingObject, describe_sym(v));

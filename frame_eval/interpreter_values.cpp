@@ -615,7 +615,8 @@ Sym SymbolicTracer::try_load_attr(const Sym& base, const std::string& name) {
   Sym r;
   try {
     r = lookup_attr(base, name);
-  } catch (const AttributeMissing&) {
+  } catch (const RaisedInTrace& e) {
+    if (!e.matches(PyExc_AttributeError)) throw;
   }
   if (r) return r;
   auto* t = reinterpret_cast<PyTypeObject*>(type_of(base));
@@ -625,7 +626,8 @@ Sym SymbolicTracer::try_load_attr(const Sym& base, const std::string& name) {
   PyRef n = PyRef::steal(PyUnicode_FromString(name.c_str()));
   try {
     return call(make_const(ga), {base, make_const(n.get())}, {});
-  } catch (const AttributeMissing&) {
+  } catch (const RaisedInTrace& e) {
+    if (!e.matches(PyExc_AttributeError)) throw;
     return nullptr;
   }
 }

@@ -4,6 +4,7 @@ compiled function on copies of the same arguments and compares results, argument
 and exception types, twice (the second call runs the cached capture), plus once more with other
 argument contents where guards must notice."""
 import collections
+import collections.abc
 import contextlib
 import dataclasses
 import copy
@@ -1153,3 +1154,42 @@ def test_inspect_signature_of_functions_and_methods(backend):
     m = _Chunked()
     check(m, x, backend=backend)
     assert framefuse.explain(m)(x).graph_break_count == 0
+
+
+class _LayerView(collections.abc.Sequence):
+    def __init__(self, n):
+        self.n = n
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, i):
+        if i >= self.n:
+            raise IndexError(i)
+        return i * 2
+
+
+class _OldProtocol:
+    def __getitem__(self, i):
+        if i > 2:
+            raise IndexError
+        return i
+
+
+class _OwnIter:
+    def __init__(self):
+        self.v = [1, 2]
+
+    def __iter__(self):
+        return iter(self.v)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_iteration_protocols_of_objects(backend):
+    # A Sequence's __iter__ and the old __getitem__ protocol end at the IndexError that __getitem__
+    # raises; an __iter__ written in Python is inlined (transformers' per-layer config views).
+    def f(x):
+        return [x * v for v in _LayerView(3)], list(_OldProtocol()), sum(_OwnIter()), list(_LayerView(2))
+
+    check(f, x, backend=backend)
+    assert framefuse.explain(f)(x).graph_break_count == 0
