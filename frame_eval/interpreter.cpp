@@ -746,7 +746,7 @@ void SymbolicTracer::step(Frame& f, const Instr& ins) {
       const Sym& e = f.stack[f.stack.size() - static_cast<size_t>(arg)];
       PyObject* o = arg >= 1 && (e->is(SymKind::Const) || e->is(SymKind::Object)) ? e->obj.get() : nullptr;
       PyObject* cls = !o ? nullptr : PyExceptionInstance_Check(o) ? reinterpret_cast<PyObject*>(Py_TYPE(o))
-                                   : PyExceptionClass_Check(o)    ? o
+                                 : PyExceptionClass_Check(o)      ? o
                                                                   : nullptr;
       if (cls) raise_in_trace(cls, std::string("raise ") + reinterpret_cast<PyTypeObject*>(cls)->tp_name);
       brk(BreakKind::RaisesInTrace, "raise statement reached (" + (arg >= 1 ? describe_sym(e) : std::string("re-raise")) + ")");
