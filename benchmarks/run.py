@@ -1,4 +1,4 @@
-"""The benchmark runner: `python -m benchmarks.run [--preset quick|full|gpu|tiny|gpu-suite] [flags]`.
+"""The benchmark runner: `python -m benchmarks.run [--preset quick|zoo|full|gpu|tiny|gpu-suite] [flags]`.
 
 `--preset gpu-suite` runs the issue's GPU targets (benchmarks/gpu_suite.py); the flags after it are
 that suite's own (`--preset gpu-suite --help` lists them).
@@ -31,8 +31,10 @@ QUICK_WORKLOADS = ("evaluate_features", "conv_feature_model", "mlp_train_step", 
 GPU_WORKLOADS = ("nanogpt", "resnet18", "mlp_train_step", "sin_cos", "add_layernorm_gelu", "softmax_scaled",
                  "evaluate_features", "conv_feature_model", "linear_10_5", "pointwise_chain", "copy",
                  "transformer_encoder_layer", "mobilenet_v2", "add_one", "add_one_3args", "one_graph_break",
-                 "resnet50", "resnet50_train_step", "bert", "gpt2")
+                 "resnet50", "resnet50_train_step", "bert", "gpt2", "llama", "t5", "vit", "bert_train_step")
+ZOO_WORKLOADS = ("bert", "gpt2", "llama", "t5", "vit", "bert_train_step")
 BASE_CONTENDERS = ("eager", "framefuse-eager", "framefuse", "torch.compile-eager", "torch.compile")
+QUICK_BUDGET = measure.Budget(warmup_s=0.05, min_sample_s=0.005, samples=9, max_s=0.3)
 
 PRESETS = {
     # For the tests: seconds, not minutes. torch.compile's Inductor is left out (its cold compile is slow).
@@ -44,8 +46,10 @@ PRESETS = {
     # parallel region waits a whole scheduler slice (~24 ms measured) for its second core, which buries
     # the small kernels this preset times. --threads 2 measures the multi-threaded case.
     "quick": dict(devices=("cpu",), scale="quick", demo=True, threads=1, workloads=QUICK_WORKLOADS,
-                  contenders=BASE_CONTENDERS,
-                  budget=measure.Budget(warmup_s=0.05, min_sample_s=0.005, samples=9, max_s=0.3)),
+                  contenders=BASE_CONTENDERS, budget=QUICK_BUDGET),
+    # transformers' models (issue #28) at the quick preset's sizes and timing budget, torch.compile included.
+    "zoo": dict(devices=("cpu",), scale="quick", demo=True, threads=1, workloads=ZOO_WORKLOADS,
+                contenders=("eager", "framefuse", "torch.compile"), budget=QUICK_BUDGET),
     "full": dict(devices=("cpu",), scale="full", demo=True, workloads=None, contenders=BASE_CONTENDERS,
                  budget=measure.Budget(warmup_s=0.5, min_sample_s=0.02, samples=21, max_s=3.0)),
     # Fits a 550 s session on a GPU machine, build included: the issue's workloads first, then the rest while
@@ -121,7 +125,7 @@ def parse_args(argv):
     p.add_argument("--contenders", help="comma list (default: the preset's); `all` for every registered one")
     p.add_argument("--devices", help="comma list: cpu, cuda (default: the preset's)")
     p.add_argument("--scale", choices=("tiny", "quick", "full"), help="workload sizes (default: the preset's)")
-    p.add_argument("--threads", type=int, help="torch.set_num_threads (default: 1 for quick/tiny, else the CPUs this process may use)")
+    p.add_argument("--threads", type=int, help="torch.set_num_threads (default: 1 for quick/zoo/tiny, else the CPUs this process may use)")
     p.add_argument("--out", default=os.path.join(HERE, "out"), help="output directory (default benchmarks/out)")
     p.add_argument("--no-charts", action="store_true")
     p.add_argument("--no-demo", action="store_true")

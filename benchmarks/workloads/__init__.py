@@ -79,6 +79,19 @@ def no_grad_step(fn, args):
         return fn(*args)
 
 
+def train_step(loss_fn, opt):
+    """A step for `Case.step`: one forward, `loss_fn(output, y)`, backward and `opt.step()` on args (x, y).
+    Returns the detached loss, which is what the runner compares with eager's."""
+    def step(model, args):
+        x, y = args
+        opt.zero_grad(set_to_none=True)
+        loss = loss_fn(model(x), y)
+        loss.backward()
+        opt.step()
+        return loss.detach()
+    return step
+
+
 def pick(scale, tiny, quick, full):
     return {"tiny": tiny, "quick": quick, "full": full}[scale]
 

@@ -3,7 +3,7 @@
 import torch
 from torch import nn
 
-from . import Case, pick, tensor_bytes, torchvision_model, workload
+from . import Case, pick, tensor_bytes, torchvision_model, train_step, workload
 from .nets import MLP, FeatureModel, ResNetStyle
 
 
@@ -23,17 +23,6 @@ def build_conv_feature_model(device, scale):
     return Case(model, (torch.randn(batch, 3, 32, 32, device=device),), atol=1e-3, rtol=1e-3)
 
 
-def _train_step(loss_fn, opt):
-    def step(model, args):
-        x, y = args
-        opt.zero_grad(set_to_none=True)
-        loss = loss_fn(model(x), y)
-        loss.backward()
-        opt.step()
-        return loss.detach()
-    return step
-
-
 @workload("mlp_train_step", "seed", "train",
           description="128->256->10 MLP, CrossEntropy + Adam, one step (batch 32)")
 def build_mlp_train_step(device, scale):
@@ -41,7 +30,7 @@ def build_mlp_train_step(device, scale):
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
     x = torch.randn(32, 128, device=device)
     y = torch.randint(0, 10, (32,), device=device)
-    return Case(model, (x, y), step=_train_step(nn.CrossEntropyLoss(), opt), explain_args=(x,), atol=1e-4, rtol=1e-4,
+    return Case(model, (x, y), step=train_step(nn.CrossEntropyLoss(), opt), explain_args=(x,), atol=1e-4, rtol=1e-4,
                 note="error: loss of the first step from identical weights")
 
 
@@ -55,7 +44,7 @@ def build_resnet50_train_step(device, scale):
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
     x = torch.randn(batch, 3, hw, hw, device=device)
     y = torch.randint(0, 1000, (batch,), device=device)
-    return Case(model, (x, y), step=_train_step(nn.CrossEntropyLoss(), opt), explain_args=(x,), atol=1e-3, rtol=1e-3,
+    return Case(model, (x, y), step=train_step(nn.CrossEntropyLoss(), opt), explain_args=(x,), atol=1e-3, rtol=1e-3,
                 note=f"{note}; batch {batch} at {hw}x{hw}; error: first-step loss")
 
 

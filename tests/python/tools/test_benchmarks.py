@@ -309,6 +309,14 @@ def test_gpu_preset_is_a_known_subset_with_a_deadline():
     assert all(c in contenders.CONTENDERS for c in preset["contenders"])
 
 
+def test_zoo_preset_is_the_transformers_models_at_quick_scale():
+    preset = run.PRESETS["zoo"]
+    assert preset["workloads"] == ("bert", "gpt2", "llama", "t5", "vit", "bert_train_step")
+    assert all(w in all_workloads() and w in run.GPU_WORKLOADS for w in preset["workloads"])
+    assert preset["scale"] == "quick" and preset["budget"] == run.PRESETS["quick"]["budget"]
+    assert all(c in contenders.CONTENDERS for c in preset["contenders"])
+
+
 def test_gpu_suite_on_cpu_tiny(tmp_path):
     """benchmarks.gpu_suite's code paths on CPU at tiny sizes: a child measures, the parent writes JSON
     and a markdown table; the errors against eager are within tolerance. No speed is asserted."""
