@@ -1,5 +1,6 @@
 #include "frame_eval/guards.h"
 
+#include <cstdint>
 #include <cstring>
 
 #include <tuple>
@@ -227,13 +228,27 @@ bool weakly_held(PyObject* o) {
 
 namespace {
 
+// What makes two sources one slot: their printed form, where an object source (a class, a constant
+// tensor) counts by identity, not by its printed name (two local classes may share one).
+std::string slot_key(const Source& s) {
+  switch (s.kind) {
+    case Source::Kind::Object: return s.name + "@" + std::to_string(reinterpret_cast<uintptr_t>(s.object.get()));
+    case Source::Kind::Attr: return slot_key(*s.base) + "." + s.name;
+    case Source::Kind::Item:
+      return slot_key(*s.base) + "[" + (s.key_is_str ? "'" + s.str_key + "'" : std::to_string(s.int_key)) + "]";
+    case Source::Kind::TypeOf: return "type(" + slot_key(*s.base) + ")";
+    case Source::Kind::IterRest: return "rest(" + slot_key(*s.base) + ")";
+    default: return s.str();
+  }
+}
+
 }  // namespace
 
 int GuardProgram::slot_of(const SourcePtr& s) const {
   if (!s) return -1;
-  std::string key = s->str();
-  for (size_t i = 0; i < slot_names_.size(); ++i)
-    if (slot_names_[i] == key) return static_cast<int>(i);
+  std::string key = slot_key(*s);
+  for (size_t i = 0; i < slot_keys_.size(); ++i)
+    if (slot_keys_[i] == key) return static_cast<int>(i);
   return -1;
 }
 
@@ -276,6 +291,7 @@ int GuardProgram::add_source(const SourcePtr& s) {
   f.out = static_cast<int>(slot_sources_.size());
   slot_sources_.push_back(s);
   slot_names_.push_back(s->str());
+  slot_keys_.push_back(slot_key(*s));
   fetches_.push_back(f);
   program_.push_back({true, static_cast<int>(fetches_.size() - 1)});
   return f.out;

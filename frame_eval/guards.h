@@ -101,7 +101,8 @@ class GuardProgram {
 
   const ff_torch_native_api* native_ = nullptr;  // framefuse._torch_native, or null
   std::vector<SourcePtr> slot_sources_;
-  std::vector<std::string> slot_names_;
+  std::vector<std::string> slot_names_;  // printed
+  std::vector<std::string> slot_keys_;   // slot_key(): what makes two sources one slot
   std::vector<Fetch> fetches_;
   std::vector<Check> checks_;
   std::vector<Instr> program_;       // every check in guard order (explain, describe)

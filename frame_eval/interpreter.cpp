@@ -101,6 +101,8 @@ const Known& known() {
       k->enable_grad = import_attr("torch", "enable_grad");
       k->set_grad_enabled = import_attr("torch", "set_grad_enabled");
       k->size_type = import_attr("torch", "Size");
+      k->torch_tensor = import_attr("torch", "tensor");
+      k->torch_clone = import_attr("torch", "clone");
     } else {
       // NB: without torch (pure-Python tracing tests) the torch types are a fresh class that no
       // object is an instance of, so every torch-specific path is simply never taken.

@@ -342,6 +342,33 @@ Sym SymbolicTracer::call_const(const Sym& fn, std::vector<Sym>& args, KwArgs& kw
   for (const auto& kv : kwargs) any_tensor = any_tensor || has_tensor(kv.second);
 
   if (o == k.graph_break_fn && o) brk(BreakKind::ExplicitBreak, "");
+  if (o == k.torch_tensor && o && args.size() == 1 && !any_tensor) {
+    // torch.tensor(data) of constant data: made now, passed to the graph as a constant input, and
+    // cloned by the graph, since eager makes a new tensor on every call.
+    materialize(args[0]);
+    PyRef data = PyRef::steal(sym_to_const(args[0]));
+    PyRef kw = PyRef::steal(PyDict_New());
+    bool constant = static_cast<bool>(data);
+    for (const auto& [name, v] : kwargs) {
+      PyRef c = PyRef::steal(sym_to_const(v));
+      if (!c || (name != "dtype" && name != "device") || !kw) {
+        constant = false;
+        break;
+      }
+      PyDict_SetItemString(kw.get(), name.c_str(), c.get());
+    }
+    if (constant) {
+      PyRef made = PyRef::steal(PyObject_Call(o, PyRef::steal(PyTuple_Pack(1, data.get())).get(), kw.get()));
+      if (!made) {
+        PyErr_Clear();
+        brk(BreakKind::RaisesInTrace, "torch.tensor() of " + describe_sym(args[0]) + " raises");
+      }
+      // NB: each constant its own name: sources print by it.
+      std::string printed = "torch.tensor(...)#" + std::to_string(out_.inputs.size());
+      Sym in = wrap(made.get(), object_source(made.get(), printed));
+      return torch_call(k.torch_clone, {in}, {}, "torch.tensor");
+    }
+  }
   if (o == k.inspect_signature && args.size() == 1 && kwargs.empty()) {
     // inspect.signature of a function (or a method of an object passed in) is computed now: it
     // depends on the function, which its source guards, not on anything the trace changes.

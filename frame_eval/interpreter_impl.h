@@ -54,6 +54,8 @@ struct Known {
   PyObject* ordered_dict_type = nullptr;  // collections.OrderedDict
   PyObject* inspect_signature = nullptr;  // inspect.signature
   PyObject* sequence_iter = nullptr;      // collections.abc.Sequence.__iter__
+  PyObject* torch_tensor = nullptr;       // torch.tensor
+  PyObject* torch_clone = nullptr;        // torch.clone
   PyObject* operator_mod = nullptr;
   PyObject* builtins = nullptr;
   PyObject* object_getattribute = nullptr;

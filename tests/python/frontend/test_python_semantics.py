@@ -1193,3 +1193,41 @@ def test_iteration_protocols_of_objects(backend):
 
     check(f, x, backend=backend)
     assert framefuse.explain(f)(x).graph_break_count == 0
+
+
+def _local_class(v):
+    class C:
+        s = v
+    return C
+
+
+_A, _B = _local_class(2), _local_class(2)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_class_attributes_of_two_classes_of_one_name_are_guarded_apart(backend):
+    # Two sources that print alike (C.s) are two slots: once, the second class's attribute was
+    # guarded through the first's, and a change to it went unnoticed.
+    def f(x):
+        return x * _A().s + _B().s
+
+    compiled = check(f, x, backend=backend)
+    _B.s = 5
+    try:
+        assert _same(compiled(x), f(x), exact=backend == "eager")
+    finally:
+        _B.s = 2
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_torch_tensor_of_constant_data(backend):
+    # Made once at capture time and cloned by the graph: a fresh tensor per call, as in eager.
+    def f(x):
+        empty = torch.tensor([], dtype=x.dtype, device=x.device)
+        b = torch.tensor([1.5, 2.0, 3.0, 4.0])
+        b.add_(1)
+        return x + b, empty, torch.tensor(3), torch.tensor([[1, 2], [3, 4]], dtype=torch.float64), b
+
+    compiled = check(f, x, backend=backend)
+    assert compiled(x)[4] is not compiled(x)[4]
+    assert framefuse.explain(f)(x).graph_break_count == 0
