@@ -655,7 +655,8 @@ bool GuardProgram::run_check(const Check& c, const Slots& slots, std::string* wh
           }
       return true;
     case Guard::Kind::NoKey: {
-      int in = PyDict_Check(v) ? PyDict_Contains(v, c.expected) : -1;
+      // NB: os.environ is a mapping, not a dict.
+      int in = PyDict_Check(v) ? PyDict_Contains(v, c.expected) : PySequence_Contains(v, c.expected);
       if (in == 0) return true;
       if (in < 0) PyErr_Clear();
       if (why) *why = py_short_repr(c.expected) + " not in " + c.source_text + " (it is there now)";

@@ -119,6 +119,13 @@ const Known& known() {
     k->generator_cm_type = import_attr("contextlib", "_GeneratorContextManager");
     k->ordered_dict_type = import_attr("collections", "OrderedDict");
     k->inspect_signature = import_attr("inspect", "signature");
+    PyObject* os_environ = import_attr("os", "environ");
+    k->environ_type = reinterpret_cast<PyObject*>(Py_TYPE(os_environ));
+    Py_INCREF(k->environ_type);
+    Py_DECREF(os_environ);
+    PyObject* mapping = import_attr("collections.abc", "Mapping");
+    k->mapping_get = PyObject_GetAttrString(mapping, "get");
+    Py_DECREF(mapping);
     PyObject* sequence = import_attr("collections.abc", "Sequence");
     k->sequence_iter = PyObject_GetAttrString(sequence, "__iter__");
     Py_DECREF(sequence);

@@ -369,6 +369,10 @@ Sym SymbolicTracer::call_const(const Sym& fn, std::vector<Sym>& args, KwArgs& kw
       return torch_call(k.torch_clone, {in}, {}, "torch.tensor");
     }
   }
+  if (o == k.mapping_get && (args.size() == 2 || args.size() == 3) && kwargs.empty() && is_environ(args[0])) {
+    if (Sym v = environ_item(args[0], args[1])) return v;
+    return args.size() == 3 ? args[2] : make_const(Py_None);
+  }
   if (o == k.inspect_signature && args.size() == 1 && kwargs.empty()) {
     // inspect.signature of a function (or a method of an object passed in) is computed now: it
     // depends on the function, which its source guards, not on anything the trace changes.

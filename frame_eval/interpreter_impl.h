@@ -55,6 +55,8 @@ struct Known {
   PyObject* inspect_signature = nullptr;  // inspect.signature
   PyObject* sequence_iter = nullptr;      // collections.abc.Sequence.__iter__
   PyObject* torch_tensor = nullptr;       // torch.tensor
+  PyObject* environ_type = nullptr;       // type(os.environ)
+  PyObject* mapping_get = nullptr;        // collections.abc.Mapping.get
   PyObject* torch_clone = nullptr;        // torch.clone
   PyObject* operator_mod = nullptr;
   PyObject* builtins = nullptr;
@@ -153,7 +155,10 @@ class SymbolicTracer {
   // A builtin method of dict / OrderedDict called on such an object (nullptr: not such a call).
   Sym call_mapping_method(PyObject* descr, std::vector<Sym>& args, KwArgs& kwargs);
   Sym object_mapping(const Sym& v);
-  Sym object_iter(const Sym& v);  // iter() of an object by its class's protocol; nullptr: none modelled  // a dict subclass's instance passed in: its contents, read once
+  Sym object_iter(const Sym& v);
+  // os.environ[key] read now and guarded (nullptr: not there, guarded to stay absent).
+  Sym environ_item(const Sym& env, const Sym& key);
+  bool is_environ(const Sym& v) const;  // iter() of an object by its class's protocol; nullptr: none modelled  // a dict subclass's instance passed in: its contents, read once
   Sym read_dict(PyObject* obj, const SourcePtr& src);  // a dict (or subclass) passed in, guarded
   void store_attr(const Sym& base, const std::string& name, Sym value);
   void delete_attr(const Sym& base, const std::string& name);

@@ -349,6 +349,7 @@ Sym SymbolicTracer::contains(const Sym& container, const Sym& item) {
       return make_const(PyDict_GetItem(modules, i.get()) ? Py_True : Py_False);
     }
   }
+  if (is_environ(container)) return make_const(environ_item(container, item) ? Py_True : Py_False);
   if (container->is(SymKind::Object) || container->is(SymKind::NewObject)) {
     // A container class written in Python (collections.abc.Mapping ...): its __contains__, inlined.
     PyRef name = PyRef::steal(PyUnicode_FromString("__contains__"));
@@ -384,6 +385,29 @@ Sym SymbolicTracer::is_same(const Sym& a, const Sym& b) {
   }
   if (a->is(SymKind::NewObject) && b->is(SymKind::NewObject)) return no();
   brk(BreakKind::UnsupportedOperand, "`is` between " + describe_sym(a) + " and " + describe_sym(b));
+}
+
+bool SymbolicTracer::is_environ(const Sym& v) const {
+  return v->is(SymKind::Object) && v->source && reinterpret_cast<PyObject*>(Py_TYPE(v->obj.get())) == known().environ_type;
+}
+
+// NB: os.environ's own methods go through its str-to-bytes encoding and try/except KeyError; a key
+// read here is guarded by its value (or, absent, by its absence), not the whole environment.
+Sym SymbolicTracer::environ_item(const Sym& env, const Sym& key) {
+  if (!key->is(SymKind::Const) || !PyUnicode_CheckExact(key->obj.get()))
+    brk(BreakKind::UnsupportedOperand, "os.environ with key " + describe_sym(key));
+  PyObject* v = PyObject_GetItem(env->obj.get(), key->obj.get());
+  if (!v) {
+    if (!PyErr_ExceptionMatches(PyExc_KeyError)) {
+      PyErr_Clear();
+      brk(BreakKind::RaisesInTrace, "os.environ lookup raises");
+    }
+    PyErr_Clear();
+    guard(Guard::Kind::NoKey, env->source, key->obj.get());
+    return nullptr;
+  }
+  PyRef hold = PyRef::steal(v);
+  return wrap(v, item_source(env->source, key->obj.get()));
 }
 
 Sym SymbolicTracer::subscript(const Sym& c, const Sym& index) {
@@ -451,6 +475,28 @@ Sym SymbolicTracer::subscript(const Sym& c, const Sym& index) {
           if (i < 0 || i >= n) brk(BreakKind::RaisesInTrace, "IndexError: module index out of range");
           PyObject* k = PyTuple_GET_ITEM(keys.get(), i);
           key = PyUnicode_AsUTF8(k);
+        } else if (static PyObject* module_list = nn_type("ModuleList");
+                   index->is(SymKind::Slice) && reinterpret_cast<PyObject*>(Py_TYPE(o)) == module_list) {
+          // A slice is a new ModuleList of the same children (`for layer in self.layers[:n]`): an
+          // object of the trace's own that holds them in its _modules, as ModuleList's __iter__,
+          // __len__ and __getitem__ read them. It never escapes: a module is not rebuilt.
+          PyRef sl = PyRef::steal(sym_to_const(index));
+          Py_ssize_t start, stop, step;
+          if (!sl || PySlice_Unpack(sl.get(), &start, &stop, &step) < 0) {
+            PyErr_Clear();
+            break;
+          }
+          Py_ssize_t len = PySlice_AdjustIndices(PyTuple_GET_SIZE(keys.get()), &start, &stop, step);
+          Sym children = make_sym(SymKind::Dict);
+          for (Py_ssize_t j = 0; j < len; ++j) {
+            PyObject* k = PyTuple_GET_ITEM(keys.get(), start + j * step);
+            children->keys.push_back(make_const_steal(PyUnicode_FromString(std::to_string(j).c_str())));
+            children->items.push_back(module_child(c, "_modules", PyDict_GetItem(modules, k), PyUnicode_AsUTF8(k)));
+          }
+          Sym view = make_sym(SymKind::NewObject);
+          view->obj = PyRef::borrow(reinterpret_cast<PyObject*>(Py_TYPE(o)));
+          view->attrs = {{"_modules", children}};
+          return view;
         } else {
           break;
         }
@@ -461,6 +507,10 @@ Sym SymbolicTracer::subscript(const Sym& c, const Sym& index) {
       [[fallthrough]];
     }
     case SymKind::NewObject: {
+      if (is_environ(c)) {
+        if (Sym v = environ_item(c, index)) return v;
+        raise_in_trace(PyExc_KeyError, "KeyError: " + describe_sym(index) + " not in os.environ");
+      }
       if (Sym d = mapping_part(c, "__getitem__")) return subscript(d, index);
       PyRef name = PyRef::steal(PyUnicode_FromString("__getitem__"));
       PyObject* gi = _PyType_Lookup(reinterpret_cast<PyTypeObject*>(type_of(c)), name.get());

@@ -269,7 +269,8 @@ OutputPlan OutputBuilder::plan_value(const Sym& v) {
       // Rebuilt from its state: __new__ (object's or dict's, construct() allows no other) and the
       // attributes, which hold everything its __init__ did to it.
       auto* cls = reinterpret_cast<PyTypeObject*>(v->obj.get());
-      if (cls->tp_dictoffset == 0) break;
+      // NB: nor a module (a slice of a ModuleList): its state is more than its attributes here.
+      if (cls->tp_dictoffset == 0 || PyType_IsSubtype(cls, reinterpret_cast<PyTypeObject*>(known().module_type))) break;
       p.kind = OutputPlan::Kind::Object;
       p.memo = memo(v);
       p.constant = v->obj.get();

@@ -1231,3 +1231,43 @@ def test_torch_tensor_of_constant_data(backend):
     compiled = check(f, x, backend=backend)
     assert compiled(x)[4] is not compiled(x)[4]
     assert framefuse.explain(f)(x).graph_break_count == 0
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_os_environ_reads_are_guarded_by_key(backend, monkeypatch):
+    # transformers reads flags from os.environ inside forward: each key read is guarded by its value
+    # (or its absence), so setting a variable recompiles and is seen.
+    import os  # noqa: PLC0415
+
+    monkeypatch.delenv("FRAMEFUSE_TEST_FLAG", raising=False)
+
+    def f(x):
+        on = os.environ.get("FRAMEFUSE_TEST_FLAG", "0") == "1"
+        return (x + 1 if on else x - 1), "FRAMEFUSE_TEST_FLAG" in os.environ, os.getenv("FRAMEFUSE_TEST_FLAG")
+
+    compiled = check(f, x, backend=backend)
+    assert framefuse.explain(f)(x).graph_break_count == 0
+    monkeypatch.setenv("FRAMEFUSE_TEST_FLAG", "1")
+    assert _same(compiled(x), f(x), exact=backend == "eager")
+
+
+class _Layers(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.layers = torch.nn.ModuleList([torch.nn.Linear(4, 4) for _ in range(4)])
+
+    def forward(self, x, n: int):
+        for layer in self.layers[:n]:
+            x = layer(x)
+        return x, len(self.layers[1:]), type(self.layers[::2]).__name__, self.layers[-2:][0] is self.layers[2]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_slices_of_a_module_list(backend):
+    m = _Layers()
+    with torch.no_grad():
+        check(m, x, 3, backend=backend)
+        assert framefuse.explain(m)(x, 3).graph_break_count == 0
+        # Returned, a slice is rebuilt by eager code: the frame breaks rather than build a module.
+        r = framefuse.compile(lambda: m.layers[1:3], backend=backend)()
+        assert type(r) is torch.nn.ModuleList and r[0] is m.layers[1] and len(r) == 2
