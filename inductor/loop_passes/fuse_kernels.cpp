@@ -108,6 +108,7 @@ std::vector<const Stmt*> perfect_prefix(const Stmt& root, size_t depth) {
 struct Fuser {
   Program p;
   std::vector<std::string>* log;
+  int64_t min_horizontal_extent = 0;
 
   void say(const std::string& s) {
     if (log) log->push_back(s);
@@ -280,6 +281,7 @@ struct Fuser {
 
   bool try_horizontal(size_t i, size_t j) {
     if (kernel_at(i).root.extent != kernel_at(j).root.extent) return false;
+    if (kernel_at(i).root.extent < min_horizontal_extent) return false;
     const auto &ra = reads(i), &rb = reads(j), &wa = writes(i), &wb = writes(j);
     for (int x : rb)
       if (std::find(wa.begin(), wa.end(), x) != wa.end()) return false;
@@ -325,8 +327,8 @@ struct Fuser {
 
 }  // namespace
 
-Program fuse_kernels(const Program& p, std::vector<std::string>* log) {
-  Fuser f{p, log};
+Program fuse_kernels(const Program& p, std::vector<std::string>* log, int64_t min_horizontal_extent) {
+  Fuser f{p, log, min_horizontal_extent};
   std::vector<std::string> scratch;
   // NB: refusals are logged only once the pass settles, so that retries do not repeat them.
   f.log = &scratch;

@@ -4,7 +4,7 @@ namespace ff::inductor {
 
 std::vector<LoopPass> schedule_passes() {
   return {
-      {"fuse_kernels", fuse_kernels},
+      {"fuse_kernels", [](const loop::Program& p, std::vector<std::string>* log) { return fuse_kernels(p, log); }},
       {"eliminate_dead_stores", [](const loop::Program& p, std::vector<std::string>*) { return eliminate_dead_stores(p); }},
       {"plan_memory", plan_memory},
   };
