@@ -78,5 +78,23 @@ TEST(InductorPipeline, CudaLowersTheGraphAsItIs) {
   EXPECT_FALSE(c.channels_last.has_value());
 }
 
+// Two pointwise nests over one input under a short outer loop (a rotary embedding's query and key
+// halves): one kernel on CPU, where threads share the outer loop; two on CUDA, whose blocks would
+// have had only the 4 iterations of the shared loop.
+TEST(InductorPipeline, CudaKeepsShortOuterLoopsApart) {
+  Graph g = parse_graph(R"(def forward(self, q: "f32[4, 512, 16, 64]", k: "f32[4, 512, 4, 64]", c: "f32[512, 1, 64]"):
+    mul: "f32[4, 512, 16, 64]" = torch.mul(q, c)
+    mul_1: "f32[4, 512, 4, 64]" = torch.mul(k, c)
+    return (mul, mul_1)
+)");
+  inductor::CpuPipelineOptions cpu;
+  cpu.render = false;
+  EXPECT_EQ(inductor::compile_for_cpu(g, cpu).program.kernels.size(), 1u);
+  inductor::CudaPipelineOptions cuda;
+  cuda.render = false;
+  cuda.assume_cuda = true;
+  EXPECT_EQ(inductor::compile_for_cuda(g, cuda).program.kernels.size(), 2u);
+}
+
 }  // namespace
 }  // namespace ff
