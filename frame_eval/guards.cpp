@@ -589,7 +589,7 @@ bool GuardProgram::run_fetch(const Fetch& f, const FrameValues& fr, Slots& slots
           v = PySequence_Fast_GET_ITEM(b, i);
           Py_INCREF(v);
         }
-      } else if (PyDict_CheckExact(b)) {
+      } else if (PyDict_Check(b)) {  // NB: a dict subclass's entry, not what its own __getitem__ says
         v = dict_get(b, f.key);
       } else {
         v = PyObject_GetItem(b, f.key);

@@ -221,14 +221,15 @@ PyTypeObject* mapping_owner(PyObject* descr) {
 }
 }  // namespace
 
-// The contents of a dict subclass's instance passed in (a registry global ...), read like a dict
-// passed in (its keys and values guarded), for the read-only methods of dict only: a write would be
-// replayed through the subclass's own __setitem__. The class must read its contents as dict does.
+// The contents of a dict subclass's instance passed in (a registry global, a ModelOutput ...), read
+// like a dict passed in (its keys in iteration order and its entries guarded), for dict's own
+// read-only methods only: a write would be replayed through the subclass's own __setitem__. Its own
+// __getitem__ and the like are inlined where they are called; only its iteration order must be
+// dict's or OrderedDict's (the keys guard iterates it).
 Sym SymbolicTracer::object_mapping(const Sym& v) {
   if (!v->items.empty()) return v->items[0];
   auto* t = Py_TYPE(v->obj.get());
-  for (const char* n : {"__iter__", "keys", "__getitem__", "__len__", "__contains__"})
-    if (!mapping_owner(type_lookup(t, n))) brk(BreakKind::UnsupportedValue, std::string(t->tp_name) + " with its own " + n);
+  if (!mapping_owner(type_lookup(t, "__iter__"))) brk(BreakKind::UnsupportedValue, std::string(t->tp_name) + " with its own __iter__");
   Sym d = read_dict(v->obj.get(), v->source);
   v->items = {d};
   return d;

@@ -1271,3 +1271,24 @@ def test_slices_of_a_module_list(backend):
         # Returned, a slice is rebuilt by eager code: the frame breaks rather than build a module.
         r = framefuse.compile(lambda: m.layers[1:3], backend=backend)()
         assert type(r) is torch.nn.ModuleList and r[0] is m.layers[1] and len(r) == 2
+
+
+@dataclasses.dataclass
+class _IndexedOutput(_Output):
+    def __getitem__(self, k):                   # ModelOutput's: by name, or by position among the set fields
+        if isinstance(k, str):
+            return dict(self.items())[k]
+        return self.to_tuple()[k]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_model_output_passed_in_is_read_through_its_own_getitem(backend):
+    def f(out, y):
+        return y * out[0] + out["second"], list(out.keys()), len(out)
+
+    out = _IndexedOutput(first=x + 1, second=x * 2)
+    compiled = check(f, out, x, backend=backend)
+    assert framefuse.explain(f)(out, x).graph_break_count == 0
+    out2 = _IndexedOutput(first=x + 1)          # one field unset: other keys, other positions
+    out2.second = x * 3
+    assert _same(compiled(out2, x), f(out2, x), exact=backend == "eager")
