@@ -119,6 +119,7 @@ const Known& known() {
     k->generator_cm_type = import_attr("contextlib", "_GeneratorContextManager");
     k->ordered_dict_type = import_attr("collections", "OrderedDict");
     k->inspect_signature = import_attr("inspect", "signature");
+    k->copy_deepcopy = import_attr("copy", "deepcopy");
     PyObject* os_environ = import_attr("os", "environ");
     k->environ_type = reinterpret_cast<PyObject*>(Py_TYPE(os_environ));
     Py_INCREF(k->environ_type);

@@ -373,6 +373,10 @@ Sym SymbolicTracer::call_const(const Sym& fn, std::vector<Sym>& args, KwArgs& kw
     if (Sym v = environ_item(args[0], args[1])) return v;
     return args.size() == 3 ? args[2] : make_const(Py_None);
   }
+  if (o == k.copy_deepcopy && args.size() == 1 && kwargs.empty()) {
+    std::unordered_map<const SymValue*, Sym> memo;
+    return deep_copy(args[0], memo);
+  }
   if (o == k.inspect_signature && args.size() == 1 && kwargs.empty()) {
     // inspect.signature of a function (or a method of an object passed in) is computed now: it
     // depends on the function, which its source guards, not on anything the trace changes.

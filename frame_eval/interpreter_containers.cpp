@@ -290,6 +290,89 @@ Sym SymbolicTracer::call_mapping_method(PyObject* descr, std::vector<Sym>& args,
   return call_container_method(d, name, rest, kwargs);
 }
 
+Sym SymbolicTracer::deep_copy(const Sym& v, std::unordered_map<const SymValue*, Sym>& memo) {
+  materialize(v);
+  if (auto m = memo.find(v.get()); m != memo.end()) return m->second;
+  auto copy_items = [&](const std::vector<Sym>& items, bool* changed) {
+    std::vector<Sym> out;
+    for (const Sym& i : items) {
+      out.push_back(deep_copy(i, memo));
+      *changed |= out.back() != i;
+    }
+    return out;
+  };
+  switch (v->kind) {
+    case SymKind::Const: {
+      PyObject* o = v->obj.get();
+      if (is_plain_const(o) || PyType_Check(o) || PyFunction_Check(o) || PyCFunction_Check(o) || PyModule_Check(o)) return v;
+      // Another constant (a torch.device, an enum member ...): copied now; deepcopy keeps what it
+      // returns itself as itself.
+      PyRef c = PyRef::steal(PyObject_CallOneArg(known().copy_deepcopy, o));
+      if (!c) {
+        PyErr_Clear();
+        brk(BreakKind::RaisesInTrace, "copy.deepcopy of " + describe_sym(v) + " raises");
+      }
+      if (c.get() == o) return v;
+      if (!is_plain_const(c.get())) brk(BreakKind::UnsupportedCall, "copy.deepcopy of " + describe_sym(v));
+      return make_const(c.get());
+    }
+    case SymKind::Tuple: {
+      bool changed = false;
+      std::vector<Sym> items = copy_items(v->items, &changed);
+      if (!changed && !v->obj) return v;  // as copy's own: a tuple of atoms is itself
+      if (v->obj && v->obj.get() != known().size_type) brk(BreakKind::UnsupportedCall, "copy.deepcopy of a named tuple");
+      return make_tuple(std::move(items), v->obj.get());
+    }
+    case SymKind::List: {
+      Sym out = make_list({});
+      memo[v.get()] = out;
+      bool changed = false;
+      out->items = copy_items(v->items, &changed);
+      return out;
+    }
+    case SymKind::Dict: {
+      Sym out = make_sym(SymKind::Dict);
+      memo[v.get()] = out;
+      for (size_t i = 0; i < v->keys.size(); ++i) {
+        out->keys.push_back(deep_copy(v->keys[i], memo));
+        out->items.push_back(deep_copy(v->items[i], memo));
+      }
+      return out;
+    }
+    case SymKind::Object:
+    case SymKind::NewObject: {
+      // object.__reduce_ex__'s way for a plain class: cls.__new__(cls), then its __dict__ copied into
+      // the new one. Anything that changes that (its own __deepcopy__, __reduce__, __getstate__,
+      // __setstate__, __new__, slots, a builtin base) is not modelled.
+      auto* t = reinterpret_cast<PyTypeObject*>(type_of(v));
+      auto* base = &PyBaseObject_Type;
+      bool plain = (t->tp_flags & Py_TPFLAGS_HEAPTYPE) && t->tp_dictoffset != 0 && t->tp_base->tp_new == PyBaseObject_Type.tp_new &&
+                   type_lookup(t, "__new__") == type_lookup(base, "__new__") && !type_lookup(t, "__deepcopy__") &&
+                   !type_lookup(t, "__setstate__") &&
+                   type_lookup(t, "__reduce_ex__") == type_lookup(base, "__reduce_ex__") &&
+                   type_lookup(t, "__reduce__") == type_lookup(base, "__reduce__") &&
+                   type_lookup(t, "__getstate__") == type_lookup(base, "__getstate__") &&
+                   type_lookup(t, "__slots__") == nullptr && (v->is(SymKind::NewObject) ? v->items.empty() : !PyObject_TypeCheck(v->obj.get(), reinterpret_cast<PyTypeObject*>(known().module_type)));
+      if (!plain) brk(BreakKind::UnsupportedCall, "copy.deepcopy of " + describe_sym(v));
+      Sym out = make_sym(SymKind::NewObject);
+      out->obj = PyRef::borrow(reinterpret_cast<PyObject*>(t));
+      memo[v.get()] = out;
+      Sym state = v->is(SymKind::Object) ? instance_dict(v) : new_object_attr(v, "__dict__");
+      if (!state || !state->is(SymKind::Dict)) brk(BreakKind::UnsupportedCall, "copy.deepcopy of " + describe_sym(v) + " without a __dict__");
+      materialize(state);
+      for (size_t i = 0; i < state->keys.size(); ++i) {
+        PyObject* name = state->keys[i]->obj.get();
+        if (!PyUnicode_Check(name)) brk(BreakKind::UnsupportedCall, "copy.deepcopy of " + describe_sym(v) + " with a non-string attribute name");
+        out->attrs.emplace_back(PyUnicode_AsUTF8(name), deep_copy(state->items[i], memo));
+      }
+      return out;
+    }
+    default:
+      break;
+  }
+  brk(BreakKind::UnsupportedCall, "copy.deepcopy of " + describe_sym(v));
+}
+
 Sym SymbolicTracer::call_container_method(const Sym& self, const std::string& name, std::vector<Sym>& args,
                                           KwArgs& kwargs) {
   Sym none = make_const(Py_None);

@@ -55,6 +55,7 @@ struct Known {
   PyObject* inspect_signature = nullptr;  // inspect.signature
   PyObject* sequence_iter = nullptr;      // collections.abc.Sequence.__iter__
   PyObject* torch_tensor = nullptr;       // torch.tensor
+  PyObject* copy_deepcopy = nullptr;      // copy.deepcopy
   PyObject* environ_type = nullptr;       // type(os.environ)
   PyObject* mapping_get = nullptr;        // collections.abc.Mapping.get
   PyObject* torch_clone = nullptr;        // torch.clone
@@ -156,6 +157,9 @@ class SymbolicTracer {
   Sym call_mapping_method(PyObject* descr, std::vector<Sym>& args, KwArgs& kwargs);
   Sym object_mapping(const Sym& v);
   Sym object_iter(const Sym& v);
+  // copy.deepcopy(v) of what the trace can copy: constants, containers, plain objects (reduced as
+  // object.__reduce_ex__ does: a new instance of the class holding copies of the attributes).
+  Sym deep_copy(const Sym& v, std::unordered_map<const SymValue*, Sym>& memo);
   // os.environ[key] read now and guarded (nullptr: not there, guarded to stay absent).
   Sym environ_item(const Sym& env, const Sym& key);
   bool is_environ(const Sym& v) const;  // iter() of an object by its class's protocol; nullptr: none modelled  // a dict subclass's instance passed in: its contents, read once

@@ -371,6 +371,9 @@ Sym SymbolicTracer::is_same(const Sym& a, const Sym& b) {
     return s->is(SymKind::Const) || s->is(SymKind::Object) || ((s->is(SymKind::List) || s->is(SymKind::Dict)) && s->obj);
   };
   if (has_identity(a) && has_identity(b)) return a->obj.get() == b->obj.get() ? yes() : no();
+  // NB: a list or dict the trace made is one Sym wherever it is referenced: another Sym is another object.
+  auto fresh = [](const Sym& s) { return (s->is(SymKind::List) || s->is(SymKind::Dict)) && !s->obj; };
+  if (fresh(a) || fresh(b)) return no();
   bool a_none = a->is(SymKind::Const) && a->obj.get() == Py_None;
   bool b_none = b->is(SymKind::Const) && b->obj.get() == Py_None;
   if (a_none != b_none && !a->is(SymKind::Null) && !b->is(SymKind::Null)) return no();

@@ -1292,3 +1292,40 @@ def test_a_model_output_passed_in_is_read_through_its_own_getitem(backend):
     out2 = _IndexedOutput(first=x + 1)          # one field unset: other keys, other positions
     out2.second = x * 3
     assert _same(compiled(out2, x), f(out2, x), exact=backend == "eager")
+
+
+class _Settings:
+    def __init__(self):
+        shared = [1, 2]
+        self.layers, self.again, self.table, self.name = shared, shared, {"a": (1, 2)}, "s"
+
+    def __setattr__(self, key, value):          # transformers' configs map names here
+        object.__setattr__(self, key, value)
+
+
+class _OwnCopy:
+    def __init__(self):
+        self.n = 1
+
+    def __deepcopy__(self, memo):
+        c = _OwnCopy()
+        c.n = self.n + 1
+        return c
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_deepcopy_of_objects_and_containers(backend):
+    # transformers' get_text_config deep-copies the config: a new object of the class with copies of
+    # its attributes (aliasing inside kept), the original untouched, guarded on what was copied.
+    def f(x, s):
+        c = copy.deepcopy(s)
+        c.layers.append(3)
+        c.name = "copy"
+        return x * len(c.again), c.again is c.layers, c.layers is s.layers, s.layers, c.table, c.name, type(c)
+
+    s = _Settings()
+    compiled = check(f, x, s, backend=backend)
+    assert framefuse.explain(f)(x, s).graph_break_count == 0
+    s.layers.append(9)                          # the copy follows the original's new contents
+    assert _same(compiled(x, s), f(x, s), exact=backend == "eager")
+    check(lambda x, o: (x + copy.deepcopy(o).n, copy.deepcopy([o])[0].n), x, _OwnCopy(), backend=backend)
