@@ -578,6 +578,11 @@ Sym SymbolicTracer::call_builtin(PyObject* fn, const std::string& name, std::vec
     if (Sym d = try_load_attr(args[0], "__dict__")) return d;
     brk(BreakKind::RaisesInTrace, "TypeError: vars() argument must have __dict__ attribute");
   }
+  if (name == "delattr" && args.size() == 2 && kwargs.empty()) {
+    if (!args[1]->is(SymKind::Const) || !PyUnicode_Check(args[1]->obj.get())) brk(BreakKind::UnsupportedOperand, "delattr with a non-constant name");
+    delete_attr(args[0], PyUnicode_AsUTF8(args[1]->obj.get()));
+    return make_const(Py_None);
+  }
   if (name == "setattr") {
     arg_count(3, 3);
     if (!args[1]->is(SymKind::Const) || !PyUnicode_Check(args[1]->obj.get())) brk(BreakKind::UnsupportedOperand, "setattr with a non-constant name");
