@@ -5,7 +5,8 @@ assigned to and converted, a DynamicCache of sliding-window layers, an encoder-d
 zoo of hf_zoo.py (BERT, GPT-2, Llama, T5, ViT from tiny configs): every output on two calls, and a training
 step's loss and gradients. The eager backend must give eager's tensors bit for bit; inductor's generated
 kernels may differ in the last bits (inductor_util.tolerance), and its training graphs run on the
-reference runner. Break counts are not asserted yet: tests/tools/hf_breaks.py prints them.
+reference runner. Inference captures each model whole (one graph, no break, no recompile); tests/tools/hf_breaks.py
+prints graphs and breaks per model.
 """
 
 import pytest
@@ -119,6 +120,22 @@ def test_zoo_inference_matches_eager(name, backend):
         for _ in range(2):
             assert_same(compiled(**x), want, backend)
     assert_captured()
+
+
+@pytest.mark.parametrize("name", list(hf_zoo.ZOO))
+def test_zoo_inference_is_one_graph_without_recompiles(name):
+    # The issue's bar: the whole forward one graph, no break, and later calls run it from the cache.
+    model = hf_zoo.build(name).eval()
+    x = hf_zoo.inputs(name)
+    with torch.no_grad():
+        report = framefuse.explain(model)(**x)
+        assert (report.graph_count, report.graph_break_count) == (1, 0), [str(b) for b in report.break_reasons]
+        framefuse.reset()
+        compiled = framefuse.compile(model, backend="eager")
+        for _ in range(3):
+            compiled(**x)
+    stats = framefuse._C._frame_eval_stats()
+    assert (stats["frames_compiled"], stats["recompiles"], stats["graph_breaks"]) == (1, 0, 0), stats
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
