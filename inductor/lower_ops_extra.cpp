@@ -1,5 +1,6 @@
 // More rules of the lowering table: activations, casts, clamps and the like, each a short
 // composition of loop IR primitives.
+#include <algorithm>
 #include <cmath>
 
 #include "graph/meta_rules.h"
@@ -112,9 +113,174 @@ LT logical(Lowerer& L, const Node& n, BinaryOp op) {
   });
 }
 
+// ---- basic indexing and concatenation: index maps ------------------------------------------
+
+// One output dimension of a strided view of x: input dimension `in` read at start + step * i, or a
+// new dimension of size 1 (in == -1). Input dimensions no output one reads are fixed at `fixed`.
+struct ViewDim {
+  int64_t in = -1, start = 0, step = 1, size = 1;
+};
+
+LT strided_view(const LT& x, const std::vector<ViewDim>& dims, const std::vector<std::pair<int64_t, int64_t>>& fixed) {
+  LT r = x;
+  r.sizes.clear();
+  for (const ViewDim& d : dims) r.sizes.push_back(d.size);
+  if (x.ref) {
+    loop::TensorRef ref = *x.ref;
+    ref.sizes = r.sizes;
+    ref.strides.clear();
+    for (const ViewDim& d : dims) {
+      ref.strides.push_back(d.in < 0 ? 1 : x.ref->strides[static_cast<size_t>(d.in)] * d.step);
+      if (d.in >= 0) ref.offset += d.start * x.ref->strides[static_cast<size_t>(d.in)];
+    }
+    for (auto [in, at] : fixed) ref.offset += at * x.ref->strides[static_cast<size_t>(in)];
+    r.ref = ref;
+  }
+  auto inner = x.at;
+  size_t nin = x.sizes.size();
+  r.at = [inner, dims, fixed, nin](const Idx& idx) {
+    Idx sub(nin);
+    for (auto [in, at] : fixed) sub[static_cast<size_t>(in)] = loop::const_int(at);
+    for (size_t o = 0; o < dims.size(); ++o) {
+      const ViewDim& d = dims[o];
+      if (d.in < 0) continue;
+      sub[static_cast<size_t>(d.in)] = loop::index_add(loop::index_mul(idx[o], d.step), loop::const_int(d.start));
+    }
+    return inner(sub);
+  };
+  return r;
+}
+
+// Python's slice.indices for a positive step, as a ViewDim of input dimension `in`.
+ViewDim slice_dim(int64_t in, int64_t size, const Value& start, const Value& stop, int64_t step) {
+  auto bound = [size](const Value& v, int64_t dflt) {
+    if (v.is_none()) return dflt;
+    if (v.kind != Value::Kind::Int) throw NoLowering("a slice bound that is not a constant");
+    int64_t i = v.i < 0 ? v.i + size : v.i;
+    return std::clamp<int64_t>(i, 0, size);
+  };
+  if (step <= 0) throw NoLowering("a slice step that is not positive");
+  ViewDim d;
+  d.in = in;
+  d.start = bound(start, 0);
+  int64_t end = bound(stop, size);
+  d.step = step;
+  d.size = end > d.start ? (end - d.start + step - 1) / step : 0;
+  return d;
+}
+
+// x[index] for ints, slices of constant ints, None and one Ellipsis (a view in eager).
+LT getitem_rule(Lowerer& L, const Node& n) {
+  LT x = L.tensor(n.args[0]);
+  const Value& index = n.args[1];
+  std::vector<Value> items = index.kind == Value::Kind::Tuple ? index.items : std::vector<Value>{index};
+  int64_t specified = 0;
+  for (const Value& it : items) {
+    if (it.kind == Value::Kind::Int || it.kind == Value::Kind::Slice) ++specified;
+    else if (it.kind != Value::Kind::None && it.kind != Value::Kind::Ellipsis) throw NoLowering("advanced indexing");
+  }
+  if (specified > x.dim()) throw NoLowering("too many indices");
+  std::vector<ViewDim> dims;
+  std::vector<std::pair<int64_t, int64_t>> fixed;
+  int64_t in = 0;
+  auto keep = [&](int64_t d) { dims.push_back(ViewDim{d, 0, 1, x.sizes[static_cast<size_t>(d)]}); };
+  for (const Value& it : items) {
+    switch (it.kind) {
+      case Value::Kind::Int: {
+        int64_t size = x.sizes[static_cast<size_t>(in)];
+        int64_t i = it.i < 0 ? it.i + size : it.i;
+        if (i < 0 || i >= size) throw NoLowering("an index out of range");
+        fixed.emplace_back(in++, i);
+        break;
+      }
+      case Value::Kind::Slice: {
+        int64_t step = it.items[2].is_none() ? 1 : it.items[2].kind == Value::Kind::Int ? it.items[2].i
+                                                                                        : 0;
+        dims.push_back(slice_dim(in, x.sizes[static_cast<size_t>(in)], it.items[0], it.items[1], step));
+        ++in;
+        break;
+      }
+      case Value::Kind::None: dims.push_back(ViewDim{}); break;
+      default:  // the Ellipsis: the dimensions no index names
+        for (int64_t k = 0; k < x.dim() - specified; ++k) keep(in++);
+        break;
+    }
+  }
+  while (in < x.dim()) keep(in++);
+  LT r = strided_view(x, dims, fixed);
+  if (r.sizes != L.out_meta(n).sizes) throw NoLowering("an index the lowering reads otherwise than eager");
+  return r;
+}
+
+LT narrow_rule(Lowerer& L, const Node& n) {
+  LT x = L.tensor(n.args[0]);
+  const Value& dim_v = L.arg(n, "dim");
+  const Value& start_v = L.arg(n, "start");
+  const Value& len_v = L.arg(n, "length");
+  if (dim_v.kind != Value::Kind::Int || start_v.kind != Value::Kind::Int || len_v.kind != Value::Kind::Int || x.dim() == 0)
+    throw NoLowering("narrow with arguments that are not constants");
+  int64_t dim = dim_v.i < 0 ? dim_v.i + x.dim() : dim_v.i;
+  std::vector<ViewDim> dims;
+  for (int64_t d = 0; d < x.dim(); ++d) dims.push_back(ViewDim{d, 0, 1, x.sizes[static_cast<size_t>(d)]});
+  int64_t start = start_v.i < 0 ? start_v.i + x.sizes[static_cast<size_t>(dim)] : start_v.i;
+  dims[static_cast<size_t>(dim)] = ViewDim{dim, start, 1, len_v.i};
+  LT r = strided_view(x, dims, {});
+  if (r.sizes != L.out_meta(n).sizes) throw NoLowering("narrow out of range");
+  return r;
+}
+
+// torch.cat: each output element read from the operand whose slice of `dim` holds it. The reads
+// of the operands not chosen are clamped into their bounds (a vector select computes both sides).
+LT cat_rule(Lowerer& L, const Node& n) {
+  const Value& list = L.arg(n, "tensors");
+  if (list.kind != Value::Kind::List && list.kind != Value::Kind::Tuple) throw NoLowering("cat of a non-list");
+  const TensorMeta& m = L.out_meta(n);
+  int64_t dim = L.arg(n, "dim").kind == Value::Kind::Int ? L.arg(n, "dim").i : 0;
+  if (dim < 0) dim += static_cast<int64_t>(m.sizes.size());
+  std::vector<LT> parts;
+  for (const Value& v : list.items) {
+    LT p = L.tensor(v);
+    if (p.dim() != static_cast<int64_t>(m.sizes.size())) throw NoLowering("cat with a legacy empty operand");
+    if (p.sizes[static_cast<size_t>(dim)] == 0) continue;
+    parts.push_back(Lowerer::cast(p, m.dtype));
+  }
+  if (parts.empty() || parts.size() > 8) throw NoLowering("cat of no or many operands");
+  if (parts.size() == 1) return parts[0];
+  std::vector<int64_t> offsets;
+  int64_t total = 0;
+  LT r;
+  r.sizes = m.sizes;
+  r.dtype = m.dtype;
+  for (const LT& p : parts) {
+    offsets.push_back(total);
+    total += p.sizes[static_cast<size_t>(dim)];
+    r.cost += p.size() + 2;
+  }
+  if (total != m.sizes[static_cast<size_t>(dim)]) throw NoLowering("cat of operands of other sizes");
+  r.at = [parts, offsets, dim, total](const Idx& idx) {
+    auto piece = [&](size_t k) {
+      Idx sub = idx;
+      int64_t size = parts[k].sizes[static_cast<size_t>(dim)];
+      Expr e = loop::index_add(idx[static_cast<size_t>(dim)], loop::const_int(-offsets[k]));
+      if (offsets[k] > 0) e = bin(BinaryOp::Max, e, loop::const_int(0));
+      if (total - offsets[k] > size) e = bin(BinaryOp::Min, e, loop::const_int(size - 1));
+      sub[static_cast<size_t>(dim)] = e;
+      return parts[k].at(sub);
+    };
+    Expr out = piece(parts.size() - 1);
+    for (size_t k = parts.size() - 1; k-- > 0;)
+      out = loop::select(bin(BinaryOp::Lt, idx[static_cast<size_t>(dim)], loop::const_int(offsets[k + 1])), piece(k), out);
+    return out;
+  };
+  return r;
+}
+
 }  // namespace
 
 void add_extra_rules(OpRules& r) {
+  r[Op::op_getitem] = getitem_rule;
+  r[Op::narrow] = narrow_rule;
+  r[Op::cat] = cat_rule;
   r[Op::square] = [](Lowerer& L, const Node& n) { return any_map(L, n, [](const Expr& x) { return bin(BinaryOp::Mul, x, x); }); };
   r[Op::trunc] = [](Lowerer& L, const Node& n) {
     if (!is_floating(L.out_meta(n).dtype)) return L.tensor(n.args[0]);

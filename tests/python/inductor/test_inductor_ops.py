@@ -152,7 +152,8 @@ def test_batched_product_of_head_views():
 
     with framefuse.config.patch(fuse_attention=False):   # the products themselves, not one SDPA call
         cg = check(f, [randn(B, T, 3 * C)])
-    assert cg.num_kernels == 4, cg.num_kernels  # the three copies and the softmax
+    # The three copies (one kernel: they read one input, through narrow's index map) and the softmax.
+    assert cg.num_kernels == 2, cg.num_kernels
 
 
 def test_linear_epilogue():
@@ -219,7 +220,8 @@ def test_var_std():
 
 def test_unlowered_op_becomes_extern():
     x = randn(6, 8)
-    cg = check(lambda g, a: g.call(torch.relu, g.call(operator.getitem, g.call(torch.exp, a), (slice(1, 5), slice(None, None, 2)))), [x])
+    # Advanced indexing (a list index) has no lowering: torch runs it between two kernels.
+    cg = check(lambda g, a: g.call(torch.relu, g.call(operator.getitem, g.call(torch.exp, a), (slice(1, 5), [0, 2, 7]))), [x])
     assert cg.num_externs == 1
 
 
@@ -456,3 +458,33 @@ def test_max_pool2d_variants_without_a_lowering_run_in_torch(kwargs):
     x = randn(2, 3, 9, 9)
     cg = check(lambda g, a: g.call(F.max_pool2d, a, 3, 2, 1, **kwargs), [x])
     assert cg.num_externs == 1
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int64])
+def test_rotary_embedding_slices_and_cat_are_one_kernel(dtype):
+    # rotate_half: cat of the negated second half and the first half of the last dimension; the slices
+    # and the cat are index maps of the fused kernel, not extern calls.
+    x = randn(2, 4, 6, 8, dtype=torch.float32).to(dtype)
+    cos, sin = randn(6, 8).to(dtype), randn(6, 8).to(dtype)
+
+    def rope(g, x, c, s):
+        x1 = g.call(operator.getitem, x, (Ellipsis, slice(None, 4)))
+        x2 = g.call(operator.getitem, x, (Ellipsis, slice(4, None)))
+        rot = g.call(torch.cat, [g.call(torch.neg, x2), x1], -1)
+        return g.call(torch.add, g.call(torch.mul, x, c), g.call(torch.mul, rot, s))
+    cg = check(rope, [x, cos, sin])
+    assert cg.num_externs == 0 and cg.num_kernels == 1
+
+
+def test_basic_indexing_narrow_and_cat_lowerings():
+    x, y = randn(5, 6, 7), randn(5, 2, 7)
+    cases = [
+        lambda g, a, b: g.call(operator.getitem, a, (slice(1, None), slice(None, None, 2))),
+        lambda g, a, b: g.call(torch.mul, g.call(operator.getitem, a, (None, 0, Ellipsis, slice(-3, -1))), 2),
+        lambda g, a, b: g.call(torch.exp, g.call(operator.getitem, a, (slice(2, 100), 3))),
+        lambda g, a, b: g.call(torch.relu, g.call(torch.narrow, a, 1, 2, 3)),
+        lambda g, a, b: g.call(torch.cat, [a, b, g.call(operator.getitem, a, (slice(None), slice(None, 1)))], 1),
+        lambda g, a, b: g.call(torch.add, g.call(torch.cat, [b, b], 1), 1),
+    ]
+    for fn in cases:
+        check(fn, [x, y])
