@@ -231,15 +231,9 @@ LT narrow_rule(Lowerer& L, const Node& n) {
 
 // torch.cat: each output element read from the operand whose slice of `dim` holds it. The reads
 // of the operands not chosen are clamped into their bounds (a vector select computes both sides).
-LT cat_rule(Lowerer& L, const Node& n) {
-  const Value& list = L.arg(n, "tensors");
-  if (list.kind != Value::Kind::List && list.kind != Value::Kind::Tuple) throw NoLowering("cat of a non-list");
-  const TensorMeta& m = L.out_meta(n);
-  int64_t dim = L.arg(n, "dim").kind == Value::Kind::Int ? L.arg(n, "dim").i : 0;
-  if (dim < 0) dim += static_cast<int64_t>(m.sizes.size());
+LT cat_of(std::vector<LT> operands, int64_t dim, const TensorMeta& m) {
   std::vector<LT> parts;
-  for (const Value& v : list.items) {
-    LT p = L.tensor(v);
+  for (const LT& p : operands) {
     if (p.dim() != static_cast<int64_t>(m.sizes.size())) throw NoLowering("cat with a legacy empty operand");
     if (p.sizes[static_cast<size_t>(dim)] == 0) continue;
     parts.push_back(Lowerer::cast(p, m.dtype));
@@ -275,12 +269,35 @@ LT cat_rule(Lowerer& L, const Node& n) {
   return r;
 }
 
+// cat (stack: of the operands each with a new dimension of size 1 at `dim`).
+LT cat_rule(Lowerer& L, const Node& n, bool stack) {
+  const Value& list = L.arg(n, "tensors");
+  if (list.kind != Value::Kind::List && list.kind != Value::Kind::Tuple) throw NoLowering("cat of a non-list");
+  const TensorMeta& m = L.out_meta(n);
+  const Value& dim_v = L.arg(n, "dim");
+  if (dim_v.kind != Value::Kind::Int) throw NoLowering("cat along a dimension that is not a constant");
+  int64_t dim = dim_v.i < 0 ? dim_v.i + static_cast<int64_t>(m.sizes.size()) : dim_v.i;
+  std::vector<LT> operands;
+  for (const Value& v : list.items) {
+    LT p = L.tensor(v);
+    if (stack) {
+      std::vector<int64_t> sizes = p.sizes;
+      if (dim > static_cast<int64_t>(sizes.size())) throw NoLowering("stack along a dimension out of range");
+      sizes.insert(sizes.begin() + dim, 1);
+      p = L.reshape(p, sizes);
+    }
+    operands.push_back(std::move(p));
+  }
+  return cat_of(std::move(operands), dim, m);
+}
+
 }  // namespace
 
 void add_extra_rules(OpRules& r) {
   r[Op::op_getitem] = getitem_rule;
   r[Op::narrow] = narrow_rule;
-  r[Op::cat] = cat_rule;
+  r[Op::cat] = [](Lowerer& L, const Node& n) { return cat_rule(L, n, false); };
+  r[Op::stack] = [](Lowerer& L, const Node& n) { return cat_rule(L, n, true); };
   r[Op::square] = [](Lowerer& L, const Node& n) { return any_map(L, n, [](const Expr& x) { return bin(BinaryOp::Mul, x, x); }); };
   r[Op::trunc] = [](Lowerer& L, const Node& n) {
     if (!is_floating(L.out_meta(n).dtype)) return L.tensor(n.args[0]);

@@ -476,7 +476,7 @@ def test_rotary_embedding_slices_and_cat_are_one_kernel(dtype):
     assert cg.num_externs == 0 and cg.num_kernels == 1
 
 
-def test_basic_indexing_narrow_and_cat_lowerings():
+def test_basic_indexing_narrow_cat_and_stack_lowerings():
     x, y = randn(5, 6, 7), randn(5, 2, 7)
     cases = [
         lambda g, a, b: g.call(operator.getitem, a, (slice(1, None), slice(None, None, 2))),
@@ -485,6 +485,8 @@ def test_basic_indexing_narrow_and_cat_lowerings():
         lambda g, a, b: g.call(torch.relu, g.call(torch.narrow, a, 1, 2, 3)),
         lambda g, a, b: g.call(torch.cat, [a, b, g.call(operator.getitem, a, (slice(None), slice(None, 1)))], 1),
         lambda g, a, b: g.call(torch.add, g.call(torch.cat, [b, b], 1), 1),
+        lambda g, a, b: g.call(torch.stack, [b, g.call(torch.neg, b)], -1),
+        lambda g, a, b: g.call(torch.stack, [a, g.call(torch.exp, a), a], 1),
     ]
     for fn in cases:
         check(fn, [x, y])
