@@ -383,11 +383,17 @@ PyObject* CaptureRunner::build_object(const Plan& p, PyObject* outputs, const Sl
   PyRef no_args = PyRef::steal(PyTuple_New(0));
   PyRef obj = PyRef::steal(no_args ? cls->tp_new(cls, no_args.get(), nullptr) : nullptr);
   if (!obj) return nullptr;
-  PyRef dict = PyRef::steal(PyObject_GenericGetDict(obj.get(), nullptr));
-  if (!dict) return nullptr;
+  // NB: the attributes into its __dict__, or through its slots where it has none.
+  PyRef dict;
+  if (cls->tp_dictoffset != 0) {
+    dict = PyRef::steal(PyObject_GenericGetDict(obj.get(), nullptr));
+    if (!dict) return nullptr;
+  }
   for (size_t i = 0; i < p.keys.size(); ++i) {
     PyRef v = PyRef::steal(build(p.items[i], outputs, slots, frame, memo));
-    if (!v || PyDict_SetItem(dict.get(), p.keys[i], v.get()) < 0) return nullptr;
+    if (!v) return nullptr;
+    int rc = dict ? PyDict_SetItem(dict.get(), p.keys[i], v.get()) : PyObject_GenericSetAttr(obj.get(), p.keys[i], v.get());
+    if (rc < 0) return nullptr;
   }
   if (p.index == 1) {
     PyTypeObject* base = cls;

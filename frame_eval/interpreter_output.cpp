@@ -270,7 +270,8 @@ OutputPlan OutputBuilder::plan_value(const Sym& v) {
       // attributes, which hold everything its __init__ did to it.
       auto* cls = reinterpret_cast<PyTypeObject*>(v->obj.get());
       // NB: nor a module (a slice of a ModuleList): its state is more than its attributes here.
-      if (cls->tp_dictoffset == 0 || PyType_IsSubtype(cls, reinterpret_cast<PyTypeObject*>(known().module_type))) break;
+      if (PyType_IsSubtype(cls, reinterpret_cast<PyTypeObject*>(known().module_type))) break;
+      if (cls->tp_dictoffset == 0 && cls->tp_base != &PyBaseObject_Type && !(cls->tp_base->tp_flags & Py_TPFLAGS_HEAPTYPE)) break;
       p.kind = OutputPlan::Kind::Object;
       p.memo = memo(v);
       p.constant = v->obj.get();

@@ -905,6 +905,14 @@ bool SymbolicTracer::del_own_attr(const Sym& obj, const std::string& name) {
   return true;
 }
 
+namespace {
+// A slot of a class whose instances have no __dict__ (a dataclass with slots=True): the object the
+// trace made keeps its value among its attributes.
+bool is_slot(PyTypeObject* cls, PyObject* desc) {
+  return cls->tp_dictoffset == 0 && desc && Py_TYPE(desc) == &PyMemberDescr_Type;
+}
+}  // namespace
+
 // Python's generic attribute lookup on an object the trace made: data descriptors of its class,
 // then its own attributes, then the class's. nullptr: no such attribute.
 Sym SymbolicTracer::new_object_attr(const Sym& base, const std::string& name) {
@@ -924,6 +932,10 @@ Sym SymbolicTracer::new_object_attr(const Sym& base, const std::string& name) {
       base->origin = d;
     }
     return base->origin;
+  }
+  if (is_slot(cls, v)) {
+    if (Sym a = find_attr(base->attrs, name)) return a;
+    raise_attribute_error(base, name);  // a slot not set yet
   }
   if (v && Py_TYPE(v)->tp_descr_set) {  // a data descriptor wins over the instance's attributes
     if (PyObject_TypeCheck(v, &PyProperty_Type)) {
@@ -958,7 +970,10 @@ Sym SymbolicTracer::new_object_attr(const Sym& base, const std::string& name) {
 
 void SymbolicTracer::new_object_store(const Sym& base, const std::string& name, Sym value) {
   auto* cls = reinterpret_cast<PyTypeObject*>(base->obj.get());
-  if (PyObject* desc = type_lookup(cls, name.c_str()); desc && Py_TYPE(desc)->tp_descr_set) {
+  if (PyObject* desc = type_lookup(cls, name.c_str()); is_slot(cls, desc)) {
+    set_attr(base->attrs, name, std::move(value));
+    return;
+  } else if (desc && Py_TYPE(desc)->tp_descr_set) {
     if (PyObject_TypeCheck(desc, &PyProperty_Type)) {
       PyRef fset = PyRef::steal(PyObject_GetAttrString(desc, "fset"));
       if (!fset || fset.get() == Py_None) brk(BreakKind::RaisesInTrace, "AttributeError: property '" + name + "' has no setter");
@@ -1016,7 +1031,7 @@ void SymbolicTracer::delete_attr(const Sym& base, const std::string& name) {
     if (type_lookup(cls, "__delattr__") != type_lookup(&PyBaseObject_Type, "__delattr__"))
       brk(BreakKind::UnsupportedAttribute, "deleting attribute '" + name + "' runs custom code (__delattr__)");
     PyObject* desc = type_lookup(cls, name.c_str());
-    if (desc && Py_TYPE(desc)->tp_descr_set)
+    if (desc && Py_TYPE(desc)->tp_descr_set && !is_slot(cls, desc))
       brk(BreakKind::UnsupportedAttribute, "deleting attribute '" + name + "' runs custom code (a descriptor)");
     if (!del_own_attr(base, name))
       brk(BreakKind::UnsupportedAttribute, "deleting attribute '" + name + "' that " + describe_sym(base) + " does not have");

@@ -1331,3 +1331,38 @@ def test_deepcopy_of_objects_and_containers(backend):
     s.layers.append(9)                          # the copy follows the original's new contents
     assert _same(compiled(x, s), f(x, s), exact=backend == "eager")
     check(lambda x, o: (x + copy.deepcopy(o).n, copy.deepcopy([o])[0].n), x, _OwnCopy(), backend=backend)
+
+
+@dataclasses.dataclass(slots=True)
+class _SlotOptions:
+    a: int = 1
+    b: object = None
+
+
+class _HalfSet:
+    __slots__ = ("x", "y")
+
+    def __init__(self):
+        self.x = 1
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_slots_of_objects_made_in_the_trace(backend):
+    # A class without __dict__ (dataclass(slots=True), torch's LinearCrossEntropyOptions): its slots
+    # hold the values, an unset one is missing, and the object comes back with them set.
+    def f(t):
+        o = _SlotOptions()
+        o.b = t * 2
+        o.a = 3
+        return o, o.b + o.a, hasattr(_HalfSet(), "y")
+
+    def fields(fn):
+        def g(t):
+            o, total, has = fn(t)
+            return type(o), o.a, o.b, total, has
+        return g
+
+    check(fields(f), x, backend=backend)
+    o, total, has = framefuse.compile(f, backend=backend)(x)   # the object itself, rebuilt after the graph
+    assert type(o) is _SlotOptions and o.a == 3 and _same(o.b, x * 2, backend == "eager") and not has
+    assert framefuse.explain(f)(x).graph_break_count == 0
