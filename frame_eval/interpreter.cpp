@@ -120,6 +120,7 @@ const Known& known() {
     k->ordered_dict_type = import_attr("collections", "OrderedDict");
     k->inspect_signature = import_attr("inspect", "signature");
     k->copy_deepcopy = import_attr("copy", "deepcopy");
+    k->itertools_repeat = import_attr("itertools", "repeat");
     PyObject* os_environ = import_attr("os", "environ");
     k->environ_type = reinterpret_cast<PyObject*>(Py_TYPE(os_environ));
     Py_INCREF(k->environ_type);

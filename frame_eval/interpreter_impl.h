@@ -56,6 +56,7 @@ struct Known {
   PyObject* sequence_iter = nullptr;      // collections.abc.Sequence.__iter__
   PyObject* torch_tensor = nullptr;       // torch.tensor
   PyObject* copy_deepcopy = nullptr;      // copy.deepcopy
+  PyObject* itertools_repeat = nullptr;   // itertools.repeat
   PyObject* environ_type = nullptr;       // type(os.environ)
   PyObject* mapping_get = nullptr;        // collections.abc.Mapping.get
   PyObject* torch_clone = nullptr;        // torch.clone

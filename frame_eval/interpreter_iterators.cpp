@@ -166,6 +166,12 @@ Sym SymbolicTracer::iter_next(const Sym& it) {
       if (args.size() + 1 == it->items.size() && !args.empty()) r = call(it->items[0], std::move(args), {});
       break;
     }
+    case IterKind::Repeat:
+      if (it->stop < 0 || it->pos < it->stop) {
+        ++it->pos;
+        r = it->items[0];
+      }
+      break;
     case IterKind::Protocol: {
       PyRef i = PyRef::steal(PyLong_FromLongLong(it->pos));
       try {
@@ -309,6 +315,7 @@ std::vector<Sym> SymbolicTracer::iterate(const Sym& v) {
       return pairs;
     }
     case SymKind::Iterator: {
+      if (v->iter == IterKind::Repeat && v->stop < 0) brk(BreakKind::UnsupportedIteration, "all of an endless itertools.repeat");
       std::vector<Sym> out;
       while (Sym s = iter_next(v)) out.push_back(std::move(s));
       return out;

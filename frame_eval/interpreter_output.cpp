@@ -147,6 +147,11 @@ OutputPlan OutputBuilder::plan_iterator_value(const Sym& v) {
     case IterKind::Native:     // planned as its source (plan_value)
     case IterKind::Protocol:   // advancing a new one would call __getitem__ again
       break;
+    case IterKind::Repeat: {   // repeat(value, what is left) or repeat(value)
+      std::vector<OutputPlan> args = {plan(v->items[0])};
+      if (v->stop >= 0) args.push_back(constant(PyRef::steal(PyLong_FromLongLong(v->stop - v->pos)).get()));
+      return call_plan(constant(known().itertools_repeat), std::move(args));
+    }
   }
   t.brk(BreakKind::EscapingObject, describe_sym(v));
 }

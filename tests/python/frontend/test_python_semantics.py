@@ -1366,3 +1366,23 @@ def test_slots_of_objects_made_in_the_trace(backend):
     o, total, has = framefuse.compile(f, backend=backend)(x)   # the object itself, rebuilt after the graph
     assert type(o) is _SlotOptions and o.a == 3 and _same(o.b, x * 2, backend == "eager") and not has
     assert framefuse.explain(f)(x).graph_break_count == 0
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_itertools_repeat(backend):
+    import itertools  # noqa: PLC0415
+
+    def f(x):
+        scaled = [x * k for k, _ in zip(itertools.repeat(2), range(3))]
+        counted = list(itertools.repeat(x + 1, 2)) + list(itertools.repeat(0, -1)) + list(itertools.repeat(object=1, times=2))
+        return scaled, counted
+
+    def across_a_break(x):
+        it = itertools.repeat(x, 3)
+        first = next(it)
+        print("break")
+        return first + 1, list(it), type(it).__name__
+
+    for fn in (f, across_a_break):
+        check(fn, x, backend=backend)
+    assert framefuse.explain(f)(x).graph_break_count == 0
