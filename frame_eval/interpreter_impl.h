@@ -290,6 +290,15 @@ struct OutputBuilder {
 // A read-only view that folding produced (inspect.signature(f).parameters, its keys(), values(),
 // items()): nothing in the trace can change it, so it is read for real like a constant.
 bool is_frozen_view(const Sym& s);
+// An object's attribute list (NewObject::attrs, Object overlays): the entry or nullptr; set or add.
+Sym find_attr(std::vector<std::pair<std::string, Sym>>& attrs, const std::string& name);
+void set_attr(std::vector<std::pair<std::string, Sym>>& attrs, const std::string& name, Sym v);
+// Class attribute `desc` read through `self` (of type `type`) where it binds (functions, builtin
+// methods, classmethods, staticmethods); nullptr for any other.
+Sym bind_class_attr(const Sym& self, PyObject* desc, PyObject* type);
+// A slot of a class whose instances have no __dict__ (dataclass(slots=True)): an object the trace
+// made keeps its value among its attributes (interpreter_objects.cpp).
+bool is_slot(PyTypeObject* cls, PyObject* desc);
 // `name` looked up on a type's MRO as Python does (borrowed; nullptr: absent, no error set).
 PyObject* type_lookup(PyTypeObject* t, const char* name);
 // The root frame's state at a partial trace's stop (CaptureResult::BreakState), as one tuple plan.

@@ -97,6 +97,23 @@ bool is_frozen_view(const Sym& s) {
   return t == &PyDictProxy_Type || t == views[0] || t == views[1] || t == views[2];
 }
 
+// What reading class attribute `desc` through `self` (of type `type`) gives for the descriptors
+// that bind: functions and builtin methods bound to self, classmethods to the type, staticmethods
+// unwrapped. nullptr for any other attribute.
+Sym bind_class_attr(const Sym& self, PyObject* desc, PyObject* type) {
+  if (PyFunction_Check(desc) || PyObject_TypeCheck(desc, &PyMethodDescr_Type) || Py_TYPE(desc) == &PyWrapperDescr_Type) {
+    Sym s = make_sym(SymKind::BoundMethod);
+    s->items = {self, make_const(desc)};
+    return s;
+  }
+  if (Py_TYPE(desc) != &PyClassMethod_Type && Py_TYPE(desc) != &PyStaticMethod_Type) return nullptr;
+  PyRef fn = PyRef::steal(PyObject_GetAttrString(desc, "__func__"));
+  if (Py_TYPE(desc) == &PyStaticMethod_Type) return make_const(fn.get());
+  Sym s = make_sym(SymKind::BoundMethod);
+  s->items = {make_const(type), make_const(fn.get())};
+  return s;
+}
+
 PyObject* type_lookup(PyTypeObject* t, const char* name) {
   PyRef n = PyRef::steal(PyUnicode_InternFromString(name));
   return _PyType_Lookup(t, n.get());  // borrowed, no error set
@@ -432,12 +449,12 @@ Sym SymbolicTracer::module_child(const Sym& module, const char* dict_name, PyObj
   return wrap(value, src);
 }
 
-namespace {
 Sym find_attr(std::vector<std::pair<std::string, Sym>>& attrs, const std::string& name) {
   for (auto& [n, v] : attrs)
     if (n == name) return v;
   return nullptr;
 }
+
 void set_attr(std::vector<std::pair<std::string, Sym>>& attrs, const std::string& name, Sym v) {
   for (auto& [n, old] : attrs)
     if (n == name) {
@@ -446,7 +463,6 @@ void set_attr(std::vector<std::pair<std::string, Sym>>& attrs, const std::string
     }
   attrs.emplace_back(name, std::move(v));
 }
-}  // namespace
 
 // obj.__dict__ of a plain object: the real dict, modelled like any dict passed in and kept in step
 // with the object's attributes (a write through either is seen through the other).
@@ -542,19 +558,8 @@ Sym SymbolicTracer::generic_object_attr(const Sym& base, const std::string& name
   } else if (desc) {
     // NB: found on the class: an instance attribute of that name set later would shadow it.
     if ((dictptr && *dictptr) || managed) not_in_instance_dict(base, name);
-    if (PyFunction_Check(desc)) {
-      result = make_sym(SymKind::BoundMethod);
-      result->items = {base, make_const(desc)};
-    } else if (Py_TYPE(desc) == &PyClassMethod_Type) {
-      PyRef fn = PyRef::steal(PyObject_GetAttrString(desc, "__func__"));
-      result = make_sym(SymKind::BoundMethod);
-      result->items = {make_const(reinterpret_cast<PyObject*>(t)), make_const(fn.get())};
-    } else if (Py_TYPE(desc) == &PyStaticMethod_Type) {
-      PyRef fn = PyRef::steal(PyObject_GetAttrString(desc, "__func__"));
-      result = make_const(fn.get());
-    } else if (PyObject_TypeCheck(desc, &PyMethodDescr_Type) || Py_TYPE(desc) == &PyWrapperDescr_Type) {
-      result = make_sym(SymKind::BoundMethod);
-      result->items = {base, make_const(desc)};
+    if (Sym bound = bind_class_attr(base, desc, reinterpret_cast<PyObject*>(t))) {
+      result = bound;
     } else if (Py_TYPE(desc)->tp_descr_get) {
       brk(BreakKind::UnsupportedAttribute, "attribute '" + name + "' is a descriptor");
     } else {
@@ -788,21 +793,7 @@ Sym SymbolicTracer::lookup_attr(const Sym& base, const std::string& name) {
 #endif
         PyObject* v = dict ? PyDict_GetItem(dict, key.get()) : nullptr;
         if (!v) continue;
-        if (PyFunction_Check(v) || PyObject_TypeCheck(v, &PyMethodDescr_Type) || Py_TYPE(v) == &PyWrapperDescr_Type) {
-          Sym s = make_sym(SymKind::BoundMethod);
-          s->items = {base->items[0], make_const(v)};
-          return s;
-        }
-        if (Py_TYPE(v) == &PyClassMethod_Type) {
-          PyRef fn = PyRef::steal(PyObject_GetAttrString(v, "__func__"));
-          Sym s = make_sym(SymKind::BoundMethod);
-          s->items = {make_const(self_type), make_const(fn.get())};
-          return s;
-        }
-        if (Py_TYPE(v) == &PyStaticMethod_Type) {
-          PyRef fn = PyRef::steal(PyObject_GetAttrString(v, "__func__"));
-          return make_const(fn.get());
-        }
+        if (Sym bound = bind_class_attr(base->items[0], v, self_type)) return bound;
         if (PyObject_TypeCheck(v, &PyProperty_Type)) {
           PyRef fget = PyRef::steal(PyObject_GetAttrString(v, "fget"));
           return call(make_const(fget.get()), {base->items[0]}, {});
@@ -877,112 +868,6 @@ Sym SymbolicTracer::read_dict(PyObject* obj, const SourcePtr& src) {
   }
   s->source = src;
   return s;
-}
-
-Sym SymbolicTracer::own_attr(const Sym& obj, const std::string& name) {
-  if (!obj->origin) return find_attr(obj->attrs, name);
-  const Sym& d = obj->origin;
-  for (size_t i = 0; i < d->keys.size(); ++i)
-    if (PyUnicode_Check(d->keys[i]->obj.get()) && name == PyUnicode_AsUTF8(d->keys[i]->obj.get())) return d->items[i];
-  return nullptr;
-}
-
-void SymbolicTracer::set_own_attr(const Sym& obj, const std::string& name, Sym value) {
-  if (!obj->origin) return set_attr(obj->attrs, name, std::move(value));
-  PyRef key = PyRef::steal(PyUnicode_FromString(name.c_str()));
-  store_subscript(obj->origin, make_const(key.get()), std::move(value));
-}
-
-bool SymbolicTracer::del_own_attr(const Sym& obj, const std::string& name) {
-  if (!own_attr(obj, name)) return false;
-  if (obj->origin) {
-    PyRef key = PyRef::steal(PyUnicode_FromString(name.c_str()));
-    delete_subscript(obj->origin, make_const(key.get()));
-    return true;
-  }
-  auto it = std::find_if(obj->attrs.begin(), obj->attrs.end(), [&](const auto& a) { return a.first == name; });
-  obj->attrs.erase(it);
-  return true;
-}
-
-namespace {
-// A slot of a class whose instances have no __dict__ (a dataclass with slots=True): the object the
-// trace made keeps its value among its attributes.
-bool is_slot(PyTypeObject* cls, PyObject* desc) {
-  return cls->tp_dictoffset == 0 && desc && Py_TYPE(desc) == &PyMemberDescr_Type;
-}
-}  // namespace
-
-// Python's generic attribute lookup on an object the trace made: data descriptors of its class,
-// then its own attributes, then the class's. nullptr: no such attribute.
-Sym SymbolicTracer::new_object_attr(const Sym& base, const std::string& name) {
-  auto* cls = reinterpret_cast<PyTypeObject*>(base->obj.get());
-  if (name == "__class__" && type_lookup(cls, "__class__") == type_lookup(&PyBaseObject_Type, "__class__"))
-    return make_const(base->obj.get());
-  PyObject* v = type_lookup(cls, name.c_str());
-  if (name == "__dict__" && v && Py_TYPE(v) == &PyGetSetDescr_Type && cls->tp_dictoffset != 0) {
-    // From now on its attributes live in this Dict: a write through either is seen through both.
-    if (!base->origin) {
-      Sym d = make_sym(SymKind::Dict);
-      for (auto& [n, a] : base->attrs) {
-        d->keys.push_back(make_const_steal(PyUnicode_FromString(n.c_str())));
-        d->items.push_back(a);
-      }
-      base->attrs.clear();
-      base->origin = d;
-    }
-    return base->origin;
-  }
-  if (is_slot(cls, v)) {
-    if (Sym a = find_attr(base->attrs, name)) return a;
-    raise_attribute_error(base, name);  // a slot not set yet
-  }
-  if (v && Py_TYPE(v)->tp_descr_set) {  // a data descriptor wins over the instance's attributes
-    if (PyObject_TypeCheck(v, &PyProperty_Type)) {
-      PyRef fget = PyRef::steal(PyObject_GetAttrString(v, "fget"));
-      if (!fget || fget.get() == Py_None) brk(BreakKind::RaisesInTrace, "AttributeError: property '" + name + "' has no getter");
-      return call(make_const(fget.get()), {base}, {});
-    }
-    // Slots and C-level attributes of an object that does not exist yet (__weakref__, __dict__ ...).
-    brk(BreakKind::UnsupportedAttribute, "attribute '" + name + "' of " + describe_sym(base) + " (a descriptor of its class)");
-  }
-  if (Sym a = own_attr(base, name)) return a;
-  if (!v) return nullptr;
-  if (PyFunction_Check(v) || PyObject_TypeCheck(v, &PyMethodDescr_Type) || Py_TYPE(v) == &PyWrapperDescr_Type) {
-    Sym s = make_sym(SymKind::BoundMethod);
-    s->items = {base, make_const(v)};
-    return s;
-  }
-  if (Py_TYPE(v) == &PyClassMethod_Type) {
-    PyRef fn = PyRef::steal(PyObject_GetAttrString(v, "__func__"));
-    Sym s = make_sym(SymKind::BoundMethod);
-    s->items = {make_const(base->obj.get()), make_const(fn.get())};
-    return s;
-  }
-  if (Py_TYPE(v) == &PyStaticMethod_Type) {
-    PyRef fn = PyRef::steal(PyObject_GetAttrString(v, "__func__"));
-    return make_const(fn.get());
-  }
-  if (Py_TYPE(v)->tp_descr_get) brk(BreakKind::UnsupportedAttribute, "attribute '" + name + "' is a descriptor");
-  // A plain class attribute, guarded where it lives (classes are mutable: A.a = 5).
-  return wrap(v, attr_source(object_source(base->obj.get(), cls->tp_name), name));
-}
-
-void SymbolicTracer::new_object_store(const Sym& base, const std::string& name, Sym value) {
-  auto* cls = reinterpret_cast<PyTypeObject*>(base->obj.get());
-  if (PyObject* desc = type_lookup(cls, name.c_str()); is_slot(cls, desc)) {
-    set_attr(base->attrs, name, std::move(value));
-    return;
-  } else if (desc && Py_TYPE(desc)->tp_descr_set) {
-    if (PyObject_TypeCheck(desc, &PyProperty_Type)) {
-      PyRef fset = PyRef::steal(PyObject_GetAttrString(desc, "fset"));
-      if (!fset || fset.get() == Py_None) brk(BreakKind::RaisesInTrace, "AttributeError: property '" + name + "' has no setter");
-      call(make_const(fset.get()), {base, std::move(value)}, {});
-      return;
-    }
-    brk(BreakKind::UnsupportedAttribute, "assignment to '" + name + "' of " + describe_sym(base) + " (a descriptor of its class)");
-  }
-  set_own_attr(base, name, std::move(value));
 }
 
 void SymbolicTracer::store_attr(const Sym& base, const std::string& name, Sym value) {
