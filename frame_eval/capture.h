@@ -101,7 +101,7 @@ struct OutputPlan {
   // Cell: a fresh cell (items: its contents, or none); ClosureCell: the frame's closure cell
   // `index`; Function: constant = code, items = defaults, kwdefaults, closure (None: absent)
   // [, globals: where they are not the frame's]; Iterator: iter(items[0]) past its first `index` items;
-  // GradCtx: constant() (torch.no_grad / enable_grad); GradExit: the same entered, its bound
+  // Context: constant() (torch.no_grad, enable_grad, _DisableTorchDispatch ...); ContextExit: the same entered, its bound
   // __exit__; Method: items[1] bound to items[0]; Set: a set of items, added in order; Call:
   // items[0](*items[1:]); Object: an instance of the class `constant` made without __init__, its
   // attributes keys[i] = items[i] written to its __dict__, and where index == 1 (a dict or
@@ -118,8 +118,8 @@ struct OutputPlan {
     ClosureCell,
     Function,
     Iterator,
-    GradCtx,
-    GradExit,
+    Context,
+    ContextExit,
     Method,
     Attr,  // getattr(items[0], constant)
     Set,

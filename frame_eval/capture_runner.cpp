@@ -61,8 +61,8 @@ CaptureRunner::Plan CaptureRunner::resolve_plan(const OutputPlan& p) {
       FF_CHECK(r.index >= 0, "output source not fetched");
       break;
     case OutputPlan::Kind::Constant:
-    case OutputPlan::Kind::GradCtx:
-    case OutputPlan::Kind::GradExit:
+    case OutputPlan::Kind::Context:
+    case OutputPlan::Kind::ContextExit:
       r.constant = p.constant ? p.constant : Py_None;
       break;
     case OutputPlan::Kind::ClosureCell:
@@ -501,9 +501,9 @@ PyObject* CaptureRunner::build_break_only(const Plan& p, PyObject* outputs, cons
     }
     case OutputPlan::Kind::Object:
       return build_object(p, outputs, slots, frame, memo);
-    case OutputPlan::Kind::GradCtx:
+    case OutputPlan::Kind::Context:
       return PyObject_CallNoArgs(p.constant);
-    case OutputPlan::Kind::GradExit: {
+    case OutputPlan::Kind::ContextExit: {
       // The with-block was entered in the graph's grad mode; the native code after the break
       // leaves it through this object's __exit__ (restoring the mode from before the block).
       PyObject* ctx = PyObject_CallNoArgs(p.constant);

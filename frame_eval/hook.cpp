@@ -433,6 +433,11 @@ Dispatch dispatch_frame(ThreadState& st, const ff_frame_info& info) {
   entries.erase(std::remove_if(entries.begin(), entries.end(),
                                [](const std::shared_ptr<CacheEntry>& e) { return e->runner->guards().holds_dead_object(); }),
                 entries.end());
+  if (entries.empty() && reinterpret_cast<PyObject*>(info.code) != st.root_code && in_skipped_module(info.globals)) {
+    mark_native(*extra, "code of a package that holds no tensor code");
+    ++g_stats.eager_frames;
+    return native();
+  }
   if (static_cast<int64_t>(entries.size()) >= config().recompile_limit) {
     extra->strategy = CodeStrategy::CacheLimit;
     ++g_stats.cache_limit_hits;

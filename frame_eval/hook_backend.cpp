@@ -41,14 +41,50 @@ bool has_prefix(std::string_view s, const std::string& prefix) {
   return !prefix.empty() && s.substr(0, prefix.size()) == prefix;
 }
 
+// Installed packages torch itself imports and calls (lazily, often from inside a user's compiled
+// region: F.max_unpool1d's first call imports sympy) that never run tensor code worth a graph:
+// tracing their frames only costs time (mpmath's import alone reached the recompile limit in eight
+// frames). `top`: a top-level module name.
+bool skipped_package(std::string_view top) {
+  for (std::string_view p : {"sympy", "mpmath", "networkx", "numpy", "jinja2", "markupsafe", "filelock", "fsspec",
+                             "typing_extensions", "triton", "setuptools", "pkg_resources", "_distutils_hack",
+                             "importlib_metadata", "yaml", "tqdm", "packaging", "optree"})
+    if (top == p) return true;
+  return false;
+}
+
+// A file of one of those packages: the folder (or module file) right after "-packages/".
+bool in_skipped_package(std::string_view file) {
+  size_t at = file.find("-packages/");
+  if (at == std::string_view::npos) return false;
+  std::string_view top = file.substr(at + 10);
+  top = top.substr(0, top.find('/'));
+  if (top.ends_with(".py")) top.remove_suffix(3);
+  return skipped_package(top);
+}
+
 }  // namespace
 
 void set_graph_to_python(GraphToPython fn) { g_graph_to_python = fn; }
 
+bool in_skipped_module(PyObject* globals) {
+  PyObject* name = globals && PyDict_Check(globals) ? PyDict_GetItemString(globals, "__name__") : nullptr;
+  const char* n = name && PyUnicode_Check(name) ? PyUnicode_AsUTF8(name) : nullptr;
+  if (!n) {
+    PyErr_Clear();
+    return false;
+  }
+  std::string_view top(n);
+  top = top.substr(0, top.find('.'));
+  // NB: torch's own code made by exec() (dataclasses' __init__ of torch.fx's classes) is torch's.
+  return top == "torch" || skipped_package(top);
+}
+
 bool is_internal_code(PyCodeObject* code) {
   // Resolved once the packages are imported (torch may be imported after framefuse's extension).
   // The standard library counts too: a user frame that runs natively calls into it all the time,
-  // and tracing `copy` or `logging` on their own captures nothing. Installed packages do not.
+  // and tracing `copy` or `logging` on their own captures nothing. Installed packages do not,
+  // except the few torch depends on that never hold tensor code (in_skipped_package).
   static std::string torch_dir, framefuse_dir, stdlib_dir;
   if (torch_dir.empty()) torch_dir = package_dir("torch");
   if (framefuse_dir.empty()) framefuse_dir = package_dir("framefuse");
@@ -60,7 +96,7 @@ bool is_internal_code(PyCodeObject* code) {
   }
   std::string_view f(file);
   if (f.substr(0, 8) == "<frozen ") return true;  // frozen standard-library modules
-  if (has_prefix(f, torch_dir) || has_prefix(f, framefuse_dir)) return true;
+  if (has_prefix(f, torch_dir) || has_prefix(f, framefuse_dir) || in_skipped_package(f)) return true;
   return has_prefix(f, stdlib_dir) && f.find("-packages/") == std::string_view::npos;
 }
 

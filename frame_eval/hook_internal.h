@@ -30,6 +30,9 @@ void thread_exit_compiled(ThreadState& st);
 
 // Code of torch or framefuse itself (compiled only when it is the compiled callable's root).
 bool is_internal_code(PyCodeObject* code);
+// Code run with the globals of a module of torch or of a package that holds no tensor code (sympy,
+// numpy ...: is_internal_code's list), such as the functions they make with exec() ("<string>" files).
+bool in_skipped_module(PyObject* globals);
 // "qualname (file:line)" of a code object, for logs and messages.
 std::string code_location(PyCodeObject* code);
 // The graph's `graph_code` text (empty if the printer is not built in).

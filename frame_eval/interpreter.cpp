@@ -589,7 +589,7 @@ void SymbolicTracer::step(Frame& f, const Instr& ins) {
     }
     case Handler::BeforeWith: {
       Sym mgr = pop();
-      if (mgr->is(SymKind::GradCtx)) {
+      if (mgr->is(SymKind::GradCtx) || mgr->is(SymKind::NoopCtx)) {
         Sym exit = make_sym(SymKind::Method);
         exit->name = "__exit__";
         exit->items = {mgr};
@@ -664,6 +664,7 @@ void SymbolicTracer::step(Frame& f, const Instr& ins) {
       f.suspended = true;
       break;
     case Handler::LoadAssertionError: push(make_const(PyExc_AssertionError)); break;
+    case Handler::LoadBuildClass: push(make_const(known().build_class)); break;
     case Handler::RaiseVarargs: {
       // `raise E(...)`: propagates to a builtin that catches it (RaisedInTrace), else a break.
       const Sym& e = f.stack[f.stack.size() - static_cast<size_t>(arg)];

@@ -6,6 +6,7 @@
 #include <string_view>
 
 #include "frame_eval/interpreter_impl.h"
+#include "graph/op.h"
 #include "graph/op_registry.h"
 #include "graph/passes/effects.h"
 #include "graph/python/graph_calls.h"
@@ -141,7 +142,8 @@ PyObject* SymbolicTracer::type_of(const Sym& v) {
     case SymKind::Iterator: return v->iter == IterKind::Native ? reinterpret_cast<PyObject*>(Py_TYPE(v->obj.get())) : iterator_type(v);
     case SymKind::Appendable: return reinterpret_cast<PyObject*>(Py_TYPE(v->obj.get()));
     case SymKind::Object: return reinterpret_cast<PyObject*>(Py_TYPE(v->obj.get()));
-    case SymKind::NewObject: return v->obj.get();
+    case SymKind::NewObject:
+    case SymKind::NoopCtx: return v->obj.get();
     case SymKind::Function: return reinterpret_cast<PyObject*>(&PyFunction_Type);
     case SymKind::BoundMethod: return reinterpret_cast<PyObject*>(&PyMethod_Type);
     case SymKind::Slice: return reinterpret_cast<PyObject*>(&PySlice_Type);
@@ -188,6 +190,8 @@ Sym SymbolicTracer::torch_call(PyObject* fn, const std::vector<Sym>& args, const
   if (PyErr_Occurred()) PyErr_Clear();
   if (!node) brk(BreakKind::UnsupportedTorchOp, what + ": " + reason);
   const Node& n = out_.graph.node(*node);
+  // torch.manual_seed returns the generator it seeded (the graph's node has no result).
+  if (op_kind(n) == Op::manual_seed) return make_const(known().default_generator);
   if (mutates_operand(n) && n.meta.kind != ValueMeta::Kind::None) {  // (t[i] = v returns None)
     // NB: an in-place call returns the very object it wrote (`x.add_(1) is x`): the result is the
     // operand's own Sym, now standing for the call's node, so every reference to the tensor (stack,
@@ -306,6 +310,9 @@ Sym SymbolicTracer::fold(PyObject* fn, const std::vector<Sym>& args, const KwArg
     brk(BreakKind::RaisesInTrace, what + " raises " + msg);
   }
   PyRef hold = PyRef::steal(r);
+  // NB: type(name, bases, ns) makes a new class on every call: folded, every call would return one.
+  if (PyType_Check(r) && PyType_Check(fn) && PyType_IsSubtype(reinterpret_cast<PyTypeObject*>(fn), &PyType_Type))
+    brk(BreakKind::UnsupportedCall, what + " makes a new class");
   if (PyObject_TypeCheck(r, reinterpret_cast<PyTypeObject*>(known().tensor_type)))
     brk(BreakKind::UnknownCFunction, what + " returns a tensor");
   if (PyList_CheckExact(r) || PyDict_CheckExact(r)) {
@@ -391,6 +398,18 @@ Sym SymbolicTracer::call_const(const Sym& fn, std::vector<Sym>& args, KwArgs& kw
     }
     if (callable) return fold(o, {make_const(callable.get())}, kwargs, "inspect.signature");
   }
+  if (o == k.build_class) return class_def(args, kwargs);
+  if (PyCFunction_Check(o) && !args.empty() && args[0]->source && args[0]->obj && kwargs.empty() &&
+      std::string_view(reinterpret_cast<PyCFunctionObject*>(o)->m_ml->ml_name) == "__exit__" &&
+      (reinterpret_cast<PyObject*>(Py_TYPE(args[0]->obj.get())) == k.disable_torch_dispatch ||
+       reinterpret_cast<PyObject*>(Py_TYPE(args[0]->obj.get())) == k.disable_functorch)) {
+    // The rest of a torch._C._DisableTorchDispatch block a graph break split (the break entered a
+    // new object, OutputPlan::Kind::ContextExit): it changes nothing where compiled code runs, so
+    // the object is left after the graph, in order with the other effects.
+    std::vector<Sym> rest(args.begin() + 1, args.end());
+    effects_.push_back({SideEffect::Kind::CallMethod, args[0]->source, "__exit__", PyRef(), make_tuple(std::move(rest))});
+    return make_const(Py_None);
+  }
   if (PyType_Check(o)) {
     if (o == k.itertools_repeat) {
       // itertools.repeat(object[, times]): the one value, `times` times (a negative count: none) or forever.
@@ -418,6 +437,12 @@ Sym SymbolicTracer::call_const(const Sym& fn, std::vector<Sym>& args, KwArgs& kw
       Sym g = make_sym(SymKind::GradCtx);
       g->flag = o == k.enable_grad;
       return g;
+    }
+    if (o && (o == k.disable_torch_dispatch || o == k.disable_functorch)) {
+      if (!args.empty() || !kwargs.empty()) brk(BreakKind::UnsupportedContextManager, describe_sym(fn) + " with arguments");
+      Sym c = make_sym(SymKind::NoopCtx);
+      c->obj = PyRef::borrow(o);
+      return c;
     }
     if (o == k.set_grad_enabled) {
       if (args.size() != 1 || !args[0]->is(SymKind::Const)) brk(BreakKind::GradModeChange, "set_grad_enabled with a non-constant mode");
@@ -490,7 +515,7 @@ Sym SymbolicTracer::call_const(const Sym& fn, std::vector<Sym>& args, KwArgs& kw
                                "_is_torch_function_mode_enabled", "_is_any_autocast_enabled",
                                "is_fx_tracing", "is_available", "is_built", "_get_cudnn_enabled", "is_tensor",
                                "is_floating_point", "is_complex", "_jit_internal", "annotate",
-                               "_len_torch_dispatch_stack"})
+                               "_len_torch_dispatch_stack", "_accelerator_getAccelerator"})
       if (short_name == n || (starts_with(short_name, "_") && short_name.substr(1) == n)) {
         if (name == "is_tensor") return make_const(args.size() == 1 && args[0]->is(SymKind::Tensor) ? Py_True : Py_False);
         if ((name == "is_floating_point" || name == "is_complex") && args.size() == 1 && args[0]->is(SymKind::Tensor)) {
@@ -506,6 +531,19 @@ Sym SymbolicTracer::call_const(const Sym& fn, std::vector<Sym>& args, KwArgs& kw
       return call_tensor_method(args[0], PyUnicode_AsUTF8(reinterpret_cast<PyDescrObject*>(o)->d_name), rest, kwargs, o);
     }
     brk(BreakKind::UnsupportedTorchOp, mod + "." + name + " is not in framefuse's op registry");
+  }
+  if (o == k.functools_reduce) {  // reduce(f, iterable[, initial]), left to right
+    if (args.size() < 2 || args.size() > 3) brk(BreakKind::WrongArguments, "reduce() with " + std::to_string(args.size()) + " arguments");
+    if (!kwargs.empty()) brk(BreakKind::RaisesInTrace, "TypeError: reduce() takes no keyword arguments");
+    std::vector<Sym> items = iterate(args[1]);
+    size_t i = 0;
+    Sym acc = args.size() == 3 ? args[2] : nullptr;
+    if (!acc) {
+      if (items.empty()) brk(BreakKind::RaisesInTrace, "TypeError: reduce() of empty iterable with no initial value");
+      acc = items[i++];
+    }
+    for (; i < items.size(); ++i) acc = call(args[0], {acc, items[i]}, {});
+    return acc;
   }
   if (mod == "math" || mod == "_operator" || mod == "operator" || mod == "builtins" || mod == "_functools" ||
       Py_TYPE(o) == &PyMethodDescr_Type || Py_TYPE(o) == &PyWrapperDescr_Type ||
@@ -899,6 +937,9 @@ Sym SymbolicTracer::call_method(const Sym& method, std::vector<Sym>& args, KwArg
         return none;
       }
       brk(BreakKind::UnsupportedContextManager, "grad-mode object used as " + name);
+    case SymKind::NoopCtx:
+      if (name == "__enter__" || name == "__exit__") return none;
+      brk(BreakKind::UnsupportedContextManager, describe_sym(self) + " used as " + name);
     case SymKind::List:
     case SymKind::Tuple:
     case SymKind::Dict:

@@ -7,6 +7,17 @@
 namespace ff {
 
 namespace {
+// typing's cache of subscripted forms (typing.List[int] is `_tp_cache`'s functools.lru_cache of
+// __getitem__): the forms it makes compare equal however often they are made, so it is evaluated now.
+bool is_typing_cache(PyObject* o) {
+  if (std::string_view(Py_TYPE(o)->tp_name) != "functools._lru_cache_wrapper") return false;
+  PyRef mod = PyRef::steal(PyObject_GetAttrString(o, "__module__"));
+  PyErr_Clear();
+  return mod && PyUnicode_Check(mod.get()) && PyUnicode_CompareWithASCIIString(mod.get(), "typing") == 0;
+}
+}  // namespace
+
+namespace {
 
 bool is_module(PyObject* o) { return PyObject_TypeCheck(o, reinterpret_cast<PyTypeObject*>(known().module_type)); }
 
@@ -46,6 +57,21 @@ Sym SymbolicTracer::call(const Sym& fn, std::vector<Sym> args, KwArgs kwargs) {
     }
     case SymKind::Object: {
       if (is_module(fn->obj.get())) return call_module(fn, std::move(args), std::move(kwargs));
+      if (is_typing_cache(fn->obj.get()) && kwargs.empty()) {
+        PyRef tuple = PyRef::steal(PyTuple_New(static_cast<Py_ssize_t>(args.size())));
+        for (size_t i = 0; i < args.size(); ++i) {
+          // The alias being subscripted is an object read from frame state (typing.List): itself.
+          PyObject* c = args[i]->is(SymKind::Object) ? Py_NewRef(args[i]->obj.get()) : sym_to_const(args[i]);
+          if (!c) brk(BreakKind::UnsupportedOperand, "typing's subscript of " + describe_sym(args[i]));
+          PyTuple_SET_ITEM(tuple.get(), static_cast<Py_ssize_t>(i), c);
+        }
+        PyRef r = PyRef::steal(PyObject_Call(fn->obj.get(), tuple.get(), nullptr));
+        if (!r) {
+          PyErr_Clear();
+          brk(BreakKind::RaisesInTrace, "typing's subscript raises");
+        }
+        return wrap(r.get(), nullptr);
+      }
       PyObject* call_attr = type_lookup(Py_TYPE(fn->obj.get()), "__call__");
       if (call_attr && PyFunction_Check(call_attr)) {
         args.insert(args.begin(), fn);

@@ -48,6 +48,9 @@ struct Known {
   PyObject* no_grad = nullptr;
   PyObject* enable_grad = nullptr;
   PyObject* set_grad_enabled = nullptr;
+  PyObject* disable_torch_dispatch = nullptr;  // torch._C._DisableTorchDispatch (NoopCtx)
+  PyObject* disable_functorch = nullptr;       // torch._C._DisableFuncTorch (NoopCtx)
+  PyObject* default_generator = nullptr;       // torch.default_generator (what torch.manual_seed returns)
   PyObject* size_type = nullptr;        // torch.Size
   PyObject* partial_type = nullptr;     // functools.partial
   PyObject* generator_cm_type = nullptr;  // contextlib._GeneratorContextManager (@contextmanager's objects)
@@ -57,6 +60,8 @@ struct Known {
   PyObject* torch_tensor = nullptr;       // torch.tensor
   PyObject* copy_deepcopy = nullptr;      // copy.deepcopy
   PyObject* itertools_repeat = nullptr;   // itertools.repeat
+  PyObject* functools_reduce = nullptr;   // functools.reduce
+  PyObject* build_class = nullptr;        // builtins.__build_class__ (LOAD_BUILD_CLASS)
   PyObject* environ_type = nullptr;       // type(os.environ)
   PyObject* mapping_get = nullptr;        // collections.abc.Mapping.get
   PyObject* torch_clone = nullptr;        // torch.clone
@@ -152,6 +157,8 @@ class SymbolicTracer {
   // An object the trace made keeps its own attributes in `attrs`, or, once the trace read its
   // __dict__, in that Dict (`origin`): these read and write whichever holds them.
   Sym own_attr(const Sym& obj, const std::string& name);  // nullptr: none
+  // __build_class__(body, name, *bases): a ClassDef, or a break where building it might be seen.
+  Sym class_def(const std::vector<Sym>& args, const KwArgs& kwargs);
   void set_own_attr(const Sym& obj, const std::string& name, Sym value);
   bool del_own_attr(const Sym& obj, const std::string& name);  // false: none
   // A builtin method of dict / OrderedDict called on such an object (nullptr: not such a call).

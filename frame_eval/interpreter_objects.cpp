@@ -94,4 +94,70 @@ void SymbolicTracer::new_object_store(const Sym& base, const std::string& name, 
   set_own_attr(base, name, std::move(value));
 }
 
+namespace {
+
+// Whether running a class body can be told apart from not running it (or running it later): it may
+// only name constants and functions, wrapped in staticmethod / classmethod / property, and read its
+// enclosing function's cells. Anything else (a call of another name, an attribute read, an import)
+// may have effects.
+bool plain_class_body(PyCodeObject* code) {
+  const DecodedCode& dc = decode_code(code);
+  const OpcodeInfo* table = opcode_table();
+  for (const Instr& ins : dc.instrs) {
+    std::string_view op = table[ins.opcode].name ? table[ins.opcode].name : "";
+    if (op == "LOAD_NAME") {
+      PyObject* n = PyTuple_GetItem(code->co_names, ins.arg);
+      std::string_view name = n && PyUnicode_Check(n) ? PyUnicode_AsUTF8(n) : "";
+      if (name != "__name__" && name != "staticmethod" && name != "classmethod" && name != "property") return false;
+      continue;
+    }
+    static constexpr std::string_view kPlain[] = {
+        "RESUME", "NOP", "CACHE", "COPY_FREE_VARS", "MAKE_CELL", "STORE_NAME", "LOAD_CONST", "MAKE_FUNCTION",
+        "LOAD_CLOSURE", "LOAD_CLASSDEREF", "LOAD_DEREF", "BUILD_TUPLE", "PUSH_NULL", "PRECALL", "CALL",
+        "POP_TOP", "COPY", "RETURN_VALUE", "RETURN_CONST", "LOAD_LOCALS", "LOAD_FROM_DICT_OR_DEREF"};
+    if (std::find(std::begin(kPlain), std::end(kPlain), op) == std::end(kPlain)) return false;
+  }
+  PyErr_Clear();
+  return true;
+}
+
+// Classes whose subclassing runs no code but type's (or torch's own, whose metaclasses and
+// __init_subclass__ hooks only set up the new class: torch.autograd.Function).
+bool plain_base(PyObject* base) {
+  if (!PyType_Check(base)) return false;
+  PyObject* meta = reinterpret_cast<PyObject*>(Py_TYPE(base));
+  auto torch_owned = [](PyObject* cls) {
+    PyRef mod = PyRef::steal(PyObject_GetAttrString(cls, "__module__"));
+    PyErr_Clear();
+    std::string_view m = mod && PyUnicode_Check(mod.get()) ? PyUnicode_AsUTF8(mod.get()) : "";
+    return m == "torch" || m.starts_with("torch.");
+  };
+  if (meta != reinterpret_cast<PyObject*>(&PyType_Type) && !torch_owned(meta)) return false;
+  PyObject* mro = reinterpret_cast<PyTypeObject*>(base)->tp_mro;
+  for (Py_ssize_t i = 0; mro && i < PyTuple_GET_SIZE(mro); ++i) {
+    PyObject* c = PyTuple_GET_ITEM(mro, i);
+    PyObject* dict = reinterpret_cast<PyTypeObject*>(c)->tp_dict;
+    if (c != reinterpret_cast<PyObject*>(&PyBaseObject_Type) && dict && PyDict_GetItemString(dict, "__init_subclass__") && !torch_owned(c))
+      return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+Sym SymbolicTracer::class_def(const std::vector<Sym>& args, const KwArgs& kwargs) {
+  if (args.size() < 2 || !args[0]->is(SymKind::Function) || !args[1]->is(SymKind::Const) || !PyUnicode_Check(args[1]->obj.get()))
+    brk(BreakKind::UnsupportedCall, "__build_class__ with other arguments than a class statement's");
+  if (!kwargs.empty()) brk(BreakKind::UnsupportedCall, "a class statement with keywords (metaclass=...)");
+  std::string what = "the class statement of " + std::string(PyUnicode_AsUTF8(args[1]->obj.get()));
+  if (!plain_class_body(reinterpret_cast<PyCodeObject*>(args[0]->obj.get())))
+    brk(BreakKind::UnsupportedCall, what + ": its body does more than define functions");
+  for (size_t i = 2; i < args.size(); ++i)
+    if (!args[i]->is(SymKind::Const) || !plain_base(args[i]->obj.get()))
+      brk(BreakKind::UnsupportedCall, what + ": a base class whose metaclass or __init_subclass__ runs code");
+  Sym c = make_sym(SymKind::ClassDef);
+  c->items = args;
+  return c;
+}
+
 }  // namespace ff

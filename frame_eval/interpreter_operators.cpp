@@ -9,6 +9,13 @@ namespace ff {
 
 namespace {
 
+// An object of the typing module (typing.List, typing.Optional ...): subscripting it is pure.
+bool is_typing_form(PyObject* o) {
+  PyRef mod = PyRef::steal(PyObject_GetAttrString(reinterpret_cast<PyObject*>(Py_TYPE(o)), "__module__"));
+  PyErr_Clear();
+  return mod && PyUnicode_Check(mod.get()) && PyUnicode_CompareWithASCIIString(mod.get(), "typing") == 0;
+}
+
 const char* kNbNames[] = {"add", "and_", "floordiv", "lshift", "matmul", "mul", "mod", "or_", "pow",
                           "rshift", "sub", "truediv", "xor"};
 const char* kNbInplace[] = {"iadd", "iand", "ifloordiv", "ilshift", "imatmul", "imul", "imod", "ior", "ipow",
@@ -456,7 +463,10 @@ Sym SymbolicTracer::subscript(const Sym& c, const Sym& index) {
       PyRef i = PyRef::steal(sym_to_const(index));
       if (!i) break;
       PyObject* o = c->obj.get();
-      if (!(is_plain_const(o) || PyList_Check(o) || PyDict_Check(o))) break;
+      // NB: a builtin type's subscript is its __class_getitem__ (list[int] is a types.GenericAlias);
+      // typing's special forms (typing.List[int]) make cached aliases.
+      bool builtin_type = PyType_Check(o) && !(reinterpret_cast<PyTypeObject*>(o)->tp_flags & Py_TPFLAGS_HEAPTYPE);
+      if (!(is_plain_const(o) || PyList_Check(o) || PyDict_Check(o) || builtin_type || is_typing_form(o))) break;
       PyRef fn = operator_fn("getitem");
       return fold(fn.get(), {c, make_const(i.get())}, {}, "subscript");
     }

@@ -9,6 +9,11 @@ namespace ff {
 namespace {
 // torch.Size values read from frame state are rebuilt (cheap, and tensors' sizes are their source).
 bool is_size_tuple(const Sym& v) { return v->obj && v->obj.get() == known().size_type; }
+// What makes a fresh context manager like `v` (a GradCtx or NoopCtx) when called with no arguments.
+PyObject* context_class(const Sym& v) {
+  if (v->is(SymKind::NoopCtx)) return v->obj.get();
+  return v->flag ? known().enable_grad : known().no_grad;
+}
 }  // namespace
 
 // Objects that must keep their identity however often they are referenced.
@@ -343,20 +348,28 @@ OutputPlan OutputBuilder::plan_break_only(const Sym& v) {
       return p;
     case SymKind::Iterator:
       return plan_iterator(v);
+    case SymKind::ClassDef: {
+      std::vector<OutputPlan> args;
+      for (const Sym& a : v->items) args.push_back(plan(a));
+      OutputPlan c = call_plan(constant(known().build_class), std::move(args));
+      c.memo = memo(v);  // one class however often the state holds it
+      return c;
+    }
     case SymKind::GradCtx:
-      p.kind = OutputPlan::Kind::GradCtx;
-      p.constant = v->flag ? known().enable_grad : known().no_grad;
+    case SymKind::NoopCtx:
+      p.kind = OutputPlan::Kind::Context;
+      p.constant = context_class(v);
       Py_INCREF(p.constant);
       return p;
     case SymKind::Method:
-      if (v->name == "__exit__" && v->items.size() == 1 && v->items[0]->is(SymKind::GradCtx)) {
-        p.kind = OutputPlan::Kind::GradExit;
+      if (v->name == "__exit__" && v->items.size() == 1 && (v->items[0]->is(SymKind::GradCtx) || v->items[0]->is(SymKind::NoopCtx))) {
+        p.kind = OutputPlan::Kind::ContextExit;
         p.memo = memo(v);
-        p.constant = v->items[0]->flag ? known().enable_grad : known().no_grad;
+        p.constant = context_class(v->items[0]);
         Py_INCREF(p.constant);
         return p;
       }
-      if (v->items.size() == 1 && !v->items[0]->is(SymKind::GradCtx)) {  // t.item, lst.append ...
+      if (v->items.size() == 1) {  // t.item, lst.append ...
         p.kind = OutputPlan::Kind::Attr;
         p.items.push_back(plan(v->items[0]));
         p.constant = PyUnicode_FromString(v->name.c_str());

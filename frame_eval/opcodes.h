@@ -30,7 +30,7 @@ namespace ff {
   X(JumpForward) X(JumpBackward) X(PopJumpIfFalse) X(PopJumpIfTrue) X(PopJumpIfNone)            \
   X(PopJumpIfNotNone) X(JumpIfFalseOrPop) X(JumpIfTrueOrPop) X(KwNames) X(Precall) X(Call)      \
   X(CallFunctionEx) X(MakeFunction) X(BeforeWith) X(FormatValue) X(ReturnValue)                 \
-  X(ReturnConst) X(ReturnGenerator) X(YieldValue) X(LoadAssertionError) X(RaiseVarargs)         \
+  X(ReturnConst) X(ReturnGenerator) X(YieldValue) X(LoadAssertionError) X(LoadBuildClass) X(RaiseVarargs)         \
   X(ImportName) X(ImportFrom) X(GetLen)
 // clang-format on
 

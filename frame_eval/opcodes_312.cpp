@@ -45,7 +45,7 @@ constexpr uint8_t F = kJumpForward, B = kJumpBackward, M = kMayBreak;
   X(DELETE_SUBSCR, 61, DeleteSubscr, 0, M)                    \
   X(GET_ITER, 68, GetIter, 0, M)                              \
   X(GET_YIELD_FROM_ITER, 69, Unsupported, 0, 0)               \
-  X(LOAD_BUILD_CLASS, 71, Unsupported, 0, 0)                  \
+  X(LOAD_BUILD_CLASS, 71, LoadBuildClass, 0, 0)                  \
   X(LOAD_ASSERTION_ERROR, 74, LoadAssertionError, 0, 0)       \
   X(RETURN_GENERATOR, 75, ReturnGenerator, 0, M)              \
   X(RETURN_VALUE, 83, ReturnValue, 0, M)                      \

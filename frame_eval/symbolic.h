@@ -45,7 +45,14 @@ struct Frame;  // interpreter_impl.h: an interpreted frame (a generator's, held 
   X(Slice, "items: start, stop, step")                                                           \
   X(Method, "items[0] self, name: a builtin method of a symbolic value (list.append, t.size ...)") \
   X(Super, "items[0] self; obj: the class to start the MRO search after")                        \
+  X(ClassDef, "a class statement run in the trace, its class not built yet: items[0] the body "   \
+              "(a Function), items[1] the name, items[2...] the bases (Consts). Any use breaks; "  \
+              "where it outlives the trace (returned, across a break) __build_class__ builds it "  \
+              "then. Its body only names functions (class_def), so when it runs is not visible")   \
   X(GradCtx, "torch.no_grad()/enable_grad()/set_grad_enabled(b): flag = grad mode inside")      \
+  X(NoopCtx, "obj: a context manager class made with no arguments whose block changes nothing "  \
+             "compiled code can see (torch._C._DisableTorchDispatch: compiled code runs only "   \
+             "where no dispatch mode or torch.func transform is active, eager_context_active)") \
   X(Partial, "functools.partial: items[0] func, items[1] args (Tuple), items[2] kwargs (Dict)")  \
   X(DictView, "dict.keys() / values() / items(): items[0] the Dict (read live), name: which")    \
   X(Appendable, "a list or set passed in (obj, source) whose contents the trace has not read: "   \

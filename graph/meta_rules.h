@@ -98,6 +98,7 @@ bool call_mutates_input(const OpDef& op, const std::vector<Value>& bound);
   X(meta_pool)             /* max_pool2d / avg_pool2d / adaptive_avg_pool2d */                      \
   X(meta_pad)              /* F.pad */                                                              \
   X(meta_creation)         /* arange / zeros / full / *_like / new_* ... */                         \
+  X(meta_rng_state)        /* manual_seed / set_rng_state: None; get_rng_state: the fallback */     \
   X(meta_fallback)         /* no rule: always the meta-tensor fallback */
 // clang-format on
 

@@ -3,6 +3,7 @@
 
 #include <cstdio>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -80,6 +81,22 @@ py::object resolve_path(const std::string& path) {
 
 namespace {
 
+// Whether fn is torch._disable_dynamo's wrapper (torch/_compile.py): importing torch._dynamo
+// replaces torch.manual_seed with one; it matters only to Dynamo.
+bool is_dynamo_disable_wrapper(PyObject* fn) {
+  if (!PyFunction_Check(fn)) return false;
+  PyObject* file = reinterpret_cast<PyCodeObject*>(PyFunction_GET_CODE(fn))->co_filename;
+  const char* f = PyUnicode_Check(file) ? PyUnicode_AsUTF8(file) : nullptr;
+  if (!f) PyErr_Clear();
+  return f && std::string_view(f).ends_with("/torch/_compile.py") && py::hasattr(fn, "__wrapped__");
+}
+
+// What those wrappers wrap, else fn.
+py::object unwrap_dynamo_disable(py::object fn) {
+  while (fn && is_dynamo_disable_wrapper(fn.ptr())) fn = fn.attr("__wrapped__");
+  return fn;
+}
+
 void register_callable(CallableTables& t, py::object fn, OpId op) {
   if (!fn) return;
   // First registration wins: torch.relu and torch.Tensor.relu are different objects, but if two
@@ -107,13 +124,13 @@ void init_op_callables() {
   const auto& ops = all_ops();
   t.by_op.assign(ops.size() + kMaxOpenOps, nullptr);
   for (const OpDef& d : ops) {
-    py::object fn = resolve_path(d.target);
+    py::object fn = unwrap_dynamo_disable(resolve_path(d.target));
     if (!fn) continue;
     t.by_op[static_cast<size_t>(d.id)] = fn.ptr();
     register_callable(t, fn, d.id);
   }
   for (const Alias* a = kAliases; a->target; ++a) {
-    register_callable(t, resolve_path(a->target), op_id(a->op));
+    register_callable(t, unwrap_dynamo_disable(resolve_path(a->target)), op_id(a->op));
   }
   AttentionSupport attention;
   attention.sdpa = t.by_op[static_cast<size_t>(op_id(Op::scaled_dot_product_attention))] != nullptr;
@@ -134,6 +151,10 @@ std::optional<OpId> op_for_callable(PyObject* fn) {
   const CallableTables& t = tables();
   auto it = t.by_callable.find(fn);
   if (it != t.by_callable.end()) return it->second;
+  if (is_dynamo_disable_wrapper(fn)) {
+    py::object inner = unwrap_dynamo_disable(py::reinterpret_borrow<py::object>(fn));
+    if (inner.ptr() != fn && (it = t.by_callable.find(inner.ptr())) != t.by_callable.end()) return it->second;
+  }
   std::string reason;
   const std::vector<OpId>& open = open_ops_for_callable(fn, &reason);
   if (open.empty()) return std::nullopt;

@@ -544,6 +544,7 @@ for name in ["zeros_like", "ones_like", "empty_like"]:
 cases("full_like", C(torch.full_like, T(3, 4, layout="T"), 2), C(torch.full_like, T(3, dtype=i64), 2.5),
       C(torch.full_like, T(2, 3, 4, 5, layout="cl"), 1.0, dtype=f64), C(torch.full_like, T(4, 6, layout="step"), True))
 cases("rand_like", C(torch.rand_like, T(3, dtype=i64), fallback=True))
+cases("get_rng_state", C(torch.get_rng_state, fallback=True))
 for name in ["new_zeros", "new_ones", "new_empty"]:
     fn = getattr(torch.Tensor, name)
     vals = name != "new_empty"

@@ -595,3 +595,20 @@ def test_a_list_past_the_model_limit_breaks_and_runs_natively():
     assert torch.equal(f(X), X * 6000) and len(BIG) == 6000
     BIG[:] = [1, 2]
     assert torch.equal(f(X), X * 4) and BIG == [1, 2, 1, 2]
+
+
+def test_frames_of_packages_without_tensor_code_run_natively():
+    # torch calls into sympy and mpmath lazily (F.max_unpool1d's first call imports sympy) from
+    # inside a user's compiled region; those frames (functions they make with exec() among them)
+    # are not traced. A function of any other module called the same way is.
+    where = {}
+    for module in ("sympy.fake", "userlib.fake"):
+        ns = {"__name__": module}
+        exec("def helper(t):\n    return (t * 2).sum().item()\n", ns)
+
+        def f(a, b, key=ns["helper"]):
+            return sorted([a, b], key=key)   # sorted() calls the key natively
+
+        report = framefuse.explain(f)(torch.ones(2), torch.zeros(2))
+        where[module] = [b.where.split(" ")[0].split(".")[-1] for b in report.break_reasons]
+    assert where == {"sympy.fake": ["f"], "userlib.fake": ["f", "helper"]}

@@ -480,3 +480,82 @@ def test_itertools_repeat(backend):
     for fn in (f, across_a_break):
         check(fn, x, backend=backend)
     assert framefuse.explain(f)(x).graph_break_count == 0
+
+
+class _Meta(type):
+    pass
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_class_statements_in_compiled_code(backend):
+    # torch.masked's reductions define an autograd.Function subclass on every call and use it only
+    # for MaskedTensor inputs: a class statement whose body only names functions is not built until
+    # something uses the class (which breaks the graph) or it outlives the trace (built then).
+    def unused(t):
+        k = 2
+
+        def helper(v):
+            return v * k
+
+        class Combine(torch.autograd.Function):
+            """A docstring."""
+
+            @staticmethod
+            def forward(ctx, v):
+                return helper(v)
+
+        return helper(t) + 1
+
+    def used(t):
+        class C:
+            s = 3
+
+            def m(self):
+                return self.s
+
+        return t * C.s + C().m()
+
+    def across_a_break(t):
+        class C:
+            def me(self):
+                return __class__
+
+        y = t + 1
+        print("break")
+        return y, C.__name__, C.__qualname__.split(".")[-1], C().me() is C
+
+    def body_with_effects(t):
+        class C:
+            print("in the class body")
+
+        return t + 1, C.__name__
+
+    def with_a_metaclass(t):
+        class C(metaclass=_Meta):
+            pass
+
+        return t + 1, type(C).__name__
+
+    for fn in (unused, used, across_a_break, body_with_effects, with_a_metaclass):
+        check(fn, x, backend=backend)
+    assert framefuse.explain(unused)(x).graph_break_count == 0
+    returned = framefuse.compile(lambda t: (t + 1, type("Made", (), {})), backend=backend)
+    assert returned(x)[1] is not returned(x)[1]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_builtin_generic_aliases_and_functools_reduce(backend):
+    import functools  # noqa: PLC0415
+    import operator  # noqa: PLC0415
+
+    def f(t):
+        found = torch.jit.annotate(list[int], [])  # F.max_unpool1d's way to make an empty list
+        sizes = functools.reduce(max, (len(s) for s in [(1, 2), (3,), (4, 5, 6)]))
+        total = functools.reduce(operator.add, [t, t * 2, t * 3], t)
+        found.append(sizes)
+        return total * sizes, found
+
+    check(f, x, backend=backend)
+    assert framefuse.explain(f)(x).graph_break_count == 0
+    broadcast = framefuse.compile(lambda t: t.expand(torch.broadcast_shapes((1, 4), (6, 1))), backend=backend)
+    assert broadcast(x[:1]).shape == (6, 4)
