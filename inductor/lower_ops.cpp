@@ -466,11 +466,14 @@ LT linear_rule(Lowerer& L, const Node& n) {
     if (u.kind == NodeKind::Call && u.meta.is_tensor() && !op_def(u.op).has(kExtern)) epilogue_fuses = true;
   }
   if (!epilogue_fuses) throw NoLowering("matrix product with its bias in torch: every consumer needs it in memory");
+  DType out = L.out_meta(n).dtype;
+  // NB: eager's bf16/f16 addmm adds the bias to the float accumulator and rounds once; the product
+  // rounded to bf16 first and the bias added after is up to an ulp off (OpInfo's linear_cross_entropy).
+  if (loop::needs_narrowing(out)) throw NoLowering("matrix product with its bias in torch: eager rounds once in " + std::string(dtype_name(out)));
   LT b = L.tensor(bias);
   std::vector<Value> args = n.args;
   args[static_cast<size_t>(op_def(n.op).schema.index_of("bias"))] = Value::none();
   LT mm = L.extern_call(n, L.current(), n.op, std::move(args), "matrix product in torch; the bias is added in a fused epilogue");
-  DType out = L.out_meta(n).dtype;
   return Lowerer::binary(BinaryOp::Add, mm, b, float_compute_dtype(out));
 }
 

@@ -163,6 +163,17 @@ def test_linear_epilogue():
     check(lambda g, a, ww: g.call(F.linear, a, ww), [x, w])
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_reduced_precision_linear_keeps_its_bias_in_torch(dtype):
+    # Eager adds a bf16 linear's bias to the float accumulator and rounds once; a product rounded to
+    # bf16 with the bias added after is up to an ulp off (OpInfo's linear_cross_entropy, 13 ulps in
+    # its loss). Compared bit for bit.
+    x, w, b = randn(16, dtype=dtype) * 4, randn(8, 16, dtype=dtype), randn(8, dtype=dtype)
+    cg = check(lambda g, a, ww, bb: g.call(torch.relu, g.call(F.linear, a, ww, bb)), [x, w, b], scale=0.0)
+    assert cg.num_externs == 1
+    torch.testing.assert_close(cg(x, w, b)[0], torch.relu(F.linear(x, w, b)), rtol=0, atol=0)
+
+
 def test_matmul_is_extern_with_fused_neighbours():
     a, b = randn(4, 8, 16), randn(4, 16, 8)
     cg = check(lambda g, x, y: g.call(torch.sigmoid, g.call(torch.bmm, g.call(torch.mul, x, 2.0), y)), [a, b])
