@@ -6,6 +6,7 @@
 #include <string_view>
 
 #include "frame_eval/interpreter_impl.h"
+#include "graph/meta_rules.h"
 #include "graph/op.h"
 #include "graph/op_registry.h"
 #include "graph/passes/effects.h"
@@ -508,6 +509,11 @@ Sym SymbolicTracer::call_const(const Sym& fn, std::vector<Sym>& args, KwArgs& kw
     if (name == "is_grad_enabled") return make_const(grad_enabled_ ? Py_True : Py_False);
     // NB: pybind11 functions of torch._C carry a long prefix in their qualified name.
     std::string_view short_name = std::string_view(name).substr(name.rfind('.') + 1);
+    if (short_name == "result_type" && args.size() == 2 && kwargs.empty()) {
+      // torch.result_type(a, b) reads only dtypes and dimensionality, which the trace holds (and guards).
+      DType dt = result_type({to_value(args[0]), to_value(args[1])}, out_.graph);
+      return make_const(known().dtypes.at(static_cast<size_t>(dt)));
+    }
     // torch.compiler.is_compiling() is True while framefuse captures, as under torch.compile.
     if (short_name == "is_compiling" || short_name == "is_dynamo_compiling") return make_const(Py_True);
     for (std::string_view n : {"_get_tracing_state", "is_autocast_enabled", "is_autocast_cpu_enabled",

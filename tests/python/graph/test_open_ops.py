@@ -172,3 +172,17 @@ def test_open_ops_are_listed_with_their_aten_overload():
     # A callable torch has no schema for stays outside the registry, with a reason.
     with pytest.raises(framefuse.Unsupported, match="is not in framefuse's op registry"):
         g.call(print, x)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_result_type_is_read_off_the_traced_dtypes(backend):
+    def f(x, y):
+        return x.to(torch.result_type(x, y)) + 1, torch.result_type(x, 2.5), torch.result_type(y, True)
+
+    for x, y in [(torch.ones(2, dtype=torch.int32), torch.ones((), dtype=torch.float64)),
+                 (torch.ones(2, dtype=torch.int32), torch.ones(2, dtype=torch.float64)),
+                 (torch.ones(3, dtype=torch.bfloat16), torch.ones((), dtype=torch.int64))]:
+        want, got = f(x, y), compiled(f, backend)(x, y)
+        assert got[1:] == want[1:] and got[0].dtype == want[0].dtype
+        torch.testing.assert_close(got[0], want[0])
+        assert framefuse.explain(f)(x, y).graph_break_count == 0
