@@ -142,6 +142,9 @@ Value canonical(const OpDef& op, const ParamSpec& p, Value v) {
       v.kind == Value::Kind::Tuple)
     v.kind = Value::Kind::List;
   if (p.type == ParamType::Float && v.kind == Value::Kind::Int && !op.is_open()) return Value::of_float(double(v.i));
+  // A device given as a string ('cpu', 'cuda:0') is one: the meta fallback replaces devices.
+  if (p.type == ParamType::Device && v.kind == Value::Kind::Str)
+    if (auto d = Device::parse(v.s)) return Value::of_device(*d);
   return v;
 }
 

@@ -186,3 +186,19 @@ def test_result_type_is_read_off_the_traced_dtypes(backend):
         assert got[1:] == want[1:] and got[0].dtype == want[0].dtype
         torch.testing.assert_close(got[0], want[0])
         assert framefuse.explain(f)(x, y).graph_break_count == 0
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_device_given_as_a_string_is_typed_on_meta_tensors(backend):
+    # Tensor.to(device, dtype, non_blocking, copy): the positional 'cpu' is a device, replaced by
+    # "meta" when the call is typed (it was copied out of a meta tensor, and broke).
+    def f(x):
+        return x.to("cpu", torch.float64, False, True), x.to("cpu", copy=True) * 2
+
+    x = torch.randn(3, 4)
+    got, want = compiled(f, backend)(x), f(x)
+    for g, w in zip(got, want):
+        assert g.dtype == w.dtype
+        torch.testing.assert_close(g, w)
+    assert got[0].data_ptr() != x.data_ptr()
+    assert framefuse.explain(f)(x).graph_break_count == 0
