@@ -589,7 +589,7 @@ void SymbolicTracer::step(Frame& f, const Instr& ins) {
     }
     case Handler::BeforeWith: {
       Sym mgr = pop();
-      if (mgr->is(SymKind::GradCtx) || mgr->is(SymKind::NoopCtx)) {
+      if (mgr->is(SymKind::GradCtx) || (mgr->is(SymKind::NoopCtx) && PyObject_HasAttrString(mgr->obj.get(), "__enter__"))) {
         Sym exit = make_sym(SymKind::Method);
         exit->name = "__exit__";
         exit->items = {mgr};

@@ -944,7 +944,7 @@ Sym SymbolicTracer::call_method(const Sym& method, std::vector<Sym>& args, KwArg
       }
       brk(BreakKind::UnsupportedContextManager, "grad-mode object used as " + name);
     case SymKind::NoopCtx:
-      if (name == "__enter__" || name == "__exit__") return none;
+      if ((name == "__enter__" || name == "__exit__") && PyObject_HasAttrString(self->obj.get(), name.c_str())) return none;
       brk(BreakKind::UnsupportedContextManager, describe_sym(self) + " used as " + name);
     case SymKind::List:
     case SymKind::Tuple:

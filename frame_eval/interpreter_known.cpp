@@ -16,14 +16,6 @@ PyObject* import_attr(const char* module, const char* attr) {
   return a;
 }
 
-// torch._C.<name> where it is a class with __enter__ and __exit__, else null.
-PyObject* context_manager_class(const char* name) {
-  PyObject* c = import_attr("torch._C", name);
-  if (c && PyObject_HasAttrString(c, "__enter__") && PyObject_HasAttrString(c, "__exit__")) return c;
-  Py_XDECREF(c);
-  PyErr_Clear();
-  return nullptr;
-}
 }  // namespace
 
 const Known& known() {
@@ -37,9 +29,8 @@ const Known& known() {
       k->no_grad = import_attr("torch", "no_grad");
       k->enable_grad = import_attr("torch", "enable_grad");
       k->set_grad_enabled = import_attr("torch", "set_grad_enabled");
-      // NB: only where they are context managers (torch 1.13's disable dispatch for their lifetime).
-      k->disable_torch_dispatch = context_manager_class("_DisableTorchDispatch");
-      k->disable_functorch = context_manager_class("_DisableFuncTorch");
+      k->disable_torch_dispatch = import_attr("torch._C", "_DisableTorchDispatch");
+      k->disable_functorch = import_attr("torch._C", "_DisableFuncTorch");
       k->default_generator = import_attr("torch", "default_generator");
       k->size_type = import_attr("torch", "Size");
       k->torch_tensor = import_attr("torch", "tensor");

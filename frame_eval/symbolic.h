@@ -50,9 +50,10 @@ struct Frame;  // interpreter_impl.h: an interpreted frame (a generator's, held 
               "where it outlives the trace (returned, across a break) __build_class__ builds it "  \
               "then. Its body only names functions (class_def), so when it runs is not visible")   \
   X(GradCtx, "torch.no_grad()/enable_grad()/set_grad_enabled(b): flag = grad mode inside")      \
-  X(NoopCtx, "obj: a context manager class made with no arguments whose block changes nothing "  \
-             "compiled code can see (torch._C._DisableTorchDispatch: compiled code runs only "   \
-             "where no dispatch mode or torch.func transform is active, eager_context_active)") \
+  X(NoopCtx, "obj: a class made with no arguments whose objects change nothing compiled code "   \
+             "can see, as context managers or while they live (torch._C._DisableTorchDispatch: "  \
+             "compiled code runs only where no dispatch mode or torch.func transform is active, " \
+             "eager_context_active); `with` only where obj has __enter__ (torch >= 2.0)")          \
   X(Partial, "functools.partial: items[0] func, items[1] args (Tuple), items[2] kwargs (Dict)")  \
   X(DictView, "dict.keys() / values() / items(): items[0] the Dict (read live), name: which")    \
   X(Appendable, "a list or set passed in (obj, source) whose contents the trace has not read: "   \

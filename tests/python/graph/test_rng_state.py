@@ -130,3 +130,30 @@ def test_manual_seed_replaced_by_dynamos_wrapper_is_captured():
     # Importing torch._dynamo wraps torch.manual_seed in torch._disable_dynamo (torch >= 2.1).
     pytest.importorskip("torch._dynamo")
     run_both(reseed_and_drop, "inductor", torch.rand(16))
+
+
+def guard_object(x):
+    guard = torch._C._DisableTorchDispatch()   # torch 1.13's no_dispatch(): disabled while it lives
+    y = x + 1
+    del guard
+    return y * 2
+
+
+def with_block(x):
+    with torch._C._DisableTorchDispatch():
+        return x + 1
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_no_dispatch_objects_as_guards_and_as_context_managers(backend):
+    x = torch.rand(8)
+    framefuse.reset()
+    torch.testing.assert_close(framefuse.compile(guard_object, backend=backend)(x), (x + 1) * 2)
+    assert framefuse.explain(guard_object)(x).graph_break_count == 0
+    try:
+        want = with_block(x)
+    except Exception as e:  # noqa: BLE001 - torch 1.13's is no context manager: the same error
+        with pytest.raises(type(e)):
+            framefuse.compile(with_block, backend=backend)(x)
+    else:
+        torch.testing.assert_close(framefuse.compile(with_block, backend=backend)(x), want)
