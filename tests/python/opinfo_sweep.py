@@ -1,7 +1,8 @@
 """PyTorch's OpInfo database (`op_db`, loaded from the installed torch) through framefuse.compile.
 
-Every op of op_db with CPU support for a dtype, in each of its variants (the function, the tensor
-method, the in-place method), runs its sample inputs once eagerly and once compiled, per backend.
+Every op of op_db that supports a dtype on the device (--device, cpu by default), in each of its
+variants (the function, the tensor method, the in-place method), runs its sample inputs once eagerly
+and once compiled, per backend.
 Each item is recorded as one of
 
   eager-error  eager raised: not counted (the sample is invalid for this variant or dtype)
@@ -18,7 +19,8 @@ the same numbers. A float16 or bfloat16 result outside the tolerance is compared
 float64 on the same inputs, as torch's own compiler tests do: fused kernels keep intermediates in
 float32 where eager rounds each op to the low precision, so the compiled result counts as right
 where it is no farther from the float64 one than twice eager's error (its RMSE); such items are
-counted as `closer_than_eager` in the report.
+counted as `closer_than_eager` in the report (the operand an in-place variant returns is judged
+once, as its result).
 
     python tests/python/opinfo_sweep.py --full --report FILE.md     # all samples, five dtypes
     python tests/python/opinfo_sweep.py --jsonl FILE                # the CI budget (test_opinfo.py)
@@ -26,7 +28,7 @@ counted as `closer_than_eager` in the report.
 Items are written to --jsonl as they finish (a line "start" before each), so a process that dies
 names the item that killed it; --isolate runs the items in worker processes and goes on in a new
 one after one dies. --max-seconds N starts no item after N seconds (the report says where the run
-was cut); --shard K/N sweeps every N-th op_db entry from the K-th (one process per GPU); --merge
+was cut); --shard K/N sweeps every N-th op_db entry from the K-th (parts that run at once); --merge
 writes one report from the shards' --jsonl files.
 
 With --device cuda the samples are made on the GPU, for the ops whose CUDA dtypes (OpInfo's
@@ -35,11 +37,14 @@ selection) or, with --full, float32, float16 and bfloat16. An error of the CUDA 
 (a device-side assert) poisons it for the rest of the process: the item is recorded (crashed, or
 eager-error where eager raised it) with the message, and the sweep goes on in a new process from the
 next item; a worker process that dies gets its running item recorded as crashed the same way.
-tests/python/opinfo_cuda_run.sh is the command for the GPU machine:
+On the GPU machine, from the repository root (about 49,000 samples on torch 2.11, both backends):
+
+    OUT=$OUT sh tests/python/opinfo_cuda_run.sh        # 8 shards at once on the GPU, 480 s each
+
+which runs, for K in 0..7 and then merges the parts into $OUT/opinfo-cuda.{md,jsonl},
 
     PYTHONPATH=$PWD/python:$PWD python3 tests/python/opinfo_sweep.py --device cuda --full \
-        --dtypes float32,float16,bfloat16 --max-seconds 480 \
-        --report $OUT/opinfo-cuda.md --jsonl $OUT/opinfo-cuda.jsonl
+        --dtypes float32,float16,bfloat16 --max-seconds 480 --shard K/8 --jsonl PART_K.jsonl
 """
 from __future__ import annotations
 
@@ -295,7 +300,14 @@ def run_item(op, variant_name, fn, sample, backend, seed=0, device="cpu"):
                 raise
             item["closer_than_eager"] = True
         # In-place variants and ops that write an operand: the operands after the call.
-        _compare(comp_args, eager_args, unspecified)
+        if item.get("closer_than_eager"):
+            # NB: the operand an in-place op returns was judged as the result (the identity check
+            # below holds the compiled call to returning that operand too).
+            judged = {i for i, a in enumerate(eager_args) if a is expected}
+            _compare(tuple(a for i, a in enumerate(comp_args) if i not in judged),
+                     tuple(a for i, a in enumerate(eager_args) if i not in judged), unspecified)
+        else:
+            _compare(comp_args, eager_args, unspecified)
         _compare(comp_kwargs, eager_kwargs, unspecified)
         if isinstance(expected, torch.Tensor) and any(expected is a for a in eager_args):
             i = next(i for i, a in enumerate(eager_args) if a is expected)
@@ -379,7 +391,7 @@ def sweep(out, dtypes, all_samples, backends, ops_filter=None, device="cpu", sha
             if device != "cpu":
                 key["device"] = device
             if deadline is not None and time.time() > deadline:
-                out.write(json.dumps({"cut": key}) + "\n")
+                out.write(json.dumps({"cut": dict(key, shard=f"{shard[0]}/{shard[1]}") if shard[1] > 1 else key}) + "\n")
                 return 0
             out.write(json.dumps({"start": key, "pos": pos + [bi]}) + "\n")
             out.flush()
@@ -443,15 +455,16 @@ def summarize(done):
     return out
 
 
-def report(done, command, run=None, cut=None):
-    """The markdown report of a sweep; `run` and `cut` as read_run gives them."""
+def report(done, command, run=None, cuts=()):
+    """The markdown report of a sweep; `run` and `cuts` as read_run gives them (one cut per shard)."""
     s = summarize(done)
     run = run or {}
     where = run.get("device", "cpu") + (f" ({run['device_name']})" if run.get("device_name") else "")
     torch_version = f", torch {run['torch']}" if run.get("torch") else ""
     lines = [f"# OpInfo sweep on {where}{torch_version}", "", f"Command: `{command}`", ""]
-    if cut:
-        lines += [f"The run was cut by --max-seconds: items from {_item_name(cut)} on in the sweep's order "
+    for cut in cuts:
+        shard = f" of shard {cut['shard']}" if cut.get("shard") else ""
+        lines += [f"The run{shard} was cut by --max-seconds: items from {_item_name(cut)} on in the sweep's order "
                   "were not run.", ""]
     lost = [r for r in done if r.get("cuda_context_lost")]
     if lost:
@@ -523,9 +536,9 @@ def _reason_class(reason):
     return r[:160]
 
 
-def _run_info(device):
+def _run_info(device, command):
     import torch
-    info = {"device": device, "torch": torch.__version__}
+    info = {"device": device, "torch": torch.__version__, "command": command}
     if device == "cuda":
         info["device_name"] = torch.cuda.get_device_name()
     return info
@@ -585,7 +598,9 @@ def main(argv=None):
         done = [r for path in paths for r in read_results(path)[0]]
         runs = [read_run(path) for path in paths]
         cuts = [c for _, c in runs if c]
-        _write_report(report(done, command, runs[0][0], cuts[0] if cuts else None), a.report)
+        first = runs[0][0].get("command", "?")
+        merged = f"{first}` and {len(paths) - 1} more shards, merged by `{command}" if len(paths) > 1 else first
+        _write_report(report(done, merged, runs[0][0], cuts), a.report)
         return 0
     import torch
     if a.device == "cuda" and not torch.cuda.is_available():
@@ -608,7 +623,7 @@ def main(argv=None):
         with open(path, "a") as out:
             return sweep(out, *sweep_args, after=json.loads(a.after) if a.after else None, deadline=deadline)
     with open(path, "w") as out:
-        out.write(json.dumps({"run": _run_info(a.device)}) + "\n")
+        out.write(json.dumps({"run": _run_info(a.device, command)}) + "\n")
         if not isolate:
             sweep(out, *sweep_args, deadline=deadline)
     if isolate:
@@ -619,7 +634,7 @@ def main(argv=None):
             return rc
     done, _ = read_results(path)
     run, cut = read_run(path)
-    _write_report(report(done, command, run, cut), a.report)
+    _write_report(report(done, command, run, [cut] if cut else []), a.report)
     return 0
 
 
