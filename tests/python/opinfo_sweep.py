@@ -1,7 +1,8 @@
 """PyTorch's OpInfo database (`op_db`, loaded from the installed torch) through framefuse.compile.
 
-Every op of op_db with CPU support for a dtype, in each of its variants (the function, the tensor
-method, the in-place method), runs its sample inputs once eagerly and once compiled, per backend.
+Every op of op_db that supports a dtype on the device (--device, cpu by default), in each of its
+variants (the function, the tensor method, the in-place method), runs its sample inputs once eagerly
+and once compiled, per backend.
 Each item is recorded as one of
 
   eager-error  eager raised: not counted (the sample is invalid for this variant or dtype)
@@ -13,17 +14,37 @@ Each item is recorded as one of
 
 Results are compared with torch.testing.assert_close at its dtype-based tolerances (NaNs equal);
 ops whose results are unspecified memory (empty*) are compared by metadata only. RNG ops run from
-the same seed eagerly and compiled: they must draw the same numbers. A bfloat16 result outside the
-tolerance is compared with the op run in float64 on the same inputs, as torch's own compiler tests
-do: fused kernels keep intermediates in float32 where eager rounds each op to bfloat16, so the
-compiled result counts as right where it is no farther from the float64 one than twice eager's
-error (its RMSE); such items are counted as `closer_than_eager` in the report.
+the same seed eagerly and compiled (torch.manual_seed seeds the CUDA generators too): they must draw
+the same numbers. A float16 or bfloat16 result outside the tolerance is compared with the op run in
+float64 on the same inputs, as torch's own compiler tests do: fused kernels keep intermediates in
+float32 where eager rounds each op to the low precision, so the compiled result counts as right
+where it is no farther from the float64 one than twice eager's error (its RMSE); such items are
+counted as `closer_than_eager` in the report (the operand an in-place variant returns is judged
+once, as its result).
 
     python tests/python/opinfo_sweep.py --full --report FILE.md     # all samples, five dtypes
     python tests/python/opinfo_sweep.py --jsonl FILE                # the CI budget (test_opinfo.py)
 
 Items are written to --jsonl as they finish (a line "start" before each), so a process that dies
-names the item that killed it.
+names the item that killed it; --isolate runs the items in worker processes and goes on in a new
+one after one dies. --max-seconds N starts no item after N seconds (the report says where the run
+was cut); --shard K/N sweeps every N-th op_db entry from the K-th (parts that run at once); --merge
+writes one report from the shards' --jsonl files.
+
+With --device cuda the samples are made on the GPU, for the ops whose CUDA dtypes (OpInfo's
+supported_dtypes("cuda"), its dtypesIfCUDA) include the dtype; the dtypes are float32 (the CI-like
+selection) or, with --full, float32, float16 and bfloat16. An error of the CUDA context
+(a device-side assert) poisons it for the rest of the process: the item is recorded (crashed, or
+eager-error where eager raised it) with the message, and the sweep goes on in a new process from the
+next item; a worker process that dies gets its running item recorded as crashed the same way.
+On the GPU machine, from the repository root (about 49,000 samples on torch 2.11, both backends):
+
+    OUT=$OUT sh tests/python/opinfo_cuda_run.sh        # 8 shards at once on the GPU, 480 s each
+
+which runs, for K in 0..7 and then merges the parts into $OUT/opinfo-cuda.{md,jsonl},
+
+    PYTHONPATH=$PWD/python:$PWD python3 tests/python/opinfo_sweep.py --device cuda --full \
+        --dtypes float32,float16,bfloat16 --max-seconds 480 --shard K/8 --jsonl PART_K.jsonl
 """
 from __future__ import annotations
 
@@ -31,6 +52,7 @@ import argparse
 import collections
 import json
 import os
+import subprocess
 import sys
 import tempfile
 import time
@@ -185,7 +207,27 @@ def variants(op):
     return out
 
 
-def run_item(op, variant_name, fn, sample, backend, seed=0):
+def _synchronize(device):
+    """Wait for the GPU's queued work, so that an asynchronous CUDA error is raised by the item that
+    caused it."""
+    if device == "cuda":
+        import torch
+        torch.cuda.synchronize()
+
+
+def cuda_context_lost():
+    """The error that left the CUDA context unusable (a device-side assert is sticky: every later call
+    fails with it), or None where it still runs work."""
+    import torch
+    try:
+        torch.cuda.synchronize()
+        torch.ones(1, device="cuda").add_(1).item()
+    except Exception as e:
+        return _first_line(e)
+    return None
+
+
+def run_item(op, variant_name, fn, sample, backend, seed=0, device="cpu"):
     """One sample through one variant and backend: a dict with `status` and details."""
     import torch
     import framefuse
@@ -199,6 +241,7 @@ def run_item(op, variant_name, fn, sample, backend, seed=0):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             expected = fn(*eager_args, **eager_kwargs)
+            _synchronize(device)
     except Exception as e:
         return {"status": "eager-error", "reason": _first_line(e)}
 
@@ -226,6 +269,7 @@ def run_item(op, variant_name, fn, sample, backend, seed=0):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             actual = compiled(*comp_args, **comp_kwargs)
+            _synchronize(device)
     except Exception as e:
         return {"status": "crashed", "reason": _first_line(e)}
     seconds = time.perf_counter() - start
@@ -256,7 +300,14 @@ def run_item(op, variant_name, fn, sample, backend, seed=0):
                 raise
             item["closer_than_eager"] = True
         # In-place variants and ops that write an operand: the operands after the call.
-        _compare(comp_args, eager_args, unspecified)
+        if item.get("closer_than_eager"):
+            # NB: the operand an in-place op returns was judged as the result (the identity check
+            # below holds the compiled call to returning that operand too).
+            judged = {i for i, a in enumerate(eager_args) if a is expected}
+            _compare(tuple(a for i, a in enumerate(comp_args) if i not in judged),
+                     tuple(a for i, a in enumerate(eager_args) if i not in judged), unspecified)
+        else:
+            _compare(comp_args, eager_args, unspecified)
         _compare(comp_kwargs, eager_kwargs, unspecified)
         if isinstance(expected, torch.Tensor) and any(expected is a for a in eager_args):
             i = next(i for i, a in enumerate(eager_args) if a is expected)
@@ -283,59 +334,112 @@ def _note_placement(graph, inductor, placement):
             placement["extern" if n.id in extern else "lowered"].add(n.op.split("/")[0])
 
 
-def items(op_db, dtypes, all_samples, ops_filter=None):
-    """(op, variant name, variant, dtype, sample index, sample) in a fixed order."""
-    for op in op_db:
-        if ops_filter and op.name not in ops_filter:
+def supported_dtypes(op, device):
+    """The op's dtypes on the device type: OpInfo.supported_dtypes on torch 1.13 to 2.13 (dtypesIfCUDA
+    where the device is cuda; 2.x keeps them in the dtypesIf dict behind the same attribute)."""
+    try:
+        return op.supported_dtypes(device)
+    except Exception:
+        return (getattr(op, "dtypesIfCUDA", None) if device == "cuda" else None) or op.dtypes
+
+
+def items(op_db, dtypes, all_samples, ops_filter=None, device="cpu", shard=(0, 1), after=None):
+    """(position, op, variant name, variant, dtype, sample index, sample) in a fixed order. The
+    position (op_db index, dtype index, variant index, sample index) orders the items; with `after`
+    only the items past that position come (the ops before it generate no samples)."""
+    for oi, op in enumerate(op_db):
+        if oi % shard[1] != shard[0] or (ops_filter and op.name not in ops_filter):
             continue
-        for dtype in dtypes:
+        if after is not None and oi < after[0]:
+            continue
+        for di, dtype in enumerate(dtypes):
             try:
-                if dtype not in op.supported_dtypes("cpu"):
+                if dtype not in supported_dtypes(op, device):
                     continue
             except Exception:
                 continue
-            for vname, fn in variants(op):
+            for vi, (vname, fn) in enumerate(variants(op)):
                 try:
-                    samples = op.sample_inputs("cpu", dtype, requires_grad=False)
+                    samples = op.sample_inputs(device, dtype, requires_grad=False)
                     for i, s in enumerate(samples):
-                        yield op, vname, fn, dtype, i, s
+                        pos = [oi, di, vi, i]
+                        if after is None or pos >= after[:4]:
+                            yield pos, op, vname, fn, dtype, i, s
                         if not all_samples:
                             break
                 except Exception:
                     continue  # the sample generator itself fails on this torch: nothing to test
 
 
-def sweep(out, dtypes, all_samples, backends, ops_filter=None):
+CONTEXT_LOST = 3  # the worker's exit status after an item that left the CUDA context unusable
+
+
+def sweep(out, dtypes, all_samples, backends, ops_filter=None, device="cpu", shard=(0, 1), after=None,
+          deadline=None):
+    """Write the items to `out` (a "start" line before each); past `deadline` (time.time()) write a
+    "cut" line naming the next item instead. Returns CONTEXT_LOST where an item left the CUDA context
+    unusable (the item is written; the items after it need a new process), else 0."""
     import torch
     torch.set_num_threads(1)
     op_db = load_op_db()
-    for op, vname, fn, dtype, i, s in items(op_db, dtypes, all_samples, ops_filter):
-        for backend in backends:
+    for pos, op, vname, fn, dtype, i, s in items(op_db, dtypes, all_samples, ops_filter, device, shard, after):
+        for bi, backend in enumerate(backends):
+            if after is not None and pos + [bi] <= after:
+                continue
             key = {"op": op.name, "variant": op.variant_test_name or "", "kind": vname,
                    "dtype": str(dtype).replace("torch.", ""), "sample": i, "backend": backend}
-            out.write(json.dumps({"start": key}) + "\n")
+            if device != "cpu":
+                key["device"] = device
+            if deadline is not None and time.time() > deadline:
+                out.write(json.dumps({"cut": dict(key, shard=f"{shard[0]}/{shard[1]}") if shard[1] > 1 else key}) + "\n")
+                return 0
+            out.write(json.dumps({"start": key, "pos": pos + [bi]}) + "\n")
             out.flush()
-            item = run_item(op, vname, fn, s, backend)
+            item = run_item(op, vname, fn, s, backend, device=device)
+            lost = cuda_context_lost() if device == "cuda" else None
+            if lost:
+                if item["status"] not in ("eager-error", "crashed"):
+                    item["status"] = "crashed"
+                    item["reason"] = f"the CUDA context was lost after the item: {lost}"
+                item["cuda_context_lost"] = True
             item.update(key)
             out.write(json.dumps(item) + "\n")
             out.flush()
+            if lost:
+                return CONTEXT_LOST
+    return 0
 
 
 def read_results(path):
     """The finished items of a --jsonl file, and the item that was running when it ended (or None)."""
     done, running = [], None
+    for rec in _records(path):
+        if "start" in rec:
+            running = rec["start"]
+        elif "status" in rec:
+            done.append(rec)
+            running = None
+    return done, running
+
+
+def _records(path):
     with open(path) as f:
         for line in f:
             line = line.strip()
-            if not line:
-                continue
-            rec = json.loads(line)
-            if "start" in rec:
-                running = rec["start"]
-            else:
-                done.append(rec)
-                running = None
-    return done, running
+            if line:
+                yield json.loads(line)
+
+
+def read_run(path):
+    """The "run" line of a --jsonl file (device, torch version) and the item a --max-seconds cut
+    stopped before (or None)."""
+    run, cut = {}, None
+    for rec in _records(path):
+        if "run" in rec:
+            run = rec["run"]
+        elif "cut" in rec:
+            cut = rec["cut"]
+    return run, cut
 
 
 def summarize(done):
@@ -351,10 +455,22 @@ def summarize(done):
     return out
 
 
-def report(done, command):
-    """The markdown report of a sweep."""
+def report(done, command, run=None, cuts=()):
+    """The markdown report of a sweep; `run` and `cuts` as read_run gives them (one cut per shard)."""
     s = summarize(done)
-    lines = ["# OpInfo sweep", "", f"Command: `{command}`", "", "| backend | items eager runs | captured | broke | wrong | crashed | share captured |",
+    run = run or {}
+    where = run.get("device", "cpu") + (f" ({run['device_name']})" if run.get("device_name") else "")
+    torch_version = f", torch {run['torch']}" if run.get("torch") else ""
+    lines = [f"# OpInfo sweep on {where}{torch_version}", "", f"Command: `{command}`", ""]
+    for cut in cuts:
+        shard = f" of shard {cut['shard']}" if cut.get("shard") else ""
+        lines += [f"The run{shard} was cut by --max-seconds: items from {_item_name(cut)} on in the sweep's order "
+                  "were not run.", ""]
+    lost = [r for r in done if r.get("cuda_context_lost")]
+    if lost:
+        lines += [f"{len(lost)} items left the CUDA context unusable; the sweep went on in a new process after each "
+                  "(listed below with the wrong and crashed items).", ""]
+    lines += ["| backend | items eager runs | captured | broke | wrong | crashed | share captured |",
              "|---|---|---|---|---|---|---|"]
     for b, v in sorted(s.items()):
         c = v["counts"]
@@ -362,18 +478,18 @@ def report(done, command):
                      f"{c.get('crashed', 0)} | {100 * v['captured_share']:.1f}% |")
     closer = [r for r in done if r.get("closer_than_eager")]
     if closer:
-        lines += ["", f"{len(closer)} bfloat16 items differ from eager beyond its tolerance but are no farther from the "
+        lines += ["", f"{len(closer)} {'/'.join(sorted({r['dtype'] for r in closer}))} items differ from eager beyond its tolerance but are no farther from the "
                       f"float64 result than eager ({', '.join(sorted({r['op'] for r in closer}))})."]
     times = sorted(r["seconds"] for r in done if r["status"] == "captured" and "seconds" in r)
     if times:
         lines += ["", f"First compiled call of a captured item (trace + compile + run): median "
                       f"{1000 * times[len(times) // 2]:.1f} ms, 90th percentile {1000 * times[int(len(times) * 0.9)]:.1f} ms."]
-    bad = [r for r in done if r["status"] in ("wrong", "crashed")]
+    bad = [r for r in done if r["status"] in ("wrong", "crashed") or r.get("cuda_context_lost")]
     if bad:
         lines += ["", "## Wrong or crashed", ""]
         for r in bad:
-            lines.append(f"- {r['status']}: {r['op']}{'.' + r['variant'] if r['variant'] else ''} {r['kind']} {r['dtype']} "
-                         f"sample {r['sample']} ({r['backend']}): {r.get('reason', '')}")
+            lost = ", CUDA context lost" if r.get("cuda_context_lost") else ""
+            lines.append(f"- {r['status']}: {_item_name(r)}{lost}: {r.get('reason', '')}")
     per_op = collections.defaultdict(lambda: [set(), set()])
     for r in done:
         if r["backend"] == "inductor" and r["status"] == "captured":
@@ -407,6 +523,11 @@ def report(done, command):
     return "\n".join(lines) + "\n"
 
 
+def _item_name(r):
+    return (f"{r['op']}{'.' + r['variant'] if r['variant'] else ''} {r['kind']} {r['dtype']} "
+            f"sample {r['sample']} ({r['backend']})")
+
+
 def _reason_class(reason):
     """A break reason without the operand-specific tail (for grouping)."""
     import re
@@ -415,28 +536,114 @@ def _reason_class(reason):
     return r[:160]
 
 
+def _run_info(device, command):
+    import torch
+    info = {"device": device, "torch": torch.__version__, "command": command}
+    if device == "cuda":
+        info["device_name"] = torch.cuda.get_device_name()
+    return info
+
+
+def supervise(worker_argv, path, spawn=None):
+    """Run the sweep in worker processes that append to `path`, a new one after each worker that
+    lost its CUDA context (the item is written) or died (its running item is written here as
+    crashed); each starts after the last item begun. Returns the exit status."""
+    spawn = spawn or (lambda argv: subprocess.call([sys.executable, os.path.abspath(__file__), *argv]))
+    after = None
+    while True:
+        rc = spawn(worker_argv + (["--after", json.dumps(after)] if after else []))
+        if rc == 0:
+            return 0
+        _, running = read_results(path)
+        start = [rec for rec in _records(path) if "start" in rec]
+        if not start or (after is not None and start[-1]["pos"] <= after):
+            print(f"opinfo_sweep: the worker exited with status {rc} before starting an item", file=sys.stderr)
+            return rc or 1
+        if running is not None:
+            item = {"status": "crashed", "reason": f"the sweep process died (exit status {rc}) in this item"}
+            item.update(running)
+            with open(path, "a") as f:
+                f.write(json.dumps(item) + "\n")
+        elif rc != CONTEXT_LOST:
+            # NB: not fatal: a worker may fail at exit after its context was lost; one that fails again
+            # before an item stops the sweep above.
+            print(f"opinfo_sweep: the worker exited with status {rc} between items; going on", file=sys.stderr)
+        after = start[-1]["pos"]
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--full", action="store_true", help="all samples; float32, float64, bfloat16, int64, bool")
+    p.add_argument("--full", action="store_true",
+                   help="all samples; float32, float64, bfloat16, int64, bool (cuda: float32, float16, bfloat16)")
+    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="where the samples are made")
     p.add_argument("--jsonl", default=None, help="write the items here (default: a temporary file)")
     p.add_argument("--report", default=None, help="write the markdown report here")
     p.add_argument("--backends", default="eager,inductor")
     p.add_argument("--ops", default=None, help="comma list of op_db names")
-    p.add_argument("--dtypes", default=None, help="comma list of dtypes (default: float32; --full: five)")
+    p.add_argument("--dtypes", default=None,
+                   help="comma list of dtypes (default: float32; --full: five on cpu, three on cuda)")
+    p.add_argument("--max-seconds", type=float, default=None, help="start no item after this many seconds")
+    p.add_argument("--shard", default="0/1", help="K/N: only every N-th op_db entry, from the K-th")
+    p.add_argument("--merge", default=None, help="comma list of --jsonl files: write their report only")
+    p.add_argument("--isolate", action="store_true",
+                   help="run the items in worker processes that are replaced where one dies (always with cuda)")
+    # Internal: a worker process of --isolate (see supervise).
+    p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--after", default=None, help=argparse.SUPPRESS)
+    p.add_argument("--deadline", type=float, default=None, help=argparse.SUPPRESS)
     a = p.parse_args(argv)
+    command = "python " + " ".join(sys.argv)
+    if a.merge:
+        paths = a.merge.split(",")
+        done = [r for path in paths for r in read_results(path)[0]]
+        runs = [read_run(path) for path in paths]
+        cuts = [c for _, c in runs if c]
+        first = runs[0][0].get("command", "?")
+        merged = f"{first}` and {len(paths) - 1} more shards, merged by `{command}" if len(paths) > 1 else first
+        _write_report(report(done, merged, runs[0][0], cuts), a.report)
+        return 0
     import torch
-    names = a.dtypes.split(",") if a.dtypes else ["float32", "float64", "bfloat16", "int64", "bool"] if a.full else ["float32"]
+    if a.device == "cuda" and not torch.cuda.is_available():
+        built = f"built with CUDA {torch.version.cuda}, no GPU visible" if torch.version.cuda else "built without CUDA"
+        p.error(f"--device cuda: CUDA is not available (torch {torch.__version__}, {built})")
+    try:
+        k, n = (int(x) for x in a.shard.split("/"))
+        assert 0 <= k < n
+    except (ValueError, AssertionError):
+        p.error(f"--shard {a.shard}: expected K/N with 0 <= K < N")
+    full_dtypes = ["float32", "float16", "bfloat16"] if a.device == "cuda" else ["float32", "float64", "bfloat16", "int64", "bool"]
+    names = a.dtypes.split(",") if a.dtypes else full_dtypes if a.full else ["float32"]
     dtypes = [getattr(torch, n) for n in names]
+    deadline = a.deadline or (time.time() + a.max_seconds if a.max_seconds is not None else None)
+    # NB: a device-side assert poisons the process's CUDA context, so the items run in workers.
+    isolate = a.isolate or a.device == "cuda"
     path = a.jsonl or os.path.join(tempfile.gettempdir(), f"opinfo-{os.getpid()}.jsonl")
+    sweep_args = (dtypes, a.full, a.backends.split(","), set(a.ops.split(",")) if a.ops else None, a.device, (k, n))
+    if a.worker:
+        with open(path, "a") as out:
+            return sweep(out, *sweep_args, after=json.loads(a.after) if a.after else None, deadline=deadline)
     with open(path, "w") as out:
-        sweep(out, dtypes, a.full, a.backends.split(","), set(a.ops.split(",")) if a.ops else None)
+        out.write(json.dumps({"run": _run_info(a.device, command)}) + "\n")
+        if not isolate:
+            sweep(out, *sweep_args, deadline=deadline)
+    if isolate:
+        worker = list(argv if argv is not None else sys.argv[1:])
+        worker += ["--worker", "--jsonl", path] + (["--deadline", repr(deadline)] if deadline else [])
+        rc = supervise(worker, path)
+        if rc:
+            return rc
     done, _ = read_results(path)
-    text = report(done, "python " + " ".join(sys.argv))
-    if a.report:
-        with open(a.report, "w") as f:
+    run, cut = read_run(path)
+    _write_report(report(done, command, run, [cut] if cut else []), a.report)
+    return 0
+
+
+def _write_report(text, path):
+    if path:
+        with open(path, "w") as f:
             f.write(text)
     print(text)
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -67,3 +67,67 @@ def test_integer_and_bool_samples(tmp_path):
     bad = [r for r in done if r["status"] in ("wrong", "crashed")]
     assert not bad, "\n".join(f"{r['status']}: {r['op']} {r['kind']} {r['dtype']} ({r['backend']}): {r.get('reason')}" for r in bad)
     assert sum(r["status"] == "captured" for r in done) >= 20, json.dumps(opinfo_sweep.summarize(done))
+
+
+def test_cuda_without_a_gpu_fails_with_a_clear_message(tmp_path):
+    if torch.cuda.is_available():
+        pytest.skip("this torch has a GPU")
+    proc = subprocess.run([sys.executable, str(Path(opinfo_sweep.__file__)), "--device", "cuda", "--ops", "add",
+                           "--jsonl", str(tmp_path / "cuda.jsonl")], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2
+    assert "error: --device cuda: CUDA is not available (torch " in proc.stderr, proc.stderr
+
+
+def test_max_seconds_cuts_the_run_and_the_report_says_where(tmp_path):
+    jsonl = tmp_path / "cut.jsonl"
+    done = _run_sweep(jsonl, "--ops", "add,sub", "--max-seconds", "0", "--report", str(tmp_path / "cut.md"))
+    assert done == []
+    run, cut = opinfo_sweep.read_run(jsonl)
+    assert (run["device"], run["torch"]) == ("cpu", torch.__version__)
+    assert cut == {"op": "add", "variant": "", "kind": "fn", "dtype": "float32", "sample": 0, "backend": "eager"}
+    text = (tmp_path / "cut.md").read_text()
+    assert text.startswith(f"# OpInfo sweep on cpu, torch {torch.__version__}\n")
+    assert "The run was cut by --max-seconds: items from add fn float32 sample 0 (eager) on" in text
+
+
+def _fake_worker(path, script):
+    """A spawn for opinfo_sweep.supervise: each call plays the next (items, exit status) of `script`
+    (an item without a status is one the worker died in) and records the argv it got."""
+    calls = []
+
+    def spawn(argv):
+        calls.append(argv)
+        records, rc = script[len(calls) - 1]
+        with open(path, "a") as f:
+            for pos, status in records:
+                key = {"op": "op", "variant": "", "kind": "fn", "dtype": "float32", "sample": pos[3], "backend": "eager"}
+                f.write(json.dumps({"start": key, "pos": pos}) + "\n")
+                if status:
+                    f.write(json.dumps(dict(key, status=status, cuda_context_lost=status == "crashed" or None)) + "\n")
+        return rc
+    return spawn, calls
+
+
+def test_supervise_goes_on_after_a_lost_cuda_context_and_a_dead_worker(tmp_path):
+    path = tmp_path / "items.jsonl"
+    path.write_text("")
+    spawn, calls = _fake_worker(path, [
+        ([([0, 0, 0, 0, 0], "captured"), ([0, 0, 0, 1, 0], "crashed")], opinfo_sweep.CONTEXT_LOST),
+        ([([0, 0, 0, 2, 0], "captured"), ([0, 0, 0, 3, 0], None)], -11),
+        ([([0, 0, 0, 4, 0], "captured")], 0),
+    ])
+    assert opinfo_sweep.supervise(["--worker"], path, spawn) == 0
+    assert calls == [["--worker"], ["--worker", "--after", "[0, 0, 0, 1, 0]"], ["--worker", "--after", "[0, 0, 0, 3, 0]"]]
+    done, running = opinfo_sweep.read_results(path)
+    assert running is None
+    assert [(r["sample"], r["status"]) for r in done] == [(0, "captured"), (1, "crashed"), (2, "captured"),
+                                                          (3, "crashed"), (4, "captured")]
+    assert done[3]["reason"] == "the sweep process died (exit status -11) in this item"
+
+
+def test_supervise_stops_where_a_worker_fails_before_any_item(tmp_path):
+    path = tmp_path / "items.jsonl"
+    path.write_text("")
+    spawn, calls = _fake_worker(path, [([], 1)])
+    assert opinfo_sweep.supervise(["--worker"], path, spawn) == 1
+    assert len(calls) == 1
