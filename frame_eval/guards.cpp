@@ -1,5 +1,6 @@
 #include "frame_eval/guards.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 
@@ -645,15 +646,23 @@ bool GuardProgram::run_check(const Check& c, const Slots& slots, std::string* wh
       if (v == slots[static_cast<size_t>(c.slots[0])]) return true;
       if (why) *why = c.text + " (they are two objects now)";
       return false;
-    case Guard::Kind::Distinct:
-      // NB: a handful of objects: pairwise comparison beats hashing.
-      for (size_t i = 0; i < c.slots.size(); ++i)
-        for (size_t j = i + 1; j < c.slots.size(); ++j)
-          if (slots[static_cast<size_t>(c.slots[i])] == slots[static_cast<size_t>(c.slots[j])]) {
-            if (why) *why = c.text + " (two of them are one object now)";
-            return false;
-          }
-      return true;
+    case Guard::Kind::Distinct: {
+      bool distinct = true;
+      if (c.slots.size() <= 16) {  // a handful of objects: pairwise comparison beats sorting
+        for (size_t i = 0; i < c.slots.size() && distinct; ++i)
+          for (size_t j = i + 1; j < c.slots.size(); ++j)
+            if (slots[static_cast<size_t>(c.slots[i])] == slots[static_cast<size_t>(c.slots[j])]) distinct = false;
+      } else {  // a model's modules (hundreds): sorted, neighbours differ
+        std::vector<PyObject*> objs;
+        objs.reserve(c.slots.size());
+        for (int s : c.slots) objs.push_back(slots[static_cast<size_t>(s)]);
+        std::sort(objs.begin(), objs.end());
+        distinct = std::adjacent_find(objs.begin(), objs.end()) == objs.end();
+      }
+      if (distinct) return true;
+      if (why) *why = c.text + " (two of them are one object now)";
+      return false;
+    }
     case Guard::Kind::NoKey: {
       // NB: os.environ is a mapping, not a dict.
       int in = PyDict_Check(v) ? PyDict_Contains(v, c.expected) : PySequence_Contains(v, c.expected);

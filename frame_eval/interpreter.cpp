@@ -827,7 +827,7 @@ CaptureResult SymbolicTracer::trace() {
     for (const auto& [obj, s] : by_identity_) {
       bool mutable_kind = s->is(SymKind::List) || s->is(SymKind::Dict) || s->is(SymKind::Set) ||
                           s->is(SymKind::Appendable) || (s->is(SymKind::Iterator) && s->iter == IterKind::Native) ||
-                          (s->is(SymKind::Object) && !PyObject_TypeCheck(obj, reinterpret_cast<PyTypeObject*>(known().module_type)));
+                          s->is(SymKind::Object);
       if (mutable_kind && s->source) g.others.push_back(s->source);
     }
     // NB: by_identity_ iterates in no stable order; sources sort by their text for stable guards.

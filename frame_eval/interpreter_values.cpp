@@ -338,7 +338,11 @@ Sym SymbolicTracer::wrap(PyObject* obj, SourcePtr src) {
     return s;
   }
   if (is_module(obj)) {
-    guard(Guard::Kind::IdMatch, src, obj);
+    // NB: not its identity: what the trace reads of a module (attributes, hooks, children,
+    // parameters as graph inputs) is guarded where it is read, so N layers of one class share a
+    // compile, and a model made again reuses it. Modules read as separate objects stay separate
+    // (the Distinct guard), as must ones read as one (SameObject).
+    guard(Guard::Kind::TypeMatch, src, reinterpret_cast<PyObject*>(Py_TYPE(obj)));
     note_instance_dict(obj);
     Sym s = make_sym(SymKind::Object);
     s->obj = PyRef::borrow(obj);
