@@ -141,6 +141,12 @@ const MathFn kMathFns[] = {
     {UnaryOp::Exp2, "exp2f", "exp2"},
     {UnaryOp::Log2, "log2f", "log2"},
     {UnaryOp::Log10, "log10f", "log10"},
+    {UnaryOp::Asin, "asinf", "asin"},
+    {UnaryOp::Acos, "acosf", "acos"},
+    {UnaryOp::Atan, "atanf", "atan"},
+    {UnaryOp::Sinh, "sinhf", "sinh"},
+    {UnaryOp::Cosh, "coshf", "cosh"},
+    {UnaryOp::Erfc, "erfcf", "erfc"},
 };
 
 // Vector variants in glibc's libmvec (x86_64): scalar name -> ISA letter + width + signature.
@@ -464,6 +470,23 @@ class KernelEmitter {
     return c;
   }
 
+  Value* call_libm2(const char* name, Value* x, Value* y) {
+    FunctionCallee fc = m_.getOrInsertFunction(name, FunctionType::get(x->getType(), {x->getType(), y->getType()}, false));
+    if (auto* f = dyn_cast<Function>(fc.getCallee())) {
+      f->setDoesNotAccessMemory();
+      f->setDoesNotThrow();
+      f->addFnAttr(Attribute::WillReturn);
+    }
+    CallInst* c = b_.CreateCall(fc, {x, y});
+    c->setDoesNotAccessMemory();
+    return c;
+  }
+
+  Value* sign_bit(Value* v) {
+    Type* it = v->getType()->isFloatTy() ? b_.getInt32Ty() : b_.getInt64Ty();
+    return b_.CreateICmpSLT(b_.CreateBitCast(v, it), ConstantInt::get(it, 0));
+  }
+
   Value* unary(UnaryOp op, Value* x) {
     Type* t = x->getType();
     bool fl = t->isFloatingPointTy();
@@ -485,6 +508,9 @@ class KernelEmitter {
       case UnaryOp::Sigmoid:
         return b_.CreateFDiv(fconst(1.0, t), b_.CreateFAdd(fconst(1.0, t), call_intrinsic(Intrinsic::exp, {b_.CreateFNeg(x)})));
       case UnaryOp::IsNan: return is_nan_bits(x);
+      case UnaryOp::SignBit: return sign_bit(x);
+      // NB: nearbyint, not rint: the same result (ties to even), no inexact flag.
+      case UnaryOp::Round: return call_intrinsic(Intrinsic::nearbyint, {x});
       case UnaryOp::Erf:
         return t->isFloatTy() ? erf_f32(x) : call_libm("erf", x);
       default:
@@ -562,10 +588,15 @@ class KernelEmitter {
       case BinaryOp::Div: return fl ? b_.CreateFDiv(a, c) : b_.CreateSDiv(a, c);
       case BinaryOp::FloorDiv:
       case BinaryOp::Mod: {
-        if (fl) {
-          Value* q = call_intrinsic(Intrinsic::floor, {b_.CreateFDiv(a, c)});
-          return op == BinaryOp::FloorDiv ? q : b_.CreateFSub(a, b_.CreateFMul(q, c));
+        if (fl && op == BinaryOp::Mod) {
+          // eager's remainder: fmod, moved into the divisor's sign (exact, unlike a - floor(a / b) * b)
+          Value* r = b_.CreateFRem(a, c);
+          Value* zero = fconst(0.0, t);
+          Value* adjust = b_.CreateAnd(b_.CreateFCmpUNE(r, zero),
+                                       b_.CreateXor(b_.CreateFCmpOLT(c, zero), b_.CreateFCmpOLT(r, zero)));
+          return b_.CreateSelect(adjust, b_.CreateFAdd(r, c), r);
         }
+        if (fl) return call_intrinsic(Intrinsic::floor, {b_.CreateFDiv(a, c)});
         Value* q = b_.CreateSDiv(a, c);
         Value* r = b_.CreateSRem(a, c);
         Value* adjust = b_.CreateAnd(b_.CreateICmpNE(r, ConstantInt::get(t, 0)),
@@ -591,8 +622,13 @@ class KernelEmitter {
                                                                       : b_.CreateICmpSGT(a, c);
       case BinaryOp::Ge: return fl ? b_.CreateFCmpOGE(a, c) : is_bool ? b_.CreateICmpUGE(a, c)
                                                                       : b_.CreateICmpSGE(a, c);
-      case BinaryOp::And: return b_.CreateAnd(a, c);
-      case BinaryOp::Or: return b_.CreateOr(a, c);
+      case BinaryOp::And:
+      case BinaryOp::BitAnd: return b_.CreateAnd(a, c);
+      case BinaryOp::Or:
+      case BinaryOp::BitOr: return b_.CreateOr(a, c);
+      case BinaryOp::BitXor: return b_.CreateXor(a, c);
+      case BinaryOp::Fmod: return fl ? b_.CreateFRem(a, c) : b_.CreateSRem(a, c);
+      case BinaryOp::Atan2: return call_libm2(t->isFloatTy() ? "atan2f" : "atan2", a, c);
     }
     return nullptr;
   }
@@ -877,7 +913,7 @@ std::shared_ptr<CpuModule> compile_cpu(const loop::Program& p, const CpuCompileO
   int64_t stream_bytes = j.tm->getTargetTriple().isX86() ? options.streaming_store_bytes : 0;
   // NB: the build's time stands for this file's code: an object compiled by an earlier emitter
   // (one with a bug fixed since) is never loaded by a later one.
-  std::string text = "framefuse-cpu-v9 " __DATE__ " " __TIME__ "\nllvm " LLVM_VERSION_STRING "\n" + j.cpu + "\n" + j.features +
+  std::string text = "framefuse-cpu-v10 " __DATE__ " " __TIME__ "\nllvm " LLVM_VERSION_STRING "\n" + j.cpu + "\n" + j.features +
                      "\nstreaming " + std::to_string(stream_bytes) + "\n" + loop::program_str(p);
   mod->cache_key = cache_key_hash(text);
   std::string object;
