@@ -139,7 +139,7 @@ def _shape(rng):
 
 # ---- generation -----------------------------------------------------------------------------
 
-_INT_DIVISION = {"floordiv", "mod", "fmod", "div_trunc", "div_floor"}
+_INT_DIVISION = {"floordiv", "mod", "fmod", "div_trunc", "div_floor", "remainder", "floor_divide"}
 
 
 def _storage(t):

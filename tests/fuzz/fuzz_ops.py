@@ -38,7 +38,7 @@ ZERO_SIGN = {"maximum", "minimum", "fmax", "fmin", "clamp_scalar", "clamp_tensor
 # Ops with a pole or a sign test at zero: an ulp (or a sign) of difference in an operand near zero
 # is any difference in the result. They read approximate or sign-free values only far from zero.
 POLES = {"div", "torch_div", "reciprocal", "rsqrt", "atan2", "signbit", "pow", "pow_int", "floordiv", "mod",
-         "fmod", "div_trunc", "div_floor", "div_", "log", "log2", "log10"}
+         "fmod", "div_trunc", "div_floor", "div_", "log", "log2", "log10", "remainder", "floor_divide", "asin", "acos"}
 
 
 # Ops whose result depends on how eager orders or fuses its roundings: float reductions (the
@@ -72,7 +72,8 @@ SPREADS = {"var", "std"}
 # read only tensors where no order overflows (codegen_fuzz._may_overflow).
 ORDER_OVERFLOW = {"sum", "mean", "cumsum", "prod"}
 AMPLIFIERS = {"exp", "exp2", "expm1", "sin", "cos", "tan", "pow", "pow_scalar", "pow_int", "tanh", "sigmoid",
-              "softplus", "mish", "elu", "erf", "gelu", "gelu_tanh", "silu", "softmax", "log_softmax", "logsumexp"}
+              "softplus", "mish", "elu", "erf", "gelu", "gelu_tanh", "silu", "softmax", "log_softmax", "logsumexp",
+              "sinh", "cosh", "erfc", "selu", "celu", "logsigmoid", "atan"}
 
 
 def scalar_text(v):
@@ -138,7 +139,8 @@ for _name, _text in [("neg", "-{0}"), ("abs", "{0}.abs()"), ("relu", "torch.relu
 for _name, _text in [("floor", "torch.floor({0})"), ("ceil", "torch.ceil({0})"), ("trunc", "torch.trunc({0})"),
                      ("round", "torch.round({0})"), ("sign", "torch.sign({0})"), ("logical_not", "torch.logical_not({0})"),
                      ("bitwise_not", "~{0}"), ("isnan", "torch.isnan({0})"), ("isinf", "torch.isinf({0})"),
-                     ("gt0", "{0} > 0"), ("frac", "torch.frac({0})")]:
+                     ("gt0", "{0} > 0"), ("frac", "torch.frac({0})"), ("isfinite", "torch.isfinite({0})"),
+                     ("torch_bitwise_not", "torch.bitwise_not({0})")]:
     simple(_name, _text, smooth=False)
 
 
@@ -156,7 +158,11 @@ for _name, _text in [("exp", "torch.exp({0})"), ("log", "torch.log({0})"), ("sin
                      ("pow_half", "{0} ** 0.5"), ("pow_scalar", "torch.pow({0}, 2.5)"),
                      # NB: eager's sqrt goes through MKL's vector math where torch has it: not
                      # correctly rounded, so not reproducible bit for bit.
-                     ("sqrt", "torch.sqrt({0})"), ("rsqrt", "torch.rsqrt({0})")]:
+                     ("sqrt", "torch.sqrt({0})"), ("rsqrt", "torch.rsqrt({0})"),
+                     ("asin", "torch.asin({0})"), ("acos", "torch.acos({0})"), ("atan", "torch.atan({0})"),
+                     ("sinh", "torch.sinh({0})"), ("cosh", "torch.cosh({0})"), ("erfc", "torch.erfc({0})"),
+                     ("selu", "torch.nn.functional.selu({0})"), ("celu", "torch.nn.functional.celu({0}, 0.7)"),
+                     ("logsigmoid", "torch.nn.functional.logsigmoid({0})")]:
     simple(_name, _text, exact=False, weight=0.5)
 
 
@@ -204,7 +210,9 @@ _BINARY = [("add", "{0} + {1}", True, True), ("sub", "{0} - {1}", True, True), (
            ("le", "torch.le({0}, {1})", True, False), ("gt", "torch.gt({0}, {1})", True, False), ("ge", "{0} >= {1}", True, False),
            ("logical_and", "torch.logical_and({0}, {1})", True, False), ("logical_or", "torch.logical_or({0}, {1})", True, False),
            ("bit_and", "{0} & {1}", True, False), ("bit_or", "{0} | {1}", True, False), ("bit_xor", "{0} ^ {1}", True, False),
-           ("pow", "{0} ** {1}", False, True), ("atan2", "torch.atan2({0}, {1})", False, True)]
+           ("pow", "{0} ** {1}", False, True), ("atan2", "torch.atan2({0}, {1})", False, True),
+           ("remainder", "torch.remainder({0}, {1})", True, False), ("floor_divide", "torch.floor_divide({0}, {1})", True, False),
+           ("logical_xor", "torch.logical_xor({0}, {1})", True, False), ("bitwise_and", "torch.bitwise_and({0}, {1})", True, False)]
 
 
 def _binary(text):
