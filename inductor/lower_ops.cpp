@@ -249,6 +249,15 @@ LT extreme_rule(Lowerer& L, const Node& n, ReduceOp op) {
   return L.reduce(x, dims_of(L.arg(n, "dim")), L.arg(n, "keepdim").b, op, acc);
 }
 
+// torch.max(x): amax over every dim; torch.max(x, other): maximum. torch.max(x, dim) gives values
+// and indices, a tuple no rule makes: run by torch.
+LT max_min_rule(Lowerer& L, const Node& n, ReduceOp reduce, BinaryOp pointwise) {
+  const Value& d = L.arg(n, "dim");
+  if (d.is_none()) return extreme_rule(L, n, reduce);
+  if (d.is_node() && L.graph().node(d.node).meta.is_tensor()) return minmax(L, n, pointwise);
+  throw NoLowering("max/min along a dim returns values and indices");
+}
+
 // argmax/argmin as two reductions the scheduler fuses into one kernel per row: the extreme value
 // m, then the smallest index whose element equals m (NaN counts as the extreme, like torch: the
 // first NaN wins). Indices are along `dim`, or into the flattened tensor when dim is None.
@@ -575,6 +584,8 @@ Rules make_rules() {
   r[Op::amax] = [](Lowerer& L, const Node& n) { return extreme_rule(L, n, ReduceOp::Max); };
   r[Op::amin] = [](Lowerer& L, const Node& n) { return extreme_rule(L, n, ReduceOp::Min); };
   r[Op::prod] = prod_rule;
+  r[Op::max] = [](Lowerer& L, const Node& n) { return max_min_rule(L, n, ReduceOp::Max, BinaryOp::Max); };
+  r[Op::min] = [](Lowerer& L, const Node& n) { return max_min_rule(L, n, ReduceOp::Min, BinaryOp::Min); };
   r[Op::argmax] = [](Lowerer& L, const Node& n) { return arg_extreme_rule(L, n, ReduceOp::Max); };
   r[Op::argmin] = [](Lowerer& L, const Node& n) { return arg_extreme_rule(L, n, ReduceOp::Min); };
   r[Op::var] = [](Lowerer& L, const Node& n) { return var_rule(L, n, false); };

@@ -33,12 +33,12 @@ FLOAT_SCALARS = [0.0, -0.0, 0.5, -1.5, 2.5, 0.1, 1e-8, 3.0, -0.3, 1e30, -3.4e38,
 # Ops whose sign of a zero result eager leaves to the code path: max(-0.0, 0.0) is -0.0 in its
 # scalar loop and 0.0 in its vector loop (the tail of a row differs from the body). Their zeros
 # are compared without sign.
-ZERO_SIGN = {"maximum", "minimum", "fmax", "fmin", "clamp_scalar", "clamp_tensor", "clamp_", "hardtanh", "relu6",
+ZERO_SIGN = {"maximum", "minimum", "max_binary", "fmax", "fmin", "clamp_scalar", "clamp_tensor", "clamp_", "hardtanh", "relu6",
              "relu", "relu_", "amax", "amin", "max_dim"}
 # Ops with a pole or a sign test at zero: an ulp (or a sign) of difference in an operand near zero
 # is any difference in the result. They read approximate or sign-free values only far from zero.
 POLES = {"div", "torch_div", "reciprocal", "rsqrt", "atan2", "signbit", "pow", "pow_int", "floordiv", "mod",
-         "fmod", "div_trunc", "div_floor", "div_", "log", "log2", "log10", "remainder", "floor_divide", "asin", "acos"}
+         "fmod", "div_trunc", "div_floor", "div_", "log", "log2", "log10", "remainder", "addcdiv", "floor_divide", "asin", "acos"}
 
 
 # Ops whose result depends on how eager orders or fuses its roundings: float reductions (the
@@ -258,6 +258,23 @@ def _lerp(rng, n, v):
 @op("addcmul", arity=3, exact=False)
 def _addcmul(rng, n, v):
     return f"torch.addcmul({n[0]}, {n[1]}, {n[2]}, value={scalar_text(rng.choice([1, 0.5, -2]))})"
+
+
+@op("addcdiv", arity=3, exact=False)
+def _addcdiv(rng, n, v):
+    if not v[0].dtype.is_floating_point:
+        return None
+    return f"torch.addcdiv({n[0]}, {n[1]}, {n[2]}, value={scalar_text(rng.choice([1, 0.5, -2]))})"
+
+
+@op("round_decimals", smooth=False, weight=0.5)
+def _round_decimals(rng, n, v):
+    return f"torch.round({n[0]}, decimals={rng.choice([1, 2, -1, 3])})" if v[0].dtype.is_floating_point else None
+
+
+@op("max_binary", arity=2)
+def _max_binary(rng, n, v):
+    return f"torch.{rng.choice(['max', 'min'])}({n[0]}, {n[1]})"
 
 
 @op("clamp_tensor", arity=3)

@@ -177,3 +177,29 @@ def test_bool_extremes_and_zero_dim_argmax():
     lowered(lambda g, a: g.call(torch.amin, a, [0], keepdim=True), [m])
     lowered(lambda g, a: g.call(torch.argmin, a), [torch.tensor(3.0)])
     lowered(lambda g, a: g.call(torch.argmax, a, 0, keepdim=True), [torch.tensor(3)])
+
+
+@pytest.mark.parametrize("dtype", FLOATS + [torch.float16, torch.int64, torch.bool])
+def test_max_min_of_all_and_of_two(dtype):
+    if dtype == torch.bool:
+        a, b = torch.rand(50) > 0.5, torch.rand(50) > 0.5
+    elif dtype.is_floating_point:
+        a, b = floats(dtype).reshape(7, 29), floats(dtype, seed=6).reshape(7, 29)
+    else:
+        a, b = ints(dtype), ints(dtype, seed=6)
+    for fn in (torch.max, torch.min):
+        lowered(lambda g, x: g.call(fn, x), [a])
+        lowered(lambda g, x, y: g.call(fn, x, y), [a, b])
+
+
+@pytest.mark.parametrize("dtype", FLOATS + [torch.float16])
+@pytest.mark.parametrize("decimals", [3, -3, 1, -1])
+def test_round_decimals(dtype, decimals):
+    lowered(lambda g, x: g.call(torch.round, x, decimals=decimals), [floats(dtype, scale=300.0)])
+
+
+@pytest.mark.parametrize("dtype", FLOATS + [torch.float16])
+@pytest.mark.parametrize("value", [1, 0.3, -2.5])
+def test_addcdiv(dtype, value):
+    a, b, c = floats(dtype), floats(dtype, seed=7), floats(dtype, seed=8).flip(0)
+    lowered(lambda g, x, y, z: g.call(torch.addcdiv, x, y, z, value=value), [a, b, c])
