@@ -98,6 +98,9 @@ LT binary_in_dtype(Lowerer& L, const Node& n, const Value& a, const Value& b, Bi
   return Lowerer::map({x, y}, ct, out, [op](const V& v) { return bin(op, v[0], v[1]); });
 }
 
+// NB: eager CPU's vector loop computes fmod with SLEEF, which gives NaN where x / y overflows the
+// dtype (fmod(1.0f, 1e-40f)); its scalar loop (a row's tail) and eager CUDA give C's fmod, as the
+// kernels do everywhere. Eager has no one answer there.
 LT rounding_binary(Lowerer& L, const Node& n, const Value& a, const Value& b, BinaryOp op) {
   DType out = L.out_meta(n).dtype;
   if (!is_floating(out)) check_int_divisor(b, out);
@@ -281,8 +284,7 @@ void add_math_rules(OpRules& r) {
     return float_test(L, n, [](const Expr& x) { return bin(BinaryOp::Lt, un(UnaryOp::Abs, x), c(INFINITY, x)); }, true);
   };
   r[Op::signbit] = [](Lowerer& L, const Node& n) {
-    return float_test(L, n, [](const Expr& x) { return un(UnaryOp::SignBit, x); }, false,
-                      [](const Expr& x) { return bin(BinaryOp::Lt, x, loop::const_of(0, x->type)); });
+    return float_test(L, n, [](const Expr& x) { return un(UnaryOp::SignBit, x); }, false, [](const Expr& x) { return bin(BinaryOp::Lt, x, loop::const_of(0, x->type)); });
   };
   r[Op::nan_to_num] = [](Lowerer& L, const Node& n) {
     DType out = L.out_meta(n).dtype;

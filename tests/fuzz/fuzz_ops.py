@@ -52,6 +52,9 @@ SUMS = {"sum", "prod", "mean", "var", "std", "softmax", "log_softmax", "logsumex
 # sum's order (of tan's result: exp2(tan(x)) at 2**42, case 11030836) becomes many.
 # Periodic ops: an ulp of a large argument is any result. They read approximate values only small.
 PERIODIC = {"sin", "cos", "tan"}
+# Ops whose derivative is infinite at +-1 (acos(x) near 1 turns an ulp of x into dozens of the
+# result): they read approximate values only well inside (-1, 1).
+UNIT_POLES = {"asin", "acos"}
 # Ops that add: where an approximate operand is much larger than the result (cos(x) - 1 for a small
 # x), the operand's ulp is many ulps of the result, and eager's own error, one draw, may be 0 just
 # there (its cos rounded the right way) while a kernel's cos 1 ulp away is right too. The generator
