@@ -242,6 +242,8 @@ void add_math_rules(OpRules& r) {
       return L.tensor(n.args[0]);
     }
     if (d.i == 0) return float_unary(L, n, UnaryOp::Round);
+    // NB: torch 1.13 rounds the steps of bf16 round(decimals) to bf16 (measured): kept in torch there
+    if (loop::needs_narrowing(out) && !torch_at_least(2, 0)) throw NoLowering("reduced-float round(decimals) on torch 1");
     // eager's round_decimals: by 10^|decimals| taken in opmath, nearbyint(x * p) / p, or
     // nearbyint(x / p) * p for negative decimals (measured equal on CPU for every float dtype)
     DType ct = float_compute_dtype(out);

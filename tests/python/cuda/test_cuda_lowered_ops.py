@@ -42,7 +42,11 @@ def test_lowered_ops_compile_for_sm90(dtype, tmp_path):
     externs = [line.split("# ")[1] for line in fn.program.splitlines() if line.startswith("extern node")]
     # NB: eager CUDA's bf16 remainder and floor division round in the dtype's arithmetic (not
     # measured on a GPU): kept in torch
-    assert externs == ([] if dtype != torch.bfloat16 else ["reduced-float remainder on CUDA", "reduced-float floor division"])
+    # bf16 round(decimals) was measured on torch 2 only: torch 1.13 runs it
+    expected = [] if dtype != torch.bfloat16 else ["reduced-float remainder on CUDA", "reduced-float floor division"]
+    if dtype == torch.bfloat16 and int(torch.__version__.split(".")[0]) < 2:
+        expected.insert(0, "reduced-float round(decimals) on torch 1")
+    assert externs == expected
     for name in ("ff_asin", "ff_acos", "ff_atan", "ff_sinh", "ff_cosh", "ff_erfc", "ff_round", "ff_signbit", "ff_atan2",
                  "ff_fmod", "ff_mod", "ff_floordiv"):
         assert name + "(" in fn.source, name
