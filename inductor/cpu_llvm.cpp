@@ -95,6 +95,7 @@ struct Jit {
   std::unique_ptr<TargetMachine> tm;
   std::string cpu, features;
   bool avx512 = false, avx2 = false;
+  bool libmvec_235 = false;  // glibc >= 2.35's libmvec (asin, atan2...): in the object cache key
   std::mutex mu;
   int modules = 0;
 };
@@ -107,6 +108,7 @@ Jit& jit() {
     install_fatal_error_handler(throw_llvm_fatal, nullptr);
     sys::DynamicLibrary::LoadLibraryPermanently("libmvec.so.1");
     sys::DynamicLibrary::LoadLibraryPermanently("libm.so.6");
+    s->libmvec_235 = sys::DynamicLibrary::SearchForAddressOfSymbol("_ZGVbN4v_asinf") != nullptr;
     auto jtmb = cantFail(orc::JITTargetMachineBuilder::detectHost());
     jtmb.setCodeGenOptLevel(CodeGenOpt::Aggressive);
     jtmb.setRelocationModel(Reloc::PIC_);
@@ -141,6 +143,12 @@ const MathFn kMathFns[] = {
     {UnaryOp::Exp2, "exp2f", "exp2"},
     {UnaryOp::Log2, "log2f", "log2"},
     {UnaryOp::Log10, "log10f", "log10"},
+    {UnaryOp::Asin, "asinf", "asin"},
+    {UnaryOp::Acos, "acosf", "acos"},
+    {UnaryOp::Atan, "atanf", "atan"},
+    {UnaryOp::Sinh, "sinhf", "sinh"},
+    {UnaryOp::Cosh, "coshf", "cosh"},
+    {UnaryOp::Erfc, "erfcf", "erfc"},
 };
 
 // Vector variants in glibc's libmvec (x86_64): scalar name -> ISA letter + width + signature.
@@ -154,6 +162,8 @@ void add_vector_math(TargetLibraryInfoImpl& tlii, bool avx512, bool avx2) {
       const char* base;
       const char* sig;
     };
+    // NB: the math functions below the line came to libmvec in glibc 2.35; each vector variant is
+    // declared only where the process can resolve it (Jit::libmvec_235 is in the cache key).
     const Fn fns[] = {
         {"llvm.sin.f32", "llvm.sin.f64", "sin", "v"},
         {"llvm.cos.f32", "llvm.cos.f64", "cos", "v"},
@@ -172,13 +182,27 @@ void add_vector_math(TargetLibraryInfoImpl& tlii, bool avx512, bool avx2) {
         {"cosf", "cos", "cos", "v"},
         {"expf", "exp", "exp", "v"},
         {"logf", "log", "log", "v"},
+        {nullptr, nullptr, nullptr, nullptr},
+        {"asinf", "asin", "asin", "v"},
+        {"acosf", "acos", "acos", "v"},
+        {"atanf", "atan", "atan", "v"},
+        {"sinhf", "sinh", "sinh", "v"},
+        {"coshf", "cosh", "cosh", "v"},
+        {"erfcf", "erfc", "erfc", "v"},
+        {"atan2f", "atan2", "atan2", "vv"},
     };
-    names.reserve(256);
+    names.reserve(512);
+    bool optional = false;
     auto add = [&](const char* scalar, const std::string& vec, unsigned width) {
+      if (optional && !sys::DynamicLibrary::SearchForAddressOfSymbol(vec)) return;
       names.push_back(vec);
       descs.push_back({scalar, names.back(), ElementCount::getFixed(width)});
     };
     for (const Fn& f : fns) {
+      if (!f.scalar32) {
+        optional = true;
+        continue;
+      }
       std::string b = f.base;
       std::string s = f.sig;
       add(f.scalar32, "_ZGVbN4" + s + "_" + b + "f", 4);
@@ -452,16 +476,24 @@ class KernelEmitter {
     Function* f = Intrinsic::getDeclaration(&m_, id, {args[0]->getType()});
     return b_.CreateCall(f, args);
   }
-  Value* call_libm(const char* name, Value* x) {
-    FunctionCallee fc = m_.getOrInsertFunction(name, FunctionType::get(x->getType(), {x->getType()}, false));
+  Value* call_libm(const char* name, Value* x, Value* y = nullptr) {
+    std::vector<Value*> args{x};
+    if (y) args.push_back(y);
+    std::vector<Type*> types(args.size(), x->getType());
+    FunctionCallee fc = m_.getOrInsertFunction(name, FunctionType::get(x->getType(), types, false));
     if (auto* f = dyn_cast<Function>(fc.getCallee())) {
       f->setDoesNotAccessMemory();
       f->setDoesNotThrow();
       f->addFnAttr(Attribute::WillReturn);
     }
-    CallInst* c = b_.CreateCall(fc, {x});
+    CallInst* c = b_.CreateCall(fc, args);
     c->setDoesNotAccessMemory();
     return c;
+  }
+
+  Value* sign_bit(Value* v) {
+    Type* it = v->getType()->isFloatTy() ? b_.getInt32Ty() : b_.getInt64Ty();
+    return b_.CreateICmpSLT(b_.CreateBitCast(v, it), ConstantInt::get(it, 0));
   }
 
   Value* unary(UnaryOp op, Value* x) {
@@ -485,6 +517,9 @@ class KernelEmitter {
       case UnaryOp::Sigmoid:
         return b_.CreateFDiv(fconst(1.0, t), b_.CreateFAdd(fconst(1.0, t), call_intrinsic(Intrinsic::exp, {b_.CreateFNeg(x)})));
       case UnaryOp::IsNan: return is_nan_bits(x);
+      case UnaryOp::SignBit: return sign_bit(x);
+      // NB: nearbyint, not rint: the same result (ties to even), no inexact flag.
+      case UnaryOp::Round: return call_intrinsic(Intrinsic::nearbyint, {x});
       case UnaryOp::Erf:
         return t->isFloatTy() ? erf_f32(x) : call_libm("erf", x);
       default:
@@ -562,10 +597,15 @@ class KernelEmitter {
       case BinaryOp::Div: return fl ? b_.CreateFDiv(a, c) : b_.CreateSDiv(a, c);
       case BinaryOp::FloorDiv:
       case BinaryOp::Mod: {
-        if (fl) {
-          Value* q = call_intrinsic(Intrinsic::floor, {b_.CreateFDiv(a, c)});
-          return op == BinaryOp::FloorDiv ? q : b_.CreateFSub(a, b_.CreateFMul(q, c));
+        if (fl && op == BinaryOp::Mod) {
+          // eager's remainder: fmod, moved into the divisor's sign (exact, unlike a - floor(a / b) * b)
+          Value* r = b_.CreateFRem(a, c);
+          Value* zero = fconst(0.0, t);
+          Value* adjust = b_.CreateAnd(b_.CreateFCmpUNE(r, zero),
+                                       b_.CreateXor(b_.CreateFCmpOLT(c, zero), b_.CreateFCmpOLT(r, zero)));
+          return b_.CreateSelect(adjust, b_.CreateFAdd(r, c), r);
         }
+        if (fl) return call_intrinsic(Intrinsic::floor, {b_.CreateFDiv(a, c)});
         Value* q = b_.CreateSDiv(a, c);
         Value* r = b_.CreateSRem(a, c);
         Value* adjust = b_.CreateAnd(b_.CreateICmpNE(r, ConstantInt::get(t, 0)),
@@ -591,8 +631,13 @@ class KernelEmitter {
                                                                       : b_.CreateICmpSGT(a, c);
       case BinaryOp::Ge: return fl ? b_.CreateFCmpOGE(a, c) : is_bool ? b_.CreateICmpUGE(a, c)
                                                                       : b_.CreateICmpSGE(a, c);
-      case BinaryOp::And: return b_.CreateAnd(a, c);
-      case BinaryOp::Or: return b_.CreateOr(a, c);
+      case BinaryOp::And:
+      case BinaryOp::BitAnd: return b_.CreateAnd(a, c);
+      case BinaryOp::Or:
+      case BinaryOp::BitOr: return b_.CreateOr(a, c);
+      case BinaryOp::BitXor: return b_.CreateXor(a, c);
+      case BinaryOp::Fmod: return fl ? b_.CreateFRem(a, c) : b_.CreateSRem(a, c);
+      case BinaryOp::Atan2: return call_libm(t->isFloatTy() ? "atan2f" : "atan2", a, c);
     }
     return nullptr;
   }
@@ -877,8 +922,8 @@ std::shared_ptr<CpuModule> compile_cpu(const loop::Program& p, const CpuCompileO
   int64_t stream_bytes = j.tm->getTargetTriple().isX86() ? options.streaming_store_bytes : 0;
   // NB: the build's time stands for this file's code: an object compiled by an earlier emitter
   // (one with a bug fixed since) is never loaded by a later one.
-  std::string text = "framefuse-cpu-v9 " __DATE__ " " __TIME__ "\nllvm " LLVM_VERSION_STRING "\n" + j.cpu + "\n" + j.features +
-                     "\nstreaming " + std::to_string(stream_bytes) + "\n" + loop::program_str(p);
+  std::string text = "framefuse-cpu-v10 " __DATE__ " " __TIME__ "\nllvm " LLVM_VERSION_STRING "\n" + j.cpu + "\n" + j.features +
+                     "\nstreaming " + std::to_string(stream_bytes) + "\nlibmvec " + (j.libmvec_235 ? "2.35" : "old") + "\n" + loop::program_str(p);
   mod->cache_key = cache_key_hash(text);
   std::string object;
   auto build = [&](bool avx512) {

@@ -186,11 +186,18 @@ bool calls_vector_math(const Expr& a) {
       case UnaryOp::Exp2:
       case UnaryOp::Log2:
       case UnaryOp::Log10:
+      case UnaryOp::Asin:
+      case UnaryOp::Acos:
+      case UnaryOp::Atan:
+      case UnaryOp::Sinh:
+      case UnaryOp::Cosh:
+      case UnaryOp::Erfc:
         return true;
       default: break;
     }
   }
-  if (a->kind == ExprKind::Binary && static_cast<BinaryOp>(a->op) == BinaryOp::Pow) return true;
+  if (a->kind == ExprKind::Binary && (static_cast<BinaryOp>(a->op) == BinaryOp::Pow || static_cast<BinaryOp>(a->op) == BinaryOp::Atan2))
+    return true;
   for (const Expr& x : a->args)
     if (calls_vector_math(x)) return true;
   return false;
@@ -276,7 +283,7 @@ Expr unary(UnaryOp op, Expr a) {
   FF_CHECK(a, "null operand");
   if (unary_float_only(op)) FF_CHECK(is_float(a->type), std::string(unary_name(op)) + " needs a float operand");
   if (op == UnaryOp::Not) FF_CHECK(a->type == ScalarType::Bool, "not needs a bool operand");
-  ScalarType t = op == UnaryOp::IsNan ? ScalarType::Bool : a->type;
+  ScalarType t = op == UnaryOp::IsNan || op == UnaryOp::SignBit ? ScalarType::Bool : a->type;
   auto n = std::make_shared<ExprNode>();
   n->kind = ExprKind::Unary;
   n->type = t;
@@ -289,6 +296,9 @@ Expr binary(BinaryOp op, Expr a, Expr b) {
   FF_CHECK(a->type == b->type, std::string("binary ") + binary_name(op) + " operand types differ: " +
                                    scalar_type_name(a->type) + " vs " + scalar_type_name(b->type));
   if (op == BinaryOp::And || op == BinaryOp::Or) FF_CHECK(a->type == ScalarType::Bool, "and/or need bools");
+  if (op == BinaryOp::Atan2) FF_CHECK(is_float(a->type), "atan2 needs float operands");
+  if (op == BinaryOp::BitAnd || op == BinaryOp::BitOr || op == BinaryOp::BitXor)
+    FF_CHECK(!is_float(a->type), "bitwise ops need int or bool operands");
   ScalarType t = is_comparison(op) ? ScalarType::Bool : a->type;
   auto n = std::make_shared<ExprNode>();
   n->kind = ExprKind::Binary;

@@ -51,7 +51,11 @@ inline bool is_float(ScalarType t) { return t == ScalarType::F32 || t == ScalarT
   X(Erf, "erf", true) X(Sigmoid, "sigmoid", true) X(Floor, "floor", true) X(Ceil, "ceil", true)  \
   X(Reciprocal, "reciprocal", true) X(Log1p, "log1p", true) X(Expm1, "expm1", true)              \
   X(Exp2, "exp2", true) X(Log2, "log2", true) X(Log10, "log10", true)                            \
-  X(IsNan, "isnan", true) /* result bool */
+  X(IsNan, "isnan", true) /* result bool */                                                      \
+  X(Asin, "asin", true) X(Acos, "acos", true) X(Atan, "atan", true) X(Sinh, "sinh", true)        \
+  X(Cosh, "cosh", true) X(Erfc, "erfc", true)                                                    \
+  X(Round, "round", true) /* to the nearest integer, ties to even (std::nearbyint) */            \
+  X(SignBit, "signbit", true) /* result bool: the sign bit, set for -0.0 and negative NaNs */
 // clang-format on
 enum class UnaryOp : uint8_t {
 #define FF_LOOP_UN_ENUM(e, s, f) e,
@@ -61,13 +65,17 @@ enum class UnaryOp : uint8_t {
 
 // Binary math; both operands have the same type. Comparisons give bool.
 // Max/Min propagate NaN like torch.maximum. Div on ints truncates; FloorDiv/Mod round toward -inf
-// (Python semantics; index expressions only ever divide non-negative values).
+// (Python semantics; index expressions only ever divide non-negative values). On floats Mod is
+// eager's remainder: fmod(a, b), plus b where its sign differs from b's (never floor arithmetic).
+// Fmod is C's remainder (the quotient truncated: fmod on floats, % on ints). Atan2 is float only.
+// BitAnd/BitOr/BitXor: ints and bools, two's complement.
 // clang-format off
 #define FF_LOOP_BINARY_OPS(X)                                                                  \
   X(Add, "+") X(Sub, "-") X(Mul, "*") X(Div, "/") X(FloorDiv, "//") X(Mod, "%")                 \
   X(Max, "max") X(Min, "min") X(Pow, "pow")                                                     \
   X(Eq, "==") X(Ne, "!=") X(Lt, "<") X(Le, "<=") X(Gt, ">") X(Ge, ">=")                         \
-  X(And, "and") X(Or, "or")
+  X(And, "and") X(Or, "or")                                                                     \
+  X(Atan2, "atan2") X(Fmod, "fmod") X(BitAnd, "&") X(BitOr, "|") X(BitXor, "^")
 // clang-format on
 enum class BinaryOp : uint8_t {
 #define FF_LOOP_BIN_ENUM(e, s) e,

@@ -46,6 +46,7 @@ using OpLowering = LT (*)(Lowerer& L, const Node& n);
 using OpRules = OpTable<OpLowering>;
 const OpRules& op_lowerings();
 void add_extra_rules(OpRules& rules);  // lower_ops_extra.cpp
+void add_math_rules(OpRules& rules);   // lower_ops_math.cpp
 
 class Lowerer {
  public:
@@ -121,6 +122,12 @@ class Lowerer {
 };
 
 DType float_compute_dtype(DType dt);  // f16/bf16 -> f32; others unchanged
+
+class Lowerer;
+// a // b with eager's rounding (floor_divide, div(rounding_mode="floor")), and int a / b truncated
+// (div(rounding_mode="trunc")); lower_ops_math.cpp. NoLowering where eager may raise.
+LT floor_divide(Lowerer& L, const Node& n, const Value& a, const Value& b);
+LT trunc_divide_int(Lowerer& L, const Node& n, const Value& a, const Value& b);
 
 // Whether the graph is lowered for CUDA, whose eager kernels compute some ops by other formulas
 // than CPU's (the ATen CUDA kernel each rule follows is named there).

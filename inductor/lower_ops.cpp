@@ -100,7 +100,9 @@ double host_reciprocal(double b, DType compute) {
 LT div_rule(Lowerer& L, const Node& n, const Value& a, const Value& b, const Value* mode) {
   DType out = L.out_meta(n).dtype;
   if (mode && !mode->is_none()) {
-    if (mode->s != "trunc" || !is_floating(out)) throw NoLowering("rounding_mode " + mode->s);
+    if (mode->s == "floor") return floor_divide(L, n, a, b);
+    if (mode->s == "trunc" && !is_floating(out)) return trunc_divide_int(L, n, a, b);
+    if (mode->s != "trunc") throw NoLowering("rounding_mode " + mode->s);
     LT x = L.tensor(a), y = L.tensor(b);
     if (on_cuda(L) && b.is_number()) {
       // NB: eager CUDA (div_trunc_kernel_cuda, cuda/BinaryDivTruncKernel.cu) multiplies by the
@@ -143,9 +145,24 @@ LT div_rule(Lowerer& L, const Node& n, const Value& a, const Value& b, const Val
   return Lowerer::map({x, y}, compute, out, [](const V& v) { return loop::binary(BinaryOp::Div, v[0], v[1]); });
 }
 
+// x ** e of ints for a constant e >= 0: repeated squaring, wrapping as eager's does (products
+// modulo 2^bits agree in any order). Negative exponents raise in eager.
+LT int_pow(Lowerer& L, const Node& n, const Value& a, const Value& b, DType out) {
+  if (out == DType::Bool || b.kind != Value::Kind::Int || b.i < 0 || b.i > 1024) throw NoLowering("integer pow");
+  int64_t e = b.i;
+  return Lowerer::map({L.tensor(a)}, out, out, [e](const V& v) {
+    Expr result = loop::const_of(1, v[0]->type), base = v[0];
+    for (int64_t k = e; k > 0; k >>= 1) {
+      if (k & 1) result = loop::binary(BinaryOp::Mul, result, base);
+      if (k > 1) base = loop::binary(BinaryOp::Mul, base, base);
+    }
+    return result;
+  });
+}
+
 LT pow_rule(Lowerer& L, const Node& n, const Value& a, const Value& b) {
   DType out = L.out_meta(n).dtype;
-  if (!is_floating(out)) throw NoLowering("integer pow");
+  if (!is_floating(out)) return int_pow(L, n, a, b, out);
   DType ct = float_compute_dtype(out);
   if (b.is_number()) {
     double e = b.as_double();
@@ -176,7 +193,10 @@ LT compare(Lowerer& L, const Node& /*n*/, const Value& a, const Value& b, Binary
 
 LT minmax(Lowerer& L, const Node& n, BinaryOp op) {
   DType out = L.out_meta(n).dtype;
-  if (out == DType::Bool) throw NoLowering("bool maximum");
+  if (out == DType::Bool)  // max of bools is or, min is and
+    return Lowerer::map({L.tensor(n.args[0]), L.tensor(n.args[1])}, out, out, [op](const V& v) {
+      return loop::binary(op == BinaryOp::Max ? BinaryOp::Or : BinaryOp::And, v[0], v[1]);
+    });
   return Lowerer::map({L.tensor(n.args[0]), L.tensor(n.args[1])}, out, out,
                       [op](const V& v) { return loop::binary(op, v[0], v[1]); });
 }
@@ -222,10 +242,20 @@ LT mean_rule(Lowerer& L, const Node& n) {
 
 LT extreme_rule(Lowerer& L, const Node& n, ReduceOp op) {
   LT x = L.tensor_arg(n, "input");
-  if (x.dtype == DType::Bool) throw NoLowering("bool amax");
   if (x.numel() == 0) throw NoLowering("empty input");
+  if (x.dtype == DType::Bool)  // the max of bools is their any
+    return Lowerer::cast(L.reduce(Lowerer::cast(x, DType::Int32), dims_of(L.arg(n, "dim")), L.arg(n, "keepdim").b, op, DType::Int32), DType::Bool);
   DType acc = is_floating(x.dtype) ? float_compute_dtype(x.dtype) : (x.dtype == DType::Int64 ? DType::Int64 : DType::Int32);
   return L.reduce(x, dims_of(L.arg(n, "dim")), L.arg(n, "keepdim").b, op, acc);
+}
+
+// torch.max(x): amax over every dim; torch.max(x, other): maximum. torch.max(x, dim) gives values
+// and indices, a tuple no rule makes: run by torch.
+LT max_min_rule(Lowerer& L, const Node& n, ReduceOp reduce, BinaryOp pointwise) {
+  const Value& d = L.arg(n, "dim");
+  if (d.is_none()) return extreme_rule(L, n, reduce);
+  if (d.is_node() && L.graph().node(d.node).meta.is_tensor()) return minmax(L, n, pointwise);
+  throw NoLowering("max/min along a dim returns values and indices");
 }
 
 // argmax/argmin as two reductions the scheduler fuses into one kernel per row: the extreme value
@@ -233,8 +263,12 @@ LT extreme_rule(Lowerer& L, const Node& n, ReduceOp op) {
 // first NaN wins). Indices are along `dim`, or into the flattened tensor when dim is None.
 LT arg_extreme_rule(Lowerer& L, const Node& n, ReduceOp op) {
   LT x = L.tensor_arg(n, "input");
-  if (x.dtype == DType::Bool) throw NoLowering("bool argmax");
-  if (x.numel() == 0 || x.dim() == 0) throw NoLowering("empty or 0-d input");
+  if (x.numel() == 0) throw NoLowering("empty input");
+  if (x.dim() == 0) {  // the index of the one element
+    LT zero = Lowerer::scalar_int(0);
+    return Lowerer::broadcast(zero, L.out_meta(n).sizes);
+  }
+  if (x.dtype == DType::Bool) x = Lowerer::cast(x, DType::Int32);
   const Value& dim = L.arg(n, "dim");
   bool keepdim = L.arg(n, "keepdim").b;
   std::vector<int64_t> dims = dims_of(dim);
@@ -553,6 +587,8 @@ Rules make_rules() {
   r[Op::amax] = [](Lowerer& L, const Node& n) { return extreme_rule(L, n, ReduceOp::Max); };
   r[Op::amin] = [](Lowerer& L, const Node& n) { return extreme_rule(L, n, ReduceOp::Min); };
   r[Op::prod] = prod_rule;
+  r[Op::max] = [](Lowerer& L, const Node& n) { return max_min_rule(L, n, ReduceOp::Max, BinaryOp::Max); };
+  r[Op::min] = [](Lowerer& L, const Node& n) { return max_min_rule(L, n, ReduceOp::Min, BinaryOp::Min); };
   r[Op::argmax] = [](Lowerer& L, const Node& n) { return arg_extreme_rule(L, n, ReduceOp::Max); };
   r[Op::argmin] = [](Lowerer& L, const Node& n) { return arg_extreme_rule(L, n, ReduceOp::Min); };
   r[Op::var] = [](Lowerer& L, const Node& n) { return var_rule(L, n, false); };
@@ -598,6 +634,7 @@ Rules make_rules() {
   };
   r[Op::linear] = linear_rule;
   add_extra_rules(r);
+  add_math_rules(r);
   return r;
 }
 

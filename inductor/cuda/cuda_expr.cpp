@@ -97,6 +97,14 @@ const char* unary_fn(UnaryOp op) {
     case UnaryOp::Exp2: return "ff_exp2";
     case UnaryOp::Log2: return "ff_log2";
     case UnaryOp::Log10: return "ff_log10";
+    case UnaryOp::Asin: return "ff_asin";
+    case UnaryOp::Acos: return "ff_acos";
+    case UnaryOp::Atan: return "ff_atan";
+    case UnaryOp::Sinh: return "ff_sinh";
+    case UnaryOp::Cosh: return "ff_cosh";
+    case UnaryOp::Erfc: return "ff_erfc";
+    case UnaryOp::Round: return "ff_round";
+    case UnaryOp::SignBit: return "ff_signbit";
     default: return nullptr;
   }
 }
@@ -115,6 +123,9 @@ const char* infix(BinaryOp op) {
     case BinaryOp::Ge: return ">=";
     case BinaryOp::And: return "&&";
     case BinaryOp::Or: return "||";
+    case BinaryOp::BitAnd: return "&";
+    case BinaryOp::BitOr: return "|";
+    case BinaryOp::BitXor: return "^";
     default: return nullptr;
   }
 }
@@ -294,6 +305,8 @@ std::string Emitter::render(const Expr& e, const std::unordered_map<const ExprNo
                          : op == BinaryOp::Mod    ? "ff_mod"
                          : op == BinaryOp::Max    ? "ff_max"
                          : op == BinaryOp::Min    ? "ff_min"
+                         : op == BinaryOp::Fmod   ? "ff_fmod"
+                         : op == BinaryOp::Atan2  ? "ff_atan2"
                                                   : "ff_pow";
         s = std::string(fn) + "(" + a[0] + ", " + a[1] + ")";
       }

@@ -44,6 +44,15 @@ FF_UNARY(ff_expm1, expm1f(x), expm1(x))
 FF_UNARY(ff_exp2, exp2f(x), exp2(x))
 FF_UNARY(ff_log2, log2f(x), log2(x))
 FF_UNARY(ff_log10, log10f(x), log10(x))
+FF_UNARY(ff_asin, asinf(x), asin(x))
+FF_UNARY(ff_acos, acosf(x), acos(x))
+FF_UNARY(ff_atan, atanf(x), atan(x))
+FF_UNARY(ff_sinh, sinhf(x), sinh(x))
+FF_UNARY(ff_cosh, coshf(x), cosh(x))
+FF_UNARY(ff_erfc, erfcf(x), erfc(x))
+FF_UNARY(ff_round, nearbyintf(x), nearbyint(x))
+FF_DEV bool ff_signbit(float x) { return __float_as_int(x) < 0; }
+FF_DEV bool ff_signbit(double x) { return __double_as_longlong(x) < 0; }
 FF_UNARY(ff_sigmoid, 1.0f / (1.0f + expf(-x)), 1.0 / (1.0 + exp(-x)))
 FF_UNARY(ff_recip, 1.0f / x, 1.0 / x)
 // NB: the sign bit cleared, not fabsf: NVRTC folds `fabsf(x) > -0.3f` to true, NaN included (H200,
@@ -95,6 +104,14 @@ template <> FF_DEV double ff_mod_(double a, double b) {
   return (r != 0.0 && ((r < 0.0) != (b < 0.0))) ? r + b : r;
 }
 
+// C's remainder (eager's fmod): the quotient truncated.
+template <class T> FF_DEV T ff_fmod_(T a, T b) { return a % b; }
+template <> FF_DEV float ff_fmod_(float a, float b) { return fmodf(a, b); }
+template <> FF_DEV double ff_fmod_(double a, double b) { return fmod(a, b); }
+template <class T> FF_DEV T ff_atan2_(T a, T b);
+template <> FF_DEV float ff_atan2_(float a, float b) { return atan2f(a, b); }
+template <> FF_DEV double ff_atan2_(double a, double b) { return atan2(a, b); }
+
 // NB: operands of one IR op have one IR type, but index literals render as int next to long long
 // values; these wrappers convert both to the common type first.
 #define FF_BINARY(name)                                                       \
@@ -107,6 +124,8 @@ FF_BINARY(ff_min)
 FF_BINARY(ff_pow)
 FF_BINARY(ff_floordiv)
 FF_BINARY(ff_mod)
+FF_BINARY(ff_fmod)
+FF_BINARY(ff_atan2)
 
 // Reductions: OP 0 sum, 1 prod, 2 max, 3 min.
 template <int OP, class T> FF_DEV T ff_comb(T a, T b) {

@@ -33,12 +33,12 @@ FLOAT_SCALARS = [0.0, -0.0, 0.5, -1.5, 2.5, 0.1, 1e-8, 3.0, -0.3, 1e30, -3.4e38,
 # Ops whose sign of a zero result eager leaves to the code path: max(-0.0, 0.0) is -0.0 in its
 # scalar loop and 0.0 in its vector loop (the tail of a row differs from the body). Their zeros
 # are compared without sign.
-ZERO_SIGN = {"maximum", "minimum", "fmax", "fmin", "clamp_scalar", "clamp_tensor", "clamp_", "hardtanh", "relu6",
+ZERO_SIGN = {"maximum", "minimum", "max_binary", "fmax", "fmin", "clamp_scalar", "clamp_tensor", "clamp_", "hardtanh", "relu6",
              "relu", "relu_", "amax", "amin", "max_dim"}
 # Ops with a pole or a sign test at zero: an ulp (or a sign) of difference in an operand near zero
 # is any difference in the result. They read approximate or sign-free values only far from zero.
 POLES = {"div", "torch_div", "reciprocal", "rsqrt", "atan2", "signbit", "pow", "pow_int", "floordiv", "mod",
-         "fmod", "div_trunc", "div_floor", "div_", "log", "log2", "log10"}
+         "fmod", "div_trunc", "div_floor", "div_", "log", "log2", "log10", "remainder", "addcdiv", "floor_divide", "asin", "acos"}
 
 
 # Ops whose result depends on how eager orders or fuses its roundings: float reductions (the
@@ -52,6 +52,9 @@ SUMS = {"sum", "prod", "mean", "var", "std", "softmax", "log_softmax", "logsumex
 # sum's order (of tan's result: exp2(tan(x)) at 2**42, case 11030836) becomes many.
 # Periodic ops: an ulp of a large argument is any result. They read approximate values only small.
 PERIODIC = {"sin", "cos", "tan"}
+# Ops whose derivative is infinite at +-1 (acos(x) near 1 turns an ulp of x into dozens of the
+# result): they read approximate values only well inside (-1, 1).
+UNIT_POLES = {"asin", "acos"}
 # Ops that add: where an approximate operand is much larger than the result (cos(x) - 1 for a small
 # x), the operand's ulp is many ulps of the result, and eager's own error, one draw, may be 0 just
 # there (its cos rounded the right way) while a kernel's cos 1 ulp away is right too. The generator
@@ -72,7 +75,8 @@ SPREADS = {"var", "std"}
 # read only tensors where no order overflows (codegen_fuzz._may_overflow).
 ORDER_OVERFLOW = {"sum", "mean", "cumsum", "prod"}
 AMPLIFIERS = {"exp", "exp2", "expm1", "sin", "cos", "tan", "pow", "pow_scalar", "pow_int", "tanh", "sigmoid",
-              "softplus", "mish", "elu", "erf", "gelu", "gelu_tanh", "silu", "softmax", "log_softmax", "logsumexp"}
+              "softplus", "mish", "elu", "erf", "gelu", "gelu_tanh", "silu", "softmax", "log_softmax", "logsumexp",
+              "sinh", "cosh", "erfc", "selu", "celu", "logsigmoid", "atan"}
 
 
 def scalar_text(v):
@@ -138,7 +142,8 @@ for _name, _text in [("neg", "-{0}"), ("abs", "{0}.abs()"), ("relu", "torch.relu
 for _name, _text in [("floor", "torch.floor({0})"), ("ceil", "torch.ceil({0})"), ("trunc", "torch.trunc({0})"),
                      ("round", "torch.round({0})"), ("sign", "torch.sign({0})"), ("logical_not", "torch.logical_not({0})"),
                      ("bitwise_not", "~{0}"), ("isnan", "torch.isnan({0})"), ("isinf", "torch.isinf({0})"),
-                     ("gt0", "{0} > 0"), ("frac", "torch.frac({0})")]:
+                     ("gt0", "{0} > 0"), ("frac", "torch.frac({0})"), ("isfinite", "torch.isfinite({0})"),
+                     ("torch_bitwise_not", "torch.bitwise_not({0})")]:
     simple(_name, _text, smooth=False)
 
 
@@ -156,7 +161,11 @@ for _name, _text in [("exp", "torch.exp({0})"), ("log", "torch.log({0})"), ("sin
                      ("pow_half", "{0} ** 0.5"), ("pow_scalar", "torch.pow({0}, 2.5)"),
                      # NB: eager's sqrt goes through MKL's vector math where torch has it: not
                      # correctly rounded, so not reproducible bit for bit.
-                     ("sqrt", "torch.sqrt({0})"), ("rsqrt", "torch.rsqrt({0})")]:
+                     ("sqrt", "torch.sqrt({0})"), ("rsqrt", "torch.rsqrt({0})"),
+                     ("asin", "torch.asin({0})"), ("acos", "torch.acos({0})"), ("atan", "torch.atan({0})"),
+                     ("sinh", "torch.sinh({0})"), ("cosh", "torch.cosh({0})"), ("erfc", "torch.erfc({0})"),
+                     ("selu", "torch.nn.functional.selu({0})"), ("celu", "torch.nn.functional.celu({0}, 0.7)"),
+                     ("logsigmoid", "torch.nn.functional.logsigmoid({0})")]:
     simple(_name, _text, exact=False, weight=0.5)
 
 
@@ -204,7 +213,9 @@ _BINARY = [("add", "{0} + {1}", True, True), ("sub", "{0} - {1}", True, True), (
            ("le", "torch.le({0}, {1})", True, False), ("gt", "torch.gt({0}, {1})", True, False), ("ge", "{0} >= {1}", True, False),
            ("logical_and", "torch.logical_and({0}, {1})", True, False), ("logical_or", "torch.logical_or({0}, {1})", True, False),
            ("bit_and", "{0} & {1}", True, False), ("bit_or", "{0} | {1}", True, False), ("bit_xor", "{0} ^ {1}", True, False),
-           ("pow", "{0} ** {1}", False, True), ("atan2", "torch.atan2({0}, {1})", False, True)]
+           ("pow", "{0} ** {1}", False, True), ("atan2", "torch.atan2({0}, {1})", False, True),
+           ("remainder", "torch.remainder({0}, {1})", True, False), ("floor_divide", "torch.floor_divide({0}, {1})", True, False),
+           ("logical_xor", "torch.logical_xor({0}, {1})", True, False), ("bitwise_and", "torch.bitwise_and({0}, {1})", True, False)]
 
 
 def _binary(text):
@@ -250,6 +261,23 @@ def _lerp(rng, n, v):
 @op("addcmul", arity=3, exact=False)
 def _addcmul(rng, n, v):
     return f"torch.addcmul({n[0]}, {n[1]}, {n[2]}, value={scalar_text(rng.choice([1, 0.5, -2]))})"
+
+
+@op("addcdiv", arity=3, exact=False)
+def _addcdiv(rng, n, v):
+    if not v[0].dtype.is_floating_point:
+        return None
+    return f"torch.addcdiv({n[0]}, {n[1]}, {n[2]}, value={scalar_text(rng.choice([1, 0.5, -2]))})"
+
+
+@op("round_decimals", smooth=False, weight=0.5)
+def _round_decimals(rng, n, v):
+    return f"torch.round({n[0]}, decimals={rng.choice([1, 2, -1, 3])})" if v[0].dtype.is_floating_point else None
+
+
+@op("max_binary", arity=2)
+def _max_binary(rng, n, v):
+    return f"torch.{rng.choice(['max', 'min'])}({n[0]}, {n[1]})"
 
 
 @op("clamp_tensor", arity=3)

@@ -1,0 +1,366 @@
+// Rules of the lowering table for the math functions, the rounding divisions (floor_divide,
+// remainder, fmod), the bitwise and logical ops, the float tests (isinf, signbit...) and the bool
+// reductions (all, any): each eager kernel's formula in loop IR primitives. Where a result
+// depends on something the kernel cannot see (an integer divisor that may be zero: eager raises),
+// the rule throws NoLowering and torch runs the op.
+#include <cfloat>
+#include <cmath>
+#include <limits>
+
+#include "graph/meta_rules.h"
+#include "inductor/lower_internal.h"
+
+namespace ff::inductor {
+
+using loop::BinaryOp;
+using loop::ReduceOp;
+using loop::UnaryOp;
+using V = std::vector<Expr>;
+
+namespace {
+
+Expr c(double v, const Expr& like) { return loop::const_of(v, like->type); }
+Expr bin(BinaryOp op, const Expr& a, const Expr& b) { return loop::binary(op, a, b); }
+Expr un(UnaryOp op, const Expr& a) { return loop::unary(op, a); }
+Expr sel(const Expr& cond, const Expr& a, const Expr& b) { return loop::select(cond, a, b); }
+
+void no_inplace(Lowerer& L, const Node& n) {
+  if (L.has_arg(n, "inplace") && L.arg(n, "inplace").kind == Value::Kind::Bool && L.arg(n, "inplace").b)
+    throw NoLowering("in-place variant");
+}
+
+// fn over the first operand in the float compute type of the result (ints are converted first,
+// as eager's float-only ops convert them).
+LT float_map(Lowerer& L, const Node& n, const std::function<Expr(const Expr&)>& fn) {
+  DType out = L.out_meta(n).dtype;
+  DType ct = float_compute_dtype(out);
+  if (!is_floating(ct)) throw NoLowering("integer result");
+  return Lowerer::map({L.tensor(n.args[0])}, ct, out, [fn](const V& v) { return fn(v[0]); });
+}
+
+LT float_unary(Lowerer& L, const Node& n, UnaryOp op) {
+  return float_map(L, n, [op](const Expr& x) { return un(op, x); });
+}
+
+// A test of the operand's value giving bool: `fl` on floats (in their compute type), the constant
+// `ints` on ints and bools (they are never inf or NaN), or `int_fn` where given.
+LT float_test(Lowerer& L, const Node& n, const std::function<Expr(const Expr&)>& fl, bool ints,
+              const std::function<Expr(const Expr&)>& int_fn = nullptr) {
+  LT x = L.tensor(n.args[0]);
+  if (is_floating(x.dtype))
+    return Lowerer::map({x}, float_compute_dtype(x.dtype), DType::Bool, [fl](const V& v) { return fl(v[0]); });
+  if (int_fn && x.dtype != DType::Bool) return Lowerer::map({x}, x.dtype, DType::Bool, [int_fn](const V& v) { return int_fn(v[0]); });
+  return Lowerer::map({x}, x.dtype, DType::Bool, [ints](const V&) { return loop::const_of(ints ? 1 : 0, loop::ScalarType::Bool); });
+}
+
+Expr is_inf(const Expr& x) { return bin(BinaryOp::Eq, un(UnaryOp::Abs, x), c(INFINITY, x)); }
+
+// The largest finite value of a float dtype.
+double max_finite(DType dt) {
+  switch (dt) {
+    case DType::Float64: return DBL_MAX;
+    case DType::Float16: return 65504.0;
+    case DType::BFloat16: return 3.3895313892515355e38;  // (2 - 2^-7) * 2^127
+    default: return FLT_MAX;
+  }
+}
+
+// `v` as eager converts a Python int to the integer dtype `dt` (two's complement wrap).
+int64_t wrap_to(int64_t v, DType dt) {
+  switch (dt) {
+    case DType::UInt8: return static_cast<uint8_t>(v);
+    case DType::Int8: return static_cast<int8_t>(v);
+    case DType::Int16: return static_cast<int16_t>(v);
+    case DType::Int32: return static_cast<int32_t>(v);
+    default: return v;
+  }
+}
+
+// The divisor of an integer division, remainder or fmod: only a Python int that is neither 0 in
+// the result dtype (eager raises ZeroDivisionError, which a kernel cannot) nor -1 (INT_MIN / -1
+// overflows; x86 traps).
+void check_int_divisor(const Value& b, DType out) {
+  if (out == DType::Bool) throw NoLowering("bool division");
+  if (b.kind != Value::Kind::Int) throw NoLowering("integer division by a tensor: eager raises where a divisor is 0");
+  int64_t v = wrap_to(b.i, out);
+  if (v == 0) throw NoLowering("integer division by zero raises in eager");
+  if (v == -1) throw NoLowering("integer division by -1");
+}
+
+// op(a, b) of the operands converted to the result dtype (a number too: eager reads it in the
+// dtype), computed in the float compute type and rounded once: eager's fmod and remainder of f16
+// and bf16 give that (fmod is exact in any precision, remainder's one add rounds once; measured
+// on torch 2.13 for tensors, 0-d tensors and numbers on either side).
+LT binary_in_dtype(Lowerer& L, const Node& n, const Value& a, const Value& b, BinaryOp op) {
+  DType out = L.out_meta(n).dtype;
+  DType ct = float_compute_dtype(out);
+  LT x = Lowerer::cast(L.tensor(a), out), y = Lowerer::cast(L.tensor(b), out);
+  return Lowerer::map({x, y}, ct, out, [op](const V& v) { return bin(op, v[0], v[1]); });
+}
+
+// NB: eager CPU's vector loop computes fmod with SLEEF, which gives NaN where x / y overflows the
+// dtype (fmod(1.0f, 1e-40f)); its scalar loop (a row's tail) and eager CUDA give C's fmod, as the
+// kernels do everywhere. Eager has no one answer there.
+LT rounding_binary(Lowerer& L, const Node& n, const Value& a, const Value& b, BinaryOp op) {
+  DType out = L.out_meta(n).dtype;
+  if (!is_floating(out)) check_int_divisor(b, out);
+  // NB: eager CUDA computes remainder of f16/bf16 in the dtype's arithmetic (not measured here):
+  // kept in torch there.
+  if (on_cuda(L) && op == BinaryOp::Mod && loop::needs_narrowing(out)) throw NoLowering("reduced-float remainder on CUDA");
+  return binary_in_dtype(L, n, a, b, op);
+}
+
+// Whether eager CPU reads `v` as a "cpu scalar" at f32 in a reduced-float op (torch >= 2: a
+// Python number or a 0-d tensor).
+bool cpu_scalar(Lowerer& L, const Value& v) {
+  if (!torch_at_least(2, 0)) return false;
+  if (v.is_number()) return true;
+  const Node* t = v.is_node() ? &L.graph().node(v.node) : nullptr;
+  return t && t->meta.is_tensor() && t->meta.tensor.dim() == 0;
+}
+
+// eager's div_floor_floating (c10/util/generic_math.h): the quotient of a - fmod(a, b), moved down
+// by one where the remainder's sign differs from b's, then floored (rounding up a difference
+// above 0.5); a zero quotient takes the sign of a / b, and b == 0 gives a / b. `step` rounds
+// each op's result where eager computes in the dtype's own arithmetic (f16/bf16 tensors).
+Expr floor_div_float(const Expr& a, const Expr& b, const std::function<Expr(Expr)>& step) {
+  Expr q = step(bin(BinaryOp::Div, a, b));
+  Expr mod = bin(BinaryOp::Fmod, a, b);  // exact
+  Expr zero = c(0, a);
+  Expr div = step(bin(BinaryOp::Div, step(bin(BinaryOp::Sub, a, mod)), b));
+  Expr differ = bin(BinaryOp::And, bin(BinaryOp::Ne, mod, zero), bin(BinaryOp::Ne, bin(BinaryOp::Lt, b, zero), bin(BinaryOp::Lt, mod, zero)));
+  div = sel(differ, step(bin(BinaryOp::Sub, div, c(1, a))), div);
+  Expr fl = un(UnaryOp::Floor, div);
+  fl = sel(bin(BinaryOp::Gt, step(bin(BinaryOp::Sub, div, fl)), c(0.5, a)), step(bin(BinaryOp::Add, fl, c(1, a))), fl);
+  Expr signed_zero = sel(un(UnaryOp::SignBit, q), c(-0.0, a), zero);
+  Expr r = sel(bin(BinaryOp::Ne, div, zero), fl, signed_zero);
+  return sel(bin(BinaryOp::Eq, b, zero), q, r);
+}
+
+LT elu_like(Lowerer& L, const Node& n, double alpha, double scale, double input_scale) {
+  DType ct = float_compute_dtype(L.out_meta(n).dtype);
+  // NB: eager multiplies alpha by scale in opmath (float for f32, f16, bf16)
+  double negcoef = ct == DType::Float32 ? static_cast<double>(static_cast<float>(alpha) * static_cast<float>(scale)) : alpha * scale;
+  return float_map(L, n, [negcoef, scale, input_scale](const Expr& x) {
+    Expr pos = scale == 1.0 ? x : bin(BinaryOp::Mul, x, c(scale, x));
+    Expr arg = input_scale == 1.0 ? x : bin(BinaryOp::Mul, x, c(input_scale, x));
+    return sel(bin(BinaryOp::Gt, x, c(0, x)), pos, bin(BinaryOp::Mul, un(UnaryOp::Expm1, arg), c(negcoef, x)));
+  });
+}
+
+LT fminmax(Lowerer& L, const Node& n, BinaryOp op) {
+  DType out = L.out_meta(n).dtype;
+  if (out == DType::Bool) throw NoLowering("bool fmax");
+  bool fl = is_floating(out);
+  LT x = Lowerer::cast(L.tensor(n.args[0]), out), y = Lowerer::cast(L.tensor(n.args[1]), out);
+  return Lowerer::map({x, y}, float_compute_dtype(out), out, [op, fl](const V& v) {
+    Expr m = bin(op, v[0], v[1]);
+    if (!fl) return m;
+    return sel(un(UnaryOp::IsNan, v[0]), v[1], sel(un(UnaryOp::IsNan, v[1]), v[0], m));
+  });
+}
+
+LT bitwise(Lowerer& L, const Node& n, BinaryOp op) {
+  DType out = L.out_meta(n).dtype;
+  if (is_floating(out)) throw NoLowering("bitwise op on floats");
+  return Lowerer::map({L.tensor(n.args[0]), L.tensor(n.args[1])}, out, out, [op](const V& v) { return bin(op, v[0], v[1]); });
+}
+
+LT all_any(Lowerer& L, const Node& n, bool all) {
+  DType out = L.out_meta(n).dtype;
+  LT x = L.tensor_arg(n, "input");
+  LT flags = Lowerer::map({x}, x.dtype, DType::Int64, [all](const V& v) {
+    Expr t = loop::cast(v[0], loop::ScalarType::Bool);
+    return loop::cast(all ? un(UnaryOp::Not, t) : t, loop::ScalarType::I64);
+  });
+  std::vector<int64_t> dims;
+  const Value& d = L.arg(n, "dim");
+  if (d.kind == Value::Kind::Int) dims.push_back(d.i);
+  else if (!d.is_none()) throw NoLowering("dim is not a constant");
+  LT count = L.reduce(flags, dims, L.arg(n, "keepdim").b, ReduceOp::Sum, DType::Int64);
+  return Lowerer::map({count}, DType::Int64, out, [all](const V& v) {
+    Expr z = loop::const_int(0);
+    return loop::cast(bin(all ? BinaryOp::Eq : BinaryOp::Gt, v[0], z), loop::ScalarType::Bool);
+  });
+}
+
+}  // namespace
+
+LT floor_divide(Lowerer& L, const Node& n, const Value& a, const Value& b) {
+  DType out = L.out_meta(n).dtype;
+  if (!is_floating(out)) {
+    check_int_divisor(b, out);
+    return Lowerer::map({L.tensor(a), L.tensor(b)}, out, out, [](const V& v) { return bin(BinaryOp::FloorDiv, v[0], v[1]); });
+  }
+  auto exact = [](Expr e) { return e; };
+  if (!loop::needs_narrowing(out)) {
+    // NB: eager CUDA multiplies by the reciprocal of a cpu scalar divisor (not measured here).
+    if (on_cuda(L) && b.is_number()) throw NoLowering("floor division by a number on CUDA");
+    return Lowerer::map({L.tensor(a), L.tensor(b)}, out, out, [exact](const V& v) { return floor_div_float(v[0], v[1], exact); });
+  }
+  // f16/bf16, measured on torch 2.13's CPU kernels: a cpu scalar divisor (a number or a 0-d
+  // tensor) is read at f32 and the whole formula computed in f32; between tensors every step is
+  // rounded to the dtype. Neither measured on CUDA nor on torch 1.13: kept in torch there.
+  if (on_cuda(L) || !torch_at_least(2, 0)) throw NoLowering("reduced-float floor division");
+  LT x = Lowerer::cast(L.tensor(a), out);
+  if (cpu_scalar(L, a)) throw NoLowering("reduced-float floor division of a scalar");
+  if (cpu_scalar(L, b))
+    return Lowerer::map({x, L.tensor(b)}, DType::Float32, out, [exact](const V& v) { return floor_div_float(v[0], v[1], exact); });
+  LT y = Lowerer::cast(L.tensor(b), out);
+  return Lowerer::map({x, y}, DType::Float32, out, [out](const V& v) {
+    return floor_div_float(v[0], v[1], [out](Expr e) { return loop::narrow(std::move(e), out); });
+  });
+}
+
+LT trunc_divide_int(Lowerer& L, const Node& n, const Value& a, const Value& b) {
+  DType out = L.out_meta(n).dtype;
+  check_int_divisor(b, out);
+  return Lowerer::map({L.tensor(a), L.tensor(b)}, out, out, [](const V& v) { return bin(BinaryOp::Div, v[0], v[1]); });
+}
+
+void add_math_rules(OpRules& r) {
+  // ---- math functions: libm's (CPU; eager's SLEEF is within the same ulp) and CUDA's ----
+  r[Op::asin] = [](Lowerer& L, const Node& n) { return float_unary(L, n, UnaryOp::Asin); };
+  r[Op::acos] = [](Lowerer& L, const Node& n) { return float_unary(L, n, UnaryOp::Acos); };
+  r[Op::atan] = [](Lowerer& L, const Node& n) { return float_unary(L, n, UnaryOp::Atan); };
+  r[Op::sinh] = [](Lowerer& L, const Node& n) { return float_unary(L, n, UnaryOp::Sinh); };
+  r[Op::cosh] = [](Lowerer& L, const Node& n) { return float_unary(L, n, UnaryOp::Cosh); };
+  r[Op::erfc] = [](Lowerer& L, const Node& n) { return float_unary(L, n, UnaryOp::Erfc); };
+  r[Op::atan2] = [](Lowerer& L, const Node& n) {
+    DType out = L.out_meta(n).dtype;
+    DType ct = float_compute_dtype(out);
+    if (!is_floating(ct)) throw NoLowering("integer atan2");
+    return binary_in_dtype(L, n, n.args[0], n.args[1], BinaryOp::Atan2);
+  };
+  r[Op::round] = [](Lowerer& L, const Node& n) {
+    const Value& d = L.arg(n, "decimals");
+    if (d.kind != Value::Kind::Int) throw NoLowering("decimals is not a constant");
+    DType out = L.out_meta(n).dtype;
+    if (out == DType::Bool) throw NoLowering("bool round");
+    if (!is_floating(out)) {
+      if (d.i != 0) throw NoLowering("round of ints with decimals");
+      return L.tensor(n.args[0]);
+    }
+    if (d.i == 0) return float_unary(L, n, UnaryOp::Round);
+    // NB: torch 1.13 rounds the steps of bf16 round(decimals) to bf16 (measured): kept in torch there
+    if (loop::needs_narrowing(out) && !torch_at_least(2, 0)) throw NoLowering("reduced-float round(decimals) on torch 1");
+    // eager's round_decimals: by 10^|decimals| taken in opmath, nearbyint(x * p) / p, or
+    // nearbyint(x / p) * p for negative decimals (measured equal on CPU for every float dtype)
+    DType ct = float_compute_dtype(out);
+    double p = std::pow(10.0, static_cast<double>(std::abs(d.i)));
+    if (ct == DType::Float32) p = static_cast<double>(static_cast<float>(p));
+    bool neg = d.i < 0;
+    return float_map(L, n, [p, neg](const Expr& x) {
+      Expr pc = c(p, x);
+      return neg ? bin(BinaryOp::Mul, un(UnaryOp::Round, bin(BinaryOp::Div, x, pc)), pc)
+                 : bin(BinaryOp::Div, un(UnaryOp::Round, bin(BinaryOp::Mul, x, pc)), pc);
+    });
+  };
+  // eager CPU (addcdiv_cpu_kernel): a + value * b / c, the product first (measured equal for every
+  // float dtype); eager CUDA (addcdiv_cuda_kernel): a + value * (b / c). Ints raise in eager.
+  r[Op::addcdiv] = [](Lowerer& L, const Node& n) {
+    DType out = L.out_meta(n).dtype;
+    if (!is_floating(out)) throw NoLowering("integer addcdiv");
+    const Value& vv = L.arg(n, "value");
+    if (!vv.is_number()) throw NoLowering("value is not a constant");
+    double val = vv.as_double();
+    bool cuda = on_cuda(L);
+    std::vector<LT> ops{Lowerer::cast(L.tensor(n.args[0]), out), Lowerer::cast(L.tensor(n.args[1]), out), Lowerer::cast(L.tensor(n.args[2]), out)};
+    return Lowerer::map(ops, float_compute_dtype(out), out, [val, cuda](const V& v) {
+      Expr q = cuda ? bin(BinaryOp::Mul, c(val, v[1]), bin(BinaryOp::Div, v[1], v[2]))
+                    : bin(BinaryOp::Div, bin(BinaryOp::Mul, c(val, v[1]), v[1]), v[2]);
+      return bin(BinaryOp::Add, v[0], q);
+    });
+  };
+  // eager: x - trunc(x), exact in every float dtype
+  r[Op::frac] = [](Lowerer& L, const Node& n) {
+    return float_map(L, n, [](const Expr& x) {
+      Expr t = sel(bin(BinaryOp::Lt, x, c(0, x)), un(UnaryOp::Ceil, x), un(UnaryOp::Floor, x));
+      return bin(BinaryOp::Sub, x, t);
+    });
+  };
+  // ---- float tests ----
+  r[Op::isinf] = [](Lowerer& L, const Node& n) { return float_test(L, n, is_inf, false); };
+  r[Op::isfinite] = [](Lowerer& L, const Node& n) {
+    // NB: |x| < inf is false for NaN too
+    return float_test(L, n, [](const Expr& x) { return bin(BinaryOp::Lt, un(UnaryOp::Abs, x), c(INFINITY, x)); }, true);
+  };
+  r[Op::signbit] = [](Lowerer& L, const Node& n) {
+    return float_test(L, n, [](const Expr& x) { return un(UnaryOp::SignBit, x); }, false, [](const Expr& x) { return bin(BinaryOp::Lt, x, loop::const_of(0, x->type)); });
+  };
+  r[Op::nan_to_num] = [](Lowerer& L, const Node& n) {
+    DType out = L.out_meta(n).dtype;
+    LT x = L.tensor(n.args[0]);
+    if (!is_floating(out)) return x;  // eager: a copy
+    auto value = [&](const char* name, double dflt) {
+      const Value& v = L.arg(n, name);
+      if (v.is_none()) return dflt;
+      if (!v.is_number()) throw NoLowering(std::string(name) + " is not a constant");
+      return v.as_double();
+    };
+    // NB: the replacements are converted to the dtype as eager's static_cast<scalar_t> does:
+    // through float for f16 and bf16, which the f32 literal and the result's rounding repeat.
+    double nan = value("nan", 0.0), pos = value("posinf", max_finite(out)), neg = value("neginf", -max_finite(out));
+    return Lowerer::map({x}, float_compute_dtype(out), out, [nan, pos, neg](const V& v) {
+      const Expr& e = v[0];
+      Expr r = sel(bin(BinaryOp::Eq, e, c(INFINITY, e)), c(pos, e), e);
+      r = sel(bin(BinaryOp::Eq, e, c(-INFINITY, e)), c(neg, e), r);
+      return sel(un(UnaryOp::IsNan, e), c(nan, e), r);
+    });
+  };
+  // ---- activations (eager's elu kernel: x > 0 ? x * scale : expm1(x * input_scale) * alpha * scale) ----
+
+  r[Op::selu] = [](Lowerer& L, const Node& n) {
+    no_inplace(L, n);
+    return elu_like(L, n, 1.6732632423543772848170429916717, 1.0507009873554804934193349852946, 1.0);
+  };
+  r[Op::celu] = [](Lowerer& L, const Node& n) {
+    no_inplace(L, n);
+    const Value& a = L.arg(n, "alpha");
+    if (!a.is_number()) throw NoLowering("alpha is not a constant");
+    double alpha = a.as_double();
+    if (alpha == 0) throw NoLowering("celu with alpha 0");  // eager raises
+    return elu_like(L, n, alpha, 1.0, 1.0 / alpha);
+  };
+  // eager (log_sigmoid_cpu_kernel, and CUDA's): min(x, 0) - log1p(exp(-|x|)), NaN propagating
+  r[Op::logsigmoid] = [](Lowerer& L, const Node& n) {
+    return float_map(L, n, [](const Expr& x) {
+      return bin(BinaryOp::Sub, bin(BinaryOp::Min, x, c(0, x)), un(UnaryOp::Log1p, un(UnaryOp::Exp, un(UnaryOp::Neg, un(UnaryOp::Abs, x)))));
+    });
+  };
+  // ---- binary ----
+  // fmax/fmin: the other operand where one is NaN
+
+  r[Op::fmax] = [](Lowerer& L, const Node& n) { return fminmax(L, n, BinaryOp::Max); };
+  r[Op::fmin] = [](Lowerer& L, const Node& n) { return fminmax(L, n, BinaryOp::Min); };
+  r[Op::fmod] = [](Lowerer& L, const Node& n) { return rounding_binary(L, n, n.args[0], n.args[1], BinaryOp::Fmod); };
+  r[Op::remainder] = r[Op::op_mod] = [](Lowerer& L, const Node& n) {
+    return rounding_binary(L, n, n.args[0], n.args[1], BinaryOp::Mod);
+  };
+  r[Op::floor_divide] = r[Op::op_floordiv] = [](Lowerer& L, const Node& n) { return floor_divide(L, n, n.args[0], n.args[1]); };
+  // ---- bitwise and logical ----
+
+  r[Op::bitwise_and] = r[Op::op_and] = [](Lowerer& L, const Node& n) { return bitwise(L, n, BinaryOp::BitAnd); };
+  r[Op::bitwise_or] = r[Op::op_or] = [](Lowerer& L, const Node& n) { return bitwise(L, n, BinaryOp::BitOr); };
+  r[Op::bitwise_xor] = r[Op::op_xor] = [](Lowerer& L, const Node& n) { return bitwise(L, n, BinaryOp::BitXor); };
+  r[Op::bitwise_not] = r[Op::op_invert] = [](Lowerer& L, const Node& n) {
+    DType out = L.out_meta(n).dtype;
+    if (is_floating(out)) throw NoLowering("bitwise not of floats");
+    return Lowerer::map({L.tensor(n.args[0])}, out, out, [out](const V& v) {
+      if (out == DType::Bool) return un(UnaryOp::Not, v[0]);
+      return bin(BinaryOp::BitXor, v[0], loop::const_of(-1, v[0]->type));  // two's complement: ~x
+    });
+  };
+  r[Op::logical_xor] = [](Lowerer& L, const Node& n) {
+    DType common = result_type({n.args[0], n.args[1]}, L.graph());
+    return Lowerer::map({L.tensor(n.args[0]), L.tensor(n.args[1])}, common, DType::Bool, [](const V& v) {
+      return bin(BinaryOp::Ne, loop::cast(v[0], loop::ScalarType::Bool), loop::cast(v[1], loop::ScalarType::Bool));
+    });
+  };
+  // ---- bool reductions: counts of the elements that are (not) zero; NaN counts as true ----
+
+  r[Op::all] = [](Lowerer& L, const Node& n) { return all_any(L, n, true); };
+  r[Op::any] = [](Lowerer& L, const Node& n) { return all_any(L, n, false); };
+}
+
+}  // namespace ff::inductor
