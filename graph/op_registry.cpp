@@ -1,5 +1,6 @@
 #include "graph/op_registry.h"
 
+#include <algorithm>
 #include <atomic>
 #include <memory>
 #include <mutex>
@@ -318,6 +319,10 @@ CallArgs call_args(const OpDef& op, const std::vector<Value>& bound) {
   CallArgs ca;
   const auto& params = op.schema.params;
   bool positional = true;
+  // NB: a reduction's keepdim is passed with its dim, None included: torch picks the overload by
+  // the names it is given (torch.sum(x, keepdim=True) matches none of sum's; with dim=None it is
+  // sum.dim_IntList).
+  int dim_left_out = -1;
   for (size_t i = 0; i < params.size(); ++i) {
     const ParamSpec& p = params[i];
     bool is_default = p.has_default && bound[i] == p.default_value;
@@ -326,8 +331,14 @@ CallArgs call_args(const OpDef& op, const std::vector<Value>& bound) {
       if (positional) is_default = false;
     }
     if (p.kwarg_only || is_default) positional = false;
-    if (positional) ca.positional.push_back(&bound[i]);
-    else if (!is_default) ca.keywords.emplace_back(p.name, &bound[i]);
+    if (positional) {
+      ca.positional.push_back(&bound[i]);
+    } else if (!is_default) {
+      if (p.name == "keepdim" && dim_left_out >= 0) ca.keywords.emplace_back("dim", &bound[static_cast<size_t>(dim_left_out)]);
+      ca.keywords.emplace_back(p.name, &bound[i]);
+    } else if (p.name == "dim" && !p.kwarg_only && bound[i].is_none()) {
+      dim_left_out = static_cast<int>(i);
+    }
   }
   return ca;
 }
