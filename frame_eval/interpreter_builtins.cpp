@@ -523,12 +523,13 @@ Sym SymbolicTracer::call_const(const Sym& fn, std::vector<Sym>& args, KwArgs& kw
                                "is_floating_point", "is_complex", "_jit_internal", "annotate",
                                "_len_torch_dispatch_stack", "_accelerator_getAccelerator"})
       if (short_name == n || (starts_with(short_name, "_") && short_name.substr(1) == n)) {
-        if (name == "is_tensor") return make_const(args.size() == 1 && args[0]->is(SymKind::Tensor) ? Py_True : Py_False);
-        if ((name == "is_floating_point" || name == "is_complex") && args.size() == 1 && args[0]->is(SymKind::Tensor)) {
+        // NB: by the short name: torch.is_floating_point's qualified one is _VariableFunctionsClass's.
+        if (short_name == "is_tensor") return make_const(args.size() == 1 && args[0]->is(SymKind::Tensor) ? Py_True : Py_False);
+        if ((short_name == "is_floating_point" || short_name == "is_complex") && args.size() == 1 && args[0]->is(SymKind::Tensor)) {
           std::vector<Sym> rest;
-          return call_tensor_method(args[0], name, rest, kwargs);
+          return call_tensor_method(args[0], std::string(short_name), rest, kwargs);
         }
-        if (name == "annotate" && args.size() == 2) return args[1];
+        if (short_name == "annotate" && args.size() == 2) return args[1];
         if (!any_tensor) return fold(o, args, kwargs, name);
       }
     if (!any_tensor && PyType_Check(o)) return fold(o, args, kwargs, name);

@@ -386,6 +386,20 @@ Sym SymbolicTracer::is_same(const Sym& a, const Sym& b) {
   if (a_none != b_none && !a->is(SymKind::Null) && !b->is(SymKind::Null)) return no();
   if (a->is(SymKind::Tensor) && b->is(SymKind::Tensor)) {
     if (a->node == b->node) return yes();
+    auto ia = input_tensors_.find(a->node), ib = input_tensors_.find(b->node);
+    if (a->source && b->source && ia != input_tensors_.end() && ib != input_tensors_.end()) {
+      // Two tensors passed in (MHA's `query is key`): what they are now, and guarded to stay so.
+      Guard g;
+      g.kind = ia->second == ib->second ? Guard::Kind::SameObject : Guard::Kind::Distinct;
+      if (g.kind == Guard::Kind::SameObject) {
+        g.source = a->source;
+        g.others = {b->source};
+      } else {
+        g.others = {a->source, b->source};
+      }
+      out_.guards.push_back(std::move(g));
+      return ia->second == ib->second ? yes() : no();
+    }
     if (a->source && b->source) brk(BreakKind::UnsupportedOperand, "`is` between two input tensors");
     return no();
   }
