@@ -520,12 +520,13 @@ Sym SymbolicTracer::call_const(const Sym& fn, std::vector<Sym>& args, KwArgs& kw
                                "is_inference_mode_enabled", "get_default_dtype", "is_scripting", "is_tracing",
                                "_is_torch_function_mode_enabled", "_is_any_autocast_enabled",
                                "is_fx_tracing", "is_available", "is_built", "_get_cudnn_enabled", "is_tensor",
-                               "is_floating_point", "is_complex", "_jit_internal", "annotate",
+                               "is_floating_point", "is_complex", "is_signed", "_jit_internal", "annotate",
                                "_len_torch_dispatch_stack", "_accelerator_getAccelerator"})
       if (short_name == n || (starts_with(short_name, "_") && short_name.substr(1) == n)) {
         // NB: by the short name: torch.is_floating_point's qualified one is _VariableFunctionsClass's.
         if (short_name == "is_tensor") return make_const(args.size() == 1 && args[0]->is(SymKind::Tensor) ? Py_True : Py_False);
-        if ((short_name == "is_floating_point" || short_name == "is_complex") && args.size() == 1 && args[0]->is(SymKind::Tensor)) {
+        if ((short_name == "is_floating_point" || short_name == "is_complex" || short_name == "is_signed") && args.size() == 1 &&
+            args[0]->is(SymKind::Tensor)) {
           std::vector<Sym> rest;
           return call_tensor_method(args[0], std::string(short_name), rest, kwargs);
         }
@@ -883,6 +884,7 @@ Sym SymbolicTracer::call_tensor_method(const Sym& self, const std::string& name,
   if (name == "element_size") return make_const_steal(PyLong_FromLong(dtype_size(m.dtype)));
   if (name == "is_floating_point") return make_const(is_floating(m.dtype) ? Py_True : Py_False);
   if (name == "is_complex") return make_const(is_complex(m.dtype) ? Py_True : Py_False);
+  if (name == "is_signed") return make_const(m.dtype != DType::UInt8 && m.dtype != DType::Bool ? Py_True : Py_False);
   if (name == "is_contiguous" && args.empty() && kwargs.empty()) return make_const(m.is_contiguous() ? Py_True : Py_False);
   if (name == "get_device") return make_const_steal(PyLong_FromLong(m.device.type == Device::Type::CUDA ? std::max(m.device.index, 0) : -1));
   if (name == "item" || name == "tolist" || name == "numpy" || name == "__bool__" || name == "__int__" ||

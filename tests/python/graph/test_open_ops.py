@@ -216,3 +216,16 @@ def test_a_none_default_before_a_passed_keyword_is_replayed(backend):
         assert got.shape == want.shape
         torch.testing.assert_close(got, want)
     assert "torch.sum(l_x, dim=None, keepdim=True)" in graph_code(f, x)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_dtype_predicates_are_read_off_the_traced_dtype(backend):
+    def f(x):
+        kind = (torch.is_signed(x), x.is_signed(), torch.is_floating_point(x), torch.is_complex(x))
+        return (x + 1 if kind[0] else x * 2), kind
+
+    for dt in (torch.float32, torch.uint8, torch.bool, torch.int8, torch.int64, torch.bfloat16):
+        x = torch.ones(3, dtype=dt)
+        got, want = compiled(f, backend)(x), f(x)
+        assert torch.equal(got[0], want[0]) and got[1] == want[1], dt
+        assert framefuse.explain(f)(x).graph_break_count == 0
