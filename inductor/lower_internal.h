@@ -129,6 +129,15 @@ class Lowerer;
 LT floor_divide(Lowerer& L, const Node& n, const Value& a, const Value& b);
 LT trunc_divide_int(Lowerer& L, const Node& n, const Value& a, const Value& b);
 
+// Short forms the rule files write their formulas in: a literal of `like`'s type, binary and unary
+// math, selection.
+namespace formula {
+inline Expr c(double v, const Expr& like) { return loop::const_of(v, like->type); }
+inline Expr bin(loop::BinaryOp op, const Expr& a, const Expr& b) { return loop::binary(op, a, b); }
+inline Expr un(loop::UnaryOp op, const Expr& a) { return loop::unary(op, a); }
+inline Expr sel(const Expr& cond, const Expr& a, const Expr& b) { return loop::select(cond, a, b); }
+}  // namespace formula
+
 // Whether the graph is lowered for CUDA, whose eager kernels compute some ops by other formulas
 // than CPU's (the ATen CUDA kernel each rule follows is named there).
 inline bool on_cuda(const Lowerer& L) { return L.like() == EagerDevice::CUDA; }

@@ -13,11 +13,11 @@ using loop::ReduceOp;
 using loop::UnaryOp;
 using V = std::vector<Expr>;
 
-namespace {
+using formula::bin;
+using formula::c;
+using formula::un;
 
-Expr c(double v, const Expr& like) { return loop::const_of(v, like->type); }
-Expr bin(BinaryOp op, const Expr& a, const Expr& b) { return loop::binary(op, a, b); }
-Expr un(UnaryOp op, const Expr& a) { return loop::unary(op, a); }
+namespace {
 // NaN-preserving clamp of x to [lo, hi] (either may be absent).
 Expr clamp_expr(const Expr& x, const Expr* lo, const Expr* hi) {
   Expr r = x;

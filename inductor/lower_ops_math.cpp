@@ -17,12 +17,12 @@ using loop::ReduceOp;
 using loop::UnaryOp;
 using V = std::vector<Expr>;
 
-namespace {
+using formula::bin;
+using formula::c;
+using formula::sel;
+using formula::un;
 
-Expr c(double v, const Expr& like) { return loop::const_of(v, like->type); }
-Expr bin(BinaryOp op, const Expr& a, const Expr& b) { return loop::binary(op, a, b); }
-Expr un(UnaryOp op, const Expr& a) { return loop::unary(op, a); }
-Expr sel(const Expr& cond, const Expr& a, const Expr& b) { return loop::select(cond, a, b); }
+namespace {
 
 void no_inplace(Lowerer& L, const Node& n) {
   if (L.has_arg(n, "inplace") && L.arg(n, "inplace").kind == Value::Kind::Bool && L.arg(n, "inplace").b)
