@@ -521,7 +521,7 @@ Sym SymbolicTracer::call_const(const Sym& fn, std::vector<Sym>& args, KwArgs& kw
                                "_is_torch_function_mode_enabled", "_is_any_autocast_enabled",
                                "is_fx_tracing", "is_available", "is_built", "_get_cudnn_enabled", "is_tensor",
                                "is_floating_point", "is_complex", "is_signed", "_jit_internal", "annotate",
-                               "_len_torch_dispatch_stack", "_accelerator_getAccelerator"})
+                               "_len_torch_dispatch_stack", "_accelerator_getAccelerator", "_cuda_getDeviceCount"})
       if (short_name == n || (starts_with(short_name, "_") && short_name.substr(1) == n)) {
         // NB: by the short name: torch.is_floating_point's qualified one is _VariableFunctionsClass's.
         if (short_name == "is_tensor") return make_const(args.size() == 1 && args[0]->is(SymKind::Tensor) ? Py_True : Py_False);
