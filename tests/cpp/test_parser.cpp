@@ -25,7 +25,7 @@ TEST(Parser, RoundTripsHandWrittenGraphs) {
       "    relu: \"f32[4, 16]\" = torch.relu(add)\n"
       "    view: \"f32[64]\" = relu.view([64])\n"
       "    getitem: \"f32[2, 16]\" = relu[0:2]\n"
-      "    sum_1: \"f32[1, 1]\" = torch.sum(relu, keepdim=True)\n"
+      "    sum_1: \"f32[1, 1]\" = torch.sum(relu, dim=None, keepdim=True)\n"
       "    neg: \"f32[4, 16]\" = -relu\n"
       "    return (relu, getitem, sum_1, neg)\n",
       // tuple inputs and tuple getitem nodes, list output, scalar constants in the output

@@ -35,7 +35,7 @@ TEST(Printer, FxLikeCode) {
             "    getitem: \"f32[2, 16]\" = relu[0:2]\n"
             "    split: \"(f32[2, 16], f32[2, 16])\" = torch.split(relu, 2)\n"
             "    getitem_1: \"f32[2, 16]\" = split[0]\n"
-            "    sum_1: \"f32[1, 1]\" = torch.sum(relu, keepdim=True)\n"
+            "    sum_1: \"f32[1, 1]\" = torch.sum(relu, dim=None, keepdim=True)\n"
             "    return (relu, getitem, getitem_1, sum_1)\n");
 }
 

@@ -16,7 +16,7 @@ const char* kWellFormed =
     "    relu: \"f32[4, 16]\" = torch.relu(add)\n"
     "    view: \"f32[64]\" = relu.view([64])\n"
     "    getitem: \"f32[2]\" = t[0]\n"
-    "    sum_1: \"f32[1, 1]\" = torch.sum(relu, keepdim=True)\n"
+    "    sum_1: \"f32[1, 1]\" = torch.sum(relu, dim=None, keepdim=True)\n"
     "    return (view, getitem, sum_1)\n";
 
 TEST(Verifier, WellFormedGraphsPass) {
