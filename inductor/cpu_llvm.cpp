@@ -231,7 +231,11 @@ class KernelEmitter {
   void emit(const std::string& name, int64_t stream_bytes) {
     bufs_ = k_.buffers();
     int loops = 0;
-    loop::for_each_stmt(k_.root, [&](const loop::Stmt& s) { loops += s.kind == StmtKind::Loop; });
+    accumulators_.assign(k_.locals.size(), false);
+    loop::for_each_stmt(k_.root, [&](const loop::Stmt& s) {
+      loops += s.kind == StmtKind::Loop;
+      if (s.kind == StmtKind::Reduce) accumulators_[static_cast<size_t>(s.local)] = true;
+    });
     multi_loop_ = loops > 2;
     std::vector<int> streamed;
     if (stream_bytes > 0)
@@ -681,10 +685,14 @@ class KernelEmitter {
           return b_.CreateFMul(x, ConstantFP::getInfinity(x->getType()->getScalarType(), std::signbit(d->f)));
         }
         Value* r = binary(static_cast<BinaryOp>(e->op), expr(e->args[0]), expr(e->args[1]), e->args[0]->type);
-        if (static_cast<BinaryOp>(e->op) == BinaryOp::Div && loop::is_float(e->type) && e->args[1]->kind == ExprKind::Local)
+        if (static_cast<BinaryOp>(e->op) == BinaryOp::Div && loop::is_float(e->type) && e->args[1]->kind == ExprKind::Local &&
+            accumulators_[static_cast<size_t>(e->args[1]->id)])
           if (auto* inst = dyn_cast<Instruction>(r)) {
             // NB: a division by a row's sum (softmax) or count is then one reciprocal per row and
-            // a multiply per element (as torch's own kernels do), not a division per element.
+            // a multiply per element (as torch's own kernels do), not a division per element. Only
+            // a reduction's result: a local holding an element (a value computed once and read
+            // twice) is divided by exactly (its reciprocal overflows for a denormal: codegen fuzz
+            // case 73001322, frac(x) // frac(x) gave inf).
             FastMathFlags f;
             f.setAllowReciprocal();
             inst->setFastMathFlags(f);
@@ -830,6 +838,7 @@ class KernelEmitter {
   Module& m_;
   const loop::Program& p_;
   const loop::Kernel& k_;
+  std::vector<bool> accumulators_;  // local id -> set by a Reduce (a row's sum, max ...)
   IRBuilder<> b_;
   Function* fn_ = nullptr;
   Value* begin_ = nullptr;
@@ -922,7 +931,7 @@ std::shared_ptr<CpuModule> compile_cpu(const loop::Program& p, const CpuCompileO
   int64_t stream_bytes = j.tm->getTargetTriple().isX86() ? options.streaming_store_bytes : 0;
   // NB: the build's time stands for this file's code: an object compiled by an earlier emitter
   // (one with a bug fixed since) is never loaded by a later one.
-  std::string text = "framefuse-cpu-v10 " __DATE__ " " __TIME__ "\nllvm " LLVM_VERSION_STRING "\n" + j.cpu + "\n" + j.features +
+  std::string text = "framefuse-cpu-v11 " __DATE__ " " __TIME__ "\nllvm " LLVM_VERSION_STRING "\n" + j.cpu + "\n" + j.features +
                      "\nstreaming " + std::to_string(stream_bytes) + "\nlibmvec " + (j.libmvec_235 ? "2.35" : "old") + "\n" + loop::program_str(p);
   mod->cache_key = cache_key_hash(text);
   std::string object;

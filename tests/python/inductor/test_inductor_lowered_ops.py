@@ -211,3 +211,20 @@ def test_round_decimals(dtype, decimals):
 def test_addcdiv(dtype, value):
     a, b, c = floats(dtype), floats(dtype, seed=7), floats(dtype, seed=8).flip(0)
     lowered(lambda g, x, y, z: g.call(torch.addcdiv, x, y, z, value=value), [a, b, c])
+
+
+def test_a_value_read_twice_is_divided_by_exactly():
+    # frac(x) is computed once and read by every step of the floor division: its reciprocal
+    # overflows for a denormal (codegen fuzz case 73001322 gave inf where eager gives 1). Only a
+    # reduction's result (softmax's row sum) is divided by through one reciprocal.
+    import framefuse
+    x = torch.tensor([[1e-40, 1e-45, 5e-39], [3.5, -2.25, 1e-30]])
+
+    def f(a):
+        v = torch.frac(a)
+        return v // v, a / torch.frac(a * 3)
+
+    framefuse.reset()
+    got, want = framefuse.compile(f, backend="inductor")(x), f(x)
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w, rtol=0, atol=0, equal_nan=True)
