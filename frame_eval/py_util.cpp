@@ -86,7 +86,12 @@ PyObject* iterator_rest(PyObject* it) {
     bool reversed = name == "list_reverseiterator";
     PyRef start = PyRef::steal(reversed ? (pos < 0 ? nullptr : PyLong_FromSsize_t(pos)) : PyLong_FromSsize_t(pos));
     PyRef step = PyRef::steal(PyLong_FromLong(reversed ? -1 : 1));
-    if (reversed && pos < 0) return PyTuple_New(0);
+    // NB: a reverse iterator whose position is past its list's end (the list shrank) yields nothing
+    // more: CPython's listreviter_next ends it there.
+    if (reversed && (pos < 0 || pos >= PySequence_Size(seq))) {
+      PyErr_Clear();
+      return PyTuple_New(0);
+    }
     PyRef slice = PyRef::steal(PySlice_New(start.get(), nullptr, step.get()));
     part = PyRef::steal(slice ? PyObject_GetItem(seq, slice.get()) : nullptr);
     seq = part.get();

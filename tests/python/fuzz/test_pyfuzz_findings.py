@@ -346,3 +346,25 @@ def test_equal_results_returned_twice_stay_two_tensors(backend):
     check(_two_equal_constants_returned, backend, lambda: [torch.tensor([-1.0, 2.0, 3.0])])
     b, c, _ = framefuse.compile(_two_equal_constants_returned, backend=backend)(torch.zeros(3))
     assert b is not c and b.data_ptr() != c.data_ptr()
+
+
+@pytest.mark.parametrize("backend", ["eager", "inductor"])
+def test_a_reverse_iterator_over_a_list_that_shrank_is_exhausted(backend):
+    # pyfuzz 71:674: reversed(lst), one item taken, the list cut to one element: CPython's reverse
+    # iterator, past the list's end, yields nothing more. Read as holding [lst[0]], the resume
+    # function's runner advanced it past its end ("an iterator passed in ended early").
+    def f(x, lst):
+        it = reversed(lst)
+        first = next(it, -1)
+        del lst[1:]
+        rest = list(it)
+        framefuse.graph_break()
+        return x + first, rest, list(it)
+
+    framefuse.reset()
+    compiled = framefuse.compile(f, backend=backend)
+    for lst in ([0], [0], [7, 5, 3], [0], [7, 5, 3]):
+        want_lst, got_lst = list(lst), list(lst)
+        want, got = f(torch.ones(2), want_lst), compiled(torch.ones(2), got_lst)
+        torch.testing.assert_close(got[0], want[0])
+        assert got[1:] == want[1:] and got_lst == want_lst
