@@ -688,11 +688,8 @@ class KernelEmitter {
         if (static_cast<BinaryOp>(e->op) == BinaryOp::Div && loop::is_float(e->type) && e->args[1]->kind == ExprKind::Local &&
             accumulators_[static_cast<size_t>(e->args[1]->id)])
           if (auto* inst = dyn_cast<Instruction>(r)) {
-            // NB: a division by a row's sum (softmax) or count is then one reciprocal per row and
-            // a multiply per element (as torch's own kernels do), not a division per element. Only
-            // a reduction's result: a local holding an element (a value computed once and read
-            // twice) is divided by exactly (its reciprocal overflows for a denormal: codegen fuzz
-            // case 73001322, frac(x) // frac(x) gave inf).
+            // NB: a division by a row's sum (softmax) is one reciprocal per row, as in torch's own
+            // kernels. Only by a reduction's result: an element's reciprocal overflows for a denormal.
             FastMathFlags f;
             f.setAllowReciprocal();
             inst->setFastMathFlags(f);
