@@ -5,6 +5,7 @@
 
 #include <memory>
 
+#include "graph/autograd/autograd.h"
 #include "graph/op_registry.h"
 #include "graph/parser.h"
 #include "graph/passes/fuse_attention.h"
@@ -193,6 +194,39 @@ void define_graph(py::module_& m) {
            "(graph, rewritten softmax names): explicit attention rewritten into scaled_dot_product_attention "
            "(config fuse_attention; a no-op where the installed torch has no SDPA). cuda_tf32_matmul: float32 "
            "matmuls on CUDA run in TF32 now, so float32 CUDA attention stays explicit.")
+      .def("autograd_split", [](const PyGraph& self) {
+             GraphStageOptions options;
+             options.fuse_attention = false;  // NB: scaled_dot_product_attention has no derivative rule yet
+             Graph source = run_passes(self.g, graph_passes(options), verify_between_passes());
+             AutogradGraphs split = split_for_autograd(source, python_typer());
+             auto fwd = std::make_shared<PyGraph>();
+             fwd->g = std::move(split.forward);
+             auto bwd = std::make_shared<PyGraph>();
+             bwd->g = std::move(split.backward);
+             py::dict d;
+             d["forward"] = fwd;
+             d["backward"] = bwd;
+             if (!split.alias_outputs.empty()) {
+               auto aliases = std::make_shared<PyGraph>();
+               aliases->g = std::move(split.aliases);
+               d["aliases"] = aliases;
+             } else {
+               d["aliases"] = py::none();
+             }
+             d["alias_outputs"] = split.alias_outputs;
+             d["outputs"] = split.outputs;
+             d["differentiable"] = split.differentiable;
+             d["saved_inputs"] = split.saved_inputs;
+             d["grad_inputs"] = split.grad_inputs;
+             d["grad_tangents"] = split.grad_tangents;
+             return d; },
+           "AOT autograd (graph/autograd/autograd.h): a dict of the forward and backward graphs and how the "
+           "runtime connects them (outputs, differentiable, saved_inputs, grad_inputs, grad_tangents). Raises "
+           "framefuse._C.Unsupported where the graph cannot be split exactly.")
+      .def("joint_graph", [](const PyGraph& self) {
+             auto out = std::make_shared<PyGraph>();
+             out->g = joint_graph(self.g, python_typer());
+             return out; }, "The joint forward and backward graph (graph/autograd/autograd.h).")
       .def("pass_trace", [](const PyGraph& self) { return graph_pass_trace(self.g); }, "The IR after each graph pass, as text.")
       .def_static("parse", [](const std::string& text) {
                     auto out = std::make_shared<PyGraph>();

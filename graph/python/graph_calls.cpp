@@ -431,6 +431,16 @@ std::optional<NodeId> add_op_call(Graph& g, OpId op, const std::vector<Value>& a
   return g.add_call(op, std::move(*bound), std::move(*meta), def.schema.name);
 }
 
+CallTyper python_typer() {
+  return [](Graph& g, OpId op, const std::vector<Value>& positional,
+            const std::vector<std::pair<std::string, Value>>& keywords) -> NodeId {
+    std::string reason;
+    std::optional<NodeId> n = add_op_call(g, op, positional, keywords, &reason, /*grad_enabled=*/false);
+    if (!n) throw Unsupported("a backward call cannot be typed: " + reason);
+    return *n;
+  };
+}
+
 std::optional<NodeId> add_torch_call(Graph& g, PyObject* fn, const std::vector<Value>& args,
                                      const std::vector<std::pair<std::string, Value>>& kwargs, std::string* reason,
                                      bool grad_enabled) {

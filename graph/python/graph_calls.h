@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "graph/autograd/autograd.h"
 #include "graph/ir.h"
 
 namespace ff {
@@ -33,6 +34,10 @@ PyObject* op_callable(OpId op);
 std::optional<NodeId> add_op_call(Graph& g, OpId op, const std::vector<Value>& args,
                                   const std::vector<std::pair<std::string, Value>>& kwargs, std::string* reason,
                                   bool grad_enabled = true);
+
+// add_op_call as AOT autograd's typer (graph/autograd/autograd.h): results do not require grad;
+// a call that cannot be typed throws Unsupported with add_op_call's reason.
+CallTyper python_typer();
 
 // As add_op_call, starting from a Python callable; *reason says when it is not a registered op.
 std::optional<NodeId> add_torch_call(Graph& g, PyObject* fn, const std::vector<Value>& args,

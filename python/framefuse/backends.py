@@ -64,15 +64,19 @@ def _inductor(graph, example_inputs, mode=None, **options):
     return graph.run
 
 
-def _inductor_training(graph, example_inputs, mode):
-    """backend="inductor" for a graph that needs autograd (the frontend sends these only under
-    mode="reduce-overhead"): CUDA graphs of its forward and backward where every tensor is on the GPU."""
+def _inductor_training(graph, example_inputs, mode, options):
+    """backend="inductor" for a graph that needs autograd: under mode="reduce-overhead" with every
+    tensor on the GPU, CUDA graphs of its forward and backward; otherwise AOT autograd's compiled
+    forward and backward (framefuse._autograd, config aot_autograd), or eager ops."""
     import torch  # noqa: PLC0415
+    from ._C import config as _config  # noqa: PLC0415
     from ._C import logging as _log  # noqa: PLC0415
     tensors = [t for t in example_inputs if isinstance(t, torch.Tensor)]
     if mode == "reduce-overhead" and tensors and all(t.is_cuda for t in tensors):
         from . import cuda  # noqa: PLC0415
         return cuda.TrainingGraphReplay(graph)
+    if _config.get("aot_autograd"):
+        return _inductor(graph, example_inputs, mode, **(options or {}))
     _log.emit("perf_hints", "backend=inductor: graphs that need autograd run on the reference runner (eager torch ops)")
     return graph.run
 
@@ -82,7 +86,7 @@ def _call_backend(backend, cgraph, example_inputs, mode, options, training=False
     # mode is on and an input requires grad.
     graph = Graph(cgraph)
     if backend == "inductor" and training:
-        return _inductor_training(graph, example_inputs, mode)
+        return _inductor_training(graph, example_inputs, mode, options)
     if backend == "inductor":
         return _inductor(graph, example_inputs, mode, **(options or {}))
     compiled = backend(graph, example_inputs, **options) if options else backend(graph, example_inputs)

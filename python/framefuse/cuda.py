@@ -623,8 +623,20 @@ def backend(graph, example_inputs, mode=None, **options):
     if not tensors or not all(t.is_cuda for t in tensors):
         _hint("CUDA backend: the graph's inputs are not all CUDA tensors; running it eagerly")
         return graph.run
+    from .inductor import _graph_handle, _needs_autograd  # noqa: PLC0415
+    handle = _graph_handle(graph)
+    if _needs_autograd(handle):
+        from ._autograd import compile_with_autograd  # noqa: PLC0415
+        inner = "default" if mode in (None, "reduce-overhead") else mode
+        compiled = compile_with_autograd(handle, lambda g: _compile_or_eager(g, inner),
+                                         lambda why: _hint(f"CUDA backend: {why}; running it eagerly"))
+        return compiled if compiled is not None else graph.run
+    return _compile_or_eager(graph, mode or "default")
+
+
+def _compile_or_eager(graph, mode):
     try:
-        return compile_graph(graph, mode=mode or "default")
+        return compile_graph(graph, mode=mode)
     except (_C.Unsupported, _C.UserError) as e:
         _hint(f"CUDA backend: running the graph eagerly: {e}")
         return graph.run

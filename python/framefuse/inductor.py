@@ -13,6 +13,7 @@ Whenever lowering or code generation fails, or framefuse was built without LLVM,
 the reference runner (eager torch ops) and a `perf_hints` log line says why.
 """
 from . import _C
+from ._autograd import compile_with_autograd
 
 __all__ = ["compile_graph", "loop_ir", "codegen_available"]
 
@@ -44,17 +45,20 @@ def compile_graph(graph, example_inputs=None):
     """
     handle = _graph_handle(graph)
     if _needs_autograd(handle):
-        _hint("inductor: the graph needs autograd (grad mode is on and a tensor in it requires grad); "
-              "it runs on the reference runner (eager torch ops)")
-        return _ReferenceFallback(handle)
+        compiled = compile_with_autograd(handle, _compile_cpu,
+                                         lambda why: _hint(f"inductor: {why}; it runs on the reference runner"))
+        return compiled if compiled is not None else _ReferenceFallback(handle)
+    return _compile_cpu(handle)
+
+
+def _compile_cpu(handle):
     try:
-        compiled = _C.inductor.CompiledGraph(handle)
+        return _C.inductor.CompiledGraph(handle)
     except Exception as e:  # lowering/codegen failure: never the user's problem
         if _C.config.get("raise_on_internal_error") and isinstance(e, _C.InternalError):
             raise
         _hint(f"inductor: running the graph on the reference runner: {type(e).__name__}: {e}")
         return _ReferenceFallback(handle)
-    return compiled
 
 
 def _requires_grad(meta):
