@@ -1,4 +1,4 @@
-"""The benchmark runner: `python -m benchmarks.run [--preset quick|zoo|full|gpu|tiny|gpu-suite] [flags]`.
+"""The benchmark runner: `python -m benchmarks.run [--preset quick|zoo|train|full|gpu|tiny|gpu-suite] [flags]`.
 
 `--preset gpu-suite` runs the issue's GPU targets (benchmarks/gpu_suite.py); the flags after it are
 that suite's own (`--preset gpu-suite --help` lists them).
@@ -31,8 +31,11 @@ QUICK_WORKLOADS = ("evaluate_features", "conv_feature_model", "mlp_train_step", 
 GPU_WORKLOADS = ("nanogpt", "resnet18", "mlp_train_step", "sin_cos", "add_layernorm_gelu", "softmax_scaled",
                  "evaluate_features", "conv_feature_model", "linear_10_5", "pointwise_chain", "copy",
                  "transformer_encoder_layer", "mobilenet_v2", "add_one", "add_one_3args", "one_graph_break",
-                 "resnet50", "resnet50_train_step", "bert", "gpt2", "llama", "t5", "vit", "bert_train_step")
-ZOO_WORKLOADS = ("bert", "gpt2", "llama", "t5", "vit", "bert_train_step")
+                 "resnet50", "resnet50_train_step", "bert", "gpt2", "llama", "t5", "vit", "bert_train_step",
+                 "gpt2_train_step", "nanogpt_train_step", "add_layernorm_gelu_grad")
+ZOO_WORKLOADS = ("bert", "gpt2", "llama", "t5", "vit", "bert_train_step", "gpt2_train_step")
+TRAIN_WORKLOADS = ("mlp_train_step", "bert_train_step", "gpt2_train_step", "nanogpt_train_step", "resnet50_train_step",
+                   "add_layernorm_gelu_grad")
 BASE_CONTENDERS = ("eager", "framefuse-eager", "framefuse", "torch.compile-eager", "torch.compile")
 QUICK_BUDGET = measure.Budget(warmup_s=0.05, min_sample_s=0.005, samples=9, max_s=0.3)
 
@@ -50,6 +53,9 @@ PRESETS = {
     # transformers' models (issue #28) at the quick preset's sizes and timing budget, torch.compile included.
     "zoo": dict(devices=("cpu",), scale="quick", demo=True, threads=1, workloads=ZOO_WORKLOADS,
                 contenders=("eager", "framefuse", "torch.compile"), budget=QUICK_BUDGET),
+    # Training and grad-mode calls (issue #23: AOT autograd) at the quick preset's sizes, torch.compile included.
+    "train": dict(devices=("cpu",), scale="quick", demo=True, threads=1, workloads=TRAIN_WORKLOADS,
+                  contenders=("eager", "framefuse", "torch.compile"), budget=QUICK_BUDGET),
     "full": dict(devices=("cpu",), scale="full", demo=True, workloads=None, contenders=BASE_CONTENDERS,
                  budget=measure.Budget(warmup_s=0.5, min_sample_s=0.02, samples=21, max_s=3.0)),
     # Fits a 550 s session on a GPU machine, build included: the issue's workloads first, then the rest while

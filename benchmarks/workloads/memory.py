@@ -47,6 +47,31 @@ def build_add_layernorm_gelu(device, scale):
                 note=f"{rows}x{cols}")
 
 
+class _AddLayerNormGelu(torch.nn.Module):
+    def __init__(self, cols):
+        super().__init__()
+        self.norm = torch.nn.LayerNorm(cols)
+
+    def forward(self, x, r):
+        return F.gelu(self.norm(x + r))
+
+
+@workload("add_layernorm_gelu_grad", "memory",
+          description="gelu(LayerNorm(x + r)) without torch.no_grad(): the norm's parameters require grad "
+                      "(full: 8192x1024 on CPU, 8192x4096 on CUDA)")
+def build_add_layernorm_gelu_grad(device, scale):
+    cuda = torch.device(device).type == "cuda"
+    rows, cols = pick(scale, (64, 256), (1024, 1024), (8192, 4096) if cuda else (8192, 1024))
+    x, r = torch.randn(rows, cols, device=device), torch.randn(rows, cols, device=device)
+    model = _AddLayerNormGelu(cols).to(device)
+    with torch.no_grad():
+        model.norm.weight.normal_()
+        model.norm.bias.normal_()
+    # NB: the output is compared detached; what is timed is the call alone, as users make it
+    return Case(model, (x, r), step=lambda fn, args: fn(*args).detach(), bytes_moved=3 * tensor_bytes(x),
+                atol=1e-4, rtol=1e-4, note=f"{rows}x{cols}")
+
+
 def softmax_scaled(x):
     return torch.softmax(x * 0.125, -1)
 

@@ -1,6 +1,6 @@
-"""Whole models: CNNs, a nanoGPT-style decoder, transformer layers, and transformers' model zoo (BERT,
-GPT-2, Llama, T5, ViT inference and a BERT training step) built from their configs (random weights,
-nothing downloaded) when transformers imports."""
+"""Whole models: CNNs, a nanoGPT-style decoder (inference and a training step), transformer layers, and
+transformers' model zoo (BERT, GPT-2, Llama, T5, ViT inference and BERT and GPT-2 training steps) built
+from their configs (random weights, nothing downloaded) when transformers imports."""
 
 import torch
 from torch import nn
@@ -46,6 +46,28 @@ def build_nanogpt(device, scale):
     idx = torch.randint(0, cfg["vocab"], (B, T), device=device)
     return Case(model, (idx,), step=no_grad_step, atol=1e-3, rtol=1e-3,
                 note=f"{cfg['n_layer']} layers d{cfg['d']} B{B} T{T} vocab {cfg['vocab']}")
+
+
+def _lm_cross_entropy(logits, targets):
+    return nn.functional.cross_entropy(logits.flatten(0, 1), targets.flatten())
+
+
+@workload("nanogpt_train_step", "models", "train",
+          description="nanoGPT-style decoder forward + backward + AdamW step (full: 4 layers d768; "
+                      "CPU B1 T128, CUDA B8 T256)")
+def build_nanogpt_train_step(device, scale):
+    cuda = torch.device(device).type == "cuda"
+    cfg = pick(scale, dict(vocab=512, block_size=64, n_layer=1, n_head=2, d=64, B=1, T=16),
+               dict(vocab=2048, block_size=128, n_layer=2, n_head=4, d=128, B=2, T=64),
+               dict(vocab=50304, block_size=1024, n_layer=4, n_head=12, d=768, B=8 if cuda else 1,
+                    T=256 if cuda else 128))
+    B, T = cfg.pop("B"), cfg.pop("T")
+    model = NanoGPT(**cfg).to(device).train()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    idx = torch.randint(0, cfg["vocab"], (B, T), device=device)
+    y = torch.randint(0, cfg["vocab"], (B, T), device=device)
+    return Case(model, (idx, y), step=train_step(_lm_cross_entropy, opt), explain_args=(idx,), atol=1e-3,
+                rtol=1e-3, note=f"{cfg['n_layer']} layers d{cfg['d']} B{B} T{T}; error: first-step loss")
 
 
 @workload("transformer_encoder_layer", "models",
@@ -149,6 +171,29 @@ def build_vit(device, scale):
 
 def _logits_cross_entropy(out, y):
     return nn.functional.cross_entropy(out.logits, y)
+
+
+def _lm_logits_cross_entropy(out, y):
+    return _lm_cross_entropy(out.logits, y)
+
+
+@workload("gpt2_train_step", "models", "train",
+          description="transformers GPT2LMHeadModel forward + backward + AdamW step (full: 4 layers d768; "
+                      "CUDA B8 T256, CPU B1 T128)")
+def build_gpt2_train_step(device, scale):
+    tf = _transformers()
+    cuda = torch.device(device).type == "cuda"
+    no_dropout = dict(resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
+    cfg = tf.GPT2Config(n_layer=4, **no_dropout) if scale == "full" else tf.GPT2Config(
+        n_layer=2, n_embd=128, n_head=2, vocab_size=2048, n_positions=256, **no_dropout)
+    B, T = pick(scale, (1, 16), (2, 64), (8, 256) if cuda else (1, 128))
+    model = tf.GPT2LMHeadModel(cfg).to(device).train()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    ids = torch.randint(0, cfg.vocab_size, (B, T), device=device)
+    y = torch.randint(0, cfg.vocab_size, (B, T), device=device)
+    return Case(model, (ids, y), step=train_step(_lm_logits_cross_entropy, opt), explain_args=(ids,), atol=1e-3,
+                rtol=1e-3, note=f"transformers GPT2LMHeadModel, random weights, dropout 0, {cfg.n_layer} layers "
+                                f"d{cfg.n_embd}, B{B} T{T}; error: first-step loss")
 
 
 @workload("bert_train_step", "models", "train",

@@ -6,6 +6,7 @@
 #include "graph/autograd/derivatives.h"
 #include "graph/meta_rules.h"
 #include "graph/op_registry.h"
+#include "graph/passes/effects.h"
 #include "src/base/errors.h"
 
 namespace ff {
@@ -192,23 +193,40 @@ Joint build_joint(const Graph& src, const CallTyper& typer) {
   return j;
 }
 
-// A forward value the backward can compute again instead of having it saved: a pointwise or view
-// function of the graph's inputs.
-bool recomputable(const Graph& g, NodeId id, std::vector<int8_t>& memo) {
-  int8_t& m = memo[static_cast<size_t>(id)];
-  if (m >= 0) return m == 1;
-  const Node& n = g.node(id);
-  bool ok = false;
-  if (n.kind == NodeKind::Call) {
-    const OpDef& op = op_def(n.op);
-    ok = (op.has(kPointwise) || op.has(kView)) && !op.has(kRandom) && !op.has(kInplace) && !call_mutates_input(op, n.args);
-    for (const Value& a : n.args)
-      a.for_each_node([&](NodeId o) {
-        ok = ok && (g.node(o).kind == NodeKind::Placeholder || recomputable(g, o, memo));
-      });
+// The source inputs the graph writes (an in-place op's operand, batch norm's running statistics in
+// training): the backward must not read them, it would see the written values.
+std::vector<bool> written_inputs(const Graph& g) {
+  std::vector<bool> written(g.size(), false);
+  auto write = [&](const Value& v) {
+    if (v.is_node() && g.node(view_base(g, v.node)).kind == NodeKind::Placeholder)
+      written[static_cast<size_t>(view_base(g, v.node))] = true;
+  };
+  for (const Node& n : g.nodes()) {
+    if (n.kind != NodeKind::Call) continue;
+    if (mutates_operand(n)) write(n.args[0]);
+    if (op_kind(n) == Op::batch_norm) {
+      const OpSchema& s = op_def(n.op).schema;
+      const Value& training = n.args[static_cast<size_t>(s.index_of("training"))];
+      if (training.kind != Value::Kind::Bool || training.b) {
+        write(n.args[static_cast<size_t>(s.index_of("running_mean"))]);
+        write(n.args[static_cast<size_t>(s.index_of("running_var"))]);
+      }
+    }
   }
-  m = ok ? 1 : 0;
-  return ok;
+  return written;
+}
+
+// Whether the backward computes call `n` again rather than having the forward save it: everything
+// but matrix products and convolutions (extern), ops of the open registry (their cost is unknown),
+// random draws and writes. The backward then reads the inputs of the chain (free: the caller holds
+// them) or the saved results of the externs before it, as torch.compile's partitioner prefers.
+bool cheap_to_recompute(const Node& n) {
+  if (n.kind == NodeKind::GetItem) return true;  // of a tuple that is recomputed too
+  if (n.kind != NodeKind::Call) return false;
+  const OpDef& op = op_def(n.op);
+  if (op.is_open() || op.has(kExtern) || op.has(kRandom) || op.has(kInplace) || op.has(kNondeterministicOutput))
+    return false;
+  return !mutates_operand(n) && op_kind(n) != Op::batch_norm;
 }
 
 }  // namespace
@@ -241,8 +259,21 @@ AutogradGraphs split_for_autograd(const Graph& src, const CallTyper& typer) {
   const Graph& g = j.g;
   size_t first_tangent = j.inputs, first_call = j.inputs + j.tangents;
 
-  // What the backward reads from the forward: recomputed there, or saved.
-  std::vector<int8_t> memo(g.size(), -1);
+  // What the backward reads from the forward: recomputed there (a chain of cheap calls from inputs
+  // the graph does not write; not the user's results, which are there anyway), or saved.
+  std::vector<bool> written = written_inputs(g), user_result(g.size(), false);
+  for (NodeId o : j.outputs) user_result[static_cast<size_t>(o)] = true;
+  std::vector<bool> recomputable(g.size(), false);
+  for (size_t i = first_call; i < static_cast<size_t>(j.first_backward); ++i) {
+    const Node& n = g.node(static_cast<NodeId>(i));
+    bool ok = cheap_to_recompute(n);
+    for (const Value& a : n.args)
+      a.for_each_node([&](NodeId o) {
+        bool input = g.node(o).kind == NodeKind::Placeholder;
+        ok = ok && ((input && !written[static_cast<size_t>(o)]) || (!input && recomputable[static_cast<size_t>(o)]));
+      });
+    recomputable[i] = ok;
+  }
   std::vector<bool> recompute(g.size(), false), saved(g.size(), false);
   std::vector<NodeId> work;
   auto reads = [&](const Value& v) { v.for_each_node([&](NodeId id) { work.push_back(id); }); };
@@ -254,12 +285,13 @@ AutogradGraphs split_for_autograd(const Graph& src, const CallTyper& typer) {
     work.pop_back();
     auto i = static_cast<size_t>(id);
     if (id >= j.first_backward || (i >= first_tangent && i < first_call) || recompute[i] || saved[i]) continue;
-    if (i >= first_call && recomputable(g, id, memo)) {
+    if (i >= first_call && recomputable[i] && !user_result[i]) {
       recompute[i] = true;
       for (const Value& a : g.node(id).args) reads(a);
     } else {
       if (i >= first_call && !g.node(id).meta.is_tensor())
         throw Unsupported("the backward reads a non-tensor value computed by the forward");
+      if (i < first_call && written[i]) throw Unsupported("the backward reads an input that the graph writes in place");
       saved[i] = true;
     }
   }

@@ -8,9 +8,11 @@
 //   forward:  the source's nodes; returns (tanh, <saved>...)
 //   backward: def backward(<saved>..., tangents_0):  returns (grad of x, grad of w)
 //
-// The partition: a value of the forward that the backward reads is recomputed there when it is a
-// pointwise or view function of the graph's inputs (cheap, and saves no memory beyond the inputs),
-// otherwise saved by the forward (what eager's autograd saves, at most).
+// The partition: a value of the forward that the backward reads is recomputed there when it comes
+// from the graph's inputs and the saved results through cheap calls (pointwise, views, reductions,
+// normalizations: everything but matrix products, convolutions, open ops and random draws, see
+// cheap_to_recompute); the results of those and the user's results are saved. The forward then
+// writes little besides its results, and the backward's recomputation fuses into its kernels.
 //
 // The runtime (framefuse's Python layer) runs the forward inside a torch.autograd.Function, saves
 // what it returns after the user's outputs, and runs the backward (compiled on its first call) from

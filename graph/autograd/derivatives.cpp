@@ -667,6 +667,86 @@ void rule_conv(RuleContext& c) {
   if (nb) c.give(bias, b.item(r, 2));
 }
 
+// Per channel (dim 1) statistics of batch_norm: every dim but the channels'.
+std::vector<int64_t> all_but_channels(int64_t ndim) {
+  std::vector<int64_t> dims;
+  for (int64_t d = 0; d < ndim; ++d)
+    if (d != 1) dims.push_back(d);
+  return dims;
+}
+
+void rule_batch_norm(RuleContext& c) {
+  GradBuilder& b = c.b;
+  const Value &input = c.arg("input"), &weight = c.arg("weight"), &bias = c.arg("bias");
+  if (c.needs("running_mean") || c.needs("running_var")) unsupported(c, "with respect to the running statistics");
+  const TensorMeta in = b.tensor(input);
+  if (in.dim() < 2) unsupported(c, "of a tensor without channels");
+  std::vector<int64_t> dims = all_but_channels(in.dim()), channel_shape(static_cast<size_t>(in.dim()), 1);
+  channel_shape[1] = in.sizes[1];
+  const Value& training = c.arg("training");
+  bool batch_stats = training.kind == Value::Kind::Bool && training.b;
+  Value x = b.opmath(input), g = b.opmath(c.grad);
+  Value xc, invstd;
+  if (batch_stats) {  // the batch's statistics again (eager saves them)
+    xc = b.sub(x, b.mean(x, dims, true));
+    invstd = b.call(Op::rsqrt, {b.add(b.mean(b.mul(xc, xc), dims, true), c.arg("eps"))});
+  } else {
+    const Value &mean = c.arg("running_mean"), &var = c.arg("running_var");
+    if (mean.is_none() || var.is_none()) unsupported(c, "in eval mode without running statistics");
+    xc = b.sub(x, b.reshape(b.opmath(mean), channel_shape));
+    invstd = b.reshape(b.call(Op::rsqrt, {b.add(b.opmath(var), c.arg("eps"))}), channel_shape);
+  }
+  Value xhat = b.mul(xc, invstd);
+  if (c.needs(input)) {
+    Value gxhat = weight.is_none() ? g : b.mul(g, b.reshape(b.opmath(weight), channel_shape));
+    if (batch_stats) {
+      Value m1 = b.mean(gxhat, dims, true), m2 = b.mean(b.mul(gxhat, xhat), dims, true);
+      c.give(input, b.mul(invstd, b.sub(b.sub(gxhat, m1), b.mul(xhat, m2))));
+    } else {
+      c.give(input, b.mul(gxhat, invstd));
+    }
+  }
+  if (c.needs(weight)) c.give(weight, b.sum(b.mul(g, xhat), dims, false));
+  if (c.needs(bias)) c.give(bias, b.sum(g, dims, false));
+}
+
+// The 2-d pooling parameter `name` as a list of two (an int is both).
+Value pair_arg(RuleContext& c, const char* name, const Value& fallback) {
+  const Value& v = c.arg(name);
+  if (v.is_none()) return fallback;
+  std::vector<int64_t> out = int_list(v);
+  if (out.size() == 1) out.push_back(out[0]);
+  if (out.size() != 2) unsupported(c, std::string("with a ") + name + " that is not a pair");
+  return ints(out);
+}
+
+void rule_max_pool2d(RuleContext& c) {
+  GradBuilder& b = c.b;
+  const Value& x = c.arg("input");
+  if (!c.needs(x)) return;
+  if (c.arg("return_indices").b) unsupported(c, "that returns its indices");
+  Value kernel = pair_arg(c, "kernel_size", Value::none());
+  Value stride = pair_arg(c, "stride", kernel), padding = pair_arg(c, "padding", kernel), dilation = pair_arg(c, "dilation", kernel);
+  // NB: the indices again (the forward ran max_pool2d, which keeps none), then torch's backward.
+  Value r = b.call("torch.ops.aten.max_pool2d_with_indices", {x, kernel, stride, padding, dilation, c.arg("ceil_mode")});
+  c.give(x, b.call("torch.ops.aten.max_pool2d_with_indices_backward",
+                   {c.grad, x, kernel, stride, padding, dilation, c.arg("ceil_mode"), b.item(r, 1)}));
+}
+
+void rule_avg_pool2d(RuleContext& c) {
+  const Value& x = c.arg("input");
+  if (!c.needs(x)) return;
+  Value kernel = pair_arg(c, "kernel_size", Value::none());
+  Value stride = pair_arg(c, "stride", kernel), padding = pair_arg(c, "padding", kernel);
+  c.give(x, c.b.call("torch.ops.aten.avg_pool2d_backward", {c.grad, x, kernel, stride, padding, c.arg("ceil_mode"),
+                                                            c.arg("count_include_pad"), c.arg("divisor_override")}));
+}
+
+void rule_adaptive_avg_pool2d(RuleContext& c) {
+  const Value& x = c.arg("input");
+  if (c.needs(x)) c.give(x, c.b.call("torch.ops.aten._adaptive_avg_pool2d_backward", {c.grad, x}));
+}
+
 void rule_attention(RuleContext& c) {
   GradBuilder& b = c.b;
   const Value &q = c.arg("query"), &k = c.arg("key"), &v = c.arg("value"), &mask = c.arg("attn_mask");
@@ -829,6 +909,10 @@ OpTable<DerivativeRule> make_rules() {
   t[Op::scaled_dot_product_attention] = rule_attention;
   t[Op::cross_entropy] = rule_cross_entropy;
   t[Op::conv1d] = t[Op::conv2d] = rule_conv;
+  t[Op::batch_norm] = rule_batch_norm;
+  t[Op::max_pool2d] = rule_max_pool2d;
+  t[Op::avg_pool2d] = rule_avg_pool2d;
+  t[Op::adaptive_avg_pool2d] = rule_adaptive_avg_pool2d;
   return t;
 }
 

@@ -311,10 +311,17 @@ def test_gpu_preset_is_a_known_subset_with_a_deadline():
 
 def test_zoo_preset_is_the_transformers_models_at_quick_scale():
     preset = run.PRESETS["zoo"]
-    assert preset["workloads"] == ("bert", "gpt2", "llama", "t5", "vit", "bert_train_step")
+    assert preset["workloads"] == ("bert", "gpt2", "llama", "t5", "vit", "bert_train_step", "gpt2_train_step")
     assert all(w in all_workloads() and w in run.GPU_WORKLOADS for w in preset["workloads"])
     assert preset["scale"] == "quick" and preset["budget"] == run.PRESETS["quick"]["budget"]
     assert all(c in contenders.CONTENDERS for c in preset["contenders"])
+
+
+def test_train_preset_is_the_training_workloads_with_torch_compile():
+    preset = run.PRESETS["train"]
+    assert all(w in all_workloads() and w in run.GPU_WORKLOADS for w in preset["workloads"])
+    assert all(all_workloads()[w].kind == "train" or w.endswith("_grad") for w in preset["workloads"])
+    assert "torch.compile" in preset["contenders"] and preset["scale"] == "quick"
 
 
 def test_gpu_suite_on_cpu_tiny(tmp_path):
