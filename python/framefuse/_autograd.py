@@ -103,6 +103,6 @@ class _Function(torch.autograd.Function):
         results = compiled.backward_fn()(*saved, *tangents)
         out = [None] * (1 + ctx.num_inputs)
         for i, g, deps in zip(compiled._grad_inputs, results, compiled._grad_tangents):
-            if any(given[t] for t in deps):
+            if not deps or any(given[t] for t in deps):  # none: a constant (zeros), as eager gives it
                 out[1 + i] = g
         return tuple(out)

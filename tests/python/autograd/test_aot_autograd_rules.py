@@ -204,14 +204,6 @@ def test_stack_with_a_tensor_that_does_not_require_grad():
     check(lambda x, c: torch.stack([c, x, x * 2], dim=1).sin(), rand(2, 3), c)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason=(
-        "cat skips a legacy empty 1-d tensor (torch.empty(0)) and gives it no gradient: eager's is a tensor of shape "
-        "[0], the compiled one None (rule_cat in derivatives.cpp `continue`s before c.give)"
-    ),
-)
 def test_cat_with_a_legacy_empty_tensor_that_requires_grad():
     check(lambda x, e: torch.cat([x, e]).sin(), rand(2, 3), torch.empty(0, dtype=F64, requires_grad=True))
 
@@ -376,21 +368,6 @@ def test_pow_scalar_exponent(exponent):
     check(lambda x: torch.pow(x, exponent) * 2, x)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason=(
-        "sqrt never runs through AOT: its rule cannot be typed (d_sqrt in derivatives.cpp calls div(0.5, y) with a "
-        "Python float as div's `input`: 'div(): argument 'input' must be a tensor'), so every graph with sqrt that "
-        "needs grad falls back to eager ops"
-    ),
-)
 def test_sqrt_runs_through_aot():
     x = (rand(5, grad=False).abs() + 0.5).requires_grad_()
     check(lambda x: torch.sqrt(x) * 2, x)
-
-
-def test_sqrt_falls_back_with_eager_gradients():
-    # what sqrt graphs do until then: eager's ops, eager's gradients
-    x = (rand(5, grad=False).abs() + 0.5).requires_grad_()
-    check(lambda x: torch.sqrt(x) * 2, x, through_aot=False)

@@ -52,23 +52,10 @@ STATUSES = ("aot", "fell-back", "wrong", "crashed", "known", "eager-error", "no-
 # NB: float32 gradients use assert_close's defaults for float32 (rtol 1.3e-6, atol 1e-5), the
 # tolerances opinfo_sweep compares forward results with.
 GRAD_TOLERANCES = {"float64": {"rtol": 1e-7, "atol": 1e-7}, "float32": {}}
-# Items that are wrong or crash today (op, variant, dtype, sample index), each with its finding: the
-# sweep records them as "known" without running them (one kills its process); test_known_bad_item runs
-# them in a sweep of their own, each a strict xfail, so a fix shows up as an XPASS that asks for its
-# entry to be removed here.
-_ZERO_DIM_REDUCTION = (
-    "the process dies (SIGSEGV): a 0-d input reduced with dim=-1, keepdim=False; "
-    "unreduce() in derivatives.cpp writes kept[d] into the input's empty sizes"
-)
-_UNBATCHED_CONV = (
-    "backward: RuntimeError: Expected 3-dimensional input for 3-dimensional weight (conv2d: 4): "
-    "rule_conv passes the unbatched input to aten.convolution_backward without the batch dim eager's "
-    "conv adds"
-)
-KNOWN_BAD = {
-    **{(op, "", dtype, 2): _ZERO_DIM_REDUCTION for op in ("mean", "sum") for dtype in DTYPES},
-    **{(f"nn.functional.{op}", "", dtype, 1): _UNBATCHED_CONV for op in ("conv1d", "conv2d") for dtype in DTYPES},
-}
+# Items that are wrong or crash today (op, variant, dtype, sample index) -> the finding: the sweep
+# records them as "known" without running them (one may kill its process). Empty since the four the
+# first sweep found were fixed (0-d mean/sum with dim=-1, unbatched conv1d/conv2d).
+KNOWN_BAD: dict = {}
 # Items through AOT autograd: about 90% of those measured on torch 2.13 at commit 1babcd2 (per dtype,
 # 212 of the 1514 items, from 82 op_db entries; 1294 fell back, 4 are KNOWN_BAD, 4 not counted): a
 # drop means rules stopped applying (or the sweep stopped running them).
@@ -389,12 +376,6 @@ def swept(tmp_path_factory):
     return done
 
 
-@pytest.fixture(scope="module")
-def known_items(tmp_path_factory):
-    done = run_sweep(tmp_path_factory.mktemp("aot_opinfo_known") / "items.jsonl", DTYPES, only=set(KNOWN_BAD), skip={})
-    return {(r["op"], r["variant"], r["dtype"], r["sample"]): r for r in done}
-
-
 def test_no_item_is_wrong_or_crashes(swept):
     bad = [r for r in swept if r["status"] in ("wrong", "crashed")]
     assert not bad, "\n".join(
@@ -409,24 +390,6 @@ def test_no_item_is_wrong_or_crashes(swept):
 def test_items_through_aot_floor(swept, dtype):
     counts = summarize(swept).get(dtype, {})
     assert counts.get("aot", 0) >= AOT_FLOOR[dtype], counts
-
-
-@pytest.mark.parametrize(
-    "key",
-    [
-        pytest.param(
-            k,
-            id="-".join(str(p) for p in k if p != ""),
-            marks=pytest.mark.xfail(strict=True, raises=AssertionError, reason=why),
-        )
-        for k, why in KNOWN_BAD.items()
-    ],
-)
-def test_known_bad_item(known_items, key):
-    if key not in known_items:
-        pytest.fail(f"op_db no longer generates {key}: remove it from KNOWN_BAD")
-    r = known_items[key]
-    assert r["status"] in ("aot", "fell-back"), f"{r['status']}: {r.get('reason')}"
 
 
 def main(argv=None):
