@@ -1,5 +1,6 @@
 #include "graph/autograd/derivatives.h"
 
+#include <algorithm>
 #include <cmath>
 #include <numeric>
 
@@ -69,11 +70,29 @@ Value GradBuilder::reshape(const Value& v, const std::vector<int64_t>& sizes) {
   return call(Op::reshape, {v, ints(sizes)});
 }
 
-Value GradBuilder::sum(const Value& v, const std::vector<int64_t>& dims, bool keepdim) {
+Value GradBuilder::sum(const Value& v, const std::vector<int64_t>& unsorted_dims, bool keepdim) {
   // NB: a CUDA sum over the leading dims into a short result (a bias gradient: [2048, 768] -> [768])
   // is one thread per result element down a long column, which leaves most of the GPU idle (650 us
-  // for GPT-2's c_attn bias). Summed in two steps, chunks of rows first, it runs wide.
-  const TensorMeta& t = tensor(v);
+  // for GPT-2's c_attn bias). Summed in two steps, chunks of rows first, it runs wide. A sum over
+  // inner and outer dims (batch norm's [0, 2, 3]) sums the inner ones first, along rows.
+  std::vector<int64_t> dims = unsorted_dims;
+  std::sort(dims.begin(), dims.end());
+  const TensorMeta t = tensor(v);
+  int64_t nd = t.dim();
+  if (t.device.type == Device::Type::CUDA && !dims.empty() && dims.back() == nd - 1) {
+    size_t inner = dims.size();
+    while (inner > 0 && dims[inner - 1] == nd - static_cast<int64_t>(dims.size() - inner) - 1) --inner;
+    if (inner > 0) {
+      std::vector<int64_t> trailing(dims.begin() + static_cast<std::ptrdiff_t>(inner), dims.end());
+      std::vector<int64_t> rest(dims.begin(), dims.begin() + static_cast<std::ptrdiff_t>(inner));
+      Value out = sum(sum(v, trailing, true), rest, true);
+      if (keepdim) return out;
+      std::vector<int64_t> kept;
+      for (int64_t d = 0; d < nd; ++d)
+        if (std::find(dims.begin(), dims.end(), d) == dims.end()) kept.push_back(t.sizes[static_cast<size_t>(d)]);
+      return reshape(out, kept);
+    }
+  }
   int64_t rows = 1, cols = 1;
   bool leading = !keepdim && !dims.empty();
   for (size_t i = 0; i < dims.size(); ++i) leading = leading && dims[i] == static_cast<int64_t>(i);
@@ -93,6 +112,12 @@ Value GradBuilder::sum(const Value& v, const std::vector<int64_t>& dims, bool ke
 }
 
 Value GradBuilder::mean(const Value& v, const std::vector<int64_t>& dims, bool keepdim) {
+  const TensorMeta& t = tensor(v);
+  if (t.device.type == Device::Type::CUDA && !dims.empty() && dims.front() != t.dim() - static_cast<int64_t>(dims.size())) {
+    int64_t n = 1;  // not a row mean: as sum() splits it
+    for (int64_t d : dims) n *= t.sizes[static_cast<size_t>(d)];
+    return div(sum(v, dims, keepdim), Value::of_float(static_cast<double>(n)));
+  }
   return call(Op::mean, {v, ints(dims), Value::of_bool(keepdim)});
 }
 

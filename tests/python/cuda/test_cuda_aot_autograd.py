@@ -86,3 +86,25 @@ def test_transformers_training_step_gradients_equal_eager(name):
         assert (p.grad is None) == (q.grad is None), n
         if p.grad is not None:
             _close(p.grad, q.grad, 2e-4)
+
+
+@gpu
+def test_conv_batch_norm_training_equals_eager_with_running_statistics():
+    torch.manual_seed(0)
+    ref = torch.nn.Sequential(
+        torch.nn.Conv2d(3, 16, 3, padding=1), torch.nn.BatchNorm2d(16), torch.nn.ReLU(inplace=True),
+        torch.nn.MaxPool2d(2), torch.nn.Conv2d(16, 16, 3, padding=1), torch.nn.BatchNorm2d(16),
+        torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(), torch.nn.Linear(16, 10),
+    ).cuda().train()
+    model = copy.deepcopy(ref)
+    compiled = framefuse.compile(model)
+    for _ in range(2):
+        x = torch.randn(8, 3, 32, 32, device="cuda")
+        out = compiled(x)
+        assert _through_aot(out)
+        out.square().mean().backward()
+        ref(x).square().mean().backward()
+        for p, q in zip(model.parameters(), ref.parameters()):
+            _close(p.grad, q.grad)
+    for b, c in zip(model.buffers(), ref.buffers()):
+        _close(b.float(), c.float())
