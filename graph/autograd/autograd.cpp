@@ -7,6 +7,7 @@
 #include "graph/meta_rules.h"
 #include "graph/op_registry.h"
 #include "graph/passes/effects.h"
+#include "src/base/config.h"
 #include "src/base/errors.h"
 
 namespace ff {
@@ -105,6 +106,8 @@ Graph alias_graph(const Graph& src, const std::vector<int>& aliases) {
 
 void check_calls(const Graph& g) {
   for (const Node& n : g.nodes()) {
+    if (op_in(op_kind(n), {Op::conv1d, Op::conv2d}) && !config().aot_autograd_convolutions)
+      throw Unsupported("graphs with convolutions train faster on eager ops for now (config aot_autograd_convolutions)");
     if (n.kind != NodeKind::Call || !requires_grad(n.meta)) continue;
     const OpDef& op = op_def(n.op);
     if (call_mutates_input(op, n.args))

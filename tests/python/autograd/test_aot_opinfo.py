@@ -405,6 +405,11 @@ def main(argv=None):
     dtypes = a.dtypes.split(",")
     only = {tuple(k) for k in json.loads(a.only)} if a.only else None
     if a.worker:
+        import framefuse  # noqa: PLC0415
+
+        # NB: convolutions' rule is off by default (they train faster on eager ops for now); the
+        # sweep checks it all the same
+        framefuse.config.aot_autograd_convolutions = True
         with open(a.jsonl, "a") as out:
             sweep(out, dtypes, json.loads(a.after) if a.after else None, {} if a.no_skip else KNOWN_BAD, only)
         return 0
