@@ -221,8 +221,8 @@ std::vector<bool> written_inputs(const Graph& g) {
 
 // Whether the backward computes call `n` again rather than having the forward save it: everything
 // but matrix products and convolutions (extern), ops of the open registry (their cost is unknown),
-// random draws and writes. The backward then reads the inputs of the chain (free: the caller holds
-// them) or the saved results of the externs before it, as torch.compile's partitioner prefers.
+// random draws and writes. A value made from the graph's inputs by such calls alone is recomputed
+// by the backward from those inputs (free to keep: the caller holds them).
 bool cheap_to_recompute(const Node& n) {
   if (n.kind == NodeKind::GetItem) return true;  // of a tuple that is recomputed too
   if (n.kind != NodeKind::Call) return false;

@@ -8,11 +8,13 @@
 //   forward:  the source's nodes; returns (tanh, <saved>...)
 //   backward: def backward(<saved>..., tangents_0):  returns (grad of x, grad of w)
 //
-// The partition: a value of the forward that the backward reads is recomputed there when it comes
-// from the graph's inputs and the saved results through cheap calls (pointwise, views, reductions,
+// The partition: a value of the forward that the backward reads is recomputed there when it is
+// computed from the graph's inputs through cheap calls only (pointwise, views, reductions,
 // normalizations: everything but matrix products, convolutions, open ops and random draws, see
-// cheap_to_recompute); the results of those and the user's results are saved. The forward then
-// writes little besides its results, and the backward's recomputation fuses into its kernels.
+// cheap_to_recompute); anything else, and the user's results, are saved. A chain that starts at the
+// graph's inputs then costs the forward no extra writes, and its recomputation fuses into the
+// backward's kernels. (Not a min-cut yet: a chain after a matrix product is saved at the end the
+// backward reads, not at the product.)
 //
 // The runtime (framefuse's Python layer) runs the forward inside a torch.autograd.Function, saves
 // what it returns after the user's outputs, and runs the backward (compiled on its first call) from
