@@ -33,15 +33,20 @@ def build_mobilenet_v2(device, scale):
     return _cnn_case("mobilenet_v2", MobileNetV2Style, "MobileNetV2-style net", device, scale)
 
 
-@workload("nanogpt", "models",
-          description="nanoGPT-style decoder inference (full: 4 layers d768; CPU B1 T256, CUDA B8 T512)")
-def build_nanogpt(device, scale):
+def _nanogpt_config(device, scale, full_t):
+    """NanoGPT's arguments and (B, T) at `scale`; full: 4 layers d768, T from full_t = (cuda, cpu)."""
     cuda = torch.device(device).type == "cuda"
     cfg = pick(scale, dict(vocab=512, block_size=64, n_layer=1, n_head=2, d=64, B=1, T=16),
                dict(vocab=2048, block_size=128, n_layer=2, n_head=4, d=128, B=2, T=64),
                dict(vocab=50304, block_size=1024, n_layer=4, n_head=12, d=768, B=8 if cuda else 1,
-                    T=512 if cuda else 256))
-    B, T = cfg.pop("B"), cfg.pop("T")
+                    T=full_t[0] if cuda else full_t[1]))
+    return cfg, cfg.pop("B"), cfg.pop("T")
+
+
+@workload("nanogpt", "models",
+          description="nanoGPT-style decoder inference (full: 4 layers d768; CPU B1 T256, CUDA B8 T512)")
+def build_nanogpt(device, scale):
+    cfg, B, T = _nanogpt_config(device, scale, (512, 256))
     model = NanoGPT(**cfg).to(device).eval()
     idx = torch.randint(0, cfg["vocab"], (B, T), device=device)
     return Case(model, (idx,), step=no_grad_step, atol=1e-3, rtol=1e-3,
@@ -56,12 +61,7 @@ def _lm_cross_entropy(logits, targets):
           description="nanoGPT-style decoder forward + backward + AdamW step (full: 4 layers d768; "
                       "CPU B1 T128, CUDA B8 T256)")
 def build_nanogpt_train_step(device, scale):
-    cuda = torch.device(device).type == "cuda"
-    cfg = pick(scale, dict(vocab=512, block_size=64, n_layer=1, n_head=2, d=64, B=1, T=16),
-               dict(vocab=2048, block_size=128, n_layer=2, n_head=4, d=128, B=2, T=64),
-               dict(vocab=50304, block_size=1024, n_layer=4, n_head=12, d=768, B=8 if cuda else 1,
-                    T=256 if cuda else 128))
-    B, T = cfg.pop("B"), cfg.pop("T")
+    cfg, B, T = _nanogpt_config(device, scale, (256, 128))
     model = NanoGPT(**cfg).to(device).train()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
     idx = torch.randint(0, cfg["vocab"], (B, T), device=device)
