@@ -116,6 +116,54 @@ void check_calls(const Graph& g) {
   }
 }
 
+// A dropout in training whose result needs a gradient, as eager computes it: x * dropout(ones_like(x))
+// (the same draws: one call of the same op on a tensor of the same sizes, strides and dtype; bit for
+// bit eager's result on CPU for every dtype, and on CUDA in float32 and float64, where the fused
+// kernel's x * mask * scale rounds the same). The mask then is a value the backward can read. Half
+// and bfloat16 on CUDA (scale rounded differently) and other dropouts stay as they are, and the
+// split reports them.
+std::optional<Value> explicit_dropout(GradBuilder& b, const Node& n, const std::vector<Value>& args) {
+  Op kind = op_kind(n);
+  if (!op_in(kind, {Op::f_dropout, Op::dropout}) || !n.meta.is_tensor() || !n.meta.tensor.requires_grad) return std::nullopt;
+  const OpSchema& s = op_def(n.op).schema;
+  const Value& p = n.args[static_cast<size_t>(s.index_of("p"))];
+  const Value& train = n.args[static_cast<size_t>(s.index_of(kind == Op::f_dropout ? "training" : "train"))];
+  if (!p.is_number() || p.as_double() <= 0.0 || p.as_double() >= 1.0 || train.kind != Value::Kind::Bool || !train.b)
+    return std::nullopt;
+  if (kind == Op::f_dropout && n.args[static_cast<size_t>(s.index_of("inplace"))].b) return std::nullopt;
+  const TensorMeta& t = n.meta.tensor;
+  if (t.device.type == Device::Type::CUDA && t.dtype != DType::Float32 && t.dtype != DType::Float64) return std::nullopt;
+  Value noise = b.call(kind, {b.call(Op::ones_like, {args[0]}), p, train});
+  Value out = b.mul(args[0], noise);
+  b.graph().mutable_node(out.node).meta.tensor.requires_grad = true;
+  return out;
+}
+
+Graph with_explicit_dropout(const Graph& src, const CallTyper& typer) {
+  Graph out;
+  GradBuilder b(out, typer);
+  std::vector<NodeId> map(src.size(), -1);
+  for (NodeId id = 0; id < static_cast<NodeId>(src.size()); ++id) {
+    const Node& n = src.node(id);
+    if (n.kind == NodeKind::Placeholder) {
+      map[static_cast<size_t>(id)] = out.add_placeholder(n.name, n.meta);
+    } else if (n.kind == NodeKind::Output) {
+      out.set_output(map_value(n.args[0], map));
+    } else if (n.kind == NodeKind::Call) {
+      std::vector<Value> args;
+      for (const Value& a : n.args) args.push_back(map_value(a, map));
+      std::optional<Value> made = explicit_dropout(b, n, args);
+      if (made)
+        map[static_cast<size_t>(id)] = made->node;
+      else
+        map[static_cast<size_t>(id)] = out.add_call(n.op, std::move(args), n.meta, n.name);
+    } else {
+      copy_node(src, id, out, map);
+    }
+  }
+  return out;
+}
+
 struct Joint {
   Graph g;
   size_t inputs = 0;           // joint nodes [0, inputs) are the source's inputs, in order
@@ -136,7 +184,8 @@ void accumulate(GradBuilder& b, std::vector<std::optional<Value>>& grads, const 
   slot = slot ? b.add(*slot, grad) : grad;
 }
 
-Joint build_joint(const Graph& src, const CallTyper& typer) {
+Joint build_joint(const Graph& source, const CallTyper& typer) {
+  Graph src = with_explicit_dropout(source, typer);
   Joint j;
   std::vector<NodeId> outs = checked_outputs(src, &j.aliases);
   check_calls(src);
