@@ -109,3 +109,16 @@ def test_conv_batch_norm_training_equals_eager_with_running_statistics():
             _close(p.grad, q.grad)
     for b, c in zip(model.buffers(), ref.buffers()):
         _close(b.float(), c.float())
+
+
+@gpu
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_dropout_equals_its_explicit_mask_form_that_the_split_uses(dtype):
+    """graph/autograd: a CUDA dropout in training becomes x * dropout(ones_like(x)); bit for bit eager's in
+    float32 and float64 (half and bfloat16 round the scale differently and are left as they are)."""
+    for shape, p in (((64, 128), 0.1), ((3, 7, 9), 0.5), ((100001,), 0.9)):
+        x = torch.randn(*shape, device="cuda", dtype=dtype)
+        torch.manual_seed(1)
+        expected = F.dropout(x, p, True)
+        torch.manual_seed(1)
+        assert torch.equal(x * F.dropout(torch.ones_like(x), p, True), expected)
