@@ -78,6 +78,7 @@ struct ExtraState {
   CodeStrategy strategy = CodeStrategy::Compile;
   std::string skip_reason;
   bool skipped_for_break = false;  // Skip because of an unsupported construct (fullgraph=True retraces)
+  bool autocast_noted = false;     // the perf_hints line for calls under torch.autocast was written
   bool torch_internal = false;  // code of torch or framefuse itself: compiled only as a root
   bool generated_stub = false;  // a graph-break stub: always Skip, even after reset()
   int frame_id = -1;            // assigned at the first compile

@@ -195,12 +195,8 @@ CompileOutcome finish_compile(const ff_frame_info& info, const FrameValues& valu
   auto t1 = std::chrono::steady_clock::now();
   auto runner = std::make_unique<CaptureRunner>(std::move(cap), values, nullptr);
   // NB: an empty graph before a break runs on the reference runner: no backend call, no graph.
-  if (autocast_on && options->backend_name != "eager") {
-    // NB: the graph holds the ops as called; autocast's casts happen when each op runs. Only the
-    // reference runner runs them under the caller's autocast.
-    if (log_enabled(LogArtifact::perf_hints))
-      log_emit(LogArtifact::perf_hints, code_location(info.code) + ": traced under torch.autocast: the graph runs on the reference runner (eager torch ops)");
-  } else if (tensor_work || g_tracer_torch_free) {
+  FF_CHECK(!autocast_on, "a frame was traced under torch.autocast (compile_frame runs those eagerly)");
+  if (tensor_work || g_tracer_torch_free) {
     compile_backend(*options, *runner, values, /*training=*/grad_on && any_requires_grad);
   }
   double backend_ms = ms_since(t1);
@@ -282,6 +278,16 @@ CompileOutcome compile_split(ExtraState& extra, const ff_frame_info& info, const
 // skip); on Raise a Python exception is set (fullgraph=True).
 CompileOutcome compile_frame(ExtraState& extra, const ff_frame_info& info, const FrameValues& values,
                              const std::shared_ptr<CompileOptions>& options, std::shared_ptr<CacheEntry>* out) {
+  // NB: the meta rules type calls without autocast's casts, so a trace under torch.autocast holds
+  // wrong dtypes: `x.float()` of what is bfloat16 when it runs was taken for a no-op, and a branch on
+  // a dtype goes the wrong way. Such calls run eagerly (the cache keeps no entry for them: calls
+  // without autocast still compile).
+  if (torch_loaded() && autocast_enabled_now() == 1) {
+    if (!extra.autocast_noted && log_enabled(LogArtifact::perf_hints))
+      log_emit(LogArtifact::perf_hints, code_location(info.code) + ": called under torch.autocast, which framefuse does not trace: it runs eagerly");
+    extra.autocast_noted = true;
+    return CompileOutcome::Native;
+  }
   auto t0 = std::chrono::steady_clock::now();
   if (extra.frame_id < 0) extra.frame_id = g_next_frame_id++;
   int compile_id = extra.compiles++;

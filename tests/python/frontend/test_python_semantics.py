@@ -666,6 +666,25 @@ def test_autocast_state_is_guarded_and_honoured(backend):
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
+def test_a_cast_under_autocast_is_not_taken_for_a_no_op(backend):
+    # Traced under autocast, the meta rules (which type calls without autocast's casts) took relu's
+    # result for float32, so `.float()` was dropped and the sum ran in bfloat16: 7.78125 where eager
+    # gives 7.7705. Calls under autocast run eagerly now.
+    lin = torch.nn.Linear(8, 8)
+
+    def f(x):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            return torch.relu(lin(x)).float().sum()
+
+    framefuse.reset()
+    x = torch.randn(4, 8)
+    compiled = framefuse.compile(f, backend=backend)
+    for _ in range(2):
+        want, got = f(x), compiled(x)
+        assert got.dtype == want.dtype == torch.float32 and torch.equal(got, want)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_a_generator_left_inside_try_finally_runs_its_cleanup(backend):
     def f(t):
         marker = []
