@@ -14,11 +14,7 @@ import framefuse
 import opinfo_sweep
 from test_aot_opinfo import _compare_grads, _cotangents, _differentiable, _grad_inputs
 
-pytestmark = [
-    pytest.mark.usefixtures("fresh_framefuse"),
-    # NB: as test_aot_opinfo: not yet run on Debian's torch 1.13 (its build predated AOT autograd).
-    pytest.mark.skipif(int(torch.__version__.split(".")[0]) < 2, reason="not yet run on torch 1.x"),
-]
+pytestmark = [pytest.mark.usefixtures("fresh_framefuse")]
 
 F64 = torch.float64
 TIGHT = {"rtol": 1e-7, "atol": 1e-7}
@@ -241,21 +237,28 @@ def test_cross_entropy_all_targets_ignored_gives_zero_gradients(reduction, weigh
 
 # ---- scaled_dot_product_attention ------------------------------------------------------------------
 
+needs_sdpa = pytest.mark.skipif(
+    not hasattr(F, "scaled_dot_product_attention"), reason="this torch has no scaled_dot_product_attention (1.13)"
+)
+
 
 def _qkv(heads_kv=3):
     return rand(2, 3, 5, 8, seed=12), rand(2, heads_kv, 6, 8, seed=13), rand(2, heads_kv, 6, 8, seed=14)
 
 
+@needs_sdpa
 def test_sdpa_bool_mask():
     mask = torch.rand(5, 6, generator=torch.Generator().manual_seed(15)) > 0.4
     mask[:, 0] = True  # NB: no row fully masked (eager's softmax gives nan there)
     check(lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v, attn_mask=m), *_qkv(), mask)
 
 
+@needs_sdpa
 def test_sdpa_float_mask_that_requires_grad_broadcast_over_batch_and_heads():
     check(lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v, attn_mask=m), *_qkv(), rand(1, 1, 5, 6, seed=16))
 
 
+@needs_sdpa
 def test_sdpa_float_mask_without_grad():
     check(
         lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v, attn_mask=m),
@@ -264,16 +267,19 @@ def test_sdpa_float_mask_without_grad():
     )
 
 
+@needs_sdpa
 @pytest.mark.parametrize("scale", [None, 0.3])
 def test_sdpa_is_causal_with_more_keys_than_queries(scale):
     check(lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale), *_qkv())
 
 
+@needs_sdpa
 def test_sdpa_only_value_requires_grad():
     q, k, v = _qkv()
     check(lambda q, k, v: F.scaled_dot_product_attention(q, k, v), q.detach(), k.detach(), v)
 
 
+@needs_sdpa
 def test_sdpa_grouped_query_attention():
     check(
         lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True),

@@ -35,8 +35,12 @@ def test_dropout_draws_eager_mask_and_gradients(dtype, p):
         tol = {"rtol": 1.6e-2, "atol": 1e-2} if dtype == torch.bfloat16 else {}
         torch.testing.assert_close(actual, expected, **tol)
         g = torch.randn_like(expected)
-        grads = torch.autograd.grad(actual, (x, w), g), torch.autograd.grad(expected, (x, w), g)
-        torch.testing.assert_close(*grads, **({"rtol": 5e-2, "atol": 5e-2} if tol else {}))
+        got, want = torch.autograd.grad(actual, (x, w), g), torch.autograd.grad(expected, (x, w), g)
+        for a, e in zip(got, want):
+            # NB: w's bfloat16 gradient sums rows scaled by 1 / (1 - p) that cancel; eager rounds each
+            # step to bfloat16, so the bound is relative to the gradient's largest element
+            bound = {"rtol": 5e-2, "atol": 2e-2 * e.abs().max().item()} if tol else {}
+            torch.testing.assert_close(a, e, **bound)
 
 
 def test_dropout_of_a_model_in_training_trains_as_eager():
