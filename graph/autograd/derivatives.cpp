@@ -453,6 +453,89 @@ void rule_sum_mean(RuleContext& c) {
   c.give(x, g);
 }
 
+// Piecewise-constant ops (round, floor ...): a zero gradient almost everywhere, as eager's.
+void rule_zero(RuleContext& c) {
+  const Value& x = c.node.args[0];
+  if (c.needs(x)) c.give(x, c.b.zeros_like(c.grad));
+}
+
+// amax / amin: the gradient shared evenly among the elements equal to the result, as eager's.
+void rule_amax(RuleContext& c) {
+  const Value& x = c.arg("input");
+  if (!c.needs(x)) return;
+  const TensorMeta in = c.b.tensor(x);
+  std::vector<int64_t> dims = reduced_dims(c.arg("dim"), in.dim());
+  bool keepdim = c.arg("keepdim").kind == Value::Kind::Bool && c.arg("keepdim").b;
+  Value hit = c.b.call(Op::eq, {x, unreduce(c.b, c.out, in, dims, keepdim)});
+  Value count = c.b.sum(hit, dims, true);
+  c.give(x, c.b.mul(c.b.div(unreduce(c.b, c.grad, in, dims, keepdim), count), hit));
+}
+
+void rule_logsumexp(RuleContext& c) {
+  const Value& x = c.arg("input");
+  if (!c.needs(x)) return;
+  const TensorMeta in = c.b.tensor(x);
+  std::vector<int64_t> dims = reduced_dims(c.arg("dim"), in.dim());
+  bool keepdim = c.arg("keepdim").kind == Value::Kind::Bool && c.arg("keepdim").b;
+  // eager: grad * exp(self - result)
+  Value e = c.b.call(Op::exp, {c.b.sub(x, unreduce(c.b, c.out, in, dims, keepdim))});
+  c.give(x, c.b.mul(unreduce(c.b, c.grad, in, dims, keepdim), e));
+}
+
+// var / std: 2 (x - mean) / (N - correction), and for std that over 2 std.
+void rule_var(RuleContext& c) {
+  const Value& x = c.arg("input");
+  if (!c.needs(x)) return;
+  const TensorMeta in = c.b.tensor(x);
+  if (is_complex(in.dtype)) unsupported(c, "of a complex tensor");
+  std::vector<int64_t> dims = reduced_dims(c.arg("dim"), in.dim());
+  bool keepdim = c.arg("keepdim").kind == Value::Kind::Bool && c.arg("keepdim").b;
+  const Value &unbiased = c.arg("unbiased"), &corr = c.arg("correction");
+  if (!corr.is_none() && !corr.is_number()) unsupported(c, "with a tensor correction");
+  double correction = !corr.is_none() ? corr.as_double() : (unbiased.kind == Value::Kind::Bool && !unbiased.b) ? 0.0
+                                                                                                               : 1.0;
+  int64_t n = 1;
+  for (int64_t d : dims) n *= in.sizes.empty() ? 1 : in.sizes[static_cast<size_t>(d)];
+  Value xc = c.b.sub(x, c.b.mean(x, dims, true));
+  Value g = unreduce(c.b, c.grad, in, dims, keepdim);
+  // NB: N <= correction divides by zero or less, as eager's (inf / nan)
+  g = c.b.mul(g, c.b.scale(xc, 2.0 / (static_cast<double>(n) - correction)));
+  if (c.kind == Op::std) g = c.b.div(g, c.b.scale(unreduce(c.b, c.out, in, dims, keepdim), 2.0));
+  c.give(x, g);
+}
+
+// cumsum: the reversed cumulative sum of the gradient, as eager's.
+void rule_cumsum(RuleContext& c) {
+  const Value& x = c.arg("input");
+  if (!c.needs(x)) return;
+  Value dim = Value::of_int(wrap(c.arg("dim").i, c.b.tensor(x).dim()));
+  if (c.b.tensor(x).dim() == 0) {
+    c.give(x, c.grad);
+    return;
+  }
+  Value dims = Value::list({dim});
+  Value flipped = c.b.call("torch.flip", {c.grad, dims});
+  c.give(x, c.b.call("torch.flip", {c.b.call(Op::cumsum, {flipped, dim}), dims}));
+}
+
+// F.pad with constant padding: the gradient is the middle part.
+void rule_pad(RuleContext& c) {
+  const Value& x = c.arg("input");
+  if (!c.needs(x)) return;
+  const Value& mode = c.arg("mode");
+  if (mode.kind != Value::Kind::Str || mode.s != "constant") unsupported(c, "in mode " + (mode.kind == Value::Kind::Str ? mode.s : "?"));
+  std::vector<int64_t> pads = int_list(c.arg("pad"));
+  const TensorMeta in = c.b.tensor(x);
+  Value g = c.grad;
+  for (size_t k = 0; k + 1 < pads.size(); k += 2) {
+    int64_t dim = in.dim() - 1 - static_cast<int64_t>(k / 2);
+    if (pads[k] < 0 || pads[k + 1] < 0) unsupported(c, "with negative padding");
+    if (pads[k] == 0 && pads[k + 1] == 0) continue;
+    g = c.b.call(Op::narrow, {g, Value::of_int(dim), Value::of_int(pads[k]), Value::of_int(in.sizes[static_cast<size_t>(dim)])});
+  }
+  c.give(x, g);
+}
+
 // Softmax family: the dim, or Unsupported where it is implicit.
 int64_t softmax_dim(RuleContext& c) {
   const Value& dim = c.arg("dim");
@@ -946,6 +1029,13 @@ OpTable<DerivativeRule> make_rules() {
   t[Op::t] = rule_t;
   t[Op::movedim] = rule_movedim;
   t[Op::sum] = t[Op::mean] = rule_sum_mean;
+  for (Op op : {Op::round, Op::floor, Op::ceil, Op::trunc, Op::sign}) t[op] = rule_zero;
+  t[Op::frac] = rule_identity;
+  t[Op::amax] = t[Op::amin] = rule_amax;
+  t[Op::logsumexp] = rule_logsumexp;
+  t[Op::var] = t[Op::std] = rule_var;
+  t[Op::cumsum] = rule_cumsum;
+  t[Op::pad] = rule_pad;
   t[Op::softmax] = t[Op::f_softmax] = rule_softmax;
   t[Op::log_softmax] = t[Op::f_log_softmax] = rule_log_softmax;
   t[Op::layer_norm] = rule_layer_norm;
