@@ -49,7 +49,12 @@ class _CompiledAutograd:
         return self._backward
 
     def __call__(self, *inputs):
-        outs = _Function.apply(self, *inputs) if self._outputs else ()
+        if self._outputs:
+            outs = _Function.apply(self, *inputs)
+        else:  # every result aliases an input; the forward still runs for what it writes
+            with torch.no_grad():
+                self._forward(*inputs)
+            outs = ()
         if self._aliases is None:
             return outs
         # NB: views of the inputs are made here, under grad mode, so they are views as in eager

@@ -64,3 +64,15 @@ def test_with_aot_autograd_off_the_graph_runs_on_eager_ops():
         out = framefuse.compile(lambda x: x.sin() * 2)(x)
     assert type(out.grad_fn).__name__ == "MulBackward0"
     framefuse.reset()
+
+
+def test_a_graph_whose_results_all_alias_inputs_still_writes_its_buffers():
+    buf = torch.zeros(3)
+
+    def f(x):
+        buf.add_(1)
+        return x.view(6)
+
+    x = torch.randn(2, 3, requires_grad=True)
+    out = framefuse.compile(f)(x)
+    assert torch.equal(buf, torch.ones(3)) and out._base is x
