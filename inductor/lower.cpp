@@ -5,6 +5,7 @@
 #include <numeric>
 
 #include "graph/meta_rules.h"
+#include "graph/passes/effects.h"
 #include "graph/passes/functionalize.h"
 #include "inductor/loop_visitor.h"
 #include "inductor/lower_internal.h"
@@ -727,6 +728,20 @@ std::optional<LT> Lowerer::lower_node(NodeId id) {
     throw Unsupported("in-place " + op_def(n.op).target + " (" + n.name +
                       ") is not compiled by inductor: the tensor it mutates is not a private intermediate of the graph "
                       "(a view, an output, or read after the mutation)");
+  }
+  // NB: a call that writes an input beside its first operand (batch norm's running statistics) runs
+  // in torch when the kernels run; a value read from that input before it would be computed later,
+  // from the new contents.
+  for (NodeId w : written_operands(n)) {
+    NodeId root = input_root_[static_cast<size_t>(w)];
+    if (root < 0) continue;
+    for (NodeId u = root + 1; u < id; ++u) {
+      bool reads = false;
+      for (const Value& v : g_.node(u).args) v.for_each_node([&](NodeId o) { reads |= input_root_[static_cast<size_t>(o)] == root; });
+      if (reads)
+        throw Unsupported(op_def(n.op).target + " (" + n.name + ") updates graph input " + g_.node(root).name + ", which " +
+                          g_.node(u).name + " reads before it: not compiled by inductor");
+    }
   }
   const OpDef& op = op_def(n.op);
   std::string reason;

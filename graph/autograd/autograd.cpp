@@ -245,26 +245,13 @@ Joint build_joint(const Graph& source, const CallTyper& typer) {
   return j;
 }
 
-// The source inputs the graph writes (an in-place op's operand, batch norm's running statistics in
-// training): the backward must not read them, it would see the written values.
+// The source inputs the graph writes (effects.h written_operands: in-place operands, batch norm's
+// running statistics in training): the backward must not read them, it would see the written values.
 std::vector<bool> written_inputs(const Graph& g) {
   std::vector<bool> written(g.size(), false);
-  auto write = [&](const Value& v) {
-    if (v.is_node() && g.node(view_base(g, v.node)).kind == NodeKind::Placeholder)
-      written[static_cast<size_t>(view_base(g, v.node))] = true;
-  };
-  for (const Node& n : g.nodes()) {
-    if (n.kind != NodeKind::Call) continue;
-    if (mutates_operand(n)) write(n.args[0]);
-    if (op_kind(n) == Op::batch_norm) {
-      const OpSchema& s = op_def(n.op).schema;
-      const Value& training = n.args[static_cast<size_t>(s.index_of("training"))];
-      if (training.kind != Value::Kind::Bool || training.b) {
-        write(n.args[static_cast<size_t>(s.index_of("running_mean"))]);
-        write(n.args[static_cast<size_t>(s.index_of("running_var"))]);
-      }
-    }
-  }
+  for (const Node& n : g.nodes())
+    for (NodeId w : written_operands(n))
+      if (g.node(view_base(g, w)).kind == NodeKind::Placeholder) written[static_cast<size_t>(view_base(g, w))] = true;
   return written;
 }
 
@@ -278,7 +265,7 @@ bool cheap_to_recompute(const Node& n) {
   const OpDef& op = op_def(n.op);
   if (op.is_open() || op.has(kExtern) || op.has(kRandom) || op.has(kInplace) || op.has(kNondeterministicOutput))
     return false;
-  return !mutates_operand(n) && op_kind(n) != Op::batch_norm;
+  return written_operands(n).empty();
 }
 
 }  // namespace

@@ -46,8 +46,24 @@ bool mutates_operand(const Node& n) {
   return out >= 0 && static_cast<size_t>(out) < n.args.size() && !n.args[static_cast<size_t>(out)].is_none();
 }
 
+std::vector<NodeId> written_operands(const Node& n) {
+  std::vector<NodeId> out;
+  if (n.kind != NodeKind::Call) return out;
+  if (mutates_operand(n) && !n.args.empty() && n.args[0].is_node()) out.push_back(n.args[0].node);
+  if (op_kind(n) == Op::batch_norm) {
+    const OpSchema& s = op_def(n.op).schema;
+    const Value& training = n.args[static_cast<size_t>(s.index_of("training"))];
+    if (training.kind != Value::Kind::Bool || training.b)
+      for (const char* stat : {"running_mean", "running_var"}) {
+        const Value& v = n.args[static_cast<size_t>(s.index_of(stat))];
+        if (v.is_node()) out.push_back(v.node);
+      }
+  }
+  return out;
+}
+
 bool has_side_effects(const Node& n) {
-  return n.kind == NodeKind::Call && (mutates_operand(n) || op_def(n.op).has(kRandom));
+  return n.kind == NodeKind::Call && (!written_operands(n).empty() || op_def(n.op).has(kRandom));
 }
 
 bool may_raise(const Node& n, const Graph& g) {
@@ -68,7 +84,7 @@ bool may_raise(const Node& n, const Graph& g) {
 bool is_pure_call(const Node& n) {
   if (n.kind != NodeKind::Call) return false;
   const OpDef& op = op_def(n.op);
-  return !op.has(kRandom) && !op.has(kNondeterministicOutput) && !mutates_operand(n);
+  return !op.has(kRandom) && !op.has(kNondeterministicOutput) && written_operands(n).empty();
 }
 
 AliasClasses::AliasClasses(const Graph& g) : parent_(g.size()) {

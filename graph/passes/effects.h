@@ -12,6 +12,10 @@ namespace ff {
 // non-None `out=` argument (F.relu(x, inplace=True)).
 bool mutates_operand(const Node& n);
 
+// The operands a call writes: its first for an in-place call (mutates_operand), and batch norm's
+// running statistics when it runs in training (F.batch_norm updates them as it normalizes).
+std::vector<NodeId> written_operands(const Node& n);
+
 // Removing or merging the call changes what the program does besides its result: a mutation, or
 // a draw from the RNG (kRandom).
 bool has_side_effects(const Node& n);

@@ -62,7 +62,7 @@ Graph eliminate_common_subexpressions(const Graph& g) {
   // one of them is written to later, so results in such a class are never merged.
   std::set<int> mutated_classes;
   for (const Node& n : g.nodes())
-    if (mutates_operand(n) && !n.args.empty() && n.args[0].is_node()) mutated_classes.insert(alias.of(n.args[0].node));
+    for (NodeId w : written_operands(n)) mutated_classes.insert(alias.of(w));
 
   GraphRewriter rw(g);
   std::unordered_map<std::string, Seen> seen;
@@ -78,7 +78,7 @@ Graph eliminate_common_subexpressions(const Graph& g) {
     bool candidate = n.kind == NodeKind::GetItem || (n.kind == NodeKind::Call && is_pure_call(n));
     if (!candidate) {
       copied(rw.copy(id), id);
-      if (mutates_operand(n) && !n.args.empty() && n.args[0].is_node()) ++version[alias.of(n.args[0].node)];
+      for (NodeId w : written_operands(n)) ++version[alias.of(w)];
       continue;
     }
     std::vector<Value> args;

@@ -223,3 +223,24 @@ def test_through_framefuse_compile_like_eager():
         assert all(p._version > vv for p, vv in zip(mine, v))
     for a, b in zip(mine, params):
         torch.testing.assert_close(a, b)
+
+
+@pytest.mark.parametrize("backend", ["eager", "inductor"])
+def test_a_read_of_running_statistics_before_a_training_batch_norm_sees_the_old_values(backend):
+    # Found in review: inductor computed `bn.running_mean * 2` after the batch norm that updates it
+    # had run (the norm's writes were not known to the graph passes or the lowering).
+    bn = torch.nn.BatchNorm1d(4).train()
+
+    def f(x):
+        before = bn.running_mean * 2
+        y = bn(x)
+        return y, before, bn.running_mean * 2
+
+    x = torch.randn(8, 4)
+    with torch.no_grad():
+        want = f(x)
+        bn.reset_running_stats()
+        framefuse.reset()
+        got = framefuse.compile(f, backend=backend)(x)
+    for a, b in zip(got, want):
+        assert torch.equal(a, b)
