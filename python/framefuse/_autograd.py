@@ -39,6 +39,11 @@ class _CompiledAutograd:
         self._saved_inputs = split["saved_inputs"]
         self._grad_inputs = split["grad_inputs"]
         self._grad_tangents = split["grad_tangents"]
+        # The tangents' shapes (static: the graph was compiled for them), for outputs that get no
+        # gradient: the last placeholders of the backward.
+        inputs = [n.meta for n in self.backward_graph.nodes() if n.kind == "Placeholder"]
+        self._tangent_meta = [(m["sizes"], getattr(torch, m["dtype"]), torch.device(m["device"]))
+                              for m in inputs[len(inputs) - len(self._diff):]]
         self._aliases = split["aliases"]  # results that are inputs or views of them, made outside
         self._alias_outputs = split["alias_outputs"]
         self.num_kernels = getattr(self._forward, "num_kernels", 0)
@@ -83,7 +88,6 @@ class _Function(torch.autograd.Function):
         # gradients read only such outputs then get None, as in eager (optimizers skip them)
         ctx.set_materialize_grads(False)
         outs = tuple(results[:n])
-        ctx.tangent_meta = [(outs[k].shape, outs[k].dtype, outs[k].device) for k in compiled._diff]
         if compiled._non_diff:
             ctx.mark_non_differentiable(*(outs[k] for k in compiled._non_diff))
         return outs
@@ -99,7 +103,7 @@ class _Function(torch.autograd.Function):
         tensors = iter(ctx.saved_tensors)
         saved = [next(tensors) if o is _NOT_SAVED else o for o in ctx.others]
         tangents, given = [], []
-        for k, (shape, dtype, device) in zip(compiled._diff, ctx.tangent_meta):
+        for k, (shape, dtype, device) in zip(compiled._diff, compiled._tangent_meta):
             g = grads[k]
             given.append(g is not None)
             if g is None:
