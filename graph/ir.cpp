@@ -7,6 +7,18 @@
 
 namespace ff {
 
+bool ValueMeta::requires_grad() const {
+  if (is_tensor()) return tensor.requires_grad;
+  for (const ValueMeta& item : items)
+    if (item.requires_grad()) return true;
+  return false;
+}
+
+void ValueMeta::clear_requires_grad() {
+  tensor.requires_grad = false;
+  for (ValueMeta& item : items) item.clear_requires_grad();
+}
+
 int64_t TensorMeta::numel() const {
   int64_t n = 1;
   for (int64_t s : sizes) n *= s;

@@ -88,6 +88,9 @@ struct ValueMeta {
   }
   bool is_tensor() const { return kind == Kind::Tensor; }
   bool operator==(const ValueMeta&) const = default;
+  // The tensor, or any item of a tuple, requires grad; clear_requires_grad makes none require it.
+  bool requires_grad() const;
+  void clear_requires_grad();
 };
 
 // ---- operands -------------------------------------------------------------------------------

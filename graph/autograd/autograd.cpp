@@ -14,18 +14,6 @@ namespace ff {
 
 namespace {
 
-void clear_requires_grad(ValueMeta& m) {
-  m.tensor.requires_grad = false;
-  for (ValueMeta& item : m.items) clear_requires_grad(item);
-}
-
-bool requires_grad(const ValueMeta& m) {
-  if (m.is_tensor()) return m.tensor.requires_grad;
-  for (const ValueMeta& item : m.items)
-    if (requires_grad(item)) return true;
-  return false;
-}
-
 Value map_value(const Value& v, const std::vector<NodeId>& map) {
   if (v.is_node()) {
     NodeId to = map.at(static_cast<size_t>(v.node));
@@ -108,7 +96,7 @@ void check_calls(const Graph& g) {
   for (const Node& n : g.nodes()) {
     if (op_in(op_kind(n), {Op::conv1d, Op::conv2d}) && !config().aot_autograd_convolutions)
       throw Unsupported("graphs with convolutions train faster on eager ops for now (config aot_autograd_convolutions)");
-    if (n.kind != NodeKind::Call || !requires_grad(n.meta)) continue;
+    if (n.kind != NodeKind::Call || !n.meta.requires_grad()) continue;
     const OpDef& op = op_def(n.op);
     if (call_mutates_input(op, n.args))
       throw Unsupported(op.target + " writes a tensor that requires grad in place");
@@ -279,7 +267,7 @@ CallTyper rule_typer() {
     if (!bound) throw Unsupported(def.target + ": " + why);
     std::optional<ValueMeta> meta = infer_meta(def, *bound, g);
     if (!meta) throw Unsupported(def.target + " has no C++ meta rule for these operands");
-    clear_requires_grad(*meta);
+    meta->clear_requires_grad();
     return g.add_call(op, std::move(*bound), std::move(*meta), def.schema.name);
   };
 }
@@ -350,7 +338,7 @@ AutogradGraphs split_for_autograd(const Graph& src, const CallTyper& typer) {
   }
   for (size_t i = first_call; i < static_cast<size_t>(j.first_backward); ++i) {
     NodeId c = copy_node(g, static_cast<NodeId>(i), out.forward, fmap);
-    clear_requires_grad(out.forward.mutable_node(c).meta);
+    out.forward.mutable_node(c).meta.clear_requires_grad();
   }
   std::vector<Value> results;
   for (NodeId o : j.outputs) results.push_back(Value::of_node(fmap[static_cast<size_t>(o)]));
@@ -366,7 +354,7 @@ AutogradGraphs split_for_autograd(const Graph& src, const CallTyper& typer) {
   for (size_t i = first_call; i < static_cast<size_t>(j.first_backward); ++i) {
     if (!saved[i]) continue;
     ValueMeta m = g.node(static_cast<NodeId>(i)).meta;
-    clear_requires_grad(m);
+    m.clear_requires_grad();
     bmap[i] = out.backward.add_placeholder(g.node(static_cast<NodeId>(i)).name, m);
     out.saved_inputs.push_back(-1);
     results.push_back(Value::of_node(fmap[i]));
@@ -376,7 +364,7 @@ AutogradGraphs split_for_autograd(const Graph& src, const CallTyper& typer) {
   for (size_t i = first_call; i < g.size(); ++i) {
     if (i < static_cast<size_t>(j.first_backward) && !recompute[i]) continue;
     NodeId c = copy_node(g, static_cast<NodeId>(i), out.backward, bmap);
-    clear_requires_grad(out.backward.mutable_node(c).meta);
+    out.backward.mutable_node(c).meta.clear_requires_grad();
   }
   std::vector<Value> grads;
   for (const Value& v : j.grads) grads.push_back(map_value(v, bmap));

@@ -266,11 +266,6 @@ std::optional<ValueMeta> meta_by_fallback(const OpDef& op, const std::vector<Val
   }
 }
 
-void clear_requires_grad(ValueMeta& m) {
-  m.tensor.requires_grad = false;
-  for (ValueMeta& item : m.items) clear_requires_grad(item);
-}
-
 }  // namespace
 
 std::optional<Value> constant_from_py(PyObject* obj) {
@@ -427,7 +422,7 @@ std::optional<NodeId> add_op_call(Graph& g, OpId op, const std::vector<Value>& a
     return std::nullopt;
   }
   if (!meta) return std::nullopt;
-  if (!grad_enabled) clear_requires_grad(*meta);
+  if (!grad_enabled) meta->clear_requires_grad();
   return g.add_call(op, std::move(*bound), std::move(*meta), def.schema.name);
 }
 
