@@ -19,15 +19,20 @@ void ValueMeta::clear_requires_grad() {
   for (ValueMeta& item : items) item.clear_requires_grad();
 }
 
-int64_t TensorMeta::numel() const {
-  int64_t n = 1;
-  for (int64_t s : sizes) n *= s;
+bool TensorMeta::operator==(const TensorMeta& o) const {
+  return sizes.same_as(o.sizes) && strides.same_as(o.strides) && dtype == o.dtype && device == o.device &&
+         requires_grad == o.requires_grad;
+}
+
+SymInt TensorMeta::numel() const {
+  SymInt n = 1;
+  for (const SymInt& s : sizes) n *= s;
   return n;
 }
 
 bool TensorMeta::is_contiguous() const {
   if (numel() == 0) return true;
-  int64_t expected = 1;
+  SymInt expected = 1;
   for (int64_t d = dim() - 1; d >= 0; --d) {
     if (sizes[d] == 1) continue;
     if (strides[d] != expected) return false;
@@ -36,17 +41,18 @@ bool TensorMeta::is_contiguous() const {
   return true;
 }
 
-std::vector<int64_t> TensorMeta::contiguous_strides(const std::vector<int64_t>& sizes) {
-  std::vector<int64_t> strides(sizes.size());
-  int64_t s = 1;
+SymShape TensorMeta::contiguous_strides(const SymShape& sizes) {
+  SymShape strides(sizes.size());
+  SymInt s = 1;
   for (int64_t d = static_cast<int64_t>(sizes.size()) - 1; d >= 0; --d) {
     strides[d] = s;
-    s *= std::max<int64_t>(sizes[d], 1);
+    // NB: a symbolic size is >= 2, so max(size, 1) is the size with no guard.
+    s *= sizes[d].is_symbolic() ? sizes[d] : SymInt(std::max<int64_t>(sizes[d].hint(), 1));
   }
   return strides;
 }
 
-TensorMeta TensorMeta::contiguous(std::vector<int64_t> sizes, DType dtype, Device device) {
+TensorMeta TensorMeta::contiguous(SymShape sizes, DType dtype, Device device) {
   TensorMeta m;
   m.strides = contiguous_strides(sizes);
   m.sizes = std::move(sizes);

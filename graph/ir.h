@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "graph/dtype.h"
+#include "graph/symint.h"
 
 namespace ff {
 
@@ -31,20 +32,24 @@ constexpr OpId kNoOp = -1;
 
 // ---- metadata -------------------------------------------------------------------------------
 
+// NB: sizes and strides may be symbolic (graph/symint.h); reading one as int64_t specialises it.
 struct TensorMeta {
-  std::vector<int64_t> sizes;
-  std::vector<int64_t> strides;  // in elements
+  SymShape sizes;
+  SymShape strides;  // in elements
   DType dtype = DType::Float32;
   Device device;
   bool requires_grad = false;
 
   int64_t dim() const { return static_cast<int64_t>(sizes.size()); }
-  int64_t numel() const;
+  SymInt numel() const;
   bool is_contiguous() const;  // torch's definition: size-1 dims may have any stride
-  bool operator==(const TensorMeta&) const = default;
+  // NB: structural: [s0] and [8] differ even where s0 was 8 in the trace. Passes and the verifier
+  // compare metas this way, and it records no guards.
+  bool operator==(const TensorMeta& o) const;
+  bool is_symbolic() const { return sizes.is_symbolic() || strides.is_symbolic(); }
 
-  static std::vector<int64_t> contiguous_strides(const std::vector<int64_t>& sizes);
-  static TensorMeta contiguous(std::vector<int64_t> sizes, DType dtype, Device device = {});
+  static SymShape contiguous_strides(const SymShape& sizes);
+  static TensorMeta contiguous(SymShape sizes, DType dtype, Device device = {});
 };
 
 // What a node produces (or what a placeholder receives).

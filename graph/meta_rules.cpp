@@ -289,7 +289,7 @@ std::optional<std::vector<int64_t>> view_strides(const TensorMeta& base, const s
     return TensorMeta::contiguous_strides(shape);
   }
   int64_t view_d = static_cast<int64_t>(shape.size()) - 1;
-  int64_t chunk_base_stride = oldstride.empty() ? 1 : oldstride.back();
+  int64_t chunk_base_stride = oldstride.empty() ? SymInt(1) : oldstride.back();
   int64_t tensor_numel = 1, view_numel = 1;
   for (int64_t tensor_d = static_cast<int64_t>(oldshape.size()) - 1; tensor_d >= 0; tensor_d--) {
     tensor_numel *= oldshape[tensor_d];

@@ -115,9 +115,9 @@ std::optional<ValueMeta> meta_matmul(const MetaContext& ctx) {
       int64_t k1 = a->sizes.back();
       int64_t k2 = db == 1 ? b->sizes[0] : b->sizes[db - 2];
       if (k1 != k2) {
-        int64_t rows = da == 1 ? 1 : a->numel() / std::max<int64_t>(k1, 1);
+        int64_t rows = da == 1 ? SymInt(1) : a->numel() / std::max<int64_t>(k1, 1);
         throw MetaError("mat1 and mat2 shapes cannot be multiplied (" + std::to_string(rows) + "x" + std::to_string(k1) +
-                        " and " + std::to_string(k2) + "x" + std::to_string(db == 1 ? 1 : b->sizes.back()) + ")");
+                        " and " + std::to_string(k2) + "x" + std::to_string(db == 1 ? int64_t{1} : int64_t{b->sizes.back()}) + ")");
       }
       std::vector<int64_t> batch_a(a->sizes.begin(), a->sizes.end() - std::min<int64_t>(da, 2));
       std::vector<int64_t> batch_b(b->sizes.begin(), b->sizes.end() - std::min<int64_t>(db, 2));

@@ -221,7 +221,7 @@ std::optional<ValueMeta> meta_unsqueeze(const MetaContext& ctx) {
   const TensorMeta& x = ctx.tensor("input");
   int64_t d = wrap_dim(ctx.arg("dim").i, x.dim() + 1);
   auto sizes = x.sizes, strides = x.strides;
-  int64_t new_stride = d >= x.dim() ? 1 : x.sizes[d] * x.strides[d];
+  SymInt new_stride = d >= x.dim() ? SymInt(1) : x.sizes[d] * x.strides[d];
   sizes.insert(sizes.begin() + d, 1);
   strides.insert(strides.begin() + d, new_stride);
   return view_of(x, std::move(sizes), std::move(strides));
@@ -400,7 +400,7 @@ std::optional<ValueMeta> meta_repeat(const MetaContext& ctx) {
   size_t offset = reps.size() - x.sizes.size();
   for (size_t i = 0; i < reps.size(); ++i) {
     if (reps[i] < 0) throw MetaError("Trying to create tensor with negative dimension " + std::to_string(reps[i]));
-    sizes[i] = reps[i] * (i < offset ? 1 : x.sizes[i - offset]);
+    sizes[i] = reps[i] * (i < offset ? SymInt(1) : x.sizes[i - offset]);
   }
   return fresh(sizes, x.dtype, x.device, x.requires_grad);
 }

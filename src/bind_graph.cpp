@@ -61,13 +61,23 @@ struct PyGraph : std::enable_shared_from_this<PyGraph> {
   PyNode node(NodeId id) { return PyNode{shared_from_this(), id}; }
 };
 
+// Sizes or strides: ints, and a symbolic entry as its expression's text ("s0").
+py::list shape_list(const SymShape& s) {
+  py::list out;
+  for (const SymInt& x : s) {
+    if (x.is_symbolic()) out.append(x.str());
+    else out.append(x.hint());
+  }
+  return out;
+}
+
 py::dict meta_dict(const ValueMeta& m) {
   py::dict d;
   switch (m.kind) {
     case ValueMeta::Kind::Tensor:
       d["kind"] = "tensor";
-      d["sizes"] = m.tensor.sizes;
-      d["strides"] = m.tensor.strides;
+      d["sizes"] = shape_list(m.tensor.sizes);
+      d["strides"] = shape_list(m.tensor.strides);
       d["dtype"] = std::string(dtype_name(m.tensor.dtype));
       d["device"] = m.tensor.device.str();
       d["requires_grad"] = m.tensor.requires_grad;

@@ -291,7 +291,8 @@ void rule_attention(RuleContext& c) {
   if (!dropout.is_number() || dropout.as_double() != 0.0) unsupported(c, "with dropout");
   const TensorMeta qm = b.tensor(q), km = b.tensor(k);
   if (qm.dim() < 2 || qm.dim() != km.dim()) unsupported(c, "with operands of different ranks");
-  int64_t heads = qm.dim() >= 3 ? qm.sizes[qm.sizes.size() - 3] : 1, kv_heads = qm.dim() >= 3 ? km.sizes[km.sizes.size() - 3] : 1;
+  int64_t heads = qm.dim() >= 3 ? qm.sizes[qm.sizes.size() - 3] : SymInt(1),
+          kv_heads = qm.dim() >= 3 ? km.sizes[km.sizes.size() - 3] : SymInt(1);
   if (heads != kv_heads) {
     int gqa = op_def(c.node.op).schema.index_of("enable_gqa");
     if (gqa < 0 || c.node.args[static_cast<size_t>(gqa)].kind != Value::Kind::Bool || !c.node.args[static_cast<size_t>(gqa)].b ||

@@ -72,7 +72,7 @@ void rule_sum_mean(RuleContext& c) {
   Value g = unreduce(c.b, c.grad, in, dims, keepdim.kind == Value::Kind::Bool && keepdim.b);
   if (c.kind == Op::mean) {
     int64_t n = 1;
-    for (int64_t d : dims) n *= in.sizes.empty() ? 1 : in.sizes[static_cast<size_t>(d)];
+    for (int64_t d : dims) n *= in.sizes.empty() ? SymInt(1) : in.sizes[static_cast<size_t>(d)];
     g = c.b.div(g, Value::of_float(static_cast<double>(n)));
   }
   c.give(x, g);
@@ -114,7 +114,7 @@ void rule_var(RuleContext& c) {
   double correction = !corr.is_none() ? corr.as_double() : (unbiased.kind == Value::Kind::Bool && !unbiased.b) ? 0.0
                                                                                                                : 1.0;
   int64_t n = 1;
-  for (int64_t d : dims) n *= in.sizes.empty() ? 1 : in.sizes[static_cast<size_t>(d)];
+  for (int64_t d : dims) n *= in.sizes.empty() ? SymInt(1) : in.sizes[static_cast<size_t>(d)];
   Value xc = c.b.sub(x, c.b.mean(x, dims, true));
   Value g = unreduce(c.b, c.grad, in, dims, keepdim);
   // NB: N <= correction divides by zero or less, as eager's (inf / nan)

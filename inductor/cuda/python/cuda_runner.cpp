@@ -311,7 +311,7 @@ void CudaGraphModule::prepare() {
     p->input_bufs.push_back(static_cast<int>(b));
     if (packed(static_cast<int>(b))) {
       p->packed_layouts.push_back(p->layouts[2 * b]);
-      p->packed_layouts.push_back(py::tuple(py::cast(TensorMeta::contiguous_strides(prog_.buffers[b].sizes))));
+      p->packed_layouts.push_back(py::tuple(py::cast(TensorMeta::contiguous_strides(prog_.buffers[b].sizes).ints())));
       p->input_check.add(dtype_objs_[b].ptr(), p->packed_layouts[p->packed_layouts.size() - 2].ptr(), p->packed_layouts.back().ptr());
     } else {
       p->input_check.add(dtype_objs_[b].ptr(), p->layouts[2 * b].ptr(), p->layouts[2 * b + 1].ptr());
@@ -551,7 +551,7 @@ py::object CudaGraphModule::run(const std::vector<py::object>& given) {
     py::dict kw;
     kw["dtype"] = t.attr("dtype");
     kw["device"] = t.attr("device");
-    py::object r = empty_strided_(py::cast(meta.sizes), py::cast(meta.strides), **kw);
+    py::object r = empty_strided_(py::cast(meta.sizes.ints()), py::cast(meta.strides.ints()), **kw);
     r.attr("copy_")(t);
     node_objs[static_cast<size_t>(nid)] = r;
   }
@@ -703,7 +703,7 @@ void CudaGraphModule::input_mismatch(const std::vector<py::object>& inputs) cons
     const py::object& t = inputs.at(static_cast<size_t>(buf.input));
     TensorMeta m = meta_from_tensor(t.ptr());
     // NB: a packed weight is passed as the caller's (NCHW) tensor.
-    std::vector<int64_t> strides = packed(b) ? TensorMeta::contiguous_strides(buf.sizes) : buf.strides;
+    std::vector<int64_t> strides = packed(b) ? TensorMeta::contiguous_strides(buf.sizes) : SymShape(buf.strides);
     bool device_ok = host_emulation_ ? m.device.type == Device::Type::CPU
                                      : m.device.type == Device::Type::CUDA && std::max(0, m.device.index) == device_;
     if (!device_ok || m.dtype != buf.dtype || m.sizes != buf.sizes || m.strides != strides)

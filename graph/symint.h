@@ -1,0 +1,201 @@
+// Symbolic integers: the sizes and strides of a graph compiled for more than one shape.
+//
+// A SymInt is either a constant or an expression over size symbols (s0, s1 ...) together with the
+// value it had in the traced call (its hint). Expressions are interned, immutable polynomials with
+// integer coefficients over atoms: a symbol, or floor division / modulo by an expression that did
+// not simplify away. Arithmetic simplifies eagerly (like terms combine, exact divisions cancel), so
+// two expressions that are equal as polynomials are the same id.
+//
+// Symbols are names local to one graph: s0 is whatever the graph's inputs bind it to (see
+// Graph::symbol_bindings), so an expression means nothing without the graph it came from.
+//
+// Deciding a comparison between symbolic values records what was relied on. Each symbol is a size
+// that is at least 2 (sizes 0 and 1 are specialised, as torch.compile does), which settles many
+// comparisons (`s0 == 1`, `s0 * 4 > 0`) with no guard. The rest are decided by the hints and
+// recorded as guards in the active ShapeEnv; with no ShapeEnv active, deciding one throws
+// SymbolicSpecialization (the caller specialises the graph to concrete sizes instead).
+//
+// NB: conversion to int64_t is implicit and specialises (guards `expr == hint`). Code written for
+// concrete sizes thus stays correct on symbolic ones: at worst it pins a size to the traced value.
+// Code that keeps sizes symbolic works on SymInt directly.
+#pragma once
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+namespace ff {
+
+using SymExprId = uint32_t;  // 0: no expression (a constant SymInt)
+using SymbolId = int32_t;
+
+// How a guard compares its expression with 0.
+enum class SymRel : uint8_t { Eq,
+                              Ne,
+                              Lt,
+                              Le };
+const char* sym_rel_str(SymRel r);  // "==", "!=", "<", "<="
+
+// A comparison the trace relied on: `expr REL 0`.
+struct SymGuard {
+  SymExprId expr = 0;
+  SymRel rel = SymRel::Eq;
+  bool operator==(const SymGuard&) const = default;
+};
+
+// Deciding a symbolic comparison (or converting to int64_t) with no ShapeEnv to record it in.
+class SymbolicSpecialization : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+class SymInt {
+ public:
+  SymInt() = default;
+  SymInt(int64_t v) : v_(v) {}  // NOLINT(google-explicit-constructor): sizes are ints
+  template <class T, std::enable_if_t<std::is_integral_v<T> && !std::is_same_v<T, int64_t> &&
+                                          !std::is_same_v<T, bool>,
+                                      int> = 0>
+  SymInt(T v) : v_(static_cast<int64_t>(v)) {}  // NOLINT(google-explicit-constructor)
+  static SymInt symbol(SymbolId id, int64_t hint);
+  // An expression and its hint; a constant expression gives a constant SymInt.
+  static SymInt of_expr(SymExprId e, int64_t hint);
+
+  bool is_symbolic() const { return e_ != 0; }
+  SymExprId expr() const { return e_; }
+  int64_t hint() const { return v_; }  // the value in the traced call (a constant's value)
+  // The value, recording `expr == hint` in the active ShapeEnv when symbolic.
+  int64_t guard_int() const;
+  operator int64_t() const { return e_ == 0 ? v_ : guard_int(); }  // NOLINT: see the header comment
+  // The symbol this is, or -1 when it is not a bare symbol.
+  SymbolId as_symbol() const;
+  // Same value for every binding (not a comparison: records nothing).
+  bool same_as(const SymInt& o) const { return e_ == o.e_ && (e_ != 0 || v_ == o.v_); }
+  std::string str() const;  // "8", "s0", "2*s0*s1 + 4"
+
+  friend SymInt operator+(const SymInt& a, const SymInt& b);
+  friend SymInt operator-(const SymInt& a, const SymInt& b);
+  friend SymInt operator*(const SymInt& a, const SymInt& b);
+  // Floor division and modulo (Python's, the same as C's on the non-negative sizes they serve).
+  friend SymInt operator/(const SymInt& a, const SymInt& b);
+  friend SymInt operator%(const SymInt& a, const SymInt& b);
+  SymInt operator-() const { return SymInt(0) - *this; }
+  SymInt& operator+=(const SymInt& o) { return *this = *this + o; }
+  SymInt& operator-=(const SymInt& o) { return *this = *this - o; }
+  SymInt& operator*=(const SymInt& o) { return *this = *this * o; }
+  SymInt& operator/=(const SymInt& o) { return *this = *this / o; }
+
+  // Comparisons decide, recording a guard when they rely on the hints.
+  friend bool operator==(const SymInt& a, const SymInt& b);
+  friend bool operator!=(const SymInt& a, const SymInt& b) { return !(a == b); }
+  friend bool operator<(const SymInt& a, const SymInt& b);
+  friend bool operator<=(const SymInt& a, const SymInt& b);
+  friend bool operator>(const SymInt& a, const SymInt& b) { return b < a; }
+  friend bool operator>=(const SymInt& a, const SymInt& b) { return b <= a; }
+
+ private:
+  int64_t v_ = 0;
+  SymExprId e_ = 0;
+};
+
+// Mixed operations with plain integers pick these (an exact match), not int64_t's built-ins.
+#define FF_SYMINT_MIXED(op, R)                                                                     \
+  template <class T, std::enable_if_t<std::is_integral_v<T> && !std::is_same_v<T, bool>, int> = 0> \
+  inline R operator op(const SymInt& a, T b) {                                                     \
+    return a op SymInt(static_cast<int64_t>(b));                                                   \
+  }                                                                                                \
+  template <class T, std::enable_if_t<std::is_integral_v<T> && !std::is_same_v<T, bool>, int> = 0> \
+  inline R operator op(T a, const SymInt& b) {                                                     \
+    return SymInt(static_cast<int64_t>(a)) op b;                                                   \
+  }
+FF_SYMINT_MIXED(+, SymInt)
+FF_SYMINT_MIXED(-, SymInt)
+FF_SYMINT_MIXED(*, SymInt)
+FF_SYMINT_MIXED(/, SymInt)
+FF_SYMINT_MIXED(%, SymInt)
+FF_SYMINT_MIXED(==, bool)
+FF_SYMINT_MIXED(!=, bool)
+FF_SYMINT_MIXED(<, bool)
+FF_SYMINT_MIXED(<=, bool)
+FF_SYMINT_MIXED(>, bool)
+FF_SYMINT_MIXED(>=, bool)
+#undef FF_SYMINT_MIXED
+
+// Sizes or strides. Converts to std::vector<int64_t> implicitly, specialising every entry, so code
+// written for concrete shapes keeps working.
+class SymShape : public std::vector<SymInt> {
+ public:
+  using std::vector<SymInt>::vector;
+  SymShape() = default;
+  SymShape(const std::vector<int64_t>& v) : std::vector<SymInt>(v.begin(), v.end()) {}  // NOLINT
+  operator std::vector<int64_t>() const { return ints(); }  // NOLINT: specialises, see above
+  std::vector<int64_t> ints() const;   // specialises every symbolic entry
+  std::vector<int64_t> hints() const;  // the traced values; records nothing
+  bool is_symbolic() const;
+  bool same_as(const SymShape& o) const;
+  std::string str() const;  // "[s0, 8]"
+};
+// Equal when each entry is (deciding symbolic entries records guards).
+bool operator==(const SymShape& a, const SymShape& b);
+bool operator==(const SymShape& a, const std::vector<int64_t>& b);
+
+// ---- expressions ------------------------------------------------------------------------------
+
+// The symbols an expression mentions, ascending.
+std::vector<SymbolId> sym_free_symbols(SymExprId e);
+// The value of `e` with symbol i bound to bindings[i]. Throws std::out_of_range on an unbound
+// symbol, std::domain_error on division by zero.
+int64_t sym_evaluate(SymExprId e, const std::vector<int64_t>& bindings);
+std::string sym_str(SymExprId e);
+// `e`'s value when it is a constant expression.
+bool sym_constant(SymExprId e, int64_t* value);
+// Builds `e` from its parts; exposed for tests and the guard printer.
+SymExprId sym_of_symbol(SymbolId id);
+SymExprId sym_of_constant(int64_t c);  // 0 stays expressible: returns the id of the constant
+// The value under `bindings` as a constant SymInt.
+SymInt sym_specialize(const SymInt& x, const std::vector<int64_t>& bindings);
+
+// ---- the shape environment --------------------------------------------------------------------
+
+// What one trace relied on about its symbols. The trace creates the symbols (one per dynamic
+// dimension of an input) and records guards while it is the active environment.
+class ShapeEnv {
+ public:
+  // A new symbol for a size whose traced value is `hint` (>= 2); `origin` says where it was read,
+  // e.g. "L['x'].size()[0]".
+  SymInt new_symbol(int64_t hint, std::string origin);
+  size_t num_symbols() const { return origins_.size(); }
+  const std::string& origin(SymbolId s) const { return origins_.at(static_cast<size_t>(s)); }
+  // Records that `e REL 0` held (deduplicated).
+  void add_guard(SymGuard g);
+  const std::vector<SymGuard>& guards() const { return guards_; }
+  // Guards whose expression is `symbol - constant`: the symbols the trace pinned to a value.
+  std::vector<SymbolId> specialized_symbols() const;
+  // Each guard as text over the symbols' origins: "L['x'].size()[0] * 2 <= L['y'].size()[1]".
+  std::string guard_str(const SymGuard& g) const;
+
+  static ShapeEnv* current();
+
+ private:
+  std::vector<std::string> origins_;
+  std::vector<SymGuard> guards_;
+};
+
+// Makes `env` the active ShapeEnv of this thread for the scope (nullptr: none).
+class ShapeEnvScope {
+ public:
+  explicit ShapeEnvScope(ShapeEnv* env);
+  ~ShapeEnvScope();
+  ShapeEnvScope(const ShapeEnvScope&) = delete;
+  ShapeEnvScope& operator=(const ShapeEnvScope&) = delete;
+
+ private:
+  ShapeEnv* previous_;
+};
+
+// Whether `g` holds under `bindings`.
+bool sym_guard_holds(const SymGuard& g, const std::vector<int64_t>& bindings);
+
+}  // namespace ff

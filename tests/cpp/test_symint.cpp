@@ -1,0 +1,146 @@
+// The symbolic-integer engine: simplification, evaluation, bounds and the guards comparisons record.
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <random>
+
+#include "graph/symint.h"
+
+namespace ff {
+namespace {
+
+TEST(SymInt, ConstantsStayPlainIntegers) {
+  SymInt a = 6, b = 4;
+  EXPECT_FALSE((a * b + 1).is_symbolic());
+  EXPECT_EQ((a * b + 1).hint(), 25);
+  EXPECT_EQ((SymInt(-7) / 2).hint(), -4);  // floor division, as Python
+  EXPECT_EQ((SymInt(-7) % 2).hint(), 1);
+}
+
+TEST(SymInt, LikeTermsCombineAndCancel) {
+  ShapeEnv env;
+  SymInt s0 = env.new_symbol(5, "x0"), s1 = env.new_symbol(7, "x1");
+  EXPECT_EQ((s0 + s1 - s0).str(), "s1");
+  EXPECT_FALSE((s0 * 3 - s0 - s0 * 2).is_symbolic());
+  EXPECT_EQ(((s0 + 1) * (s0 - 1)).str(), "s0*s0 - 1");
+  EXPECT_EQ((s0 * s1 * 2 + 4).str(), "2*s0*s1 + 4");
+  EXPECT_EQ((s0 * s1).expr(), (s1 * s0).expr());  // interned: equal polynomials are one id
+  EXPECT_EQ((s0 * s1 * 2 + 4).hint(), 74);
+}
+
+TEST(SymInt, ExactDivisionCancels) {
+  ShapeEnv env;
+  SymInt s0 = env.new_symbol(5, "x0"), s1 = env.new_symbol(3, "x1");
+  EXPECT_EQ(((s0 * 8) / 4).str(), "2*s0");
+  EXPECT_EQ(((s0 * s1 * 6) / (s1 * 3)).str(), "2*s0");
+  EXPECT_EQ(((s0 * 8 + 3) / 4).str(), "2*s0");           // (4*2*s0 + 3) // 4
+  EXPECT_EQ(((s0 * 8 + 3) % 4).str(), "3");
+  EXPECT_EQ((s0 / 4).str(), "((s0) // 4)");               // stays an atom
+  EXPECT_EQ((s0 / 4).hint(), 1);
+  EXPECT_EQ(((s0 * 12) % (s0 * 4)).str(), "0");
+}
+
+TEST(SymInt, BoundsSettleComparisonsWithoutGuards) {
+  ShapeEnv env;
+  ShapeEnvScope scope(&env);
+  SymInt s0 = env.new_symbol(5, "x0"), s1 = env.new_symbol(9, "x1");
+  EXPECT_FALSE(s0 == 1);
+  EXPECT_FALSE(s0 == 0);
+  EXPECT_TRUE(s0 > 1);
+  EXPECT_TRUE(s0 * s1 >= 4);
+  EXPECT_TRUE(s0 != -3);
+  EXPECT_TRUE(s0 / 2 >= 0);
+  EXPECT_TRUE(s0 % 3 >= 0);
+  EXPECT_TRUE(s0 == s0 + 0);
+  EXPECT_TRUE(env.guards().empty());
+}
+
+TEST(SymInt, ComparisonsOnHintsRecordWhatHeld) {
+  ShapeEnv env;
+  ShapeEnvScope scope(&env);
+  SymInt s0 = env.new_symbol(5, "L['x'].size()[0]"), s1 = env.new_symbol(9, "L['y'].size()[0]");
+  EXPECT_TRUE(s0 < s1);
+  EXPECT_FALSE(s0 == s1);
+  EXPECT_FALSE(s1 <= s0);
+  ASSERT_EQ(env.guards().size(), 2u);  // s1 <= s0 being false is s0 - s1 < 0, already recorded
+  EXPECT_EQ(env.guard_str(env.guards()[0]), "L['x'].size()[0] - L['y'].size()[0] < 0");
+  EXPECT_EQ(env.guard_str(env.guards()[1]), "L['x'].size()[0] - L['y'].size()[0] != 0");
+  int64_t v = s0;  // specialises
+  EXPECT_EQ(v, 5);
+  EXPECT_EQ(env.specialized_symbols(), std::vector<SymbolId>{0});
+  EXPECT_TRUE(sym_guard_holds(env.guards()[0], {5, 9}));
+  EXPECT_FALSE(sym_guard_holds(env.guards()[0], {9, 5}));
+}
+
+TEST(SymInt, DecidingWithoutAnEnvironmentThrows) {
+  ShapeEnv env;
+  SymInt s0 = env.new_symbol(5, "x0"), s1 = env.new_symbol(6, "x1");
+  EXPECT_THROW((void)(s0 == s1), SymbolicSpecialization);
+  EXPECT_THROW((void)static_cast<int64_t>(s0), SymbolicSpecialization);
+  EXPECT_FALSE(s0 == 1);  // settled by bounds: no environment needed
+}
+
+TEST(SymShape, ConvertsToConcreteSizesBySpecialising) {
+  ShapeEnv env;
+  ShapeEnvScope scope(&env);
+  SymShape s{env.new_symbol(4, "x0"), 8};
+  EXPECT_TRUE(s.is_symbolic());
+  EXPECT_EQ(s.str(), "[s0, 8]");
+  EXPECT_EQ(s.hints(), (std::vector<int64_t>{4, 8}));
+  EXPECT_TRUE(env.guards().empty());
+  std::vector<int64_t> concrete = s;
+  EXPECT_EQ(concrete, (std::vector<int64_t>{4, 8}));
+  EXPECT_EQ(env.guards().size(), 1u);
+}
+
+int64_t floordiv(int64_t a, int64_t c) { return a / c - ((a % c != 0) && ((a < 0) != (c < 0))); }
+
+// Random expressions: the simplified form evaluates, at the hints and at other bindings, to what
+// the same arithmetic on plain integers gives.
+TEST(SymInt, SimplifiedFormsEvaluateLikeIntegers) {
+  std::mt19937 rng(1234);
+  ShapeEnv env;
+  ShapeEnvScope scope(&env);
+  struct Built {
+    SymInt e;
+    int64_t at_hints, at_other;
+  };
+  for (int trial = 0; trial < 2000; ++trial) {
+    std::vector<int64_t> hints, other;
+    for (int i = 0; i < 3; ++i) {
+      hints.push_back(2 + int64_t(rng() % 9));
+      other.push_back(2 + int64_t(rng() % 9));
+    }
+    std::function<Built(int)> gen = [&](int depth) -> Built {
+      if (depth == 0 || rng() % 4 == 0) {
+        if (rng() % 2) {
+          size_t k = rng() % hints.size();
+          return {SymInt::symbol(SymbolId(k), hints[k]), hints[k], other[k]};
+        }
+        int64_t c = int64_t(rng() % 7) - 2;
+        return {SymInt(c), c, c};
+      }
+      Built a = gen(depth - 1), b = gen(depth - 1);
+      int64_t c = 1 + int64_t(rng() % 5);
+      switch (rng() % 5) {
+        case 0: return {a.e + b.e, a.at_hints + b.at_hints, a.at_other + b.at_other};
+        case 1: return {a.e - b.e, a.at_hints - b.at_hints, a.at_other - b.at_other};
+        case 2: return {a.e * b.e, a.at_hints * b.at_hints, a.at_other * b.at_other};
+        case 3: return {a.e / c, floordiv(a.at_hints, c), floordiv(a.at_other, c)};
+        default:
+          return {a.e % c, a.at_hints - floordiv(a.at_hints, c) * c, a.at_other - floordiv(a.at_other, c) * c};
+      }
+    };
+    Built b = gen(4);
+    EXPECT_EQ(b.e.hint(), b.at_hints);
+    if (b.e.is_symbolic()) {
+      EXPECT_EQ(sym_evaluate(b.e.expr(), hints), b.at_hints) << b.e.str();
+      EXPECT_EQ(sym_evaluate(b.e.expr(), other), b.at_other) << b.e.str();
+    } else {
+      EXPECT_EQ(b.e.hint(), b.at_other) << "a constant that depends on the binding";
+    }
+  }
+}
+
+}  // namespace
+}  // namespace ff
