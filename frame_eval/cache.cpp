@@ -53,7 +53,7 @@ CompileOptions::~CompileOptions() {
 
 bool CompileOptions::same_as(const CompileOptions& o) const {
   if (this == &o) return true;
-  if (fullgraph != o.fullgraph || backend_name != o.backend_name) return false;
+  if (fullgraph != o.fullgraph || dynamic != o.dynamic || backend_name != o.backend_name) return false;
   if (backend != o.backend && !(PyUnicode_Check(backend) && PyUnicode_Check(o.backend))) return false;
   int mode_eq = mode == o.mode ? 1 : PyObject_RichCompareBool(mode, o.mode, Py_EQ);
   int opt_eq = options == o.options ? 1 : PyObject_RichCompareBool(options, o.options, Py_EQ);
@@ -107,6 +107,7 @@ void reset_caches() {
     s->skip_reason.clear();
     s->skipped_for_break = false;
     s->compiles = 0;
+    s->size_history.clear();
   }
   doomed.entries.clear();
   doomed.plans.clear();

@@ -34,6 +34,7 @@ struct CompileOptions {
   PyObject* mode = nullptr;     // strong: None or str
   PyObject* options = nullptr;  // strong: None or dict
   bool fullgraph = false;
+  int dynamic = -1;  // compile(dynamic=): -1 None (automatic), 0 False, 1 True
   std::string backend_name;
   ~CompileOptions();
   bool same_as(const CompileOptions& o) const;
@@ -83,6 +84,8 @@ struct ExtraState {
   bool generated_stub = false;  // a graph-break stub: always Skip, even after reset()
   int frame_id = -1;            // assigned at the first compile
   int compiles = 0;
+  // Sizes of the tensors earlier traces read (automatic dynamic shapes, interpreter_shapes.cpp).
+  std::unordered_map<std::string, std::vector<int64_t>> size_history;
 
   // In the state of a user's code: what its graph breaks generated, by layout (hook_resume.cpp).
   // They own the generated code objects (a stub per plan, resume functions shared between plans).

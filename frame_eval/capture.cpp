@@ -52,8 +52,8 @@ std::string Guard::str() const {
     case Kind::TensorMatch: {
       std::string sizes, strides;
       for (size_t i = 0; i < tensor_meta.sizes.size(); ++i) {
-        sizes += (i ? ", " : "") + std::to_string(tensor_meta.sizes[i]);
-        strides += (i ? ", " : "") + std::to_string(tensor_meta.strides[i]);
+        sizes += (i ? ", " : "") + tensor_meta.sizes[i].str();
+        strides += (i ? ", " : "") + tensor_meta.strides[i].str();
       }
       return "check_tensor(" + s + ", " + std::string(dtype_name(tensor_meta.dtype)) + ", " +
              tensor_meta.device.str() + ", size=[" + sizes + "], stride=[" + strides +
@@ -75,6 +75,12 @@ std::string Guard::str() const {
       return std::string("torch.is_grad_enabled() == ") + (grad_enabled ? "True" : "False") +
              " and torch.get_default_dtype() == torch." + std::string(dtype_name(default_dtype)) +
              (expected ? " and autocast == " + repr_of(expected) : " and not autocast");
+    case Kind::ShapeRelations: {
+      std::string out = "shape_relations(";
+      for (size_t i = 0; shape_env && i < shape_env->guards().size(); ++i)
+        out += (i ? ", " : "") + shape_env->guard_str(shape_env->guards()[i]);
+      return out + ")";
+    }
   }
   return "?";
 }
@@ -94,6 +100,7 @@ CaptureResult::CaptureResult(CaptureResult&& o) noexcept
       guards(std::move(o.guards)),
       output(std::move(o.output)),
       side_effects(std::move(o.side_effects)),
+      shape_env(std::move(o.shape_env)),
       brk(std::move(o.brk)),
       num_memos(o.num_memos),
       stats(o.stats) {

@@ -65,7 +65,7 @@ struct Guard {
   X(IdMatch, "source is expected (identity)")                                           \
   X(EqualsMatch, "source == expected (int/float/bool/str/None/tuple of those): same types, same values (floats bitwise), same order (frozensets)") \
   X(IterMatch, "tuple(source) == expected: the same elements (as EqualsMatch) in the same iteration order") \
-  X(TensorMatch, "isinstance tensor with dtype/device/sizes/strides/requires_grad == tensor_meta") \
+  X(TensorMatch, "isinstance tensor with dtype/device/sizes/strides/requires_grad == tensor_meta (a symbolic size or stride: checked by ShapeRelations)") \
   X(LenMatch, "len(source) == length")                                                  \
   X(LenAtLeast, "len(source) >= length")                                                \
   X(DictKeys, "list(source.keys()) == expected keys, in order")                         \
@@ -73,7 +73,8 @@ struct Guard {
   X(NoKey, "expected not in source (a dict): an instance attribute that would shadow a method") \
   X(SameObject, "source is others[0]: two sources the trace read as one object")         \
   X(Distinct, "the objects of others are pairwise different: mutable values read as separate") \
-  X(GlobalState, "grad mode, default dtype and autocast's state as at trace time")
+  X(GlobalState, "grad mode, default dtype and autocast's state as at trace time")     \
+  X(ShapeRelations, "the symbolic sizes and strides of every TensorMatch: each symbol (bound where it first appears) is >= 2, every size and stride equals its expression, every guard of shape_env holds")
   // clang-format on
   enum class Kind : uint8_t {
 #define FF_GUARD_ENUM(k, doc) k,
@@ -90,6 +91,7 @@ struct Guard {
   int64_t length = 0;          // LenMatch
   bool grad_enabled = true;    // GlobalState
   DType default_dtype = DType::Float32;  // GlobalState
+  std::shared_ptr<const ShapeEnv> shape_env;  // ShapeRelations
 
   std::string str() const;  // the check as a Python expression, e.g. "L['x'].size()[0] == 8"
 };
@@ -176,6 +178,8 @@ struct CaptureResult {
   std::vector<Guard> guards;
   OutputPlan output;
   std::vector<SideEffect> side_effects;
+  // What the trace relied on about symbolic sizes (graph/symint.h); null when every size is static.
+  std::shared_ptr<const ShapeEnv> shape_env;
   // A partial capture (TraceOptions::stop_index): `output` is the tuple
   // (stack values non-NULL bottom first..., live locals..., fresh cells of the code's cellvars...).
   struct BreakState {

@@ -1,5 +1,7 @@
 #include "frame_eval/capture_runner.h"
 
+#include "graph/passes/specialize_shapes.h"
+
 #include <optional>
 
 #include "frame_eval/py_util.h"
@@ -162,7 +164,9 @@ CaptureRunner::CaptureRunner(CaptureResult capture, const FrameValues& frame, Py
     }
     effects_.push_back(std::move(fx));
   }
-  reference_ = std::make_unique<ReferenceRunner>(capture_.graph);
+  // NB: a graph with symbolic int arguments always gets a compiled callable (backends._PerSizes
+  // runs it specialised to each call's sizes): the reference runner needs concrete arguments.
+  if (!has_symbolic_int_args(capture_.graph)) reference_ = std::make_unique<ReferenceRunner>(capture_.graph);
 }
 
 CaptureRunner::~CaptureRunner() {
@@ -305,6 +309,11 @@ PyObject* CaptureRunner::run(const FrameValues& frame, Slots& slots) const {
   }
   for (size_t i = 0; i < n; ++i) inputs[i] = slots[static_cast<size_t>(input_slots_[i])];
 
+  if (!compiled_ && !reference_) {
+    slots.clear();
+    PyErr_SetString(PyExc_RuntimeError, "framefuse internal error: a graph with symbolic sizes has no compiled callable");
+    return nullptr;
+  }
   PyObject* outputs = compiled_ ? PyObject_Vectorcall(compiled_, inputs, n, nullptr) : reference_->run(inputs, n);
   if (!outputs) {
     slots.clear();

@@ -7,6 +7,7 @@
 #include <tuple>
 #include <unordered_map>
 
+#include "frame_eval/guards_shapes.h"
 #include "frame_eval/py_util.h"
 #include "frame_eval/torch_refs.h"
 #include "graph/python/tensor_guards.h"
@@ -56,6 +57,8 @@ struct GuardProgram::Check {
   bool grad_enabled = true;
   PyObject* default_dtype = nullptr;  // borrowed
   int native_default_dtype = -1;      // its c10::ScalarType where framefuse._torch_native is loaded
+  // ShapeRelations
+  std::shared_ptr<const ShapeCheck> shapes;
 };
 
 namespace {
@@ -69,6 +72,13 @@ inline int take_flag(PyObject* r) {
   int v = r == Py_True;
   Py_DECREF(r);
   return v;
+}
+
+// Sizes or strides for a TensorMatch check: a symbolic entry is ShapeRelations' to check.
+std::vector<int64_t> unchecked_if_symbolic(const SymShape& s) {
+  std::vector<int64_t> out;
+  for (const SymInt& x : s) out.push_back(x.is_symbolic() ? kUncheckedSize : x.hint());
+  return out;
 }
 
 // A bool-returning tensor method (is_neg, is_conj): 1, 0, or -1 (missing or raised).
@@ -308,7 +318,7 @@ GuardProgram::GuardProgram(const std::vector<Guard>& guards, const std::vector<S
     c.kind = g.kind;
     c.guard_index = static_cast<int>(gi);
     c.text = g.str();
-    if (g.kind != Guard::Kind::GlobalState && g.kind != Guard::Kind::Distinct) {
+    if (g.kind != Guard::Kind::GlobalState && g.kind != Guard::Kind::Distinct && g.kind != Guard::Kind::ShapeRelations) {
       c.slot = add_source(g.source);
       c.source_text = g.source->str();
     }
@@ -353,8 +363,8 @@ GuardProgram::GuardProgram(const std::vector<Guard>& guards, const std::vector<S
         c.readers = &tensor_readers(c.tensor_type);
         c.dtype = torch_dtype_object(g.tensor_meta.dtype);
         FF_CHECK(c.dtype != nullptr, "torch lacks dtype " + std::string(dtype_name(g.tensor_meta.dtype)));
-        c.sizes = g.tensor_meta.sizes;
-        c.strides = g.tensor_meta.strides;
+        c.sizes = unchecked_if_symbolic(g.tensor_meta.sizes);
+        c.strides = unchecked_if_symbolic(g.tensor_meta.strides);
         FF_CHECK(c.sizes.size() == c.strides.size(), "sizes and strides differ in rank: " + c.text);
         c.requires_grad = g.tensor_meta.requires_grad;
         c.device = g.tensor_meta.device;
@@ -362,7 +372,7 @@ GuardProgram::GuardProgram(const std::vector<Guard>& guards, const std::vector<S
         c.conj = method_flag(c.readers->is_conj, live.get()) == 1;
         // NB: the native check records the traced tensor as it is now, so it is taken only where that
         // tensor still passes the exact check (the trace may have changed it in place).
-        if (native_) {
+        if (native_ && !g.tensor_meta.is_symbolic()) {
           auto native = std::make_unique<NativeTensorMatch>();
           if (tensor_match_exact(c, live.get(), nullptr) && native->record(live.get())) c.native = std::move(native);
         }
@@ -377,6 +387,19 @@ GuardProgram::GuardProgram(const std::vector<Guard>& guards, const std::vector<S
         FF_CHECK(c.default_dtype != nullptr, "unknown default dtype");
         if (native_) c.native_default_dtype = native_->dtype_scalar_type(c.default_dtype);
         break;
+      case Guard::Kind::ShapeRelations: {
+        // NB: the last guard: every TensorMatch before it has its slot.
+        std::vector<ShapeCheck::Tensor> tensors;
+        for (size_t gj = 0; gj < gi; ++gj) {
+          const Guard& t = guards[gj];
+          if (t.kind != Guard::Kind::TensorMatch || !t.tensor_meta.is_symbolic()) continue;
+          int slot = add_source(t.source);
+          tensors.push_back({slot, t.tensor_meta, t.source->str()});
+          c.slots.push_back(slot);
+        }
+        c.shapes = std::make_shared<ShapeCheck>(g.shape_env, std::move(tensors), native_);
+        break;
+      }
     }
     checks_.push_back(std::move(c));
     program_.push_back({false, static_cast<int>(checks_.size() - 1)});
@@ -412,12 +435,15 @@ void GuardProgram::batch_tensor_checks(const std::vector<PyRef>& live) {
   tensor_batch_.reset(check, live.size());
   tensor_batch_args_.assign(live.size(), nullptr);
   hot_program_.clear();
+  std::vector<Instr> after_batch;  // ShapeRelations: reads sizes the batch checked the ranks of
   for (const Instr& ins : program_) {
     if (!ins.is_fetch && in_tensor_batch(checks_[static_cast<size_t>(ins.index)])) continue;
-    hot_program_.push_back(ins);
+    if (!ins.is_fetch && checks_[static_cast<size_t>(ins.index)].kind == Guard::Kind::ShapeRelations) after_batch.push_back(ins);
+    else hot_program_.push_back(ins);
   }
   for (const Check* c : tensor_checks) tensor_batch_slots_.push_back(c->slot);
   hot_program_.push_back({false, kTensorBatch});
+  hot_program_.insert(hot_program_.end(), after_batch.begin(), after_batch.end());
 }
 
 GuardProgram::~GuardProgram() {
@@ -458,6 +484,7 @@ inline bool ints_equal(PyObject* seq, const std::vector<int64_t>& expected, int*
     return false;
   }
   for (Py_ssize_t i = 0; i < n; ++i) {
+    if (expected[static_cast<size_t>(i)] == kUncheckedSize) continue;
     long long v = PyLong_AsLongLong(PyTuple_GET_ITEM(seq, i));
     if (v != expected[static_cast<size_t>(i)]) {
       if (v == -1 && PyErr_Occurred()) PyErr_Clear();
@@ -758,6 +785,9 @@ bool GuardProgram::run_check(const Check& c, const Slots& slots, std::string* wh
       Py_XDECREF(dd);
       return ok;
     }
+    case Guard::Kind::ShapeRelations: {
+      return c.shapes->check(slots.data(), why);
+    }
   }
   return false;
 }
@@ -798,6 +828,9 @@ std::vector<std::string> GuardProgram::explain(const FrameValues& frame, bool fi
     }
     const Check& c = checks_[static_cast<size_t>(ins.index)];
     if (c.slot >= 0 && !fetched_ok[static_cast<size_t>(c.slot)]) continue;
+    if (c.kind == Guard::Kind::ShapeRelations &&
+        !std::all_of(c.slots.begin(), c.slots.end(), [&](int s) { return bool(fetched_ok[static_cast<size_t>(s)]); }))
+      continue;
     std::string why;
     if (!run_check(c, slots, &why)) {
       out.push_back(why);

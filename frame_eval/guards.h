@@ -39,6 +39,7 @@ class Slots {
   Slots& operator=(const Slots&) = delete;
   PyObject*& operator[](size_t i) { return data_[i]; }
   PyObject* operator[](size_t i) const { return data_[i]; }
+  PyObject* const* data() const { return data_; }
   void clear();  // releases every slot
 
  private:

@@ -165,6 +165,14 @@ FrameView frame_view(const ff_frame_info& info) {
 
 // A trace's result into a cache entry: guards, runner, backend, logs. `brk`: a partial capture's
 // continuation (its graph may be empty: what follows the break is worth compiling anyway).
+// How the trace of `extra`'s code treats sizes under `options` (interpreter_shapes.cpp).
+void set_dynamic(TraceOptions& topts, ExtraState& extra, const CompileOptions& options) {
+  topts.dynamic = options.dynamic == 1   ? DynamicShapes::All
+                  : options.dynamic == 0 ? DynamicShapes::Off
+                                         : DynamicShapes::Auto;
+  if (topts.dynamic == DynamicShapes::Auto && config().automatic_dynamic_shapes) topts.size_history = &extra.size_history;
+}
+
 CompileOutcome finish_compile(const ff_frame_info& info, const FrameValues& values,
                               const std::shared_ptr<CompileOptions>& options, CaptureResult cap,
                               std::shared_ptr<const BreakPlan> brk, std::chrono::steady_clock::time_point t0,
@@ -255,6 +263,7 @@ CompileOutcome compile_split(ExtraState& extra, const ff_frame_info& info, const
   try {
     TraceOptions topts;
     if (g_tracer || !split_trace_options(info.code, b, &topts)) return eager("not at a resumable root instruction");
+    set_dynamic(topts, extra, *options);
     CaptureResult cap = trace_frame(frame_view(info), topts);
     if (PyErr_Occurred()) throw InternalError("the tracer left a Python exception set: " + fetch_py_error_text());
     // NB: tracing may have changed what the code sees (caches the traced code fills): the second
@@ -301,7 +310,9 @@ CompileOutcome compile_frame(ExtraState& extra, const ff_frame_info& info, const
   BreakInfo split;
   try {
     FrameView view = frame_view(info);
-    CaptureResult cap = g_tracer ? g_tracer(view) : trace_frame(view);
+    TraceOptions topts;
+    set_dynamic(topts, extra, *options);
+    CaptureResult cap = g_tracer ? g_tracer(view) : trace_frame(view, topts);
     return finish_compile(info, values, options, std::move(cap), nullptr, t0, compile_id, extra, out);
   } catch (const PythonErrorPending&) {
     return CompileOutcome::Raise;  // the user's backend raised: their exception, unchanged

@@ -7,6 +7,7 @@
 #include "frame_eval/hook.h"
 #include "frame_eval/hook_internal.h"
 #include "frame_eval/py_util.h"
+#include "graph/passes/specialize_shapes.h"
 #include "src/base/config.h"
 #include "src/base/errors.h"
 #include "src/base/logging.h"
@@ -111,13 +112,16 @@ std::string graph_code_text(const Graph& g) {
 }
 
 void compile_backend(const CompileOptions& options, CaptureRunner& runner, const FrameValues& values, bool training) {
-  if (options.backend_name == "eager") return;
+  // NB: a graph with symbolic sizes goes through the backends' module even for "eager": the
+  // reference runner runs it specialised to each call's sizes (backends._PerSizes).
+  if (options.backend_name == "eager" && !has_symbolic_shapes(runner.capture().graph)) return;
   // Graphs that need autograd reach the inductor backend where AOT autograd compiles them (config
   // aot_autograd, framefuse._autograd) or under mode="reduce-overhead", which records their forward
   // and backward in CUDA graphs (framefuse.cuda.TrainingGraphReplay).
   bool reduce_overhead = options.mode && PyUnicode_Check(options.mode) &&
                          PyUnicode_CompareWithASCIIString(options.mode, "reduce-overhead") == 0;
-  if (options.backend_name == "inductor" && training && !reduce_overhead && !config().aot_autograd) {
+  if (options.backend_name == "inductor" && training && !reduce_overhead && !config().aot_autograd &&
+      !has_symbolic_shapes(runner.capture().graph)) {
     if (log_enabled(LogArtifact::perf_hints))
       log_emit(LogArtifact::perf_hints, "backend=inductor: graphs that need autograd run on the reference runner (eager torch ops)");
     return;

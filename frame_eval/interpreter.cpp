@@ -13,6 +13,7 @@
 #include "frame_eval/guards.h"
 #include "frame_eval/interpreter_impl.h"
 #include "graph/python/graph_calls.h"
+#include "src/base/logging.h"
 #include "src/base/gil_once.h"
 
 namespace ff {
@@ -164,6 +165,53 @@ Sym SymbolicTracer::run_frame(Frame& f) {
   }
 }
 
+namespace {
+// Opcodes that move symbolic ints or model them (interpreter_shapes.cpp): the stack keeps them.
+bool keeps_symints(Handler h) {
+  switch (h) {
+    case Handler::Nop:
+    case Handler::Precall:
+    case Handler::PopTop:
+    case Handler::PushNull:
+    case Handler::Copy:
+    case Handler::Swap:
+    case Handler::LoadConst:
+    case Handler::LoadFast:
+    case Handler::LoadFastAndClear:
+    case Handler::StoreFast:
+    case Handler::DeleteFast:
+    case Handler::LoadGlobal:
+    case Handler::LoadDeref:
+    case Handler::StoreDeref:
+    case Handler::LoadClosure:
+    case Handler::MakeCell:
+    case Handler::CopyFreeVars:
+    case Handler::BinaryOp:
+    case Handler::UnaryNegative:
+    case Handler::UnaryPositive:
+    case Handler::UnaryNot:
+    case Handler::CompareOp:
+    case Handler::BinarySubscr:
+    case Handler::BinarySlice:
+    case Handler::BuildTuple:
+    case Handler::BuildList:
+    case Handler::BuildSlice:
+    case Handler::UnpackSequence:
+    case Handler::JumpForward:
+    case Handler::JumpBackward:
+    case Handler::PopJumpIfFalse:
+    case Handler::PopJumpIfTrue:
+    case Handler::PopJumpIfNone:
+    case Handler::PopJumpIfNotNone:
+    case Handler::KwNames:
+    case Handler::Call:
+    case Handler::ReturnValue:
+    case Handler::ReturnConst: return true;
+    default: return false;
+  }
+}
+}  // namespace
+
 void SymbolicTracer::step(Frame& f, const Instr& ins) {
   std::vector<Sym>& st = f.stack;
   auto pop = [&]() {
@@ -179,6 +227,15 @@ void SymbolicTracer::step(Frame& f, const Instr& ins) {
   };
   int next = f.ip + 1;
   const int arg = ins.arg;
+  if (symints_made_ > 0) {
+    // Symbolic ints stay symbolic only through what models them; any other opcode sees the traced
+    // values (guarded).
+    if (ins.handler == Handler::LoadAttr || ins.handler == Handler::LoadMethod || ins.handler == Handler::LoadAttrMethodBit) {
+      if (!st.empty()) specialize_ints(st.back());
+    } else if (!keeps_symints(ins.handler)) {
+      specialize_stack(f);
+    }
+  }
 
   switch (ins.handler) {
     case Handler::Nop:
@@ -767,6 +824,8 @@ Sym SymbolicTracer::tensor_sym(NodeId node) {
 }
 
 CaptureResult SymbolicTracer::trace() {
+  // NB: active for the whole trace: meta rules and size reads decide comparisons on symbolic sizes.
+  ShapeEnvScope shape_scope(shape_env_.get());
   const Known& k = known();
   if (k.torch) {
     init_op_callables();
@@ -918,6 +977,17 @@ CaptureResult SymbolicTracer::trace() {
   output = OutputPlan{};
   out_.side_effects = std::move(effects);
   out_.num_memos = static_cast<int>(ob.memo_of.size());
+  if (shape_env_->num_symbols() > 0) {
+    Guard g;
+    g.kind = Guard::Kind::ShapeRelations;
+    g.shape_env = shape_env_;
+    out_.guards.push_back(std::move(g));
+    out_.shape_env = shape_env_;
+    if (log_enabled(LogArtifact::dynamic)) {
+      for (SymbolId s : shape_env_->specialized_symbols())
+        log_emit(LogArtifact::dynamic, shape_env_->origin(s) + " was specialised by the trace (it is guarded to its value)");
+    }
+  }
   return std::move(out_);
 }
 

@@ -2,6 +2,8 @@
 // into a Graph, and returns a CaptureResult (capture.h). One opcode table per CPython version.
 #pragma once
 
+#include <unordered_map>
+
 #include "frame_eval/capture.h"
 #include "src/base/errors.h"
 
@@ -18,6 +20,17 @@ class GraphBreak : public Unsupported {
   BreakInfo info_;
 };
 
+// Which dimensions of the tensors a trace reads get a symbol (graph/symint.h).
+enum class DynamicShapes : uint8_t {
+  Off,   // none (dynamic=False, and traces outside the hook)
+  Auto,  // those marked (mark_dynamic) or seen with another size before (automatic dynamic)
+  All,   // every dimension of a tensor passed in (dynamic=True); module attributes stay static
+};
+
+// Per code: the sizes each tensor source had in earlier traces, -1 where a dimension was seen
+// with two sizes. Automatic dynamic reads it and writes what the trace saw.
+using SizeHistory = std::unordered_map<std::string, std::vector<int64_t>>;
+
 struct TraceOptions {
   int max_inline_depth = 32;  // bounded recursion of inlined user calls
   // Partial capture (a graph break's second trace): stop before the root frame runs instruction
@@ -26,6 +39,8 @@ struct TraceOptions {
   int stop_index = -1;
   int stop_visit = 0;
   std::vector<std::string> stop_live;
+  DynamicShapes dynamic = DynamicShapes::Off;
+  SizeHistory* size_history = nullptr;  // Auto: read and updated; may be null
 };
 
 // Traces `frame`. Throws GraphBreak for unsupported constructs and InternalError for bugs; the

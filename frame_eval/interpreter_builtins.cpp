@@ -158,6 +158,7 @@ Value SymbolicTracer::to_value(const Sym& v) {
   materialize(v);
   switch (v->kind) {
     case SymKind::Tensor: return Value::of_node(v->node);
+    case SymKind::SymInt: return Value::of_symint(v->sint);
     case SymKind::Const: {
       auto c = constant_from_py(v->obj.get());
       if (!c) brk(BreakKind::UnsupportedValue, describe_sym(v) + " as an argument of a torch op");
@@ -175,7 +176,21 @@ Value SymbolicTracer::to_value(const Sym& v) {
   }
 }
 
+namespace {
+// Ops whose meta rules read their int arguments as SymInts (sizes, slice bounds, arange's bounds):
+// only they receive symbolic ints; any other op gets them specialised.
+bool symint_op(std::optional<OpId> op) {
+  if (!op) return false;
+  return op_in(op_kind(*op), {Op::view, Op::reshape, Op::tensor_reshape, Op::expand, Op::op_getitem, Op::arange, Op::zeros, Op::ones,
+                              Op::empty, Op::new_zeros, Op::new_ones, Op::new_empty});
+}
+}  // namespace
+
 Sym SymbolicTracer::torch_call(PyObject* fn, const std::vector<Sym>& args, const KwArgs& kwargs, const std::string& what) {
+  if (symints_made_ > 0 && !symint_op(op_for_callable(fn))) {
+    for (const Sym& a : args) specialize_ints(a);
+    for (const auto& kv : kwargs) specialize_ints(kv.second);
+  }
   std::vector<Value> vals;
   vals.reserve(args.size());
   for (const Sym& a : args) vals.push_back(to_value(a));
@@ -870,17 +885,18 @@ Sym SymbolicTracer::call_tensor_method(const Sym& self, const std::string& name,
     return d < 0 ? d + m.dim() : d;
   };
   if (name == "size" || name == "stride") {
-    const std::vector<int64_t>& v = name == "size" ? m.sizes : m.strides;
+    const SymShape& v = name == "size" ? m.sizes : m.strides;
     if (args.empty() && kwargs.empty()) {
       std::vector<Sym> items;
-      for (int64_t d : v) items.push_back(make_const_steal(PyLong_FromLongLong(d)));
+      for (const SymInt& d : v) items.push_back(size_of(d));
       return make_tuple(std::move(items), name == "size" ? known().size_type : nullptr);
     }
     if (!kwargs.empty() && args.empty()) args.push_back(kwargs[0].second);
-    return make_const_steal(PyLong_FromLongLong(v[static_cast<size_t>(int_arg(0))]));
+    specialize_ints(args[0]);
+    return size_of(v[static_cast<size_t>(int_arg(0))]);
   }
   if (name == "dim" || name == "ndimension") return make_const_steal(PyLong_FromLongLong(m.dim()));
-  if (name == "numel" || name == "nelement") return make_const_steal(PyLong_FromLongLong(m.numel()));
+  if (name == "numel" || name == "nelement") return size_of(m.numel());
   if (name == "element_size") return make_const_steal(PyLong_FromLong(dtype_size(m.dtype)));
   if (name == "is_floating_point") return make_const(is_floating(m.dtype) ? Py_True : Py_False);
   if (name == "is_complex") return make_const(is_complex(m.dtype) ? Py_True : Py_False);

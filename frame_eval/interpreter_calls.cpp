@@ -24,6 +24,10 @@ bool is_module(PyObject* o) { return PyObject_TypeCheck(o, reinterpret_cast<PyTy
 }  // namespace
 
 Sym SymbolicTracer::call(const Sym& fn, std::vector<Sym> args, KwArgs kwargs) {
+  if (symints_made_ > 0 && !keeps_symint_args(fn)) {
+    for (const Sym& a : args) specialize_ints(a);
+    for (const auto& kv : kwargs) specialize_ints(kv.second);
+  }
   switch (fn->kind) {
     case SymKind::Const:
       return call_const(fn, args, kwargs);

@@ -135,6 +135,17 @@ class SymbolicTracer {
 
   // ---- interpreter_values.cpp: wrapping real state, guards, attributes, globals ----
   Sym wrap(PyObject* obj, SourcePtr src);  // obj borrowed
+  // Gives the dimensions options_.dynamic picks a symbol each (meta: the tensor's, static).
+  void make_dynamic(PyObject* tensor, const Source& src, TensorMeta* meta);  // tensor borrowed
+  // Turns every SymInt in v (containers and objects included) into its hint, guarded.
+  void specialize_ints(const Sym& v);
+  void specialize_stack(Frame& f);  // every value on f's stack
+  // Arithmetic and comparisons of ints where one is a SymInt; nullptr when that is not the case.
+  Sym symint_binary(int nb, const Sym& a, const Sym& b);
+  Sym symint_compare(int cmp, const Sym& a, const Sym& b);
+  // Whether a call of `fn` may receive SymInts as they are (inlined Python code, torch ops).
+  bool keeps_symint_args(const Sym& fn);
+  Sym size_of(const SymInt& v);  // make_size, counted
   void note_instance_dict(PyObject* obj);
   void read_set(const Sym& s, PyObject* obj, const SourcePtr& src);  // s becomes the Set read from obj   // breaks if another wrapped object shares its __dict__
   void guard(Guard::Kind kind, const SourcePtr& src, PyObject* expected = nullptr, int64_t length = 0);
@@ -252,6 +263,8 @@ class SymbolicTracer {
   FrameView view_;
   TraceOptions options_;
   CaptureResult out_;
+  std::shared_ptr<ShapeEnv> shape_env_ = std::make_shared<ShapeEnv>();
+  int symints_made_ = 0;  // SymInts made so far: none, and nothing needs specialising
   std::vector<Frame*> frames_;
   bool grad_enabled_ = true;
   std::vector<PendingEffect> effects_;

@@ -70,6 +70,11 @@ PyObject* dict_of(PyObject* o) {
 }  // namespace
 
 Sym SymbolicTracer::binary_op(int nb, const Sym& a, const Sym& b) {
+  if (Sym r = symint_binary(nb, a, b)) return r;
+  if (!a->is(SymKind::Tensor) && !b->is(SymKind::Tensor)) {
+    specialize_ints(a);
+    specialize_ints(b);
+  }
   materialize(a);
   materialize(b);
   bool inplace = nb >= 13;
@@ -148,6 +153,9 @@ Sym SymbolicTracer::binary_op(int nb, const Sym& a, const Sym& b) {
 }
 
 Sym SymbolicTracer::compare_op(int cmp, const Sym& a, const Sym& b) {
+  if (Sym r = symint_compare(cmp, a, b)) return r;
+  specialize_ints(a);
+  specialize_ints(b);
   materialize(a);
   materialize(b);
   FF_CHECK(cmp >= 0 && cmp < 6, "unknown COMPARE_OP");
@@ -184,6 +192,9 @@ Sym SymbolicTracer::compare_op(int cmp, const Sym& a, const Sym& b) {
 }
 
 Sym SymbolicTracer::unary_op(const char* op_name, const Sym& a) {
+  if (a->is(SymKind::SymInt) && std::string_view(op_name) == "neg") return size_of(-a->sint);
+  if (a->is(SymKind::SymInt) && std::string_view(op_name) == "pos") return a;
+  specialize_ints(a);
   PyRef fn = operator_fn(op_name);
   if (a->is(SymKind::Tensor)) return torch_call(fn.get(), {a}, {}, std::string("operator.") + op_name);
   if (a->is(SymKind::Const) && is_plain_const(a->obj.get())) return fold(fn.get(), {a}, {}, op_name);
@@ -191,6 +202,7 @@ Sym SymbolicTracer::unary_op(const char* op_name, const Sym& a) {
 }
 
 bool SymbolicTracer::truth(const Sym& v) {
+  if (v->is(SymKind::SymInt)) return v->sint != 0;
   materialize(v);
   switch (v->kind) {
     case SymKind::Const: {
@@ -435,6 +447,7 @@ Sym SymbolicTracer::environ_item(const Sym& env, const Sym& key) {
 }
 
 Sym SymbolicTracer::subscript(const Sym& c, const Sym& index) {
+  if (!c->is(SymKind::Tensor)) specialize_ints(index);  // a list index, a dict key ...
   materialize(c);
   switch (c->kind) {
     case SymKind::Tensor: {

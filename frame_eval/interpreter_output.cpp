@@ -162,6 +162,7 @@ OutputPlan OutputBuilder::plan_iterator_value(const Sym& v) {
 }
 
 OutputPlan OutputBuilder::plan(const Sym& v) {
+  t.specialize_ints(v);  // NB: a size returned or kept across a break is the traced value, guarded
   if (!in_progress.insert(v.get()).second) {
     // A cycle. Through a cell (a recursive inner function's cell holds the function) it is a
     // reference to the cell being built (the runner makes cells before their contents).

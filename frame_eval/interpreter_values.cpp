@@ -237,6 +237,7 @@ Sym SymbolicTracer::wrap(PyObject* obj, SourcePtr src) {
       PyErr_Clear();
       brk(BreakKind::UnsupportedValue, std::string("tensor: ") + e.what());
     }
+    make_dynamic(obj, *src, &meta);
     Guard g;
     g.kind = Guard::Kind::TensorMatch;
     g.source = src;
@@ -647,7 +648,7 @@ Sym SymbolicTracer::lookup_attr(const Sym& base, const std::string& name) {
       const TensorMeta& m = base->meta;
       if (name == "shape") {
         std::vector<Sym> items;
-        for (int64_t d : m.sizes) items.push_back(make_const_steal(PyLong_FromLongLong(d)));
+        for (const SymInt& d : m.sizes) items.push_back(size_of(d));
         return make_tuple(std::move(items), known().size_type);
       }
       if (name == "dtype") return make_const(dtype_object(m.dtype));

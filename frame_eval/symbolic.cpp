@@ -22,6 +22,13 @@ Sym make_const(PyObject* borrowed, SourcePtr source) {
   return s;
 }
 
+Sym make_size(const SymInt& v) {
+  if (!v.is_symbolic()) return make_const_steal(PyLong_FromLongLong(v.hint()));
+  Sym s = make_sym(SymKind::SymInt);
+  s->sint = v;
+  return s;
+}
+
 Sym make_const_steal(PyObject* new_ref) {
   if (!new_ref) {
     PyErr_Clear();

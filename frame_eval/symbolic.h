@@ -27,6 +27,9 @@ struct Frame;  // interpreter_impl.h: an interpreted frame (a generator's, held 
 #define FF_SYM_KINDS(X)                                                                          \
   X(Null, "the NULL CPython pushes below callables / an unbound local (LOAD_FAST_AND_CLEAR)")    \
   X(Const, "obj: a Python object known at capture time; source: where it was read, if anywhere") \
+  X(SymInt, "sint: a Python int that is a symbolic size (graph/symint.h): arithmetic, comparisons " \
+            "and the ops listed in symint_op() keep it symbolic; any other use specialises it to its " \
+            "hint first (a guard), turning it into a Const in place")                                 \
   X(Tensor, "node, meta; obj: the tensor's Python type (torch.Tensor / nn.Parameter)")          \
   X(Tuple, "items; obj: the namedtuple / structseq / torch.Size type or null for a plain tuple")  \
   X(List, "items; obj: the real list when read from frame state (mutations become side effects)") \
@@ -107,6 +110,7 @@ struct SymValue {
   SourcePtr source;
   NodeId node = -1;
   TensorMeta meta;         // Tensor
+  SymInt sint;             // SymInt
   std::vector<Sym> items;
   std::vector<Sym> keys;   // Dict keys; Set: its elements when read from frame state
   std::string name;        // Method name; DictView: keys / values / items
@@ -123,6 +127,8 @@ struct SymValue {
 
 inline Sym make_sym(SymKind k) { return std::make_shared<SymValue>(k); }
 Sym make_const(PyObject* borrowed, SourcePtr source = nullptr);
+// A size read by the trace: a SymInt when symbolic, else an int Const.
+Sym make_size(const SymInt& v);
 Sym make_const_steal(PyObject* new_ref);  // nullptr in: throws InternalError with the Python error
 Sym make_tuple(std::vector<Sym> items, PyObject* tuple_type = nullptr);
 Sym make_list(std::vector<Sym> items);

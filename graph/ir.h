@@ -107,7 +107,7 @@ struct Value {
 #define FF_VALUE_KINDS(X)                                        \
   X(None, "Python None")                                         \
   X(Bool, "b")                                                   \
-  X(Int, "i")                                                    \
+  X(Int, "i; a symbolic size (graph/symint.h) where sym != 0, i its hint")  \
   X(Float, "f (prints with enough digits to round-trip)")        \
   X(Str, "s")                                                    \
   X(DType, "dtype: torch.float32 ...")                           \
@@ -135,6 +135,10 @@ struct Value {
   Device device;
   NodeId node = -1;
   std::vector<Value> items;
+  // Int: the expression of a size that varies between calls. NB: only the ops that read it as a
+  // SymInt (as_symint) receive one (the frontend specialises it for the others): `i` alone is the
+  // traced value.
+  SymExprId sym = 0;
 
   static Value none() { return {}; }
   static Value of_bool(bool v) {
@@ -149,6 +153,12 @@ struct Value {
     x.i = v;
     return x;
   }
+  static Value of_symint(const SymInt& v) {
+    Value x = of_int(v.hint());
+    x.sym = v.expr();
+    return x;
+  }
+  SymInt as_symint() const { return SymInt::of_expr(sym, i); }
   static Value of_float(double v) {
     Value x;
     x.kind = Kind::Float;

@@ -58,15 +58,15 @@ bool call_mutates_input(const OpDef& op, const std::vector<Value>& bound) {
   return i >= 0 && bound[static_cast<size_t>(i)].kind == Value::Kind::Bool && bound[static_cast<size_t>(i)].b;
 }
 
-std::vector<int64_t> broadcast_shapes(const std::vector<int64_t>& a, const std::vector<int64_t>& b) {
+SymShape broadcast_shapes(const SymShape& a, const SymShape& b) {
   size_t n = std::max(a.size(), b.size());
-  std::vector<int64_t> out(n);
+  SymShape out(n);
   for (size_t i = 0; i < n; ++i) {
-    int64_t da = i < n - a.size() ? 1 : a[i - (n - a.size())];
-    int64_t db = i < n - b.size() ? 1 : b[i - (n - b.size())];
+    SymInt da = i < n - a.size() ? SymInt(1) : a[i - (n - a.size())];
+    SymInt db = i < n - b.size() ? SymInt(1) : b[i - (n - b.size())];
     if (da != db && da != 1 && db != 1)
-      throw MetaError("The size of tensor a (" + std::to_string(da) + ") must match the size of tensor b (" +
-                      std::to_string(db) + ") at non-singleton dimension " + std::to_string(i));
+      throw MetaError("The size of tensor a (" + std::to_string(da.hint()) + ") must match the size of tensor b (" +
+                      std::to_string(db.hint()) + ") at non-singleton dimension " + std::to_string(i));
     out[i] = da == 1 ? db : da;
   }
   return out;
@@ -80,8 +80,8 @@ int64_t wrap_dim(int64_t dim, int64_t ndim) {
   return dim < 0 ? dim + n : dim;
 }
 
-std::vector<int64_t> pointwise_output_strides(const std::vector<int64_t>& shape,
-                                              const std::vector<const TensorMeta*>& inputs, bool scalar_operand) {
+SymShape pointwise_output_strides(const SymShape& shape, const std::vector<const TensorMeta*>& inputs,
+                                  bool scalar_operand) {
   const int64_t ndim = static_cast<int64_t>(shape.size());
   if (ndim == 0) return {};
   // Fast setup: every operand has the full shape and they agree on a layout.
@@ -99,9 +99,9 @@ std::vector<int64_t> pointwise_output_strides(const std::vector<int64_t>& shape,
     if (dense) return inputs.front()->strides;
   }
   // Strides in bytes of each input, broadcast dims zeroed.
-  std::vector<std::vector<int64_t>> sb;
+  std::vector<SymShape> sb;
   for (const TensorMeta* t : inputs) {
-    std::vector<int64_t> s(static_cast<size_t>(ndim), 0);
+    SymShape s(static_cast<size_t>(ndim), 0);
     int64_t offset = ndim - t->dim();
     for (int64_t i = 0; i < t->dim(); ++i) {
       if (t->sizes[i] == 1 && shape[offset + i] != 1) s[offset + i] = 0;
@@ -112,7 +112,7 @@ std::vector<int64_t> pointwise_output_strides(const std::vector<int64_t>& shape,
   // perm[0] is the fastest-moving dim (TensorIterator's reorder_dimensions).
   auto should_swap = [&](int64_t dim0, int64_t dim1) -> int {
     for (const auto& s : sb) {
-      int64_t s0 = s[dim0], s1 = s[dim1];
+      const SymInt &s0 = s[dim0], &s1 = s[dim1];
       if (s0 == 0 || s1 == 0) continue;
       if (s0 < s1) return -1;
       if (s0 > s1) return 1;
@@ -125,8 +125,8 @@ std::vector<int64_t> pointwise_output_strides(const std::vector<int64_t>& shape,
   for (int64_t j = 0; j < ndim; ++j) inverted = inverted && perm[j] == ndim - 1 - j;
   if (inverted) return TensorMeta::contiguous_strides(shape);
   // NB: raw sizes, not max(size, 1): TensorIterator's compatible_stride (visible with size-0 dims).
-  std::vector<int64_t> strides(static_cast<size_t>(ndim));
-  int64_t s = 1;
+  SymShape strides(static_cast<size_t>(ndim));
+  SymInt s = 1;
   for (int64_t j = 0; j < ndim; ++j) {
     strides[perm[j]] = s;
     s *= shape[perm[j]];
@@ -173,11 +173,7 @@ std::optional<ValueMeta> meta_fallback(const MetaContext&) { return std::nullopt
 
 namespace meta_util {
 
-std::string shape_str(const std::vector<int64_t>& s) {
-  std::string out = "[";
-  for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
-  return out + "]";
-}
+std::string shape_str(const SymShape& s) { return s.str(); }
 
 const TensorMeta* tensor_or_null(const Value& v, const Graph& g) {
   if (v.is_node() && g.node(v.node).meta.is_tensor()) return &g.node(v.node).meta.tensor;
@@ -253,7 +249,7 @@ ValueMeta pointwise_result(const std::vector<Value>& operands, const Graph& g, D
       ts.push_back(t);
     }
   }
-  std::vector<int64_t> shape;
+  SymShape shape;
   for (const TensorMeta* t : ts) shape = broadcast_shapes(shape, t->sizes);
   bool scalar_operand = false;
   for (const Value& v : operands) scalar_operand = scalar_operand || is_scalar_value(v, g);
@@ -266,31 +262,31 @@ ValueMeta pointwise_result(const std::vector<Value>& operands, const Graph& g, D
   return ValueMeta::of_tensor(std::move(out));
 }
 
-ValueMeta view_of(const TensorMeta& base, std::vector<int64_t> sizes, std::vector<int64_t> strides) {
+ValueMeta view_of(const TensorMeta& base, SymShape sizes, SymShape strides) {
   TensorMeta out = base;
   out.sizes = std::move(sizes);
   out.strides = std::move(strides);
   return ValueMeta::of_tensor(std::move(out));
 }
 
-ValueMeta fresh(std::vector<int64_t> sizes, DType dtype, Device device, bool requires_grad) {
+ValueMeta fresh(SymShape sizes, DType dtype, Device device, bool requires_grad) {
   TensorMeta out = TensorMeta::contiguous(std::move(sizes), dtype, device);
   out.requires_grad = requires_grad && (is_floating(dtype) || is_complex(dtype));
   return ValueMeta::of_tensor(std::move(out));
 }
 
-std::optional<std::vector<int64_t>> view_strides(const TensorMeta& base, const std::vector<int64_t>& shape) {
+std::optional<SymShape> view_strides(const TensorMeta& base, const SymShape& shape) {
   const auto& oldshape = base.sizes;
   const auto& oldstride = base.strides;
-  std::vector<int64_t> newstride(shape.size());
-  if (oldshape.empty()) return std::vector<int64_t>(shape.size(), 1);
+  SymShape newstride(shape.size());
+  if (oldshape.empty()) return SymShape(shape.size(), 1);
   if (base.numel() == 0) {
     if (oldshape == shape) return oldstride;
     return TensorMeta::contiguous_strides(shape);
   }
   int64_t view_d = static_cast<int64_t>(shape.size()) - 1;
-  int64_t chunk_base_stride = oldstride.empty() ? SymInt(1) : oldstride.back();
-  int64_t tensor_numel = 1, view_numel = 1;
+  SymInt chunk_base_stride = oldstride.empty() ? SymInt(1) : oldstride.back();
+  SymInt tensor_numel = 1, view_numel = 1;
   for (int64_t tensor_d = static_cast<int64_t>(oldshape.size()) - 1; tensor_d >= 0; tensor_d--) {
     tensor_numel *= oldshape[tensor_d];
     if (tensor_d == 0 || (oldshape[tensor_d - 1] != 1 && oldstride[tensor_d - 1] != tensor_numel * chunk_base_stride)) {
@@ -311,26 +307,26 @@ std::optional<std::vector<int64_t>> view_strides(const TensorMeta& base, const s
   return newstride;
 }
 
-std::vector<int64_t> infer_size(const std::vector<int64_t>& shape, int64_t numel) {
-  std::vector<int64_t> out = shape;
-  int64_t known = 1;
+SymShape infer_size(const SymShape& shape, const SymInt& numel) {
+  SymShape out = shape;
+  SymInt known = 1;
   int infer = -1;
   for (size_t i = 0; i < shape.size(); ++i) {
     if (shape[i] == -1) {
       if (infer >= 0) throw MetaError("only one dimension can be inferred");
       infer = static_cast<int>(i);
     } else if (shape[i] < 0) {
-      throw MetaError("invalid shape dimension " + std::to_string(shape[i]));
+      throw MetaError("invalid shape dimension " + shape[i].str());
     } else {
       known *= shape[i];
     }
   }
   if (infer >= 0) {
     if (known == 0 || numel % known != 0)
-      throw MetaError("shape '" + shape_str(shape) + "' is invalid for input of size " + std::to_string(numel));
+      throw MetaError("shape '" + shape_str(shape) + "' is invalid for input of size " + numel.str());
     out[static_cast<size_t>(infer)] = numel / known;
   } else if (known != numel) {
-    throw MetaError("shape '" + shape_str(shape) + "' is invalid for input of size " + std::to_string(numel));
+    throw MetaError("shape '" + shape_str(shape) + "' is invalid for input of size " + numel.str());
   }
   return out;
 }
@@ -346,7 +342,15 @@ bool all_ints(const Value& v) {
 
 std::vector<int64_t> int_list(const Value& v) {
   std::vector<int64_t> out;
-  for (const Value& item : v.items) out.push_back(item.kind == Value::Kind::Bool ? item.b : item.i);
+  for (const Value& item : v.items)
+    out.push_back(item.kind == Value::Kind::Bool ? item.b : item.sym ? item.as_symint().guard_int()
+                                                                     : item.i);
+  return out;
+}
+
+SymShape sym_int_list(const Value& v) {
+  SymShape out;
+  for (const Value& item : v.items) out.push_back(item.kind == Value::Kind::Bool ? SymInt(item.b) : item.as_symint());
   return out;
 }
 
@@ -368,8 +372,8 @@ std::vector<int64_t> reduction_dims(const Value& dim, int64_t ndim) {
   return dims;
 }
 
-std::vector<int64_t> reduced_shape(const std::vector<int64_t>& sizes, const std::vector<int64_t>& dims, bool keepdim) {
-  std::vector<int64_t> out;
+SymShape reduced_shape(const SymShape& sizes, const std::vector<int64_t>& dims, bool keepdim) {
+  SymShape out;
   for (int64_t d = 0; d < static_cast<int64_t>(sizes.size()); ++d) {
     bool reduced = std::find(dims.begin(), dims.end(), d) != dims.end();
     if (!reduced) out.push_back(sizes[d]);
@@ -390,7 +394,7 @@ bool is_non_overlapping_and_dense(const TensorMeta& t) {
     if (t.sizes[b] < 2) return true;
     return t.strides[a] < t.strides[b];
   });
-  int64_t require = 1;
+  SymInt require = 1;
   for (int64_t d : perm) {
     if (t.sizes[d] < 2) return true;
     if (t.strides[d] != require) return false;
@@ -399,11 +403,11 @@ bool is_non_overlapping_and_dense(const TensorMeta& t) {
   return true;
 }
 
-std::vector<int64_t> channels_last_strides(const std::vector<int64_t>& sizes) {
+SymShape channels_last_strides(const SymShape& sizes) {
   FF_CHECK(sizes.size() == 4, "channels_last needs 4 dims");
   // NB: raw sizes (c10's get_channels_last_strides_2d): empty(0, 3, 4, 4, channels_last) has
   // strides (48, 1, 12, 3) and empty(2, 0, 4, 4, channels_last) (0, 1, 0, 0).
-  std::vector<int64_t> st(4);
+  SymShape st(4);
   st[1] = 1;
   st[3] = sizes[1];
   st[2] = st[3] * sizes[3];
@@ -414,7 +418,7 @@ std::vector<int64_t> channels_last_strides(const std::vector<int64_t>& sizes) {
 // torch's is_channels_last_strides_2d (what suggest_memory_format() looks at).
 bool strides_like_channels_last(const TensorMeta& t) {
   if (t.dim() != 4) return false;
-  int64_t min = 0;
+  SymInt min = 0;
   if (t.strides[1] == 0) return false;
   for (int d : {1, 3, 2, 0}) {
     if (t.sizes[d] == 0) return false;
@@ -428,7 +432,7 @@ bool strides_like_channels_last(const TensorMeta& t) {
 
 bool is_channels_last_contiguous(const TensorMeta& t) {
   if (t.dim() != 4) return false;
-  int64_t expected = 1;
+  SymInt expected = 1;
   for (int d : {1, 3, 2, 0}) {
     if (t.sizes[d] == 1) continue;
     if (t.strides[d] != expected) return false;
@@ -449,18 +453,18 @@ bool has_internal_overlap(const TensorMeta& t) {
 
 // c10's infer_dense_strides: a dense layout in the stride order of `t` (TensorIterator's
 // ordering), sizes 0 and 1 counting as 1.
-std::vector<int64_t> infer_dense_strides(const TensorMeta& t) {
+SymShape infer_dense_strides(const TensorMeta& t) {
   const int64_t ndim = t.dim();
   auto should_swap = [&](int64_t d0, int64_t d1) -> int {
-    int64_t s0 = t.strides[d0], s1 = t.strides[d1];
+    const SymInt &s0 = t.strides[d0], &s1 = t.strides[d1];
     if (s0 == 0 || s1 == 0) return 0;
     if (s0 < s1) return -1;
     if (s0 > s1) return 1;
     return t.sizes[d0] > t.sizes[d1] ? 1 : 0;
   };
   std::vector<int64_t> perm = fastest_dims_first(ndim, should_swap);
-  std::vector<int64_t> out(static_cast<size_t>(ndim));
-  int64_t cur = 1;
+  SymShape out(static_cast<size_t>(ndim));
+  SymInt cur = 1;
   for (int64_t i = 0; i < ndim; ++i) {
     out[perm[i]] = cur;
     if (t.sizes[perm[i]] > 1) cur *= t.sizes[perm[i]];
@@ -468,7 +472,7 @@ std::vector<int64_t> infer_dense_strides(const TensorMeta& t) {
   return out;
 }
 
-std::optional<std::vector<int64_t>> preserve_format_strides(const TensorMeta& t) {
+std::optional<SymShape> preserve_format_strides(const TensorMeta& t) {
   if (is_non_overlapping_and_dense(t)) return t.strides;
   return infer_dense_strides(t);
 }

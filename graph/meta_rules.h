@@ -14,16 +14,16 @@ namespace ff {
 // ---- shared helpers (also used by the code generator) -------------------------------------
 
 // torch.broadcast_shapes; throws MetaError on mismatch.
-std::vector<int64_t> broadcast_shapes(const std::vector<int64_t>& a, const std::vector<int64_t>& b);
+SymShape broadcast_shapes(const SymShape& a, const SymShape& b);
 
 // The output strides TensorIterator gives a new output of `shape` computed from `inputs`
 // (already broadcastable to `shape`). Mirrors TensorIteratorBase's fast setup (all contiguous /
 // all channels-last / all the same non-overlapping-and-dense strides) and its stride-sorting
 // permutation otherwise. `scalar_operand`: a Python number also takes part as a 0-dim operand
 // (x + 2), which disables the fast setup.
-std::vector<int64_t> pointwise_output_strides(const std::vector<int64_t>& shape,
-                                              const std::vector<const TensorMeta*>& inputs,
-                                              bool scalar_operand = false);
+SymShape pointwise_output_strides(const SymShape& shape,
+                                  const std::vector<const TensorMeta*>& inputs,
+                                  bool scalar_operand = false);
 
 // torch.result_type over the tensor and scalar operands of a call. Python floats count as the
 // default float dtype; nodes producing Python scalars count as the scalar they produce.

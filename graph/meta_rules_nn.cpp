@@ -21,11 +21,11 @@ void check_same_dtype(const TensorMeta& a, const TensorMeta& b) {
                     " != " + std::string(dtype_name(b.dtype)));
 }
 
-void check_mm(const std::vector<int64_t>& a, const std::vector<int64_t>& b) {
-  int64_t k1 = a.back(), k2 = b[b.size() - 2];
+void check_mm(const SymShape& a, const SymShape& b) {
+  const SymInt &k1 = a.back(), &k2 = b[b.size() - 2];
   if (k1 != k2)
-    throw MetaError("mat1 and mat2 shapes cannot be multiplied (" + std::to_string(a[a.size() - 2]) + "x" +
-                    std::to_string(k1) + " and " + std::to_string(k2) + "x" + std::to_string(b.back()) + ")");
+    throw MetaError("mat1 and mat2 shapes cannot be multiplied (" + a[a.size() - 2].str() + "x" + k1.str() + " and " +
+                    k2.str() + "x" + b.back().str() + ")");
 }
 
 // An int, or a list of ints of length 1 or `n`, expanded to `n` values.
@@ -79,7 +79,7 @@ std::optional<ValueMeta> meta_matmul(const MetaContext& ctx) {
   if (a->dtype == DType::Bool || is_complex(a->dtype) || unsupported_cpu_half(*a)) return std::nullopt;
   const int64_t da = a->dim(), db = b->dim();
   bool grad = a->requires_grad || b->requires_grad;
-  std::vector<int64_t> sizes;
+  SymShape sizes;
   if (op_is(ctx, {Op::mm, Op::addmm})) {
     if (da != 2) throw MetaError(op_is(ctx, {Op::mm}) ? "self must be a matrix" : "mat1 must be a matrix, got " + std::to_string(da) + "-D tensor");
     if (db != 2) throw MetaError(op_is(ctx, {Op::mm}) ? "mat2 must be a matrix" : "mat2 must be a matrix, got " + std::to_string(db) + "-D tensor");
@@ -112,15 +112,15 @@ std::optional<ValueMeta> meta_matmul(const MetaContext& ctx) {
       return std::nullopt;  // folded through transposes: the layout depends on the torch version
     } else {
       // Matrix dims of each side (a vector is a row for the left side, a column for the right).
-      int64_t k1 = a->sizes.back();
-      int64_t k2 = db == 1 ? b->sizes[0] : b->sizes[db - 2];
+      SymInt k1 = a->sizes.back();
+      SymInt k2 = db == 1 ? b->sizes[0] : b->sizes[db - 2];
       if (k1 != k2) {
-        int64_t rows = da == 1 ? SymInt(1) : a->numel() / std::max<int64_t>(k1, 1);
-        throw MetaError("mat1 and mat2 shapes cannot be multiplied (" + std::to_string(rows) + "x" + std::to_string(k1) +
-                        " and " + std::to_string(k2) + "x" + std::to_string(db == 1 ? int64_t{1} : int64_t{b->sizes.back()}) + ")");
+        int64_t rows = da == 1 ? int64_t{1} : a->numel().hint() / std::max<int64_t>(k1.hint(), 1);
+        throw MetaError("mat1 and mat2 shapes cannot be multiplied (" + std::to_string(rows) + "x" + k1.str() +
+                        " and " + k2.str() + "x" + (db == 1 ? std::string("1") : b->sizes.back().str()) + ")");
       }
-      std::vector<int64_t> batch_a(a->sizes.begin(), a->sizes.end() - std::min<int64_t>(da, 2));
-      std::vector<int64_t> batch_b(b->sizes.begin(), b->sizes.end() - std::min<int64_t>(db, 2));
+      SymShape batch_a(a->sizes.begin(), a->sizes.end() - std::min<int64_t>(da, 2));
+      SymShape batch_b(b->sizes.begin(), b->sizes.end() - std::min<int64_t>(db, 2));
       sizes = broadcast_shapes(batch_a, batch_b);
       if (da >= 2) sizes.push_back(a->sizes[da - 2]);
       if (db >= 2) sizes.push_back(b->sizes.back());
@@ -147,9 +147,9 @@ std::optional<ValueMeta> meta_linear(const MetaContext& ctx) {
   const TensorMeta& w = ctx.tensor("weight");
   if (w.dim() != 2 || x.dim() < 1 || !is_floating(x.dtype) || unsupported_cpu_half(x)) return std::nullopt;
   if (x.sizes.back() != w.sizes[1]) {
-    int64_t rows = x.numel() / std::max<int64_t>(x.sizes.back(), 1);
-    throw MetaError("mat1 and mat2 shapes cannot be multiplied (" + std::to_string(rows) + "x" +
-                    std::to_string(x.sizes.back()) + " and " + std::to_string(w.sizes[1]) + "x" + std::to_string(w.sizes[0]) + ")");
+    int64_t rows = x.numel().hint() / std::max<int64_t>(x.sizes.back().hint(), 1);
+    throw MetaError("mat1 and mat2 shapes cannot be multiplied (" + std::to_string(rows) + "x" + x.sizes.back().str() +
+                    " and " + w.sizes[1].str() + "x" + w.sizes[0].str() + ")");
   }
   if (x.dtype != w.dtype) return std::nullopt;
   bool grad = x.requires_grad || w.requires_grad;
@@ -157,7 +157,7 @@ std::optional<ValueMeta> meta_linear(const MetaContext& ctx) {
     if (b->dtype != x.dtype || b->dim() > 1 || (b->dim() == 1 && b->sizes[0] != w.sizes[0])) return std::nullopt;
     grad = grad || b->requires_grad;
   }
-  std::vector<int64_t> sizes = x.sizes;
+  SymShape sizes = x.sizes;
   sizes.back() = w.sizes[0];
   return fresh(sizes, x.dtype, x.device, grad);
 }
@@ -336,7 +336,7 @@ std::optional<ValueMeta> meta_creation(const MetaContext& ctx) {
     dt = fv.kind == Value::Kind::Bool ? DType::Bool : fv.kind == Value::Kind::Int ? DType::Int64
                                                                                   : default_float_dtype();
   }
-  std::vector<int64_t> sizes;
+  SymShape sizes;
   if (op_is(ctx, {Op::arange})) {
     Value start = ctx.arg("start"), end = ctx.arg("end"), step = ctx.arg("step");
     if (end.is_none()) std::swap(start, end), start = Value::of_int(0);
@@ -348,27 +348,36 @@ std::optional<ValueMeta> meta_creation(const MetaContext& ctx) {
     dt = any_float ? default_float_dtype() : DType::Int64;
     dt = dtype_arg(ctx, "dtype", dt);
     if (is_integral(dt, true) && any_float) return std::nullopt;  // truncation rules differ by version
-    double a = start.as_double(), b = end.as_double(), st = step.as_double();
-    if (st == 0) throw MetaError("step must be nonzero");
-    if (!std::isfinite(a) || !std::isfinite(b)) throw MetaError("unsupported range: " + std::to_string(a) + " -> " + std::to_string(b));
-    if (!((st > 0 && b >= a) || (st < 0 && b <= a)))
-      throw MetaError("upper bound and larger bound inconsistent with step sign");
-    int64_t len;
-    if (!any_float) {
-      int64_t ia = start.i, ib = end.i, is = step.i, sgn = is > 0 ? 1 : -1;
-      len = (ib - ia + is - sgn) / is;
+    if (!any_float && (start.sym || end.sym || step.sym)) {
+      // A symbolic bound (arange(T)): the length as an expression, the bound checks guarded.
+      SymInt lo = start.as_symint(), hi = end.as_symint();
+      int64_t st = step.as_symint().guard_int();
+      if (st == 0) throw MetaError("step must be nonzero");
+      if (st > 0 ? hi < lo : hi > lo) throw MetaError("upper bound and larger bound inconsistent with step sign");
+      sizes = {st > 0 ? (hi - lo + (st - 1)) / st : (lo - hi + (-st - 1)) / (-st)};
     } else {
-      len = static_cast<int64_t>(std::ceil((b - a) / st));
+      double a = start.as_double(), b = end.as_double(), st = step.as_double();
+      if (st == 0) throw MetaError("step must be nonzero");
+      if (!std::isfinite(a) || !std::isfinite(b)) throw MetaError("unsupported range: " + std::to_string(a) + " -> " + std::to_string(b));
+      if (!((st > 0 && b >= a) || (st < 0 && b <= a)))
+        throw MetaError("upper bound and larger bound inconsistent with step sign");
+      int64_t len;
+      if (!any_float) {
+        int64_t ia = start.i, ib = end.i, is = step.i, sgn = is > 0 ? 1 : -1;
+        len = (ib - ia + is - sgn) / is;
+      } else {
+        len = static_cast<int64_t>(std::ceil((b - a) / st));
+      }
+      sizes = {len};
     }
-    sizes = {len};
   } else if (like) {
     sizes = base->sizes;
   } else {
     const Value& sv = ctx.arg("size");
     if (!all_ints(sv)) return std::nullopt;
-    sizes = int_list(sv);
-    for (int64_t s : sizes)
-      if (s < 0) throw MetaError("Trying to create tensor with negative dimension " + std::to_string(s) + ": " + shape_str(sizes));
+    sizes = sym_int_list(sv);
+    for (const SymInt& s : sizes)
+      if (s < 0) throw MetaError("Trying to create tensor with negative dimension " + s.str() + ": " + shape_str(sizes));
   }
   if (!op_is(ctx, {Op::arange})) dt = dtype_arg(ctx, "dtype", dt);
   if (random && !is_floating(dt)) return std::nullopt;

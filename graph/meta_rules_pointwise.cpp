@@ -127,7 +127,7 @@ std::optional<ValueMeta> meta_activation(const MetaContext& ctx) {
   if (op_kind(ctx.op.id) == Op::logsigmoid) return fresh(x.sizes, x.dtype, x.device, x.requires_grad);
   // Most activations are TensorIterator ops; some torch versions allocate with empty_like
   // instead. The two agree except for dense inputs whose size-1 dims have unusual strides.
-  std::vector<int64_t> ti = pointwise_output_strides(x.sizes, {&x});
+  SymShape ti = pointwise_output_strides(x.sizes, {&x});
   if (is_non_overlapping_and_dense(x) && ti != x.strides) return std::nullopt;
   if (x.numel() == 0 && ti != x.strides) return std::nullopt;
   return unary_result(x, x.dtype);
@@ -324,7 +324,7 @@ std::optional<ValueMeta> meta_masked_fill(const MetaContext& ctx) {
   if (!tv && !value.is_number()) return std::nullopt;
   if (tv && tv->device != x.device) return std::nullopt;
   // The result is a contiguous clone of the broadcast input, filled in place.
-  std::vector<int64_t> shape = broadcast_shapes(mask.sizes, x.sizes);
+  SymShape shape = broadcast_shapes(mask.sizes, x.sizes);
   std::vector<const TensorMeta*> grads = {&x};
   if (tv) grads.push_back(tv);
   return fresh(shape, x.dtype, x.device, grad_result(grads, x.dtype));
@@ -342,7 +342,7 @@ std::optional<ValueMeta> meta_inplace(const MetaContext& ctx) {
   const Op n = op_kind(ctx.op.id);
   TensorMeta out = *self;
   auto must_fit = [&](const TensorMeta& other) {
-    std::vector<int64_t> b = broadcast_shapes(self->sizes, other.sizes);
+    SymShape b = broadcast_shapes(self->sizes, other.sizes);
     if (b != self->sizes)
       throw MetaError("output with shape " + shape_str(self->sizes) + " doesn't match the broadcast shape " + shape_str(b));
   };

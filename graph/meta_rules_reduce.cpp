@@ -122,7 +122,7 @@ std::optional<ValueMeta> meta_topk(const MetaContext& ctx) {
   int64_t k = ctx.arg("k").i;
   int64_t d = wrap_dim(ctx.arg("dim").i, x.dim());
   if (k < 0 || k > x.sizes[d]) throw MetaError("selected index k out of range");
-  std::vector<int64_t> sizes = x.sizes;
+  SymShape sizes = x.sizes;
   sizes[d] = k;
   ValueMeta values = fresh(sizes, x.dtype, x.device, x.requires_grad && is_floating(x.dtype));
   ValueMeta indices = fresh(sizes, DType::Int64, x.device, false);
@@ -221,7 +221,7 @@ std::optional<ValueMeta> meta_norm(const MetaContext& ctx) {
     if (x.dim() == 0) return std::nullopt;
     int64_t d = wrap_dim(ctx.arg("dim").i, x.dim());
     // input / input.norm(p, dim, keepdim=True).clamp_min(eps).expand_as(input)
-    std::vector<int64_t> keep = x.sizes;
+    SymShape keep = x.sizes;
     keep[d] = 1;
     TensorMeta denom = TensorMeta::contiguous(keep, x.dtype, x.device);
     denom.sizes = x.sizes;
@@ -259,7 +259,7 @@ std::optional<ValueMeta> meta_loss(const MetaContext& ctx) {
     if (w->dtype != x.dtype || w->dim() != 1 || w->sizes[0] != classes) return std::nullopt;
     grad = grad || w->requires_grad;
   }
-  std::vector<int64_t> no_class = x.sizes;
+  SymShape no_class = x.sizes;
   no_class.erase(no_class.begin() + (x.dim() == 1 ? 0 : 1));
   if (target.dtype == DType::Int64) {
     if (target.sizes != no_class) return std::nullopt;

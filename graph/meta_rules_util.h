@@ -15,7 +15,7 @@ namespace ff::meta_util {
 // a renamed op is a compile error, not a silently skipped branch).
 inline bool op_is(const MetaContext& ctx, std::initializer_list<Op> ops) { return op_in(op_kind(ctx.op.id), ops); }
 
-std::string shape_str(const std::vector<int64_t>& s);
+std::string shape_str(const SymShape& s);
 
 // The tensor metadata a value refers to, or nullptr (constants, scalar nodes, tuples).
 const TensorMeta* tensor_or_null(const Value& v, const Graph& g);
@@ -54,40 +54,42 @@ ValueMeta pointwise_result(const std::vector<Value>& operands, const Graph& g, D
 TensorMeta converted(const TensorMeta& t, DType dtype);
 
 // A view of `base` with new sizes and strides (dtype, device and requires_grad are kept).
-ValueMeta view_of(const TensorMeta& base, std::vector<int64_t> sizes, std::vector<int64_t> strides);
+ValueMeta view_of(const TensorMeta& base, SymShape sizes, SymShape strides);
 
 // A fresh contiguous tensor.
-ValueMeta fresh(std::vector<int64_t> sizes, DType dtype, Device device, bool requires_grad);
+ValueMeta fresh(SymShape sizes, DType dtype, Device device, bool requires_grad);
 
 // torch's computeStride: strides that view `base` as `shape` without a copy, or nullopt.
-std::optional<std::vector<int64_t>> view_strides(const TensorMeta& base, const std::vector<int64_t>& shape);
+std::optional<SymShape> view_strides(const TensorMeta& base, const SymShape& shape);
 
 // Resolves one -1 in a view/reshape shape; throws MetaError when the numel does not match.
-std::vector<int64_t> infer_size(const std::vector<int64_t>& shape, int64_t numel);
+SymShape infer_size(const SymShape& shape, const SymInt& numel);
 
 // Ints of a List/Tuple of Int (or Bool) constants. `all_ints` first says whether it is one.
+// int_list specialises symbolic entries (guards); sym_int_list keeps them symbolic.
 bool all_ints(const Value& v);
 std::vector<int64_t> int_list(const Value& v);
+SymShape sym_int_list(const Value& v);
 // An int constant (not a symbolic node, not a bool).
 bool is_int(const Value& v);
 
 // Wrapped, de-duplicated reduction dims; None or [] means every dim. Throws MetaError on a
 // repeated dim.
 std::vector<int64_t> reduction_dims(const Value& dim, int64_t ndim);
-std::vector<int64_t> reduced_shape(const std::vector<int64_t>& sizes, const std::vector<int64_t>& dims, bool keepdim);
+SymShape reduced_shape(const SymShape& sizes, const std::vector<int64_t>& dims, bool keepdim);
 
 // Memory layout queries, as torch defines them.
 bool is_non_overlapping_and_dense(const TensorMeta& t);
 bool is_channels_last(const TensorMeta& t);  // 4-d, strides exactly channels-last (and not contiguous)
 bool is_channels_last_contiguous(const TensorMeta& t);  // torch's is_contiguous(channels_last)
 bool strides_like_channels_last(const TensorMeta& t);   // what suggest_memory_format() looks at
-std::vector<int64_t> channels_last_strides(const std::vector<int64_t>& sizes);
+SymShape channels_last_strides(const SymShape& sizes);
 // torch's has_internal_overlap == Yes: a dimension of size > 1 with stride 0.
 bool has_internal_overlap(const TensorMeta& t);
 
 // Strides a `*_like(preserve_format)` / `.to(dtype)` / clone copy of `t` gets, or nullopt where
 // this is not modelled (non-dense inputs with no elements).
-std::optional<std::vector<int64_t>> preserve_format_strides(const TensorMeta& t);
+std::optional<SymShape> preserve_format_strides(const TensorMeta& t);
 
 // Torch before 2.0 lacks most CPU kernels for float16 (and a few for bfloat16): a rule declines
 // such calls there, so that the call raises as eager does instead of being typed.

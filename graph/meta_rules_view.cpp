@@ -15,7 +15,7 @@ namespace {
 bool is_float_like(DType t) { return is_floating(t) || is_complex(t); }
 
 // x.reshape(shape): a view where the strides allow one, else a contiguous copy.
-ValueMeta reshape_of(const TensorMeta& x, const std::vector<int64_t>& shape, bool must_view) {
+ValueMeta reshape_of(const TensorMeta& x, const SymShape& shape, bool must_view) {
   if (auto strides = view_strides(x, shape)) return view_of(x, shape, std::move(*strides));
   if (must_view)
     throw MetaError(
@@ -26,18 +26,22 @@ ValueMeta reshape_of(const TensorMeta& x, const std::vector<int64_t>& shape, boo
 
 // A sequence of slicing steps on a (sizes, strides) pair, as torch's applySlicing does them.
 struct Sliced {
-  std::vector<int64_t> sizes, strides;
+  SymShape sizes, strides;
 };
 
 // torch's slice(dim, start, stop, step) clamping.
 void apply_slice(Sliced& t, int64_t dim, const Value& start_v, const Value& stop_v, int64_t step) {
-  int64_t size = t.sizes[dim];
-  int64_t start = start_v.is_none() ? 0 : start_v.i;
-  int64_t stop = stop_v.is_none() ? size : stop_v.i;
+  SymInt size = t.sizes[dim];
+  SymInt start = start_v.is_none() ? SymInt(0) : start_v.as_symint();
+  SymInt stop = stop_v.is_none() ? size : stop_v.as_symint();
   if (start < 0) start += size;
   if (stop < 0) stop += size;
-  start = std::clamp<int64_t>(start, 0, size);
-  stop = std::clamp<int64_t>(stop, 0, size);
+  auto clamp = [&](SymInt& v) {
+    if (v < 0) v = 0;
+    else if (v > size) v = size;
+  };
+  clamp(start);
+  clamp(stop);
   if (stop < start) stop = start;
   t.sizes[dim] = (stop - start + step - 1) / step;
   t.strides[dim] *= step;
@@ -76,17 +80,17 @@ std::optional<Sliced> basic_index(const TensorMeta& x, const Value& index) {
   for (const Value& it : items) {
     switch (it.kind) {
       case Value::Kind::Int: {
-        int64_t size = t.sizes[dim];
-        int64_t i = it.i;
+        SymInt size = t.sizes[dim];
+        SymInt i = it.as_symint();
         if (i < -size || i >= size)
-          throw MetaError("index " + std::to_string(i) + " is out of bounds for dimension " + std::to_string(dim) +
-                          " with size " + std::to_string(size));
+          throw MetaError("index " + i.str() + " is out of bounds for dimension " + std::to_string(dim) +
+                          " with size " + size.str());
         t.sizes.erase(t.sizes.begin() + dim);
         t.strides.erase(t.strides.begin() + dim);
         break;
       }
       case Value::Kind::Slice: {
-        int64_t step = it.items[2].is_none() ? 1 : it.items[2].i;
+        int64_t step = it.items[2].is_none() ? 1 : it.items[2].as_symint().guard_int();
         if (step <= 0) throw MetaError("step must be greater than zero");
         apply_slice(t, dim, it.items[0], it.items[1], step);
         ++dim;
@@ -94,7 +98,7 @@ std::optional<Sliced> basic_index(const TensorMeta& x, const Value& index) {
       }
       case Value::Kind::None: {
         int64_t nd = static_cast<int64_t>(t.sizes.size());
-        int64_t stride = dim >= nd ? 1 : t.sizes[dim] * t.strides[dim];
+        SymInt stride = dim >= nd ? SymInt(1) : t.sizes[dim] * t.strides[dim];
         t.sizes.insert(t.sizes.begin() + dim, 1);
         t.strides.insert(t.strides.begin() + dim, stride);
         ++dim;
@@ -107,7 +111,7 @@ std::optional<Sliced> basic_index(const TensorMeta& x, const Value& index) {
   return t;
 }
 
-std::vector<int64_t> target_sizes(const MetaContext& ctx, std::string_view other) {
+SymShape target_sizes(const MetaContext& ctx, std::string_view other) {
   return ctx.tensor(other).sizes;
 }
 
@@ -122,8 +126,8 @@ std::optional<ValueMeta> meta_view(const MetaContext& ctx) {
     int64_t s = wrap_dim(ctx.arg("start_dim").i, x.dim()), e = wrap_dim(ctx.arg("end_dim").i, x.dim());
     if (s > e) throw MetaError("flatten() has invalid args: start_dim cannot come after end_dim");
     if (s == e) return ValueMeta::of_tensor(x);
-    std::vector<int64_t> shape(x.sizes.begin(), x.sizes.begin() + s);
-    int64_t prod = 1;
+    SymShape shape(x.sizes.begin(), x.sizes.begin() + s);
+    SymInt prod = 1;
     for (int64_t d = s; d <= e; ++d) prod *= x.sizes[d];
     shape.push_back(prod);
     shape.insert(shape.end(), x.sizes.begin() + e + 1, x.sizes.end());
@@ -134,8 +138,8 @@ std::optional<ValueMeta> meta_view(const MetaContext& ctx) {
     if (!all_ints(sizes_v) || sizes_v.items.empty()) return std::nullopt;
     if (x.dim() == 0) throw MetaError("Cannot unflatten a 0-dim tensor");
     int64_t d = wrap_dim(ctx.arg("dim").i, x.dim());
-    std::vector<int64_t> part = infer_size(int_list(sizes_v), x.sizes[d]);
-    std::vector<int64_t> shape(x.sizes.begin(), x.sizes.begin() + d);
+    SymShape part = infer_size(SymShape(int_list(sizes_v)), x.sizes[d]);
+    SymShape shape(x.sizes.begin(), x.sizes.begin() + d);
     shape.insert(shape.end(), part.begin(), part.end());
     shape.insert(shape.end(), x.sizes.begin() + d + 1, x.sizes.end());
     auto strides = view_strides(x, shape);
@@ -144,7 +148,7 @@ std::optional<ValueMeta> meta_view(const MetaContext& ctx) {
   }
   const Value& shape_v = ctx.args[1];
   if (!all_ints(shape_v)) return std::nullopt;
-  std::vector<int64_t> shape = infer_size(int_list(shape_v), x.numel());
+  SymShape shape = infer_size(sym_int_list(shape_v), x.numel());
   return reshape_of(x, shape, op_is(ctx, {Op::view}));
 }
 
@@ -209,7 +213,7 @@ std::optional<ValueMeta> meta_permute(const MetaContext& ctx) {
       perm.push_back(w);
     }
   }
-  std::vector<int64_t> sizes, strides;
+  SymShape sizes, strides;
   for (int64_t p : perm) {
     sizes.push_back(x.sizes[p]);
     strides.push_back(x.strides[p]);
@@ -232,7 +236,7 @@ std::optional<ValueMeta> meta_squeeze(const MetaContext& ctx) {
   const Value& dim_v = ctx.arg("dim");
   std::optional<int64_t> only;
   if (!dim_v.is_none()) only = wrap_dim(dim_v.i, x.dim());
-  std::vector<int64_t> sizes, strides;
+  SymShape sizes, strides;
   for (int64_t d = 0; d < x.dim(); ++d) {
     if (x.sizes[d] == 1 && (!only || *only == d)) continue;
     sizes.push_back(x.sizes[d]);
@@ -243,40 +247,40 @@ std::optional<ValueMeta> meta_squeeze(const MetaContext& ctx) {
 
 std::optional<ValueMeta> meta_expand(const MetaContext& ctx) {
   const TensorMeta& x = ctx.tensor("self");
-  std::vector<int64_t> target;
+  SymShape target;
   if (op_kind(ctx.op.id) == Op::expand_as) {
     target = target_sizes(ctx, "other");
   } else {
     const Value& size_v = ctx.arg("size");
     if (!all_ints(size_v)) return std::nullopt;
-    target = int_list(size_v);
+    target = sym_int_list(size_v);
   }
   if (target.size() < x.sizes.size())
     throw MetaError("expand(torch.FloatTensor{" + shape_str(x.sizes) + "}, size=" + shape_str(target) +
                     "): the number of sizes provided (" + std::to_string(target.size()) +
                     ") must be greater or equal to the number of dimensions in the tensor (" + std::to_string(x.dim()) + ")");
   size_t offset = target.size() - x.sizes.size();
-  std::vector<int64_t> sizes(target.size()), strides(target.size());
+  SymShape sizes(target.size()), strides(target.size());
   for (size_t i = target.size(); i-- > 0;) {
     if (i < offset) {
       if (target[i] < 0) throw MetaError("The expanded size of the tensor (-1) isn't allowed in a leading, non-existing dimension " + std::to_string(i));
       sizes[i] = target[i];
       strides[i] = 0;  // NB: torch uses size * stride of the next dim when the size is 1; see below
-      if (target[i] == 1) strides[i] = i + 1 < target.size() ? sizes[i + 1] * strides[i + 1] : 1;
+      if (target[i] == 1) strides[i] = i + 1 < target.size() ? sizes[i + 1] * strides[i + 1] : SymInt(1);
       continue;
     }
-    int64_t s = x.sizes[i - offset];
-    int64_t want = target[i] == -1 ? s : target[i];
+    SymInt s = x.sizes[i - offset];
+    SymInt want = target[i] == -1 ? s : target[i];
     if (s == want) {
       sizes[i] = s;
       strides[i] = x.strides[i - offset];
     } else if (s == 1) {
-      if (want < 0) throw MetaError("Trying to create tensor with negative dimension " + std::to_string(want));
+      if (want < 0) throw MetaError("Trying to create tensor with negative dimension " + want.str());
       sizes[i] = want;
       strides[i] = 0;
     } else {
-      throw MetaError("The expanded size of the tensor (" + std::to_string(want) + ") must match the existing size (" +
-                      std::to_string(s) + ") at non-singleton dimension " + std::to_string(i) + ".  Target sizes: " +
+      throw MetaError("The expanded size of the tensor (" + want.str() + ") must match the existing size (" +
+                      s.str() + ") at non-singleton dimension " + std::to_string(i) + ".  Target sizes: " +
                       shape_str(target) + ".  Tensor sizes: " + shape_str(x.sizes));
     }
   }
@@ -288,14 +292,15 @@ std::optional<ValueMeta> meta_narrow(const MetaContext& ctx) {
   if (x.dim() == 0) throw MetaError("narrow() cannot be applied to a 0-dim tensor.");
   if (!is_int(ctx.arg("start")) || !is_int(ctx.arg("length"))) return std::nullopt;
   int64_t d = wrap_dim(ctx.arg("dim").i, x.dim());
-  int64_t size = x.sizes[d];
-  int64_t start = ctx.arg("start").i, length = ctx.arg("length").i;
-  if (start < -size || start > size) throw MetaError("start out of range (expected to be in range of [" + std::to_string(-size) + ", " + std::to_string(size) + "], but got " + std::to_string(start) + ")");
+  SymInt size = x.sizes[d];
+  SymInt start = ctx.arg("start").i;
+  int64_t length = ctx.arg("length").i;
+  if (start < -size || start > size) throw MetaError("start out of range (expected to be in range of [" + (-size).str() + ", " + size.str() + "], but got " + start.str() + ")");
   if (start < 0) start += size;
   if (length < 0) throw MetaError("narrow(): length must be non-negative.");
   if (start + length > size)
-    throw MetaError("start (" + std::to_string(start) + ") + length (" + std::to_string(length) +
-                    ") exceeds dimension size (" + std::to_string(size) + ").");
+    throw MetaError("start (" + start.str() + ") + length (" + std::to_string(length) +
+                    ") exceeds dimension size (" + size.str() + ").");
   auto sizes = x.sizes;
   sizes[d] = length;
   return view_of(x, std::move(sizes), x.strides);
@@ -396,7 +401,7 @@ std::optional<ValueMeta> meta_repeat(const MetaContext& ctx) {
   std::vector<int64_t> reps = int_list(r);
   if (static_cast<int64_t>(reps.size()) < x.dim())
     throw MetaError("Number of dimensions of repeat dims can not be smaller than number of dimensions of tensor");
-  std::vector<int64_t> sizes(reps.size());
+  SymShape sizes(reps.size());
   size_t offset = reps.size() - x.sizes.size();
   for (size_t i = 0; i < reps.size(); ++i) {
     if (reps[i] < 0) throw MetaError("Trying to create tensor with negative dimension " + std::to_string(reps[i]));
@@ -431,7 +436,7 @@ std::optional<ValueMeta> meta_cat(const MetaContext& ctx) {
     if (ts[0]->dim() >= 3)
       for (const TensorMeta* t : ts)
         if (!t->is_contiguous()) return std::nullopt;
-    std::vector<int64_t> sizes = ts[0]->sizes;
+    SymShape sizes = ts[0]->sizes;
     sizes.insert(sizes.begin() + d, static_cast<int64_t>(ts.size()));
     return fresh(sizes, dt, dev, grad);
   }
@@ -443,7 +448,7 @@ std::optional<ValueMeta> meta_cat(const MetaContext& ctx) {
   const TensorMeta& first = *used[0];
   if (first.dim() == 0) throw MetaError("zero-dimensional tensor (at position 0) cannot be concatenated");
   int64_t d = wrap_dim(ctx.arg("dim").i, first.dim());
-  std::vector<int64_t> sizes = first.sizes;
+  SymShape sizes = first.sizes;
   sizes[d] = 0;
   for (size_t i = 0; i < used.size(); ++i) {
     const TensorMeta& t = *used[i];
@@ -452,7 +457,7 @@ std::optional<ValueMeta> meta_cat(const MetaContext& ctx) {
     for (int64_t k = 0; k < t.dim(); ++k)
       if (k != d && t.sizes[k] != first.sizes[k])
         throw MetaError("Sizes of tensors must match except in dimension " + std::to_string(d) + ". Expected size " +
-                        std::to_string(first.sizes[k]) + " but got size " + std::to_string(t.sizes[k]) +
+                        first.sizes[k].str() + " but got size " + t.sizes[k].str() +
                         " for tensor number " + std::to_string(i) + " in the list.");
     sizes[d] += t.sizes[d];
   }
@@ -483,9 +488,9 @@ std::optional<ValueMeta> meta_setitem(const MetaContext& ctx) {
   if (const TensorMeta* v = tensor_or_null(value, ctx.graph)) {
     if (v->device != x->device && !(v->dim() == 0 && v->device.type == Device::Type::CPU)) return std::nullopt;
     // Leading 1s of the value are dropped before broadcasting (x[0] = y[None]).
-    std::vector<int64_t> vs = v->sizes;
+    SymShape vs = v->sizes;
     while (!vs.empty() && vs.front() == 1) vs.erase(vs.begin());
-    std::vector<int64_t> b = broadcast_shapes(t->sizes, vs);
+    SymShape b = broadcast_shapes(t->sizes, vs);
     if (b != t->sizes)
       throw MetaError("shape mismatch: value tensor of shape " + shape_str(v->sizes) +
                       " cannot be broadcast to indexing result of shape " + shape_str(t->sizes));
@@ -504,7 +509,7 @@ std::optional<ValueMeta> meta_index(const MetaContext& ctx) {
     const Value& pad = ctx.arg("padding_idx");
     if (is_int(pad) && (pad.i >= w.sizes[0] || pad.i < -w.sizes[0]))
       throw MetaError("Padding_idx must be within num_embeddings");
-    std::vector<int64_t> sizes = idx.sizes;
+    SymShape sizes = idx.sizes;
     sizes.push_back(w.sizes[1]);
     return fresh(sizes, w.dtype, w.device, w.requires_grad);
   }
@@ -515,7 +520,7 @@ std::optional<ValueMeta> meta_index(const MetaContext& ctx) {
     if (index.dim() > 1) throw MetaError("index_select(): Index is supposed to be a vector");
     if (index.dtype != DType::Int64 && index.dtype != DType::Int32) return std::nullopt;
     if (x.dim() == 0) return std::nullopt;
-    std::vector<int64_t> sizes = x.sizes;
+    SymShape sizes = x.sizes;
     sizes[d] = index.numel();
     return fresh(sizes, x.dtype, x.device, x.requires_grad);
   }

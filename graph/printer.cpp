@@ -227,8 +227,10 @@ std::string string_literal(const std::string& s) {
 }
 
 std::string tensor_meta_str(const TensorMeta& t) {
-  std::string s = std::string(dtype_short_name(t.dtype)) + "[" + join_ints(t.sizes) + "]";
-  if (t.strides != TensorMeta::contiguous_strides(t.sizes)) s += "[" + join_ints(t.strides) + "]";
+  // NB: symbolic sizes print as their expressions ("f32[s0, 8]"); structural comparison: no guards.
+  std::string sizes = t.sizes.str(), strides = t.strides.str();
+  std::string s = std::string(dtype_short_name(t.dtype)) + sizes;
+  if (!t.strides.same_as(TensorMeta::contiguous_strides(t.sizes))) s += strides;
   if (!(t.device == Device{})) s += t.device.str();
   if (t.requires_grad) s += " rg";
   return s;
@@ -255,7 +257,7 @@ std::string value_str(const Value& v, const Graph& g) {
   switch (v.kind) {
     case Value::Kind::None: return "None";
     case Value::Kind::Bool: return v.b ? "True" : "False";
-    case Value::Kind::Int: return std::to_string(v.i);
+    case Value::Kind::Int: return v.sym ? v.as_symint().str() : std::to_string(v.i);
     case Value::Kind::Float: return float_str(v.f);
     case Value::Kind::Str: return string_literal(v.s);
     case Value::Kind::DType: return "torch." + std::string(dtype_name(v.dtype));

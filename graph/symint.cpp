@@ -369,7 +369,9 @@ bool compare(const SymInt& a, const SymInt& b, SymRel rel) {
     throw SymbolicSpecialization("deciding " + a.str() + " " + sym_rel_str(rel) + " " + b.str() +
                                  " needs a guard, and no shape environment is active");
   }
-  // Record what held: `d REL 0` or its negation, written with Eq/Ne/Lt/Le.
+  // Record what held: `d REL 0` or its negation, written with Eq/Ne/Lt/Le. NB: (in)equalities take
+  // the sign that makes the first term positive, so `a == b` and `b == a` are one guard.
+  if ((rel == SymRel::Eq || rel == SymRel::Ne) && !d.terms.empty() && d.terms[0].coeff < 0) d = add(constant_poly(0), d, -1);
   SymExprId de = intern_poly(d);
   if (result) {
     env->add_guard({de, rel});
@@ -611,6 +613,88 @@ bool sym_guard_holds(const SymGuard& g, const std::vector<int64_t>& bindings) {
   return holds(sym_evaluate(g.expr, bindings), g.rel);
 }
 
+// ---- SymProgram ---------------------------------------------------------------------------------
+
+namespace {
+
+void emit_poly(const Poly& p, std::vector<SymProgram::Op>* ops);
+
+void emit_atom(const Atom& a, std::vector<SymProgram::Op>* ops) {
+  using K = SymProgram::Op::Kind;
+  switch (a.kind) {
+    case Atom::Kind::Symbol: ops->push_back({K::Symbol, a.symbol}); return;
+    case Atom::Kind::FloorDiv:
+    case Atom::Kind::Mod:
+      emit_poly(poly_of(a.a), ops);
+      emit_poly(poly_of(a.b), ops);
+      ops->push_back({a.kind == Atom::Kind::FloorDiv ? K::FloorDiv : K::Mod, 0});
+      return;
+  }
+}
+
+void emit_poly(const Poly& p, std::vector<SymProgram::Op>* ops) {
+  using K = SymProgram::Op::Kind;
+  ops->push_back({K::Const, p.constant});
+  for (const Term& t : p.terms) {
+    ops->push_back({K::Const, t.coeff});
+    for (auto [atom, k] : t.mono)
+      for (uint32_t i = 0; i < k; ++i) {
+        emit_atom(interner().atom(atom), ops);
+        ops->push_back({K::Mul, 0});
+      }
+    ops->push_back({K::Add, 0});
+  }
+}
+
+}  // namespace
+
+SymProgram::SymProgram(const std::vector<SymExprId>& exprs) {
+  for (size_t i = 0; i < exprs.size(); ++i) {
+    if (exprs[i] == 0) throw std::logic_error("symint: SymProgram of a constant SymInt's empty expression");
+    emit_poly(poly_of(exprs[i]), &ops_);
+    ops_.push_back({Op::Kind::Output, static_cast<int64_t>(i)});
+    outputs_.push_back(i);
+  }
+  size_t depth = 0;
+  for (const Op& op : ops_) {
+    switch (op.kind) {
+      case Op::Kind::Const:
+      case Op::Kind::Symbol: ++depth; break;
+      case Op::Kind::Output: --depth; break;
+      default: --depth; break;
+    }
+    max_stack_ = std::max(max_stack_, depth + 1);
+  }
+}
+
+bool SymProgram::run(const int64_t* bindings, int64_t* stack, int64_t* out) const {
+  size_t sp = 0;
+  for (const Op& op : ops_) {
+    switch (op.kind) {
+      case Op::Kind::Const: stack[sp++] = op.value; break;
+      case Op::Kind::Symbol: stack[sp++] = bindings[op.value]; break;
+      case Op::Kind::Add:
+        --sp;
+        stack[sp - 1] = static_cast<int64_t>(static_cast<uint64_t>(stack[sp - 1]) + static_cast<uint64_t>(stack[sp]));
+        break;
+      case Op::Kind::Mul:
+        --sp;
+        stack[sp - 1] = static_cast<int64_t>(static_cast<uint64_t>(stack[sp - 1]) * static_cast<uint64_t>(stack[sp]));
+        break;
+      case Op::Kind::FloorDiv:
+      case Op::Kind::Mod: {
+        --sp;
+        if (stack[sp] == 0) return false;
+        int64_t q = floordiv_int(stack[sp - 1], stack[sp]);
+        stack[sp - 1] = op.kind == Op::Kind::FloorDiv ? q : stack[sp - 1] - q * stack[sp];
+        break;
+      }
+      case Op::Kind::Output: out[op.value] = stack[--sp]; break;
+    }
+  }
+  return true;
+}
+
 // ---- ShapeEnv ----------------------------------------------------------------------------------
 
 SymInt ShapeEnv::new_symbol(int64_t hint, std::string origin) {
@@ -639,10 +723,28 @@ std::vector<SymbolId> ShapeEnv::specialized_symbols() const {
 }
 
 std::string ShapeEnv::guard_str(const SymGuard& g) const {
+  // `lhs - rhs REL 0` prints as `lhs REL rhs`: positive terms left, the rest right.
   auto name = [this](SymbolId s) {
     return static_cast<size_t>(s) < origins_.size() ? origins_[static_cast<size_t>(s)] : symbol_name(s);
   };
-  return poly_str(poly_of(g.expr), name) + " " + sym_rel_str(g.rel) + " 0";
+  const Poly& p = poly_of(g.expr);
+  Poly lhs, rhs;
+  rhs.constant = -p.constant;
+  for (const Term& t : p.terms) (t.coeff > 0 ? lhs : rhs).terms.push_back(t.coeff > 0 ? t : Term{-t.coeff, t.mono});
+  if (lhs.terms.empty() && (g.rel == SymRel::Lt || g.rel == SymRel::Le)) {
+    // `c < N` reads better as `N > c`.
+    Poly c = constant_poly(-rhs.constant);
+    rhs.constant = 0;
+    return poly_str(rhs, name) + (g.rel == SymRel::Lt ? " > " : " >= ") + poly_str(c, name);
+  }
+  return poly_str(lhs, name) + " " + sym_rel_str(g.rel) + " " + poly_str(rhs, name);
+}
+
+std::string ShapeEnv::expr_str(SymExprId e) const {
+  auto name = [this](SymbolId s) {
+    return static_cast<size_t>(s) < origins_.size() ? origins_[static_cast<size_t>(s)] : symbol_name(s);
+  };
+  return poly_str(poly_of(e), name);
 }
 
 ShapeEnv* ShapeEnv::current() { return g_current_env; }

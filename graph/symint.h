@@ -175,6 +175,7 @@ class ShapeEnv {
   std::vector<SymbolId> specialized_symbols() const;
   // Each guard as text over the symbols' origins: "L['x'].size()[0] * 2 <= L['y'].size()[1]".
   std::string guard_str(const SymGuard& g) const;
+  std::string expr_str(SymExprId e) const;  // over the origins, as guard_str
 
   static ShapeEnv* current();
 
@@ -197,5 +198,34 @@ class ShapeEnvScope {
 
 // Whether `g` holds under `bindings`.
 bool sym_guard_holds(const SymGuard& g, const std::vector<int64_t>& bindings);
+
+// Expressions flattened into one postfix program, for hot paths (guards): no locks, no allocation.
+class SymProgram {
+ public:
+  SymProgram() = default;
+  explicit SymProgram(const std::vector<SymExprId>& exprs);
+  size_t size() const { return outputs_.size(); }
+  size_t stack_size() const { return max_stack_; }
+  // out[i] = exprs[i] with symbol j bound to bindings[j]; `stack` holds stack_size() entries.
+  // False on division by zero.
+  bool run(const int64_t* bindings, int64_t* stack, int64_t* out) const;
+
+  struct Op {
+    enum class Kind : uint8_t { Const,
+                                Symbol,
+                                Add,
+                                Mul,
+                                FloorDiv,
+                                Mod,
+                                Output };
+    Kind kind;
+    int64_t value;  // Const: the constant; Symbol: its id; Output: the output index
+  };
+
+ private:
+  std::vector<Op> ops_;
+  std::vector<size_t> outputs_;
+  size_t max_stack_ = 0;
+};
 
 }  // namespace ff

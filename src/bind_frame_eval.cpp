@@ -145,12 +145,15 @@ CaptureResult capture_from_spec(py::handle spec_obj) {
   return r;
 }
 
-std::shared_ptr<CompileOptions> make_options(py::object backend, bool fullgraph, py::object mode, py::object options) {
+std::shared_ptr<CompileOptions> make_options(py::object backend, bool fullgraph, py::object mode, py::object options,
+                                             py::object dynamic) {
   auto o = std::make_shared<CompileOptions>();
   o->backend = backend.inc_ref().ptr();
   o->mode = mode.inc_ref().ptr();
   o->options = options.inc_ref().ptr();
   o->fullgraph = fullgraph;
+  o->dynamic = dynamic.is_none() ? -1 : dynamic.cast<bool>() ? 1
+                                                             : 0;
   o->backend_name = py::isinstance<py::str>(backend) ? backend.cast<std::string>() : std::string("<callable>");
   return o;
 }
@@ -171,11 +174,11 @@ void define_frame_eval(py::module_& m) {
   if (py::hasattr(m, "Unsupported")) set_unsupported_exception(m.attr("Unsupported").ptr());
   m.attr("FRAME_EVAL_SUPPORTED") = py::bool_(ff_frame_supported() != 0);
 
-  m.def("_compile_callable", [](py::object fn, py::object backend, bool fullgraph, py::object mode, py::object options, py::object root_code) {
-          PyObject* r = make_frame_eval_callable(fn.ptr(), make_options(backend, fullgraph, mode, options),
+  m.def("_compile_callable", [](py::object fn, py::object backend, bool fullgraph, py::object mode, py::object options, py::object root_code, py::object dynamic) {
+          PyObject* r = make_frame_eval_callable(fn.ptr(), make_options(backend, fullgraph, mode, options, dynamic),
                                                  root_code.is_none() ? nullptr : root_code.ptr(), CallableMode::Compile);
           if (!r) throw py::error_already_set();
-          return py::reinterpret_steal<py::object>(r); }, py::arg("fn"), py::arg("backend"), py::arg("fullgraph"), py::arg("mode"), py::arg("options"), py::arg("root_code"), "A callable that runs fn with framefuse's frame hook active.");
+          return py::reinterpret_steal<py::object>(r); }, py::arg("fn"), py::arg("backend"), py::arg("fullgraph"), py::arg("mode"), py::arg("options"), py::arg("root_code"), py::arg("dynamic") = py::none(), "A callable that runs fn with framefuse's frame hook active.");
   m.def("_disable_callable", [](py::object fn) {
           PyObject* r = make_frame_eval_callable(fn.ptr(), nullptr, nullptr, CallableMode::Disable);
           if (!r) throw py::error_already_set();

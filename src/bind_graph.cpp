@@ -9,6 +9,7 @@
 #include "graph/op_registry.h"
 #include "graph/parser.h"
 #include "graph/passes/fuse_attention.h"
+#include "graph/passes/specialize_shapes.h"
 #include "graph/pipeline.h"
 #include "graph/printer.h"
 #include "graph/verifier.h"
@@ -233,6 +234,12 @@ void define_graph(py::module_& m) {
            "AOT autograd (graph/autograd/autograd.h): a dict of the forward and backward graphs and how the "
            "runtime connects them (outputs, differentiable, saved_inputs, grad_inputs, grad_tangents). Raises "
            "framefuse._C.Unsupported where the graph cannot be split exactly.")
+      .def("is_symbolic", [](const PyGraph& self) { return has_symbolic_shapes(self.g); }, "Whether a size or stride is symbolic (dynamic shapes).")
+      .def("symbol_bindings", [](const PyGraph& self) { return symbol_bindings(self.g); }, "Per symbol s0, s1 ...: (input index, dim) whose size it is.")
+      .def("specialize", [](const PyGraph& self, const std::vector<int64_t>& bindings) {
+             auto out = std::make_shared<PyGraph>();
+             out->g = specialize_shapes(self.g, bindings);
+             return out; }, "The graph with symbol k replaced by bindings[k]: static, for one set of sizes.")
       .def("joint_graph", [](const PyGraph& self) {
              auto out = std::make_shared<PyGraph>();
              out->g = joint_graph(self.g, python_typer());

@@ -319,7 +319,7 @@ PyObject* value_to_py(const Value& v, PyObject* const* node_values) {
       case Value::Kind::None: Py_RETURN_NONE;
       case Value::Kind::Ellipsis: Py_INCREF(Py_Ellipsis); return Py_Ellipsis;
       case Value::Kind::Bool: return PyBool_FromLong(v.b);
-      case Value::Kind::Int: return PyLong_FromLongLong(v.i);
+      case Value::Kind::Int: return PyLong_FromLongLong(v.sym ? v.as_symint().guard_int() : v.i);
       case Value::Kind::Float: return PyFloat_FromDouble(v.f);
       case Value::Kind::Str: return PyUnicode_FromStringAndSize(v.s.data(), static_cast<Py_ssize_t>(v.s.size()));
       case Value::Kind::DType:

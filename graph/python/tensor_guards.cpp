@@ -45,7 +45,7 @@ PyObject* int_lists(const std::vector<std::vector<int64_t>>& v) {
   for (size_t i = 0; l && i < v.size(); ++i) {
     PyObject* inner = PyList_New(static_cast<Py_ssize_t>(v[i].size()));
     for (size_t j = 0; inner && j < v[i].size(); ++j) {
-      PyObject* n = PyLong_FromLongLong(v[i][j]);
+      PyObject* n = v[i][j] == kUncheckedSize ? Py_NewRef(Py_None) : PyLong_FromLongLong(v[i][j]);
       if (!n) Py_CLEAR(inner);
       else PyList_SET_ITEM(inner, static_cast<Py_ssize_t>(j), n);
     }

@@ -14,6 +14,9 @@ namespace ff {
 // tensors and reject a change of each property guarded); null otherwise (torch 1.x). Needs the GIL.
 PyObject* tensor_guards_type();
 
+// A size or stride a tensor guard does not check (a symbolic one: passed to torch as None).
+constexpr int64_t kUncheckedSize = INT64_MIN;
+
 // A TensorGuards for `tensors` (a tuple) expecting sizes[i] / strides[i]. Returns it (new reference)
 // and its bound check method in *check, or null with no error set when torch has none or the check
 // rejects `tensors` themselves.

@@ -17,12 +17,14 @@ from . import _C
 from ._C import InternalError, Unsupported, UserError
 from . import config
 from ._logging import set_logs
+from .dynamic_shapes import mark_dynamic, mark_static, maybe_mark_dynamic
 
 _C.graph.init_ops()
 
 __version__ = _C.__version__
 
-__all__ = ["config", "set_logs", "Unsupported", "UserError", "InternalError", "__version__"]
+__all__ = ["config", "set_logs", "Unsupported", "UserError", "InternalError", "__version__", "mark_dynamic",
+           "maybe_mark_dynamic", "mark_static"]
 
 # The frontend API (compile, disable, reset, graph_break, explain) is re-exported here when present.
 try:

@@ -85,6 +85,58 @@ def _call_backend(backend, cgraph, example_inputs, mode, options, training=False
     # Called by the frontend (frame_eval/hook_backend.cpp) once per captured graph; `training`: grad
     # mode is on and an input requires grad.
     graph = Graph(cgraph)
+    if graph.is_symbolic():
+        return _PerSizes(graph, lambda g, examples: _compile_static(backend, g, examples, mode, options, training),
+                         example_inputs)
+    return _compile_static(backend, graph, example_inputs, mode, options, training)
+
+
+_per_sizes_compiles = 0
+
+
+def per_sizes_compiles():
+    """Static graphs compiled for symbolic ones so far (one per distinct set of sizes)."""
+    return _per_sizes_compiles
+
+
+class _PerSizes:
+    """A graph with symbolic sizes (dynamic shapes), compiled by its backend once per distinct set
+    of sizes, on the first call that has them: backends receive static graphs.
+
+    NB: the frontend traces once for every size (what the trace relied on is guarded); the code
+    generators do not take sizes as arguments yet, so each new size still compiles its kernels."""
+
+    def __init__(self, graph, compile_static, example_inputs):
+        self._graph = graph
+        self._bindings = graph.symbol_bindings()
+        self._compile_static = compile_static
+        self._compiled = {}
+        self._noted_limit = False
+        self(*example_inputs, _compile_only=True)
+
+    def __call__(self, *inputs, _compile_only=False):
+        key = tuple(inputs[i].shape[d] for i, d in self._bindings)
+        fn = self._compiled.get(key)
+        if fn is None:
+            from ._C import config as _config  # noqa: PLC0415
+            limit = _config.get("dynamic_size_compiles")
+            static = self._graph.specialize(key)
+            if limit and len(self._compiled) >= limit:
+                if not self._noted_limit:
+                    from ._C import logging as _log  # noqa: PLC0415
+                    _log.emit("perf_hints", f"a graph with symbolic sizes was compiled for {limit} sets of sizes "
+                                            "(config dynamic_size_compiles): new sizes run on eager ops")
+                    self._noted_limit = True
+                return None if _compile_only else static.run(*inputs)
+            global _per_sizes_compiles
+            _per_sizes_compiles += 1
+            fn = self._compiled[key] = self._compile_static(static, inputs)
+        return None if _compile_only else fn(*inputs)
+
+
+def _compile_static(backend, graph, example_inputs, mode, options, training):
+    if backend == "eager":
+        return graph.run
     if backend == "inductor" and training:
         return _inductor_training(graph, example_inputs, mode, options)
     if backend == "inductor":

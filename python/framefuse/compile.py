@@ -29,10 +29,8 @@ def compile(model=None, *, fullgraph=False, dynamic=None, backend="inductor", mo
     if options is not None:
         if not isinstance(options, dict) or not all(isinstance(k, str) for k in options):
             raise TypeError("framefuse.compile: options must be a dict with str keys")
-    if dynamic:
-        raise NotImplementedError(
-            "framefuse.compile(dynamic=True): dynamic shapes are not supported yet. Use dynamic=None "
-            "(the default) or dynamic=False: each new input shape compiles a specialized graph.")
+    if dynamic is not None and not isinstance(dynamic, bool):
+        raise TypeError("framefuse.compile: dynamic must be None, True or False")
     if not isinstance(fullgraph, bool):
         raise TypeError("framefuse.compile: fullgraph must be a bool")
     backend = lookup_backend(backend)
@@ -41,10 +39,10 @@ def compile(model=None, *, fullgraph=False, dynamic=None, backend="inductor", mo
         if disable:
             return m
         if isinstance(m, torch.nn.Module):
-            return _compile_module(m, backend, fullgraph, mode, options)
+            return _compile_module(m, backend, fullgraph, mode, options, dynamic)
         if not callable(m):
             raise TypeError(f"framefuse.compile expects a function, a method or an nn.Module, not {type(m).__name__}")
-        wrapper = _C._compile_callable(m, backend, fullgraph, mode, options, _root_code(m))
+        wrapper = _C._compile_callable(m, backend, fullgraph, mode, options, _root_code(m), dynamic)
         return _wraps(wrapper, m)
 
     return apply if model is None else apply(model)
@@ -79,7 +77,7 @@ def _wraps(wrapper, fn):
     return wrapper
 
 
-def _compile_module(mod, backend, fullgraph, mode, options):
+def _compile_module(mod, backend, fullgraph, mode, options, dynamic=None):
     # The compiled module is an instance of a subclass of the module's class that shares the
     # module's __dict__: parameters, buffers, submodules and `training` are the same objects, so
     # state_dict() keys stay the original ones and checkpoints load both ways. Only __call__ differs:
@@ -87,7 +85,7 @@ def _compile_module(mod, backend, fullgraph, mode, options):
     # `self is m` and hooks keyed by the module see the original).
     cls = type(mod)
     forward = getattr(cls, "forward", None)
-    call = _C._compile_callable(cls.__call__, backend, fullgraph, mode, options, _root_code(forward))
+    call = _C._compile_callable(cls.__call__, backend, fullgraph, mode, options, _root_code(forward), dynamic)
 
     def __call__(self, *args, **kwargs):
         return call(mod, *args, **kwargs)
@@ -96,13 +94,13 @@ def _compile_module(mod, backend, fullgraph, mode, options):
     # on `mod`'s), and pickling stores the module and how it was compiled (the class above has the
     # module class's name, which pickle would take for the module class).
     def __copy__(self):
-        return _compile_module(copy.copy(mod), backend, fullgraph, mode, options)
+        return _compile_module(copy.copy(mod), backend, fullgraph, mode, options, dynamic)
 
     def __deepcopy__(self, memo):
-        return _compile_module(copy.deepcopy(mod, memo), backend, fullgraph, mode, options)
+        return _compile_module(copy.deepcopy(mod, memo), backend, fullgraph, mode, options, dynamic)
 
     def __reduce_ex__(self, protocol):
-        return _compile_module, (mod, backend, fullgraph, mode, options)
+        return _compile_module, (mod, backend, fullgraph, mode, options, dynamic)
 
     compiled_cls = type(cls.__name__, (cls,), {
         "__call__": __call__,

@@ -79,6 +79,18 @@ class Graph:
         g, fired = self._g.fuse_attention(cuda_tf32_matmul)
         return Graph(g), list(fired)
 
+    def is_symbolic(self):
+        """Whether a size or stride is symbolic (s0, s1 ...: dynamic shapes)."""
+        return self._g.is_symbolic()
+
+    def symbol_bindings(self):
+        """Per symbol s0, s1 ...: the (input index, dim) whose size it is."""
+        return [tuple(b) for b in self._g.symbol_bindings()]
+
+    def specialize(self, sizes):
+        """The static graph for one call: symbol k replaced by sizes[k]."""
+        return Graph(self._g.specialize(list(sizes)))
+
     def pass_trace(self):
         """The graph after each pass of the pipeline, as text."""
         return self._g.pass_trace()

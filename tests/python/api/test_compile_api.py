@@ -54,9 +54,9 @@ def test_unknown_backend_lists_valid_ones():
     assert str(e.value).startswith("framefuse.compile: unknown backend 'tvm'. Valid backends: eager, inductor")
 
 
-def test_dynamic_true_is_not_implemented():
-    with pytest.raises(NotImplementedError, match="dynamic shapes are not supported yet"):
-        framefuse.compile(double, dynamic=True)
+def test_dynamic_must_be_none_or_a_bool():
+    with pytest.raises(TypeError, match="dynamic must be None, True or False"):
+        framefuse.compile(double, dynamic="yes")
 
 
 def test_compile_rejects_non_callables():

@@ -1,0 +1,114 @@
+"""Dynamic shapes (issue #24's sweeps): each model called with N different sizes in a row, compiled
+fresh by framefuse and by torch.compile (dynamic=None, both), against eager: compiles, the total
+wall time of the N calls (compiles included), then the steady time per call at one size against a
+compile that only ever saw that size. Every result is compared with eager's.
+
+    PYTHONPATH=build/main/site python benchmarks/experiments/dynamic_shapes.py [--calls 50] [--models relu_sum,mlp,nanogpt]
+
+framefuse's count is its traces ("frames"), then the static graphs its backend compiled
+("kernels": symbolic graphs are compiled once per distinct size until kernels take sizes as arguments).
+"""
+import argparse
+import os
+import random
+import statistics
+import sys
+import time
+
+import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
+import framefuse  # noqa: E402
+from framefuse import _C, backends  # noqa: E402
+from benchmarks.workloads.nets import MLP, NanoGPT  # noqa: E402
+
+
+def relu_sum(x):
+    return torch.relu(x) * 2 + x.sum()
+
+
+def models(calls, seed):
+    rng = random.Random(seed)
+    batch = rng.sample(range(2, 400), calls)
+    seq = rng.sample(range(8, 129), calls)
+    torch.manual_seed(0)
+    out = {
+        "relu_sum": (relu_sum, [(torch.randn(n, 256),) for n in batch], (torch.randn(64, 256),)),
+        "mlp": (MLP(128, 256, 10).eval(), [(torch.randn(n, 128),) for n in batch], (torch.randn(64, 128),)),
+    }
+    gpt = NanoGPT(vocab=2048, block_size=128, n_layer=2, n_head=4, d=128).eval()
+    out["nanogpt"] = (gpt, [(torch.randint(0, 2048, (1, t)),) for t in seq], (torch.randint(0, 2048, (1, 64)),))
+    return out
+
+
+def framefuse_counts():
+    return _C._frame_eval_stats()["frames_compiled"], backends.per_sizes_compiles()
+
+
+def torch_counts():
+    from torch._dynamo.utils import counters  # noqa: PLC0415
+    return counters["stats"]["unique_graphs"], 0
+
+
+def run_sweep(compile_fn, reset, counts, fn, inputs, expected):
+    reset()
+    compiled = compile_fn(fn)
+    t0 = time.perf_counter()
+    with torch.no_grad():
+        outs = [compiled(*args) for args in inputs]
+    total = time.perf_counter() - t0
+    for o, e in zip(outs, expected):
+        torch.testing.assert_close(o, e, atol=1e-4, rtol=1e-4)
+    return total, counts()
+
+
+def steady(compiled, args, calls=30):
+    with torch.no_grad():
+        for _ in range(3):
+            compiled(*args)
+        times = []
+        for _ in range(calls):
+            t = time.perf_counter()
+            compiled(*args)
+            times.append(time.perf_counter() - t)
+    return statistics.median(times)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--calls", type=int, default=50)
+    p.add_argument("--models", default="relu_sum,mlp,nanogpt")
+    p.add_argument("--seed", type=int, default=24)
+    p.add_argument("--no-torch-compile", action="store_true")
+    args = p.parse_args()
+    torch.set_num_threads(2)
+    print(f"torch {torch.__version__}, 2 threads, {args.calls} sizes per sweep")
+    print("| model | contender | compiles | total of the sweep, s | steady ms at one size | static compile ms | eager ms |")
+    print("|---|---|---|---|---|---|---|")
+    for name, (fn, inputs, fixed) in models(args.calls, args.seed).items():
+        if name not in args.models.split(","):
+            continue
+        with torch.no_grad():
+            expected = [fn(*a) for a in inputs]
+        eager_ms = steady(fn, fixed) * 1e3
+        t0 = time.perf_counter()
+        with torch.no_grad():
+            for a in inputs:
+                fn(*a)
+        eager_total = time.perf_counter() - t0
+        contenders = [("framefuse", framefuse.compile, framefuse.reset, framefuse_counts)]
+        if not args.no_torch_compile and hasattr(torch, "compile"):
+            contenders.append(("torch.compile", torch.compile, torch._dynamo.reset, torch_counts))
+        for label, compile_fn, reset, counts in contenders:
+            total, (frames, kernels) = run_sweep(compile_fn, reset, counts, fn, inputs, expected)
+            dyn = compile_fn(fn)  # the sweep's entries serve this size too
+            dyn_ms = steady(dyn, fixed) * 1e3
+            reset()
+            static_ms = steady(compile_fn(fn), fixed) * 1e3
+            what = f"{frames} frames" + (f", {kernels} kernel sets" if label == "framefuse" else " graphs")
+            print(f"| {name} | {label} | {what} | {total:.2f} | {dyn_ms:.3f} | {static_ms:.3f} | {eager_ms:.3f} |")
+        print(f"| {name} | eager | - | {eager_total:.2f} | {eager_ms:.3f} | - | {eager_ms:.3f} |")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,27 @@
+// Dynamic shapes: where a graph's symbols come from, and the graph at one set of sizes.
+#pragma once
+
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+#include "graph/ir.h"
+
+namespace ff {
+
+// Whether any value of `g` has a symbolic size or stride, or an argument is a symbolic int.
+bool has_symbolic_shapes(const Graph& g);
+
+// Whether an argument of a node is a symbolic int (the reference runner cannot run such a graph).
+bool has_symbolic_int_args(const Graph& g);
+
+// Where each symbol of `g` is bound: symbol k is the size of placeholder (input) first, dimension
+// second, at the first placeholder whose size is exactly that symbol. Throws InternalError when a
+// symbol is no placeholder's size (the frontend only makes symbols for input dimensions).
+std::vector<std::pair<int, int>> symbol_bindings(const Graph& g);
+
+// `g` with symbol k replaced by bindings[k] in every size, stride and int argument: the static
+// graph of one call.
+Graph specialize_shapes(const Graph& g, const std::vector<int64_t>& bindings);
+
+}  // namespace ff
