@@ -13,7 +13,11 @@ import os
 import random
 import statistics
 import sys
+import tempfile
 import time
+
+# NB: cold on-disk caches for both compilers (torch's inductor cache directory is read at import).
+os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", tempfile.mkdtemp(prefix="tc-cache-"))
 
 import torch
 
@@ -38,6 +42,17 @@ def models(calls, seed):
     }
     gpt = NanoGPT(vocab=2048, block_size=128, n_layer=2, n_head=4, d=128).eval()
     out["nanogpt"] = (gpt, [(torch.randint(0, 2048, (1, t)),) for t in seq], (torch.randint(0, 2048, (1, 64)),))
+    try:
+        import transformers  # noqa: PLC0415
+    except ImportError:
+        return out
+    cfg = transformers.BertConfig(vocab_size=2048, hidden_size=128, num_hidden_layers=2, num_attention_heads=4,
+                                  intermediate_size=512, max_position_embeddings=256)
+    bert = transformers.BertModel(cfg).eval()
+
+    def bert_call(ids):
+        return bert(input_ids=ids).last_hidden_state
+    out["bert"] = (bert_call, [(torch.randint(0, 2048, (2, t)),) for t in seq], (torch.randint(0, 2048, (2, 64)),))
     return out
 
 
@@ -52,6 +67,7 @@ def torch_counts():
 
 def run_sweep(compile_fn, reset, counts, fn, inputs, expected):
     reset()
+    before = counts()
     compiled = compile_fn(fn)
     t0 = time.perf_counter()
     with torch.no_grad():
@@ -59,7 +75,8 @@ def run_sweep(compile_fn, reset, counts, fn, inputs, expected):
     total = time.perf_counter() - t0
     for o, e in zip(outs, expected):
         torch.testing.assert_close(o, e, atol=1e-4, rtol=1e-4)
-    return total, counts()
+    after = counts()
+    return total, (after[0] - (0 if compile_fn is framefuse.compile else before[0]), after[1] - before[1])
 
 
 def steady(compiled, args, calls=30):
@@ -77,12 +94,13 @@ def steady(compiled, args, calls=30):
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--calls", type=int, default=50)
-    p.add_argument("--models", default="relu_sum,mlp,nanogpt")
+    p.add_argument("--models", default="relu_sum,mlp,nanogpt,bert")
     p.add_argument("--seed", type=int, default=24)
     p.add_argument("--no-torch-compile", action="store_true")
     args = p.parse_args()
     torch.set_num_threads(2)
-    print(f"torch {torch.__version__}, 2 threads, {args.calls} sizes per sweep")
+    framefuse.config.cache_dir = tempfile.mkdtemp(prefix="ff-cache-")
+    print(f"torch {torch.__version__}, 2 threads, {args.calls} sizes per sweep, cold on-disk caches")
     print("| model | contender | compiles | total of the sweep, s | steady ms at one size | static compile ms | eager ms |")
     print("|---|---|---|---|---|---|---|")
     for name, (fn, inputs, fixed) in models(args.calls, args.seed).items():
