@@ -31,28 +31,32 @@ def relu_sum(x):
     return torch.relu(x) * 2 + x.sum()
 
 
-def models(calls, seed):
+def models(calls, seed, device):
     rng = random.Random(seed)
     batch = rng.sample(range(2, 400), calls)
     seq = rng.sample(range(8, 129), calls)
     torch.manual_seed(0)
+    dev = torch.device(device)
     out = {
-        "relu_sum": (relu_sum, [(torch.randn(n, 256),) for n in batch], (torch.randn(64, 256),)),
-        "mlp": (MLP(128, 256, 10).eval(), [(torch.randn(n, 128),) for n in batch], (torch.randn(64, 128),)),
+        "relu_sum": (relu_sum, [(torch.randn(n, 256, device=dev),) for n in batch], (torch.randn(64, 256, device=dev),)),
+        "mlp": (MLP(128, 256, 10).to(dev).eval(), [(torch.randn(n, 128, device=dev),) for n in batch],
+                (torch.randn(64, 128, device=dev),)),
     }
-    gpt = NanoGPT(vocab=2048, block_size=128, n_layer=2, n_head=4, d=128).eval()
-    out["nanogpt"] = (gpt, [(torch.randint(0, 2048, (1, t)),) for t in seq], (torch.randint(0, 2048, (1, 64)),))
+    gpt = NanoGPT(vocab=2048, block_size=128, n_layer=2, n_head=4, d=128).to(dev).eval()
+    out["nanogpt"] = (gpt, [(torch.randint(0, 2048, (1, t), device=dev),) for t in seq],
+                      (torch.randint(0, 2048, (1, 64), device=dev),))
     try:
         import transformers  # noqa: PLC0415
     except ImportError:
         return out
     cfg = transformers.BertConfig(vocab_size=2048, hidden_size=128, num_hidden_layers=2, num_attention_heads=4,
                                   intermediate_size=512, max_position_embeddings=256)
-    bert = transformers.BertModel(cfg).eval()
+    bert = transformers.BertModel(cfg).to(dev).eval()
 
     def bert_call(ids):
         return bert(input_ids=ids).last_hidden_state
-    out["bert"] = (bert_call, [(torch.randint(0, 2048, (2, t)),) for t in seq], (torch.randint(0, 2048, (2, 64)),))
+    out["bert"] = (bert_call, [(torch.randint(0, 2048, (2, t), device=dev),) for t in seq],
+                   (torch.randint(0, 2048, (2, 64), device=dev),))
     return out
 
 
@@ -72,11 +76,17 @@ def run_sweep(compile_fn, reset, counts, fn, inputs, expected):
     t0 = time.perf_counter()
     with torch.no_grad():
         outs = [compiled(*args) for args in inputs]
+    sync()
     total = time.perf_counter() - t0
     for o, e in zip(outs, expected):
         torch.testing.assert_close(o, e, atol=1e-4, rtol=1e-4)
     after = counts()
     return total, (after[0] - (0 if compile_fn is framefuse.compile else before[0]), after[1] - before[1])
+
+
+def sync():
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.synchronize()
 
 
 def steady(compiled, args, calls=30):
@@ -85,8 +95,10 @@ def steady(compiled, args, calls=30):
             compiled(*args)
         times = []
         for _ in range(calls):
+            sync()
             t = time.perf_counter()
             compiled(*args)
+            sync()
             times.append(time.perf_counter() - t)
     return statistics.median(times)
 
@@ -97,22 +109,30 @@ def main():
     p.add_argument("--models", default="relu_sum,mlp,nanogpt,bert")
     p.add_argument("--seed", type=int, default=24)
     p.add_argument("--no-torch-compile", action="store_true")
+    p.add_argument("--device", default="cpu")
     args = p.parse_args()
-    torch.set_num_threads(2)
+    if args.device == "cpu":
+        torch.set_num_threads(2)
+    else:
+        torch.backends.cuda.matmul.allow_tf32 = False  # exact comparison with eager
+        torch.backends.cudnn.allow_tf32 = False
     framefuse.config.cache_dir = tempfile.mkdtemp(prefix="ff-cache-")
-    print(f"torch {torch.__version__}, 2 threads, {args.calls} sizes per sweep, cold on-disk caches")
+    where = torch.cuda.get_device_name() if args.device != "cpu" else f"CPU, {torch.get_num_threads()} threads"
+    print(f"torch {torch.__version__}, {where}, {args.calls} sizes per sweep, cold on-disk caches")
     print("| model | contender | compiles | total of the sweep, s | steady ms at one size | static compile ms | eager ms |")
     print("|---|---|---|---|---|---|---|")
-    for name, (fn, inputs, fixed) in models(args.calls, args.seed).items():
+    for name, (fn, inputs, fixed) in models(args.calls, args.seed, args.device).items():
         if name not in args.models.split(","):
             continue
         with torch.no_grad():
             expected = [fn(*a) for a in inputs]
         eager_ms = steady(fn, fixed) * 1e3
+        sync()
         t0 = time.perf_counter()
         with torch.no_grad():
             for a in inputs:
                 fn(*a)
+        sync()
         eager_total = time.perf_counter() - t0
         contenders = [("framefuse", framefuse.compile, framefuse.reset, framefuse_counts)]
         if not args.no_torch_compile and hasattr(torch, "compile"):
