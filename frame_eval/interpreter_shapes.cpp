@@ -93,7 +93,9 @@ void SymbolicTracer::make_dynamic(PyObject* tensor, const Source& src, TensorMet
   if (!any) return;
   // NB: only contiguous tensors get symbols for now: their strides follow from the sizes. Another
   // layout's strides need symbols of their own (a view of a larger buffer keeps its strides).
-  if (!meta->is_contiguous()) {
+  // NB: exactly the contiguous strides, not torch's is_contiguous(): an empty tensor or a size-1
+  // dimension may have any stride, which the symbolic strides would not describe.
+  if (meta->strides.hints() != TensorMeta::contiguous_strides(meta->sizes).hints()) {
     if (log_enabled(LogArtifact::dynamic))
       log_emit(LogArtifact::dynamic, key + " stays static: it is not contiguous (stride " + meta->strides.str() + ")");
     return;

@@ -274,6 +274,13 @@ std::optional<ValueMeta> meta_ternary(const MetaContext& ctx) {
     const Value& w = ctx.arg("weight");
     if (!tensor_or_null(w, ctx.graph) && !w.is_number()) return std::nullopt;
   } else {
+    // NB: eager's addcdiv raises when both factors are integral, whatever `input` is (found by
+    // the codegen fuzzer: typed, the call was dropped as unused and nothing raised).
+    auto integral = [](const TensorMeta* t) { return !is_floating(t->dtype) && !is_complex(t->dtype); };
+    if (op_kind(ctx.op.id) == Op::addcdiv && ts.size() == 3 && integral(ts[1]) && integral(ts[2]))
+      throw MetaError(
+          "Integer division with addcdiv is no longer supported, and in a future release addcdiv will "
+          "perform a true division of tensor1 and tensor2.");
     if (!is_floating(dt)) return std::nullopt;  // integer addcdiv raises; keep addcmul simple too
     const Value& value = ctx.arg("value");
     if (!value.is_number()) return std::nullopt;

@@ -17,6 +17,7 @@ ops eager rejects appear only as a deliberate last statement.
     python tests/fuzz/codegen_fuzz.py --case 1234 --show        # one case's source and verdict
     python tests/fuzz/codegen_fuzz.py --count 2000 --device cuda
     python tests/fuzz/codegen_fuzz.py --count 2000 --device cuda-compile   # NVRTC only, no GPU
+    python tests/fuzz/codegen_fuzz.py --count 2000 --dynamic    # compile(dynamic=True): symbolic sizes
 
 Failing cases are minimized (statements dropped while the failure stays) and printed; with
 --out DIR each is also written there as a runnable script.
@@ -439,6 +440,9 @@ def _function(case):
 
 
 _COMPILED = []
+# compile(dynamic=...) of every case: True traces the inputs' sizes as symbols (each case is then
+# typed by the symbolic meta rules and compiled specialised to its sizes).
+DYNAMIC = None
 
 
 def _backend(graph, example_inputs):
@@ -489,7 +493,7 @@ def run_case(case: Case) -> Outcome:
     framefuse.reset()
     _COMPILED.clear()
     comp_in = [_restride(t) for t in originals]
-    got, gerr = _call(framefuse.compile(_function(case), backend=_backend), comp_in)
+    got, gerr = _call(framefuse.compile(_function(case), backend=_backend, dynamic=DYNAMIC), comp_in)
     # NB: graph.run (a bound method) where the code generator did not take the graph
     compiled = any(name not in ("method", "function") for name in _COMPILED)
     if isinstance(gerr, (framefuse.InternalError,)) or (gerr is not None and "framefuse" in type(gerr).__module__):
@@ -639,8 +643,11 @@ def describe(case):
 
 # ---- driver ----------------------------------------------------------------------------------
 
-def run(count, seed=0, device="cpu", out_dir=None, stop_after=None, verbose=False, report=print, start=0, trace=False):
+def run(count, seed=0, device="cpu", out_dir=None, stop_after=None, verbose=False, report=print, start=0, trace=False,
+        dynamic=None):
     """Runs `count` cases; returns (summary Counter, list of (minimized case, outcome))."""
+    global DYNAMIC
+    DYNAMIC = dynamic
     framefuse.config.raise_on_internal_error = True
     framefuse.config.disk_cache = False
     stats = collections.Counter()
@@ -691,7 +698,10 @@ def main(argv=None):
     p.add_argument("--stop-after", type=int, help="stop after this many failures")
     p.add_argument("--start", type=int, default=0, help="index of the first case")
     p.add_argument("--trace", action="store_true", help="print each case's seed to stderr before running it")
+    p.add_argument("--dynamic", action="store_true", help="compile with dynamic=True (symbolic sizes)")
     args = p.parse_args(argv)
+    global DYNAMIC
+    DYNAMIC = True if args.dynamic else None
     warnings.simplefilter("ignore")
     if args.case is not None:
         framefuse.config.raise_on_internal_error = True
@@ -702,7 +712,7 @@ def main(argv=None):
         print(run_case(case))
         return 0
     stats, failures, ops = run(args.count, args.seed, args.device, args.out, args.stop_after, verbose=True,
-                               start=args.start, trace=args.trace)
+                               start=args.start, trace=args.trace, dynamic=DYNAMIC)
     print("\nsummary:", ", ".join(f"{k}: {v}" for k, v in sorted(stats.items())))
     print("ops drawn:", ", ".join(f"{k} {v}" for k, v in ops.most_common()))
     return 1 if failures else 0

@@ -168,7 +168,8 @@ def test_random_sizes_match_eager(i, backend):
     shapes = [(rng.choice([0, 1, 2, 3, 5, 8, 13]), rng.choice([1, 2, 4, 7])) for _ in range(10)]
     for shape in shapes:
         x = torch.randn(*shape)
-        torch.testing.assert_close(cf(x), fn(x), equal_nan=True)
+        # NB: torch 1.13's layer_norm of a one-element row is rounding noise (about 1e-5), not 0.
+        torch.testing.assert_close(cf(x), fn(x), equal_nan=True, atol=1e-4, rtol=1e-5)
 
 
 # ---- symbolic Python ints: sizes read in Python ------------------------------------------------

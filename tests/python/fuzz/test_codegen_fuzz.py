@@ -29,9 +29,9 @@ def fuzz_config():
     framefuse.reset()
 
 
-def _run(count, seed, device):
+def _run(count, seed, device, dynamic=None):
     lines = []
-    stats, failures, ops = cf.run(count, seed=seed, device=device, report=lines.append)
+    stats, failures, ops = cf.run(count, seed=seed, device=device, report=lines.append, dynamic=dynamic)
     assert not failures, "\n\n".join(lines)
     return stats, ops
 
@@ -43,6 +43,14 @@ def test_fixed_budget_on_cpu_agrees_with_eager(fuzz_config):
     assert stats["compiled"] >= 0.7 * stats["cases"], stats
     assert stats["raised like eager"] >= 0.05 * stats["cases"], stats
     assert len(ops) >= 0.9 * len(cf.fuzz_ops.OPS), sorted(set(o.name for o in cf.fuzz_ops.OPS) - set(ops))
+
+
+@iu.needs_codegen
+def test_fixed_budget_with_symbolic_sizes_agrees_with_eager(fuzz_config):
+    # compile(dynamic=True): every case is typed by the symbolic meta rules (and guarded), then
+    # compiled specialised to its sizes; a wrong symbolic rule gives a wrong layout or result here.
+    stats, _ = _run(CPU_CASES // 3, seed=31, device="cpu", dynamic=True)
+    assert stats["compiled"] >= 0.7 * stats["cases"], stats
 
 
 def test_generated_cuda_source_compiles_for_random_graphs(fuzz_config):

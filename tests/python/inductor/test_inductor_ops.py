@@ -501,3 +501,16 @@ def test_basic_indexing_narrow_cat_and_stack_lowerings():
     ]
     for fn in cases:
         check(fn, [x, y])
+
+
+def test_an_unused_integer_addcdiv_raises_as_in_eager():
+    # Found by the codegen fuzzer (seed 7): typed, the call was dropped as unused and nothing raised.
+    def f(x):
+        y = torch.expm1(x.float())
+        torch.addcdiv(y, x, x, value=1)
+        return x + 1
+    x = torch.arange(6).view(2, 3)
+    with pytest.raises(RuntimeError, match="Integer division with addcdiv is no longer supported"):
+        f(x)
+    with pytest.raises(RuntimeError, match="Integer division with addcdiv is no longer supported"):
+        framefuse.compile(f)(x)
