@@ -165,53 +165,6 @@ Sym SymbolicTracer::run_frame(Frame& f) {
   }
 }
 
-namespace {
-// Opcodes that move symbolic ints or model them (interpreter_shapes.cpp): the stack keeps them.
-bool keeps_symints(Handler h) {
-  switch (h) {
-    case Handler::Nop:
-    case Handler::Precall:
-    case Handler::PopTop:
-    case Handler::PushNull:
-    case Handler::Copy:
-    case Handler::Swap:
-    case Handler::LoadConst:
-    case Handler::LoadFast:
-    case Handler::LoadFastAndClear:
-    case Handler::StoreFast:
-    case Handler::DeleteFast:
-    case Handler::LoadGlobal:
-    case Handler::LoadDeref:
-    case Handler::StoreDeref:
-    case Handler::LoadClosure:
-    case Handler::MakeCell:
-    case Handler::CopyFreeVars:
-    case Handler::BinaryOp:
-    case Handler::UnaryNegative:
-    case Handler::UnaryPositive:
-    case Handler::UnaryNot:
-    case Handler::CompareOp:
-    case Handler::BinarySubscr:
-    case Handler::BinarySlice:
-    case Handler::BuildTuple:
-    case Handler::BuildList:
-    case Handler::BuildSlice:
-    case Handler::UnpackSequence:
-    case Handler::JumpForward:
-    case Handler::JumpBackward:
-    case Handler::PopJumpIfFalse:
-    case Handler::PopJumpIfTrue:
-    case Handler::PopJumpIfNone:
-    case Handler::PopJumpIfNotNone:
-    case Handler::KwNames:
-    case Handler::Call:
-    case Handler::ReturnValue:
-    case Handler::ReturnConst: return true;
-    default: return false;
-  }
-}
-}  // namespace
-
 void SymbolicTracer::step(Frame& f, const Instr& ins) {
   std::vector<Sym>& st = f.stack;
   auto pop = [&]() {

@@ -176,16 +176,6 @@ Value SymbolicTracer::to_value(const Sym& v) {
   }
 }
 
-namespace {
-// Ops whose meta rules read their int arguments as SymInts (sizes, slice bounds, arange's bounds):
-// only they receive symbolic ints; any other op gets them specialised.
-bool symint_op(std::optional<OpId> op) {
-  if (!op) return false;
-  return op_in(op_kind(*op), {Op::view, Op::reshape, Op::tensor_reshape, Op::expand, Op::op_getitem, Op::arange, Op::zeros, Op::ones,
-                              Op::empty, Op::new_zeros, Op::new_ones, Op::new_empty});
-}
-}  // namespace
-
 Sym SymbolicTracer::torch_call(PyObject* fn, const std::vector<Sym>& args, const KwArgs& kwargs, const std::string& what) {
   if (symints_made_ > 0 && !symint_op(op_for_callable(fn))) {
     for (const Sym& a : args) specialize_ints(a);

@@ -120,6 +120,11 @@ class RaisedInTrace : public GraphBreak {
   PyRef type_;
 };
 
+// interpreter_shapes.cpp: opcodes whose handlers keep symbolic ints on the stack (any other first
+// specialises the stack), and the ops whose meta rules take symbolic int arguments.
+bool keeps_symints(Handler h);
+bool symint_op(std::optional<OpId> op);
+
 class SymbolicTracer {
  public:
   SymbolicTracer(const FrameView& view, const TraceOptions& options);

@@ -123,12 +123,71 @@ namespace {
 
 bool is_plain_int(const Sym& v) { return v->is(SymKind::Const) && PyLong_CheckExact(v->obj.get()); }
 
+// Two ints, at least one of them symbolic.
+bool symint_operands(const Sym& a, const Sym& b) {
+  return (a->is(SymKind::SymInt) || b->is(SymKind::SymInt)) && (a->is(SymKind::SymInt) || is_plain_int(a)) &&
+         (b->is(SymKind::SymInt) || is_plain_int(b));
+}
+
 SymInt int_of(const Sym& v) {
   if (v->is(SymKind::SymInt)) return v->sint;
   return SymInt(PyLong_AsLongLong(v->obj.get()));
 }
 
 }  // namespace
+
+// Opcodes that move symbolic ints or model them: the stack keeps them.
+bool keeps_symints(Handler h) {
+  switch (h) {
+    case Handler::Nop:
+    case Handler::Precall:
+    case Handler::PopTop:
+    case Handler::PushNull:
+    case Handler::Copy:
+    case Handler::Swap:
+    case Handler::LoadConst:
+    case Handler::LoadFast:
+    case Handler::LoadFastAndClear:
+    case Handler::StoreFast:
+    case Handler::DeleteFast:
+    case Handler::LoadGlobal:
+    case Handler::LoadDeref:
+    case Handler::StoreDeref:
+    case Handler::LoadClosure:
+    case Handler::MakeCell:
+    case Handler::CopyFreeVars:
+    case Handler::BinaryOp:
+    case Handler::UnaryNegative:
+    case Handler::UnaryPositive:
+    case Handler::UnaryNot:
+    case Handler::CompareOp:
+    case Handler::BinarySubscr:
+    case Handler::BinarySlice:
+    case Handler::BuildTuple:
+    case Handler::BuildList:
+    case Handler::BuildSlice:
+    case Handler::UnpackSequence:
+    case Handler::JumpForward:
+    case Handler::JumpBackward:
+    case Handler::PopJumpIfFalse:
+    case Handler::PopJumpIfTrue:
+    case Handler::PopJumpIfNone:
+    case Handler::PopJumpIfNotNone:
+    case Handler::KwNames:
+    case Handler::Call:
+    case Handler::ReturnValue:
+    case Handler::ReturnConst: return true;
+    default: return false;
+  }
+}
+
+// Ops whose meta rules read their int arguments as SymInts (sizes, slice bounds, arange's bounds):
+// only they receive symbolic ints; any other op gets them specialised.
+bool symint_op(std::optional<OpId> op) {
+  if (!op) return false;
+  return op_in(op_kind(*op), {Op::view, Op::reshape, Op::tensor_reshape, Op::expand, Op::op_getitem, Op::arange, Op::zeros, Op::ones,
+                              Op::empty, Op::new_zeros, Op::new_ones, Op::new_empty});
+}
 
 Sym SymbolicTracer::size_of(const SymInt& v) {
   if (v.is_symbolic()) ++symints_made_;
@@ -163,8 +222,7 @@ void SymbolicTracer::specialize_stack(Frame& f) {
 }
 
 Sym SymbolicTracer::symint_binary(int nb, const Sym& a, const Sym& b) {
-  if (!(a->is(SymKind::SymInt) || b->is(SymKind::SymInt))) return nullptr;
-  if (!(a->is(SymKind::SymInt) || is_plain_int(a)) || !(b->is(SymKind::SymInt) || is_plain_int(b))) return nullptr;
+  if (!symint_operands(a, b)) return nullptr;
   SymInt x = int_of(a), y = int_of(b);
   switch (nb >= 13 ? nb - 13 : nb) {
     case 0: return size_of(x + y);   // NB_ADD
@@ -179,8 +237,7 @@ Sym SymbolicTracer::symint_binary(int nb, const Sym& a, const Sym& b) {
 }
 
 Sym SymbolicTracer::symint_compare(int cmp, const Sym& a, const Sym& b) {
-  if (!(a->is(SymKind::SymInt) || b->is(SymKind::SymInt))) return nullptr;
-  if (!(a->is(SymKind::SymInt) || is_plain_int(a)) || !(b->is(SymKind::SymInt) || is_plain_int(b))) return nullptr;
+  if (!symint_operands(a, b)) return nullptr;
   SymInt x = int_of(a), y = int_of(b);
   bool r;
   switch (cmp) {  // Py_LT, Py_LE, Py_EQ, Py_NE, Py_GT, Py_GE

@@ -558,17 +558,11 @@ bool SymShape::same_as(const SymShape& o) const {
 }
 
 bool operator==(const SymShape& a, const SymShape& b) {
-  if (a.size() != b.size()) return false;
-  for (size_t i = 0; i < a.size(); ++i)
-    if (a[i] != b[i]) return false;
-  return true;
+  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin());
 }
 
 bool operator==(const SymShape& a, const std::vector<int64_t>& b) {
-  if (a.size() != b.size()) return false;
-  for (size_t i = 0; i < a.size(); ++i)
-    if (a[i] != b[i]) return false;
-  return true;
+  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin());
 }
 
 std::string SymShape::str() const {
@@ -602,8 +596,6 @@ SymExprId sym_of_symbol(SymbolId id) {
   if (id < 0) throw std::logic_error("symint: negative symbol id");
   return intern_poly(atom_poly(Atom{Atom::Kind::Symbol, id, 0, 0}));
 }
-
-SymExprId sym_of_constant(int64_t c) { return intern_poly(constant_poly(c)); }
 
 SymInt sym_specialize(const SymInt& x, const std::vector<int64_t>& bindings) {
   return x.is_symbolic() ? SymInt(sym_evaluate(x.expr(), bindings)) : x;

@@ -153,7 +153,6 @@ std::string sym_str(SymExprId e);
 bool sym_constant(SymExprId e, int64_t* value);
 // Builds `e` from its parts; exposed for tests and the guard printer.
 SymExprId sym_of_symbol(SymbolId id);
-SymExprId sym_of_constant(int64_t c);  // 0 stays expressible: returns the id of the constant
 // The value under `bindings` as a constant SymInt.
 SymInt sym_specialize(const SymInt& x, const std::vector<int64_t>& bindings);
 
