@@ -12,6 +12,7 @@
 #include "frame_eval/cache.h"
 #include "frame_eval/guards.h"
 #include "frame_eval/interpreter_impl.h"
+#include "graph/passes/specialize_shapes.h"
 #include "graph/python/graph_calls.h"
 #include "src/base/logging.h"
 #include "src/base/gil_once.h"
@@ -936,10 +937,15 @@ CaptureResult SymbolicTracer::trace() {
     g.shape_env = shape_env_;
     out_.guards.push_back(std::move(g));
     out_.shape_env = shape_env_;
-    if (log_enabled(LogArtifact::dynamic)) {
-      for (SymbolId s : shape_env_->specialized_symbols())
+    // NB: a symbol guarded equal to a constant (broadcast against a static size) is that constant
+    // in the graph: backends would otherwise meet `s1 == 4` undecided.
+    std::vector<std::pair<SymbolId, int64_t>> fixed;
+    for (SymbolId s : shape_env_->specialized_symbols()) {
+      fixed.push_back({s, shape_env_->hint(s)});
+      if (log_enabled(LogArtifact::dynamic))
         log_emit(LogArtifact::dynamic, shape_env_->origin(s) + " was specialised by the trace (it is guarded to its value)");
     }
+    if (!fixed.empty()) out_.graph = substitute_symbols(out_.graph, fixed);
   }
   return std::move(out_);
 }

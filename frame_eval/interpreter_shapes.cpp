@@ -165,6 +165,12 @@ bool keeps_symints(Handler h) {
     case Handler::BinarySlice:
     case Handler::BuildTuple:
     case Handler::BuildList:
+    case Handler::ListAppend:
+    case Handler::ListExtend:
+    case Handler::ListToTuple:
+    case Handler::CallIntrinsic1:  // list to tuple, unary +
+    case Handler::UnpackEx:
+    case Handler::CallFunctionEx:  // f(*shape[:-1], -1): as Call, the callee decides
     case Handler::BuildSlice:
     case Handler::UnpackSequence:
     case Handler::JumpForward:

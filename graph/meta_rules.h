@@ -94,6 +94,7 @@ bool call_mutates_input(const OpDef& op, const std::vector<Value>& bound);
   /* nn: matmul, conv, pooling, creation (meta_rules_nn.cpp) */                                     \
   X(meta_matmul)           /* matmul / mm / bmm / addmm / baddbmm / @ */                             \
   X(meta_linear)           /* linear(input, weight, bias) */                                        \
+  X(meta_sdpa)             /* scaled_dot_product_attention on CPU (else the fallback) */           \
   X(meta_conv)             /* conv1d / conv2d */                                                    \
   X(meta_pool)             /* max_pool2d / avg_pool2d / adaptive_avg_pool2d */                      \
   X(meta_pad)              /* F.pad */                                                              \

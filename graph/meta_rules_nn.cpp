@@ -162,6 +162,45 @@ std::optional<ValueMeta> meta_linear(const MetaContext& ctx) {
   return fresh(sizes, x.dtype, x.device, grad);
 }
 
+// scaled_dot_product_attention of CPU tensors, in the layouts eager's CPU kernels give (as measured
+// on torch 2.13; the meta-tensor fallback says contiguous where they do not): q, k and v of the
+// same batch and heads with unit-stride head dims run the flash kernel when E == Ev, whose result
+// is laid out like q (contiguous q, or q transposed from (B, L, H, E)); otherwise the math path's
+// matmul gives a contiguous result. Anything else (CUDA, older torch, dropout, other layouts,
+// requires_grad) is left to the fallback. NB: written over SymInts, so sequence lengths stay
+// symbolic (dynamic shapes): the fallback would specialise them.
+std::optional<ValueMeta> meta_sdpa(const MetaContext& ctx) {
+  if (!torch_at_least(2, 13)) return std::nullopt;
+  const TensorMeta &q = ctx.tensor("query"), &k = ctx.tensor("key"), &v = ctx.tensor("value");
+  for (const TensorMeta* t : {&q, &k, &v}) {
+    if (t->dim() != 4 || t->dtype != q.dtype || t->device.type != Device::Type::CPU || t->requires_grad) return std::nullopt;
+    if (t->strides.back() != 1) return std::nullopt;
+    for (const SymInt& s : t->sizes)
+      if (s == 0) return std::nullopt;
+  }
+  if (q.dtype != DType::Float32 && q.dtype != DType::Float64 && q.dtype != DType::BFloat16) return std::nullopt;
+  const Value& dropout = ctx.arg("dropout_p");
+  if (!(dropout.kind == Value::Kind::Float && dropout.f == 0.0) && !(dropout.kind == Value::Kind::Int && dropout.i == 0))
+    return std::nullopt;
+  if (const TensorMeta* m = tensor_or_null(ctx.arg("attn_mask"), ctx.graph)) {
+    if (m->dim() != 4 || m->device.type != Device::Type::CPU || m->requires_grad) return std::nullopt;
+  } else if (!ctx.arg("attn_mask").is_none()) {
+    return std::nullopt;
+  }
+  const SymInt &B = q.sizes[0], &H = q.sizes[1], &L = q.sizes[2], &E = q.sizes[3], &S = k.sizes[2], &Ev = v.sizes[3];
+  if (k.sizes[0] != B || v.sizes[0] != B || k.sizes[1] != H || v.sizes[1] != H || k.sizes[3] != E || v.sizes[2] != S)
+    return std::nullopt;
+  SymShape sizes{B, H, L, Ev};
+  SymShape contiguous = TensorMeta::contiguous_strides(sizes);
+  if (E != Ev) return fresh(sizes, q.dtype, q.device, false);
+  SymShape blhe{L * H * E, E, H * E, 1};  // q.transpose(1, 2) of a contiguous (B, L, H, E)
+  TensorMeta out = TensorMeta::contiguous(sizes, q.dtype, q.device);
+  if (q.strides.same_as(contiguous)) return ValueMeta::of_tensor(std::move(out));
+  if (!q.strides.same_as(blhe)) return std::nullopt;
+  out.strides = blhe;
+  return ValueMeta::of_tensor(std::move(out));
+}
+
 std::optional<ValueMeta> meta_conv(const MetaContext& ctx) {
   const TensorMeta& x = ctx.tensor("input");
   const TensorMeta& w = ctx.tensor("weight");

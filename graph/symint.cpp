@@ -315,6 +315,44 @@ Range poly_range(const Poly& p) {
 
 Range range_of(SymExprId e) { return poly_range(poly_of(e)); }
 
+// The range of a polynomial over symbols only, written over t = s - 2 >= 0: where every
+// non-constant coefficient of the expansion has one sign, the constant (its value with every symbol
+// at 2) bounds it. Settles what the monomials' own bounds do not: s1*s2 - s2 = 2 + 2*t1 + t2 + t1*t2.
+Range shifted_range(const Poly& p) {
+  std::map<Monomial, __int128> out{{Monomial{}, p.constant}};
+  for (const Term& t : p.terms) {
+    std::map<Monomial, __int128> acc{{Monomial{}, t.coeff}};
+    for (auto [atom, k] : t.mono) {
+      if (interner().atom(atom).kind != Atom::Kind::Symbol || k > 16) return Range{};
+      // (2 + t)^k = sum over j of C(k, j) * 2^(k - j) * t^j
+      std::map<Monomial, __int128> next;
+      __int128 binom = 1;
+      for (uint32_t j = 0; j <= k; ++j) {
+        __int128 c = binom << (k - j);
+        for (const auto& [m, v] : acc) {
+          Monomial mm = m;
+          if (j) mm.push_back({atom, j});  // NB: a term's atoms come in ascending order: mm stays sorted
+          next[mm] = sat(next[mm] + sat(v * c));
+        }
+        binom = binom * (k - j) / (j + 1);
+      }
+      acc = std::move(next);
+    }
+    for (const auto& [m, v] : acc) out[m] = sat(out[m] + v);
+  }
+  bool any_pos = false, any_neg = false;
+  for (const auto& [m, v] : out) {
+    if (m.empty()) continue;
+    any_pos |= v > 0;
+    any_neg |= v < 0;
+  }
+  Range r;
+  r.has_lo = !any_neg;
+  r.has_hi = !any_pos;
+  r.lo = r.hi = out[Monomial{}];
+  return r;
+}
+
 // Whether `d REL 0` holds for every binding (true/false), or is not settled by bounds.
 enum class Decided { True,
                      False,
@@ -322,6 +360,17 @@ enum class Decided { True,
 
 Decided decide(const Poly& d, SymRel rel) {
   Range r = poly_range(d);
+  if (!(r.has_lo && r.lo > 0) && !(r.has_hi && r.hi < 0) && !(r.has_lo && r.has_hi)) {
+    Range s = shifted_range(d);
+    if (s.has_lo && (!r.has_lo || s.lo > r.lo)) {
+      r.has_lo = true;
+      r.lo = s.lo;
+    }
+    if (s.has_hi && (!r.has_hi || s.hi < r.hi)) {
+      r.has_hi = true;
+      r.hi = s.hi;
+    }
+  }
   bool pos = r.has_lo && r.lo > 0, neg = r.has_hi && r.hi < 0;
   bool nonneg = r.has_lo && r.lo >= 0, nonpos = r.has_hi && r.hi <= 0;
   bool zero = nonneg && nonpos;
@@ -601,6 +650,49 @@ SymInt sym_specialize(const SymInt& x, const std::vector<int64_t>& bindings) {
   return x.is_symbolic() ? SymInt(sym_evaluate(x.expr(), bindings)) : x;
 }
 
+SymInt sym_substitute(const SymInt& x, const std::vector<std::pair<SymbolId, int64_t>>& values) {
+  if (!x.is_symbolic()) return x;
+  using K = SymProgram::Op::Kind;
+  const SymProgram program(std::vector<SymExprId>{x.expr()});
+  std::vector<SymInt> stack;
+  auto pop = [&] {
+    SymInt v = stack.back();
+    stack.pop_back();
+    return v;
+  };
+  for (const SymProgram::Op& op : program.ops()) {
+    switch (op.kind) {
+      case K::Const: stack.emplace_back(op.value); break;
+      case K::Symbol: {
+        auto id = static_cast<SymbolId>(op.value);
+        auto it = std::find_if(values.begin(), values.end(), [&](const auto& v) { return v.first == id; });
+        // NB: hints only steer decisions, and arithmetic decides nothing: the result takes x's hint.
+        stack.push_back(it != values.end() ? SymInt(it->second) : SymInt::symbol(id, 2));
+        break;
+      }
+      case K::Add: {
+        SymInt b = pop(), a = pop();
+        stack.push_back(a + b);
+        break;
+      }
+      case K::Mul: {
+        SymInt b = pop(), a = pop();
+        stack.push_back(a * b);
+        break;
+      }
+      case K::FloorDiv:
+      case K::Mod: {
+        SymInt b = pop(), a = pop();
+        stack.push_back(op.kind == K::FloorDiv ? a / b : a % b);
+        break;
+      }
+      case K::Output: break;
+    }
+  }
+  const SymInt& r = stack.back();
+  return r.is_symbolic() ? SymInt::of_expr(r.expr(), x.hint()) : SymInt(x.hint());
+}
+
 bool sym_guard_holds(const SymGuard& g, const std::vector<int64_t>& bindings) {
   return holds(sym_evaluate(g.expr, bindings), g.rel);
 }
@@ -693,6 +785,7 @@ SymInt ShapeEnv::new_symbol(int64_t hint, std::string origin) {
   if (hint < 2) throw std::logic_error("symint: a symbol's size must be >= 2 (0 and 1 specialise)");
   auto id = static_cast<SymbolId>(origins_.size());
   origins_.push_back(std::move(origin));
+  hints_.push_back(hint);
   return SymInt::symbol(id, hint);
 }
 

@@ -155,6 +155,9 @@ bool sym_constant(SymExprId e, int64_t* value);
 SymExprId sym_of_symbol(SymbolId id);
 // The value under `bindings` as a constant SymInt.
 SymInt sym_specialize(const SymInt& x, const std::vector<int64_t>& bindings);
+// `x` with the symbols in `values` (symbol, value) replaced by their values; the others stay.
+// `values` must hold each symbol's traced value (x keeps its hint).
+SymInt sym_substitute(const SymInt& x, const std::vector<std::pair<SymbolId, int64_t>>& values);
 
 // ---- the shape environment --------------------------------------------------------------------
 
@@ -167,6 +170,7 @@ class ShapeEnv {
   SymInt new_symbol(int64_t hint, std::string origin);
   size_t num_symbols() const { return origins_.size(); }
   const std::string& origin(SymbolId s) const { return origins_.at(static_cast<size_t>(s)); }
+  int64_t hint(SymbolId s) const { return hints_.at(static_cast<size_t>(s)); }  // its traced value
   // Records that `e REL 0` held (deduplicated).
   void add_guard(SymGuard g);
   const std::vector<SymGuard>& guards() const { return guards_; }
@@ -180,6 +184,7 @@ class ShapeEnv {
 
  private:
   std::vector<std::string> origins_;
+  std::vector<int64_t> hints_;
   std::vector<SymGuard> guards_;
 };
 
@@ -220,6 +225,7 @@ class SymProgram {
     Kind kind;
     int64_t value;  // Const: the constant; Symbol: its id; Output: the output index
   };
+  const std::vector<Op>& ops() const { return ops_; }  // postfix: what code generators render
 
  private:
   std::vector<Op> ops_;

@@ -244,7 +244,8 @@ class KernelEmitter {
         // NB: graph outputs and the inputs an in-place op writes only: an intermediate is read
         // again by a later kernel of the graph, which streaming would send to memory for it.
         bool leaves = buf.role == loop::BufferRole::Output || (buf.role == loop::BufferRole::Input && buf.mutated);
-        if (leaves && loop::buffer_bytes(buf) >= stream_bytes) streamed.push_back(id);
+        // NB: not for symbolic sizes: whether a buffer is large is only known per call.
+        if (leaves && !buf.sizes.is_symbolic() && loop::buffer_bytes(buf) >= stream_bytes) streamed.push_back(id);
       }
     Function* body = emit_body(name + "_body", {});
     Function* stream_body = streamed.empty() ? nullptr : emit_body(name + "_stream", streamed);
@@ -262,6 +263,8 @@ class KernelEmitter {
     std::vector<Value*> args{lo, hi};
     for (size_t i = 0; i < bufs_.size(); ++i)
       args.push_back(b_.CreateLoad(i8p, b_.CreateConstGEP1_64(i8p, arr, i)));
+    // NB: a program with symbolic sizes passes the run's symbol values after the buffers.
+    if (p_.symbolic) args.push_back(b_.CreateLoad(i8p, b_.CreateConstGEP1_64(i8p, arr, bufs_.size())));
     if (!stream_body) {
       b_.CreateCall(body, args);
       b_.CreateRetVoid();
@@ -291,6 +294,7 @@ class KernelEmitter {
     Type* i8p = b_.getInt8PtrTy();
     std::vector<Type*> params{i64, i64};
     for (size_t i = 0; i < bufs_.size(); ++i) params.push_back(i8p);
+    if (p_.symbolic) params.push_back(i8p);
     Function* body = Function::Create(FunctionType::get(b_.getVoidTy(), params, false), Function::InternalLinkage, name, m_);
     int min_elem = 8;
     for (size_t i = 0; i < bufs_.size(); ++i) {
@@ -317,6 +321,22 @@ class KernelEmitter {
       int id = bufs_[i];
       Type* et = storage_type(p_.buffers[static_cast<size_t>(id)].dtype);
       ptrs_[id] = b_.CreateBitCast(&*arg++, et->getPointerTo());
+    }
+    syms_.clear();
+    if (p_.symbolic) {
+      // Every symbol's value is loaded once, here in the entry block: loop invariants for the optimizer.
+      Value* table = b_.CreateBitCast(&*arg++, i64->getPointerTo());
+      std::set<int> used;
+      loop::for_each_expr_in(k_.root, [&](const loop::Expr& e) {
+        if (e->kind == ExprKind::Sym) used.insert(e->id);
+      });
+      loop::for_each_stmt(k_.root, [&](const loop::Stmt& st) {
+        if (st.kind == StmtKind::Loop && st.extent.is_symbolic())
+          loop::for_each_expr(loop::size_expr(st.extent), [&](const loop::Expr& e) {
+            if (e->kind == ExprKind::Sym) used.insert(e->id);
+          });
+      });
+      for (int id : used) syms_[id] = b_.CreateLoad(i64, b_.CreateConstGEP1_64(i64, table, static_cast<uint64_t>(id)), "s" + std::to_string(id));
     }
     for (size_t l = 0; l < k_.locals.size(); ++l) {
       locals_.push_back(b_.CreateAlloca(compute_type(k_.locals[l]), nullptr, "t" + std::to_string(l)));
@@ -665,6 +685,7 @@ class KernelEmitter {
         if (loop::is_float(e->type)) return fconst(e->f, compute_type(e->type));
         return ConstantInt::get(compute_type(e->type), static_cast<uint64_t>(e->i), true);
       case ExprKind::Var: return vars_.at(static_cast<size_t>(e->id));
+      case ExprKind::Sym: return syms_.at(e->id);
       case ExprKind::Local: {
         Value* v = b_.CreateLoad(compute_type(e->type), locals_[static_cast<size_t>(e->id)]);
         if (nan_tracked_.count(e->id)) {
@@ -802,7 +823,8 @@ class KernelEmitter {
   void emit_loop(const loop::Stmt& s, bool root) {
     Type* i64 = b_.getInt64Ty();
     Value* lo = root ? begin_ : ConstantInt::get(i64, 0);
-    Value* hi = root ? end_ : ConstantInt::get(i64, static_cast<uint64_t>(s.extent));
+    Value* hi = root ? end_ : s.extent.is_symbolic() ? expr(loop::size_expr(s.extent))
+                                                     : ConstantInt::get(i64, static_cast<uint64_t>(s.extent.hint()));
     BasicBlock* pre = b_.GetInsertBlock();
     BasicBlock* header = BasicBlock::Create(ctx_, "loop", fn_);
     BasicBlock* bodyb = BasicBlock::Create(ctx_, "body", fn_);
@@ -842,6 +864,7 @@ class KernelEmitter {
   Value* end_ = nullptr;
   std::vector<int> bufs_;
   std::map<int, Value*> ptrs_;
+  std::map<int, Value*> syms_;  // size symbol -> its value, loaded in the entry block
   std::vector<Value*> locals_, flags_, vars_;
   std::set<int> nan_tracked_;
   bool multi_loop_ = false;

@@ -8,6 +8,7 @@
 #include <set>
 #include <sstream>
 
+#include "graph/passes/specialize_shapes.h"
 #include "inductor/loop_visitor.h"
 #include "src/base/errors.h"
 
@@ -262,6 +263,52 @@ Expr var(int id) {
   n->id = id;
   return n;
 }
+Expr sym(SymbolId id) {
+  FF_CHECK(id >= 0, "negative size symbol");
+  auto n = std::make_shared<ExprNode>();
+  n->kind = ExprKind::Sym;
+  n->type = ScalarType::I64;
+  n->id = id;
+  return n;
+}
+Expr size_expr(const SymInt& s) {
+  if (!s.is_symbolic()) return const_int(s.hint());
+  using K = SymProgram::Op::Kind;
+  std::vector<Expr> stack;
+  auto pop = [&] {
+    Expr e = stack.back();
+    stack.pop_back();
+    return e;
+  };
+  const SymProgram program(std::vector<SymExprId>{s.expr()});
+  for (const SymProgram::Op& op : program.ops()) {
+    switch (op.kind) {
+      case K::Const: stack.push_back(const_int(op.value)); break;
+      case K::Symbol: stack.push_back(sym(static_cast<SymbolId>(op.value))); break;
+      case K::Add: {
+        Expr b = pop(), a = pop();
+        stack.push_back(index_add(a, b));
+        break;
+      }
+      case K::Mul: {
+        Expr b = pop(), a = pop();
+        if (a->kind == ExprKind::Const) stack.push_back(index_mul(b, a->i));
+        else if (b->kind == ExprKind::Const) stack.push_back(index_mul(a, b->i));
+        else stack.push_back(binary(BinaryOp::Mul, a, b));
+        break;
+      }
+      case K::FloorDiv:
+      case K::Mod: {
+        Expr b = pop(), a = pop();
+        stack.push_back(binary(op.kind == K::FloorDiv ? BinaryOp::FloorDiv : BinaryOp::Mod, a, b));
+        break;
+      }
+      case K::Output: break;
+    }
+  }
+  FF_CHECK(stack.size() == 1, "size expression did not reduce to one value");
+  return stack.back();
+}
 Expr local(int id, ScalarType t) {
   auto n = std::make_shared<ExprNode>();
   n->kind = ExprKind::Local;
@@ -360,6 +407,13 @@ Expr index_mul(Expr a, int64_t c) {
   if (a->kind == ExprKind::Const) return const_int(a->i * c);
   return binary(BinaryOp::Mul, std::move(a), const_int(c));
 }
+Expr index_mul(Expr a, const SymInt& c) {
+  if (!c.is_symbolic()) return index_mul(std::move(a), c.hint());
+  if (is_const(a, 0)) return const_int(0);
+  Expr ce = size_expr(c);
+  if (is_const(a, 1)) return ce;
+  return binary(BinaryOp::Mul, std::move(a), std::move(ce));
+}
 
 bool expr_equal(const Expr& a, const Expr& b) {
   if (a == b) return true;
@@ -441,6 +495,7 @@ std::string expr_str(const Expr& e) {
       if (e->type == ScalarType::Bool) return e->i ? "true" : "false";
       return std::to_string(e->i) + (e->type == ScalarType::I32 ? "i" : "");
     case ExprKind::Var: return "v" + std::to_string(e->id);
+    case ExprKind::Sym: return "s" + std::to_string(e->id);
     case ExprKind::Local: return "t" + std::to_string(e->id);
     case ExprKind::Load: return "buf" + std::to_string(e->id) + "[" + expr_str(e->args[0]) + "]";
     case ExprKind::Unary:
@@ -460,8 +515,8 @@ std::string expr_str(const Expr& e) {
   return "?";
 }
 
-Stmt loop_stmt(int v, int64_t extent, std::vector<Stmt> body, bool parallel) {
-  FF_CHECK(v >= 0 && extent >= 0, "bad loop");
+Stmt loop_stmt(int v, SymInt extent, std::vector<Stmt> body, bool parallel) {
+  FF_CHECK(v >= 0 && extent.hint() >= 0, "bad loop");
   Stmt s;
   s.kind = StmtKind::Loop;
   s.var = v;
@@ -536,7 +591,7 @@ struct WorkCounter : Visitor {
   double trip = 1.0, total = 0.0;
   void visit_Loop(const Stmt& s) override {
     double outer = trip;
-    trip = outer * static_cast<double>(s.extent);
+    trip = outer * static_cast<double>(s.extent.hint());  // NB: a heuristic: the traced sizes do
     for (const Stmt& c : s.body) visit(c);
     trip = outer;
   }
@@ -566,7 +621,7 @@ std::string stmt_str(const Stmt& s, int indent) {
   std::string pad(static_cast<size_t>(indent) * 2, ' ');
   switch (s.kind) {
     case StmtKind::Loop: {
-      std::string out = pad + "for v" + std::to_string(s.var) + " in 0.." + std::to_string(s.extent) +
+      std::string out = pad + "for v" + std::to_string(s.var) + " in 0.." + s.extent.str() +
                         (s.parallel ? " parallel" : "") + ":\n";
       for (const Stmt& c : s.body) out += stmt_str(c, indent + 1);
       return out;
@@ -584,11 +639,7 @@ std::string stmt_str(const Stmt& s, int indent) {
 }
 
 namespace {
-std::string list_str(const std::vector<int64_t>& v) {
-  std::string s = "[";
-  for (size_t k = 0; k < v.size(); ++k) s += (k ? ", " : "") + std::to_string(v[k]);
-  return s + "]";
-}
+std::string list_str(const SymShape& v) { return v.str(); }
 }  // namespace
 
 std::string kernel_str(const Kernel& k, const Program& p) {
@@ -741,7 +792,8 @@ std::string verify_program(const Program& p) {
   for (size_t b = 0; b < p.buffers.size(); ++b) {
     const Buffer& buf = p.buffers[b];
     if (buf.sizes.size() != buf.strides.size()) return "buf" + std::to_string(b) + ": sizes_match_strides violated";
-    if (buf.role == BufferRole::Input || buffer_bytes(buf) == 0) written[b] = true;  // empty: nothing to write
+    bool empty = std::any_of(buf.sizes.begin(), buf.sizes.end(), [](const SymInt& x) { return x == 0; });
+    if (buf.role == BufferRole::Input || empty) written[b] = true;  // empty: nothing to write
   }
   auto buffer_exists = [&](int b) { return b >= 0 && b < static_cast<int>(p.buffers.size()); };
   for (const Step& s : p.steps) {
@@ -775,6 +827,43 @@ std::string verify_program(const Program& p) {
       return "output node " + std::to_string(n) + ": outputs_written violated by buf" + std::to_string(ref.buf);
   }
   return "";
+}
+
+// ---- dynamic shapes ----------------------------------------------------------------------------
+
+namespace {
+
+void specialize_shape(SymShape& s, const std::vector<int64_t>& bindings) {
+  for (SymInt& x : s) x = sym_specialize(x, bindings);
+}
+
+void specialize_ref(TensorRef& r, const std::vector<int64_t>& bindings) {
+  specialize_shape(r.sizes, bindings);
+  specialize_shape(r.strides, bindings);
+  r.offset = sym_specialize(r.offset, bindings);
+}
+
+void specialize_extents(Stmt& s, const std::vector<int64_t>& bindings) {
+  s.extent = sym_specialize(s.extent, bindings);
+  for (Stmt& c : s.body) specialize_extents(c, bindings);
+}
+
+}  // namespace
+
+Program specialize_program(const Program& p, const std::vector<int64_t>& bindings) {
+  Program out = p;
+  out.symbolic = false;
+  for (Buffer& b : out.buffers) {
+    specialize_shape(b.sizes, bindings);
+    specialize_shape(b.strides, bindings);
+  }
+  for (Kernel& k : out.kernels) specialize_extents(k.root, bindings);
+  for (ExternCall& e : out.externs) {
+    for (Value& a : e.args) specialize_value(a, bindings);
+    for (auto& [node, ref] : e.operands) specialize_ref(ref, bindings);
+  }
+  for (auto& [node, ref] : out.outputs) specialize_ref(ref, bindings);
+  return out;
 }
 
 }  // namespace ff::loop

@@ -27,6 +27,7 @@
 
 #include "graph/dtype.h"
 #include "graph/ir.h"
+#include "graph/symint.h"
 
 namespace ff::loop {
 
@@ -107,7 +108,9 @@ enum class ReduceOp : uint8_t {
   X(Cast, "args[0] converted to `type` (float->int truncates; ->bool is != 0)")                 \
   X(Narrow, "args[0] rounded to the storage dtype `i` (a DType) and back to `type`: 8/16-bit "  \
             "ints wrap (two's complement), f16/bf16 round to nearest even; what a store to a "   \
-            "buffer of that dtype and a load from it give")
+            "buffer of that dtype and a load from it give")                                     \
+  X(Sym, "the value of size symbol `id` (i64) in this run: kernels of a graph with symbolic "   \
+         "sizes (dynamic shapes) take the symbols' values as an argument")
 // clang-format on
 enum class ExprKind : uint8_t {
 #define FF_LOOP_EXPR_ENUM(e, doc) e,
@@ -133,6 +136,9 @@ Expr const_int(int64_t v, ScalarType t = ScalarType::I64);
 Expr const_float(double v, ScalarType t);
 Expr const_of(double v, ScalarType t);  // a literal of any type
 Expr var(int id);
+Expr sym(SymbolId id);
+// A size as an i64 expression: a literal, or the polynomial over Sym nodes it stands for.
+Expr size_expr(const SymInt& s);
 Expr local(int id, ScalarType t);
 Expr load(int buffer, Expr index, ScalarType t);
 Expr unary(UnaryOp op, Expr a);
@@ -165,6 +171,7 @@ bool holds_dtype_values(const Expr& a, DType dt, const Program& p);
 bool calls_vector_math(const Expr& a);
 Expr index_add(Expr a, Expr b);
 Expr index_mul(Expr a, int64_t c);
+Expr index_mul(Expr a, const SymInt& c);  // a * c, where c may be a symbolic size
 
 bool expr_equal(const Expr& a, const Expr& b);
 std::string expr_str(const Expr& e);
@@ -196,7 +203,10 @@ enum class StmtKind : uint8_t {
 struct Stmt {
   StmtKind kind = StmtKind::Loop;
   int var = -1;
-  int64_t extent = 0;
+  // NB: reading a symbolic extent as int64_t specialises it, which throws while compiling a
+  // program with symbolic sizes (there is no ShapeEnv to guard on): code that has not been taught
+  // symbolic extents makes the compile fall back to one program per set of sizes, never wrong code.
+  SymInt extent = 0;
   bool parallel = false;
   std::vector<Stmt> body;
   int buf = -1;
@@ -206,7 +216,7 @@ struct Stmt {
   ReduceOp rop = ReduceOp::Sum;
 };
 
-Stmt loop_stmt(int var, int64_t extent, std::vector<Stmt> body, bool parallel = false);
+Stmt loop_stmt(int var, SymInt extent, std::vector<Stmt> body, bool parallel = false);
 Stmt store_stmt(int buf, Expr index, Expr value);
 Stmt let_stmt(int local, Expr value);
 Stmt init_stmt(int local, ReduceOp rop);
@@ -229,7 +239,7 @@ enum class BufferRole : uint8_t {
 struct Buffer {
   std::string name;
   DType dtype = DType::Float32;
-  std::vector<int64_t> sizes, strides;  // the layout kernels assume (elements)
+  SymShape sizes, strides;  // the layout kernels assume (elements)
   BufferRole role = BufferRole::Intermediate;
   int input = -1;     // Input: placeholder position
   bool mutated = false;  // Input: an in-place op on the graph input stores into the caller's tensor
@@ -253,8 +263,8 @@ struct Kernel {
 // A view of a buffer (for passing to extern calls and returning outputs).
 struct TensorRef {
   int buf = -1;
-  std::vector<int64_t> sizes, strides;
-  int64_t offset = 0;
+  SymShape sizes, strides;
+  SymInt offset = 0;
 };
 
 // An extern call: graph node `node` (a Call or GetItem) is executed eagerly by torch, as op `op`
@@ -287,9 +297,18 @@ struct Program {
   // (slot_bytes bytes) with others whose lifetimes do not overlap; -1: allocated on their own.
   std::vector<int> slot;
   std::vector<int64_t> slot_bytes;
+  // Dynamic shapes: sizes, strides and extents above may be symbolic (SymInt); kernels read the
+  // symbols' values from the run's bindings (Sym expressions). specialize_program gives the
+  // concrete program of one call's bindings.
+  bool symbolic = false;
 };
 
-// Bytes a buffer's layout spans (0 when empty).
+// `p` with every symbolic size, stride, offset, extent and extern argument evaluated at
+// `bindings` (symbol k's value is bindings[k]); kernel bodies keep their Sym expressions (the
+// kernels compiled from `p` read them at run time).
+Program specialize_program(const Program& p, const std::vector<int64_t>& bindings);
+
+// Bytes a buffer's layout spans (0 when empty). Specialises symbolic sizes (see Stmt::extent).
 int64_t buffer_bytes(const Buffer& b);
 
 std::string stmt_str(const Stmt& s, int indent = 0);

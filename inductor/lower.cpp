@@ -5,8 +5,10 @@
 #include <numeric>
 
 #include "graph/meta_rules.h"
+#include "graph/meta_rules_util.h"
 #include "graph/passes/effects.h"
 #include "graph/passes/functionalize.h"
+#include "graph/passes/specialize_shapes.h"
 #include "inductor/loop_visitor.h"
 #include "inductor/lower_internal.h"
 #include "src/base/errors.h"
@@ -43,6 +45,15 @@ bool supported_dtype(DType dt) {
          dt == DType::Float64;
 }
 
+bool symbolic_value(const Value& v) { return v.sym != 0 || std::any_of(v.items.begin(), v.items.end(), symbolic_value); }
+
+// Ops whose rules take symbolic int arguments as such: the view family reads the result's
+// (symbolic) sizes from the graph, indexing reads its bounds as SymInts (lower_ops_extra.cpp).
+bool reads_symbolic_args(Op op) {
+  return op_in(op, {Op::view, Op::reshape, Op::flatten, Op::unsqueeze, Op::squeeze, Op::expand, Op::tensor_reshape,
+                    Op::view_as, Op::reshape_as, Op::op_getitem});
+}
+
 std::string node_desc(const Graph& g, NodeId id) {
   const Node& n = g.node(id);
   if (n.kind == NodeKind::Call) return n.name + " (" + op_def(n.op).target + ")";
@@ -51,9 +62,9 @@ std::string node_desc(const Graph& g, NodeId id) {
 
 }  // namespace
 
-int64_t LT::numel() const {
-  int64_t n = 1;
-  for (int64_t s : sizes) n *= s;
+SymInt LT::numel() const {
+  SymInt n = 1;
+  for (const SymInt& s : sizes) n *= s;
   return n;
 }
 
@@ -174,8 +185,8 @@ LT Lowerer::cast(const LT& x, DType dt) {
   return r;
 }
 
-LT Lowerer::broadcast(const LT& x, const std::vector<int64_t>& sizes) {
-  if (x.sizes == sizes) return x;
+LT Lowerer::broadcast(const LT& x, const SymShape& sizes) {
+  if (x.sizes.same_as(sizes)) return x;
   FF_CHECK(x.sizes.size() <= sizes.size(), "broadcast to fewer dims");
   size_t lead = sizes.size() - x.sizes.size();
   LT r = x;
@@ -185,11 +196,11 @@ LT Lowerer::broadcast(const LT& x, const std::vector<int64_t>& sizes) {
     ref.sizes = sizes;
     ref.strides.assign(lead, 0);
     for (size_t d = 0; d < x.sizes.size(); ++d)
-      ref.strides.push_back(x.sizes[d] == 1 && sizes[lead + d] != 1 ? 0 : x.ref->strides[d]);
+      ref.strides.push_back(x.sizes[d] == 1 && sizes[lead + d] != 1 ? SymInt(0) : x.ref->strides[d]);
     r.ref = ref;
   }
   auto inner = x.at;
-  std::vector<int64_t> xs = x.sizes;
+  SymShape xs = x.sizes;
   r.at = [inner, xs, lead](const Idx& idx) {
     Idx sub(xs.size());
     for (size_t d = 0; d < xs.size(); ++d) sub[d] = xs[d] == 1 ? loop::const_int(0) : idx[lead + d];
@@ -225,7 +236,7 @@ int64_t inlined_size(const std::vector<LT>& bs, ScalarType ct, const std::functi
 }  // namespace
 
 LT Lowerer::map(const std::vector<LT>& xs, DType compute, DType out, const std::function<Expr(const std::vector<Expr>&)>& fn) {
-  std::vector<int64_t> sizes;
+  SymShape sizes;
   for (const LT& x : xs) sizes = broadcast_shapes(sizes, x.sizes);
   if (!supported_dtype(compute) || !supported_dtype(out)) throw NoLowering("dtype not supported in kernels");
   std::vector<LT> bs;
@@ -282,46 +293,15 @@ LT Lowerer::permute(const LT& x, const std::vector<int64_t>& perm) {
 }
 
 // torch's stride computation for a view of (sizes, strides) as `shape`; nullopt when a copy is needed.
-std::optional<std::vector<int64_t>> view_strides(const std::vector<int64_t>& oldshape, const std::vector<int64_t>& oldstride,
-                                                 const std::vector<int64_t>& shape) {
-  // NB: as torch's computeStride: a 0-d tensor views as anything of one element, and an empty
-  // one as anything empty (its old strides where the shape stays, contiguous strides else).
-  if (oldshape.empty()) return std::vector<int64_t>(shape.size(), 1);
-  int64_t numel = 1;
-  for (int64_t s : oldshape) numel *= s;
-  if (numel == 0) {
-    if (oldshape == shape) return oldstride;
-    std::vector<int64_t> st(shape.size());
-    for (size_t d = shape.size(); d-- > 0;) st[d] = d + 1 == shape.size() ? 1 : std::max<int64_t>(shape[d + 1], 1) * st[d + 1];
-    return st;
-  }
-  std::vector<int64_t> newstride(shape.size());
-  int64_t view_d = static_cast<int64_t>(shape.size()) - 1;
-  int64_t chunk_base_stride = oldstride.empty() ? 1 : oldstride.back();
-  int64_t tensor_numel = 1, view_numel = 1;
-  for (int64_t td = static_cast<int64_t>(oldshape.size()) - 1; td >= 0; td--) {
-    tensor_numel *= oldshape[static_cast<size_t>(td)];
-    if (td == 0 || (oldshape[static_cast<size_t>(td - 1)] != 1 &&
-                    oldstride[static_cast<size_t>(td - 1)] != tensor_numel * chunk_base_stride)) {
-      while (view_d >= 0 && (view_numel < tensor_numel || shape[static_cast<size_t>(view_d)] == 1)) {
-        newstride[static_cast<size_t>(view_d)] = view_numel * chunk_base_stride;
-        view_numel *= shape[static_cast<size_t>(view_d)];
-        view_d--;
-      }
-      if (view_numel != tensor_numel) return std::nullopt;
-      if (td > 0) {
-        chunk_base_stride = oldstride[static_cast<size_t>(td - 1)];
-        tensor_numel = 1;
-        view_numel = 1;
-      }
-    }
-  }
-  if (view_d != -1) return std::nullopt;
-  return newstride;
+std::optional<SymShape> view_strides(const SymShape& oldshape, const SymShape& oldstride, const SymShape& shape) {
+  TensorMeta base;
+  base.sizes = oldshape;
+  base.strides = oldstride;
+  return meta_util::view_strides(base, shape);
 }
 
-LT Lowerer::reshape(const LT& x, const std::vector<int64_t>& sizes) {
-  if (x.sizes == sizes) return x;
+LT Lowerer::reshape(const LT& x, const SymShape& sizes) {
+  if (x.sizes.same_as(sizes)) return x;
   if (x.ref) {
     if (auto st = view_strides(x.ref->sizes, x.ref->strides, sizes)) {
       loop::TensorRef ref = *x.ref;
@@ -347,7 +327,7 @@ LT Lowerer::reshape(const LT& x, const std::vector<int64_t>& sizes) {
   while (i < in_dims.size()) {
     FF_CHECK(j < out_dims.size(), "reshape sizes do not match");
     Group gr;
-    int64_t pi = x.sizes[static_cast<size_t>(in_dims[i])], pj = sizes[static_cast<size_t>(out_dims[j])];
+    SymInt pi = x.sizes[static_cast<size_t>(in_dims[i])], pj = sizes[static_cast<size_t>(out_dims[j])];
     gr.in.push_back(in_dims[i++]);
     gr.out.push_back(out_dims[j++]);
     while (pi != pj) {
@@ -363,7 +343,7 @@ LT Lowerer::reshape(const LT& x, const std::vector<int64_t>& sizes) {
     }
     groups.push_back(gr);
   }
-  std::vector<int64_t> xs = x.sizes, os = sizes;
+  SymShape xs = x.sizes, os = sizes;
   auto inner = x.at;
   LT r;
   r.sizes = sizes;
@@ -373,7 +353,7 @@ LT Lowerer::reshape(const LT& x, const std::vector<int64_t>& sizes) {
     Idx sub(xs.size(), loop::const_int(0));
     for (const Group& gr : groups) {
       Expr lin = loop::const_int(0);
-      int64_t st = 1;
+      SymInt st = 1;
       for (auto it = gr.out.rbegin(); it != gr.out.rend(); ++it) {
         lin = loop::index_add(lin, loop::index_mul(idx[static_cast<size_t>(*it)], st));
         st *= os[static_cast<size_t>(*it)];
@@ -382,11 +362,11 @@ LT Lowerer::reshape(const LT& x, const std::vector<int64_t>& sizes) {
         sub[static_cast<size_t>(gr.in[0])] = lin;
         continue;
       }
-      int64_t cs = 1;
+      SymInt cs = 1;
       for (size_t k = gr.in.size(); k-- > 0;) {
         int d = gr.in[k];
-        Expr e = cs == 1 ? lin : loop::binary(loop::BinaryOp::FloorDiv, lin, loop::const_int(cs));
-        if (k != 0) e = loop::binary(loop::BinaryOp::Mod, e, loop::const_int(xs[static_cast<size_t>(d)]));
+        Expr e = cs == 1 ? lin : loop::binary(loop::BinaryOp::FloorDiv, lin, loop::size_expr(cs));
+        if (k != 0) e = loop::binary(loop::BinaryOp::Mod, e, loop::size_expr(xs[static_cast<size_t>(d)]));
         sub[static_cast<size_t>(d)] = e;
         cs *= xs[static_cast<size_t>(d)];
       }
@@ -396,7 +376,7 @@ LT Lowerer::reshape(const LT& x, const std::vector<int64_t>& sizes) {
   return r;
 }
 
-int Lowerer::new_buffer(DType dt, std::vector<int64_t> sizes, std::vector<int64_t> strides, BufferRole role, NodeId node) {
+int Lowerer::new_buffer(DType dt, SymShape sizes, SymShape strides, BufferRole role, NodeId node) {
   loop::Buffer b;
   b.dtype = dt;
   b.sizes = std::move(sizes);
@@ -418,7 +398,7 @@ void add_kernel(loop::Program& p, loop::Kernel k) {
 
 }  // namespace
 
-LT Lowerer::realize(const LT& x, const std::vector<int64_t>& strides, BufferRole role, NodeId node, const std::string& why) {
+LT Lowerer::realize(const LT& x, const SymShape& strides, BufferRole role, NodeId node, const std::string& why) {
   if (!supported_dtype(x.dtype)) throw NoLowering("dtype not supported in kernels");
   int b = new_buffer(x.dtype, x.sizes, strides, role, node);
   note("realize buf" + std::to_string(b) + (node >= 0 ? " (" + g_.node(node).name + ")" : "") + ": " + why);
@@ -426,7 +406,7 @@ LT Lowerer::realize(const LT& x, const std::vector<int64_t>& strides, BufferRole
   return from_ref(loop::TensorRef{b, x.sizes, strides, 0}, x.dtype);
 }
 
-void Lowerer::store_kernel(const LT& x, int b, const std::vector<int64_t>& strides) {
+void Lowerer::store_kernel(const LT& x, int b, const SymShape& strides) {
   if (x.numel() == 0) return;
   std::vector<int> order;
   for (size_t d = 0; d < x.sizes.size(); ++d)
@@ -471,27 +451,38 @@ LT Lowerer::reduce(const LT& x, std::vector<int64_t> dims, bool keepdim, loop::R
     std::iota(dims.begin(), dims.end(), 0);
   }
   auto reduced = [&](int64_t d) { return std::find(dims.begin(), dims.end(), d) != dims.end(); };
-  std::vector<int64_t> out_sizes;
+  SymShape out_sizes;
   for (int64_t d = 0; d < nd; ++d) {
     if (!reduced(d)) out_sizes.push_back(x.sizes[static_cast<size_t>(d)]);
     else if (keepdim) out_sizes.push_back(1);
   }
-  auto out_strides = TensorMeta::contiguous_strides(out_sizes);
+  SymShape out_strides = TensorMeta::contiguous_strides(out_sizes);
   {
     // NB: a full reduction has an outer loop of one iteration, so it would run on one thread.
     // Large ones reduce in two stages: kParts partial results in parallel, then those.
     constexpr int64_t kParts = 64;
-    int64_t total = 1, kept = 1;
+    SymInt total = 1, kept = 1;
     for (int64_t d = 0; d < nd; ++d) (reduced(d) ? total : kept) *= x.sizes[static_cast<size_t>(d)];
-    if (kept == 1 && total >= (int64_t{1} << 16) && total % kParts == 0) {
+    if (total.is_symbolic() && kept == 1) {
+      // NB: a symbolic size's divisibility is not known: along the outermost dimension of size > 1
+      // first (its rows in parallel), then those partial results.
+      int64_t first = 0;
+      while (first < nd && x.sizes[static_cast<size_t>(first)] == 1) ++first;
+      if (nd - first >= 2) {
+        std::vector<int64_t> inner_dims;
+        for (int64_t d = first + 1; d < nd; ++d) inner_dims.push_back(d);
+        LT rows = reduce(x, inner_dims, false, op, acc);
+        return reshape(reduce(rows, {}, false, op, acc), out_sizes);
+      }
+    } else if (kept == 1 && total >= (int64_t{1} << 16) && total % kParts == 0) {
       LT parts = reduce(reshape(x, {kParts, total / kParts}), {1}, false, op, acc);
       return reshape(reduce(parts, {0}, false, op, acc), out_sizes);
     }
   }
   int b = new_buffer(acc, out_sizes, out_strides, BufferRole::Intermediate, -1);
   loop::TensorRef ref{b, out_sizes, out_strides, 0};
-  int64_t out_numel = 1;
-  for (int64_t s : out_sizes) out_numel *= s;
+  SymInt out_numel = 1;
+  for (const SymInt& s : out_sizes) out_numel *= s;
   if (out_numel == 0) return from_ref(ref, acc);
 
   std::vector<int> outer, red;
@@ -630,11 +621,11 @@ namespace {
 
 // Whether two elements of a tensor with this layout share memory (an expanded tensor).
 bool self_overlapping(const TensorMeta& m) {
-  std::vector<std::pair<int64_t, int64_t>> dims;  // (stride, size) of dims with more than one element
+  std::vector<std::pair<SymInt, SymInt>> dims;  // (stride, size) of dims with more than one element
   for (size_t d = 0; d < m.sizes.size(); ++d)
     if (m.sizes[d] > 1) dims.push_back({m.strides[d], m.sizes[d]});
-  std::sort(dims.begin(), dims.end());
-  int64_t span = 1;  // elements the smaller-stride dims cover
+  std::sort(dims.begin(), dims.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  SymInt span = 1;  // elements the smaller-stride dims cover
   for (auto [stride, size] : dims) {
     if (stride < span) return true;
     span = stride * size;
@@ -753,6 +744,10 @@ std::optional<LT> Lowerer::lower_node(NodeId id) {
     OpLowering rule = op_lowerings().at(op_kind(n.op));
     if (!rule) {
       reason = op.has(kExtern) ? "matrix products and convolutions run in torch" : "no lowering for " + op.name;
+    } else if (!reads_symbolic_args(op_kind(n.op)) && std::any_of(n.args.begin(), n.args.end(), symbolic_value)) {
+      // NB: rules read int arguments as plain ints (their traced values); torch runs the call at
+      // each run's sizes instead (extern arguments are specialised per call).
+      reason = "an argument is a symbolic size";
     } else {
       try {
         LT r = rule(*this, n);
@@ -773,6 +768,10 @@ std::optional<LT> Lowerer::lower_node(NodeId id) {
         return r;
       } catch (const NoLowering& e) {
         reason = e.what();
+      } catch (const SymbolicSpecialization& e) {
+        // NB: a rule that decides on a symbolic size (there is no ShapeEnv while lowering): torch
+        // runs the op at each call's sizes instead.
+        reason = std::string("its lowering needs a concrete size: ") + e.what();
       }
     }
   }
@@ -782,6 +781,7 @@ std::optional<LT> Lowerer::lower_node(NodeId id) {
 }
 
 loop::Program Lowerer::run() {
+  prog_.symbolic = has_symbolic_shapes(g_);
   users_.assign(g_.size(), 0);
   input_root_.assign(g_.size(), -1);
   for (const Node& n : g_.nodes())
@@ -800,21 +800,27 @@ loop::Program Lowerer::run() {
       bool seen = false;
       for (auto& [nn, r] : prog_.outputs) seen |= nn == o;
       if (seen) continue;
-      loop::TensorRef ref = ensure_ref(o, "graph output");
-      // Strides of size-1 dims do not address memory; report them as eager does.
-      const TensorMeta& m = g_.node(o).meta.tensor;
-      if (ref.sizes == m.sizes)
-        for (size_t d = 0; d < ref.sizes.size(); ++d)
-          if (ref.sizes[d] == 1) ref.strides[d] = m.strides[d];
-      prog_.outputs.push_back({o, ref});
+      prog_.outputs.push_back({o, ensure_ref(o, "graph output")});
     }
   }
+  report_eager_strides(prog_, g_);
   alias_outputs();
   for (auto& [o, ref] : prog_.outputs) {
     auto& buf = prog_.buffers[static_cast<size_t>(ref.buf)];
     if (buf.role == BufferRole::Intermediate) buf.role = BufferRole::Output;
   }
   return std::move(prog_);
+}
+
+void report_eager_strides(loop::Program& p, const Graph& g) {
+  for (auto& [o, ref] : p.outputs) {
+    const ValueMeta& meta = g.node(o).meta;
+    if (!meta.is_tensor() || !ref.sizes.same_as(meta.tensor.sizes)) continue;
+    for (size_t d = 0; d < ref.sizes.size(); ++d) {
+      const SymInt& size = ref.sizes[d];
+      if (!size.is_symbolic() && size.hint() == 1) ref.strides[d] = meta.tensor.strides[d];
+    }
+  }
 }
 
 loop::Program lower_graph(const Graph& g, std::vector<std::string>* notes, EagerDevice like) {

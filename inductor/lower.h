@@ -27,4 +27,9 @@ enum class EagerDevice { CPU,
                          CUDA };
 loop::Program lower_graph(const Graph& g, std::vector<std::string>* notes = nullptr, EagerDevice like = EagerDevice::CPU);
 
+// The strides eager reports for the size-1 dimensions of p's outputs (they address no memory, so
+// the buffer's may differ), where the output's sizes are g's. A symbolic size that may be 1 is left
+// for the program specialised to a call's sizes (the CPU runtime calls this again on it).
+void report_eager_strides(loop::Program& p, const Graph& g);
+
 }  // namespace ff::inductor

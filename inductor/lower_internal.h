@@ -22,7 +22,7 @@ using Idx = std::vector<Expr>;
 // A lowered tensor: its value at any index as a loop IR expression (in the compute type of
 // `dtype`), and, when it lives in memory, the view of the buffer that holds it.
 struct LT {
-  std::vector<int64_t> sizes;
+  SymShape sizes;  // NB: see loop::Stmt::extent: reading a symbolic size as an int specialises it
   DType dtype = DType::Float32;
   std::function<Expr(const Idx&)> at;
   std::optional<loop::TensorRef> ref;
@@ -32,7 +32,7 @@ struct LT {
   int64_t tree = 0;
   int64_t size() const { return std::max<int64_t>(cost, tree); }
   int64_t dim() const { return static_cast<int64_t>(sizes.size()); }
-  int64_t numel() const;
+  SymInt numel() const;
 };
 
 // Thrown by an op lowering that cannot handle its operands: the node becomes an extern call.
@@ -66,7 +66,7 @@ class Lowerer {
   static LT scalar_int(int64_t v);  // an exact int64 constant
 
   static LT cast(const LT& x, DType dt);
-  static LT broadcast(const LT& x, const std::vector<int64_t>& sizes);
+  static LT broadcast(const LT& x, const SymShape& sizes);
   // Elementwise over broadcast operands, each first converted to dtype `compute` (as eager converts
   // operands to the common dtype: a Python scalar in an f16 op rounds to f16, in an int8 op wraps);
   // fn computes in compute's loop type and the result, of dtype `out`, is narrowed to it.
@@ -76,11 +76,11 @@ class Lowerer {
   static LT unary(loop::UnaryOp op, const LT& x, DType dt);
   static LT binary(loop::BinaryOp op, const LT& a, const LT& b, DType dt);
   static LT permute(const LT& x, const std::vector<int64_t>& perm);
-  LT reshape(const LT& x, const std::vector<int64_t>& sizes);
+  LT reshape(const LT& x, const SymShape& sizes);
   // Reduces `dims` of x (empty: all) with `op`, accumulating in `acc` (realizes a kernel).
   LT reduce(const LT& x, std::vector<int64_t> dims, bool keepdim, loop::ReduceOp op, DType acc);
   // Stores x into a new buffer with `strides` (a kernel), returns its view.
-  LT realize(const LT& x, const std::vector<int64_t>& strides, loop::BufferRole role, NodeId node,
+  LT realize(const LT& x, const SymShape& strides, loop::BufferRole role, NodeId node,
              const std::string& why);
   LT realize_contiguous(const LT& x, const std::string& why);
   // x stored once where it calls vector math and several loops of a decomposition read it (softmax's
@@ -99,9 +99,9 @@ class Lowerer {
  private:
   std::optional<LT> lower_node(NodeId id);
   std::string write_input(NodeId id);
-  void store_kernel(const LT& x, int b, const std::vector<int64_t>& strides);  // x into buffer b
+  void store_kernel(const LT& x, int b, const SymShape& strides);  // x into buffer b
   loop::TensorRef ensure_ref(NodeId id, const std::string& why);
-  int new_buffer(DType dt, std::vector<int64_t> sizes, std::vector<int64_t> strides, loop::BufferRole role, NodeId node);
+  int new_buffer(DType dt, SymShape sizes, SymShape strides, loop::BufferRole role, NodeId node);
   LT from_ref(const loop::TensorRef& r, DType dt) const;
   // Storage sharing of outputs as in eager (lower_alias.cpp).
   void plan_aliases();
@@ -143,7 +143,6 @@ inline Expr sel(const Expr& cond, const Expr& a, const Expr& b) { return loop::s
 inline bool on_cuda(const Lowerer& L) { return L.like() == EagerDevice::CUDA; }
 
 // torch's strides for a view of (sizes, strides) as `shape`; nullopt where reshape copies.
-std::optional<std::vector<int64_t>> view_strides(const std::vector<int64_t>& oldshape, const std::vector<int64_t>& oldstride,
-                                                 const std::vector<int64_t>& shape);
+std::optional<SymShape> view_strides(const SymShape& oldshape, const SymShape& oldstride, const SymShape& shape);
 
 }  // namespace ff::inductor

@@ -118,10 +118,13 @@ LT logical(Lowerer& L, const Node& n, BinaryOp op) {
 // One output dimension of a strided view of x: input dimension `in` read at start + step * i, or a
 // new dimension of size 1 (in == -1). Input dimensions no output one reads are fixed at `fixed`.
 struct ViewDim {
-  int64_t in = -1, start = 0, step = 1, size = 1;
+  int64_t in = -1;
+  SymInt start = 0;
+  int64_t step = 1;
+  SymInt size = 1;
 };
 
-LT strided_view(const LT& x, const std::vector<ViewDim>& dims, const std::vector<std::pair<int64_t, int64_t>>& fixed) {
+LT strided_view(const LT& x, const std::vector<ViewDim>& dims, const std::vector<std::pair<int64_t, SymInt>>& fixed) {
   LT r = x;
   r.sizes.clear();
   for (const ViewDim& d : dims) r.sizes.push_back(d.size);
@@ -130,42 +133,54 @@ LT strided_view(const LT& x, const std::vector<ViewDim>& dims, const std::vector
     ref.sizes = r.sizes;
     ref.strides.clear();
     for (const ViewDim& d : dims) {
-      ref.strides.push_back(d.in < 0 ? 1 : x.ref->strides[static_cast<size_t>(d.in)] * d.step);
+      ref.strides.push_back(d.in < 0 ? SymInt(1) : x.ref->strides[static_cast<size_t>(d.in)] * d.step);
       if (d.in >= 0) ref.offset += d.start * x.ref->strides[static_cast<size_t>(d.in)];
     }
-    for (auto [in, at] : fixed) ref.offset += at * x.ref->strides[static_cast<size_t>(in)];
+    for (const auto& [in, at] : fixed) ref.offset += at * x.ref->strides[static_cast<size_t>(in)];
     r.ref = ref;
   }
   auto inner = x.at;
   size_t nin = x.sizes.size();
   r.at = [inner, dims, fixed, nin](const Idx& idx) {
     Idx sub(nin);
-    for (auto [in, at] : fixed) sub[static_cast<size_t>(in)] = loop::const_int(at);
+    for (const auto& [in, at] : fixed) sub[static_cast<size_t>(in)] = loop::size_expr(at);
     for (size_t o = 0; o < dims.size(); ++o) {
       const ViewDim& d = dims[o];
       if (d.in < 0) continue;
-      sub[static_cast<size_t>(d.in)] = loop::index_add(loop::index_mul(idx[o], d.step), loop::const_int(d.start));
+      sub[static_cast<size_t>(d.in)] = loop::index_add(loop::index_mul(idx[o], d.step), loop::size_expr(d.start));
     }
     return inner(sub);
   };
   return r;
 }
 
-// Python's slice.indices for a positive step, as a ViewDim of input dimension `in`.
-ViewDim slice_dim(int64_t in, int64_t size, const Value& start, const Value& stop, int64_t step) {
-  auto bound = [size](const Value& v, int64_t dflt) {
+// An int argument, symbolic where the graph's is (an index or bound written with x.shape).
+SymInt int_arg(const Value& v) { return v.sym ? v.as_symint() : SymInt(v.i); }
+
+// Python's slice.indices for a positive step, as a ViewDim of input dimension `in`. NB: with
+// symbolic sizes or bounds the comparisons may need a guard (SymbolicSpecialization: the node
+// becomes an extern call); a symbolic stop clamped to the size is what the trace guarded, so the
+// result's size is `out_size`, the graph's own.
+ViewDim slice_dim(int64_t in, const SymInt& size, const Value& start, const Value& stop, int64_t step, const SymInt& out_size) {
+  auto bound = [&size](const Value& v, const SymInt& dflt) {
     if (v.is_none()) return dflt;
     if (v.kind != Value::Kind::Int) throw NoLowering("a slice bound that is not a constant");
-    int64_t i = v.i < 0 ? v.i + size : v.i;
-    return std::clamp<int64_t>(i, 0, size);
+    SymInt i = int_arg(v);
+    if (i < 0) i = i + size;
+    return i < 0 ? SymInt(0) : i > size ? size
+                                        : i;
   };
   if (step <= 0) throw NoLowering("a slice step that is not positive");
   ViewDim d;
   d.in = in;
   d.start = bound(start, 0);
-  int64_t end = bound(stop, size);
   d.step = step;
-  d.size = end > d.start ? (end - d.start + step - 1) / step : 0;
+  if (stop.sym && step == 1 && !d.start.is_symbolic()) {
+    d.size = out_size;
+    return d;
+  }
+  SymInt end = bound(stop, size);
+  d.size = end > d.start ? (end - d.start + step - 1) / step : SymInt(0);
   return d;
 }
 
@@ -181,14 +196,16 @@ LT getitem_rule(Lowerer& L, const Node& n) {
   }
   if (specified > x.dim()) throw NoLowering("too many indices");
   std::vector<ViewDim> dims;
-  std::vector<std::pair<int64_t, int64_t>> fixed;
+  std::vector<std::pair<int64_t, SymInt>> fixed;
+  const SymShape& out_sizes = L.out_meta(n).sizes;
   int64_t in = 0;
   auto keep = [&](int64_t d) { dims.push_back(ViewDim{d, 0, 1, x.sizes[static_cast<size_t>(d)]}); };
   for (const Value& it : items) {
     switch (it.kind) {
       case Value::Kind::Int: {
-        int64_t size = x.sizes[static_cast<size_t>(in)];
-        int64_t i = it.i < 0 ? it.i + size : it.i;
+        const SymInt& size = x.sizes[static_cast<size_t>(in)];
+        SymInt i = int_arg(it);
+        if (i < 0) i = i + size;
         if (i < 0 || i >= size) throw NoLowering("an index out of range");
         fixed.emplace_back(in++, i);
         break;
@@ -196,7 +213,9 @@ LT getitem_rule(Lowerer& L, const Node& n) {
       case Value::Kind::Slice: {
         int64_t step = it.items[2].is_none() ? 1 : it.items[2].kind == Value::Kind::Int ? it.items[2].i
                                                                                         : 0;
-        dims.push_back(slice_dim(in, x.sizes[static_cast<size_t>(in)], it.items[0], it.items[1], step));
+        if (it.items[2].sym) throw NoLowering("a symbolic slice step");
+        if (dims.size() >= out_sizes.size()) throw NoLowering("an index the lowering reads otherwise than eager");
+        dims.push_back(slice_dim(in, x.sizes[static_cast<size_t>(in)], it.items[0], it.items[1], step, out_sizes[dims.size()]));
         ++in;
         break;
       }
@@ -208,7 +227,7 @@ LT getitem_rule(Lowerer& L, const Node& n) {
   }
   while (in < x.dim()) keep(in++);
   LT r = strided_view(x, dims, fixed);
-  if (r.sizes != L.out_meta(n).sizes) throw NoLowering("an index the lowering reads otherwise than eager");
+  if (r.sizes != out_sizes) throw NoLowering("an index the lowering reads otherwise than eager");
   return r;
 }
 
@@ -222,7 +241,7 @@ LT narrow_rule(Lowerer& L, const Node& n) {
   int64_t dim = dim_v.i < 0 ? dim_v.i + x.dim() : dim_v.i;
   std::vector<ViewDim> dims;
   for (int64_t d = 0; d < x.dim(); ++d) dims.push_back(ViewDim{d, 0, 1, x.sizes[static_cast<size_t>(d)]});
-  int64_t start = start_v.i < 0 ? start_v.i + x.sizes[static_cast<size_t>(dim)] : start_v.i;
+  int64_t start = start_v.i < 0 ? start_v.i + x.sizes[static_cast<size_t>(dim)] : SymInt(start_v.i);
   dims[static_cast<size_t>(dim)] = ViewDim{dim, start, 1, len_v.i};
   LT r = strided_view(x, dims, {});
   if (r.sizes != L.out_meta(n).sizes) throw NoLowering("narrow out of range");

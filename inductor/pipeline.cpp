@@ -71,7 +71,7 @@ void log_schedule(const loop::Program& p, const std::vector<std::string>& notes,
     for (const loop::Step& s : p.steps) {
       if (s.kind == loop::Step::Kind::Kernel) {
         const loop::Kernel& k = p.kernels[static_cast<size_t>(s.index)];
-        msg += "  kernel " + k.name + " (outer loop " + std::to_string(k.root.extent) + ")\n";
+        msg += "  kernel " + k.name + " (outer loop " + k.root.extent.str() + ")\n";
       } else {
         const auto& e = p.externs[static_cast<size_t>(s.index)];
         msg += "  extern node " + std::to_string(e.node) + ": " + e.reason + "\n";
@@ -226,6 +226,9 @@ loop::Program run_passes(const loop::Program& ir, const std::vector<NamedPass<lo
 }
 
 CpuCompiled compile_for_cpu(const Graph& captured, const CpuPipelineOptions& options) {
+  // NB: no ShapeEnv while compiling: a pass that reads a symbolic size as an int throws
+  // SymbolicSpecialization (the graph is then compiled per set of sizes) instead of guarding on it.
+  ShapeEnvScope no_env(nullptr);
   GraphStageOptions stage;
   stage.fuse_attention = options.fuse_attention;
   const Graph g = run_passes(captured, graph_passes(stage), options.observer);

@@ -36,7 +36,7 @@ Program compile_to_loop_ir(const Graph& g, EagerDevice like) {
     for (const Step& s : p.steps) {
       if (s.kind == Step::Kind::Kernel) {
         const Kernel& k = p.kernels[static_cast<size_t>(s.index)];
-        msg += "  kernel " + k.name + " (outer loop " + std::to_string(k.root.extent) + ")\n";
+        msg += "  kernel " + k.name + " (outer loop " + k.root.extent.str() + ")\n";
       } else {
         const auto& e = p.externs[static_cast<size_t>(s.index)];
         msg += "  extern node " + std::to_string(e.node) + ": " + e.reason + "\n";

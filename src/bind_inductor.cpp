@@ -79,6 +79,10 @@ void define_inductor(py::module_& m) {
       .def_property_readonly("num_kernels", [](const inductor::CompiledGraph& self) { return self.compiled().program.kernels.size(); })
       .def_property_readonly("num_externs", [](const inductor::CompiledGraph& self) { return self.compiled().program.externs.size(); })
       .def_property_readonly("from_memory_cache", &inductor::CompiledGraph::from_memory_cache)
+      .def_property_readonly("symbolic", &inductor::CompiledGraph::symbolic,
+                             "Whether the kernels take sizes as arguments (a graph with symbolic sizes compiled once).")
+      .def_property_readonly("instances", &inductor::CompiledGraph::instances,
+                             "Sets of sizes a symbolic program has run at (each a specialised copy, no code generation).")
       .def_property_readonly("channels_last", &inductor::CompiledGraph::channels_last,
                              "Whether the graph's 2-d convolutions run channels-last (config cpu_channels_last).")
       .def_property_readonly("packed_linears", &inductor::CompiledGraph::packed_linears,

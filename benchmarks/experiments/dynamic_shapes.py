@@ -5,8 +5,8 @@ compile that only ever saw that size. Every result is compared with eager's.
 
     PYTHONPATH=build/main/site python benchmarks/experiments/dynamic_shapes.py [--calls 50] [--models relu_sum,mlp,nanogpt]
 
-framefuse's count is its traces ("frames"), then the static graphs its backend compiled
-("kernels": symbolic graphs are compiled once per distinct size until kernels take sizes as arguments).
+framefuse's count is its traces ("frames"), then the programs its backend compiled ("kernels": a
+symbolic graph whose kernels take sizes as arguments counts once; one that cannot, once per size).
 """
 import argparse
 import os
@@ -61,7 +61,7 @@ def models(calls, seed, device):
 
 
 def framefuse_counts():
-    return _C._frame_eval_stats()["frames_compiled"], backends.per_sizes_compiles()
+    return _C._frame_eval_stats()["frames_compiled"], backends.per_sizes_compiles() + backends.symbolic_compiles()
 
 
 def torch_counts():

@@ -69,7 +69,7 @@ bool attention_dtype(DType t) {
 bool broadcasts_into(const TensorMeta& mask, const TensorMeta& scores) {
   if (mask.dim() < 1 || mask.dim() > scores.dim() || !(mask.device == scores.device)) return false;
   for (int64_t i = 1; i <= mask.dim(); ++i) {
-    int64_t m = mask.sizes[static_cast<size_t>(mask.dim() - i)], s = scores.sizes[static_cast<size_t>(scores.dim() - i)];
+    const SymInt &m = mask.sizes[static_cast<size_t>(mask.dim() - i)], &s = scores.sizes[static_cast<size_t>(scores.dim() - i)];
     if (m != 1 && m != s) return false;
   }
   return true;
@@ -243,16 +243,18 @@ class Matcher {
       if (t->dtype != q->dtype || !(t->device == q->device)) throw NoMatch{"q, k, v and the scores differ in dtype or device"};
     int64_t nd = q->dim();
     if (nd < 3 || k->dim() != nd || v->dim() != nd) throw NoMatch{"q, k and v need the same number (>= 3) of dimensions"};
-    std::vector<int64_t> batch(q->sizes.begin(), q->sizes.end() - 2);
-    auto batch_of = [](const TensorMeta* t) { return std::vector<int64_t>(t->sizes.begin(), t->sizes.end() - 2); };
+    // NB: sizes may be symbolic (dynamic shapes); what cannot be decided without a guard throws
+    // SymbolicSpecialization, and the attention stays explicit.
+    SymShape batch(q->sizes.begin(), q->sizes.end() - 2);
+    auto batch_of = [](const TensorMeta* t) { return SymShape(t->sizes.begin(), t->sizes.end() - 2); };
     if (batch_of(k) != batch || batch_of(v) != batch) throw NoMatch{"q, k and v differ in batch dimensions (matmul would broadcast)"};
-    int64_t L = q->sizes[nd - 2], E = q->sizes[nd - 1], S = k->sizes[nd - 2], Ev = v->sizes[nd - 1];
+    SymInt L = q->sizes[nd - 2], E = q->sizes[nd - 1], S = k->sizes[nd - 2], Ev = v->sizes[nd - 1];
     if (k->sizes[nd - 1] != E || v->sizes[nd - 2] != S) throw NoMatch{"q, k and v shapes do not chain"};
     // NB: empty dimensions are left to eager (SDPA's default scale 1/sqrt(0), kernels' empty cases).
     for (const TensorMeta* t : {q, k, v})
-      for (int64_t d : t->sizes)
+      for (const SymInt& d : t->sizes)
         if (d == 0) throw NoMatch{"an empty dimension"};
-    std::vector<int64_t> want_s = batch, want_y = batch;
+    SymShape want_s = batch, want_y = batch;
     want_s.insert(want_s.end(), {L, S});
     want_y.insert(want_y.end(), {L, Ev});
     if (s->sizes != want_s || pm->sizes != want_s || y->sizes != want_y) throw NoMatch{"the scores or the result have unexpected shapes"};
@@ -261,7 +263,8 @@ class Matcher {
       if (!mm || !broadcasts_into(*mm, *s)) throw NoMatch{"the mask does not broadcast into the scores"};
       if (m.mask_kind == MaskKind::Additive && mm->dtype != q->dtype) throw NoMatch{"the additive mask's dtype differs from q's"};
     }
-    if (E > 0 && m.scale && *m.scale == 1.0 / std::sqrt(static_cast<double>(E))) m.scale.reset();
+    if (m.scale && E.is_symbolic()) throw NoMatch{"an explicit scale with a symbolic head dimension"};
+    if (E > 0 && m.scale && *m.scale == 1.0 / std::sqrt(static_cast<double>(E.hint()))) m.scale.reset();
   }
 
   const Graph& g_;
@@ -387,7 +390,12 @@ Graph fuse_attention(const Graph& g, const AttentionSupport& support, std::vecto
     auto softmax = matcher.candidate_softmax(id);
     if (!softmax) continue;
     std::string why;
-    auto m = matcher.match(id, &why);
+    std::optional<Match> m;
+    try {
+      m = matcher.match(id, &why);
+    } catch (const SymbolicSpecialization& e) {
+      why = std::string("its shapes are decided only by a guard on symbolic sizes: ") + e.what();
+    }
     if (m && m->scale && !support.scale_keyword) {
       m.reset();
       why = "the scale is not 1/sqrt(E) and this torch's scaled_dot_product_attention has no scale= keyword";

@@ -16,9 +16,17 @@ bool has_symbolic_shapes(const Graph& g);
 bool has_symbolic_int_args(const Graph& g);
 
 // Where each symbol of `g` is bound: symbol k is the size of placeholder (input) first, dimension
-// second, at the first placeholder whose size is exactly that symbol. Throws InternalError when a
-// symbol is no placeholder's size (the frontend only makes symbols for input dimensions).
+// second, at the first placeholder whose size is exactly that symbol; (-1, -1) for a symbol that
+// appears nowhere (one the trace specialised). Throws InternalError when a symbol the graph uses is
+// no placeholder's size (the frontend only makes symbols for input dimensions).
 std::vector<std::pair<int, int>> symbol_bindings(const Graph& g);
+
+// `v` with every symbolic int in it (its items too) replaced by its value at `bindings`.
+void specialize_value(Value& v, const std::vector<int64_t>& bindings);
+
+// `g` with the symbols in `values` (symbol, its traced value) replaced by their values: the trace
+// guarded them equal to constants (broadcasting against a static size), so they are constants.
+Graph substitute_symbols(const Graph& g, const std::vector<std::pair<SymbolId, int64_t>>& values);
 
 // `g` with symbol k replaced by bindings[k] in every size, stride and int argument: the static
 // graph of one call.

@@ -522,7 +522,7 @@ bool prefers_row_block(const Nest& n) {
   int64_t max_extent = 0;
   for (const Stmt& s : *n.body) {
     if (s.kind != StmtKind::Loop) continue;
-    max_extent = std::max(max_extent, s.extent);
+    max_extent = std::max<int64_t>(max_extent, s.extent);
     for_each_expr_in(s, [&](const Expr& e) {
       if (e->kind != ExprKind::Load) return;
       loop::Affine a;
@@ -684,7 +684,7 @@ void render_row_block(const Program& p, const Kernel& k, const Nest& n, int tx, 
 int heuristic_tx(const Nest& n) {
   int64_t max_extent = 1;
   for (const Stmt& s : *n.body)
-    if (s.kind == StmtKind::Loop) max_extent = std::max(max_extent, s.extent);
+    if (s.kind == StmtKind::Loop) max_extent = std::max<int64_t>(max_extent, s.extent);
   // About 8 elements per thread per loop, 32 to 1024 threads per row.
   return static_cast<int>(std::clamp<int64_t>(pow2_at_least((max_extent + 7) / 8), 32, 1024));
 }

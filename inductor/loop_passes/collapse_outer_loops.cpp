@@ -24,8 +24,9 @@ Program collapse_outer_loops(const Program& p, int64_t min_extent) {
     auto holds_loop = [](const Stmt& s) {
       return std::any_of(s.body.begin(), s.body.end(), [](const Stmt& c) { return c.kind == StmtKind::Loop; });
     };
-    while (k.root.extent < min_extent && k.root.body.size() == 1 && k.root.body[0].kind == StmtKind::Loop &&
-           holds_loop(k.root.body[0])) {
+    // NB: symbolic extents stay as they are (the split index would divide by a run-time size).
+    while (!k.root.extent.is_symbolic() && k.root.extent < min_extent && k.root.body.size() == 1 &&
+           k.root.body[0].kind == StmtKind::Loop && !k.root.body[0].extent.is_symbolic() && holds_loop(k.root.body[0])) {
       Stmt inner = std::move(k.root.body[0]);
       int64_t a = k.root.extent, b = inner.extent;
       if (a <= 0 || b <= 0 || a > (int64_t{1} << 40) / b) {

@@ -216,7 +216,7 @@ struct Fuser {
     Rename r;
     std::map<int, int> back;  // a var -> b var
     for (size_t t = 0; t < path.size(); ++t) {
-      if (path[t]->extent != bnest[t]->extent) return refuse("loop extents differ");
+      if (!path[t]->extent.same_as(bnest[t]->extent)) return refuse("loop extents differ");
       r.vars[bnest[t]->var] = path[t]->var;
       back[path[t]->var] = bnest[t]->var;
     }
@@ -280,8 +280,8 @@ struct Fuser {
   }
 
   bool try_horizontal(size_t i, size_t j) {
-    if (kernel_at(i).root.extent != kernel_at(j).root.extent) return false;
-    if (kernel_at(i).root.extent < min_horizontal_extent) return false;
+    if (!kernel_at(i).root.extent.same_as(kernel_at(j).root.extent)) return false;
+    if (kernel_at(i).root.extent.hint() < min_horizontal_extent) return false;  // NB: a heuristic: the traced size does
     const auto &ra = reads(i), &rb = reads(j), &wa = writes(i), &wb = writes(j);
     for (int x : rb)
       if (std::find(wa.begin(), wa.end(), x) != wa.end()) return false;
@@ -303,7 +303,7 @@ struct Fuser {
     merged.num_vars = next;
     merged.locals.insert(merged.locals.end(), b.locals.begin(), b.locals.end());
     for (const Stmt& s : b.root.body) merged.root.body.push_back(r(s));
-    say("fused " + a.name + " + " + b.name + " horizontally: same outer loop (" + std::to_string(a.root.extent) +
+    say("fused " + a.name + " + " + b.name + " horizontally: same outer loop (" + a.root.extent.str() +
         ") and a common input");
     commit(i, j, at, std::move(merged));
     return true;

@@ -65,7 +65,10 @@ Program plan_memory(const Program& p, std::vector<std::string>* log) {
   const std::vector<int>& first = life.first;
   const std::vector<int>& last = life.last;
   std::vector<bool> eligible(nb, false);
-  for (size_t b = 0; b < nb; ++b) eligible[b] = p.buffers[b].role == loop::BufferRole::Intermediate;
+  // NB: symbolic sizes are known per call only: such buffers are allocated on their own.
+  for (size_t b = 0; b < nb; ++b)
+    eligible[b] = p.buffers[b].role == loop::BufferRole::Intermediate && !p.buffers[b].sizes.is_symbolic() &&
+                  !p.buffers[b].strides.is_symbolic();
   for (const auto& e : p.externs) {
     for (auto& [n, ref] : e.operands) eligible[static_cast<size_t>(ref.buf)] = false;
     if (e.result >= 0) eligible[static_cast<size_t>(e.result)] = false;

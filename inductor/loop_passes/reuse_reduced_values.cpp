@@ -75,7 +75,7 @@ bool assigns_local(const Stmt& s, const std::set<int>& locals) {
 bool reuse_pair(Kernel& k, const Program& p, std::vector<Stmt>& body, size_t i, size_t j) {
   Stmt& l1 = body[i];
   Stmt& l2 = body[j];
-  if (l1.kind != StmtKind::Loop || l2.kind != StmtKind::Loop || l1.extent != l2.extent) return false;
+  if (l1.kind != StmtKind::Loop || l2.kind != StmtKind::Loop || !l1.extent.same_as(l2.extent)) return false;
   if (l2.body.size() != 1 || l2.body[0].kind != StmtKind::Store) return false;
   Stmt& st = l2.body[0];
   const loop::Buffer& buf = p.buffers[static_cast<size_t>(st.buf)];

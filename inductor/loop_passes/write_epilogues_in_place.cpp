@@ -58,7 +58,7 @@ Program write_epilogues_in_place(const Program& p, std::vector<std::string>* log
     if (!out.slot.empty() && out.slot[static_cast<size_t>(o)] >= 0) continue;
     for (int e : k.loaded_buffers()) {
       const loop::Buffer& eb = out.buffers[static_cast<size_t>(e)];
-      if (eb.role != loop::BufferRole::ExternResult || eb.dtype != ob.dtype || eb.sizes != ob.sizes || eb.strides != ob.strides) continue;
+      if (eb.role != loop::BufferRole::ExternResult || eb.dtype != ob.dtype || !eb.sizes.same_as(ob.sizes) || !eb.strides.same_as(ob.strides)) continue;
       bool fresh = false;
       for (const auto& x : out.externs)
         if (x.result == e && x.op != kNoOp) fresh = op_def(x.op).has(kExtern) && op_kind(x.op) != Op::einsum;

@@ -9,9 +9,12 @@
 #include "graph/op.h"
 #include "graph/op_registry.h"
 #include "graph/passes/effects.h"
+#include "graph/passes/specialize_shapes.h"
 #include "graph/python/graph_calls.h"
+#include "graph/python/torch_native.h"
 #include "graph/passes/channels_last.h"
 #include "inductor/kernel_cache.h"
+#include "inductor/lower.h"
 #include "inductor/parallel.h"
 #include "inductor/python/buffer_pool.h"
 #include "inductor/python/channels_last_inputs.h"
@@ -83,7 +86,7 @@ std::string value_key(const Value& v) {
   std::string s = std::to_string(static_cast<int>(v.kind)) + ":";
   switch (v.kind) {
     case Value::Kind::Bool: s += v.b ? "1" : "0"; break;
-    case Value::Kind::Int: s += std::to_string(v.i); break;
+    case Value::Kind::Int: s += v.sym ? "s(" + sym_str(v.sym) + ")" : std::to_string(v.i); break;
     case Value::Kind::Float: {
       char b[40];
       std::snprintf(b, sizeof b, "%a", v.f);
@@ -110,9 +113,11 @@ std::string meta_key(const ValueMeta& m) {
   std::string s = std::to_string(static_cast<int>(m.kind));
   if (m.is_tensor()) {
     s += std::string(dtype_name(m.tensor.dtype)) + m.tensor.device.str() + "[";
-    for (int64_t x : m.tensor.sizes) s += std::to_string(x) + ",";
+    // NB: symbolic entries by their expression: graphs that differ only in the traced sizes
+    // share one symbolic program.
+    for (const SymInt& x : m.tensor.sizes) s += x.str() + ",";
     s += "/";
-    for (int64_t x : m.tensor.strides) s += std::to_string(x) + ",";
+    for (const SymInt& x : m.tensor.strides) s += x.str() + ",";
     s += "]";
   }
   for (const ValueMeta& i : m.items) s += "(" + meta_key(i) + ")";
@@ -221,7 +226,9 @@ struct CompiledGraph::Plan {
 CompiledGraph::CompiledGraph(const Graph& g) {
   // NB: the streaming-store size and the channels-last switch change the generated code: part of
   // the key (of the graph as captured: a hit skips the rewrite too).
-  bool channels_last = config().cpu_channels_last, attention = config().fuse_attention;
+  // NB: not channels-last with symbolic sizes (the rewrite is written for concrete ones).
+  bool symbolic = has_symbolic_shapes(g);
+  bool channels_last = config().cpu_channels_last && !symbolic, attention = config().fuse_attention;
   std::string key = graph_structure_key(g) + " stream " + std::to_string(config().cpu_streaming_store_mb) +
                     (channels_last ? " nhwc" : "") + (attention ? " sdpa" : "");
   {
@@ -244,11 +251,21 @@ CompiledGraph::CompiledGraph(const Graph& g) {
     std::lock_guard<std::mutex> lock(g_cache_mu);
     memory_cache().add(key, prog_);
   }
+  if (prog_->channels_last) original_ = std::make_unique<Graph>(g);
+  if (prog_->program.symbolic) {
+    symbol_at_ = symbol_bindings(prog_->graph);
+    return;  // the instances are made per set of sizes (instance_for)
+  }
+  static_.g = &prog_->graph;
+  static_.p = &prog_->program;
+  build_plan(static_, g);
+}
+
+void CompiledGraph::build_plan(Instance& inst, const Graph& g) {
   const std::optional<ChannelsLastGraph>& cl = prog_->channels_last;
-  if (cl) original_ = std::make_unique<Graph>(g);
-  const loop::Program& p = prog_->program;
-  plan_ = std::make_unique<Plan>();
-  Plan& pl = *plan_;
+  const loop::Program& p = *inst.p;
+  inst.plan = std::make_unique<Plan>();
+  Plan& pl = *inst.plan;
   pl.torch = PyRef::steal(PyImport_ImportModule("torch"));
   if (!pl.torch) throw_py("cannot import torch");
   auto attr = [&](PyObject* o, const char* name) {
@@ -297,7 +314,7 @@ CompiledGraph::CompiledGraph(const Graph& g) {
     }
     pb.allocate = used[b] && !slotted && (buf.role == loop::BufferRole::Intermediate || buf.role == loop::BufferRole::Output);
   }
-  pl.placeholders = prog_->graph.placeholders();
+  pl.placeholders = inst.g->placeholders();
   pl.input_buf.assign(pl.placeholders.size(), -1);
   for (size_t b = 0; b < p.buffers.size(); ++b)
     if (p.buffers[b].role == loop::BufferRole::Input) pl.input_buf[static_cast<size_t>(p.buffers[b].input)] = static_cast<int>(b);
@@ -347,7 +364,7 @@ CompiledGraph::CompiledGraph(const Graph& g) {
       if (op_kind(e.op) == Op::linear && e.result >= 0 && config().cpu_pack_linear_weights) {
         int64_t rows = 0, k = 0, n = 0;
         const auto& pb = pl.bufs[static_cast<size_t>(e.result)];
-        if (packable_linear(prog_->graph, op, e.args, &rows, &k, &n) && pb.contiguous && packed_linear_available()) {
+        if (packable_linear(*inst.g, op, e.args, &rows, &k, &n) && pb.contiguous && packed_linear_available()) {
           x.packed = std::make_unique<PackedLinear>(rows, k, n, pb.sizes.get(), pb.strides.get(), pb.bytes);
           ++packed_linears;
           pl.check_inputs = true;  // the packed copy assumes the traced weight layout
@@ -373,13 +390,108 @@ CompiledGraph::CompiledGraph(const Graph& g) {
 
 CompiledGraph::~CompiledGraph() = default;
 
-int CompiledGraph::packed_linears() const { return plan_->packed_linears; }
+namespace {
+
+// Small per-run arrays on the stack; the heap only for large graphs.
+template <typename T, size_t N>
+struct RunArray {
+  T inline_[N];
+  std::vector<T> heap_;
+  T* data;
+  explicit RunArray(size_t n) : data(inline_) {
+    if (n > N) {
+      heap_.resize(n);
+      data = heap_.data();
+    }
+    for (size_t i = 0; i < n; ++i) data[i] = T();
+  }
+  T& operator[](size_t i) { return data[i]; }
+};
+
+}  // namespace
+
+int CompiledGraph::packed_linears() const {
+  int n = static_.plan ? static_.plan->packed_linears : 0;
+  for (const auto& inst : instances_) n = std::max(n, inst->plan->packed_linears);
+  return n;
+}
 
 int64_t CompiledGraph::packed_linear_calls() const {
   int64_t n = 0;
-  for (const auto& x : plan_->externs)
-    if (x.packed) n += x.packed->packed_calls();
+  auto count = [&](const Plan& pl) {
+    for (const auto& x : pl.externs)
+      if (x.packed) n += x.packed->packed_calls();
+  };
+  if (static_.plan) count(*static_.plan);
+  for (const auto& inst : instances_) count(*inst->plan);
   return n;
+}
+
+// NB: a program compiled for sizes >= 2 (every symbol's bound: broadcasting and the like were
+// decided on it) runs only where each symbol's value is; anything else, or inputs that are not
+// tensors of the expected rank, run on the reference runner.
+constexpr size_t kMaxInstances = 64;
+
+CompiledGraph::Instance* CompiledGraph::instance_for(PyObject* const* inputs, size_t n, bool* failed) {
+  *failed = false;
+  RunArray<int64_t, 16> values(symbol_at_.size());
+  const ff_torch_native_api* native = torch_native();
+  for (size_t s = 0; s < symbol_at_.size(); ++s) {
+    auto [i, d] = symbol_at_[s];
+    if (i < 0) {  // a symbol the trace specialised: no kernel reads it
+      values[s] = 0;
+      continue;
+    }
+    if (static_cast<size_t>(i) >= n) return nullptr;
+    // NB: the sizes straight from the tensor where framefuse._torch_native is loaded (no torch.Size).
+    if (native) {
+      ff_native_tensor_meta m;
+      if (native->tensor_meta(inputs[i], &m) && m.dim > d) {
+        values[s] = m.sizes[d];
+        if (values[s] < 2) return nullptr;
+        continue;
+      }
+    }
+    PyRef shape = PyRef::steal(PyObject_GetAttrString(inputs[i], "shape"));
+    if (!shape || !PyTuple_Check(shape.get()) || PyTuple_GET_SIZE(shape.get()) <= d) {
+      PyErr_Clear();
+      return nullptr;
+    }
+    values[s] = PyLong_AsLongLong(PyTuple_GET_ITEM(shape.get(), d));
+    if (values[s] == -1 && PyErr_Occurred()) {
+      PyErr_Clear();
+      return nullptr;
+    }
+    if (values[s] < 2) return nullptr;
+  }
+  auto same = [&](const Instance& inst) { return std::equal(inst.bindings.begin(), inst.bindings.end(), values.data); };
+  for (size_t k = instances_.size(); k-- > 0;) {
+    if (!same(*instances_[k])) continue;
+    if (k + 1 != instances_.size()) std::rotate(instances_.begin() + static_cast<std::ptrdiff_t>(k), instances_.begin() + static_cast<std::ptrdiff_t>(k) + 1, instances_.end());
+    return instances_.back().get();
+  }
+  if (instances_.size() >= kMaxInstances) instances_.erase(instances_.begin());
+  auto inst = std::make_unique<Instance>();
+  inst->bindings.assign(values.data, values.data + symbol_at_.size());
+  try {
+    inst->graph = specialize_shapes(prog_->graph, inst->bindings);
+    inst->program = loop::specialize_program(prog_->program, inst->bindings);
+    report_eager_strides(inst->program, inst->graph);
+    inst->g = &inst->graph;
+    inst->p = &inst->program;
+    build_plan(*inst, inst->graph);
+  } catch (const std::exception& e) {
+    if (!PyErr_Occurred()) PyErr_SetString(PyExc_RuntimeError, e.what());
+    *failed = true;
+    return nullptr;
+  }
+  if (log_enabled(LogArtifact::dynamic)) {
+    std::string sizes;
+    for (size_t s = 0; s < inst->bindings.size(); ++s) sizes += (s ? ", s" : "s") + std::to_string(s) + "=" + std::to_string(inst->bindings[s]);
+    log_emit(LogArtifact::dynamic, "inductor: the symbolic program runs at " + sizes + " (its kernels take the sizes as arguments)");
+  }
+  instances_.push_back(std::move(inst));
+  return instances_.back().get();
 }
 
 namespace {
@@ -399,8 +511,7 @@ bool requires_grad(PyObject* t) {
 // A large matrix product writes straight into a pooled buffer (torch.matmul / addmm with out=):
 // torch would hand back freshly mapped memory, whose page faults cost a tenth of the product.
 // Returns nullptr without an error set when this path does not apply.
-PyObject* CompiledGraph::matmul_into_pool(const std::string& op, const std::vector<PyObject*>& operands, int result) {
-  Plan& pl = *plan_;
+PyObject* CompiledGraph::matmul_into_pool(Plan& pl, const std::string& op, const std::vector<PyObject*>& operands, int result) {
   const auto& pb = pl.bufs[static_cast<size_t>(result)];
   if (!buffer_pool_on() || pb.bytes < kPoolMinBytes || !pb.contiguous) return nullptr;
   for (PyObject* o : operands)
@@ -449,30 +560,25 @@ PyObject* CompiledGraph::matmul_into_pool(const std::string& op, const std::vect
   return out.release();
 }
 
-namespace {
-
-// Small per-run arrays on the stack; the heap only for large graphs.
-template <typename T, size_t N>
-struct RunArray {
-  T inline_[N];
-  std::vector<T> heap_;
-  T* data;
-  explicit RunArray(size_t n) : data(inline_) {
-    if (n > N) {
-      heap_.resize(n);
-      data = heap_.data();
-    }
-    for (size_t i = 0; i < n; ++i) data[i] = T();
-  }
-  T& operator[](size_t i) { return data[i]; }
-};
-
-}  // namespace
-
 PyObject* CompiledGraph::run(PyObject* const* inputs, size_t n) {
-  const loop::Program& p = prog_->program;
-  const Graph& g = prog_->graph;
-  Plan& pl = *plan_;
+  Instance* inst = &static_;
+  if (prog_->program.symbolic) {
+    bool failed = false;
+    inst = instance_for(inputs, n, &failed);
+    if (failed) return nullptr;
+    if (!inst) {
+      if (!warned_ && log_enabled(LogArtifact::perf_hints))
+        log_emit(LogArtifact::perf_hints,
+                 "inductor: inputs whose sizes do not fit the symbolic program (a size below 2, "
+                 "or not a tensor of the traced rank); running it on the reference runner");
+      warned_ = true;
+      if (!symbolic_fallback_) symbolic_fallback_ = std::make_unique<ReferenceRunner>(prog_->graph);
+      return symbolic_fallback_->run(inputs, n);
+    }
+  }
+  const loop::Program& p = *inst->p;
+  const Graph& g = *inst->g;
+  Plan& pl = *inst->plan;
   size_t nb = p.buffers.size();
   // Guards on what the code was compiled for; anything else runs on the reference runner.
   int match = n == pl.placeholders.size() ? 1 : 0;
@@ -486,8 +592,8 @@ PyObject* CompiledGraph::run(PyObject* const* inputs, size_t n) {
     if (!warned_ && log_enabled(LogArtifact::perf_hints))
       log_emit(LogArtifact::perf_hints, std::string("inductor: ") + why + "; running it on the reference runner");
     warned_ = true;
-    if (!fallback_) fallback_ = std::make_unique<ReferenceRunner>(original_ ? *original_ : g);
-    return fallback_->run(inputs, n);
+    if (!inst->fallback) inst->fallback = std::make_unique<ReferenceRunner>(original_ ? *original_ : g);
+    return inst->fallback->run(inputs, n);
   };
   if (!match) return run_reference("inputs differ from the ones the graph was compiled for (sizes, strides, dtype or device)");
   // The caller's data pointers, read once for the checks of inputs written in place and the kernels.
@@ -599,8 +705,10 @@ PyObject* CompiledGraph::run(PyObject* const* inputs, size_t n) {
     if (s.kind == loop::Step::Kind::Kernel) {
       const loop::Kernel& k = p.kernels[static_cast<size_t>(s.index)];
       const auto& kb = pl.kernel_bufs[static_cast<size_t>(s.index)];
-      RunArray<void*, 16> args(kb.size());
+      RunArray<void*, 16> args(kb.size() + 1);
       for (size_t i = 0; i < kb.size(); ++i) args[i] = ptrs[static_cast<size_t>(kb[i])];
+      // NB: the kernels of a symbolic program read the symbols' values after their buffers.
+      args[kb.size()] = const_cast<int64_t*>(inst->bindings.data());
       KernelFn fn = prog_->module->kernels[static_cast<size_t>(s.index)];
       if (threads > 1 && k.work() >= kParallelWork) {
         PyThreadState* ts = PyEval_SaveThread();
@@ -643,7 +751,7 @@ PyObject* CompiledGraph::run(PyObject* const* inputs, size_t n) {
           if (!owned.back()) return nullptr;
           operands.push_back(owned.back().get());
         }
-        result = PyRef::steal(matmul_into_pool(op_def(e.op).name, operands, e.result));
+        result = PyRef::steal(matmul_into_pool(pl, op_def(e.op).name, operands, e.result));
       }
       if (!result) result = PyRef::steal(x.call->call(node_objs.data));
     }

@@ -44,17 +44,36 @@ class CompiledGraph {
   const CompiledProgram& compiled() const { return *prog_; }
   bool from_memory_cache() const { return from_memory_cache_; }
   bool channels_last() const { return original_ != nullptr; }
+  // Dynamic shapes: the program's kernels take the symbols' values as arguments; each new set of
+  // sizes costs a specialised copy of the program's sizes (no code generation).
+  bool symbolic() const { return prog_->program.symbolic; }
+  size_t instances() const { return instances_.size(); }
   // Linear layers set up for MKL's packed GEMM, and the calls they served (packed_linear.h).
   int packed_linears() const;
   int64_t packed_linear_calls() const;
 
  private:
   struct Plan;
-  PyObject* matmul_into_pool(const std::string& op, const std::vector<PyObject*>& operands, int result);
+  // The program at one set of sizes: prog_'s own where it is static; for a symbolic program, its
+  // graph and program specialised to one call's symbol values (`bindings`).
+  struct Instance {
+    std::vector<int64_t> bindings;
+    Graph graph;  // symbolic programs only
+    loop::Program program;
+    const Graph* g = nullptr;             // the graph run (prog_'s or `graph`)
+    const loop::Program* p = nullptr;     // the program run (prog_'s or `program`)
+    std::unique_ptr<Plan> plan;
+    std::unique_ptr<ReferenceRunner> fallback;
+  };
+  void build_plan(Instance& inst, const Graph& captured);
+  Instance* instance_for(PyObject* const* inputs, size_t n, bool* failed);
+  PyObject* matmul_into_pool(Plan& pl, const std::string& op, const std::vector<PyObject*>& operands, int result);
   std::shared_ptr<const CompiledProgram> prog_;
   std::unique_ptr<Graph> original_;  // the graph as captured, when prog_ runs it channels-last
-  std::unique_ptr<Plan> plan_;
-  std::unique_ptr<ReferenceRunner> fallback_;
+  Instance static_;                  // a static program's one instance
+  std::vector<std::pair<int, int>> symbol_at_;  // symbol -> (input, dim) its value is read from
+  std::vector<std::unique_ptr<Instance>> instances_;  // symbolic programs: by bindings, most recent last
+  std::unique_ptr<ReferenceRunner> symbolic_fallback_;  // inputs whose sizes cannot bind the symbols
   bool from_memory_cache_ = false;
   bool warned_ = false;
 };

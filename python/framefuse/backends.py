@@ -86,12 +86,36 @@ def _call_backend(backend, cgraph, example_inputs, mode, options, training=False
     # mode is on and an input requires grad.
     graph = Graph(cgraph)
     if graph.is_symbolic():
+        compiled = _compile_symbolic(backend, graph, example_inputs, training)
+        if compiled is not None:
+            return compiled
         return _PerSizes(graph, lambda g, examples: _compile_static(backend, g, examples, mode, options, training),
                          example_inputs)
     return _compile_static(backend, graph, example_inputs, mode, options, training)
 
 
 _per_sizes_compiles = 0
+_symbolic_compiles = 0
+
+
+def _compile_symbolic(backend, graph, example_inputs, training):
+    """backend="inductor" on CPU: one program for every set of sizes (framefuse.inductor.compile_symbolic)."""
+    from ._C import config as _config  # noqa: PLC0415
+    if backend != "inductor" or training or not _config.get("dynamic_kernels"):
+        return None
+    from . import inductor  # noqa: PLC0415
+    if not hasattr(inductor, "compile_symbolic"):
+        return None
+    compiled = inductor.compile_symbolic(graph, example_inputs)
+    if compiled is not None:
+        global _symbolic_compiles
+        _symbolic_compiles += 1
+    return compiled
+
+
+def symbolic_compiles():
+    """Graphs with symbolic sizes compiled once for all their sizes (kernels that take sizes as arguments)."""
+    return _symbolic_compiles
 
 
 def per_sizes_compiles():
@@ -115,7 +139,7 @@ class _PerSizes:
         self(*example_inputs, _compile_only=True)
 
     def __call__(self, *inputs, _compile_only=False):
-        key = tuple(inputs[i].shape[d] for i, d in self._bindings)
+        key = tuple(inputs[i].shape[d] if i >= 0 else 0 for i, d in self._bindings)
         fn = self._compiled.get(key)
         if fn is None:
             from ._C import config as _config  # noqa: PLC0415

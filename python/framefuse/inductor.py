@@ -15,7 +15,7 @@ the reference runner (eager torch ops) and a `perf_hints` log line says why.
 from . import _C
 from ._autograd import compile_with_autograd
 
-__all__ = ["compile_graph", "loop_ir", "codegen_available"]
+__all__ = ["compile_graph", "compile_symbolic", "loop_ir", "codegen_available"]
 
 
 def codegen_available():
@@ -49,6 +49,27 @@ def compile_graph(graph, example_inputs=None):
                                          lambda why: _hint(f"inductor: {why}; it runs on the reference runner"))
         return compiled if compiled is not None else _ReferenceFallback(handle)
     return _compile_cpu(handle)
+
+
+def compile_symbolic(graph, example_inputs):
+    """A graph with symbolic sizes (dynamic shapes) compiled once for every set of sizes: its CPU
+    kernels take the sizes as arguments. None where it cannot be (CPU tensors only, no autograd, a
+    pass that needs a concrete size): the caller then compiles it per set of sizes."""
+    import torch  # noqa: PLC0415
+    handle = _graph_handle(graph)
+    tensors = [t for t in example_inputs if isinstance(t, torch.Tensor)]
+    if not codegen_available() or any(t.device.type != "cpu" or t.is_neg() or t.is_conj() for t in tensors):
+        return None
+    if _needs_autograd(handle):
+        return None
+    try:
+        compiled = _C.inductor.CompiledGraph(handle)
+    except Exception as e:  # noqa: BLE001  (any failure: the graph is compiled per set of sizes)
+        if _C.config.get("raise_on_internal_error") and isinstance(e, _C.InternalError):
+            raise
+        _C.logging.emit("dynamic", f"inductor: the graph is compiled per set of sizes: {type(e).__name__}: {e}")
+        return None
+    return compiled if compiled.symbolic else None
 
 
 def _compile_cpu(handle):

@@ -25,8 +25,10 @@ NodeId call(Graph& g, const char* op, std::vector<Value> pos, std::vector<std::p
 }
 Value N(NodeId n) { return Value::of_node(n); }
 
-// Runs every kernel of p in order over its whole range; `mem` holds one vector per buffer.
-void run(const loop::Program& p, const inductor::CpuModule& m, std::vector<std::vector<char>>& mem) {
+// Runs every kernel of p in order over its whole range; `mem` holds one vector per buffer. A
+// program specialised from a symbolic one passes the symbols' values (`bindings`) after the buffers.
+void run(const loop::Program& p, const inductor::CpuModule& m, std::vector<std::vector<char>>& mem,
+         std::vector<int64_t> bindings = {}) {
   for (size_t b = 0; b < p.buffers.size(); ++b)
     if (mem[b].empty()) mem[b].resize(static_cast<size_t>(loop::buffer_bytes(p.buffers[b])) + 64);
   for (const auto& s : p.steps) {
@@ -34,6 +36,7 @@ void run(const loop::Program& p, const inductor::CpuModule& m, std::vector<std::
     const auto& k = p.kernels[static_cast<size_t>(s.index)];
     std::vector<void*> ptrs;
     for (int b : k.buffers()) ptrs.push_back(mem[static_cast<size_t>(b)].data());
+    ptrs.push_back(bindings.data());
     m.kernels[static_cast<size_t>(s.index)](ptrs.data(), 0, k.root.extent);
   }
 }
@@ -120,6 +123,51 @@ TEST(LlvmCodegen, IntegerSumAndBroadcast) {
     int64_t want = 0;
     for (int r = 0; r < 4; ++r) want += int64_t{xs[static_cast<size_t>(r * 5 + c)]} * ys[static_cast<size_t>(c)];
     EXPECT_EQ(at<int64_t>(mem[static_cast<size_t>(out)], static_cast<size_t>(c)), want);
+  }
+}
+
+// Dynamic shapes: a graph over x: f32[s0, s1] lowers to kernels whose extents and index
+// arithmetic read the symbols; one compiled module runs at any sizes (the program specialised per
+// call only for its buffers' sizes).
+TEST(LlvmCodegen, SymbolicSizesAreKernelArguments) {
+  if (!inductor::cpu_codegen_available()) GTEST_SKIP() << "built without LLVM";
+  ShapeEnv env;
+  Graph g;
+  {
+    ShapeEnvScope scope(&env);
+    SymShape sizes{env.new_symbol(5, "x0"), env.new_symbol(7, "x1")};
+    NodeId x = g.add_placeholder("x", ValueMeta::of_tensor(TensorMeta::contiguous(sizes, DType::Float32)));
+    NodeId rows = call(g, "sum", {N(x), Value::list({Value::of_int(1)})}, {{"keepdim", Value::of_bool(true)}});
+    NodeId out = call(g, "add", {N(call(g, "mul", {N(x), Value::of_float(2.0)})), N(rows)});
+    g.set_output(Value::tuple({N(out)}));
+    EXPECT_TRUE(env.guards().empty());
+  }
+  ShapeEnvScope none(nullptr);  // nothing may specialise a size while compiling
+  loop::Program p = inductor::compile_to_loop_ir(g);
+  ASSERT_TRUE(p.symbolic);
+  std::string text = loop::program_str(p);
+  EXPECT_NE(text.find("for v0 in 0..s0 parallel"), std::string::npos) << text;
+  EXPECT_NE(text.find("buf0[((v0 * s1) + v1)]"), std::string::npos) << text;
+  auto m = inductor::compile_cpu(p, {});
+  for (auto [rows, cols] : {std::pair<int64_t, int64_t>{3, 4}, {9, 2}, {2, 33}}) {
+    std::vector<int64_t> bindings{rows, cols};
+    loop::Program concrete = loop::specialize_program(p, bindings);
+    EXPECT_FALSE(concrete.symbolic);
+    EXPECT_EQ(concrete.buffers[0].sizes.str(), "[" + std::to_string(rows) + ", " + std::to_string(cols) + "]");
+    std::vector<float> xs(static_cast<size_t>(rows * cols));
+    for (size_t i = 0; i < xs.size(); ++i) xs[i] = static_cast<float>(i % 13) - 6.0f;
+    std::vector<std::vector<char>> mem(p.buffers.size());
+    mem[0] = bytes(xs);
+    run(concrete, *m, mem, bindings);
+    int out = concrete.outputs.at(0).second.buf;
+    for (int64_t r = 0; r < rows; ++r) {
+      float sum = 0;
+      for (int64_t c = 0; c < cols; ++c) sum += xs[static_cast<size_t>(r * cols + c)];
+      for (int64_t c = 0; c < cols; ++c)
+        EXPECT_FLOAT_EQ(at<float>(mem[static_cast<size_t>(out)], static_cast<size_t>(r * cols + c)),
+                        xs[static_cast<size_t>(r * cols + c)] * 2 + sum)
+            << rows << "x" << cols << " at " << r << "," << c;
+    }
   }
 }
 

@@ -55,6 +55,28 @@ TEST(SymInt, BoundsSettleComparisonsWithoutGuards) {
   EXPECT_TRUE(env.guards().empty());
 }
 
+TEST(SymInt, ShiftedBoundsSettleProductsOfSymbols) {
+  // Every symbol is >= 2: written over t = s - 2 >= 0, s1*s2 - s2 is 2 + 2*t1 + t2 + t1*t2 > 0.
+  ShapeEnv env;
+  SymInt s0 = env.new_symbol(5, "x0"), s1 = env.new_symbol(3, "x1");
+  EXPECT_FALSE(s0 * s1 < s1);  // no environment: settled without a guard
+  EXPECT_TRUE(s0 * s1 * 2 > s0 + s1);
+  EXPECT_TRUE((s0 - 1) * (s0 - 2) >= 0);
+  EXPECT_THROW((void)(s0 * s1 < s1 * 8), SymbolicSpecialization);
+  EXPECT_THROW((void)(s0 - 1 == 1), SymbolicSpecialization);  // s0 may be 2
+}
+
+TEST(SymInt, SubstitutingSymbolsKeepsTheOthers) {
+  ShapeEnv env;
+  SymInt s0 = env.new_symbol(5, "x0"), s1 = env.new_symbol(4, "x1");
+  SymInt e = s0 * s1 + s1 * 3;
+  SymInt r = sym_substitute(e, {{1, 4}});
+  EXPECT_EQ(r.str(), "4*s0 + 12");
+  EXPECT_EQ(r.hint(), e.hint());
+  EXPECT_FALSE(sym_substitute(e, {{0, 5}, {1, 4}}).is_symbolic());
+  EXPECT_EQ(sym_substitute(e, {{0, 5}, {1, 4}}).hint(), 32);
+}
+
 TEST(SymInt, ComparisonsOnHintsRecordWhatHeld) {
   ShapeEnv env;
   ShapeEnvScope scope(&env);

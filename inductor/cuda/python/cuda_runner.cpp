@@ -175,8 +175,8 @@ CudaGraphModule::CudaGraphModule(const Graph& g, const CudaCompileOptions& opts)
     // NB: exactly the strides the graph was compiled for (see ChannelsLastInputs).
     for (const loop::Buffer& b : prog_.buffers) {
       if (b.role != loop::BufferRole::Input || b.input != i) continue;
-      cl_layouts_.push_back(py::cast(b.sizes));
-      cl_layouts_.push_back(py::cast(b.strides));
+      cl_layouts_.push_back(py::cast(b.sizes.ints()));
+      cl_layouts_.push_back(py::cast(b.strides.ints()));
       cl_inputs_.add(static_cast<size_t>(i), cl_layouts_[cl_layouts_.size() - 2].ptr(), cl_layouts_.back().ptr());
     }
   }
@@ -302,8 +302,8 @@ void CudaGraphModule::prepare() {
   size_t nb = prog_.buffers.size();
   p->layouts.reserve(2 * nb);  // NB: the checks borrow these: no reallocation after add()
   for (const loop::Buffer& b : prog_.buffers) {
-    p->layouts.push_back(py::tuple(py::cast(b.sizes)));
-    p->layouts.push_back(py::tuple(py::cast(b.strides)));
+    p->layouts.push_back(py::tuple(py::cast(b.sizes.ints())));
+    p->layouts.push_back(py::tuple(py::cast(b.strides.ints())));
   }
   p->packed_layouts.reserve(2 * pack_.bufs.size());  // NB: borrowed by the check as well
   for (size_t b = 0; b < nb; ++b) {
@@ -367,7 +367,7 @@ py::object CudaGraphModule::view(const std::vector<py::object>& bufs, int b, con
   int64_t arena = packed(b) ? pack_.offset[static_cast<size_t>(b)] : -1;
   if (arena < 0 && ref.offset == 0 && ref.sizes == buf.sizes && ref.strides == buf.strides) return t;
   int64_t base = t.attr("storage_offset")().cast<int64_t>() + std::max<int64_t>(arena, 0);
-  return t.attr("as_strided")(py::cast(ref.sizes), py::cast(ref.strides), base + ref.offset);
+  return t.attr("as_strided")(py::cast(ref.sizes.ints()), py::cast(ref.strides.ints()), base + static_cast<int64_t>(ref.offset));
 }
 
 py::object CudaGraphModule::folded_value(Folded& f, const std::vector<py::object>& inputs,

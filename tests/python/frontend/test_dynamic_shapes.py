@@ -267,8 +267,9 @@ def test_comparisons_and_unmodelled_uses_are_guarded():
 
 
 def test_sizes_past_the_compile_bound_run_eagerly_and_exactly():
+    # NB: the per-size path: graphs whose kernels cannot take sizes as arguments (dynamic_kernels off here).
     from framefuse import backends  # noqa: PLC0415
-    with framefuse.config.patch(dynamic_size_compiles=2):
+    with framefuse.config.patch(dynamic_size_compiles=2, dynamic_kernels=False):
         cf = framefuse.compile(relu_sum, dynamic=True)
         before = backends.per_sizes_compiles()
         for n in (3, 4, 5, 6, 3):
@@ -276,3 +277,18 @@ def test_sizes_past_the_compile_bound_run_eagerly_and_exactly():
             torch.testing.assert_close(cf(x), relu_sum(x))
         assert backends.per_sizes_compiles() - before == 2
     assert compiled_frames() == 1
+
+
+def test_slices_of_a_shape_and_star_arguments_keep_sizes_symbolic():
+    # transformers' attention: `hidden_shape = (*x.shape[:-1], -1, d)`; `x.reshape(*x.shape[:-1], -1)`.
+    def heads(x):
+        input_shape = x.shape[:-1]
+        hidden_shape = (*input_shape, -1, 4)
+        return x.view(hidden_shape).transpose(1, 2)
+
+    def flat(x):
+        return x.reshape(*x.shape[:-1], -1).contiguous() + x.size()[1]
+
+    for fn in (heads, flat):
+        framefuse.reset()
+        assert sweep(fn, [(2, t, 8) for t in (5, 9, 13, 17, 2)]) == 2, fn.__name__

@@ -47,10 +47,16 @@ def test_fixed_budget_on_cpu_agrees_with_eager(fuzz_config):
 
 @iu.needs_codegen
 def test_fixed_budget_with_symbolic_sizes_agrees_with_eager(fuzz_config):
-    # compile(dynamic=True): every case is typed by the symbolic meta rules (and guarded), then
-    # compiled specialised to its sizes; a wrong symbolic rule gives a wrong layout or result here.
+    # compile(dynamic=True): every case is typed by the symbolic meta rules (and guarded) and
+    # compiled once at other sizes (every size >= 2 grown by one), then checked at its own: the
+    # kernels that take sizes as arguments run at sizes they were not traced with. A wrong symbolic
+    # rule, or a traced size read as a constant, gives a wrong layout or result here.
+    from framefuse import backends  # noqa: PLC0415
+    before = backends.symbolic_compiles()
     stats, _ = _run(CPU_CASES // 3, seed=31, device="cpu", dynamic=True)
-    assert stats["compiled"] >= 0.7 * stats["cases"], stats
+    # NB: `compiled` counts graphs with symbolic sizes only (those whose sizes are all 0 or 1 are static).
+    assert stats["compiled"] >= 0.6 * stats["cases"], stats
+    assert backends.symbolic_compiles() - before >= 0.5 * stats["cases"], stats
 
 
 def test_generated_cuda_source_compiles_for_random_graphs(fuzz_config):

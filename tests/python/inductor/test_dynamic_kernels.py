@@ -1,0 +1,134 @@
+"""Dynamic shapes in the CPU code generator: a graph with symbolic sizes is compiled once and its
+kernels take the sizes as arguments (loop extents, strides and index arithmetic read the run's
+symbol values); a new set of sizes only specialises the program's sizes.
+
+Every call is compared with eager at sizes the program was not traced with, so a traced size read
+as a constant somewhere in the lowering shows up as a wrong result. `symbolic_compiles` counts
+programs compiled once for all sizes, `per_sizes_compiles` the fallback's one compile per size.
+"""
+import logging
+
+import pytest
+import torch
+
+import framefuse
+from framefuse import _C, backends
+
+import inductor_util as iu
+
+pytestmark = [pytest.mark.filterwarnings("ignore::UserWarning"), iu.needs_codegen]
+
+
+@pytest.fixture(autouse=True)
+def _fresh():
+    framefuse.reset()
+    yield
+    framefuse.reset()
+
+
+def counts():
+    return backends.symbolic_compiles(), backends.per_sizes_compiles()
+
+
+def sweep(fn, inputs, **kwargs):
+    """Calls the compiled fn on each input tuple, each checked against eager; returns how many
+    programs were compiled for all sizes and how many per size."""
+    before = counts()
+    cf = framefuse.compile(fn, **kwargs)
+    with torch.no_grad():
+        for args in inputs:
+            torch.testing.assert_close(cf(*args), fn(*args), rtol=1e-5, atol=1e-5, equal_nan=True)
+    after = counts()
+    return after[0] - before[0], after[1] - before[1]
+
+
+def relu_sum(x):
+    return torch.relu(x) * 2 + x.sum()
+
+
+def test_a_batch_size_sweep_compiles_one_program():
+    sizes = [3, 4, 5, 6, 7, 9, 11, 16, 23, 40, 64, 65, 2, 300]
+    assert sweep(relu_sum, [(torch.randn(n, 8),) for n in sizes]) == (1, 0)
+    assert _C._frame_eval_stats()["frames_compiled"] == 2  # static, then s0
+
+
+def test_every_dimension_symbolic_under_dynamic_true():
+    shapes = [(3, 5), (7, 2), (2, 9), (33, 17), (4, 4)]
+    assert sweep(relu_sum, [(torch.randn(*s),) for s in shapes], dynamic=True) == (1, 0)
+
+
+def test_reductions_and_normalisations_over_symbolic_dims():
+    def f(x, w):
+        y = torch.softmax(x, dim=-1) + (x - x.mean(-1, keepdim=True)) / x.std(-1, keepdim=True)
+        return y.mean(dim=1, keepdim=True), x.amax(dim=0), (x * w).sum(dim=-1), torch.log_softmax(x, 0)
+
+    shapes = [(3, 5), (7, 2), (2, 9), (40, 33)]
+    assert sweep(f, [(torch.randn(*s), torch.randn(s[-1])) for s in shapes], dynamic=True) == (1, 0)
+
+    # NB: layer_norm's normalized_shape is an argument the frontend specialises: rows vary only.
+    def g(x):
+        return torch.nn.functional.layer_norm(x, (12,)) * x.var(dim=0)
+
+    assert sweep(g, [(torch.randn(n, 12),) for n in (3, 5, 8, 70)]) == (1, 0)
+
+
+def test_views_transposes_and_slices_keep_sizes_symbolic():
+    # nanoGPT's shape handling: x.shape unpacked, views with those sizes, a mask sliced to T.
+    mask = torch.tril(torch.ones(64, 64))
+
+    def attention_like(x):
+        b, t, c = x.shape
+        q = x.view(b, t, 2, c // 2).transpose(1, 2)
+        s = q @ q.transpose(-2, -1)
+        s = s.masked_fill(mask[:t, :t] == 0, float("-inf"))
+        y = torch.softmax(s, dim=-1) @ q
+        return y.transpose(1, 2).contiguous().view(b, t, c), x[:, t - 1], x[:, 1:t]
+
+    inputs = [(torch.randn(2, t, 8),) for t in (5, 9, 17, 33, 64, 3)]
+    assert sweep(attention_like, inputs) == (1, 0)
+
+
+def test_a_symbolic_index_is_read_at_run_time():
+    # NB: x[:, n - 1] has the same result shape at every n: a lowering that read the traced n as a
+    # constant would pass any shape check and read the wrong column.
+    def last_column(x):
+        return x[:, x.shape[1] - 1] * 2, x[:, : x.shape[1] - 1].sum(dim=1)
+
+    inputs = [(torch.randn(3, n),) for n in (4, 7, 2, 19)]
+    assert sweep(last_column, inputs, dynamic=True) == (1, 0)
+
+
+def test_an_mlp_over_batch_sizes_runs_its_linear_layers_in_torch():
+    mlp = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.Linear(32, 4)).eval()
+    assert sweep(mlp, [(torch.randn(n, 16),) for n in (5, 9, 2, 130, 17)]) == (1, 0)
+
+
+def test_integer_and_half_precision_kernels():
+    def f(a, b):
+        return (a * 3 + b) // 2, (a.to(torch.float16) * 1.5).to(torch.float32), torch.cumsum(b, 0)
+
+    inputs = [(torch.randint(-50, 50, (n, 3), dtype=torch.int32), torch.randint(-50, 50, (n, 3), dtype=torch.int32))
+              for n in (4, 9, 2, 31)]
+    assert sweep(f, inputs, dynamic=True)[0] == 1
+
+
+def test_sizes_0_and_1_after_a_symbolic_compile_are_traced_apart_and_exact():
+    inputs = [(torch.randn(n, 6),) for n in (5, 6, 1, 0, 7, 1, 8)]
+    sym, per = sweep(relu_sum, inputs)
+    assert (sym, per) == (1, 0)
+
+
+def test_dynamic_kernels_off_compiles_per_size():
+    with framefuse.config.patch(dynamic_kernels=False):
+        assert sweep(relu_sum, [(torch.randn(n, 8),) for n in (3, 4, 5, 6)]) == (0, 3)
+
+
+def test_the_dynamic_log_says_when_a_program_runs_at_new_sizes(caplog):
+    framefuse.set_logs(dynamic=True)
+    try:
+        with caplog.at_level(logging.INFO, logger="framefuse"):
+            sweep(relu_sum, [(torch.randn(n, 8),) for n in (3, 4, 5)])
+    finally:
+        framefuse.set_logs(dynamic=False)
+    text = "\n".join(r.getMessage() for r in caplog.records)
+    assert "the symbolic program runs at s0=5" in text, text
