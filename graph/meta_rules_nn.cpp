@@ -62,7 +62,7 @@ int64_t pooled_size(int64_t in, int64_t k, int64_t pad, int64_t stride, int64_t 
 
 // A result allocated in the input's suggest_memory_format(): channels-last when the input's
 // strides look channels-last, else contiguous (pooling, constant padding, norms on CPU).
-std::optional<ValueMeta> suggested_format(const TensorMeta& x, std::vector<int64_t> sizes, DType dtype, bool grad) {
+std::optional<ValueMeta> suggested_format(const TensorMeta& x, const SymShape& sizes, DType dtype, bool grad) {
   TensorMeta out = TensorMeta::contiguous(sizes, dtype, x.device);
   out.requires_grad = grad;
   if (x.dim() == 4 && sizes.size() == 4 && strides_like_channels_last(x)) out.strides = channels_last_strides(sizes);
@@ -233,8 +233,9 @@ std::optional<ValueMeta> meta_conv(const MetaContext& ctx) {
   for (int64_t s : *stride)
     if (s <= 0) return std::nullopt;
   const int64_t lead = x.dim() - static_cast<int64_t>(spatial) - 1;  // index of the channel dim
-  std::vector<int64_t> in_spatial(x.sizes.begin() + lead + 1, x.sizes.end());
-  std::vector<int64_t> k(w.sizes.begin() + 2, w.sizes.end());
+  // NB: sizes stay symbolic (a batch or an image size of dynamic shapes).
+  SymShape in_spatial(x.sizes.begin() + lead + 1, x.sizes.end());
+  SymShape k(w.sizes.begin() + 2, w.sizes.end());
   std::vector<int64_t> pad(spatial, 0);
   const Value& pv = ctx.arg("padding");
   bool same = false;
@@ -246,18 +247,18 @@ std::optional<ValueMeta> meta_conv(const MetaContext& ctx) {
     if (!p) return std::nullopt;
     pad = *p;
   }
-  int64_t c = x.sizes[lead];
+  const SymInt& c = x.sizes[lead];
   if (w.sizes[1] * groups != c)
     throw MetaError("Given groups=" + std::to_string(groups) + ", weight of size " + shape_str(w.sizes) +
-                    ", expected input" + shape_str(x.sizes) + " to have " + std::to_string(w.sizes[1] * groups) +
-                    " channels, but got " + std::to_string(c) + " channels instead");
+                    ", expected input" + shape_str(x.sizes) + " to have " + (w.sizes[1] * groups).str() +
+                    " channels, but got " + c.str() + " channels instead");
   if (w.sizes[0] % groups != 0) return std::nullopt;
   bool grad = x.requires_grad || w.requires_grad;
   if (const TensorMeta* b = tensor_or_null(ctx.arg("bias"), ctx.graph)) {
     if (b->dtype != x.dtype || b->dim() != 1 || b->sizes[0] != w.sizes[0]) return std::nullopt;
     grad = grad || b->requires_grad;
   }
-  std::vector<int64_t> sizes(x.sizes.begin(), x.sizes.begin() + lead);
+  SymShape sizes(x.sizes.begin(), x.sizes.begin() + lead);
   sizes.push_back(w.sizes[0]);
   for (size_t i = 0; i < spatial; ++i) {
     if (same) {
@@ -266,10 +267,10 @@ std::optional<ValueMeta> meta_conv(const MetaContext& ctx) {
       sizes.push_back(in_spatial[i]);
       continue;
     }
-    int64_t eff = (*dilation)[i] * (k[i] - 1) + 1;
+    SymInt eff = (*dilation)[i] * (k[i] - 1) + 1;
     if (in_spatial[i] + 2 * pad[i] < eff)
-      throw MetaError("Calculated padded input size per channel: (" + std::to_string(in_spatial[i] + 2 * pad[i]) +
-                      "). Kernel size: (" + std::to_string(eff) + "). Kernel size can't be greater than actual input size");
+      throw MetaError("Calculated padded input size per channel: (" + (in_spatial[i] + 2 * pad[i]).str() +
+                      "). Kernel size: (" + eff.str() + "). Kernel size can't be greater than actual input size");
     sizes.push_back((in_spatial[i] + 2 * pad[i] - eff) / (*stride)[i] + 1);
   }
   TensorMeta out = TensorMeta::contiguous(sizes, x.dtype, x.device);
@@ -285,7 +286,7 @@ std::optional<ValueMeta> meta_pool(const MetaContext& ctx) {
   for (int64_t d = x.dim() - 3; d < x.dim(); ++d)
     if (x.sizes[d] == 0) return std::nullopt;
   const int64_t h = x.sizes[x.dim() - 2], wdt = x.sizes[x.dim() - 1];
-  std::vector<int64_t> sizes(x.sizes.begin(), x.sizes.end() - 2);
+  SymShape sizes(x.sizes.begin(), x.sizes.end() - 2);  // NB: the batch and channels stay symbolic
   if (op_is(ctx, {Op::adaptive_avg_pool2d})) {
     const Value& os = ctx.arg("output_size");
     std::vector<Value> items = os.is_sequence() ? os.items : std::vector<Value>{os, os};
@@ -316,9 +317,9 @@ std::optional<ValueMeta> meta_pool(const MetaContext& ctx) {
     if ((*p)[i] > (*k)[i] / 2) return std::nullopt;  // older torch versions check pad <= kernel / 2
     int64_t out = pooled_size(i == 0 ? h : wdt, (*k)[i], (*p)[i], (*s)[i], (*d)[i], ceil_mode);
     if (out <= 0)
-      throw MetaError("Given input size: (" + std::to_string(x.sizes[x.dim() - 3]) + "x" + std::to_string(h) + "x" +
-                      std::to_string(wdt) + "). Calculated output size: (" + std::to_string(x.sizes[x.dim() - 3]) + "x" +
-                      std::to_string(i == 0 ? out : sizes.back()) + "x...). Output size is too small");
+      throw MetaError("Given input size: (" + x.sizes[x.dim() - 3].str() + "x" + std::to_string(h) + "x" +
+                      std::to_string(wdt) + "). Calculated output size: (" + x.sizes[x.dim() - 3].str() + "x" +
+                      (i == 0 ? std::to_string(out) : sizes.back().str()) + "x...). Output size is too small");
     sizes.push_back(out);
   }
   auto values = suggested_format(x, sizes, x.dtype, x.requires_grad);

@@ -255,21 +255,22 @@ Expr const_float(double v, ScalarType t) {
 Expr const_of(double v, ScalarType t) {
   return is_float(t) ? const_float(v, t) : const_int(static_cast<int64_t>(v), t);
 }
-Expr var(int id) {
-  FF_CHECK(id >= 0, "negative loop variable");
+namespace {
+Expr leaf(ExprKind kind, ScalarType t, int id) {
   auto n = std::make_shared<ExprNode>();
-  n->kind = ExprKind::Var;
-  n->type = ScalarType::I64;
+  n->kind = kind;
+  n->type = t;
   n->id = id;
   return n;
 }
+}  // namespace
+Expr var(int id) {
+  FF_CHECK(id >= 0, "negative loop variable");
+  return leaf(ExprKind::Var, ScalarType::I64, id);
+}
 Expr sym(SymbolId id) {
   FF_CHECK(id >= 0, "negative size symbol");
-  auto n = std::make_shared<ExprNode>();
-  n->kind = ExprKind::Sym;
-  n->type = ScalarType::I64;
-  n->id = id;
-  return n;
+  return leaf(ExprKind::Sym, ScalarType::I64, id);
 }
 Expr size_expr(const SymInt& s) {
   if (!s.is_symbolic()) return const_int(s.hint());
@@ -309,13 +310,7 @@ Expr size_expr(const SymInt& s) {
   FF_CHECK(stack.size() == 1, "size expression did not reduce to one value");
   return stack.back();
 }
-Expr local(int id, ScalarType t) {
-  auto n = std::make_shared<ExprNode>();
-  n->kind = ExprKind::Local;
-  n->type = t;
-  n->id = id;
-  return n;
-}
+Expr local(int id, ScalarType t) { return leaf(ExprKind::Local, t, id); }
 Expr load(int buffer, Expr index, ScalarType t) {
   FF_CHECK(buffer >= 0, "load from no buffer");
   FF_CHECK(index && index->type == ScalarType::I64, "load index must be i64");

@@ -300,7 +300,7 @@ LT cat_rule(Lowerer& L, const Node& n, bool stack) {
   for (const Value& v : list.items) {
     LT p = L.tensor(v);
     if (stack) {
-      std::vector<int64_t> sizes = p.sizes;
+      SymShape sizes = p.sizes;
       if (dim > static_cast<int64_t>(sizes.size())) throw NoLowering("stack along a dimension out of range");
       sizes.insert(sizes.begin() + dim, 1);
       p = L.reshape(p, sizes);
@@ -490,8 +490,7 @@ void add_extra_rules(OpRules& r) {
     LT s = L.reduce(e, dims, true, ReduceOp::Sum, ct);
     LT y = Lowerer::map({s, m}, ct, out, [shift](const V& v) { return bin(BinaryOp::Add, un(UnaryOp::Log, v[0]), shift(v[1])); });
     if (keepdim) return y;
-    std::vector<int64_t> sizes = L.out_meta(n).sizes;
-    return L.reshape(y, sizes);
+    return L.reshape(y, L.out_meta(n).sizes);
   };
   // Every output element is the max of its window's elements. A window position in the padding
   // reads its nearest element inside the input instead: with dilation 1 and floor-mode sizes that
@@ -516,7 +515,7 @@ void add_extra_rules(OpRules& r) {
     std::vector<int64_t> s = pair("stride", k), p = pair("padding", {0, 0}), d = pair("dilation", {1, 1});
     if (d[0] != 1 || d[1] != 1) throw NoLowering("dilated max_pool2d");
     LT x = L.tensor_arg(n, "input");
-    const std::vector<int64_t>& osz = L.out_meta(n).sizes;
+    const SymShape& osz = L.out_meta(n).sizes;  // NB: the batch and channels may be symbolic
     size_t nd = x.sizes.size();
     if (nd < 3 || osz.size() != nd) throw NoLowering("max_pool2d rank");
     for (int i = 0; i < 2; ++i)

@@ -3,7 +3,7 @@ fresh by framefuse and by torch.compile (dynamic=None, both), against eager: com
 wall time of the N calls (compiles included), then the steady time per call at one size against a
 compile that only ever saw that size. Every result is compared with eager's.
 
-    PYTHONPATH=build/main/site python benchmarks/experiments/dynamic_shapes.py [--calls 50] [--models relu_sum,mlp,nanogpt]
+    PYTHONPATH=build/main/site python benchmarks/experiments/dynamic_shapes.py [--calls 50] [--models relu_sum,mlp,resnet18,nanogpt,bert]
 
 framefuse's count is its traces ("frames"), then the programs its backend compiled ("kernels": a
 symbolic graph whose kernels take sizes as arguments counts once; one that cannot, once per size).
@@ -24,7 +24,8 @@ import torch
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 import framefuse  # noqa: E402
 from framefuse import _C, backends  # noqa: E402
-from benchmarks.workloads.nets import MLP, NanoGPT  # noqa: E402
+from benchmarks.workloads import torchvision_model  # noqa: E402
+from benchmarks.workloads.nets import MLP, NanoGPT, ResNetStyle  # noqa: E402
 
 
 def relu_sum(x):
@@ -45,6 +46,13 @@ def models(calls, seed, device):
     gpt = NanoGPT(vocab=2048, block_size=128, n_layer=2, n_head=4, d=128).to(dev).eval()
     out["nanogpt"] = (gpt, [(torch.randint(0, 2048, (1, t), device=dev),) for t in seq],
                       (torch.randint(0, 2048, (1, 64), device=dev),))
+    # NB: torchvision's resnet18 where it imports (not beside torch 2.13's CPU wheel), else the
+    # suite's ResNet-18-style net; a batch sweep at 32x32 (CPU) or 64x64 (CUDA).
+    resnet, _ = torchvision_model("resnet18", lambda: ResNetStyle(18), "ResNet-18-style net")
+    resnet = resnet.to(dev).eval()
+    hw = 64 if dev.type == "cuda" else 32
+    out["resnet18"] = (resnet, [(torch.randn(n, 3, hw, hw, device=dev),) for n in rng.sample(range(2, 66), calls)],
+                       (torch.randn(16, 3, hw, hw, device=dev),))
     try:
         import transformers  # noqa: PLC0415
     except ImportError:
@@ -106,7 +114,7 @@ def steady(compiled, args, calls=30):
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--calls", type=int, default=50)
-    p.add_argument("--models", default="relu_sum,mlp,nanogpt,bert")
+    p.add_argument("--models", default="relu_sum,mlp,resnet18,nanogpt,bert")
     p.add_argument("--seed", type=int, default=24)
     p.add_argument("--no-torch-compile", action="store_true")
     p.add_argument("--device", default="cpu")

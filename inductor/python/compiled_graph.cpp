@@ -36,6 +36,13 @@ namespace {
 // OpenMP team costs more than it saves.
 constexpr double kParallelWork = 32768;
 
+// `s` at one call's symbol values (a static program's `bindings` are empty: its sizes are constants).
+std::vector<int64_t> sym_ints(const SymShape& s, const std::vector<int64_t>& bindings) {
+  std::vector<int64_t> out;
+  for (const SymInt& x : s) out.push_back(sym_specialize(x, bindings).hint());
+  return out;
+}
+
 PyRef int_tuple(const std::vector<int64_t>& v) {
   PyRef t = PyRef::steal(PyTuple_New(static_cast<Py_ssize_t>(v.size())));
   for (size_t i = 0; i < v.size(); ++i) PyTuple_SET_ITEM(t.get(), static_cast<Py_ssize_t>(i), PyLong_FromLongLong(v[i]));
@@ -226,9 +233,7 @@ struct CompiledGraph::Plan {
 CompiledGraph::CompiledGraph(const Graph& g) {
   // NB: the streaming-store size and the channels-last switch change the generated code: part of
   // the key (of the graph as captured: a hit skips the rewrite too).
-  // NB: not channels-last with symbolic sizes (the rewrite is written for concrete ones).
-  bool symbolic = has_symbolic_shapes(g);
-  bool channels_last = config().cpu_channels_last && !symbolic, attention = config().fuse_attention;
+  bool channels_last = config().cpu_channels_last, attention = config().fuse_attention;
   std::string key = graph_structure_key(g) + " stream " + std::to_string(config().cpu_streaming_store_mb) +
                     (channels_last ? " nhwc" : "") + (attention ? " sdpa" : "");
   {
@@ -330,7 +335,7 @@ void CompiledGraph::build_plan(Instance& inst, const Graph& g) {
     PyObject* strides = pb.strides.get();
     if (converted[i]) {
       // The caller passes the weight as captured; the run converts it to the compiled layout.
-      pl.cl_input_strides[i] = int_tuple(g.node(pl.placeholders[i]).meta.tensor.strides);
+      pl.cl_input_strides[i] = int_tuple(sym_ints(g.node(pl.placeholders[i]).meta.tensor.strides, inst.bindings));
       strides = pl.cl_input_strides[i].get();
       pl.cl_inputs.add(i, pb.sizes.get(), pb.strides.get());
     }
@@ -338,7 +343,7 @@ void CompiledGraph::build_plan(Instance& inst, const Graph& g) {
   }
   if (cl) {
     for (auto& [node, meta] : cl->restore)
-      pl.restore.push_back(Plan::Restore{node, int_tuple(meta.sizes), int_tuple(meta.strides),
+      pl.restore.push_back(Plan::Restore{node, int_tuple(sym_ints(meta.sizes, inst.bindings)), int_tuple(sym_ints(meta.strides, inst.bindings)),
                                          attr(pl.torch.get(), std::string(dtype_name(meta.dtype)).c_str())});
     if (log_enabled(LogArtifact::schedule))
       log_emit(LogArtifact::schedule, "channels-last: " + std::to_string(pl.cl_inputs.size()) +
@@ -475,11 +480,12 @@ CompiledGraph::Instance* CompiledGraph::instance_for(PyObject* const* inputs, si
   inst->bindings.assign(values.data, values.data + symbol_at_.size());
   try {
     inst->graph = specialize_shapes(prog_->graph, inst->bindings);
+    if (original_) inst->original = std::make_unique<Graph>(specialize_shapes(*original_, inst->bindings));
     inst->program = loop::specialize_program(prog_->program, inst->bindings);
     report_eager_strides(inst->program, inst->graph);
     inst->g = &inst->graph;
     inst->p = &inst->program;
-    build_plan(*inst, inst->graph);
+    build_plan(*inst, original_ ? *inst->original : inst->graph);
   } catch (const std::exception& e) {
     if (!PyErr_Occurred()) PyErr_SetString(PyExc_RuntimeError, e.what());
     *failed = true;
@@ -592,7 +598,8 @@ PyObject* CompiledGraph::run(PyObject* const* inputs, size_t n) {
     if (!warned_ && log_enabled(LogArtifact::perf_hints))
       log_emit(LogArtifact::perf_hints, std::string("inductor: ") + why + "; running it on the reference runner");
     warned_ = true;
-    if (!inst->fallback) inst->fallback = std::make_unique<ReferenceRunner>(original_ ? *original_ : g);
+    if (!inst->fallback) inst->fallback = std::make_unique<ReferenceRunner>(inst->original ? *inst->original : original_ ? *original_
+                                                                                                                         : g);
     return inst->fallback->run(inputs, n);
   };
   if (!match) return run_reference("inputs differ from the ones the graph was compiled for (sizes, strides, dtype or device)");

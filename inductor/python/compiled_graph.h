@@ -62,6 +62,7 @@ class CompiledGraph {
     loop::Program program;
     const Graph* g = nullptr;             // the graph run (prog_'s or `graph`)
     const loop::Program* p = nullptr;     // the program run (prog_'s or `program`)
+    std::unique_ptr<Graph> original;  // symbolic programs run channels-last: the captured graph at these sizes
     std::unique_ptr<Plan> plan;
     std::unique_ptr<ReferenceRunner> fallback;
   };

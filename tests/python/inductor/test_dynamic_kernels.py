@@ -132,3 +132,37 @@ def test_the_dynamic_log_says_when_a_program_runs_at_new_sizes(caplog):
         framefuse.set_logs(dynamic=False)
     text = "\n".join(r.getMessage() for r in caplog.records)
     assert "the symbolic program runs at s0=5" in text, text
+
+
+def test_a_conv_net_over_batch_sizes_compiles_once():
+    # NB: the convolutions run in torch, channels-last (config cpu_channels_last); batch norm, relu,
+    # the residual add and the pooling arithmetic are kernels; the feature map returned is copied
+    # back to eager's layout at each call's batch size.
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = torch.nn.Conv2d(3, 8, 3, padding=1)
+            self.bn = torch.nn.BatchNorm2d(8)
+            self.conv2 = torch.nn.Conv2d(8, 8, 3, padding=1, bias=False)
+            self.fc = torch.nn.Linear(8, 5)
+
+        def forward(self, x):
+            y = torch.relu(self.bn(self.conv(x)))
+            y = torch.nn.functional.max_pool2d(y + self.conv2(y), 2)
+            return self.fc(torch.flatten(torch.nn.functional.adaptive_avg_pool2d(y, 1), 1)), y
+
+    net = Net().eval()
+    with torch.no_grad():
+        net.bn.running_mean.uniform_(-1, 1)
+        net.bn.running_var.uniform_(0.5, 2)
+    inputs = [(torch.randn(n, 3, 12, 12),) for n in (3, 5, 2, 9)]
+    assert sweep(net, inputs) == (1, 0)
+    framefuse.reset()
+    cf = framefuse.compile(net)
+    with torch.no_grad():
+        for (x,) in inputs:
+            _, y = cf(x)
+            assert y.stride() == net(x)[1].stride()
+    with framefuse.config.patch(cpu_channels_last=False):
+        framefuse.reset()
+        assert sweep(net, inputs) == (1, 0)
