@@ -537,25 +537,27 @@ namespace {
 // Whether torch's batched matrix product takes this layout as it is: the batch dims (all but the
 // last two) flatten into one stride, and one of the last two dims is unit-stride (a BLAS operand).
 // Otherwise torch.matmul copies the operand with its generic strided copy first.
-bool batched_blas_layout(const std::vector<int64_t>& sizes, const std::vector<int64_t>& strides) {
+bool batched_blas_layout(const SymShape& sizes, const SymShape& strides) {
   size_t nd = sizes.size();
-  int64_t inner = -1;  // stride * size of the next batch dim inwards
+  std::optional<SymInt> inner;  // stride * size of the next batch dim inwards
   for (size_t d = nd - 2; d-- > 0;) {
     if (sizes[d] == 1) continue;
-    if (inner >= 0 && strides[d] != inner) return false;
+    if (inner && strides[d] != *inner) return false;
     inner = strides[d] * sizes[d];
   }
-  int64_t rows = sizes[nd - 2], cols = sizes[nd - 1];
-  return (strides[nd - 1] == 1 || cols == 1) ? strides[nd - 2] >= std::max<int64_t>(1, cols)
-                                             : strides[nd - 2] == 1 && strides[nd - 1] >= std::max<int64_t>(1, rows);
+  // NB: max(1, n) of a symbolic size is the size itself (symbols are >= 2).
+  auto at_least_1 = [](const SymInt& x) { return x.is_symbolic() ? x : SymInt(std::max<int64_t>(1, x.hint())); };
+  const SymInt &rows = sizes[nd - 2], &cols = sizes[nd - 1];
+  return (strides[nd - 1] == 1 || cols == 1) ? strides[nd - 2] >= at_least_1(cols)
+                                             : strides[nd - 2] == 1 && strides[nd - 1] >= at_least_1(rows);
 }
 
 // Strides for such an operand made afresh: batch dims outermost, the last two in the order the
 // source keeps in memory (so the copy reads and writes along the same dim).
-std::vector<int64_t> batched_operand_strides(const std::vector<int64_t>& sizes, const std::vector<int64_t>& strides) {
+SymShape batched_operand_strides(const SymShape& sizes, const SymShape& strides) {
   size_t nd = sizes.size();
   bool column_major = strides[nd - 1] > strides[nd - 2] && sizes[nd - 1] > 1 && sizes[nd - 2] > 1;
-  std::vector<int64_t> out(nd);
+  SymShape out(nd);
   if (column_major) {
     out[nd - 2] = 1;
     out[nd - 1] = sizes[nd - 2];
@@ -563,7 +565,7 @@ std::vector<int64_t> batched_operand_strides(const std::vector<int64_t>& sizes, 
     out[nd - 1] = 1;
     out[nd - 2] = sizes[nd - 1];
   }
-  int64_t step = sizes[nd - 1] * sizes[nd - 2];
+  SymInt step = sizes[nd - 1] * sizes[nd - 2];
   for (size_t d = nd - 2; d-- > 0;) {
     out[d] = step;
     step *= sizes[d];

@@ -259,7 +259,16 @@ CompiledGraph::CompiledGraph(const Graph& g) {
   if (prog_->channels_last) original_ = std::make_unique<Graph>(g);
   if (prog_->program.symbolic) {
     symbol_at_ = symbol_bindings(prog_->graph);
-    return;  // the instances are made per set of sizes (instance_for)
+    // NB: the instance at the traced sizes, made now: whatever the runtime cannot run (an input
+    // written in place on a torch without version counters ...) fails the compile, as for a
+    // static program, instead of a call.
+    std::vector<int64_t> traced(symbol_at_.size(), 0);
+    std::vector<NodeId> inputs = prog_->graph.placeholders();
+    for (size_t s = 0; s < symbol_at_.size(); ++s)
+      if (symbol_at_[s].first >= 0)
+        traced[s] = prog_->graph.node(inputs[static_cast<size_t>(symbol_at_[s].first)]).meta.tensor.sizes[static_cast<size_t>(symbol_at_[s].second)].hint();
+    instances_.push_back(make_instance(std::move(traced)));
+    return;  // the others are made per set of sizes (instance_for)
   }
   static_.g = &prog_->graph;
   static_.p = &prog_->program;
@@ -366,7 +375,9 @@ void CompiledGraph::build_plan(Instance& inst, const Graph& g) {
       const OpDef& op = op_def(e.op);
       if (PyObject* fn = op_callable(e.op)) x.call = std::make_unique<PreparedCall>(fn, op, e.args);
       x.matmul = op_in(op_kind(e.op), {Op::linear, Op::matmul, Op::op_matmul, Op::mm, Op::bmm});
-      if (op_kind(e.op) == Op::linear && e.result >= 0 && config().cpu_pack_linear_weights) {
+      // NB: not for a symbolic program: each set of sizes has its own plan, and each would keep a
+      // packed copy of every weight (MKL's packed layout is made for one product's m, n, k).
+      if (op_kind(e.op) == Op::linear && e.result >= 0 && config().cpu_pack_linear_weights && !prog_->program.symbolic) {
         int64_t rows = 0, k = 0, n = 0;
         const auto& pb = pl.bufs[static_cast<size_t>(e.result)];
         if (packable_linear(*inst.g, op, e.args, &rows, &k, &n) && pb.contiguous && packed_linear_available()) {
@@ -437,7 +448,20 @@ int64_t CompiledGraph::packed_linear_calls() const {
 // tensors of the expected rank, run on the reference runner.
 constexpr size_t kMaxInstances = 64;
 
-CompiledGraph::Instance* CompiledGraph::instance_for(PyObject* const* inputs, size_t n, bool* failed) {
+std::shared_ptr<CompiledGraph::Instance> CompiledGraph::make_instance(std::vector<int64_t> bindings) {
+  auto inst = std::make_shared<Instance>();
+  inst->bindings = std::move(bindings);
+  inst->graph = specialize_shapes(prog_->graph, inst->bindings);
+  if (original_) inst->original = std::make_unique<Graph>(specialize_shapes(*original_, inst->bindings));
+  inst->program = loop::specialize_program(prog_->program, inst->bindings);
+  report_eager_strides(inst->program, inst->graph);
+  inst->g = &inst->graph;
+  inst->p = &inst->program;
+  build_plan(*inst, original_ ? *inst->original : inst->graph);
+  return inst;
+}
+
+std::shared_ptr<CompiledGraph::Instance> CompiledGraph::instance_for(PyObject* const* inputs, size_t n, bool* failed) {
   *failed = false;
   RunArray<int64_t, 16> values(symbol_at_.size());
   const ff_torch_native_api* native = torch_native();
@@ -473,31 +497,34 @@ CompiledGraph::Instance* CompiledGraph::instance_for(PyObject* const* inputs, si
   for (size_t k = instances_.size(); k-- > 0;) {
     if (!same(*instances_[k])) continue;
     if (k + 1 != instances_.size()) std::rotate(instances_.begin() + static_cast<std::ptrdiff_t>(k), instances_.begin() + static_cast<std::ptrdiff_t>(k) + 1, instances_.end());
-    return instances_.back().get();
+    return instances_.back();
   }
   if (instances_.size() >= kMaxInstances) instances_.erase(instances_.begin());
-  auto inst = std::make_unique<Instance>();
-  inst->bindings.assign(values.data, values.data + symbol_at_.size());
+  std::shared_ptr<Instance> inst;
   try {
-    inst->graph = specialize_shapes(prog_->graph, inst->bindings);
-    if (original_) inst->original = std::make_unique<Graph>(specialize_shapes(*original_, inst->bindings));
-    inst->program = loop::specialize_program(prog_->program, inst->bindings);
-    report_eager_strides(inst->program, inst->graph);
-    inst->g = &inst->graph;
-    inst->p = &inst->program;
-    build_plan(*inst, original_ ? *inst->original : inst->graph);
+    inst = make_instance(std::vector<int64_t>(values.data, values.data + symbol_at_.size()));
   } catch (const std::exception& e) {
-    if (!PyErr_Occurred()) PyErr_SetString(PyExc_RuntimeError, e.what());
-    *failed = true;
-    return nullptr;
+    // NB: the construction made an instance at the traced sizes, so this is a failure at these
+    // sizes only: they run on the reference runner.
+    if (PyErr_Occurred()) {
+      *failed = true;
+      return nullptr;
+    }
+    inst = std::make_shared<Instance>();
+    inst->bindings.assign(values.data, values.data + symbol_at_.size());
+    inst->graph = specialize_shapes(original_ ? *original_ : prog_->graph, inst->bindings);
+    inst->fallback = std::make_unique<ReferenceRunner>(inst->graph);
+    if (log_enabled(LogArtifact::perf_hints))
+      log_emit(LogArtifact::perf_hints, std::string("inductor: the symbolic program cannot run at these sizes (") + e.what() +
+                                            "); they run on the reference runner");
   }
-  if (log_enabled(LogArtifact::dynamic)) {
+  if (log_enabled(LogArtifact::dynamic) && inst->plan) {
     std::string sizes;
     for (size_t s = 0; s < inst->bindings.size(); ++s) sizes += (s ? ", s" : "s") + std::to_string(s) + "=" + std::to_string(inst->bindings[s]);
     log_emit(LogArtifact::dynamic, "inductor: the symbolic program runs at " + sizes + " (its kernels take the sizes as arguments)");
   }
-  instances_.push_back(std::move(inst));
-  return instances_.back().get();
+  instances_.push_back(inst);
+  return inst;
 }
 
 namespace {
@@ -568,9 +595,13 @@ PyObject* CompiledGraph::matmul_into_pool(Plan& pl, const std::string& op, const
 
 PyObject* CompiledGraph::run(PyObject* const* inputs, size_t n) {
   Instance* inst = &static_;
+  // NB: held for the run: another thread may evict it from instances_ while kernels run without the GIL.
+  std::shared_ptr<Instance> held;
   if (prog_->program.symbolic) {
     bool failed = false;
-    inst = instance_for(inputs, n, &failed);
+    held = instance_for(inputs, n, &failed);
+    inst = held.get();
+    if (inst && !inst->plan) return inst->fallback->run(inputs, n);
     if (failed) return nullptr;
     if (!inst) {
       if (!warned_ && log_enabled(LogArtifact::perf_hints))
@@ -578,7 +609,7 @@ PyObject* CompiledGraph::run(PyObject* const* inputs, size_t n) {
                  "inductor: inputs whose sizes do not fit the symbolic program (a size below 2, "
                  "or not a tensor of the traced rank); running it on the reference runner");
       warned_ = true;
-      if (!symbolic_fallback_) symbolic_fallback_ = std::make_unique<ReferenceRunner>(prog_->graph);
+      if (!symbolic_fallback_) symbolic_fallback_ = std::make_unique<ReferenceRunner>(original_ ? *original_ : prog_->graph);
       return symbolic_fallback_->run(inputs, n);
     }
   }

@@ -67,13 +67,17 @@ class CompiledGraph {
     std::unique_ptr<ReferenceRunner> fallback;
   };
   void build_plan(Instance& inst, const Graph& captured);
-  Instance* instance_for(PyObject* const* inputs, size_t n, bool* failed);
+  std::shared_ptr<Instance> make_instance(std::vector<int64_t> bindings);  // throws where it cannot run
+  // The instance for the inputs' sizes (made and kept on first use; one without a plan runs on the
+  // reference runner); nullptr where the inputs do not bind the symbols, or with *failed and a
+  // Python error set.
+  std::shared_ptr<Instance> instance_for(PyObject* const* inputs, size_t n, bool* failed);
   PyObject* matmul_into_pool(Plan& pl, const std::string& op, const std::vector<PyObject*>& operands, int result);
   std::shared_ptr<const CompiledProgram> prog_;
   std::unique_ptr<Graph> original_;  // the graph as captured, when prog_ runs it channels-last
   Instance static_;                  // a static program's one instance
   std::vector<std::pair<int, int>> symbol_at_;  // symbol -> (input, dim) its value is read from
-  std::vector<std::unique_ptr<Instance>> instances_;  // symbolic programs: by bindings, most recent last
+  std::vector<std::shared_ptr<Instance>> instances_;  // symbolic programs: by bindings, most recent last
   std::unique_ptr<ReferenceRunner> symbolic_fallback_;  // inputs whose sizes cannot bind the symbols
   bool from_memory_cache_ = false;
   bool warned_ = false;

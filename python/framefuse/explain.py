@@ -45,6 +45,9 @@ class ExplainOutput:
     ops_per_graph: list
     out_guards: list
     compile_times: str
+    # Dimensions traced as symbols (dynamic shapes), as "L['x'].size()[0] -> s0: why", and sizes
+    # that stayed static although asked for ("L['y'] stays static: ..."), in trace order.
+    dynamic_dims: list = dataclasses.field(default_factory=list)
 
     def __str__(self):
         out = f"Graph Count: {self.graph_count}\n"
@@ -68,6 +71,10 @@ class ExplainOutput:
         for i, guard in enumerate(self.out_guards, 1):
             out += f"  Guard {i}:\n"
             out += f"    {guard}\n"
+        if self.dynamic_dims:
+            out += "Dynamic Dimensions:\n"
+            for d in self.dynamic_dims:
+                out += f"  {d}\n"
         out += f"Compile Times: {self.compile_times}\n"
         return out
 
@@ -109,6 +116,20 @@ def _from_record(rec):
                        hint=rec["hint"], split=rec["split"])
 
 
+_FRAME_PREFIX = re.compile(r"^\[\d+/\d+\] ")
+
+
+def _dynamic_dims(msg):
+    """The dimensions a `dynamic` record names: "symbolic sizes of KEY:" lists one per line
+    ("L['x'].size()[0] -> s0: marked dynamic"); "KEY stays static: why" is kept whole."""
+    lines = _FRAME_PREFIX.sub("", msg).split("\n")
+    if lines[0].startswith("symbolic sizes of "):
+        return [line.strip() for line in lines[1:] if line.strip()]
+    if " stays static: " in lines[0]:
+        return [lines[0]]
+    return []
+
+
 def _graph_ops(graph):
     """The op names of a graph's call nodes, in order."""
     return [node.op for node in graph.nodes() if node.kind == "Call"]
@@ -142,7 +163,7 @@ def explain(fn, *extra_args, **extra_kwargs):
             ops_per_graph.append(_graph_ops(graph))
             return graph.run
 
-        breaks, times = [], []
+        breaks, times, dynamic = [], [], []
         user_artifacts = set(_C.logging.enabled_artifacts())
         previous = _spec_of_current_settings()
 
@@ -154,11 +175,13 @@ def explain(fn, *extra_args, **extra_kwargs):
                     breaks.append(br)
             elif artifact == "compile_times":
                 times.append(msg)
-            if artifact in user_artifacts or artifact not in ("graph_breaks", "compile_times"):
+            elif artifact == "dynamic":
+                dynamic.extend(_dynamic_dims(msg))
+            if artifact in user_artifacts or artifact not in ("graph_breaks", "compile_times", "dynamic"):
                 _logging._emit(logger_name, level, msg)
 
         _C._reset()  # also clears the break records
-        _C.logging.set_spec(",".join(filter(None, [previous, "graph_breaks", "compile_times"])))
+        _C.logging.set_spec(",".join(filter(None, [previous, "graph_breaks", "compile_times", "dynamic"])))
         _C.logging.set_sink(sink)
         try:
             compiled = _compile(fn, backend=recording_backend)
@@ -188,6 +211,7 @@ def explain(fn, *extra_args, **extra_kwargs):
             out_guards=guards,
             compile_times="framefuse compilation metrics:\n" + "\n".join("  " + t for t in times) if times
             else "framefuse compilation metrics: (no frame compiled)",
+            dynamic_dims=dynamic,
         )
 
     return inner

@@ -292,3 +292,16 @@ def test_slices_of_a_shape_and_star_arguments_keep_sizes_symbolic():
     for fn in (heads, flat):
         framefuse.reset()
         assert sweep(fn, [(2, t, 8) for t in (5, 9, 13, 17, 2)]) == 2, fn.__name__
+
+
+def test_explain_lists_the_dimensions_traced_as_symbols():
+    def f(x, y):
+        return torch.relu(x) + y.sum()
+
+    x = torch.randn(5, 4)
+    framefuse.mark_dynamic(x, 0)
+    report = framefuse.explain(f)(x, torch.randn(3, 3).t())
+    assert report.dynamic_dims == ["L['x'].size()[0] -> s0: marked dynamic"]
+    assert "Dynamic Dimensions:\n  L['x'].size()[0] -> s0: marked dynamic\n" in str(report)
+    report = framefuse.explain(f)(torch.randn(5, 4), torch.randn(3, 3))
+    assert report.dynamic_dims == [] and "Dynamic Dimensions" not in str(report)

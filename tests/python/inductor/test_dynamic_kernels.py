@@ -166,3 +166,25 @@ def test_a_conv_net_over_batch_sizes_compiles_once():
     with framefuse.config.patch(cpu_channels_last=False):
         framefuse.reset()
         assert sweep(net, inputs) == (1, 0)
+
+
+def test_more_sizes_than_the_runtime_keeps_specialised():
+    # NB: the runtime keeps 64 sets of sizes; older ones are specialised again when they return.
+    sizes = list(range(2, 80)) + [2, 3, 79, 40]
+    assert sweep(relu_sum, [(torch.randn(n, 3),) for n in sizes]) == (1, 0)
+
+
+def test_what_the_runtime_cannot_run_fails_the_compile_not_the_call(monkeypatch):
+    # NB: as on torch 1.13: a graph that writes an input in place needs torch's version counter bump.
+    monkeypatch.delattr(torch.autograd.graph, "increment_version", raising=False)
+
+    def f(x, y):
+        y.relu_()
+        return -y + x.sum()
+
+    cf = framefuse.compile(f, dynamic=True)
+    for n in (3, 5, 9):
+        x, y = torch.randn(n, 4), torch.randn(n, 4)
+        y2 = y.clone()
+        torch.testing.assert_close(cf(x, y), f(x, y2))
+        torch.testing.assert_close(y, y2)
