@@ -939,12 +939,30 @@ CaptureResult SymbolicTracer::trace() {
     out_.shape_env = shape_env_;
     // NB: a symbol guarded equal to a constant (broadcast against a static size) is that constant
     // in the graph: backends would otherwise meet `s1 == 4` undecided.
-    std::vector<std::pair<SymbolId, int64_t>> fixed;
-    for (SymbolId s : shape_env_->specialized_symbols()) {
-      fixed.push_back({s, shape_env_->hint(s)});
+    // Symbols guarded equal to each other become one (the smallest id), for the same reason.
+    std::vector<std::pair<SymbolId, SymInt>> fixed;
+    std::vector<SymbolId> same(shape_env_->num_symbols());
+    for (size_t s = 0; s < same.size(); ++s) same[s] = static_cast<SymbolId>(s);
+    auto root = [&](SymbolId s) {
+      while (same[static_cast<size_t>(s)] != s) s = same[static_cast<size_t>(s)];
+      return s;
+    };
+    for (auto [a, b] : shape_env_->equal_symbols()) {
+      SymbolId ra = root(a), rb = root(b);
+      if (ra != rb) same[static_cast<size_t>(std::max(ra, rb))] = std::min(ra, rb);
+    }
+    std::vector<SymbolId> specialized = shape_env_->specialized_symbols();
+    std::vector<bool> constant_class(same.size(), false);  // by root: some member is guarded to its value
+    for (SymbolId s : specialized) constant_class[static_cast<size_t>(root(s))] = true;
+    for (size_t s = 0; s < same.size(); ++s) {
+      auto id = static_cast<SymbolId>(s);
+      SymbolId r = root(id);
+      if (constant_class[static_cast<size_t>(r)]) fixed.push_back({id, SymInt(shape_env_->hint(id))});
+      else if (r != id) fixed.push_back({id, SymInt::symbol(r, shape_env_->hint(r))});
+    }
+    for (SymbolId s : specialized)
       if (log_enabled(LogArtifact::dynamic))
         log_emit(LogArtifact::dynamic, shape_env_->origin(s) + " was specialised by the trace (it is guarded to its value)");
-    }
     if (!fixed.empty()) out_.graph = substitute_symbols(out_.graph, fixed);
   }
   return std::move(out_);

@@ -650,7 +650,7 @@ SymInt sym_specialize(const SymInt& x, const std::vector<int64_t>& bindings) {
   return x.is_symbolic() ? SymInt(sym_evaluate(x.expr(), bindings)) : x;
 }
 
-SymInt sym_substitute(const SymInt& x, const std::vector<std::pair<SymbolId, int64_t>>& values) {
+SymInt sym_substitute(const SymInt& x, const std::vector<std::pair<SymbolId, SymInt>>& values) {
   if (!x.is_symbolic()) return x;
   using K = SymProgram::Op::Kind;
   const SymProgram program(std::vector<SymExprId>{x.expr()});
@@ -667,7 +667,7 @@ SymInt sym_substitute(const SymInt& x, const std::vector<std::pair<SymbolId, int
         auto id = static_cast<SymbolId>(op.value);
         auto it = std::find_if(values.begin(), values.end(), [&](const auto& v) { return v.first == id; });
         // NB: hints only steer decisions, and arithmetic decides nothing: the result takes x's hint.
-        stack.push_back(it != values.end() ? SymInt(it->second) : SymInt::symbol(id, 2));
+        stack.push_back(it != values.end() ? it->second : SymInt::symbol(id, 2));
         break;
       }
       case K::Add: {
@@ -804,6 +804,26 @@ std::vector<SymbolId> ShapeEnv::specialized_symbols() const {
   }
   std::sort(out.begin(), out.end());
   out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
+
+std::vector<std::pair<SymbolId, SymbolId>> ShapeEnv::equal_symbols() const {
+  std::vector<std::pair<SymbolId, SymbolId>> out;
+  for (const SymGuard& g : guards_) {
+    if (g.rel != SymRel::Eq) continue;
+    const Poly& p = poly_of(g.expr);
+    if (p.constant != 0 || p.terms.size() != 2 || p.terms[0].coeff != -p.terms[1].coeff ||
+        (p.terms[0].coeff != 1 && p.terms[0].coeff != -1))
+      continue;
+    SymbolId s[2];
+    bool plain = true;
+    for (int i = 0; i < 2; ++i) {
+      const Monomial& m = p.terms[static_cast<size_t>(i)].mono;
+      plain = plain && m.size() == 1 && m[0].second == 1 && interner().atom(m[0].first).kind == Atom::Kind::Symbol;
+      if (plain) s[i] = interner().atom(m[0].first).symbol;
+    }
+    if (plain) out.push_back({std::min(s[0], s[1]), std::max(s[0], s[1])});
+  }
   return out;
 }
 

@@ -155,9 +155,9 @@ bool sym_constant(SymExprId e, int64_t* value);
 SymExprId sym_of_symbol(SymbolId id);
 // The value under `bindings` as a constant SymInt.
 SymInt sym_specialize(const SymInt& x, const std::vector<int64_t>& bindings);
-// `x` with the symbols in `values` (symbol, value) replaced by their values; the others stay.
-// `values` must hold each symbol's traced value (x keeps its hint).
-SymInt sym_substitute(const SymInt& x, const std::vector<std::pair<SymbolId, int64_t>>& values);
+// `x` with the symbols in `values` replaced (by a constant, or another symbol); the others stay.
+// Each replacement must have the symbol's traced value (x keeps its hint).
+SymInt sym_substitute(const SymInt& x, const std::vector<std::pair<SymbolId, SymInt>>& values);
 
 // ---- the shape environment --------------------------------------------------------------------
 
@@ -176,6 +176,8 @@ class ShapeEnv {
   const std::vector<SymGuard>& guards() const { return guards_; }
   // Guards whose expression is `symbol - constant`: the symbols the trace pinned to a value.
   std::vector<SymbolId> specialized_symbols() const;
+  // Pairs of symbols a guard says are equal (`s1 == s4`: broadcasting), the smaller id first.
+  std::vector<std::pair<SymbolId, SymbolId>> equal_symbols() const;
   // Each guard as text over the symbols' origins: "L['x'].size()[0] * 2 <= L['y'].size()[1]".
   std::string guard_str(const SymGuard& g) const;
   std::string expr_str(SymExprId e) const;  // over the origins, as guard_str

@@ -27,7 +27,7 @@ bool value_symbolic(const Value& v) {
   return v.sym != 0 || std::any_of(v.items.begin(), v.items.end(), value_symbolic);
 }
 
-void substitute_meta(ValueMeta& m, const std::vector<std::pair<SymbolId, int64_t>>& values) {
+void substitute_meta(ValueMeta& m, const std::vector<std::pair<SymbolId, SymInt>>& values) {
   if (m.is_tensor()) {
     for (SymInt& s : m.tensor.sizes) s = sym_substitute(s, values);
     for (SymInt& s : m.tensor.strides) s = sym_substitute(s, values);
@@ -35,7 +35,7 @@ void substitute_meta(ValueMeta& m, const std::vector<std::pair<SymbolId, int64_t
   for (ValueMeta& item : m.items) substitute_meta(item, values);
 }
 
-void substitute_value(Value& v, const std::vector<std::pair<SymbolId, int64_t>>& values) {
+void substitute_value(Value& v, const std::vector<std::pair<SymbolId, SymInt>>& values) {
   if (v.sym) {
     SymInt x = sym_substitute(v.as_symint(), values);
     v = x.is_symbolic() ? Value::of_symint(x) : Value::of_int(x.hint());
@@ -113,7 +113,7 @@ std::vector<std::pair<int, int>> symbol_bindings(const Graph& g) {
   return out;
 }
 
-Graph substitute_symbols(const Graph& g, const std::vector<std::pair<SymbolId, int64_t>>& values) {
+Graph substitute_symbols(const Graph& g, const std::vector<std::pair<SymbolId, SymInt>>& values) {
   Graph out = g;
   for (size_t i = 0; i < out.size(); ++i) {
     Node& n = out.mutable_node(static_cast<NodeId>(i));

@@ -24,9 +24,9 @@ std::vector<std::pair<int, int>> symbol_bindings(const Graph& g);
 // `v` with every symbolic int in it (its items too) replaced by its value at `bindings`.
 void specialize_value(Value& v, const std::vector<int64_t>& bindings);
 
-// `g` with the symbols in `values` (symbol, its traced value) replaced by their values: the trace
-// guarded them equal to constants (broadcasting against a static size), so they are constants.
-Graph substitute_symbols(const Graph& g, const std::vector<std::pair<SymbolId, int64_t>>& values);
+// `g` with the symbols in `values` replaced (by their traced value, or by an equal symbol): the
+// trace guarded them equal (broadcasting against a static size or another symbolic one).
+Graph substitute_symbols(const Graph& g, const std::vector<std::pair<SymbolId, SymInt>>& values);
 
 // `g` with symbol k replaced by bindings[k] in every size, stride and int argument: the static
 // graph of one call.

@@ -305,3 +305,18 @@ def test_explain_lists_the_dimensions_traced_as_symbols():
     assert "Dynamic Dimensions:\n  L['x'].size()[0] -> s0: marked dynamic\n" in str(report)
     report = framefuse.explain(f)(torch.randn(5, 4), torch.randn(3, 3))
     assert report.dynamic_dims == [] and "Dynamic Dimensions" not in str(report)
+
+
+def test_symbols_the_trace_guards_equal_are_one_symbol_in_the_graph(caplog):
+    # x * w broadcasts x's last dimension against w's: the trace guards s1 == s2, and the graph the
+    # backends see says so (they have no guards to decide it with).
+    framefuse.set_logs(graph_code=True)
+    try:
+        with caplog.at_level(logging.INFO, logger="framefuse"):
+            cf = framefuse.compile(lambda x, w: x * w + w.sum(), dynamic=True)
+            x, w = torch.randn(3, 5), torch.randn(5)
+            torch.testing.assert_close(cf(x, w), x * w + w.sum())
+    finally:
+        framefuse.set_logs(graph_code=False)
+    text = "\n".join(r.getMessage() for r in caplog.records)
+    assert 'f32[s0, s1]' in text and 'f32[s1]' in text and "s2" not in text, text
