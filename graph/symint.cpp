@@ -263,6 +263,14 @@ __int128 sat(__int128 v) { return v > kSat ? kSat : v < -kSat ? -kSat
 
 Range range_of(SymExprId e);
 
+// a * b saturated at +-kSat without overflowing (|a|, |b| <= kSat).
+__int128 sat_mul(__int128 a, __int128 b) {
+  if (a == 0 || b == 0) return 0;
+  __int128 ma = a < 0 ? -a : a, mb = b < 0 ? -b : b;
+  if (ma > kSat / mb) return (a < 0) != (b < 0) ? -kSat : kSat;
+  return a * b;
+}
+
 Range atom_range(const Atom& a) {
   Range r;
   switch (a.kind) {
@@ -332,7 +340,7 @@ Range shifted_range(const Poly& p) {
         for (const auto& [m, v] : acc) {
           Monomial mm = m;
           if (j) mm.push_back({atom, j});  // NB: a term's atoms come in ascending order: mm stays sorted
-          next[mm] = sat(next[mm] + sat(v * c));
+          next[mm] = sat(next[mm] + sat_mul(v, c));
         }
         binom = binom * (k - j) / (j + 1);
       }
