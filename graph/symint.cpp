@@ -661,43 +661,21 @@ SymInt sym_specialize(const SymInt& x, const std::vector<int64_t>& bindings) {
 SymInt sym_substitute(const SymInt& x, const std::vector<std::pair<SymbolId, SymInt>>& values) {
   if (!x.is_symbolic()) return x;
   using K = SymProgram::Op::Kind;
-  const SymProgram program(std::vector<SymExprId>{x.expr()});
-  std::vector<SymInt> stack;
-  auto pop = [&] {
-    SymInt v = stack.back();
-    stack.pop_back();
-    return v;
-  };
-  for (const SymProgram::Op& op : program.ops()) {
-    switch (op.kind) {
-      case K::Const: stack.emplace_back(op.value); break;
-      case K::Symbol: {
-        auto id = static_cast<SymbolId>(op.value);
+  SymInt r = SymProgram::fold<SymInt>(
+      x.expr(), [](int64_t c) { return SymInt(c); },
+      [&](SymbolId id) {
         auto it = std::find_if(values.begin(), values.end(), [&](const auto& v) { return v.first == id; });
         // NB: hints only steer decisions, and arithmetic decides nothing: the result takes x's hint.
-        stack.push_back(it != values.end() ? it->second : SymInt::symbol(id, 2));
-        break;
-      }
-      case K::Add: {
-        SymInt b = pop(), a = pop();
-        stack.push_back(a + b);
-        break;
-      }
-      case K::Mul: {
-        SymInt b = pop(), a = pop();
-        stack.push_back(a * b);
-        break;
-      }
-      case K::FloorDiv:
-      case K::Mod: {
-        SymInt b = pop(), a = pop();
-        stack.push_back(op.kind == K::FloorDiv ? a / b : a % b);
-        break;
-      }
-      case K::Output: break;
-    }
-  }
-  const SymInt& r = stack.back();
+        return it != values.end() ? it->second : SymInt::symbol(id, 2);
+      },
+      [](K kind, const SymInt& a, const SymInt& b) {
+        switch (kind) {
+          case K::Add: return a + b;
+          case K::Mul: return a * b;
+          case K::FloorDiv: return a / b;
+          default: return a % b;
+        }
+      });
   return r.is_symbolic() ? SymInt::of_expr(r.expr(), x.hint()) : SymInt(x.hint());
 }
 

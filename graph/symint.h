@@ -229,6 +229,28 @@ class SymProgram {
   };
   const std::vector<Op>& ops() const { return ops_; }  // postfix: what code generators render
 
+  // Rebuilds expression `e` bottom-up in another algebra: `constant(int64_t)`, `symbol(SymbolId)`,
+  // then `combine(kind, a, b)` with kind Add, Mul, FloorDiv or Mod (loop IR expressions, SymInts
+  // with some symbols replaced ...).
+  template <class T, class Constant, class Symbol, class Combine>
+  static T fold(SymExprId e, Constant&& constant, Symbol&& symbol, Combine&& combine) {
+    const SymProgram program(std::vector<SymExprId>{e});
+    std::vector<T> stack;
+    for (const Op& op : program.ops()) {
+      switch (op.kind) {
+        case Op::Kind::Const: stack.push_back(constant(op.value)); break;
+        case Op::Kind::Symbol: stack.push_back(symbol(static_cast<SymbolId>(op.value))); break;
+        case Op::Kind::Output: break;
+        default: {
+          T b = std::move(stack.back());
+          stack.pop_back();
+          stack.back() = combine(op.kind, stack.back(), b);
+        }
+      }
+    }
+    return stack.back();
+  }
+
  private:
   std::vector<Op> ops_;
   std::vector<size_t> outputs_;

@@ -3,9 +3,8 @@
 // What makes the kernels fast (docs: toolchain facts):
 //  - a vector-math mapping (libmvec, incl. the 16-wide AVX-512 entries) in TargetLibraryInfo, so
 //    sin/cos/exp/tanh/erf... vectorize;
-//  - reassoc on reduction adds/muls, and no-nans/no-signed-zeros function attributes where a
-//    kernel has float max/min reductions (NaNs are tracked by an integer flag instead, so results
-//    still propagate NaN like torch);
+//  - reassoc on reduction adds/muls, nnan/nsz on float max/min reductions' own calls (NaNs are
+//    tracked by an integer flag, so results still propagate NaN like torch; see set_attrs);
 //  - alignstack(64), noalias buffer parameters, host cpu/features on every function;
 //  - interleaving off in kernels with several inner loops (compile time);
 //  - non-temporal stores for large graph outputs and written inputs (config cpu_streaming_store_mb):
@@ -237,16 +236,7 @@ class KernelEmitter {
       if (s.kind == StmtKind::Reduce) accumulators_[static_cast<size_t>(s.local)] = true;
     });
     multi_loop_ = loops > 2;
-    std::vector<int> streamed;
-    if (stream_bytes > 0)
-      for (int id : k_.stored_buffers()) {
-        const loop::Buffer& buf = p_.buffers[static_cast<size_t>(id)];
-        // NB: graph outputs and the inputs an in-place op writes only: an intermediate is read
-        // again by a later kernel of the graph, which streaming would send to memory for it.
-        bool leaves = buf.role == loop::BufferRole::Output || (buf.role == loop::BufferRole::Input && buf.mutated);
-        // NB: not for symbolic sizes: whether a buffer is large is only known per call.
-        if (leaves && !buf.sizes.is_symbolic() && loop::buffer_bytes(buf) >= stream_bytes) streamed.push_back(id);
-      }
+    std::vector<int> streamed = k_.large_results(p_, stream_bytes);
     Function* body = emit_body(name + "_body", {});
     Function* stream_body = streamed.empty() ? nullptr : emit_body(name + "_stream", streamed);
 
@@ -322,21 +312,10 @@ class KernelEmitter {
       Type* et = storage_type(p_.buffers[static_cast<size_t>(id)].dtype);
       ptrs_[id] = b_.CreateBitCast(&*arg++, et->getPointerTo());
     }
-    syms_.clear();
     if (p_.symbolic) {
       // Every symbol's value is loaded once, here in the entry block: loop invariants for the optimizer.
       Value* table = b_.CreateBitCast(&*arg++, i64->getPointerTo());
-      std::set<int> used;
-      loop::for_each_expr_in(k_.root, [&](const loop::Expr& e) {
-        if (e->kind == ExprKind::Sym) used.insert(e->id);
-      });
-      loop::for_each_stmt(k_.root, [&](const loop::Stmt& st) {
-        if (st.kind == StmtKind::Loop && st.extent.is_symbolic())
-          loop::for_each_expr(loop::size_expr(st.extent), [&](const loop::Expr& e) {
-            if (e->kind == ExprKind::Sym) used.insert(e->id);
-          });
-      });
-      for (int id : used) syms_[id] = b_.CreateLoad(i64, b_.CreateConstGEP1_64(i64, table, static_cast<uint64_t>(id)), "s" + std::to_string(id));
+      for (SymbolId id : k_.symbols()) syms_[id] = b_.CreateLoad(i64, b_.CreateConstGEP1_64(i64, table, static_cast<uint64_t>(id)), "s" + std::to_string(id));
     }
     for (size_t l = 0; l < k_.locals.size(); ++l) {
       locals_.push_back(b_.CreateAlloca(compute_type(k_.locals[l]), nullptr, "t" + std::to_string(l)));
@@ -823,8 +802,7 @@ class KernelEmitter {
   void emit_loop(const loop::Stmt& s, bool root) {
     Type* i64 = b_.getInt64Ty();
     Value* lo = root ? begin_ : ConstantInt::get(i64, 0);
-    Value* hi = root ? end_ : s.extent.is_symbolic() ? expr(loop::size_expr(s.extent))
-                                                     : ConstantInt::get(i64, static_cast<uint64_t>(s.extent.hint()));
+    Value* hi = root ? end_ : expr(loop::size_expr(s.extent));  // a constant, or read from the symbols
     BasicBlock* pre = b_.GetInsertBlock();
     BasicBlock* header = BasicBlock::Create(ctx_, "loop", fn_);
     BasicBlock* bodyb = BasicBlock::Create(ctx_, "body", fn_);

@@ -275,40 +275,18 @@ Expr sym(SymbolId id) {
 Expr size_expr(const SymInt& s) {
   if (!s.is_symbolic()) return const_int(s.hint());
   using K = SymProgram::Op::Kind;
-  std::vector<Expr> stack;
-  auto pop = [&] {
-    Expr e = stack.back();
-    stack.pop_back();
-    return e;
-  };
-  const SymProgram program(std::vector<SymExprId>{s.expr()});
-  for (const SymProgram::Op& op : program.ops()) {
-    switch (op.kind) {
-      case K::Const: stack.push_back(const_int(op.value)); break;
-      case K::Symbol: stack.push_back(sym(static_cast<SymbolId>(op.value))); break;
-      case K::Add: {
-        Expr b = pop(), a = pop();
-        stack.push_back(index_add(a, b));
-        break;
-      }
-      case K::Mul: {
-        Expr b = pop(), a = pop();
-        if (a->kind == ExprKind::Const) stack.push_back(index_mul(b, a->i));
-        else if (b->kind == ExprKind::Const) stack.push_back(index_mul(a, b->i));
-        else stack.push_back(binary(BinaryOp::Mul, a, b));
-        break;
-      }
-      case K::FloorDiv:
-      case K::Mod: {
-        Expr b = pop(), a = pop();
-        stack.push_back(binary(op.kind == K::FloorDiv ? BinaryOp::FloorDiv : BinaryOp::Mod, a, b));
-        break;
-      }
-      case K::Output: break;
-    }
-  }
-  FF_CHECK(stack.size() == 1, "size expression did not reduce to one value");
-  return stack.back();
+  return SymProgram::fold<Expr>(
+      s.expr(), [](int64_t c) { return const_int(c); }, [](SymbolId id) { return sym(id); },
+      [](K kind, const Expr& a, const Expr& b) {
+        switch (kind) {
+          case K::Add: return index_add(a, b);
+          case K::Mul:
+            if (a->kind == ExprKind::Const) return index_mul(b, a->i);
+            if (b->kind == ExprKind::Const) return index_mul(a, b->i);
+            return binary(BinaryOp::Mul, a, b);
+          default: return binary(kind == K::FloorDiv ? BinaryOp::FloorDiv : BinaryOp::Mod, a, b);
+        }
+      });
 }
 Expr local(int id, ScalarType t) { return leaf(ExprKind::Local, t, id); }
 Expr load(int buffer, Expr index, ScalarType t) {
@@ -578,6 +556,32 @@ std::vector<int> Kernel::loaded_buffers() const {
     if (x->kind == ExprKind::Load) ids.insert(x->id);
   });
   return {ids.begin(), ids.end()};
+}
+
+std::vector<SymbolId> Kernel::symbols() const {
+  std::set<SymbolId> ids;
+  auto note = [&](const Expr& x) {
+    if (x->kind == ExprKind::Sym) ids.insert(x->id);
+  };
+  for_each_expr_in(root, note);
+  for_each_stmt(root, [&](const Stmt& s) {
+    if (s.kind == StmtKind::Loop && s.extent.is_symbolic()) for_each_expr(size_expr(s.extent), note);
+  });
+  return {ids.begin(), ids.end()};
+}
+
+std::vector<int> Kernel::large_results(const Program& p, int64_t min_bytes) const {
+  std::vector<int> out;
+  if (min_bytes <= 0) return out;
+  for (int id : stored_buffers()) {
+    const Buffer& buf = p.buffers[static_cast<size_t>(id)];
+    // NB: graph outputs and the inputs an in-place op writes only: an intermediate is read again
+    // by a later kernel of the graph, which streaming would send to memory for it. Not for
+    // symbolic sizes: whether a buffer is large is only known per call.
+    bool leaves = buf.role == BufferRole::Output || (buf.role == BufferRole::Input && buf.mutated);
+    if (leaves && !buf.sizes.is_symbolic() && buffer_bytes(buf) >= min_bytes) out.push_back(id);
+  }
+  return out;
 }
 
 namespace {

@@ -257,6 +257,10 @@ struct Kernel {
   std::vector<int> buffers() const;  // buffer ids referenced, ascending (the kernel ABI order)
   std::vector<int> stored_buffers() const;
   std::vector<int> loaded_buffers() const;
+  std::vector<SymbolId> symbols() const;  // size symbols its expressions and extents read, ascending
+  // The buffers it stores that leave the program (outputs, inputs written in place) and span at
+  // least `min_bytes` (none when it is 0): where the CPU renderer writes with streaming stores.
+  std::vector<int> large_results(const Program& p, int64_t min_bytes) const;
   double work() const;             // element operations, to decide whether threading pays
 };
 

@@ -45,8 +45,6 @@ bool supported_dtype(DType dt) {
          dt == DType::Float64;
 }
 
-bool symbolic_value(const Value& v) { return v.sym != 0 || std::any_of(v.items.begin(), v.items.end(), symbolic_value); }
-
 // Ops whose rules take symbolic int arguments as such: the view family reads the result's
 // (symbolic) sizes from the graph, indexing reads its bounds as SymInts (lower_ops_extra.cpp).
 bool reads_symbolic_args(Op op) {
@@ -746,7 +744,7 @@ std::optional<LT> Lowerer::lower_node(NodeId id) {
     OpLowering rule = op_lowerings().at(op_kind(n.op));
     if (!rule) {
       reason = op.has(kExtern) ? "matrix products and convolutions run in torch" : "no lowering for " + op.name;
-    } else if (!reads_symbolic_args(op_kind(n.op)) && std::any_of(n.args.begin(), n.args.end(), symbolic_value)) {
+    } else if (!reads_symbolic_args(op_kind(n.op)) && std::any_of(n.args.begin(), n.args.end(), value_symbolic)) {
       // NB: rules read int arguments as plain ints (their traced values); torch runs the call at
       // each run's sizes instead (extern arguments are specialised per call).
       reason = "an argument is a symbolic size";

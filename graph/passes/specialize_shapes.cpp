@@ -1,7 +1,7 @@
 #include "graph/passes/specialize_shapes.h"
 
 #include <algorithm>
-#include <functional>
+#include <set>
 #include <string>
 
 #include "src/base/errors.h"
@@ -23,10 +23,6 @@ void specialize_meta(ValueMeta& m, const std::vector<int64_t>& bindings) {
   for (ValueMeta& item : m.items) specialize_meta(item, bindings);
 }
 
-bool value_symbolic(const Value& v) {
-  return v.sym != 0 || std::any_of(v.items.begin(), v.items.end(), value_symbolic);
-}
-
 void substitute_meta(ValueMeta& m, const std::vector<std::pair<SymbolId, SymInt>>& values) {
   if (m.is_tensor()) {
     for (SymInt& s : m.tensor.sizes) s = sym_substitute(s, values);
@@ -43,20 +39,27 @@ void substitute_value(Value& v, const std::vector<std::pair<SymbolId, SymInt>>& 
   for (Value& item : v.items) substitute_value(item, values);
 }
 
-void note_symbols(const SymInt& x, SymbolId* max_symbol) {
+void note_symbols(const SymInt& x, std::set<SymbolId>* used) {
   if (!x.is_symbolic()) return;
-  for (SymbolId s : sym_free_symbols(x.expr())) *max_symbol = std::max(*max_symbol, s);
+  for (SymbolId s : sym_free_symbols(x.expr())) used->insert(s);
 }
 
-void note_meta_symbols(const ValueMeta& m, SymbolId* max_symbol) {
+void note_meta_symbols(const ValueMeta& m, std::set<SymbolId>* used) {
   if (m.is_tensor()) {
-    for (const SymInt& s : m.tensor.sizes) note_symbols(s, max_symbol);
-    for (const SymInt& s : m.tensor.strides) note_symbols(s, max_symbol);
+    for (const SymInt& s : m.tensor.sizes) note_symbols(s, used);
+    for (const SymInt& s : m.tensor.strides) note_symbols(s, used);
   }
-  for (const ValueMeta& item : m.items) note_meta_symbols(item, max_symbol);
+  for (const ValueMeta& item : m.items) note_meta_symbols(item, used);
+}
+
+void note_value_symbols(const Value& v, std::set<SymbolId>* used) {
+  if (v.sym) note_symbols(v.as_symint(), used);
+  for (const Value& item : v.items) note_value_symbols(item, used);
 }
 
 }  // namespace
+
+bool value_symbolic(const Value& v) { return v.sym != 0 || std::any_of(v.items.begin(), v.items.end(), value_symbolic); }
 
 void specialize_value(Value& v, const std::vector<int64_t>& bindings) {
   if (v.sym) v = Value::of_int(sym_evaluate(v.sym, bindings));
@@ -75,9 +78,13 @@ bool has_symbolic_int_args(const Graph& g) {
 }
 
 std::vector<std::pair<int, int>> symbol_bindings(const Graph& g) {
-  SymbolId max_symbol = -1;
-  for (const Node& n : g.nodes()) note_meta_symbols(n.meta, &max_symbol);
-  std::vector<std::pair<int, int>> out(static_cast<size_t>(max_symbol + 1), {-1, -1});
+  // NB: a symbol the trace specialised (substitute_symbols) appears nowhere: it stays unbound.
+  std::set<SymbolId> used;
+  for (const Node& n : g.nodes()) {
+    note_meta_symbols(n.meta, &used);
+    for (const Value& a : n.args) note_value_symbols(a, &used);
+  }
+  std::vector<std::pair<int, int>> out(used.empty() ? 0 : static_cast<size_t>(*used.rbegin()) + 1, {-1, -1});
   std::vector<NodeId> inputs = g.placeholders();
   for (size_t i = 0; i < inputs.size(); ++i) {
     const ValueMeta& m = g.node(inputs[i]).meta;
@@ -87,29 +94,8 @@ std::vector<std::pair<int, int>> symbol_bindings(const Graph& g) {
       if (s >= 0 && out[static_cast<size_t>(s)].first < 0) out[static_cast<size_t>(s)] = {static_cast<int>(i), static_cast<int>(d)};
     }
   }
-  // NB: a symbol the trace specialised (substitute_symbols) appears nowhere: it stays unbound.
-  std::vector<bool> used(out.size(), false);
-  auto note_used = [&](const SymInt& x) {
-    if (x.is_symbolic())
-      for (SymbolId s : sym_free_symbols(x.expr())) used[static_cast<size_t>(s)] = true;
-  };
-  std::function<void(const ValueMeta&)> meta_used = [&](const ValueMeta& m) {
-    if (m.is_tensor()) {
-      for (const SymInt& x : m.tensor.sizes) note_used(x);
-      for (const SymInt& x : m.tensor.strides) note_used(x);
-    }
-    for (const ValueMeta& item : m.items) meta_used(item);
-  };
-  std::function<void(const Value&)> value_used = [&](const Value& v) {
-    if (v.sym) note_used(v.as_symint());
-    for (const Value& item : v.items) value_used(item);
-  };
-  for (const Node& n : g.nodes()) {
-    meta_used(n.meta);
-    for (const Value& a : n.args) value_used(a);
-  }
-  for (size_t s = 0; s < out.size(); ++s)
-    FF_CHECK(!used[s] || out[s].first >= 0, "symbol s" + std::to_string(s) + " is no graph input's size");
+  for (SymbolId s : used)
+    FF_CHECK(out[static_cast<size_t>(s)].first >= 0, "symbol s" + std::to_string(s) + " is no graph input's size");
   return out;
 }
 

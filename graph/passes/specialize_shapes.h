@@ -21,6 +21,9 @@ bool has_symbolic_int_args(const Graph& g);
 // no placeholder's size (the frontend only makes symbols for input dimensions).
 std::vector<std::pair<int, int>> symbol_bindings(const Graph& g);
 
+// Whether `v` or one of its items is a symbolic int.
+bool value_symbolic(const Value& v);
+
 // `v` with every symbolic int in it (its items too) replaced by its value at `bindings`.
 void specialize_value(Value& v, const std::vector<int64_t>& bindings);
 

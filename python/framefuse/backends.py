@@ -104,8 +104,6 @@ def _compile_symbolic(backend, graph, example_inputs, training):
     if backend != "inductor" or training or not _config.get("dynamic_kernels"):
         return None
     from . import inductor  # noqa: PLC0415
-    if not hasattr(inductor, "compile_symbolic"):
-        return None
     compiled = inductor.compile_symbolic(graph, example_inputs)
     if compiled is not None:
         global _symbolic_compiles
