@@ -319,6 +319,9 @@ void SymbolicTracer::step(Frame& f, const Instr& ins) {
     case Handler::ContainsOp: {
       Sym container = pop();
       Sym item = pop();
+      // NB: `k in d` reads d's keys only (a kwargs dict may hold symbolic sizes as values).
+      specialize_ints(item);
+      if (!container->is(SymKind::Dict)) specialize_ints(container);
       Sym r = contains(container, item);
       if (arg) r = make_const(truth(r) ? Py_False : Py_True);
       push(std::move(r));
@@ -380,6 +383,8 @@ void SymbolicTracer::step(Frame& f, const Instr& ins) {
       Sym d = make_sym(SymKind::Dict);
       std::vector<Sym> kv(st.end() - 2 * arg, st.end());
       st.resize(st.size() - 2 * static_cast<size_t>(arg));
+      // NB: keys are hashed (specialised); values are only held, so sizes among them stay symbolic.
+      for (int i = 0; i < arg; ++i) specialize_ints(kv[2 * static_cast<size_t>(i)]);
       for (int i = 0; i < arg; ++i) store_subscript(d, kv[2 * static_cast<size_t>(i)], kv[2 * static_cast<size_t>(i) + 1]);
       push(std::move(d));
       break;
@@ -389,6 +394,7 @@ void SymbolicTracer::step(Frame& f, const Instr& ins) {
       std::vector<Sym> values(st.end() - arg, st.end());
       st.resize(st.size() - static_cast<size_t>(arg));
       Sym d = make_sym(SymKind::Dict);
+      specialize_ints(keys);
       std::vector<Sym> key_syms = iterate(keys);
       for (int i = 0; i < arg; ++i) store_subscript(d, key_syms[static_cast<size_t>(i)], values[static_cast<size_t>(i)]);
       push(std::move(d));
@@ -436,6 +442,7 @@ void SymbolicTracer::step(Frame& f, const Instr& ins) {
     case Handler::MapAdd: {
       Sym value = pop();
       Sym key = pop();
+      specialize_ints(key);
       store_subscript(peek(arg), key, std::move(value));
       break;
     }

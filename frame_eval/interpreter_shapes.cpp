@@ -146,6 +146,12 @@ bool keeps_symints(Handler h) {
     case Handler::Copy:
     case Handler::Swap:
     case Handler::LoadConst:
+    case Handler::ContainsOp:  // these specialise what they hash or compare themselves
+    case Handler::BuildMap:
+    case Handler::BuildConstKeyMap:
+    case Handler::MapAdd:
+    case Handler::DictMerge:
+    case Handler::DictUpdate:
     case Handler::LoadFast:
     case Handler::LoadFastAndClear:
     case Handler::StoreFast:
@@ -192,7 +198,7 @@ bool keeps_symints(Handler h) {
 bool symint_op(std::optional<OpId> op) {
   if (!op) return false;
   return op_in(op_kind(*op), {Op::view, Op::reshape, Op::tensor_reshape, Op::expand, Op::op_getitem, Op::arange, Op::zeros, Op::ones,
-                              Op::empty, Op::new_zeros, Op::new_ones, Op::new_empty});
+                              Op::empty, Op::new_zeros, Op::new_ones, Op::new_empty, Op::layer_norm, Op::rms_norm});
 }
 
 Sym SymbolicTracer::size_of(const SymInt& v) {

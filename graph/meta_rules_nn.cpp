@@ -162,28 +162,36 @@ std::optional<ValueMeta> meta_linear(const MetaContext& ctx) {
   return fresh(sizes, x.dtype, x.device, grad);
 }
 
-// scaled_dot_product_attention of CPU tensors, in the layouts eager's CPU kernels give (as measured
-// on torch 2.13; the meta-tensor fallback says contiguous where they do not): q, k and v of the
-// same batch and heads with unit-stride head dims run the flash kernel when E == Ev, whose result
-// is laid out like q (contiguous q, or q transposed from (B, L, H, E)); otherwise the math path's
-// matmul gives a contiguous result. Anything else (CUDA, older torch, dropout, other layouts,
-// requires_grad) is left to the fallback. NB: written over SymInts, so sequence lengths stay
-// symbolic (dynamic shapes): the fallback would specialise them.
+// scaled_dot_product_attention, in the layouts eager's kernels give; the meta-tensor fallback says
+// contiguous where they do not, and specialises symbolic sequence lengths (dynamic shapes): this is
+// written over SymInts. q, k and v of the same batch and heads with unit-stride head dims, no
+// dropout, no grad:
+// - CPU (as measured on torch 2.13): the flash kernel when E == Ev, its result laid out like q
+//   (contiguous q, or q transposed from (B, L, H, E)); otherwise the math path's matmul gives a
+//   contiguous result.
+// - CUDA (as measured on torch 2.11, H100/H200): float32 runs the memory-efficient kernel, whose
+//   result is q transposed from a contiguous (B, L, H, E) whatever q's layout; half precision runs
+//   flash, laid out like q as on the CPU. Other head dims and dtypes take the math path
+//   (contiguous). A kernel choice this misses is caught at run time: the CUDA runtime copies an
+//   extern result into the predicted layout.
+// Anything else (older torch, dropout, other layouts, requires_grad) is left to the fallback.
 std::optional<ValueMeta> meta_sdpa(const MetaContext& ctx) {
-  if (!torch_at_least(2, 13)) return std::nullopt;
   const TensorMeta &q = ctx.tensor("query"), &k = ctx.tensor("key"), &v = ctx.tensor("value");
+  const bool cuda = q.device.type == Device::Type::CUDA;
+  if (cuda ? !torch_at_least(2, 11) : (q.device.type != Device::Type::CPU || !torch_at_least(2, 13))) return std::nullopt;
   for (const TensorMeta* t : {&q, &k, &v}) {
-    if (t->dim() != 4 || t->dtype != q.dtype || t->device.type != Device::Type::CPU || t->requires_grad) return std::nullopt;
+    if (t->dim() != 4 || t->dtype != q.dtype || t->device != q.device || t->requires_grad) return std::nullopt;
     if (t->strides.back() != 1) return std::nullopt;
     for (const SymInt& s : t->sizes)
       if (s == 0) return std::nullopt;
   }
-  if (q.dtype != DType::Float32 && q.dtype != DType::Float64 && q.dtype != DType::BFloat16) return std::nullopt;
+  const bool half = q.dtype == DType::Float16 || q.dtype == DType::BFloat16;
+  if (q.dtype != DType::Float32 && q.dtype != DType::Float64 && q.dtype != DType::BFloat16 && !(cuda && half)) return std::nullopt;
   const Value& dropout = ctx.arg("dropout_p");
   if (!(dropout.kind == Value::Kind::Float && dropout.f == 0.0) && !(dropout.kind == Value::Kind::Int && dropout.i == 0))
     return std::nullopt;
   if (const TensorMeta* m = tensor_or_null(ctx.arg("attn_mask"), ctx.graph)) {
-    if (m->dim() != 4 || m->device.type != Device::Type::CPU || m->requires_grad) return std::nullopt;
+    if (m->dim() != 4 || m->device != q.device || m->requires_grad) return std::nullopt;
   } else if (!ctx.arg("attn_mask").is_none()) {
     return std::nullopt;
   }
@@ -192,9 +200,18 @@ std::optional<ValueMeta> meta_sdpa(const MetaContext& ctx) {
     return std::nullopt;
   SymShape sizes{B, H, L, Ev};
   SymShape contiguous = TensorMeta::contiguous_strides(sizes);
-  if (E != Ev) return fresh(sizes, q.dtype, q.device, false);
-  SymShape blhe{L * H * E, E, H * E, 1};  // q.transpose(1, 2) of a contiguous (B, L, H, E)
+  SymShape blhe{L * H * Ev, Ev, H * Ev, 1};  // q.transpose(1, 2) of a contiguous (B, L, H, E)
   TensorMeta out = TensorMeta::contiguous(sizes, q.dtype, q.device);
+  if (E != Ev) return ValueMeta::of_tensor(std::move(out));
+  if (cuda) {
+    // NB: head dims the fused kernels take; others run the math path.
+    int64_t e = E;
+    if (e % 8 != 0 || e > (half ? 256 : 128) || q.dtype == DType::Float64) return ValueMeta::of_tensor(std::move(out));
+    if (!half) {
+      out.strides = blhe;
+      return ValueMeta::of_tensor(std::move(out));
+    }
+  }
   if (q.strides.same_as(contiguous)) return ValueMeta::of_tensor(std::move(out));
   if (!q.strides.same_as(blhe)) return std::nullopt;
   out.strides = blhe;

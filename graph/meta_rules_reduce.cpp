@@ -167,7 +167,8 @@ std::optional<ValueMeta> meta_norm(const MetaContext& ctx) {
   if (op_is(ctx, {Op::layer_norm, Op::rms_norm})) {
     const Value& ns = ctx.arg("normalized_shape");
     if (!all_ints(ns)) return std::nullopt;
-    std::vector<int64_t> shape = int_list(ns);
+    // NB: symbolic entries stay symbolic (`x.shape[-1:]` under dynamic shapes).
+    SymShape shape = sym_int_list(ns);
     bool ok = !shape.empty() && shape.size() <= x.sizes.size() &&
               std::equal(shape.rbegin(), shape.rend(), x.sizes.rbegin());
     if (!ok)

@@ -654,6 +654,12 @@ SymExprId sym_of_symbol(SymbolId id) {
   return intern_poly(atom_poly(Atom{Atom::Kind::Symbol, id, 0, 0}));
 }
 
+bool sym_divisible(const SymInt& x, int64_t k) {
+  if (k <= 0) return false;
+  SymInt r = x % SymInt(k);
+  return !r.is_symbolic() && r.hint() == 0;
+}
+
 SymInt sym_specialize(const SymInt& x, const std::vector<int64_t>& bindings) {
   return x.is_symbolic() ? SymInt(sym_evaluate(x.expr(), bindings)) : x;
 }

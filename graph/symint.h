@@ -153,6 +153,9 @@ std::string sym_str(SymExprId e);
 bool sym_constant(SymExprId e, int64_t* value);
 // Builds `e` from its parts; exposed for tests and the guard printer.
 SymExprId sym_of_symbol(SymbolId id);
+// Whether `x` is a multiple of `k` (> 0) for every binding: a constant that is, or a polynomial
+// whose coefficients all are (records nothing; false where only some bindings make it one).
+bool sym_divisible(const SymInt& x, int64_t k);
 // The value under `bindings` as a constant SymInt.
 SymInt sym_specialize(const SymInt& x, const std::vector<int64_t>& bindings);
 // `x` with the symbols in `values` replaced (by a constant, or another symbol); the others stay.

@@ -254,6 +254,8 @@ CpuCompiled compile_for_cpu(const Graph& captured, const CpuPipelineOptions& opt
 }
 
 CudaCompiled compile_for_cuda(const Graph& g, const CudaPipelineOptions& options) {
+  // NB: no ShapeEnv, as in compile_for_cpu: a symbolic size read as an int throws.
+  ShapeEnvScope no_env(nullptr);
   CudaCompiled out;
   GraphStageOptions stage;
   stage.fuse_attention = options.fuse_attention;

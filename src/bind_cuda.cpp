@@ -117,6 +117,11 @@ void define_cuda(py::module_& m) {
       .def("kernels", &CudaGraphModule::kernels)
       .def_property_readonly("channels_last_why", &CudaGraphModule::channels_last_why)
       .def_property_readonly("layout_copies", &CudaGraphModule::layout_copies)
+      .def_property_readonly("symbolic", &CudaGraphModule::symbolic,
+                             "Dynamic shapes: the kernels take the sizes as arguments (one compile for every set of sizes).")
+      .def_property_readonly("instances", &CudaGraphModule::instances)
+      .def_property_readonly("compiled_instances", &CudaGraphModule::compiled_instances,
+                             "Sets of sizes the symbolic program's kernels could not serve, compiled on their own.")
       .def_property_readonly("packed_weights", &CudaGraphModule::packed_weights,
                              "Input positions of the conv weights packed into NHWC in each call (config cuda_keep_nhwc_weights).")
       .def_property_readonly("derived_sources", &CudaGraphModule::derived_sources)

@@ -111,6 +111,40 @@ def steady(compiled, args, calls=30):
     return statistics.median(times)
 
 
+def throughput(compiled, args, calls):
+    """ms per call over `calls` back-to-back calls (one synchronisation at the end)."""
+    with torch.no_grad():
+        for _ in range(5):
+            compiled(*args)
+        sync()
+        t = time.perf_counter()
+        for _ in range(calls):
+            compiled(*args)
+        sync()
+    return (time.perf_counter() - t) / calls * 1e3
+
+
+def interleaved_steady(fn, inputs, fixed, rounds, calls):
+    """framefuse at one size, static compile against the symbolic one (traced over a few sizes of
+    the sweep), in alternating rounds so that drift hits both alike: the median ms per call of
+    each, and their ratio's median."""
+    static, dynamic, ratios = [], [], []
+    for _ in range(rounds):
+        framefuse.reset()
+        s = throughput(framefuse.compile(fn), fixed, calls)
+        framefuse.reset()
+        cf = framefuse.compile(fn)
+        with torch.no_grad():
+            for a in inputs[:3]:
+                cf(*a)
+        d = throughput(cf, fixed, calls)
+        static.append(s)
+        dynamic.append(d)
+        ratios.append(d / s)
+    framefuse.reset()
+    return statistics.median(static), statistics.median(dynamic), statistics.median(ratios)
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--calls", type=int, default=50)
@@ -118,6 +152,10 @@ def main():
     p.add_argument("--seed", type=int, default=24)
     p.add_argument("--no-torch-compile", action="store_true")
     p.add_argument("--device", default="cpu")
+    p.add_argument("--steady-rounds", type=int, default=0,
+                   help="also time framefuse's symbolic program against its static compile at one size, in "
+                        "this many alternating rounds (a second table)")
+    p.add_argument("--steady-calls", type=int, default=200)
     args = p.parse_args()
     if args.device == "cpu":
         torch.set_num_threads(2)
@@ -129,6 +167,7 @@ def main():
     print(f"torch {torch.__version__}, {where}, {args.calls} sizes per sweep, cold on-disk caches")
     print("| model | contender | compiles | total of the sweep, s | steady ms at one size | static compile ms | eager ms |")
     print("|---|---|---|---|---|---|---|")
+    steady_rows = []
     for name, (fn, inputs, fixed) in models(args.calls, args.seed, args.device).items():
         if name not in args.models.split(","):
             continue
@@ -154,6 +193,15 @@ def main():
             what = f"{frames} frames" + (f", {kernels} kernel sets" if label == "framefuse" else " graphs")
             print(f"| {name} | {label} | {what} | {total:.2f} | {dyn_ms:.3f} | {static_ms:.3f} | {eager_ms:.3f} |")
         print(f"| {name} | eager | - | {eager_total:.2f} | {eager_ms:.3f} | - | {eager_ms:.3f} |")
+        if args.steady_rounds:
+            steady_rows.append((name, *interleaved_steady(fn, inputs, fixed, args.steady_rounds, args.steady_calls)))
+    if steady_rows:
+        print(f"\nframefuse at one size, {args.steady_rounds} alternating rounds of {args.steady_calls} calls "
+              "(median ms per call; ratio: median of the rounds' symbolic / static)")
+        print("| model | static compile ms | symbolic program ms | ratio |")
+        print("|---|---|---|---|")
+        for name, s, d, r in steady_rows:
+            print(f"| {name} | {s:.3f} | {d:.3f} | {r:.3f} |")
 
 
 if __name__ == "__main__":

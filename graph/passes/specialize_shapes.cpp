@@ -8,6 +8,12 @@
 
 namespace ff {
 
+TensorMeta specialize_tensor_meta(TensorMeta m, const std::vector<int64_t>& bindings) {
+  for (SymInt& s : m.sizes) s = sym_specialize(s, bindings);
+  for (SymInt& s : m.strides) s = sym_specialize(s, bindings);
+  return m;
+}
+
 namespace {
 
 bool meta_symbolic(const ValueMeta& m) {
@@ -16,10 +22,7 @@ bool meta_symbolic(const ValueMeta& m) {
 }
 
 void specialize_meta(ValueMeta& m, const std::vector<int64_t>& bindings) {
-  if (m.is_tensor()) {
-    for (SymInt& s : m.tensor.sizes) s = sym_specialize(s, bindings);
-    for (SymInt& s : m.tensor.strides) s = sym_specialize(s, bindings);
-  }
+  if (m.is_tensor()) m.tensor = specialize_tensor_meta(std::move(m.tensor), bindings);
   for (ValueMeta& item : m.items) specialize_meta(item, bindings);
 }
 

@@ -27,6 +27,9 @@ bool value_symbolic(const Value& v);
 // `v` with every symbolic int in it (its items too) replaced by its value at `bindings`.
 void specialize_value(Value& v, const std::vector<int64_t>& bindings);
 
+// `m` with its sizes and strides at `bindings`.
+TensorMeta specialize_tensor_meta(TensorMeta m, const std::vector<int64_t>& bindings);
+
 // `g` with the symbols in `values` replaced (by their traced value, or by an equal symbol): the
 // trace guarded them equal (broadcasting against a static size or another symbolic one).
 Graph substitute_symbols(const Graph& g, const std::vector<std::pair<SymbolId, SymInt>>& values);

@@ -46,7 +46,10 @@ class Emitter {
 
   // A statement rendered as sequential code (loops are plain for loops).
   void stmt(const loop::Stmt& s, int indent);
-  // Kernel parameters and local declarations.
+  // A size as a C++ expression of the index type: a literal, or arithmetic over the kernel's size
+  // symbols (declare_locals).
+  std::string size(const SymInt& s) const;
+  // Kernel parameters (buffers, then the size symbols it reads) and local declarations.
   std::string params() const;
   void declare_locals(int indent);
 

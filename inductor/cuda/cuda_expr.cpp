@@ -131,7 +131,7 @@ const char* infix(BinaryOp op) {
 }
 
 bool trivial(const ExprNode& e) {
-  return e.kind == ExprKind::Const || e.kind == ExprKind::Var || e.kind == ExprKind::Local;
+  return e.kind == ExprKind::Const || e.kind == ExprKind::Var || e.kind == ExprKind::Local || e.kind == ExprKind::Sym;
 }
 
 }  // namespace
@@ -139,7 +139,8 @@ bool trivial(const ExprNode& e) {
 bool Emitter::nonneg(const Expr& e) const {
   switch (e->kind) {
     case ExprKind::Const: return !loop::is_float(e->type) && e->i >= 0;
-    case ExprKind::Var: return true;
+    case ExprKind::Var:
+    case ExprKind::Sym: return true;  // sizes
     case ExprKind::Binary: {
       auto op = static_cast<BinaryOp>(e->op);
       if (op == BinaryOp::Add || op == BinaryOp::Mul || op == BinaryOp::FloorDiv || op == BinaryOp::Mod ||
@@ -251,6 +252,7 @@ std::string Emitter::render(const Expr& e, const std::unordered_map<const ExprNo
       break;
     }
     case ExprKind::Local: s = "t" + std::to_string(e->id); break;
+    case ExprKind::Sym: s = "s" + std::to_string(e->id); break;
     case ExprKind::Load: {
       auto reg = vec_loads.find(e.get());
       if (reg != vec_loads.end() && lane_ >= 0)
@@ -356,7 +358,7 @@ void Emitter::stmt(const Stmt& s, int indent) {
     case StmtKind::Loop: {
       std::string v = "v" + std::to_string(s.var);
       bind_var(s.var, v);
-      line(indent, std::string("for (") + ix_ + " " + v + " = 0; " + v + " < " + std::to_string(s.extent) + "; ++" + v + ") {");
+      line(indent, std::string("for (") + ix_ + " " + v + " = 0; " + v + " < " + size(s.extent) + "; ++" + v + ") {");
       for (const Stmt& c : s.body) stmt(c, indent + 1);
       line(indent, "}");
       break;
@@ -395,10 +397,34 @@ std::string Emitter::params() const {
     const loop::Buffer& buf = p_.buffers.at(static_cast<size_t>(b));
     out += std::string(st.count(b) ? "" : "const ") + storage_type(buf.dtype) + "* __restrict__ b" + std::to_string(b);
   }
+  // NB: sizes by value after the buffers (the runtime passes each as a 64-bit integer); the kernel
+  // computes with them in its index type (declare_locals).
+  for (SymbolId id : k_.symbols()) out += (out.empty() ? "" : ", ") + std::string("long long ff_s") + std::to_string(id);
   return out;
 }
 
+std::string Emitter::size(const SymInt& s) const {
+  if (!s.is_symbolic()) return std::to_string(s.hint());
+  using K = SymProgram::Op::Kind;
+  // NB: sizes are never negative, so C's division and remainder are Python's here.
+  return SymProgram::fold<std::string>(
+      s.expr(), [](int64_t c) { return c < 0 ? "(" + std::to_string(c) + ")" : std::to_string(c); },
+      [](SymbolId id) { return "s" + std::to_string(id); },
+      [](K kind, const std::string& a, const std::string& b) {
+        const char* neutral = kind == K::Add ? "0" : kind == K::Mul ? "1"
+                                                                    : nullptr;
+        if (neutral && a == neutral) return b;
+        if (neutral && b == neutral) return a;
+        const char* op = kind == K::Add ? " + " : kind == K::Mul    ? " * "
+                                              : kind == K::FloorDiv ? " / "
+                                                                    : " % ";
+        return "(" + a + op + b + ")";
+      });
+}
+
 void Emitter::declare_locals(int indent) {
+  for (SymbolId id : k_.symbols())
+    line(indent, std::string("const ") + ix_ + " s" + std::to_string(id) + " = (" + ix_ + ")ff_s" + std::to_string(id) + ";");
   for (size_t i = 0; i < k_.locals.size(); ++i)
     line(indent, std::string(c_type(k_.locals[i])) + " t" + std::to_string(i) + ";");
 }

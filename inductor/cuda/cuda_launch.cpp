@@ -11,19 +11,20 @@
 
 namespace ff::cuda {
 
-LaunchConfig launch_config(const KernelPlan& plan, int v, int block, const DeviceInfo& dev) {
+LaunchConfig launch_config(const KernelPlan& plan, int v, int block, const DeviceInfo& dev, int64_t items) {
   const KernelVariant& var = plan.variants.at(static_cast<size_t>(v));
   LaunchConfig c;
   c.variant = v;
   if (var.fixed_block) {
     c.block_x = static_cast<unsigned>(var.block_x);
     c.block_y = static_cast<unsigned>(var.block_y);
-    c.grid = static_cast<unsigned>(plan.items / var.block_y);
+    // NB: a symbolic row count may leave the last block part full (the kernel clamps its rows).
+    c.grid = static_cast<unsigned>((items + var.block_y - 1) / var.block_y);
     return c;
   }
   c.block_x = static_cast<unsigned>(block > 0 ? block : var.block_x);
   int64_t per_block = static_cast<int64_t>(c.block_x) * std::max(1, var.vec);
-  int64_t needed = (plan.items + per_block - 1) / per_block;
+  int64_t needed = (items + per_block - 1) / per_block;
   // NB: past a few dozen resident blocks per SM, a grid-stride loop beats more blocks.
   int64_t cap = static_cast<int64_t>(std::max(1, dev.sm_count)) * 32;
   c.grid = static_cast<unsigned>(std::max<int64_t>(1, std::min(needed, cap)));
@@ -85,8 +86,9 @@ void CudaModule::load_unit(PerDevice& pd, size_t u) {
     }
 }
 
-void CudaModule::raw_launch(CUfunction fn, const LaunchConfig& c, const KernelPlan& plan, const std::vector<void*>& ptrs,
+void CudaModule::raw_launch(CUfunction fn, const LaunchConfig& c, const Call& call, const std::vector<void*>& ptrs,
                             CUstream stream) {
+  const KernelPlan& plan = plans_[call.k];
   constexpr size_t kInline = 32;
   void* vals_inline[kInline];
   void* args_inline[kInline];
@@ -94,9 +96,10 @@ void CudaModule::raw_launch(CUfunction fn, const LaunchConfig& c, const KernelPl
   void** vals = vals_inline;
   void** args = args_inline;
   size_t n = plan.buffers.size();
-  if (n > kInline) {
+  size_t nargs = n + plan.symbols.size();
+  if (nargs > kInline) {
     vals_heap.resize(n);
-    args_heap.resize(n);
+    args_heap.resize(nargs);
     vals = vals_heap.data();
     args = args_heap.data();
   }
@@ -104,6 +107,10 @@ void CudaModule::raw_launch(CUfunction fn, const LaunchConfig& c, const KernelPl
     vals[i] = ptrs.at(static_cast<size_t>(plan.buffers[i]));
     args[i] = &vals[i];
   }
+  // NB: the symbols' values are read by the driver during the call: pointers into the bindings.
+  FF_CHECK(plan.symbols.empty() || call.bindings, "kernel " + plan.name + " launched without its sizes");
+  for (size_t j = 0; j < plan.symbols.size(); ++j)
+    args[n + j] = const_cast<int64_t*>(call.bindings + plan.symbols[j]);
   check_driver(driver().cuLaunchKernel(fn, c.grid, 1, 1, c.block_x, c.block_y, 1, 0, stream, args, nullptr),
                ("cuLaunchKernel " + plan.variants[static_cast<size_t>(c.variant)].fn).c_str());
 }
@@ -126,16 +133,18 @@ bool loads_what_it_stores(const KernelPlan& plan, const std::vector<void*>& ptrs
 
 }  // namespace
 
-LaunchConfig CudaModule::tune(PerDevice& pd, size_t k, const std::vector<void*>& ptrs, CUstream stream, int device,
+LaunchConfig CudaModule::tune(PerDevice& pd, const Call& call, const std::vector<void*>& ptrs, CUstream stream, int device,
                               const std::vector<int>& variants) {
+  size_t k = call.k;
   const KernelPlan& plan = plans_[k];
   const DeviceInfo& dev = device_info(device);
   std::vector<LaunchConfig> cands;
   for (int v : variants) {
-    if (plan.variants[static_cast<size_t>(v)].fixed_block) cands.push_back(launch_config(plan, v, 0, dev));
+    if (plan.variants[static_cast<size_t>(v)].fixed_block) cands.push_back(launch_config(plan, v, 0, dev, call.items));
     else
-      for (int b : {128, 256, 512, 1024}) cands.push_back(launch_config(plan, v, b, dev));
+      for (int b : {128, 256, 512, 1024}) cands.push_back(launch_config(plan, v, b, dev, call.items));
   }
+  // NB: a symbolic kernel is timed at the sizes of its first call with these alignments.
   std::string key = hash_ + "|" + std::to_string(k) + "|" + dev.arch() + "|" + std::to_string(dev.sm_count) + "|";
   for (int v : variants) key += std::to_string(v) + ",";
   std::string dir = cuda_cache_dir();
@@ -156,10 +165,10 @@ LaunchConfig CudaModule::tune(PerDevice& pd, size_t k, const std::vector<void*>&
   std::string report;
   for (size_t i = 0; i < cands.size(); ++i) {
     CUfunction fn = pd.fns[k][static_cast<size_t>(cands[i].variant)];
-    for (int w = 0; w < 2; ++w) raw_launch(fn, cands[i], plan, ptrs, stream);
+    for (int w = 0; w < 2; ++w) raw_launch(fn, cands[i], call, ptrs, stream);
     constexpr int kReps = 10;
     check_driver(d.cuEventRecord(start, stream), "cuEventRecord");
-    for (int r = 0; r < kReps; ++r) raw_launch(fn, cands[i], plan, ptrs, stream);
+    for (int r = 0; r < kReps; ++r) raw_launch(fn, cands[i], call, ptrs, stream);
     check_driver(d.cuEventRecord(stop, stream), "cuEventRecord");
     check_driver(d.cuEventSynchronize(stop), "cuEventSynchronize");
     float ms = 0;
@@ -182,7 +191,8 @@ LaunchConfig CudaModule::tune(PerDevice& pd, size_t k, const std::vector<void*>&
   return cands[best];
 }
 
-LaunchConfig CudaModule::choose(PerDevice& pd, size_t k, const std::vector<void*>& ptrs, CUstream stream, int device) {
+LaunchConfig CudaModule::choose(PerDevice& pd, const Call& call, const std::vector<void*>& ptrs, CUstream stream, int device) {
+  size_t k = call.k;
   const KernelPlan& plan = plans_[k];
   uint64_t mask = 0;
   std::vector<int> fitting;
@@ -193,7 +203,10 @@ LaunchConfig CudaModule::choose(PerDevice& pd, size_t k, const std::vector<void*
     }
   auto& memo = pd.chosen[k];
   auto it = memo.find(mask);
-  if (it != memo.end()) return it->second;
+  if (it != memo.end()) {
+    if (!plan.items.is_symbolic()) return it->second;
+    return launch_config(plan, it->second.variant, static_cast<int>(it->second.block_x), device_info(device), call.items);
+  }
   FF_CHECK(!fitting.empty(), "kernel " + plan.name + " has no variant for unaligned pointers");
   LaunchConfig c;
   int capturing = 0;
@@ -208,23 +221,25 @@ LaunchConfig CudaModule::choose(PerDevice& pd, size_t k, const std::vector<void*
                   fitting.end());
   for (int v : fitting) load_unit(pd, static_cast<size_t>(plan.variants[static_cast<size_t>(v)].unit));
   if (tuning)
-    c = tune(pd, k, ptrs, stream, device, fitting);
+    c = tune(pd, call, ptrs, stream, device, fitting);
   else
-    c = launch_config(plan, fitting.front(), 0, device_info(device));
+    c = launch_config(plan, fitting.front(), 0, device_info(device), call.items);
   memo.emplace(mask, c);
   described_[k] = plan.name + ": " + plan.variants[static_cast<size_t>(c.variant)].fn + " block " + std::to_string(c.block_x) +
                   "x" + std::to_string(c.block_y) + " grid " + std::to_string(c.grid);
   return c;
 }
 
-void CudaModule::launch(size_t k, const std::vector<void*>& ptrs, CUstream stream, int device) {
+void CudaModule::launch(size_t k, const std::vector<void*>& ptrs, CUstream stream, int device, int64_t items,
+                        const int64_t* bindings) {
   std::lock_guard<std::mutex> lock(mu_);
   FF_CHECK(k < plans_.size(), "kernel index out of range");
-  if (plans_[k].items == 0) return;
+  if (items == 0) return;
   ensure_context(device);
   PerDevice& pd = loaded(device);
-  LaunchConfig c = choose(pd, k, ptrs, stream, device);
-  raw_launch(pd.fns[k][static_cast<size_t>(c.variant)], c, plans_[k], ptrs, stream);
+  Call call{k, items, bindings};
+  LaunchConfig c = choose(pd, call, ptrs, stream, device);
+  raw_launch(pd.fns[k][static_cast<size_t>(c.variant)], c, call, ptrs, stream);
 }
 
 std::vector<std::string> CudaModule::describe() const { return described_; }

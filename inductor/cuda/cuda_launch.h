@@ -19,8 +19,9 @@ struct LaunchConfig {
   unsigned grid = 1, block_x = 1, block_y = 1;
 };
 
-// The configuration for `plan`'s variant `v` with `block` threads (ignored for fixed blocks).
-LaunchConfig launch_config(const KernelPlan& plan, int v, int block, const DeviceInfo& dev);
+// The configuration for `plan`'s variant `v` with `block` threads (ignored for fixed blocks) over
+// `items` (plan.items at one call's sizes).
+LaunchConfig launch_config(const KernelPlan& plan, int v, int block, const DeviceInfo& dev, int64_t items);
 
 class CudaModule {
  public:
@@ -32,8 +33,11 @@ class CudaModule {
   CudaModule(const CudaModule&) = delete;
   CudaModule& operator=(const CudaModule&) = delete;
 
-  // Launches kernel `k`; `buffer_ptrs` holds a device pointer per Program buffer id.
-  void launch(size_t k, const std::vector<void*>& buffer_ptrs, CUstream stream, int device);
+  // Launches kernel `k`; `buffer_ptrs` holds a device pointer per Program buffer id. A symbolic
+  // program's kernel runs over `items` (its plan's items at this call's sizes) and reads its
+  // symbols from `bindings` (symbol id -> value); a static one passes plans()[k].items and null.
+  void launch(size_t k, const std::vector<void*>& buffer_ptrs, CUstream stream, int device, int64_t items,
+              const int64_t* bindings);
 
   // What was chosen for each kernel (after the first launch): "k0: ff_k0_v block 256 grid 1056".
   std::vector<std::string> describe() const;
@@ -43,15 +47,21 @@ class CudaModule {
   struct PerDevice {
     std::vector<CUmodule> modules;                   // [unit], null until loaded
     std::vector<std::vector<CUfunction>> fns;        // [kernel][variant], null until its unit is loaded
-    std::vector<std::map<uint64_t, LaunchConfig>> chosen;  // [kernel] alignment mask -> config
+    // [kernel] alignment mask -> config (its grid recomputed per call where the items vary)
+    std::vector<std::map<uint64_t, LaunchConfig>> chosen;
   };
   PerDevice& loaded(int device);
   void load_unit(PerDevice& pd, size_t unit);
-  LaunchConfig choose(PerDevice& pd, size_t k, const std::vector<void*>& ptrs, CUstream stream, int device);
-  LaunchConfig tune(PerDevice& pd, size_t k, const std::vector<void*>& ptrs, CUstream stream, int device,
+  // Per call of kernel k: its items and the symbol values it reads.
+  struct Call {
+    size_t k;
+    int64_t items;
+    const int64_t* bindings;
+  };
+  LaunchConfig choose(PerDevice& pd, const Call& call, const std::vector<void*>& ptrs, CUstream stream, int device);
+  LaunchConfig tune(PerDevice& pd, const Call& call, const std::vector<void*>& ptrs, CUstream stream, int device,
                     const std::vector<int>& variants);
-  void raw_launch(CUfunction fn, const LaunchConfig& c, const KernelPlan& plan, const std::vector<void*>& ptrs,
-                  CUstream stream);
+  void raw_launch(CUfunction fn, const LaunchConfig& c, const Call& call, const std::vector<void*>& ptrs, CUstream stream);
 
   std::vector<std::string> cubins_;
   std::vector<CompileUnit> units_;

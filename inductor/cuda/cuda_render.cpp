@@ -38,8 +38,14 @@ namespace {
 struct Nest {
   std::vector<const Stmt*> chain;  // root first
   const std::vector<Stmt>* body = nullptr;
-  int64_t rows = 1;
+  SymInt rows = 1;
 };
+
+// Dynamic shapes: extents may be symbolic. What the source relies on must hold at every binding
+// (divisibility is decided exactly: sym_divisible); heuristics (thread shapes, strategies) read
+// the traced values; `wide` indexes are checked per binding by the runtime (needs_wide_index).
+bool is_one(const SymInt& x) { return !x.is_symbolic() && x.hint() == 1; }
+int64_t hint_of(const SymInt& x) { return x.hint(); }
 
 Nest find_nest(const Stmt& root) {
   Nest n;
@@ -50,7 +56,7 @@ Nest find_nest(const Stmt& root) {
     n.chain.push_back(cur);
   }
   n.body = &cur->body;
-  for (const Stmt* l : n.chain) n.rows *= l->extent;
+  for (const Stmt* l : n.chain) n.rows = n.rows * l->extent;
   return n;
 }
 
@@ -66,31 +72,40 @@ int64_t pow2_at_least(int64_t v) {
   return p;
 }
 
-// Whether any index can reach 2^30: then indices are 64-bit.
-bool needs_wide_index(const Program& p, const Kernel& k, const Nest& n) {
+// Whether any index can reach 2^30: then indices are 64-bit. At the traced sizes for a symbolic
+// kernel (the runtime checks each binding's program with needs_wide_index).
+bool wide_at_hints(const Program& p, const Kernel& k, const Nest& n) {
   constexpr int64_t kLimit = int64_t(1) << 30;
-  if (n.rows >= kLimit) return true;
-  for (int b : k.buffers())
-    if (loop::buffer_bytes(p.buffers.at(static_cast<size_t>(b))) / dtype_size(p.buffers[static_cast<size_t>(b)].dtype) >= kLimit)
-      return true;
+  if (hint_of(n.rows) >= kLimit) return true;
+  for (int b : k.buffers()) {
+    const loop::Buffer& buf = p.buffers.at(static_cast<size_t>(b));
+    int64_t span = 1;
+    for (size_t d = 0; d < buf.sizes.size(); ++d) {
+      if (hint_of(buf.sizes[d]) == 0) span = 0;
+      if (span == 0) break;
+      span += (hint_of(buf.sizes[d]) - 1) * hint_of(buf.strides[d]);
+    }
+    if (span >= kLimit) return true;
+  }
   bool wide = false;
-  for_each_stmt(k.root, [&](const Stmt& s) { wide |= s.kind == StmtKind::Loop && s.extent >= kLimit; });
+  for_each_stmt(k.root, [&](const Stmt& s) { wide |= s.kind == StmtKind::Loop && hint_of(s.extent) >= kLimit; });
   return wide;
 }
 
 // Assigns the chain's loop variables from a flat row index `flat` (last loop fastest).
 void bind_chain(Emitter& em, const Nest& n, const std::string& flat, int indent) {
-  int64_t inner = 1;
+  SymInt inner = 1;
   for (size_t i = n.chain.size(); i-- > 0;) {
     const Stmt* l = n.chain[i];
     std::string v = "v" + std::to_string(l->var);
     std::string e;
-    if (l->extent == 1) e = "0";
-    else if (i == 0) e = inner == 1 ? flat : "(" + flat + " / " + std::to_string(inner) + ")";
-    else e = "((" + (inner == 1 ? flat : flat + " / " + std::to_string(inner)) + ") % " + std::to_string(l->extent) + ")";
+    std::string outer = is_one(inner) ? flat : "(" + flat + " / " + em.size(inner) + ")";
+    if (is_one(l->extent)) e = "0";
+    else if (i == 0) e = outer;
+    else e = "(" + outer + " % " + em.size(l->extent) + ")";
     em.line(indent, std::string("const ") + em.ix() + " " + v + " = " + e + ";");
     em.bind_var(l->var, v);
-    inner *= l->extent;
+    inner = inner * l->extent;
   }
 }
 
@@ -119,7 +134,7 @@ struct VecPlan {
 // Which loads/stores of `stmts` (straight-line code, one vector lane per value of `lane_var`) can
 // move whole ff_vec registers, and the widest VEC (16 bytes) they allow with `extent`.
 VecPlan plan_vectors(const Program& p, const Kernel& k, const std::vector<const Stmt*>& stmts, int lane_var,
-                     int64_t extent, const std::set<int>& allowed_vars) {
+                     const SymInt& extent, const std::set<int>& allowed_vars) {
   VecPlan vp;
   std::set<int> stored;
   for (int b : k.stored_buffers()) stored.insert(b);
@@ -145,7 +160,7 @@ VecPlan plan_vectors(const Program& p, const Kernel& k, const std::vector<const 
   for (auto& [s, b] : stores) max_size = std::max(max_size, dtype_size(p.buffers[static_cast<size_t>(b)].dtype));
   if (max_size == 0) return vp;
   int vec = std::min(8, 16 / max_size);
-  while (vec > 1 && extent % vec != 0) vec /= 2;
+  while (vec > 1 && !sym_divisible(extent, vec)) vec /= 2;
   if (vec <= 1) return vp;
   // Keep only accesses whose other terms and offset stay multiples of vec.
   for (auto& [n, b] : loads) {
@@ -275,13 +290,13 @@ void render_pointwise(const Program& p, const Kernel& k, const Nest& n, bool vec
   VecPlan vp;
   if (vectorize) {
     // Rewrite test: build the flat-stride signature per chain var.
-    std::map<int, int64_t> flat_stride;
-    int64_t inner = 1;
+    std::map<int, SymInt> flat_stride;
+    SymInt inner = 1;
     for (size_t i = n.chain.size(); i-- > 0;) {
       flat_stride[n.chain[i]->var] = inner;
-      inner *= n.chain[i]->extent;
+      inner = inner * n.chain[i]->extent;
     }
-    std::map<int, int64_t> extent_of;
+    std::map<int, SymInt> extent_of;
     for (const Stmt* l : n.chain) extent_of[l->var] = l->extent;
     // Collapse an affine index onto the flat variable when it matches the flat strides.
     auto collapse = [&](const Expr& idx, loop::Affine* out) {
@@ -293,7 +308,8 @@ void render_pointwise(const Program& p, const Kernel& k, const Nest& n, bool vec
       for (auto [v, c] : a.terms) coef[v] = c;
       for (auto [v, st] : flat_stride) {
         int64_t c = coef.count(v) ? coef[v] : 0;
-        if (extent_of[v] > 1 && c != st) return false;
+        // NB: a symbolic flat stride matches no constant coefficient at every binding.
+        if (!is_one(extent_of[v]) && (st.is_symbolic() || c != st.hint())) return false;
         coef.erase(v);
       }
       if (!coef.empty()) return false;
@@ -305,7 +321,7 @@ void render_pointwise(const Program& p, const Kernel& k, const Nest& n, bool vec
     // when the innermost extent is a multiple of VEC and every other term keeps VEC alignment.
     int innermost = -1;
     for (const Stmt* l : n.chain)
-      if (l->extent > 1) innermost = l->var;
+      if (!is_one(l->extent) && hint_of(l->extent) > 1) innermost = l->var;
     std::vector<std::pair<const loop::ExprNode*, loop::Affine>> row_loads;
     auto along_innermost = [&](const Expr& idx, loop::Affine* out) {
       if (innermost < 0 || !as_affine(idx, out)) return false;
@@ -339,7 +355,7 @@ void render_pointwise(const Program& p, const Kernel& k, const Nest& n, bool vec
       vp.vec = std::min(8, 16 / max_size);
       for (auto& [e, off] : loads)
         if (off % vp.vec == 0) vp.loads[e] = {e->id, "b" + std::to_string(e->id) + "+" + std::to_string(off)};
-      if (extent_of[innermost] % vp.vec == 0)
+      if (innermost >= 0 && sym_divisible(extent_of[innermost], vp.vec))
         for (auto& [e, a] : row_loads) {
           bool aligned = a.offset % vp.vec == 0;
           std::string key = "b" + std::to_string(e->id) + "|row";
@@ -358,7 +374,7 @@ void render_pointwise(const Program& p, const Kernel& k, const Nest& n, bool vec
   em.line(0, "extern \"C\" __global__ void __launch_bounds__(1024) " + fn + "(" + em.params() + ") {");
   em.declare_locals(1);
   std::string ix = em.ix();
-  std::string N = std::to_string(n.rows);
+  std::string N = em.size(n.rows);
   std::string V = std::to_string(vec);
   em.line(1, "for (" + ix + " base = ((" + ix + ")blockIdx.x * blockDim.x + threadIdx.x) * " + V + "; base < " + N +
                  "; base += (" + ix + ")gridDim.x * blockDim.x * " + V + ") {");
@@ -367,7 +383,7 @@ void render_pointwise(const Program& p, const Kernel& k, const Nest& n, bool vec
   if (vec > 1) {
     // NB: when N is a multiple of VEC, every base is too and the scalar tail is dead code; leaving
     // it out saves NVRTC a second copy of the body (each costs compile time, sin/cos notably).
-    bool tail = n.rows % vec != 0;
+    bool tail = !sym_divisible(n.rows, vec);
     em.line(2, tail ? "if (base + " + V + " <= " + N + ") {" : "{");
     // Vector loads index through the chain variables of lane 0 (`base`).
     bind_chain(em, n, "base", 3);
@@ -439,7 +455,7 @@ void render_serial(const Program& p, const Kernel& k, const Nest& n, bool wide, 
   em.line(0, "extern \"C\" __global__ void __launch_bounds__(1024) " + fn + "(" + em.params() + ") {");
   em.declare_locals(1);
   std::string ix = em.ix();
-  em.line(1, "for (" + ix + " row = (" + ix + ")blockIdx.x * blockDim.x + threadIdx.x; row < " + std::to_string(n.rows) +
+  em.line(1, "for (" + ix + " row = (" + ix + ")blockIdx.x * blockDim.x + threadIdx.x; row < " + em.size(n.rows) +
                  "; row += (" + ix + ")gridDim.x * blockDim.x) {");
   bind_chain(em, n, "row", 2);
   for (const Stmt& s : *n.body) em.stmt(s, 2);
@@ -517,12 +533,12 @@ bool row_block_ok(const Kernel& k, const Nest& n, std::string* why) {
 bool prefers_row_block(const Nest& n) {
   int innermost_chain = -1;
   for (const Stmt* l : n.chain)
-    if (l->extent > 1) innermost_chain = l->var;
+    if (hint_of(l->extent) > 1) innermost_chain = l->var;
   bool along = false, across = false;
   int64_t max_extent = 0;
   for (const Stmt& s : *n.body) {
     if (s.kind != StmtKind::Loop) continue;
-    max_extent = std::max<int64_t>(max_extent, s.extent);
+    max_extent = std::max<int64_t>(max_extent, hint_of(s.extent));
     for_each_expr_in(s, [&](const Expr& e) {
       if (e->kind != ExprKind::Load) return;
       loop::Affine a;
@@ -535,7 +551,7 @@ bool prefers_row_block(const Nest& n) {
   }
   if (along) return true;
   if (across) return false;
-  return !(max_extent <= 16 && n.rows >= 65536);
+  return !(max_extent <= 16 && hint_of(n.rows) >= 65536);
 }
 
 // The loads to keep in registers across a row's passes (see RowCache): every vectorized pass
@@ -549,10 +565,13 @@ RowCache plan_row_cache(Emitter& em, const Program& p, const std::vector<Stmt>& 
   for (size_t i = 0; i < body.size(); ++i) {
     const VecPlan& vp = plans[i];
     if (body[i].kind != StmtKind::Loop || vp.vec <= 1) continue;
+    // NB: the unrolled passes need the row's length in the source.
+    if (body[i].extent.is_symbolic()) return {};
+    int64_t extent = body[i].extent.hint();
     int64_t step = static_cast<int64_t>(tx) * vp.vec;
-    if (body[i].extent % step != 0 || (vec != 0 && (vp.vec != vec || body[i].extent / step != per_thread))) return {};
+    if (extent % step != 0 || (vec != 0 && (vp.vec != vec || extent / step != per_thread))) return {};
     vec = vp.vec;
-    per_thread = body[i].extent / step;
+    per_thread = extent / step;
     std::set<std::string> seen;
     for (auto& [node, bk] : vp.loads)
       if (seen.insert(bk.second).second) {
@@ -578,8 +597,15 @@ RowCache plan_row_cache(Emitter& em, const Program& p, const std::vector<Stmt>& 
 
 void render_row_block(const Program& p, const Kernel& k, const Nest& n, int tx, bool vectorize, bool wide,
                       const std::string& fn, std::ostringstream& out, KernelPlan& plan) {
+  // Rows per block divide the rows; a symbolic row count whose divisibility is not known gets
+  // them anyway where the kernel may run a row twice (it stores nothing it loads): the last block's
+  // threads past the end redo the last row, storing the same values.
+  std::vector<int> loaded = k.loaded_buffers(), stored = k.stored_buffers();
+  bool rerunnable = std::none_of(stored.begin(), stored.end(), [&](int b) { return std::count(loaded.begin(), loaded.end(), b) > 0; });
+  bool clamp_rows = n.rows.is_symbolic() && rerunnable;
   int r = 1;
-  while (tx * r * 2 <= 256 && n.rows % (r * 2) == 0) r *= 2;
+  while (tx * r * 2 <= 256 && (clamp_rows || sym_divisible(n.rows, r * 2))) r *= 2;
+  clamp_rows &= !sym_divisible(n.rows, r);
   Emitter em(p, k, out, wide);
   em.line(0, "extern \"C\" __global__ void __launch_bounds__(" + std::to_string(tx * r) + ") " + fn + "(" + em.params() + ") {");
   // Shared memory for block reductions, one array per reduced type.
@@ -606,7 +632,8 @@ void render_row_block(const Program& p, const Kernel& k, const Nest& n, int tx, 
   }
   RowCache cache = plan_row_cache(em, p, *n.body, plans, tx);
   std::string ix = em.ix();
-  em.line(1, "const " + ix + " row = (" + ix + ")blockIdx.x * " + std::to_string(r) + " + threadIdx.y;");
+  std::string row = "(" + ix + ")blockIdx.x * " + std::to_string(r) + " + threadIdx.y";
+  em.line(1, "const " + ix + " row = " + (clamp_rows ? "min(" + row + ", " + em.size(n.rows) + " - 1)" : row) + ";");
   em.line(1, "const int tid = threadIdx.x;");
   bind_chain(em, n, "row", 1);
   KernelVariant var;
@@ -655,14 +682,14 @@ void render_row_block(const Program& p, const Kernel& k, const Nest& n, int tx, 
       cache.loading.clear();
     } else if (vp.vec > 1) {
       std::string V = std::to_string(vp.vec);
-      em.line(1, "for (" + ix + " " + v + "b = tid * " + V + "; " + v + "b < " + std::to_string(s.extent) + "; " + v +
+      em.line(1, "for (" + ix + " " + v + "b = tid * " + V + "; " + v + "b < " + em.size(s.extent) + "; " + v +
                      "b += " + std::to_string(tx) + " * " + V + ") {");
       auto al = emit_vector_lanes(em, p, k, vp, body, s.var, v + "b", 2);
       var.aligned.insert(var.aligned.end(), al.begin(), al.end());
       em.line(1, "}");
     } else {
       em.bind_var(s.var, v);
-      em.line(1, "for (" + ix + " " + v + " = tid; " + v + " < " + std::to_string(s.extent) + "; " + v + " += " +
+      em.line(1, "for (" + ix + " " + v + " = tid; " + v + " < " + em.size(s.extent) + "; " + v + " += " +
                      std::to_string(tx) + ") {");
       for (const Stmt& c : s.body) em.stmt(c, 2);
       em.line(1, "}");
@@ -684,12 +711,14 @@ void render_row_block(const Program& p, const Kernel& k, const Nest& n, int tx, 
 int heuristic_tx(const Nest& n) {
   int64_t max_extent = 1;
   for (const Stmt& s : *n.body)
-    if (s.kind == StmtKind::Loop) max_extent = std::max<int64_t>(max_extent, s.extent);
+    if (s.kind == StmtKind::Loop) max_extent = std::max<int64_t>(max_extent, hint_of(s.extent));
   // About 8 elements per thread per loop, 32 to 1024 threads per row.
   return static_cast<int>(std::clamp<int64_t>(pow2_at_least((max_extent + 7) / 8), 32, 1024));
 }
 
 }  // namespace
+
+bool needs_wide_index(const Program& p, const Kernel& k) { return wide_at_hints(p, k, find_nest(k.root)); }
 
 ModuleSource render_module(const Program& p, const RenderOptions& opts) {
   ModuleSource m;
@@ -700,10 +729,12 @@ ModuleSource render_module(const Program& p, const RenderOptions& opts) {
   for (const Kernel& k : p.kernels) {
     FF_CHECK(k.root.kind == StmtKind::Loop && k.root.parallel, "kernel " + k.name + " has no parallel root loop");
     Nest n = find_nest(k.root);
-    bool wide = needs_wide_index(p, k, n);
+    bool wide = wide_at_hints(p, k, n);
     KernelPlan plan;
     plan.name = k.name;
     plan.buffers = k.buffers();
+    plan.symbols = k.symbols();
+    plan.wide_index = wide;
     plan.items = n.rows;
     {
       std::vector<int> ld = k.loaded_buffers(), st = k.stored_buffers();

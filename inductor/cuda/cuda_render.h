@@ -14,8 +14,11 @@
 //              thread.
 //   Serial     anything else (and reductions whose loads are contiguous across rows rather than
 //              along them, e.g. a column sum): one thread per row, the row body as written.
-// Sizes are compile-time constants in the source (graphs are compiled for static shapes); only the
-// grid and, for Pointwise/Serial, the block size are chosen at launch (cuda_launch.h).
+// Sizes are compile-time constants in the source, except in a program with symbolic sizes (dynamic
+// shapes): its kernels take the size symbols they read as arguments after their buffers, and the
+// source relies only on what holds at every binding (a vector width divides a symbolic extent
+// exactly; rows per block divide the rows), choosing thread shapes and strategies by the traced
+// sizes. The grid and, for Pointwise/Serial, the block size are chosen at launch (cuda_launch.h).
 #pragma once
 
 #include <cstdint>
@@ -48,7 +51,9 @@ struct KernelVariant {
 struct KernelPlan {
   std::string name;            // the loop IR kernel's name
   Strategy strategy = Strategy::Serial;
-  int64_t items = 0;           // Pointwise: flat elements; RowBlock/Serial: rows
+  SymInt items = 0;            // Pointwise: flat elements; RowBlock/Serial: rows
+  std::vector<SymbolId> symbols;  // kernel ABI: after the buffers, these symbols' values (int64)
+  bool wide_index = false;     // 64-bit indices (else 32-bit: see needs_wide_index)
   int vec = 1;                 // Pointwise: elements per thread step
   int rows_per_block = 1;      // RowBlock
   std::vector<int> buffers;    // kernel ABI: one pointer per buffer, in this order
@@ -84,6 +89,11 @@ struct ModuleSource {
 
 // Renders every kernel of `p`. Throws ff::InternalError on loop IR it cannot render.
 ModuleSource render_module(const loop::Program& p, const RenderOptions& opts = {});
+
+// Whether an index of kernel `k` of `p` can reach 2^30 (it then needs 64-bit indices). A symbolic
+// program's kernels are rendered by their traced sizes: the runtime asks this of each binding's
+// specialised program, and one that needs more than the source has is compiled for its sizes.
+bool needs_wide_index(const loop::Program& p, const loop::Kernel& k);
 
 // The fixed part of every module: conversions for f16/bf16, NaN-propagating min/max, Python-style
 // floor division, warp and block reductions. Exposed for tests.

@@ -11,7 +11,6 @@
 #include "graph/passes/effects.h"
 #include "graph/passes/specialize_shapes.h"
 #include "graph/python/graph_calls.h"
-#include "graph/python/torch_native.h"
 #include "graph/passes/channels_last.h"
 #include "inductor/kernel_cache.h"
 #include "inductor/lower.h"
@@ -20,6 +19,7 @@
 #include "inductor/python/channels_last_inputs.h"
 #include "inductor/python/packed_linear.h"
 #include "inductor/python/prepared_call.h"
+#include "inductor/python/size_bindings.h"
 #include "inductor/python/input_writes.h"
 #include "inductor/python/tensor_check.h"
 #include "inductor/pipeline.h"
@@ -262,12 +262,8 @@ CompiledGraph::CompiledGraph(const Graph& g) {
     // NB: the instance at the traced sizes, made now: whatever the runtime cannot run (an input
     // written in place on a torch without version counters ...) fails the compile, as for a
     // static program, instead of a call.
-    std::vector<int64_t> traced(symbol_at_.size(), 0);
-    std::vector<NodeId> inputs = prog_->graph.placeholders();
-    for (size_t s = 0; s < symbol_at_.size(); ++s)
-      if (symbol_at_[s].first >= 0)
-        traced[s] = prog_->graph.node(inputs[static_cast<size_t>(symbol_at_[s].first)]).meta.tensor.sizes[static_cast<size_t>(symbol_at_[s].second)].hint();
-    instances_.push_back(make_instance(std::move(traced)));
+    std::vector<int64_t> traced = traced_bindings(prog_->graph, symbol_at_);
+    instances_.add(traced, make_instance(traced));
     return;  // the others are made per set of sizes (instance_for)
   }
   static_.g = &prog_->graph;
@@ -428,7 +424,8 @@ struct RunArray {
 
 int CompiledGraph::packed_linears() const {
   int n = static_.plan ? static_.plan->packed_linears : 0;
-  for (const auto& inst : instances_) n = std::max(n, inst->plan->packed_linears);
+  // NB: an instance on the reference runner has no plan.
+  instances_.for_each([&](const Instance& inst) { n = std::max(n, inst.plan ? inst.plan->packed_linears : 0); });
   return n;
 }
 
@@ -439,15 +436,15 @@ int64_t CompiledGraph::packed_linear_calls() const {
       if (x.packed) n += x.packed->packed_calls();
   };
   if (static_.plan) count(*static_.plan);
-  for (const auto& inst : instances_) count(*inst->plan);
+  instances_.for_each([&](const Instance& inst) {
+    if (inst.plan) count(*inst.plan);
+  });
   return n;
 }
 
 // NB: a program compiled for sizes >= 2 (every symbol's bound: broadcasting and the like were
 // decided on it) runs only where each symbol's value is; anything else, or inputs that are not
 // tensors of the expected rank, run on the reference runner.
-constexpr size_t kMaxInstances = 64;
-
 std::shared_ptr<CompiledGraph::Instance> CompiledGraph::make_instance(std::vector<int64_t> bindings) {
   auto inst = std::make_shared<Instance>();
   inst->bindings = std::move(bindings);
@@ -464,42 +461,8 @@ std::shared_ptr<CompiledGraph::Instance> CompiledGraph::make_instance(std::vecto
 std::shared_ptr<CompiledGraph::Instance> CompiledGraph::instance_for(PyObject* const* inputs, size_t n, bool* failed) {
   *failed = false;
   RunArray<int64_t, 16> values(symbol_at_.size());
-  const ff_torch_native_api* native = torch_native();
-  for (size_t s = 0; s < symbol_at_.size(); ++s) {
-    auto [i, d] = symbol_at_[s];
-    if (i < 0) {  // a symbol the trace specialised: no kernel reads it
-      values[s] = 0;
-      continue;
-    }
-    if (static_cast<size_t>(i) >= n) return nullptr;
-    // NB: the sizes straight from the tensor where framefuse._torch_native is loaded (no torch.Size).
-    if (native) {
-      ff_native_tensor_meta m;
-      if (native->tensor_meta(inputs[i], &m) && m.dim > d) {
-        values[s] = m.sizes[d];
-        if (values[s] < 2) return nullptr;
-        continue;
-      }
-    }
-    PyRef shape = PyRef::steal(PyObject_GetAttrString(inputs[i], "shape"));
-    if (!shape || !PyTuple_Check(shape.get()) || PyTuple_GET_SIZE(shape.get()) <= d) {
-      PyErr_Clear();
-      return nullptr;
-    }
-    values[s] = PyLong_AsLongLong(PyTuple_GET_ITEM(shape.get(), d));
-    if (values[s] == -1 && PyErr_Occurred()) {
-      PyErr_Clear();
-      return nullptr;
-    }
-    if (values[s] < 2) return nullptr;
-  }
-  auto same = [&](const Instance& inst) { return std::equal(inst.bindings.begin(), inst.bindings.end(), values.data); };
-  for (size_t k = instances_.size(); k-- > 0;) {
-    if (!same(*instances_[k])) continue;
-    if (k + 1 != instances_.size()) std::rotate(instances_.begin() + static_cast<std::ptrdiff_t>(k), instances_.begin() + static_cast<std::ptrdiff_t>(k) + 1, instances_.end());
-    return instances_.back();
-  }
-  if (instances_.size() >= kMaxInstances) instances_.erase(instances_.begin());
+  if (!read_bindings(symbol_at_, inputs, n, values.data)) return nullptr;
+  if (auto found = instances_.find(values.data, symbol_at_.size())) return found;
   std::shared_ptr<Instance> inst;
   try {
     inst = make_instance(std::vector<int64_t>(values.data, values.data + symbol_at_.size()));
@@ -518,12 +481,10 @@ std::shared_ptr<CompiledGraph::Instance> CompiledGraph::instance_for(PyObject* c
       log_emit(LogArtifact::perf_hints, std::string("inductor: the symbolic program cannot run at these sizes (") + e.what() +
                                             "); they run on the reference runner");
   }
-  if (log_enabled(LogArtifact::dynamic) && inst->plan) {
-    std::string sizes;
-    for (size_t s = 0; s < inst->bindings.size(); ++s) sizes += (s ? ", s" : "s") + std::to_string(s) + "=" + std::to_string(inst->bindings[s]);
-    log_emit(LogArtifact::dynamic, "inductor: the symbolic program runs at " + sizes + " (its kernels take the sizes as arguments)");
-  }
-  instances_.push_back(inst);
+  if (log_enabled(LogArtifact::dynamic) && inst->plan)
+    log_emit(LogArtifact::dynamic, "inductor: the symbolic program runs at " + bindings_str(inst->bindings) +
+                                       " (its kernels take the sizes as arguments)");
+  instances_.add(inst->bindings, inst);
   return inst;
 }
 

@@ -16,6 +16,7 @@
 #include "graph/ir.h"
 #include "graph/python/reference_runner.h"
 #include "inductor/cpu_codegen.h"
+#include "inductor/python/size_bindings.h"
 #include "inductor/loop_ir.h"
 #include "graph/passes/channels_last.h"
 
@@ -77,7 +78,7 @@ class CompiledGraph {
   std::unique_ptr<Graph> original_;  // the graph as captured, when prog_ runs it channels-last
   Instance static_;                  // a static program's one instance
   std::vector<std::pair<int, int>> symbol_at_;  // symbol -> (input, dim) its value is read from
-  std::vector<std::shared_ptr<Instance>> instances_;  // symbolic programs: by bindings, most recent last
+  InstanceCache<Instance> instances_;  // symbolic programs
   std::unique_ptr<ReferenceRunner> symbolic_fallback_;  // inputs whose sizes cannot bind the symbols
   bool from_memory_cache_ = false;
   bool warned_ = false;

@@ -86,7 +86,7 @@ def _call_backend(backend, cgraph, example_inputs, mode, options, training=False
     # mode is on and an input requires grad.
     graph = Graph(cgraph)
     if graph.is_symbolic():
-        compiled = _compile_symbolic(backend, graph, example_inputs, training)
+        compiled = _compile_symbolic(backend, graph, example_inputs, mode, training)
         if compiled is not None:
             return compiled
         return _PerSizes(graph, lambda g, examples: _compile_static(backend, g, examples, mode, options, training),
@@ -98,13 +98,14 @@ _per_sizes_compiles = 0
 _symbolic_compiles = 0
 
 
-def _compile_symbolic(backend, graph, example_inputs, training):
-    """backend="inductor" on CPU: one program for every set of sizes (framefuse.inductor.compile_symbolic)."""
+def _compile_symbolic(backend, graph, example_inputs, mode, training):
+    """backend="inductor": one program for every set of sizes, its kernels taking the sizes as
+    arguments (framefuse.inductor.compile_symbolic: CPU, and CUDA outside reduce-overhead)."""
     from ._C import config as _config  # noqa: PLC0415
     if backend != "inductor" or training or not _config.get("dynamic_kernels"):
         return None
     from . import inductor  # noqa: PLC0415
-    compiled = inductor.compile_symbolic(graph, example_inputs)
+    compiled = inductor.compile_symbolic(graph, example_inputs, mode)
     if compiled is not None:
         global _symbolic_compiles
         _symbolic_compiles += 1
@@ -125,8 +126,10 @@ class _PerSizes:
     """A graph with symbolic sizes (dynamic shapes), compiled by its backend once per distinct set
     of sizes, on the first call that has them: backends receive static graphs.
 
-    NB: the frontend traces once for every size (what the trace relied on is guarded); the code
-    generators do not take sizes as arguments yet, so each new size still compiles its kernels."""
+    NB: the frontend traces once for every size (what the trace relied on is guarded); this is the
+    path of graphs whose kernels cannot take the sizes as arguments (backends other than
+    inductor, training graphs, CUDA graphs of reduce-overhead, a pass that needs a concrete size),
+    so each new size compiles its own."""
 
     def __init__(self, graph, compile_static, example_inputs):
         self._graph = graph

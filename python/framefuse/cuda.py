@@ -155,21 +155,38 @@ class CompiledCudaGraph:
     def kernels(self):
         return list(self._mod.kernels())
 
+    @property
+    def symbolic(self):
+        """Dynamic shapes: one compile serves every set of sizes (the kernels take them as arguments)."""
+        return self._mod.symbolic
+
+    @property
+    def instances(self):
+        return self._mod.instances
+
     def __call__(self, *inputs):
         # NB: kernels do not record autograd: inputs that need gradients run eagerly.
         if torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in inputs):
             _hint("CUDA graph ran eagerly: an input requires grad (the CUDA code generator is inference-only)")
-            return self._graph.run(*inputs)
+            return self._eager(inputs)
         try:
             return self._mod.run(*inputs)
         except _C.UserError as e:
             _hint(f"CUDA graph ran eagerly: {e}")
-            return self._graph.run(*inputs)
+            return self._eager(inputs)
         except _C.InternalError as e:
             if _C.config.get("raise_on_internal_error"):
                 raise
             _hint(f"CUDA graph ran eagerly after an internal error: {e}")
-            return self._graph.run(*inputs)
+            return self._eager(inputs)
+
+    def _eager(self, inputs):
+        # NB: a graph with symbolic sizes runs on eager ops at the call's sizes (its symbolic int
+        # arguments, view sizes and the like, need values).
+        graph = self._graph
+        if graph.is_symbolic():
+            graph = graph.specialize(tuple(inputs[i].shape[d] if i >= 0 else 0 for i, d in graph.symbol_bindings()))
+        return graph.run(*inputs)
 
 
 class CudaGraphReplay:
@@ -645,6 +662,22 @@ def _compile_or_eager(graph, mode):
             raise
         _hint(f"CUDA backend: internal error, running the graph eagerly: {e}")
         return graph.run
+
+
+def compile_symbolic(graph, example_inputs, mode=None):
+    """A graph of CUDA tensors with symbolic sizes compiled once for every set of sizes (see
+    framefuse.inductor.compile_symbolic); None where it cannot be."""
+    from .inductor import _graph_handle, _needs_autograd  # noqa: PLC0415
+    if (mode or "default") not in ("default", "max-autotune", "max-autotune-no-cudagraphs") or _needs_autograd(_graph_handle(graph)):
+        return None
+    try:
+        compiled = CompiledCudaGraph(graph, mode or "default")
+    except Exception as e:  # noqa: BLE001  (any failure: the graph is compiled per set of sizes)
+        if _C.config.get("raise_on_internal_error") and isinstance(e, _C.InternalError):
+            raise
+        _C.logging.emit("dynamic", f"CUDA: the graph is compiled per set of sizes: {type(e).__name__}: {e}")
+        return None
+    return compiled if compiled.symbolic else None
 
 
 def compile_graph(graph, mode="default", arch=""):

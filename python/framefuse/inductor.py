@@ -51,13 +51,17 @@ def compile_graph(graph, example_inputs=None):
     return _compile_cpu(handle)
 
 
-def compile_symbolic(graph, example_inputs):
-    """A graph with symbolic sizes (dynamic shapes) compiled once for every set of sizes: its CPU
-    kernels take the sizes as arguments. None where it cannot be (CPU tensors only, no autograd, a
-    pass that needs a concrete size): the caller then compiles it per set of sizes."""
+def compile_symbolic(graph, example_inputs, mode=None):
+    """A graph with symbolic sizes (dynamic shapes) compiled once for every set of sizes: its
+    kernels take the sizes as arguments. None where it cannot be (tensors all on the CPU or all on
+    CUDA, no autograd, a pass that needs a concrete size; on CUDA not under reduce-overhead, whose
+    CUDA graphs are recorded per set of sizes): the caller then compiles it per set of sizes."""
     import torch  # noqa: PLC0415
-    handle = _graph_handle(graph)
     tensors = [t for t in example_inputs if isinstance(t, torch.Tensor)]
+    if tensors and all(t.is_cuda for t in tensors):
+        from . import cuda  # noqa: PLC0415
+        return cuda.compile_symbolic(graph, example_inputs, mode)
+    handle = _graph_handle(graph)
     if not codegen_available() or any(t.device.type != "cpu" or t.is_neg() or t.is_conj() for t in tensors):
         return None
     if _needs_autograd(handle):

@@ -92,6 +92,51 @@ TEST(CudaRender, SoftmaxIsOneRowBlockKernel) {
   expect_compiles(m);
 }
 
+TEST(CudaRender, SymbolicSizesAreKernelArguments) {
+  // Dynamic shapes: rows s0 (traced 6) of s1 (traced 8) floats, and a second input of 12 * s0
+  // rows: the source relies only on what holds at every binding.
+  ShapeEnv env;
+  Graph g;
+  {
+    ShapeEnvScope scope(&env);
+    SymInt s0 = env.new_symbol(6, "x0"), s1 = env.new_symbol(8, "x1");
+    NodeId x = g.add_placeholder("x", ValueMeta::of_tensor(TensorMeta::contiguous(SymShape{s0, s1}, DType::Float32)));
+    NodeId y = g.add_placeholder("y", ValueMeta::of_tensor(TensorMeta::contiguous(SymShape{s0 * 12, SymInt(8)}, DType::Float32)));
+    NodeId sm = call(g, "softmax", {N(x), Value::of_int(-1)});
+    g.set_output(Value::tuple({N(sm), N(call(g, "relu", {N(y)}))}));
+  }
+  ShapeEnvScope none(nullptr);  // nothing may specialise a size while rendering
+  loop::Program p;
+  auto m = render(g, &p);
+  ASSERT_TRUE(p.symbolic);
+  ASSERT_EQ(m.kernels.size(), 2u);
+  const cuda::KernelPlan* soft = nullptr;
+  const cuda::KernelPlan* relu = nullptr;
+  for (const auto& k : m.kernels) (k.strategy == cuda::Strategy::RowBlock ? soft : relu) = &k;
+  ASSERT_TRUE(soft && relu);
+  EXPECT_EQ(soft->items.str(), "s0");
+  EXPECT_EQ(soft->symbols, (std::vector<SymbolId>{0, 1}));
+  // The row length s1 is only known per call: no vectors along it; rows per block clamped (s0's
+  // divisibility is unknown), with the last block's extra rows redoing the last one.
+  EXPECT_TRUE(soft->variants.back().aligned.empty());
+  EXPECT_NE(m.source.find("min((int)blockIdx.x * "), std::string::npos) << m.source;
+  EXPECT_NE(m.source.find("< s1; "), std::string::npos) << m.source;
+  // 96 * s0 elements: a multiple of 4 at every binding, so 16-byte vectors and no scalar tail.
+  EXPECT_EQ(relu->items.str(), "96*s0");
+  EXPECT_EQ(relu->variants[0].vec, 4);
+  EXPECT_NE(m.source.find("long long ff_s0"), std::string::npos);
+  EXPECT_NE(m.source.find("const int s0 = (int)ff_s0;"), std::string::npos);
+  EXPECT_EQ(m.source.find("< 6;"), std::string::npos);  // the traced sizes are no extents
+  EXPECT_EQ(m.source.find("< 576;"), std::string::npos);
+  // 32-bit indices at the traced sizes; past 2^30 elements the runtime compiles its own.
+  EXPECT_FALSE(relu->wide_index);
+  loop::Program big = loop::specialize_program(p, {int64_t{1} << 24, 8});
+  EXPECT_TRUE(cuda::needs_wide_index(big, big.kernels[1]) || cuda::needs_wide_index(big, big.kernels[0]));
+  loop::Program small = loop::specialize_program(p, {100, 8});
+  EXPECT_FALSE(cuda::needs_wide_index(small, small.kernels[0]) || cuda::needs_wide_index(small, small.kernels[1]));
+  expect_compiles(m);
+}
+
 TEST(CudaRender, LayerNormGeluBf16) {
   Graph g;
   NodeId x = input(g, "x", {16, 768}, DType::BFloat16);

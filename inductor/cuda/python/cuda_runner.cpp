@@ -14,6 +14,7 @@
 #include "graph/op.h"
 #include "graph/op_registry.h"
 #include "graph/passes/fuse_attention.h"
+#include "graph/passes/specialize_shapes.h"
 #include "graph/python/graph_calls.h"
 #include "inductor/python/prepared_call.h"
 #include "inductor/python/tensor_check.h"
@@ -60,6 +61,9 @@ std::string layout_str(const std::vector<int64_t>& sizes, const std::vector<int6
 
 CudaGraphModule::CudaGraphModule(const Graph& g, const CudaCompileOptions& opts) {
   auto t0 = std::chrono::steady_clock::now();
+  auto c = std::make_shared<Compiled>();
+  c->opts = opts;
+  c->captured = g;
   inductor::CudaPipelineOptions po;
   po.assume_cuda = opts.assume_cuda;
   po.fuse_attention = config().fuse_attention;
@@ -72,71 +76,146 @@ CudaGraphModule::CudaGraphModule(const Graph& g, const CudaCompileOptions& opts)
   }
   po.channels_last = config().cuda_channels_last && cudnn_tf32_allowed();
   if (!po.channels_last)
-    channels_last_why_ = config().cuda_channels_last ? "cuDNN convolutions run in full fp32 (torch.backends.cudnn.allow_tf32 is off)"
-                                                     : "config cuda_channels_last is off";
-  autotune_ = opts.mode == "max-autotune";
-  host_emulation_ = opts.host_emulation;
-  po.all_variants = autotune_;
+    c->channels_last_why = config().cuda_channels_last ? "cuDNN convolutions run in full fp32 (torch.backends.cudnn.allow_tf32 is off)"
+                                                       : "config cuda_channels_last is off";
+  po.all_variants = opts.mode == "max-autotune";
   po.arch = opts.arch;
   po.compile_threads = config().cuda_compile_threads;
   if (po.compile_threads <= 0) po.compile_threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   // The hand-written kernels this runtime launches, compiled with the graph's own.
-  std::vector<int> to_pack;  // conv weights to pack per call where memory allows (plan_packed_weights)
-  std::vector<int> attn_dims;
-  po.extra_sources = [&](const inductor::CudaCompiled& c) {
-    if (c.channels_last) {
+  po.extra_sources = [&](const inductor::CudaCompiled& cc) {
+    if (cc.channels_last) {
       // NB: reduce-overhead keeps static buffers and a graph pool anyway (and the folded weights):
       // there copies made once save the packing kernel in every replay.
       if (!config().cuda_keep_nhwc_weights && opts.mode != "reduce-overhead")
-        for (int i : c.channels_last->inputs)
-          if (std::find(c.channels_last->nchw_fed.begin(), c.channels_last->nchw_fed.end(), i) == c.channels_last->nchw_fed.end())
-            to_pack.push_back(i);
+        for (int i : cc.channels_last->inputs)
+          if (std::find(cc.channels_last->nchw_fed.begin(), cc.channels_last->nchw_fed.end(), i) == cc.channels_last->nchw_fed.end())
+            c->to_pack.push_back(i);
     }
-    attn_dims = plan_tf32_attention(c.program);
+    // NB: a symbolic program's calls at its traced sizes: each instance plans its own, and runs
+    // those of these head dims.
+    std::vector<OwnAttention> calls =
+        plan_tf32_attention(cc.program.symbolic ? loop::specialize_program(cc.program, inductor::traced_bindings(cc.graph, symbol_bindings(cc.graph)))
+                                                : cc.program);
+    for (const OwnAttention& a : calls)
+      if (std::find(c->attn_dims.begin(), c->attn_dims.end(), a.call.head_dim) == c->attn_dims.end()) c->attn_dims.push_back(a.call.head_dim);
+    if (!calls.empty() && log_enabled(LogArtifact::perf_hints))
+      log_emit(LogArtifact::perf_hints, "CUDA: " + std::to_string(calls.size()) +
+                                            " float32 attention call(s) run by framefuse's TF32 kernel while torch runs float32 matmuls in TF32");
     std::vector<std::string> sources;
-    if (!to_pack.empty()) sources.push_back(nhwc_pack_source());
-    if (!attn_dims.empty()) sources.push_back(tf32_attention_source(attn_dims));
+    if (!c->to_pack.empty()) sources.push_back(nhwc_pack_source());
+    if (!c->attn_dims.empty()) sources.push_back(tf32_attention_source(c->attn_dims));
     return sources;
   };
-  inductor::CudaCompiled c = inductor::compile_for_cuda(g, po);
-  if (c.folded_batch_norms > 0) {
-    for (const FoldedInput& spec : c.folded) folded_.push_back(Folded{spec, {}, py::none()});
+  inductor::CudaCompiled cc = inductor::compile_for_cuda(g, po);
+  if (cc.folded_batch_norms > 0) {
+    c->folded = cc.folded;
     if (log_enabled(LogArtifact::perf_hints))
-      log_emit(LogArtifact::perf_hints, "CUDA: " + std::to_string(c.folded_batch_norms) + " eval-mode batch norm(s) folded into their convolutions" +
+      log_emit(LogArtifact::perf_hints, "CUDA: " + std::to_string(cc.folded_batch_norms) + " eval-mode batch norm(s) folded into their convolutions" +
                                             (po.fused_conv_epilogues ? " (relu and residual epilogues in cuDNN)" : ""));
   }
-  if (c.channels_last) {
-    cl_indices_ = c.channels_last->inputs;
-    cl_restore_ = std::move(c.channels_last->restore);
+  if (cc.channels_last) {
+    c->cl_indices = cc.channels_last->inputs;
+    c->cl_restore = std::move(cc.channels_last->restore);
   } else if (po.channels_last) {
-    channels_last_why_ = c.channels_last_why;
+    c->channels_last_why = cc.channels_last_why;
   }
-  graph_ = std::move(c.graph);
-  prog_ = std::move(c.program);
-  device_ = c.device;
-  src_ = std::move(c.source);
-  cubins_ = std::move(c.cubins);
-  arch_ = std::move(c.arch);
-  stats_ = c.stats;
-  writes_.prepare(prog_);
-  num_inputs_ = graph_.placeholders().size() - folded_.size();
+  c->graph = std::move(cc.graph);
+  c->program = std::move(cc.program);
+  c->device = cc.device;
+  c->src = std::move(cc.source);
+  c->cubins = std::move(cc.cubins);
+  c->arch = std::move(cc.arch);
+  c->stats = cc.stats;
   // The extra cubins, in the order extra_sources gave them ("" where NVRTC is missing).
-  std::string pack_cubin, attn_cubin;
   size_t next = 0;
   auto take = [&](std::string* into) {
-    if (next < c.extra_cubins.size()) *into = std::move(c.extra_cubins[next]);
+    if (next < cc.extra_cubins.size()) *into = std::move(cc.extra_cubins[next]);
     ++next;
   };
-  if (!to_pack.empty()) take(&pack_cubin);
-  if (!attn_dims.empty()) {
+  if (!c->to_pack.empty()) take(&c->pack_cubin);
+  if (!c->attn_dims.empty()) {
+    std::string attn_cubin;
     take(&attn_cubin);
-    if (attn_cubin.empty()) attn_.clear();  // no NVRTC: torch runs the calls (the graph has no kernels either)
-    else attn_kernel_ = std::make_unique<Tf32Attention>(std::move(attn_cubin));
+    // NB: no NVRTC: torch runs the calls (the graph has no kernels either).
+    if (attn_cubin.empty()) c->attn_dims.clear();
+    else c->attn_kernel = std::make_shared<Tf32Attention>(std::move(attn_cubin));
+  }
+  c->hash = content_hash(c->src.source);
+  c->compile_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  c_ = std::move(c);
+  if (!c_->program.symbolic) {
+    init_instance();
+    return;
+  }
+  // NB: the instance at the traced sizes, made now: what the runtime cannot run fails the
+  // compile (the graph is then compiled per set of sizes), not a call.
+  c_->symbol_at = symbol_bindings(c_->graph);
+  std::vector<int64_t> traced = inductor::traced_bindings(c_->graph, c_->symbol_at);
+  traced_ = std::shared_ptr<CudaGraphModule>(new CudaGraphModule(c_, traced));
+  instances_.add(std::move(traced), traced_);
+}
+
+CudaGraphModule::CudaGraphModule(std::shared_ptr<Compiled> c, std::vector<int64_t> bindings)
+    : c_(std::move(c)), bindings_(std::move(bindings)) {
+  init_instance();
+}
+
+std::shared_ptr<CudaGraphModule> CudaGraphModule::instance_for(const std::vector<py::object>& inputs) {
+  std::vector<int64_t> values(c_->symbol_at.size());
+  if (!inductor::read_bindings(c_->symbol_at, reinterpret_cast<PyObject* const*>(inputs.data()), inputs.size(), values.data()))
+    return nullptr;
+  if (auto found = instances_.find(values.data(), values.size())) return found;
+  std::shared_ptr<CudaGraphModule> inst;
+  try {
+    inst = std::shared_ptr<CudaGraphModule>(new CudaGraphModule(c_, values));
+    if (log_enabled(LogArtifact::dynamic))
+      log_emit(LogArtifact::dynamic, "CUDA: the symbolic program runs at " + inductor::bindings_str(values) +
+                                         " (its kernels take the sizes as arguments)");
+  } catch (const Unsupported& e) {
+    // NB: compiled for these sizes from the graph as captured (its own kernels).
+    if (log_enabled(LogArtifact::perf_hints))
+      log_emit(LogArtifact::perf_hints, std::string("CUDA: the symbolic program's kernels cannot run at ") + inductor::bindings_str(values) +
+                                            " (" + e.what() + "); compiling the graph for these sizes");
+    inst = std::make_shared<CudaGraphModule>(specialize_shapes(c_->captured, values), c_->opts);
+    ++compiled_instances_;
+  }
+  instances_.add(std::move(values), inst);
+  return inst;
+}
+
+void CudaGraphModule::init_instance() {
+  const Compiled& c = *c_;
+  autotune_ = c.opts.mode == "max-autotune";
+  host_emulation_ = c.opts.host_emulation;
+  device_ = c.device;
+  if (c.program.symbolic) {
+    graph_ = specialize_shapes(c.graph, bindings_);
+    prog_ = loop::specialize_program(c.program, bindings_);
+    for (auto& [node, meta] : c.cl_restore) cl_restore_.push_back({node, specialize_tensor_meta(meta, bindings_)});
+    // NB: the kernels were rendered by the traced sizes: 32-bit indices must still reach.
+    for (size_t k = 0; k < prog_.kernels.size(); ++k) {
+      if (!c.src.kernels[k].wide_index && needs_wide_index(prog_, prog_.kernels[k]))
+        throw Unsupported("kernel " + prog_.kernels[k].name + " needs 64-bit indices at these sizes");
+      items_.push_back(sym_specialize(c.src.kernels[k].items, bindings_).hint());
+    }
+  } else {
+    graph_ = c.graph;
+    prog_ = c.program;
+    cl_restore_ = c.cl_restore;
+    for (const KernelPlan& k : c.src.kernels) items_.push_back(k.items.hint());
+  }
+  for (const FoldedInput& spec : c.folded) folded_.push_back(Folded{spec, {}, py::none()});
+  writes_.prepare(prog_);
+  num_inputs_ = graph_.placeholders().size() - folded_.size();
+  if (c.attn_kernel) {
+    attn_kernel_ = c.attn_kernel.get();
+    for (OwnAttention& a : plan_tf32_attention(prog_))
+      if (std::find(c.attn_dims.begin(), c.attn_dims.end(), a.call.head_dim) != c.attn_dims.end()) attn_.push_back(std::move(a));
   }
   attn_at_.assign(prog_.externs.size(), -1);
   for (size_t i = 0; i < attn_.size(); ++i) attn_at_[attn_[i].ext] = static_cast<int>(i);
-  hash_ = content_hash(src_.source);
-  compile_ms_ = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  cl_indices_ = c.cl_indices;
 
   // Buffers are allocated before the first step that uses them and freed after the last one
   // (inductor/loop_passes/plan_memory.h).
@@ -169,7 +248,7 @@ CudaGraphModule::CudaGraphModule(const Graph& g, const CudaCompileOptions& opts)
   alloc_at_ = std::move(plan.alloc_at);
   free_after_ = std::move(plan.free_after);
   alloc_unstored_ = std::move(plan.unstored_outputs);
-  plan_packed_weights(to_pack, std::move(pack_cubin), life.first, life.last);
+  plan_packed_weights(c.to_pack, c.pack_cubin, life.first, life.last);
   for (int i : cl_indices_) {
     if (std::find(pack_.inputs.begin(), pack_.inputs.end(), i) != pack_.inputs.end()) continue;
     // NB: exactly the strides the graph was compiled for (see ChannelsLastInputs).
@@ -242,14 +321,14 @@ void CudaGraphModule::plan_packed_weights(const std::vector<int>& to_pack, std::
   }
 }
 
-std::string CudaGraphModule::program_text() const { return loop::program_str(prog_); }
+std::string CudaGraphModule::program_text() const { return loop::program_str(c_->program); }
 
 std::vector<std::string> CudaGraphModule::kernels() const {
   std::vector<std::string> out;
-  std::vector<std::string> chosen = module_ ? module_->describe() : std::vector<std::string>{};
-  for (size_t i = 0; i < src_.kernels.size(); ++i) {
-    const KernelPlan& k = src_.kernels[i];
-    std::string s = k.name + ": " + strategy_name(k.strategy) + " over " + std::to_string(k.items) + " " +
+  std::vector<std::string> chosen = c_->module ? c_->module->describe() : std::vector<std::string>{};
+  for (size_t i = 0; i < c_->src.kernels.size(); ++i) {
+    const KernelPlan& k = c_->src.kernels[i];
+    std::string s = k.name + ": " + strategy_name(k.strategy) + " over " + k.items.str() + " " +
                     (k.strategy == Strategy::Pointwise ? "elements" : "rows") + ", " + std::to_string(k.variants.size()) +
                     " variant(s)";
     if (i < chosen.size() && !chosen[i].empty()) s += "; launched " + chosen[i];
@@ -259,13 +338,14 @@ std::vector<std::string> CudaGraphModule::kernels() const {
 }
 
 void CudaGraphModule::ensure_module() {
-  if (module_ || (torch_ && src_.kernels.empty())) return;
-  if (!src_.kernels.empty() || attn_kernel_) {
+  const std::vector<KernelPlan>& plans = c_->src.kernels;
+  if (module_ || (torch_ && plans.empty())) return;
+  if (!plans.empty() || attn_kernel_) {
     std::string why;
     if (!driver_api(&why)) throw UserError(why);
     const DeviceInfo& dev = device_info(device_);
-    if (dev.arch() != arch_)
-      throw UserError("this graph was compiled for " + arch_ + " but runs on " + dev.arch() + "; compile it again");
+    if (dev.arch() != c_->arch)
+      throw UserError("this graph was compiled for " + c_->arch + " but runs on " + dev.arch() + "; compile it again");
   }
   // NB: a graph of extern calls alone has no module but still allocates its outputs through torch.
   dtype_objs_.clear();
@@ -277,7 +357,11 @@ void CudaGraphModule::ensure_module() {
   if (py::hasattr(c, "_get_cublas_allow_tf32")) tf32_matmul_ = c.attr("_get_cublas_allow_tf32");
   device_obj_ = host_emulation_ ? torch_.attr("device")("cpu") : torch_.attr("device")("cuda", device_);
   for (const loop::Buffer& b : prog_.buffers) dtype_objs_.push_back(torch_.attr(std::string(dtype_name(b.dtype)).c_str()));
-  if (!src_.kernels.empty()) module_ = std::make_unique<CudaModule>(cubins_, src_.units, arch_, src_.kernels, hash_, autotune_);
+  // NB: one module (cubins loaded once per device) for every instance of a symbolic graph.
+  if (!plans.empty()) {
+    if (!c_->module) c_->module = std::make_shared<CudaModule>(c_->cubins, c_->src.units, c_->arch, plans, c_->hash, autotune_);
+    module_ = c_->module.get();
+  }
   prepare();
 }
 
@@ -404,7 +488,14 @@ py::object CudaGraphModule::folded_value(Folded& f, const std::vector<py::object
   return value;
 }
 
+int64_t CudaGraphModule::layout_copies() const {
+  int64_t n = layout_copies_;
+  instances_.for_each([&](const CudaGraphModule& inst) { n += inst.layout_copies_; });
+  return n;
+}
+
 std::vector<int> CudaGraphModule::derived_sources() const {
+  if (traced_) return traced_->derived_sources();
   std::vector<int> out;
   auto add = [&](int i) {
     if (i >= 0 && static_cast<size_t>(i) < num_inputs_ && std::find(out.begin(), out.end(), i) == out.end()) out.push_back(i);
@@ -416,6 +507,13 @@ std::vector<int> CudaGraphModule::derived_sources() const {
 }
 
 py::object CudaGraphModule::run(const std::vector<py::object>& given) {
+  if (traced_) {
+    // NB: held for the run: a later call may evict it from instances_.
+    std::shared_ptr<CudaGraphModule> inst = instance_for(given);
+    if (!inst)
+      throw UserError("the inputs' sizes do not fit the graph's dynamic dimensions (a size below 2 or a missing dimension)");
+    return inst->run(given);
+  }
   ensure_module();
   std::vector<py::object> inputs = given;
   if (!folded_.empty()) {
@@ -473,7 +571,7 @@ py::object CudaGraphModule::run(const std::vector<py::object>& given) {
     ptrs[static_cast<size_t>(b)] = given_ptr ? given_ptrs[pos] : data_pointer(inputs[pos]);
   }
   CUstream stream = nullptr;
-  if (raw_stream_ && (!src_.kernels.empty() || attn_kernel_) && !host_emulation_)
+  if (raw_stream_ && (module_ || attn_kernel_) && !host_emulation_)
     stream = reinterpret_cast<CUstream>(raw_stream_(device_).cast<uintptr_t>());
   // NB: the TF32 kernel only while torch's products would round to TF32 too; else torch's SDPA.
   bool tf32 = attn_kernel_ && !tf32_matmul_.is_none() && tf32_matmul_().cast<bool>();
@@ -485,7 +583,8 @@ py::object CudaGraphModule::run(const std::vector<py::object>& given) {
     }
     const loop::Step& st = prog_.steps[s];
     if (st.kind == loop::Step::Kind::Kernel) {
-      module_->launch(static_cast<size_t>(st.index), ptrs, stream, device_);
+      size_t k = static_cast<size_t>(st.index);
+      module_->launch(k, ptrs, stream, device_, items_[k], bindings_.empty() ? nullptr : bindings_.data());
     } else if (tf32 && attn_at_[static_cast<size_t>(st.index)] >= 0 &&
                run_attention(attn_[static_cast<size_t>(attn_at_[static_cast<size_t>(st.index)])], bufs, ptrs, stream)) {
       // launched by framefuse's TF32 attention kernel instead of torch's SDPA
@@ -591,9 +690,9 @@ const loop::TensorRef* operand(const loop::ExternCall& e, const Value& v) {
 
 }  // namespace
 
-std::vector<int> CudaGraphModule::plan_tf32_attention(const loop::Program& prog) {
-  std::vector<int> dims;
-  if (!config().cuda_tf32_attention) return dims;
+std::vector<CudaGraphModule::OwnAttention> CudaGraphModule::plan_tf32_attention(const loop::Program& prog) {
+  std::vector<OwnAttention> calls;
+  if (!config().cuda_tf32_attention) return calls;
   const OpId sdpa = op_id(Op::scaled_dot_product_attention);
   for (size_t x = 0; x < prog.externs.size(); ++x) {
     const loop::ExternCall& e = prog.externs[x];
@@ -659,16 +758,13 @@ std::vector<int> CudaGraphModule::plan_tf32_attention(const loop::Program& prog)
       c.m_s = st[nd - 1];
       a.mask = *m;
     }
-    if (std::find(dims.begin(), dims.end(), c.head_dim) == dims.end()) dims.push_back(c.head_dim);
-    attn_.push_back(std::move(a));
+    calls.push_back(std::move(a));
   }
-  if (!attn_.empty() && log_enabled(LogArtifact::perf_hints))
-    log_emit(LogArtifact::perf_hints, "CUDA: " + std::to_string(attn_.size()) +
-                                          " float32 attention call(s) run by framefuse's TF32 kernel while torch runs float32 matmuls in TF32");
-  return dims;
+  return calls;
 }
 
 std::vector<std::string> CudaGraphModule::tf32_attention() const {
+  if (traced_) return traced_->tf32_attention();
   std::vector<std::string> out;
   for (const OwnAttention& a : attn_) out.push_back(graph_.node(prog_.externs[a.ext].node).name);
   return out;

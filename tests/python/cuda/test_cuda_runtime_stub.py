@@ -236,3 +236,74 @@ def test_runtime_releases_split_tuples_after_their_last_getitem(stub_dir, tmp_pa
     growth = _peak_growth_mb(stub_dir, script, tmp_path / "cache")
     # Each product is 16 MB; held to the end, eight of them would add 128 MB.
     assert growth < 5 * 16, f"peak RSS grew {growth:.0f} MB over one run: split tuples held to the end?"
+
+
+SYMBOLIC_SCRIPT = r"""
+import torch, framefuse
+from framefuse import _C, inductor
+
+# The symbolic graphs framefuse.compile makes for CPU tensors (the CUDA backend gets the same
+# graphs for CUDA ones), compiled here for the GPU with the runtime on the stand-in driver.
+graphs = []
+original = inductor.compile_symbolic
+inductor.compile_symbolic = lambda g, ex, mode=None: graphs.append(g) or original(g, ex, mode)
+
+def fn(x):
+    return torch.relu(x) * 2 + x.sum(), torch.softmax(x, -1), x.view(x.shape[0], 2, 4).sum(1)
+
+cf = framefuse.compile(fn)
+with torch.no_grad():
+    for n in (3, 5):
+        cf(torch.randn(n, 8))
+(g,) = graphs
+with framefuse.config.patch(cache_dir={cache!r}):
+    m = _C.cuda.compile(g._g, "default", "", True, True)
+print("symbolic", m.symbolic, m.instances, flush=True)
+for n in (3, 1000, 3, 77):
+    print("size", n, flush=True)
+    out = m.run(torch.randn(n, 8))
+    print("shapes", [tuple(o.shape) for o in out] == [(n, 8), (n, 8), (n, 4)], flush=True)
+print("instances", m.instances, m.compiled_instances, flush=True)
+print("kernels", "|".join(m.kernels()), flush=True)
+try:
+    m.run(torch.randn(1, 8))
+except framefuse.UserError as e:
+    print("size 1:", e, flush=True)
+# What the compiled graph cannot run runs on eager ops at the call's sizes (the view's size too).
+from framefuse.cuda import CompiledCudaGraph
+wrapper = CompiledCudaGraph.__new__(CompiledCudaGraph)
+wrapper._graph, wrapper._mod = g, m
+x = torch.randn(1, 8)
+print("eager at size 1", all(torch.allclose(a, b) for a, b in zip(wrapper(x), fn(x))), flush=True)
+"""
+
+
+def test_a_symbolic_graph_runs_every_size_on_one_compile(stub_dir, tmp_path):
+    # Dynamic shapes: the kernels take the sizes as arguments, so a new size makes an instance (the
+    # program's sizes specialised) and launches the same functions over a grid of its own.
+    if not cuda.nvrtc_status()["available"]:
+        pytest.skip("NVRTC not installed")
+    env = dict(os.environ)
+    env["LD_LIBRARY_PATH"] = str(stub_dir) + os.pathsep + env.get("LD_LIBRARY_PATH", "")
+    env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+    r = subprocess.run([sys.executable, "-c", SYMBOLIC_SCRIPT.format(cache=str(tmp_path / "cache"))], env=env,
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    out = r.stdout
+    assert "symbolic True 1" in out, out[-2000:]  # the traced sizes' instance, made when compiling
+    assert out.count("shapes True") == 4, out[-2000:]
+    assert "instances 4 0" in out, out[-2000:]  # traced 5, then 3, 1000 and 77; none compiled on its own
+    assert "over 8*s0 elements" in out, out[-2000:]
+    # The module is loaded by the first run only: later sizes launch the same functions.
+    assert "stub: load" not in out[out.index("size 1000"):], out[-2000:]
+    grids = {}
+    size = None
+    for line in out.splitlines():
+        if line.startswith("size ") and line.split()[1].isdigit():
+            size = int(line.split()[1])
+        elif line.startswith("stub: launch grid") and size is not None:
+            grids.setdefault(size, []).append(int(line.split()[3]))
+    assert grids[1000] != grids[3], grids  # the grids follow the sizes
+    assert "block 32x8" in out, out[-2000:]  # softmax: 8 rows a block, the last block's clamped
+    assert "size 1: the inputs' sizes do not fit the graph's dynamic dimensions" in out, out[-2000:]
+    assert "eager at size 1 True" in out, out[-2000:]

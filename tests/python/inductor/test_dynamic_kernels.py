@@ -57,6 +57,16 @@ def test_every_dimension_symbolic_under_dynamic_true():
     assert sweep(relu_sum, [(torch.randn(*s),) for s in shapes], dynamic=True) == (1, 0)
 
 
+def test_layer_norm_over_a_symbolic_normalized_shape_keeps_it_symbolic():
+    # `x.shape[-1:]` as normalized_shape: the rule compares it with the input's sizes as
+    # expressions, so no size is pinned (each call had retraced with the last size as a constant).
+    def norms(x):
+        return torch.nn.functional.layer_norm(x, x.shape[-1:]) + x.mean(0), torch.softmax(x, -1).amax(-1)
+    shapes = [(3, 5), (7, 2), (2, 9), (33, 17)]
+    assert sweep(norms, [(torch.randn(*s),) for s in shapes], dynamic=True) == (1, 0)
+    assert _C._frame_eval_stats()["frames_compiled"] == 1
+
+
 def test_reductions_and_normalisations_over_symbolic_dims():
     def f(x, w):
         y = torch.softmax(x, dim=-1) + (x - x.mean(-1, keepdim=True)) / x.std(-1, keepdim=True)
