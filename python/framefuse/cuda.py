@@ -667,17 +667,10 @@ def _compile_or_eager(graph, mode):
 def compile_symbolic(graph, example_inputs, mode=None):
     """A graph of CUDA tensors with symbolic sizes compiled once for every set of sizes (see
     framefuse.inductor.compile_symbolic); None where it cannot be."""
-    from .inductor import _graph_handle, _needs_autograd  # noqa: PLC0415
+    from .inductor import _graph_handle, _needs_autograd, _symbolic_or_none  # noqa: PLC0415
     if (mode or "default") not in ("default", "max-autotune", "max-autotune-no-cudagraphs") or _needs_autograd(_graph_handle(graph)):
         return None
-    try:
-        compiled = CompiledCudaGraph(graph, mode or "default")
-    except Exception as e:  # noqa: BLE001  (any failure: the graph is compiled per set of sizes)
-        if _C.config.get("raise_on_internal_error") and isinstance(e, _C.InternalError):
-            raise
-        _C.logging.emit("dynamic", f"CUDA: the graph is compiled per set of sizes: {type(e).__name__}: {e}")
-        return None
-    return compiled if compiled.symbolic else None
+    return _symbolic_or_none(lambda: CompiledCudaGraph(graph, mode or "default"), "CUDA")
 
 
 def compile_graph(graph, mode="default", arch=""):

@@ -66,12 +66,18 @@ def compile_symbolic(graph, example_inputs, mode=None):
         return None
     if _needs_autograd(handle):
         return None
+    return _symbolic_or_none(lambda: _C.inductor.CompiledGraph(handle), "inductor")
+
+
+def _symbolic_or_none(compile_fn, who):
+    """compile_fn()'s result where its program kept the symbolic sizes; None where compiling failed
+    (logged) or came out static: the caller then compiles the graph per set of sizes."""
     try:
-        compiled = _C.inductor.CompiledGraph(handle)
+        compiled = compile_fn()
     except Exception as e:  # noqa: BLE001  (any failure: the graph is compiled per set of sizes)
         if _C.config.get("raise_on_internal_error") and isinstance(e, _C.InternalError):
             raise
-        _C.logging.emit("dynamic", f"inductor: the graph is compiled per set of sizes: {type(e).__name__}: {e}")
+        _C.logging.emit("dynamic", f"{who}: the graph is compiled per set of sizes: {type(e).__name__}: {e}")
         return None
     return compiled if compiled.symbolic else None
 
