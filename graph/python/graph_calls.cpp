@@ -5,11 +5,13 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <set>
 #include <unordered_map>
 
 #include "graph/meta_rules.h"
 #include "graph/op_registry.h"
 #include "graph/python/open_ops.h"
+#include "graph/symbolic_fit.h"
 #include "src/base/config.h"
 #include "src/base/errors.h"
 #include "src/base/gil_once.h"
@@ -60,6 +62,15 @@ struct FallbackCall {
   std::vector<Device> input_devices;
   std::vector<std::pair<py::object, int64_t>> inputs;  // the meta tensors passed, with their versions
   bool probe = false;  // real tensors of ones on the operand's device instead of meta tensors (kernel_exists)
+  // Symbolic sizes and int arguments at these bindings (meta_by_probing); null: specialised.
+  const std::vector<int64_t>* at = nullptr;
+
+  std::vector<int64_t> ints(const SymShape& s) const {
+    if (!at) return s.ints();
+    std::vector<int64_t> out;
+    for (const SymInt& x : s) out.push_back(x.is_symbolic() ? sym_evaluate(x.expr(), *at) : x.hint());
+    return out;
+  }
 
   py::object to_meta_py(const Value& v) {
     if (v.is_node()) {
@@ -69,15 +80,17 @@ struct FallbackCall {
       input_devices.push_back(t.device);
       const TorchTypes& tt = torch_types();
       py::object dtype = tt.torch.attr(std::string(dtype_name(t.dtype)).c_str());
+      std::vector<int64_t> sizes = ints(t.sizes);
       if (probe) {
         // NB: small tensors keep their shape; larger ones shrink every dim to at most 1, which
         // broadcasts like the original (a shape the op rejects only costs a graph break).
-        std::vector<int64_t> sizes = t.sizes;
-        if (t.numel() > 4096)
+        int64_t numel = 1;
+        for (int64_t d : sizes) numel *= d;
+        if (numel > 4096)
           for (int64_t& d : sizes) d = std::min<int64_t>(d, 1);
         return tt.torch.attr("ones")(int_tuple(sizes), py::arg("dtype") = dtype, py::arg("device") = t.device.str());
       }
-      py::object meta = tt.empty_strided(int_tuple(t.sizes), int_tuple(t.strides), py::arg("dtype") = dtype,
+      py::object meta = tt.empty_strided(int_tuple(sizes), int_tuple(ints(t.strides)), py::arg("dtype") = dtype,
                                          py::arg("device") = "meta");
       if (t.requires_grad) meta.attr("requires_grad_")(true);
       inputs.emplace_back(meta, meta.attr("_version").cast<int64_t>());
@@ -87,6 +100,7 @@ struct FallbackCall {
       requested_device = v.device;
       return probe ? torch_types().device(v.device.str()) : torch_types().device("meta");
     }
+    if (at && v.kind == Value::Kind::Int && v.sym) return py::int_(sym_evaluate(v.sym, *at));
     if (v.is_sequence()) {
       py::list items;
       for (const Value& item : v.items) items.append(to_meta_py(item));
@@ -136,7 +150,8 @@ bool cuda_capturing() {
 // tensors whose meta came from the fallback is therefore run once on small real tensors of the
 // same dtypes (cached by op and operand signature); if that raises, the call is not put in the
 // graph (it runs in eager, which raises the user its own error).
-bool kernel_exists(const OpDef& op, const std::vector<Value>& bound, const Graph& g, std::string* reason) {
+bool kernel_exists(const OpDef& op, const std::vector<Value>& bound, const Graph& g, std::string* reason,
+                   const std::vector<int64_t>* at = nullptr) {
   if (!(op.traits & (kPointwise | kReduction | kComposite | kCreation)) || (op.traits & (kRandom | kNondeterministicOutput)))
     return true;
   bool has_tensor = false;
@@ -168,7 +183,7 @@ bool kernel_exists(const OpDef& op, const std::vector<Value>& bound, const Graph
     std::string verdict;
     PyObject* fn = op_callable(op.id);
     try {
-      FallbackCall call{g, std::nullopt, {}, {}, /*probe=*/true};
+      FallbackCall call{g, std::nullopt, {}, {}, /*probe=*/true, at};
       CallArgs ca = call_args(op, bound);
       py::list pos;
       for (const Value* v : ca.positional) pos.append(call.to_meta_py(*v));
@@ -228,6 +243,140 @@ bool has_overflowing_number(const std::vector<Value>& bound, const ValueMeta& me
   return false;
 }
 
+// ---- symbolic sizes through the fallback (graph/symbolic_fit.h) ---------------------------------
+
+// The size expressions `v` carries (tensor operands' sizes, strides and numels, symbolic ints),
+// and the symbols they use.
+void symbolic_operands(const Value& v, const Graph& g, std::vector<SymInt>* exprs, std::set<SymbolId>* used) {
+  auto note = [&](const SymInt& x) {
+    if (!x.is_symbolic()) return;
+    exprs->push_back(x);
+    for (SymbolId s : sym_free_symbols(x.expr())) used->insert(s);
+  };
+  if (v.is_node()) {
+    const ValueMeta& m = g.node(v.node).meta;
+    if (!m.is_tensor()) return;
+    for (const SymInt& x : m.tensor.sizes) note(x);
+    for (const SymInt& x : m.tensor.strides) note(x);
+    note(m.tensor.numel());
+    return;
+  }
+  if (v.kind == Value::Kind::Int && v.sym) note(v.as_symint());
+  for (const Value& item : v.items) symbolic_operands(item, g, exprs, used);
+}
+
+// The symbolic result whose value at probe k is results[k] (sizes and strides fitted to the
+// candidates), or nullopt where the results differ in structure or a value fits no expression.
+std::optional<ValueMeta> fit_meta(const std::vector<ValueMeta>& results, const std::vector<std::vector<int64_t>>& probes,
+                                  const std::vector<SymInt>& candidates) {
+  const ValueMeta& first = results[0];
+  for (const ValueMeta& r : results)
+    if (r.kind != first.kind || r.items.size() != first.items.size() ||
+        (r.is_tensor() && (r.tensor.dim() != first.tensor.dim() || r.tensor.dtype != first.tensor.dtype)))
+      return std::nullopt;
+  ValueMeta out = first;
+  if (first.is_tensor()) {
+    auto fit_entries = [&](auto member, const std::vector<SymInt>& cands) -> std::optional<SymShape> {
+      SymShape fitted;
+      for (size_t d = 0; d < first.tensor.sizes.size(); ++d) {
+        std::vector<int64_t> values;
+        for (const ValueMeta& r : results) values.push_back((r.tensor.*member)[d].hint());
+        auto x = fit_symint(values, probes, cands);
+        if (!x) return std::nullopt;
+        fitted.push_back(*x);
+      }
+      return fitted;
+    };
+    auto sizes = fit_entries(&TensorMeta::sizes, candidates);
+    if (!sizes) return std::nullopt;
+    // Strides: the contiguous ones of the fitted sizes where they reproduce every probe, else each
+    // fitted to the operands' expressions and the result's sizes and their suffix products.
+    SymShape strides = TensorMeta::contiguous_strides(*sizes);
+    bool contiguous = true;
+    for (size_t k = 0; k < results.size() && contiguous; ++k)
+      for (size_t d = 0; d < strides.size(); ++d)
+        contiguous &= (strides[d].is_symbolic() ? sym_evaluate(strides[d].expr(), probes[k]) : strides[d].hint()) ==
+                      results[k].tensor.strides[d].hint();
+    if (!contiguous) {
+      std::vector<SymInt> cands = candidates;
+      cands.insert(cands.end(), sizes->begin(), sizes->end());
+      cands.insert(cands.end(), strides.begin(), strides.end());
+      auto fitted = fit_entries(&TensorMeta::strides, cands);
+      if (!fitted) return std::nullopt;
+      strides = *fitted;
+    }
+    out.tensor.sizes = *sizes;
+    out.tensor.strides = strides;
+    return out;
+  }
+  for (size_t i = 0; i < first.items.size(); ++i) {
+    std::vector<ValueMeta> items;
+    for (const ValueMeta& r : results) items.push_back(r.items[i]);
+    auto item = fit_meta(items, probes, candidates);
+    if (!item) return std::nullopt;
+    out.items[i] = std::move(*item);
+  }
+  return out;
+}
+
+// An op without a C++ rule whose operands carry symbolic sizes, typed without specialising them:
+// run on meta tensors at the traced sizes and at two other bindings, its result's sizes and
+// strides fitted to expressions over the operands' (fit_meta). The other bindings first move each
+// symbol by its own amount; where torch rejects those (operands whose sizes must agree), they scale
+// every symbol instead, which keeps equal sizes equal, and the trace guards the symbols of equal
+// traced value equal. Nullopt where the op raises at the traced sizes or nothing fits: the caller
+// then specialises as before.
+std::optional<ValueMeta> meta_by_probing(const OpDef& op, PyObject* fn, const std::vector<Value>& bound, const Graph& g,
+                                         ShapeEnv& env) {
+  std::vector<SymInt> candidates;
+  std::set<SymbolId> used;
+  for (const Value& v : bound) symbolic_operands(v, g, &candidates, &used);
+  if (used.empty()) return std::nullopt;
+  std::vector<int64_t> hints(env.num_symbols());
+  for (size_t s = 0; s < hints.size(); ++s) hints[s] = env.hint(static_cast<SymbolId>(s));
+  CallArgs ca = call_args(op, bound);
+  auto run_at = [&](const std::vector<std::vector<int64_t>>& probes) -> std::optional<ValueMeta> {
+    std::vector<ValueMeta> results;
+    for (const std::vector<int64_t>& at : probes) {
+      FallbackCall call{g, std::nullopt, {}, {}, false, &at};
+      try {
+        py::list pos;
+        for (const Value* v : ca.positional) pos.append(call.to_meta_py(*v));
+        py::dict kw;
+        for (const auto& [name, v] : ca.keywords) kw[py::str(name)] = call.to_meta_py(*v);
+        py::object result = py::reinterpret_borrow<py::object>(fn)(*py::tuple(pos), **kw);
+        for (const auto& [meta, version] : call.inputs)
+          if (meta.attr("_version").cast<int64_t>() != version && op.is_open() && !call_mutates_input(op, bound))
+            return std::nullopt;  // an unannounced write: the specialising path reports it
+        results.push_back(call.from_result(result));
+      } catch (py::error_already_set&) {
+        return std::nullopt;
+      } catch (MetaError&) {
+        return std::nullopt;
+      }
+    }
+    return fit_meta(results, probes, candidates);
+  };
+  auto moved = [&](int64_t scale, int64_t shift) {
+    std::vector<int64_t> at = hints;
+    for (SymbolId s : used) at[static_cast<size_t>(s)] = hints[static_cast<size_t>(s)] * scale + shift * (s + 1);
+    return at;
+  };
+  std::optional<ValueMeta> m = run_at({hints, moved(1, 1), moved(1, 2)});
+  if (!m) {
+    // NB: every pair of equal traced sizes guarded equal, whether or not the op needs it.
+    m = run_at({hints, moved(2, 0), moved(3, 0)});
+    if (!m) return std::nullopt;
+    for (SymbolId a : used)
+      for (SymbolId b : used)
+        if (a < b && hints[static_cast<size_t>(a)] == hints[static_cast<size_t>(b)])
+          env.add_guard(SymGuard{(SymInt::symbol(a, hints[static_cast<size_t>(a)]) - SymInt::symbol(b, hints[static_cast<size_t>(b)])).expr(), SymRel::Eq});
+  }
+  std::string reason;
+  if (!kernel_exists(op, bound, g, &reason, &hints)) return std::nullopt;
+  return m;
+}
+
 std::optional<ValueMeta> meta_by_fallback(const OpDef& op, const std::vector<Value>& bound, const Graph& g,
                                           std::string* reason) {
   PyObject* fn = op_callable(op.id);
@@ -235,6 +384,8 @@ std::optional<ValueMeta> meta_by_fallback(const OpDef& op, const std::vector<Val
     *reason = op.target + " is not available in the installed torch";
     return std::nullopt;
   }
+  if (ShapeEnv* env = ShapeEnv::current())
+    if (auto m = meta_by_probing(op, fn, bound, g, *env)) return m;
   try {
     FallbackCall call{g, std::nullopt, {}};
     CallArgs ca = call_args(op, bound);

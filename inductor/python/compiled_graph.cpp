@@ -762,6 +762,18 @@ PyObject* CompiledGraph::run(PyObject* const* inputs, size_t n) {
         int ok = x.check->check(&r);
         if (ok < 0) return nullptr;
         if (!ok) {
+          // NB: sizes that differ are no layout question (a copy would broadcast): the graph was
+          // typed wrong, never to be papered over.
+          PyRef shape = PyRef::steal(PyObject_GetAttrString(r, "shape"));
+          int same = shape ? PyObject_RichCompareBool(shape.get(), pb.sizes.get(), Py_EQ) : -1;
+          if (same < 0) return nullptr;
+          if (!same) {
+            PyErr_Format(PyExc_RuntimeError,
+                         "framefuse: %s returned a result of sizes %R where the compiled graph expects %R (a framefuse "
+                         "bug: please report it; framefuse.config.dynamic_kernels = False avoids it)",
+                         op_def(e.op).name.c_str(), shape.get(), pb.sizes.get());
+            return nullptr;
+          }
           // The kernels after it assume the layout eager documented at trace time: copy into it.
           PyObject* args[3] = {pb.sizes.get(), pb.strides.get(), pb.dtype.get()};
           PyRef fixed = PyRef::steal(PyObject_Vectorcall(pl.empty_strided.get(), args, 2, pl.dtype_kwnames.get()));

@@ -4,6 +4,7 @@
 #include <functional>
 #include <random>
 
+#include "graph/symbolic_fit.h"
 #include "graph/symint.h"
 
 namespace ff {
@@ -100,6 +101,22 @@ TEST(SymInt, DecidingWithoutAnEnvironmentThrows) {
   EXPECT_THROW((void)(s0 == s1), SymbolicSpecialization);
   EXPECT_THROW((void)static_cast<int64_t>(s0), SymbolicSpecialization);
   EXPECT_FALSE(s0 == 1);  // settled by bounds: no environment needed
+}
+
+TEST(SymbolicFit, ResultsAtProbesFitExpressionsOverTheOperands) {
+  ShapeEnv env;
+  ShapeEnvScope scope(&env);
+  SymInt s0 = env.new_symbol(5, "a"), s1 = env.new_symbol(7, "b");
+  std::vector<std::vector<int64_t>> probes{{5, 7}, {6, 9}, {7, 11}};
+  auto fit = [&](std::vector<int64_t> values) { return fit_symint(values, probes, {s0, s1, s0 * s1}); };
+  EXPECT_EQ(fit({5, 6, 7})->str(), "s0");
+  EXPECT_EQ(fit({3, 4, 5})->str(), "s0 - 2");         // a convolution without padding
+  EXPECT_EQ(fit({14, 18, 22})->str(), "2*s1");
+  EXPECT_EQ(fit({12, 15, 18})->str(), "s0 + s1");     // a concatenation
+  EXPECT_EQ(*fit({35, 54, 77}) - s0 * s1, SymInt(0));  // a flatten
+  EXPECT_FALSE(fit({4, 4, 4})->is_symbolic());          // unchanged: a constant
+  EXPECT_FALSE(fit({2, 3, 5}).has_value());             // nothing reproduces it: the caller specialises
+  EXPECT_TRUE(env.guards().empty());                    // fitting decides nothing about the symbols
 }
 
 TEST(SymShape, ConvertsToConcreteSizesBySpecialising) {

@@ -620,9 +620,13 @@ py::object CudaGraphModule::run(const std::vector<py::object>& given) {
         int ok = prep_->results[x]->check(&rp);
         if (ok < 0) throw py::error_already_set();
         if (!ok) {
-          // Kernels were generated for the predicted layout: copy the result into it.
-          ++layout_copies_;
+          // Kernels were generated for the predicted layout: copy the result into it. NB: sizes
+          // that differ are no layout question (a copy would broadcast): the graph was typed wrong.
           const loop::Buffer& buf = prog_.buffers[static_cast<size_t>(e.result)];
+          if (!py::tuple(result.attr("shape")).equal(prep_->layouts[2 * static_cast<size_t>(e.result)]))
+            throw InternalError(op_def(e.op).name + " returned a result of sizes " + py::repr(result.attr("shape")).cast<std::string>() +
+                                " where the compiled graph expects " + layout_str(buf.sizes, buf.strides));
+          ++layout_copies_;
           if (log_enabled(LogArtifact::perf_hints) && log_enabled(LogComponent::inductor, LogLevel::Debug)) {
             TensorMeta m = meta_from_tensor(result.ptr());
             log_emit(LogArtifact::perf_hints, "CUDA: " + op_def(e.op).name + " returned " + layout_str(m.sizes, m.strides) +

@@ -67,6 +67,17 @@ def test_layer_norm_over_a_symbolic_normalized_shape_keeps_it_symbolic():
     assert _C._frame_eval_stats()["frames_compiled"] == 1
 
 
+def test_ops_typed_by_torch_keep_sizes_symbolic():
+    # acosh, mv and unfold have no C++ meta rule: torch types them on meta tensors, which needs
+    # concrete sizes. They run at the traced sizes and at two other bindings, and the result's
+    # sizes are fitted to the operands' (mv's operands must agree: their sizes are guarded equal).
+    def fn(x, a, v):
+        return torch.acosh(x + 1.5), torch.mv(a, v) * 2, x.unfold(0, 2, 1).sum(-1)
+    shapes = [(3, 4), (5, 6), (9, 2), (4, 7), (17, 3)]
+    assert sweep(fn, [(torch.rand(n, 3), torch.randn(n, k), torch.randn(k)) for n, k in shapes]) == (1, 0)
+    assert _C._frame_eval_stats()["frames_compiled"] == 2
+
+
 def test_reductions_and_normalisations_over_symbolic_dims():
     def f(x, w):
         y = torch.softmax(x, dim=-1) + (x - x.mean(-1, keepdim=True)) / x.std(-1, keepdim=True)
