@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <map>
 #include <set>
 #include <unordered_map>
 
@@ -320,12 +321,11 @@ std::optional<ValueMeta> fit_meta(const std::vector<ValueMeta>& results, const s
 }
 
 // An op without a C++ rule whose operands carry symbolic sizes, typed without specialising them:
-// run on meta tensors at the traced sizes and at two other bindings, its result's sizes and
-// strides fitted to expressions over the operands' (fit_meta). The other bindings first move each
-// symbol by its own amount; where torch rejects those (operands whose sizes must agree), they scale
-// every symbol instead, which keeps equal sizes equal, and the trace guards the symbols of equal
-// traced value equal. Nullopt where the op raises at the traced sizes or nothing fits: the caller
-// then specialises as before.
+// run on meta tensors at the traced sizes and at other bindings (probes_for), its result's sizes
+// and strides fitted to expressions over the operands' (fit_meta). The probes first move each
+// symbol on its own; where torch rejects those (operands whose sizes must agree), symbols of equal
+// traced value move together and the trace guards them equal. Nullopt where the op raises at a
+// probe or nothing fits: the caller then specialises as before.
 std::optional<ValueMeta> meta_by_probing(const OpDef& op, PyObject* fn, const std::vector<Value>& bound, const Graph& g,
                                          ShapeEnv& env) {
   std::vector<SymInt> candidates;
@@ -357,20 +357,48 @@ std::optional<ValueMeta> meta_by_probing(const OpDef& op, PyObject* fn, const st
     }
     return fit_meta(results, probes, candidates);
   };
-  auto moved = [&](int64_t scale, int64_t shift) {
-    std::vector<int64_t> at = hints;
-    for (SymbolId s : used) at[static_cast<size_t>(s)] = hints[static_cast<size_t>(s)] * scale + shift * (s + 1);
-    return at;
+  // Probes in general position over classes of symbols that move together: the traced sizes,
+  // each class moved alone, and two moves of every class by different amounts. A function linear
+  // in the symbols is then pinned down (its classes' points are affinely independent), and the
+  // mixed moves tell products apart; probes along one line would fit many expressions at once.
+  auto probes_for = [&](const std::vector<std::vector<SymbolId>>& classes) {
+    std::vector<std::vector<int64_t>> probes{hints};
+    auto move = [&](const std::vector<int64_t>& by) {
+      std::vector<int64_t> at = hints;
+      for (size_t c = 0; c < classes.size(); ++c)
+        for (SymbolId sym : classes[c]) at[static_cast<size_t>(sym)] += by[c];
+      probes.push_back(std::move(at));
+    };
+    for (size_t c = 0; c < classes.size(); ++c) {
+      std::vector<int64_t> by(classes.size(), 0);
+      by[c] = 2;
+      move(by);
+    }
+    for (int64_t k : {3, 5}) {
+      std::vector<int64_t> by(classes.size());
+      for (size_t c = 0; c < classes.size(); ++c) by[c] = k + static_cast<int64_t>(c) * (k - 1);
+      move(by);
+    }
+    return probes;
   };
-  std::optional<ValueMeta> m = run_at({hints, moved(1, 1), moved(1, 2)});
+  std::vector<std::vector<SymbolId>> alone;
+  for (SymbolId sym : used) alone.push_back({sym});
+  std::optional<ValueMeta> m = run_at(probes_for(alone));
   if (!m) {
-    // NB: every pair of equal traced sizes guarded equal, whether or not the op needs it.
-    m = run_at({hints, moved(2, 0), moved(3, 0)});
+    // Operands whose sizes must agree (a product's inner dimension): symbols of equal traced
+    // value move together, and the trace guards them equal, whether or not the op needs it.
+    std::map<int64_t, std::vector<SymbolId>> by_hint;
+    for (SymbolId sym : used) by_hint[hints[static_cast<size_t>(sym)]].push_back(sym);
+    std::vector<std::vector<SymbolId>> classes;
+    for (auto& [hint, syms] : by_hint) classes.push_back(syms);
+    if (classes.size() == alone.size()) return std::nullopt;
+    m = run_at(probes_for(classes));
     if (!m) return std::nullopt;
-    for (SymbolId a : used)
-      for (SymbolId b : used)
-        if (a < b && hints[static_cast<size_t>(a)] == hints[static_cast<size_t>(b)])
-          env.add_guard(SymGuard{(SymInt::symbol(a, hints[static_cast<size_t>(a)]) - SymInt::symbol(b, hints[static_cast<size_t>(b)])).expr(), SymRel::Eq});
+    for (const auto& cls : classes)
+      for (size_t k = 1; k < cls.size(); ++k) {
+        int64_t h = hints[static_cast<size_t>(cls[0])];
+        env.add_guard(SymGuard{(SymInt::symbol(cls[0], h) - SymInt::symbol(cls[k], h)).expr(), SymRel::Eq});
+      }
   }
   std::string reason;
   if (!kernel_exists(op, bound, g, &reason, &hints)) return std::nullopt;

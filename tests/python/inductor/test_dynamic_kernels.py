@@ -78,6 +78,16 @@ def test_ops_typed_by_torch_keep_sizes_symbolic():
     assert _C._frame_eval_stats()["frames_compiled"] == 2
 
 
+def test_a_result_size_no_expression_fits_specialises():
+    # conv_transpose2d's output size, 2*n + k - 5 here, is no expression the fit tries: probes along
+    # one line had fitted another one (whose sizes disagreed at the next size); now the sizes are
+    # specialised and every size is exact.
+    def fn(x, w, b):
+        return torch.nn.functional.conv_transpose2d(x, w, b, stride=2, padding=2, output_padding=1).relu()
+    inputs = [(torch.randn(1, c, n, n), torch.randn(c, c, k, k), torch.randn(c)) for c, k, n in ((3, 3, 4), (5, 5, 6), (4, 3, 9))]
+    sweep(fn, inputs, dynamic=True)
+
+
 def test_reductions_and_normalisations_over_symbolic_dims():
     def f(x, w):
         y = torch.softmax(x, dim=-1) + (x - x.mean(-1, keepdim=True)) / x.std(-1, keepdim=True)
