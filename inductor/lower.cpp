@@ -667,8 +667,16 @@ std::string Lowerer::write_input(NodeId id) {
       Node fn;
       if (std::string why = out_of_place_call(n, &fn, &g_); !why.empty()) return why;
       OpLowering rule = op_lowerings().at(op_kind(fn.op));
-      if (!rule) return "no lowering for " + op_def(fn.op).name;
-      value = rule(*this, fn);
+      if (rule) {
+        value = rule(*this, fn);
+      } else {
+        // NB: torch computes the out-of-place form (an extern call: new memory, not the input's
+        // alias, which current_ would make it), and the kernel below stores it into the input.
+        NodeId current = current_;
+        current_ = -1;
+        value = extern_call(fn, id, fn.op, fn.args, "the out-of-place form of an in-place op on a graph input");
+        current_ = current;
+      }
     }
   } catch (const NoLowering& e) {
     return e.what();

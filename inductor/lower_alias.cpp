@@ -56,6 +56,7 @@ NodeId eager_alias_parent(const Graph& g, NodeId id, const std::vector<NodeId>& 
   if (!n.meta.is_tensor()) return op.has(kExtern) || op.has(kReduction) ? -1 : x;
   const TensorMeta& m = n.meta.tensor;
   if (kind == Op::contiguous) return xm.is_contiguous() ? x : -1;
+  if (kind == Op::clone) return -1;  // always new memory
   if (op_in(kind, {Op::to, Op::to_float, Op::to_double, Op::to_half, Op::to_bfloat16, Op::to_long, Op::to_int, Op::to_bool, Op::type_as})) {
     int copy = op.schema.index_of("copy");
     bool forced = copy >= 0 && n.args[static_cast<size_t>(copy)].kind == Value::Kind::Bool && n.args[static_cast<size_t>(copy)].b;

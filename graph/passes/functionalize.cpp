@@ -10,14 +10,46 @@
 
 namespace ff {
 
+namespace {
+
+// An open in-place op's out-of-place sibling (`torch.Tensor.abs_` -> `torch.Tensor.abs`, registered
+// when the call was traced: graph/python/open_ops.cpp; `torch.abs_` -> the hand-written `abs`)
+// with the same parameters (but the first's name, `self` or `input`, and the sibling's `out=`); for
+// a variant replaying a count of positional arguments, the sibling's variant of that count.
+std::optional<OpId> open_functional_form(const OpDef& op) {
+  if (!op.is_open() || op.target.size() < 2 || op.target.back() != '_') return std::nullopt;
+  const OpDef& base = op.positional >= 0 ? op_def(op.overload) : op;
+  const std::vector<ParamSpec>& mine = base.schema.params;
+  for (OpId id : ops_with_target(std::string_view(base.target).substr(0, base.target.size() - 1))) {
+    const OpDef& d = op_def(id);
+    std::vector<ParamSpec> theirs = d.schema.params;
+    if (!theirs.empty() && theirs.back().name == "out" && theirs.back().kwarg_only) theirs.pop_back();
+    if (d.positional >= 0 || theirs.size() != mine.size()) continue;
+    bool same = true;
+    for (size_t i = 1; i < theirs.size(); ++i) same &= theirs[i].name == mine[i].name && theirs[i].kwarg_only == mine[i].kwarg_only;
+    if (!same) continue;
+    return d.is_open() && op.positional >= 0 ? op_with_positional(id, op.positional) : id;
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
 std::string out_of_place_call(const Node& n, Node* out, const Graph* g) {
   const OpDef& op = op_def(n.op);
   *out = n;
   if (op.has(kInplace)) {
     Op fop = functional_form(op_kind(n));
-    if (fop == Op::Open) return "no out-of-place form known";
-    out->op = op_id(fop);
-    if (op_def(out->op).schema.params.size() != n.args.size()) return "the out-of-place form takes other arguments";
+    if (fop == Op::Open) {
+      std::optional<OpId> open = open_functional_form(op);
+      if (!open) return "no out-of-place form known";
+      out->op = *open;
+      const std::vector<ParamSpec>& params = op_def(*open).schema.params;
+      if (params.size() == n.args.size() + 1 && params.back().name == "out") out->args.push_back(Value::none());
+    } else {
+      out->op = op_id(fop);
+    }
+    if (op_def(out->op).schema.params.size() != out->args.size()) return "the out-of-place form takes other arguments";
   } else {
     int i = op.schema.index_of("inplace");
     out->args[static_cast<size_t>(i)] = Value::of_bool(false);

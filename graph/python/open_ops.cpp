@@ -299,6 +299,10 @@ std::optional<NodeId> add_open_call(Graph& g, const std::vector<OpId>& overloads
     // The node replays as many positional arguments as the call passed.
     int count = static_cast<int>(std::min(args.size(), d.schema.params.size()));
     OpId replayed = op_with_positional(op, count);
+    // NB: an in-place op's out-of-place sibling (`abs_` -> `abs`) registered now, while the GIL is
+    // held: functionalization (graph/passes/functionalize.cpp) looks it up, to compute the op out
+    // of place and write the result back.
+    if (d.has(kInplace) && d.target.size() > 1 && d.target.back() == '_') open_ops_for_target(d.target.substr(0, d.target.size() - 1));
     int out_index = d.schema.index_of("out");
     if (out_index < 0 || (*bound)[static_cast<size_t>(out_index)].is_none())
       return add_op_call(g, replayed, args, kwargs, reason, grad_enabled);

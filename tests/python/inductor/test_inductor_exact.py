@@ -98,6 +98,19 @@ def test_outputs_share_memory_only_where_eager_does():
     assert torch.equal(x, torch.arange(1, 5))
 
 
+def test_a_clone_of_a_graph_input_is_new_memory_computed_by_a_kernel():
+    # (It had been taken for a possible view of the input, and the graph ran on eager ops.)
+    def f(x):
+        return x.clone(), torch.clone(x.t())
+
+    x = torch.arange(6.0).view(2, 3)
+    a, b = _check(f, x)
+    a.add_(1)
+    b.add_(1)
+    assert torch.equal(x, torch.arange(6.0).view(2, 3))
+    assert b.stride() == x.t().clone().stride()
+
+
 def test_view_of_a_graph_input_stays_a_view():
     def f(x):
         return x.view(2, 3).transpose(0, 1), x * 2
@@ -423,3 +436,18 @@ def test_bool_tensor_to_a_bool_power_stays_bool():
     # torch's own meta kernel says int64; eager gives bool (codegen fuzz case 7018561).
     x = torch.tensor([True, False, True])
     _check(lambda x: ((x ** False).unsqueeze(-1), x ** True, torch.pow(x, False) * 2), x)
+
+
+@pytest.mark.parametrize("fn", [lambda x: x.abs_(), lambda x: x.acosh_(), lambda x: torch.abs_(x),
+                                lambda x: x.addmv_(torch.ones(x.shape[0], 3), torch.full((3,), 0.5))],
+                         ids=["Tensor.abs_", "Tensor.acosh_", "torch.abs_", "Tensor.addmv_"])
+def test_in_place_ops_without_a_lowering_on_a_graph_input(fn):
+    # Their out-of-place form (`acosh_` -> `acosh`, an extern call where it has no lowering either)
+    # computes the value, and a kernel stores it into the caller's tensor, which is returned itself.
+    # (They had run on the reference runner: "no out-of-place form known".)
+    x = torch.rand(6) + 1.5
+    bumps = hasattr(torch.autograd, "graph") and hasattr(torch.autograd.graph, "increment_version")
+    _check(fn, x, compiled=bumps)  # torch 1.13 runs in-place ops on inputs on the reference runner
+    y = x.clone()
+    version = y._version
+    assert _compile(fn)[0](y) is y and y._version > version
