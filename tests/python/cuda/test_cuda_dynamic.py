@@ -189,3 +189,27 @@ def test_attention_calls_keep_the_sequence_length_symbolic(dtype):
     tol = 1e-5 if dtype == torch.float32 else 2e-2
     assert sweep(sdpa_block, [inputs(t) for t in (5, 9, 17, 33, 100, 9)], rtol=tol, atol=tol) == (1, 0)
     assert frames() == 2
+
+
+@gpu
+def test_in_place_ops_without_a_lowering_on_inputs_over_sizes():
+    # acosh_ on a graph input: its out-of-place form (an extern call), then a kernel storing the
+    # result into the caller's tensor, at each size through one compile.
+    def fn(x, y):
+        x.acosh_()
+        return x, y.addmv_(torch.ones(y.shape[0], 3, device="cuda"), torch.full((3,), 0.5, device="cuda"))
+
+    cf = framefuse.compile(fn)
+    before = counts()
+    for n in (5, 9, 33, 7):
+        x, y = torch.rand(n, 4, device="cuda") + 1.5, torch.randn(n, device="cuda")
+        ex, ey = x.clone(), y.clone()
+        with torch.no_grad():
+            got = cf(x, y)
+            want = fn(ex, ey)
+        assert got[0] is x and got[1] is y
+        torch.testing.assert_close(x, ex)
+        torch.testing.assert_close(y, ey)
+        torch.testing.assert_close(got, want)
+    after = counts()
+    assert (after[0] - before[0], after[1] - before[1]) == (1, 0)
