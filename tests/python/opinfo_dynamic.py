@@ -36,26 +36,22 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import opinfo_sweep as ops  # noqa: E402
 
 
+def _grown_tensor(x):
+    import torch
+    # NB: integer tensors may hold structure (embedding_bag's offsets must stay increasing).
+    if x.layout != torch.strided or not (x.is_floating_point() or x.is_complex() or x.dtype == torch.bool):
+        return x
+    for d in range(x.dim()):
+        if x.shape[d] >= 2:
+            x = torch.cat([x, x.narrow(d, 0, 2)], d)
+    return x
+
+
 def _grown(x):
     """`x` with every dimension of size >= 2 of its float, complex and bool tensors two larger, its
     first two slices repeated at the end (values from the same distribution, equal sizes stay
     equal)."""
-    import torch
-    if isinstance(x, torch.Tensor):
-        # NB: integer tensors may hold structure (embedding_bag's offsets must stay increasing).
-        if x.layout != torch.strided or not (x.is_floating_point() or x.is_complex() or x.dtype == torch.bool):
-            return x
-        for d in range(x.dim()):
-            if x.shape[d] >= 2:
-                x = torch.cat([x, x.narrow(d, 0, 2)], d)
-        return x
-    if isinstance(x, list):
-        return [_grown(i) for i in x]
-    if isinstance(x, tuple) and not hasattr(x, "_fields"):
-        return tuple(_grown(i) for i in x)
-    if isinstance(x, dict):
-        return {k: _grown(v) for k, v in x.items()}
-    return x
+    return ops.map_tensors(_grown_tensor, x)
 
 
 def pairs(op_db, dtype, device, ops_filter=None, samples=1):

@@ -80,22 +80,33 @@ def load_op_db():
     return op_db
 
 
-def _clone(x):
+def map_tensors(fn, x):
+    """`x` with each tensor in it (through lists, tuples other than named ones, and dicts) replaced
+    by fn(tensor)."""
     import torch
     if isinstance(x, torch.Tensor):
-        if x.layout != torch.strided:
-            return x.clone()
-        y = torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device=x.device)
-        with torch.no_grad():
-            y.copy_(x)
-        return y.requires_grad_(x.requires_grad) if x.is_leaf else y
+        return fn(x)
     if isinstance(x, list):
-        return [_clone(i) for i in x]
+        return [map_tensors(fn, i) for i in x]
     if isinstance(x, tuple) and not hasattr(x, "_fields"):
-        return tuple(_clone(i) for i in x)
+        return tuple(map_tensors(fn, i) for i in x)
     if isinstance(x, dict):
-        return {k: _clone(v) for k, v in x.items()}
+        return {k: map_tensors(fn, v) for k, v in x.items()}
     return x
+
+
+def _clone_tensor(x):
+    import torch
+    if x.layout != torch.strided:
+        return x.clone()
+    y = torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device=x.device)
+    with torch.no_grad():
+        y.copy_(x)
+    return y.requires_grad_(x.requires_grad) if x.is_leaf else y
+
+
+def _clone(x):
+    return map_tensors(_clone_tensor, x)
 
 
 def _unspecified(name):
