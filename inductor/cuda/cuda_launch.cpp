@@ -58,6 +58,7 @@ CudaModule::PerDevice& CudaModule::loaded(int device) {
   pd.modules.assign(units_.size(), nullptr);
   for (const KernelPlan& plan : plans_) pd.fns.emplace_back(plan.variants.size(), nullptr);
   pd.chosen.resize(plans_.size());
+  pd.info = &device_info(device);
   for (size_t u = 0; u < units_.size(); ++u)
     if (!units_[u].lazy) load_unit(pd, u);
   return devices_.emplace(device, std::move(pd)).first->second;
@@ -205,7 +206,7 @@ LaunchConfig CudaModule::choose(PerDevice& pd, const Call& call, const std::vect
   auto it = memo.find(mask);
   if (it != memo.end()) {
     if (!plan.items.is_symbolic()) return it->second;
-    return launch_config(plan, it->second.variant, static_cast<int>(it->second.block_x), device_info(device), call.items);
+    return launch_config(plan, it->second.variant, static_cast<int>(it->second.block_x), *pd.info, call.items);
   }
   FF_CHECK(!fitting.empty(), "kernel " + plan.name + " has no variant for unaligned pointers");
   LaunchConfig c;
@@ -223,7 +224,7 @@ LaunchConfig CudaModule::choose(PerDevice& pd, const Call& call, const std::vect
   if (tuning)
     c = tune(pd, call, ptrs, stream, device, fitting);
   else
-    c = launch_config(plan, fitting.front(), 0, device_info(device), call.items);
+    c = launch_config(plan, fitting.front(), 0, *pd.info, call.items);
   memo.emplace(mask, c);
   described_[k] = plan.name + ": " + plan.variants[static_cast<size_t>(c.variant)].fn + " block " + std::to_string(c.block_x) +
                   "x" + std::to_string(c.block_y) + " grid " + std::to_string(c.grid);

@@ -49,6 +49,7 @@ class CudaModule {
     std::vector<std::vector<CUfunction>> fns;        // [kernel][variant], null until its unit is loaded
     // [kernel] alignment mask -> config (its grid recomputed per call where the items vary)
     std::vector<std::map<uint64_t, LaunchConfig>> chosen;
+    const DeviceInfo* info = nullptr;  // device_info(device), looked up once
   };
   PerDevice& loaded(int device);
   void load_unit(PerDevice& pd, size_t unit);

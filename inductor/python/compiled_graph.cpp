@@ -402,26 +402,6 @@ void CompiledGraph::build_plan(Instance& inst, const Graph& g) {
 
 CompiledGraph::~CompiledGraph() = default;
 
-namespace {
-
-// Small per-run arrays on the stack; the heap only for large graphs.
-template <typename T, size_t N>
-struct RunArray {
-  T inline_[N];
-  std::vector<T> heap_;
-  T* data;
-  explicit RunArray(size_t n) : data(inline_) {
-    if (n > N) {
-      heap_.resize(n);
-      data = heap_.data();
-    }
-    for (size_t i = 0; i < n; ++i) data[i] = T();
-  }
-  T& operator[](size_t i) { return data[i]; }
-};
-
-}  // namespace
-
 int CompiledGraph::packed_linears() const {
   int n = static_.plan ? static_.plan->packed_linears : 0;
   // NB: an instance on the reference runner has no plan.

@@ -16,6 +16,22 @@
 
 namespace ff::inductor {
 
+// Small per-run arrays on the stack; the heap only for large graphs.
+template <typename T, size_t N>
+struct RunArray {
+  T inline_[N];
+  std::vector<T> heap_;
+  T* data;
+  explicit RunArray(size_t n) : data(inline_) {
+    if (n > N) {
+      heap_.resize(n);
+      data = heap_.data();
+    }
+    for (size_t i = 0; i < n; ++i) data[i] = T();
+  }
+  T& operator[](size_t i) { return data[i]; }
+};
+
 // Where each symbol's value is read: (input position, dimension); input -1 for a symbol the trace
 // specialised (no kernel reads it: its value is 0).
 using SymbolSources = std::vector<std::pair<int, int>>;

@@ -162,10 +162,12 @@ CudaGraphModule::CudaGraphModule(std::shared_ptr<Compiled> c, std::vector<int64_
 }
 
 std::shared_ptr<CudaGraphModule> CudaGraphModule::instance_for(const std::vector<py::object>& inputs) {
-  std::vector<int64_t> values(c_->symbol_at.size());
-  if (!inductor::read_bindings(c_->symbol_at, reinterpret_cast<PyObject* const*>(inputs.data()), inputs.size(), values.data()))
+  const size_t n = c_->symbol_at.size();
+  inductor::RunArray<int64_t, 16> read(n);
+  if (!inductor::read_bindings(c_->symbol_at, reinterpret_cast<PyObject* const*>(inputs.data()), inputs.size(), read.data))
     return nullptr;
-  if (auto found = instances_.find(values.data(), values.size())) return found;
+  if (auto found = instances_.find(read.data, n)) return found;
+  std::vector<int64_t> values(read.data, read.data + n);
   std::shared_ptr<CudaGraphModule> inst;
   try {
     inst = std::shared_ptr<CudaGraphModule>(new CudaGraphModule(c_, values));
