@@ -4,14 +4,6 @@
 
 namespace ff {
 
-namespace {
-
-int64_t at(const SymInt& x, const std::vector<int64_t>& bindings) {
-  return x.is_symbolic() ? sym_evaluate(x.expr(), bindings) : x.hint();
-}
-
-}  // namespace
-
 std::optional<SymInt> fit_symint(const std::vector<int64_t>& values, const std::vector<std::vector<int64_t>>& bindings,
                                  const std::vector<SymInt>& candidates) {
   const size_t probes = values.size();
@@ -23,7 +15,7 @@ std::optional<SymInt> fit_symint(const std::vector<int64_t>& values, const std::
   for (const SymInt& c : candidates) {
     if (!c.is_symbolic()) continue;
     std::vector<int64_t> v(probes);
-    for (size_t k = 0; k < probes; ++k) v[k] = at(c, bindings[k]);
+    for (size_t k = 0; k < probes; ++k) v[k] = sym_specialize(c, bindings[k]).hint();
     if (std::find(vals.begin(), vals.end(), v) != vals.end()) continue;
     cs.push_back(c);
     vals.push_back(std::move(v));

@@ -69,7 +69,7 @@ struct FallbackCall {
   std::vector<int64_t> ints(const SymShape& s) const {
     if (!at) return s.ints();
     std::vector<int64_t> out;
-    for (const SymInt& x : s) out.push_back(x.is_symbolic() ? sym_evaluate(x.expr(), *at) : x.hint());
+    for (const SymInt& x : s) out.push_back(sym_specialize(x, *at).hint());
     return out;
   }
 
@@ -296,8 +296,7 @@ std::optional<ValueMeta> fit_meta(const std::vector<ValueMeta>& results, const s
     bool contiguous = true;
     for (size_t k = 0; k < results.size() && contiguous; ++k)
       for (size_t d = 0; d < strides.size(); ++d)
-        contiguous &= (strides[d].is_symbolic() ? sym_evaluate(strides[d].expr(), probes[k]) : strides[d].hint()) ==
-                      results[k].tensor.strides[d].hint();
+        contiguous &= sym_specialize(strides[d], probes[k]).hint() == results[k].tensor.strides[d].hint();
     if (!contiguous) {
       std::vector<SymInt> cands = candidates;
       cands.insert(cands.end(), sizes->begin(), sizes->end());
