@@ -61,6 +61,7 @@ std::string Guard::str() const {
     }
     case Kind::LenMatch: return "len(" + s + ") == " + std::to_string(length);
     case Kind::LenAtLeast: return "len(" + s + ") >= " + std::to_string(length);
+    case Kind::SymbolicInt: return "type(" + s + ") is int (symbol s" + std::to_string(length) + ")";
     case Kind::DictKeys: return "list(" + s + ".keys()) == " + repr_of(expected);
     case Kind::IterMatch: return "tuple(" + s + ") == " + repr_of(expected);
     case Kind::NoAttr: return "not hasattr(" + s + ", " + repr_of(expected) + ")";

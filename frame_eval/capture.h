@@ -74,7 +74,8 @@ struct Guard {
   X(SameObject, "source is others[0]: two sources the trace read as one object")         \
   X(Distinct, "the objects of others are pairwise different: mutable values read as separate") \
   X(GlobalState, "grad mode, default dtype and autocast's state as at trace time")     \
-  X(ShapeRelations, "the symbolic sizes and strides of every TensorMatch: each symbol (bound where it first appears) is >= 2, every size and stride equals its expression, every guard of shape_env holds")
+  X(SymbolicInt, "type(source) is int: a Python int that varies, symbol `length` (its value is checked by ShapeRelations)") \
+  X(ShapeRelations, "the symbolic sizes and strides of every TensorMatch and the value of every SymbolicInt: each symbol (bound where it first appears) is >= 2, every size and stride equals its expression, every guard of shape_env holds")
   // clang-format on
   enum class Kind : uint8_t {
 #define FF_GUARD_ENUM(k, doc) k,
@@ -88,7 +89,7 @@ struct Guard {
   PyObject* expected = nullptr;  // strong reference (type, object, constant or tuple of keys); may be null;
                                  // GlobalState: autocast's state where autocast was on (else null: off)
   TensorMeta tensor_meta;      // TensorMatch
-  int64_t length = 0;          // LenMatch
+  int64_t length = 0;          // LenMatch, LenAtLeast; SymbolicInt: the symbol
   bool grad_enabled = true;    // GlobalState
   DType default_dtype = DType::Float32;  // GlobalState
   std::shared_ptr<const ShapeEnv> shape_env;  // ShapeRelations
@@ -126,7 +127,8 @@ struct OutputPlan {
     Attr,  // getattr(items[0], constant)
     Set,
     Call,
-    Object
+    Object,
+    SymInt,  // a Python int that varies: expression `expr` (graph/symint.h) at this call's symbols
   };
   Kind kind = Kind::Constant;
   int index = -1;               // GraphOutput: index into the graph's output tuple
@@ -136,6 +138,7 @@ struct OutputPlan {
   std::vector<PyObject*> keys;    // Dict; Object: attribute names. Strong references
   PyObject* tuple_type = nullptr; // Tuple: a namedtuple type to rebuild, or null for a plain tuple
   int memo = -1;                  // >= 0: built once per run; every plan with this id is the same object
+  SymExprId expr = 0;             // SymInt
 };
 
 // A mutation of Python state the traced code performed, replayed in order after the graph ran.

@@ -18,12 +18,14 @@ struct CaptureRunner::Plan {
   std::vector<Plan> items;
   std::vector<PyObject*> keys;
   int memo = -1;
+  SymExprId expr = 0;  // SymInt
   bool star_args = true;  // Tuple: tuple_type(*items) (namedtuple) rather than tuple_type(items) (torch.Size)
 };
 
 // Objects built once per run (OutputPlan::memo), strong references.
 struct CaptureRunner::Memo {
   std::vector<PyObject*> objs;
+  std::vector<int64_t> symbols;  // the size symbols' values in this call (SymInt plans)
   explicit Memo(int n) : objs(static_cast<size_t>(n), nullptr) {}
   ~Memo() {
     for (PyObject* o : objs) Py_XDECREF(o);
@@ -84,6 +86,11 @@ CaptureRunner::Plan CaptureRunner::resolve_plan(const OutputPlan& p) {
       r.constant = p.constant;
       r.index = p.index;
       for (const OutputPlan& item : p.items) r.items.push_back(resolve_plan(item));
+      break;
+    case OutputPlan::Kind::SymInt:
+      FF_CHECK(p.expr != 0, "a SymInt plan without an expression");
+      r.expr = p.expr;
+      has_symint_plans_ = true;
       break;
     case OutputPlan::Kind::Object:
       FF_CHECK(p.keys.size() + (p.index == 1 ? 1 : 0) == p.items.size(), "object plan: names and values differ in number");
@@ -309,6 +316,9 @@ PyObject* CaptureRunner::run(const FrameValues& frame, Slots& slots) const {
   }
   for (size_t i = 0; i < n; ++i) inputs[i] = slots[static_cast<size_t>(input_slots_[i])];
 
+  // NB: read before the graph runs: the values are the guard check's scratch.
+  std::vector<int64_t> symbols;
+  if (has_symint_plans_) symbols = program_->symbol_values();
   if (!compiled_ && !reference_) {
     slots.clear();
     PyErr_SetString(PyExc_RuntimeError, "framefuse internal error: a graph with symbolic sizes has no compiled callable");
@@ -322,8 +332,9 @@ PyObject* CaptureRunner::run(const FrameValues& frame, Slots& slots) const {
   PyObject* result = nullptr;
   bool ok = true;
   std::optional<Memo> memo;
-  if (capture_.num_memos > 0) memo.emplace(capture_.num_memos);
+  if (capture_.num_memos > 0 || has_symint_plans_) memo.emplace(capture_.num_memos);
   Memo* m = memo ? &*memo : nullptr;
+  if (has_symint_plans_) m->symbols = std::move(symbols);
   for (const Effect& e : effects_) {
     PyObject* value = build(e.value, outputs, slots, frame, m);
     if (!value) {
@@ -510,6 +521,17 @@ PyObject* CaptureRunner::build_break_only(const Plan& p, PyObject* outputs, cons
     }
     case OutputPlan::Kind::Object:
       return build_object(p, outputs, slots, frame, memo);
+    case OutputPlan::Kind::SymInt:
+      if (!memo || memo->symbols.empty()) {
+        PyErr_SetString(PyExc_RuntimeError, "framefuse internal error: an int that varies, without the call's symbol values");
+        return nullptr;
+      }
+      try {
+        return PyLong_FromLongLong(sym_evaluate(p.expr, memo->symbols));
+      } catch (const std::exception& e) {  // the guards evaluated it: not expected
+        PyErr_SetString(PyExc_RuntimeError, (std::string("framefuse internal error: an int that varies: ") + e.what()).c_str());
+        return nullptr;
+      }
     case OutputPlan::Kind::Context:
       return PyObject_CallNoArgs(p.constant);
     case OutputPlan::Kind::ContextExit: {

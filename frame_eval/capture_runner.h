@@ -57,6 +57,7 @@ class CaptureRunner {
   std::vector<int> input_slots_;
   std::unique_ptr<Plan> output_;
   std::vector<Effect> effects_;
+  bool has_symint_plans_ = false;  // an output or effect is an int that varies (OutputPlan::Kind::SymInt)
 };
 
 }  // namespace ff

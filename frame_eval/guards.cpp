@@ -344,6 +344,7 @@ GuardProgram::GuardProgram(const std::vector<Guard>& guards, const std::vector<S
         c.expected = g.expected;
         Py_INCREF(c.expected);
         break;
+      case Guard::Kind::SymbolicInt:
       case Guard::Kind::LenMatch:
       case Guard::Kind::LenAtLeast:
         c.length = static_cast<Py_ssize_t>(g.length);
@@ -390,14 +391,20 @@ GuardProgram::GuardProgram(const std::vector<Guard>& guards, const std::vector<S
       case Guard::Kind::ShapeRelations: {
         // NB: the last guard: every TensorMatch before it has its slot.
         std::vector<ShapeCheck::Tensor> tensors;
+        std::vector<ShapeCheck::Int> ints;
         for (size_t gj = 0; gj < gi; ++gj) {
           const Guard& t = guards[gj];
+          if (t.kind == Guard::Kind::SymbolicInt) {
+            int slot = add_source(t.source);
+            ints.push_back({slot, static_cast<SymbolId>(t.length)});
+            c.slots.push_back(slot);
+          }
           if (t.kind != Guard::Kind::TensorMatch || !t.tensor_meta.is_symbolic()) continue;
           int slot = add_source(t.source);
           tensors.push_back({slot, t.tensor_meta, t.source->str()});
           c.slots.push_back(slot);
         }
-        c.shapes = std::make_shared<ShapeCheck>(g.shape_env, std::move(tensors), native_);
+        c.shapes = std::make_shared<ShapeCheck>(g.shape_env, std::move(tensors), std::move(ints), native_);
         break;
       }
     }
@@ -727,6 +734,10 @@ bool GuardProgram::run_check(const Check& c, const Slots& slots, std::string* wh
       if (why) *why = "len(" + c.source_text + ") == " + std::to_string(c.length) + " (got " + std::to_string(n) + ")";
       return false;
     }
+    case Guard::Kind::SymbolicInt:
+      if (PyLong_CheckExact(v)) return true;
+      if (why) *why = "type(" + c.source_text + ") is int (got " + py_type_name(v) + ")";
+      return false;
     case Guard::Kind::LenAtLeast: {
       Py_ssize_t n = PyObject_Length(v);
       if (n < 0) PyErr_Clear();
@@ -796,6 +807,12 @@ bool GuardProgram::run_tensor_batch(const Slots& slots) const {
   PyObject** args = tensor_batch_args_.data();
   for (size_t i = 0; i < tensor_batch_slots_.size(); ++i) args[i] = slots[static_cast<size_t>(tensor_batch_slots_[i])];
   return tensor_batch_(args);
+}
+
+std::vector<int64_t> GuardProgram::symbol_values() const {
+  for (const Check& c : checks_)
+    if (c.kind == Guard::Kind::ShapeRelations) return c.shapes->bindings();
+  return {};
 }
 
 bool GuardProgram::check(const FrameValues& frame, Slots& slots) const {

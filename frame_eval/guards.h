@@ -69,6 +69,8 @@ class GuardProgram {
   // slots then hold strong references; the caller uses and clears them). False: `slots` are
   // cleared. Never leaves a Python exception set.
   bool check(const FrameValues& frame, Slots& slots) const;
+  // The values of the size symbols in the last check() that passed (empty without symbols).
+  std::vector<int64_t> symbol_values() const;
 
   // Cold path: each failing guard as "expr (got actual)", in program order; at most one when
   // `first_only`. Empty if all pass.

@@ -25,8 +25,9 @@ bool read_ints(PyObject* seq, int64_t* out, size_t n) {
 
 }  // namespace
 
-ShapeCheck::ShapeCheck(std::shared_ptr<const ShapeEnv> env, std::vector<Tensor> tensors, const ff_torch_native_api* native)
-    : env_(std::move(env)), tensors_(std::move(tensors)), native_(native) {
+ShapeCheck::ShapeCheck(std::shared_ptr<const ShapeEnv> env, std::vector<Tensor> tensors, std::vector<Int> ints,
+                       const ff_torch_native_api* native)
+    : env_(std::move(env)), tensors_(std::move(tensors)), ints_(std::move(ints)), native_(native) {
   FF_CHECK(env_, "ShapeCheck without a shape environment");
   size_t total = 0;
   for (const Tensor& t : tensors_) {
@@ -52,12 +53,22 @@ ShapeCheck::ShapeCheck(std::shared_ptr<const ShapeEnv> env, std::vector<Tensor> 
       }
     }
   }
+  for (size_t i = 0; i < ints_.size(); ++i) {
+    auto s = static_cast<size_t>(ints_[i].symbol);
+    FF_CHECK(s < symbol_pos_.size(), "a SymbolicInt guard names an unknown symbol");
+    if (symbol_pos_[s] < 0) symbol_pos_[s] = static_cast<int>(total + i);
+  }
+  total += ints_.size();
   for (size_t k = 0; k < symbol_pos_.size(); ++k)
-    FF_CHECK(symbol_pos_[k] >= 0, "symbol " + env_->origin(static_cast<SymbolId>(k)) + " is no tensor's size");
+    FF_CHECK(symbol_pos_[k] >= 0, "symbol " + env_->origin(static_cast<SymbolId>(k)) + " is no tensor's size or int's value");
   const std::vector<SymGuard>& guards = env_->guards();
   for (size_t i = 0; i < guards.size(); ++i) {
     exprs.push_back(guards[i].expr);
     compares_.push_back({Compare::Kind::Guard, static_cast<int>(i), guards[i].rel});
+  }
+  for (SymExprId e : env_->evaluated()) {  // only evaluated: run() fails where one overflows
+    exprs.push_back(e);
+    compares_.push_back({Compare::Kind::Evaluated, 0, SymRel::Eq});
   }
   // NB: the interned expressions of constant guards do not occur: comparisons settle those.
   program_ = SymProgram(exprs);
@@ -98,17 +109,28 @@ bool ShapeCheck::check(PyObject* const* slots, std::string* why) const {
       return false;
     }
   }
+  size_t ints_at = sizes_.size() - ints_.size();
+  for (size_t i = 0; i < ints_.size(); ++i) {
+    int overflow = 0;
+    long long v = PyLong_AsLongLongAndOverflow(slots[ints_[i].slot], &overflow);
+    if (v == -1 && PyErr_Occurred()) PyErr_Clear();
+    sizes_[ints_at + i] = overflow ? 0 : v;  // a huge int fails the `>= 2` or a guard below
+    if (overflow) {
+      if (why) *why = env_->origin(ints_[i].symbol) + " fits in 64 bits";
+      return false;
+    }
+  }
   for (size_t k = 0; k < symbol_pos_.size(); ++k) {
     bindings_[k] = sizes_[static_cast<size_t>(symbol_pos_[k])];
     if (bindings_[k] < 2) {
       if (why)
         *why = env_->origin(static_cast<SymbolId>(k)) + " >= 2 (got " + std::to_string(bindings_[k]) +
-               "): sizes 0 and 1 are specialised";
+               "): values 0 and 1 are specialised";
       return false;
     }
   }
   if (!program_.run(bindings_.data(), stack_.data(), out_.data())) {
-    if (why) *why = "the entry's size expressions divide by zero at these sizes";
+    if (why) *why = "the entry's size expressions divide by zero or overflow int64 at these values";
     return false;
   }
   for (size_t i = 0; i < compares_.size(); ++i) {
@@ -118,6 +140,7 @@ bool ShapeCheck::check(PyObject* const* slots, std::string* why) const {
     switch (c.kind) {
       case Compare::Kind::Size: ok = v == sizes_[static_cast<size_t>(c.pos)]; break;
       case Compare::Kind::Stride: ok = v == strides_[static_cast<size_t>(c.pos)]; break;
+      case Compare::Kind::Evaluated: ok = true; break;
       case Compare::Kind::Guard:
         ok = c.rel == SymRel::Eq ? v == 0 : c.rel == SymRel::Ne ? v != 0
                                         : c.rel == SymRel::Lt   ? v < 0
@@ -136,7 +159,10 @@ std::string ShapeCheck::describe_failure(size_t item) const {
   const Compare& c = compares_[item];
   if (c.kind == Compare::Kind::Guard) {
     const SymGuard& g = env_->guards()[static_cast<size_t>(c.pos)];
-    return env_->guard_str(g) + " (got " + std::to_string(out_[item]) + " " + sym_rel_str(g.rel) + " 0)";
+    std::string values;
+    for (SymbolId s : sym_free_symbols(g.expr))
+      values += "; " + env_->origin(s) + " = " + std::to_string(bindings_[static_cast<size_t>(s)]);
+    return env_->guard_str(g) + " (got " + std::to_string(out_[item]) + " " + sym_rel_str(g.rel) + " 0" + values + ")";
   }
   for (size_t t = 0; t < tensors_.size(); ++t) {
     size_t d = static_cast<size_t>(c.pos) - offset_[t];

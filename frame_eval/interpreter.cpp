@@ -939,6 +939,13 @@ CaptureResult SymbolicTracer::trace() {
   out_.side_effects = std::move(effects);
   out_.num_memos = static_cast<int>(ob.memo_of.size());
   if (shape_env_->num_symbols() > 0) {
+    // The int operands the kernels compute must fit in int64 on every call the entry serves.
+    std::function<void(const Value&)> note_ints = [&](const Value& v) {
+      if (v.sym) shape_env_->add_evaluated(v.sym);
+      for (const Value& item : v.items) note_ints(item);
+    };
+    for (const Node& n : out_.graph.nodes())
+      for (const Value& a : n.args) note_ints(a);
     Guard g;
     g.kind = Guard::Kind::ShapeRelations;
     g.shape_env = shape_env_;

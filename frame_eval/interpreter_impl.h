@@ -140,8 +140,12 @@ class SymbolicTracer {
 
   // ---- interpreter_values.cpp: wrapping real state, guards, attributes, globals ----
   Sym wrap(PyObject* obj, SourcePtr src);  // obj borrowed
+  NodeId add_input(ValueMeta meta, const SourcePtr& src);  // a placeholder fetched from src
   // Gives the dimensions options_.dynamic picks a symbol each (meta: the tensor's, static).
   void make_dynamic(PyObject* tensor, const Source& src, TensorMeta* meta);  // tensor borrowed
+  // A Python int read from frame state as a symbol (a graph input), where options_.dynamic picks
+  // it; nullptr: it stays a constant (guarded by value). obj borrowed, an exact int.
+  Sym dynamic_int(PyObject* obj, const SourcePtr& src);
   // Turns every SymInt in v (containers and objects included) into its hint, guarded.
   void specialize_ints(const Sym& v);
   void specialize_stack(Frame& f);  // every value on f's stack
@@ -285,6 +289,7 @@ class SymbolicTracer {
   std::unordered_map<PyObject*, PyObject*> owner_of_dict_;  // an instance __dict__ -> its object
   std::unordered_map<NodeId, PyObject*> input_tensors_;     // placeholder -> the tensor read (borrowed)
   std::unordered_set<std::string> guard_keys_;      // dedup of installed guards
+  std::unordered_map<std::string, Sym> int_symbols_;  // dynamic_int's by source text: one symbol each
   std::unordered_map<PyObject*, Sym> globals_cache_;  // root globals by name object
   std::vector<int> root_visits_;  // per root instruction: how many times the trace reached it
 };

@@ -154,8 +154,10 @@ Sym SymbolicTracer::binary_op(int nb, const Sym& a, const Sym& b) {
 
 Sym SymbolicTracer::compare_op(int cmp, const Sym& a, const Sym& b) {
   if (Sym r = symint_compare(cmp, a, b)) return r;
-  specialize_ints(a);
-  specialize_ints(b);
+  if (!a->is(SymKind::Tensor) && !b->is(SymKind::Tensor)) {
+    specialize_ints(a);
+    specialize_ints(b);
+  }
   materialize(a);
   materialize(b);
   FF_CHECK(cmp >= 0 && cmp < 6, "unknown COMPARE_OP");

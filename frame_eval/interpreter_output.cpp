@@ -162,7 +162,6 @@ OutputPlan OutputBuilder::plan_iterator_value(const Sym& v) {
 }
 
 OutputPlan OutputBuilder::plan(const Sym& v) {
-  t.specialize_ints(v);  // NB: a size returned or kept across a break is the traced value, guarded
   if (!in_progress.insert(v.get()).second) {
     // A cycle. Through a cell (a recursive inner function's cell holds the function) it is a
     // reference to the cell being built (the runner makes cells before their contents).
@@ -206,6 +205,11 @@ OutputPlan OutputBuilder::plan_value(const Sym& v) {
       p.index = idx;
       return p;
     }
+    case SymKind::SymInt:  // a size or an int that varies, returned or kept across a break
+      p.kind = OutputPlan::Kind::SymInt;
+      p.expr = v->sint.expr();
+      t.shape_env_->add_evaluated(p.expr);
+      return p;
     case SymKind::Const:
       if (v->source && !is_plain_const(v->obj.get())) {
         p.kind = OutputPlan::Kind::Source;

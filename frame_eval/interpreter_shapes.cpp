@@ -112,6 +112,48 @@ void SymbolicTracer::make_dynamic(PyObject* tensor, const Source& src, TensorMet
   else if (log_enabled(LogArtifact::recompiles)) log_emit(LogArtifact::recompiles, "dynamic from now on:" + note);
 }
 
+Sym SymbolicTracer::dynamic_int(PyObject* obj, const SourcePtr& src) {
+  // NB: ints read through attributes (module and config fields) stay constants, as Dynamo's
+  // nn.Module ints do; so do globals.
+  if (options_.dynamic == DynamicShapes::Off || through_attribute(*src) || src->kind == Source::Kind::Global ||
+      src->kind == Source::Kind::Builtin)
+    return nullptr;
+  const std::string key = src->str();
+  auto known = int_symbols_.find(key);
+  if (known != int_symbols_.end()) return known->second;
+  int overflow = 0;
+  long long value = PyLong_AsLongLongAndOverflow(obj, &overflow);
+  if (overflow || (value == -1 && PyErr_Occurred())) {
+    PyErr_Clear();
+    return nullptr;
+  }
+  std::string why;
+  if (options_.size_history) {
+    // NB: its own history entry (a tensor may be read at the same source in another call).
+    auto [it, added] = options_.size_history->emplace("int " + key, std::vector<int64_t>{value});
+    int64_t& seen = it->second.at(0);
+    if (!added && seen != value) {
+      why = seen < 0 ? "dynamic since an earlier call" : "it was " + std::to_string(seen) + " in an earlier call";
+      seen = -1;
+    }
+  }
+  if (why.empty() && options_.dynamic == DynamicShapes::All) why = "dynamic=True";
+  // NB: 0 and 1 specialise as sizes do (and negative ints: symbols are at least 2).
+  if (why.empty() || value < 2) return nullptr;
+  SymInt sym = shape_env_->new_symbol(value, key);
+  Guard g;
+  g.kind = Guard::Kind::SymbolicInt;
+  g.source = src;
+  g.length = sym.as_symbol();
+  out_.guards.push_back(std::move(g));
+  add_input(ValueMeta::of_symint(sym), src);
+  Sym s = size_of(sym);
+  int_symbols_.emplace(key, s);
+  if (log_enabled(LogArtifact::dynamic)) log_emit(LogArtifact::dynamic, "symbolic int " + key + " -> " + sym.str() + ": " + why);
+  else if (log_enabled(LogArtifact::recompiles)) log_emit(LogArtifact::recompiles, "dynamic from now on:\n    " + key + " -> " + sym.str() + ": " + why);
+  return s;
+}
+
 // ---- symbolic Python ints ------------------------------------------------------------------------
 //
 // A size read from a symbolic dimension (x.shape[0], x.size(1), B, T, C = x.size()) is a SymInt
@@ -193,12 +235,17 @@ bool keeps_symints(Handler h) {
   }
 }
 
-// Ops whose meta rules read their int arguments as SymInts (sizes, slice bounds, arange's bounds):
-// only they receive symbolic ints; any other op gets them specialised.
+// Ops whose meta rules read their int arguments as SymInts (sizes, slice bounds, arange's bounds) or
+// only their kind (arithmetic and comparisons with a Python int): only they receive symbolic ints;
+// any other op gets them specialised.
 bool symint_op(std::optional<OpId> op) {
   if (!op) return false;
   return op_in(op_kind(*op), {Op::view, Op::reshape, Op::tensor_reshape, Op::expand, Op::op_getitem, Op::arange, Op::zeros, Op::ones,
-                              Op::empty, Op::new_zeros, Op::new_ones, Op::new_empty, Op::layer_norm, Op::rms_norm});
+                              Op::empty, Op::new_zeros, Op::new_ones, Op::new_empty, Op::layer_norm, Op::rms_norm,
+                              // a Python int that varies as an operand: the kernels read it (lower.cpp)
+                              Op::add, Op::sub, Op::mul, Op::div, Op::true_divide, Op::op_add, Op::op_sub, Op::op_mul,
+                              Op::op_truediv, Op::eq, Op::ne, Op::lt, Op::le, Op::gt, Op::ge, Op::op_eq, Op::op_ne, Op::op_lt,
+                              Op::op_le, Op::op_gt, Op::op_ge});
 }
 
 Sym SymbolicTracer::size_of(const SymInt& v) {
@@ -235,16 +282,27 @@ void SymbolicTracer::specialize_stack(Frame& f) {
 
 Sym SymbolicTracer::symint_binary(int nb, const Sym& a, const Sym& b) {
   if (!symint_operands(a, b)) return nullptr;
+  // NB: an operand or result past int64 (Python ints have no bound) stays a Python int: the
+  // operands specialise and the plain path computes it.
+  if (is_plain_int(a) || is_plain_int(b)) {
+    int overflow = 0;
+    PyLong_AsLongLongAndOverflow((is_plain_int(a) ? a : b)->obj.get(), &overflow);
+    if (overflow) return nullptr;
+  }
   SymInt x = int_of(a), y = int_of(b);
-  switch (nb >= 13 ? nb - 13 : nb) {
-    case 0: return size_of(x + y);   // NB_ADD
-    case 10: return size_of(x - y);  // NB_SUBTRACT
-    case 5: return size_of(x * y);   // NB_MULTIPLY
-    case 2:                          // NB_FLOOR_DIVIDE
-    case 6:                          // NB_REMAINDER
-      if (y == 0) return nullptr;   // eager raises: the plain path reports it
-      return size_of(nb % 13 == 2 ? x / y : x % y);
-    default: return nullptr;
+  try {
+    switch (nb >= 13 ? nb - 13 : nb) {
+      case 0: return size_of(x + y);   // NB_ADD
+      case 10: return size_of(x - y);  // NB_SUBTRACT
+      case 5: return size_of(x * y);   // NB_MULTIPLY
+      case 2:                          // NB_FLOOR_DIVIDE
+      case 6:                          // NB_REMAINDER
+        if (y == 0) return nullptr;   // eager raises: the plain path reports it
+        return size_of(nb % 13 == 2 ? x / y : x % y);
+      default: return nullptr;
+    }
+  } catch (const std::overflow_error&) {
+    return nullptr;
   }
 }
 

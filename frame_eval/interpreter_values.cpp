@@ -210,8 +210,20 @@ void SymbolicTracer::note_appended(const Sym& v) {
   mutated_containers_.push_back(v);
 }
 
+NodeId SymbolicTracer::add_input(ValueMeta meta, const SourcePtr& src) {
+  // NB: placeholders are appended where found; trace() moves them to the front.
+  NodeId id = out_.graph.add_call(0, {}, std::move(meta), placeholder_name_for(*src));
+  Node& n = out_.graph.mutable_node(id);
+  n.kind = NodeKind::Placeholder;
+  n.op = kNoOp;
+  out_.inputs.push_back(src);
+  return id;
+}
+
 Sym SymbolicTracer::wrap(PyObject* obj, SourcePtr src) {
   PyTypeObject* t = Py_TYPE(obj);
+  if (t == &PyLong_Type && src)
+    if (Sym s = dynamic_int(obj, src)) return s;
   if (is_plain_const(obj)) {
     if (t == &PyTuple_Type || t == &PyFrozenSet_Type || t == &PyRange_Type || t == &PySlice_Type ||
         std::string_view(t->tp_name) == "torch.Size") {
@@ -245,12 +257,7 @@ Sym SymbolicTracer::wrap(PyObject* obj, SourcePtr src) {
     g.expected = reinterpret_cast<PyObject*>(t);
     Py_INCREF(g.expected);
     out_.guards.push_back(std::move(g));
-    // NB: placeholders are appended where found; trace() moves them to the front.
-    NodeId id = out_.graph.add_call(0, {}, ValueMeta::of_tensor(meta), placeholder_name_for(*src));
-    Node& n = out_.graph.mutable_node(id);
-    n.kind = NodeKind::Placeholder;
-    n.op = kNoOp;
-    out_.inputs.push_back(src);
+    NodeId id = add_input(ValueMeta::of_tensor(meta), src);
     input_tensors_.emplace(id, obj);
     Sym s = make_sym(SymKind::Tensor);
     s->node = id;

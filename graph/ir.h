@@ -73,6 +73,10 @@ struct ValueMeta {
   Kind kind = Kind::None;
   TensorMeta tensor;            // Kind::Tensor
   std::vector<ValueMeta> items;  // Kind::Tuple
+  // Kind::Int: a Python int that varies between calls (a placeholder bound to a size symbol, graph/
+  // symint.h): its expression, and its value in the traced call. 0: an int of any value.
+  SymExprId sym = 0;
+  int64_t hint = 0;
 
   static ValueMeta of_tensor(TensorMeta t) {
     ValueMeta m;
@@ -85,6 +89,13 @@ struct ValueMeta {
     m.kind = k;
     return m;
   }
+  static ValueMeta of_symint(const SymInt& v) {
+    ValueMeta m = of(Kind::Int);
+    m.sym = v.expr();
+    m.hint = v.hint();
+    return m;
+  }
+  SymInt as_symint() const { return SymInt::of_expr(sym, hint); }
   static ValueMeta tuple(std::vector<ValueMeta> items) {
     ValueMeta m;
     m.kind = Kind::Tuple;

@@ -245,7 +245,7 @@ std::string meta_str(const ValueMeta& m) {
       if (m.items.size() == 1) s += ",";
       return s + ")";
     }
-    case ValueMeta::Kind::Int: return "int";
+    case ValueMeta::Kind::Int: return m.sym ? "Sym(" + m.as_symint().str() + ")" : "int";
     case ValueMeta::Kind::Float: return "float";
     case ValueMeta::Kind::Bool: return "bool";
     case ValueMeta::Kind::None: return "None";

@@ -565,15 +565,15 @@ std::string SymInt::str() const { return e_ == 0 ? std::to_string(v_) : sym_str(
 
 SymInt operator+(const SymInt& a, const SymInt& b) {
   if (!a.is_symbolic() && !b.is_symbolic()) return SymInt(a.hint() + b.hint());
-  return from_poly(add(as_poly(a), as_poly(b), 1), a.hint() + b.hint());
+  return from_poly(add(as_poly(a), as_poly(b), 1), checked(static_cast<__int128>(a.hint()) + b.hint()));
 }
 SymInt operator-(const SymInt& a, const SymInt& b) {
   if (!a.is_symbolic() && !b.is_symbolic()) return SymInt(a.hint() - b.hint());
-  return from_poly(add(as_poly(a), as_poly(b), -1), a.hint() - b.hint());
+  return from_poly(add(as_poly(a), as_poly(b), -1), checked(static_cast<__int128>(a.hint()) - b.hint()));
 }
 SymInt operator*(const SymInt& a, const SymInt& b) {
   if (!a.is_symbolic() && !b.is_symbolic()) return SymInt(a.hint() * b.hint());
-  return from_poly(mul(as_poly(a), as_poly(b)), a.hint() * b.hint());
+  return from_poly(mul(as_poly(a), as_poly(b)), checked(static_cast<__int128>(a.hint()) * b.hint()));
 }
 SymInt operator/(const SymInt& a, const SymInt& b) {
   if (!a.is_symbolic() && !b.is_symbolic()) return SymInt(floordiv_int(a.hint(), b.hint()));
@@ -751,11 +751,11 @@ bool SymProgram::run(const int64_t* bindings, int64_t* stack, int64_t* out) cons
       case Op::Kind::Symbol: stack[sp++] = bindings[op.value]; break;
       case Op::Kind::Add:
         --sp;
-        stack[sp - 1] = static_cast<int64_t>(static_cast<uint64_t>(stack[sp - 1]) + static_cast<uint64_t>(stack[sp]));
+        if (__builtin_add_overflow(stack[sp - 1], stack[sp], &stack[sp - 1])) return false;
         break;
       case Op::Kind::Mul:
         --sp;
-        stack[sp - 1] = static_cast<int64_t>(static_cast<uint64_t>(stack[sp - 1]) * static_cast<uint64_t>(stack[sp]));
+        if (__builtin_mul_overflow(stack[sp - 1], stack[sp], &stack[sp - 1])) return false;
         break;
       case Op::Kind::FloorDiv:
       case Op::Kind::Mod: {
@@ -779,6 +779,10 @@ SymInt ShapeEnv::new_symbol(int64_t hint, std::string origin) {
   origins_.push_back(std::move(origin));
   hints_.push_back(hint);
   return SymInt::symbol(id, hint);
+}
+
+void ShapeEnv::add_evaluated(SymExprId e) {
+  if (e != 0 && std::find(evaluated_.begin(), evaluated_.end(), e) == evaluated_.end()) evaluated_.push_back(e);
 }
 
 void ShapeEnv::add_guard(SymGuard g) {

@@ -177,6 +177,10 @@ class ShapeEnv {
   // Records that `e REL 0` held (deduplicated).
   void add_guard(SymGuard g);
   const std::vector<SymGuard>& guards() const { return guards_; }
+  // An expression compiled code evaluates at each call (an int operand, an int returned): the
+  // guards check it fits in int64 there, as the trace's Python int did.
+  void add_evaluated(SymExprId e);
+  const std::vector<SymExprId>& evaluated() const { return evaluated_; }
   // Guards whose expression is `symbol - constant`: the symbols the trace pinned to a value.
   std::vector<SymbolId> specialized_symbols() const;
   // Pairs of symbols a guard says are equal (`s1 == s4`: broadcasting), the smaller id first.
@@ -191,6 +195,7 @@ class ShapeEnv {
   std::vector<std::string> origins_;
   std::vector<int64_t> hints_;
   std::vector<SymGuard> guards_;
+  std::vector<SymExprId> evaluated_;
 };
 
 // Makes `env` the active ShapeEnv of this thread for the scope (nullptr: none).
@@ -216,7 +221,7 @@ class SymProgram {
   size_t size() const { return outputs_.size(); }
   size_t stack_size() const { return max_stack_; }
   // out[i] = exprs[i] with symbol j bound to bindings[j]; `stack` holds stack_size() entries.
-  // False on division by zero.
+  // False on division by zero or where a value overflows int64.
   bool run(const int64_t* bindings, int64_t* stack, int64_t* out) const;
 
   struct Op {

@@ -52,6 +52,16 @@ bool reads_symbolic_args(Op op) {
                     Op::view_as, Op::reshape_as, Op::op_getitem});
 }
 
+// Ops whose rules read their two operands through Lowerer::tensor, which reads a symbolic Python int
+// (one that varies between calls) from the kernel's size arguments: any other argument symbolic,
+// the op is not lowered.
+bool reads_symbolic_operands(const Node& n) {
+  if (!op_in(op_kind(n.op), {Op::add, Op::sub, Op::mul, Op::op_add, Op::op_sub, Op::op_mul, Op::eq, Op::ne, Op::lt, Op::le, Op::gt, Op::ge,
+                             Op::op_eq, Op::op_ne, Op::op_lt, Op::op_le, Op::op_gt, Op::op_ge}))
+    return false;
+  return std::none_of(n.args.begin() + std::min<ptrdiff_t>(2, static_cast<ptrdiff_t>(n.args.size())), n.args.end(), value_symbolic);
+}
+
 std::string node_desc(const Graph& g, NodeId id) {
   const Node& n = g.node(id);
   if (n.kind == NodeKind::Call) return n.name + " (" + op_def(n.op).target + ")";
@@ -94,7 +104,7 @@ LT Lowerer::tensor(const Value& v) {
     // NB: Python numbers keep their exact value (an int as int64, a float as double) until the
     // op converts them to the dtype it computes in, as eager's wrapped scalars do.
     case Value::Kind::Bool: return scalar(v.b ? 1.0 : 0.0, DType::Bool);
-    case Value::Kind::Int: return scalar_int(v.i);
+    case Value::Kind::Int: return v.sym ? symbolic_int(v.as_symint()) : scalar_int(v.i);
     case Value::Kind::Float: return scalar(v.f, DType::Float64);
     default: throw NoLowering("unsupported operand kind");
   }
@@ -116,6 +126,14 @@ LT Lowerer::scalar_int(int64_t v) {
   r.dtype = DType::Int64;
   Expr c = loop::const_int(v, ScalarType::I64);
   r.at = [c](const Idx&) { return c; };
+  return r;
+}
+
+LT Lowerer::symbolic_int(const SymInt& v) {
+  LT r;
+  r.dtype = DType::Int64;
+  Expr e = loop::size_expr(v);  // read from the kernel's size arguments
+  r.at = [e](const Idx&) { return e; };
   return r;
 }
 
@@ -752,7 +770,8 @@ std::optional<LT> Lowerer::lower_node(NodeId id) {
     OpLowering rule = op_lowerings().at(op_kind(n.op));
     if (!rule) {
       reason = op.has(kExtern) ? "matrix products and convolutions run in torch" : "no lowering for " + op.name;
-    } else if (!reads_symbolic_args(op_kind(n.op)) && std::any_of(n.args.begin(), n.args.end(), value_symbolic)) {
+    } else if (!reads_symbolic_args(op_kind(n.op)) && !reads_symbolic_operands(n) &&
+               std::any_of(n.args.begin(), n.args.end(), value_symbolic)) {
       // NB: rules read int arguments as plain ints (their traced values); torch runs the call at
       // each run's sizes instead (extern arguments are specialised per call).
       reason = "an argument is a symbolic size";

@@ -64,6 +64,7 @@ class Lowerer {
   // ---- the algebra ----
   static LT scalar(double v, DType dt);
   static LT scalar_int(int64_t v);  // an exact int64 constant
+  static LT symbolic_int(const SymInt& v);  // a Python int that varies: int64 read from the sizes
 
   static LT cast(const LT& x, DType dt);
   static LT broadcast(const LT& x, const SymShape& sizes);

@@ -3,12 +3,16 @@ fresh by framefuse and by torch.compile (dynamic=None, both), against eager: com
 wall time of the N calls (compiles included), then the steady time per call at one size against a
 compile that only ever saw that size. Every result is compared with eager's.
 
-    PYTHONPATH=build/main/site python benchmarks/experiments/dynamic_shapes.py [--calls 50] [--models relu_sum,mlp,resnet18,nanogpt,bert]
+    PYTHONPATH=build/main/site python benchmarks/experiments/dynamic_shapes.py [--calls 50] [--models relu_sum,mlp,resnet18,nanogpt,bert,int_scale,loop_break]
+
+int_scale and loop_break vary Python ints instead of sizes: an int argument (50 values) and a loop
+counter reaching the resume function after a graph break (12 iterations per call).
 
 framefuse's count is its traces ("frames"), then the programs its backend compiled ("kernels": a
 symbolic graph whose kernels take sizes as arguments counts once; one that cannot, once per size).
 """
 import argparse
+import io
 import os
 import random
 import statistics
@@ -32,6 +36,22 @@ def relu_sum(x):
     return torch.relu(x) * 2 + x.sum()
 
 
+def int_scale(x, n):
+    """A Python int argument that varies, used in tensor arithmetic."""
+    return torch.relu(x) * n + x.sum() * (n - 1)
+
+
+_SINK = io.StringIO()
+
+
+def loop_break(x):
+    """A loop whose body breaks the graph: its counter reaches the resume function as an int."""
+    for i in range(12):
+        x = torch.tanh(x) * 0.5 + i
+        print(i, file=_SINK)
+    return x
+
+
 def models(calls, seed, device):
     rng = random.Random(seed)
     batch = rng.sample(range(2, 400), calls)
@@ -43,6 +63,11 @@ def models(calls, seed, device):
         "mlp": (MLP(128, 256, 10).to(dev).eval(), [(torch.randn(n, 128, device=dev),) for n in batch],
                 (torch.randn(64, 128, device=dev),)),
     }
+    ints = rng.sample(range(2, 1000), calls)
+    out["int_scale"] = (int_scale, [(torch.randn(64, 256, device=dev), n) for n in ints],
+                        (torch.randn(64, 256, device=dev), 7))
+    out["loop_break"] = (loop_break, [(torch.randn(64, 256, device=dev),) for _ in range(calls)],
+                         (torch.randn(64, 256, device=dev),))
     gpt = NanoGPT(vocab=2048, block_size=128, n_layer=2, n_head=4, d=128).to(dev).eval()
     out["nanogpt"] = (gpt, [(torch.randint(0, 2048, (1, t), device=dev),) for t in seq],
                       (torch.randint(0, 2048, (1, 64), device=dev),))
@@ -148,7 +173,7 @@ def interleaved_steady(fn, inputs, fixed, rounds, calls):
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--calls", type=int, default=50)
-    p.add_argument("--models", default="relu_sum,mlp,resnet18,nanogpt,bert")
+    p.add_argument("--models", default="relu_sum,mlp,resnet18,nanogpt,bert,int_scale,loop_break")
     p.add_argument("--seed", type=int, default=24)
     p.add_argument("--no-torch-compile", action="store_true")
     p.add_argument("--device", default="cpu")

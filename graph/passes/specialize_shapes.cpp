@@ -18,11 +18,16 @@ namespace {
 
 bool meta_symbolic(const ValueMeta& m) {
   if (m.is_tensor()) return m.tensor.is_symbolic();
+  if (m.sym) return true;
   return std::any_of(m.items.begin(), m.items.end(), meta_symbolic);
 }
 
 void specialize_meta(ValueMeta& m, const std::vector<int64_t>& bindings) {
   if (m.is_tensor()) m.tensor = specialize_tensor_meta(std::move(m.tensor), bindings);
+  if (m.sym) {
+    m.hint = sym_evaluate(m.sym, bindings);
+    m.sym = 0;
+  }
   for (ValueMeta& item : m.items) specialize_meta(item, bindings);
 }
 
@@ -31,6 +36,7 @@ void substitute_meta(ValueMeta& m, const std::vector<std::pair<SymbolId, SymInt>
     for (SymInt& s : m.tensor.sizes) s = sym_substitute(s, values);
     for (SymInt& s : m.tensor.strides) s = sym_substitute(s, values);
   }
+  if (m.sym) m.sym = sym_substitute(m.as_symint(), values).expr();
   for (ValueMeta& item : m.items) substitute_meta(item, values);
 }
 
@@ -52,6 +58,7 @@ void note_meta_symbols(const ValueMeta& m, std::set<SymbolId>* used) {
     for (const SymInt& s : m.tensor.sizes) note_symbols(s, used);
     for (const SymInt& s : m.tensor.strides) note_symbols(s, used);
   }
+  if (m.sym) note_symbols(m.as_symint(), used);
   for (const ValueMeta& item : m.items) note_meta_symbols(item, used);
 }
 
@@ -91,6 +98,10 @@ std::vector<std::pair<int, int>> symbol_bindings(const Graph& g) {
   std::vector<NodeId> inputs = g.placeholders();
   for (size_t i = 0; i < inputs.size(); ++i) {
     const ValueMeta& m = g.node(inputs[i]).meta;
+    if (m.kind == ValueMeta::Kind::Int) {  // a Python int that varies: dimension -1
+      SymbolId s = m.as_symint().as_symbol();
+      if (s >= 0 && out[static_cast<size_t>(s)].first < 0) out[static_cast<size_t>(s)] = {static_cast<int>(i), -1};
+    }
     if (!m.is_tensor()) continue;
     for (size_t d = 0; d < m.tensor.sizes.size(); ++d) {
       SymbolId s = m.tensor.sizes[d].as_symbol();

@@ -16,7 +16,8 @@ bool has_symbolic_shapes(const Graph& g);
 bool has_symbolic_int_args(const Graph& g);
 
 // Where each symbol of `g` is bound: symbol k is the size of placeholder (input) first, dimension
-// second, at the first placeholder whose size is exactly that symbol; (-1, -1) for a symbol that
+// second, at the first placeholder whose size is exactly that symbol, or the value of an int
+// placeholder that is that symbol (dimension -1); (-1, -1) for a symbol that
 // appears nowhere (one the trace specialised). Throws InternalError when a symbol the graph uses is
 // no placeholder's size (the frontend only makes symbols for input dimensions).
 std::vector<std::pair<int, int>> symbol_bindings(const Graph& g);

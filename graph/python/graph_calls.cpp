@@ -174,8 +174,11 @@ bool kernel_exists(const OpDef& op, const std::vector<Value>& bound, const Graph
     } else {
       char f[40];
       std::snprintf(f, sizeof f, "%a", v.f);  // NB: exact: the verdict may depend on the value
-      key += "|" + std::to_string(static_cast<int>(v.kind)) + ":" + (v.kind == Value::Kind::Int ? std::to_string(v.i) : v.kind == Value::Kind::Float ? std::string(f)
-                                                                                                                                                     : v.s);
+      // NB: the verdict holds for this value only: a Python int that varies is guarded to it.
+      int64_t i = v.kind != Value::Kind::Int || !v.sym ? v.i : at ? sym_evaluate(v.sym, *at)
+                                                                  : v.as_symint().guard_int();
+      key += "|" + std::to_string(static_cast<int>(v.kind)) + ":" + (v.kind == Value::Kind::Int ? std::to_string(i) : v.kind == Value::Kind::Float ? std::string(f)
+                                                                                                                                                   : v.s);
     }
   }
   static auto* verdicts = new std::unordered_map<std::string, std::string>();  // NB: under the GIL; leaked on purpose
@@ -218,6 +221,9 @@ bool kernel_exists(const OpDef& op, const std::vector<Value>& bound, const Graph
 // only probed (kernel_exists), which settles it.
 bool number_may_overflow(const Value& v, DType dt) {
   if (!v.is_number() || v.kind == Value::Kind::Bool) return false;
+  // NB: a Python int that varies takes any value >= 2 that fits in int64: only the wide dtypes
+  // hold every one.
+  if (v.sym) return !(dt == DType::Int64 || dt == DType::Float32 || dt == DType::Float64 || dt == DType::BFloat16);
   double x = v.as_double();
   if (dt == DType::Bool) return !(x == 0 || x == 1);
   if (is_integral(dt, false)) {
@@ -235,12 +241,15 @@ bool number_may_overflow(const Value& v, DType dt) {
 
 bool has_overflowing_number(const std::vector<Value>& bound, const ValueMeta& meta, const Graph& g) {
   std::vector<DType> dtypes;
-  if (meta.is_tensor()) dtypes.push_back(meta.tensor.dtype);
   for (const Value& v : bound)
     if (v.is_node() && g.node(v.node).meta.is_tensor()) dtypes.push_back(g.node(v.node).meta.tensor.dtype);
-  for (const Value& v : bound)
+  for (const Value& v : bound) {
     for (DType dt : dtypes)
       if (number_may_overflow(v, dt)) return true;
+    // NB: a bool result says nothing of the conversion of a Python int that varies (the ops that
+    // receive one, arithmetic and comparisons, convert it to the operands' dtype).
+    if (meta.is_tensor() && !(v.sym && meta.tensor.dtype == DType::Bool) && number_may_overflow(v, meta.tensor.dtype)) return true;
+  }
   return false;
 }
 

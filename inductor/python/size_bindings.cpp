@@ -9,8 +9,10 @@ std::vector<int64_t> traced_bindings(const Graph& g, const SymbolSources& at) {
   std::vector<int64_t> traced(at.size(), 0);
   std::vector<NodeId> inputs = g.placeholders();
   for (size_t s = 0; s < at.size(); ++s)
-    if (at[s].first >= 0)
-      traced[s] = g.node(inputs[static_cast<size_t>(at[s].first)]).meta.tensor.sizes[static_cast<size_t>(at[s].second)].hint();
+    if (at[s].first >= 0) {
+      const ValueMeta& m = g.node(inputs[static_cast<size_t>(at[s].first)]).meta;
+      traced[s] = at[s].second < 0 ? m.hint : m.tensor.sizes[static_cast<size_t>(at[s].second)].hint();
+    }
   return traced;
 }
 
@@ -29,6 +31,16 @@ bool read_bindings(const SymbolSources& at, PyObject* const* inputs, size_t n, i
       continue;
     }
     if (static_cast<size_t>(i) >= n) return false;
+    if (d < 0) {  // a Python int that varies
+      int overflow = 0;
+      out[s] = PyLong_AsLongLongAndOverflow(inputs[i], &overflow);
+      if (out[s] == -1 && PyErr_Occurred()) {
+        PyErr_Clear();
+        return false;
+      }
+      if (overflow || out[s] < 2) return false;
+      continue;
+    }
     // NB: the sizes straight from the tensor where framefuse._torch_native is loaded (no torch.Size).
     if (native) {
       ff_native_tensor_meta m;

@@ -32,8 +32,8 @@ struct RunArray {
   T& operator[](size_t i) { return data[i]; }
 };
 
-// Where each symbol's value is read: (input position, dimension); input -1 for a symbol the trace
-// specialised (no kernel reads it: its value is 0).
+// Where each symbol's value is read: (input position, dimension), dimension -1 for an input that is
+// a Python int; input -1 for a symbol the trace specialised (no kernel reads it: its value is 0).
 using SymbolSources = std::vector<std::pair<int, int>>;
 
 // The symbols' values in the traced call (the graph's hints).

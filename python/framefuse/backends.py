@@ -140,7 +140,7 @@ class _PerSizes:
         self(*example_inputs, _compile_only=True)
 
     def __call__(self, *inputs, _compile_only=False):
-        key = tuple(inputs[i].shape[d] if i >= 0 else 0 for i, d in self._bindings)
+        key = self._graph.symbol_values(inputs, self._bindings)
         fn = self._compiled.get(key)
         if fn is None:
             from ._C import config as _config  # noqa: PLC0415

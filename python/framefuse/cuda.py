@@ -185,7 +185,7 @@ class CompiledCudaGraph:
         # arguments, view sizes and the like, need values).
         graph = self._graph
         if graph.is_symbolic():
-            graph = graph.specialize(tuple(inputs[i].shape[d] if i >= 0 else 0 for i, d in graph.symbol_bindings()))
+            graph = graph.specialize(graph.symbol_values(inputs))
         return graph.run(*inputs)
 
 

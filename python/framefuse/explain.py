@@ -121,8 +121,11 @@ _FRAME_PREFIX = re.compile(r"^\[\d+/\d+\] ")
 
 def _dynamic_dims(msg):
     """The dimensions a `dynamic` record names: "symbolic sizes of KEY:" lists one per line
-    ("L['x'].size()[0] -> s0: marked dynamic"); "KEY stays static: why" is kept whole."""
+    ("L['x'].size()[0] -> s0: marked dynamic"), "symbolic int KEY -> s1: why" one int; "KEY stays
+    static: why" is kept whole."""
     lines = _FRAME_PREFIX.sub("", msg).split("\n")
+    if lines[0].startswith("symbolic int "):  # "symbolic int L['n'] -> s1: why"
+        return [lines[0][len("symbolic int "):]]
     if lines[0].startswith("symbolic sizes of "):
         return [line.strip() for line in lines[1:] if line.strip()]
     if " stays static: " in lines[0]:

@@ -84,8 +84,14 @@ class Graph:
         return self._g.is_symbolic()
 
     def symbol_bindings(self):
-        """Per symbol s0, s1 ...: the (input index, dim) whose size it is."""
+        """Per symbol s0, s1 ...: the (input index, dim) whose size it is; dim -1 for an input that
+        is a Python int that varies (the symbol is its value); (-1, -1) for a symbol bound nowhere."""
         return [tuple(b) for b in self._g.symbol_bindings()]
+
+    def symbol_values(self, inputs, bindings=None):
+        """The symbols' values in a call with `inputs` (for `specialize`); `bindings`: symbol_bindings()."""
+        at = self.symbol_bindings() if bindings is None else bindings
+        return tuple(0 if i < 0 else inputs[i] if d < 0 else inputs[i].shape[d] for i, d in at)
 
     def specialize(self, sizes):
         """The static graph for one call: symbol k replaced by sizes[k]."""

@@ -4,6 +4,9 @@
 #include <functional>
 #include <random>
 
+#include "graph/op.h"
+#include "graph/passes/specialize_shapes.h"
+#include "graph/printer.h"
 #include "graph/symbolic_fit.h"
 #include "graph/symint.h"
 
@@ -183,6 +186,41 @@ TEST(SymInt, SimplifiedFormsEvaluateLikeIntegers) {
       EXPECT_EQ(b.e.hint(), b.at_other) << "a constant that depends on the binding";
     }
   }
+}
+
+TEST(SymProgram, AValuePastInt64FailsTheRun) {
+  // Guards evaluate the ints compiled code computes (a Python int that varies, squared): where
+  // Python's int would leave int64 the check fails, and the call is traced again.
+  ShapeEnv env;
+  SymInt n = env.new_symbol(3, "L['n']");
+  SymProgram prog({(n * n * n).expr()});
+  std::vector<int64_t> stack(prog.stack_size()), out(1);
+  int64_t small = 1000, big = int64_t(1) << 30;
+  ASSERT_TRUE(prog.run(&small, stack.data(), out.data()));
+  EXPECT_EQ(out[0], 1000000000);
+  EXPECT_FALSE(prog.run(&big, stack.data(), out.data()));
+  // A hint past int64 throws where the expression is built (the tracer keeps a Python int then).
+  SymInt m = env.new_symbol(int64_t(1) << 40, "L['m']");
+  EXPECT_THROW(m * m, std::overflow_error);
+}
+
+TEST(SymInt, AnIntPlaceholderBindsItsSymbol) {
+  // f(x, n) = x * n with n a Python int that varies: the graph's input n is the symbol itself.
+  ShapeEnv env;
+  SymInt s0 = env.new_symbol(4, "L['x'].size()[0]"), s1 = env.new_symbol(7, "L['n']");
+  Graph g;
+  NodeId x = g.add_placeholder("x", ValueMeta::of_tensor(TensorMeta::contiguous({s0}, DType::Float32)));
+  NodeId n = g.add_placeholder("n", ValueMeta::of_symint(s1));
+  NodeId y = g.add_call(op_id(Op::op_mul), {Value::of_node(x), Value::of_symint(s1)},
+                        ValueMeta::of_tensor(TensorMeta::contiguous({s0}, DType::Float32)));
+  g.set_output(Value::tuple({Value::of_node(y)}));
+  EXPECT_EQ(meta_str(g.node(n).meta), "Sym(s1)");
+  EXPECT_TRUE(has_symbolic_shapes(g));
+  EXPECT_EQ(symbol_bindings(g), (std::vector<std::pair<int, int>>{{0, 0}, {1, -1}}));
+  Graph at = specialize_shapes(g, {5, 9});
+  EXPECT_EQ(meta_str(at.node(n).meta), "int");
+  EXPECT_EQ(at.node(y).args[1].i, 9);
+  EXPECT_FALSE(has_symbolic_shapes(at));
 }
 
 }  // namespace
