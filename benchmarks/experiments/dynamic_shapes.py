@@ -38,7 +38,7 @@ def relu_sum(x):
 
 def int_scale(x, n):
     """A Python int argument that varies, used in tensor arithmetic."""
-    return torch.relu(x) * n + x.sum() * (n - 1)
+    return torch.relu(x) * n + torch.tanh(x) * (n - 1) - n
 
 
 _SINK = io.StringIO()

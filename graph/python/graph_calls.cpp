@@ -221,9 +221,18 @@ bool kernel_exists(const OpDef& op, const std::vector<Value>& bound, const Graph
 // only probed (kernel_exists), which settles it.
 bool number_may_overflow(const Value& v, DType dt) {
   if (!v.is_number() || v.kind == Value::Kind::Bool) return false;
-  // NB: a Python int that varies takes any value >= 2 that fits in int64: only the wide dtypes
-  // hold every one.
-  if (v.sym) return !(dt == DType::Int64 || dt == DType::Float32 || dt == DType::Float64 || dt == DType::BFloat16);
+  if (v.sym) {
+    // NB: a Python int that varies takes any value >= 2 that fits in int64: the wide dtypes hold
+    // every one; a narrower one holds it where the trace guards it below the dtype's maximum.
+    if (dt == DType::Int64 || dt == DType::Float32 || dt == DType::Float64 || dt == DType::BFloat16) return false;
+    if (dt == DType::Bool || !(is_integral(dt, false) || dt == DType::Float16)) return true;
+    int64_t hi = dt == DType::Float16 ? 65504 : dt == DType::UInt8 ? 255 : (int64_t(1) << (dtype_size(dt) * 8 - 1)) - 1;
+    try {
+      return !(v.as_symint() <= hi);  // records the guard in the trace's ShapeEnv
+    } catch (const SymbolicSpecialization&) {
+      return true;
+    }
+  }
   double x = v.as_double();
   if (dt == DType::Bool) return !(x == 0 || x == 1);
   if (is_integral(dt, false)) {

@@ -213,3 +213,36 @@ def test_in_place_ops_without_a_lowering_on_inputs_over_sizes():
         torch.testing.assert_close(got, want)
     after = counts()
     assert (after[0] - before[0], after[1] - before[1]) == (1, 0)
+
+
+def scale_shift(x, n):
+    return torch.relu(x) * n + n, x * (n - 1) - n, x > n
+
+
+@gpu
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.int64])
+def test_an_int_argument_that_varies_is_a_kernel_argument(dtype):
+    # The int n is a symbol after its second value: the kernels read it at each call (a value
+    # baked in would show up as a wrong result at the other values).
+    x = (torch.randn(64, 33, device="cuda") * 8).to(dtype)
+    values = [3, 4, 7, 100, 2, 5000, 0, 1, 9]
+    assert sweep(scale_shift, [(x, n) for n in values], rtol=0, atol=0) == (1, 0)
+    assert frames() == 4  # 3, then s0; 0 and 1 specialise
+
+
+@gpu
+def test_a_loop_counter_reaching_a_resume_function_on_cuda(capsys):
+    def loop(x):
+        for i in range(10):
+            x = torch.tanh(x) * 0.5 + i
+            print(i)
+        return x
+
+    x = torch.randn(256, device="cuda")
+    cf = framefuse.compile(loop)
+    for _ in range(3):
+        torch.testing.assert_close(cf(x), loop(x), rtol=0, atol=0)
+    # The root frame; the resume function at i == 0, 1, symbolic, exhausted (on 3.11; 3.12's
+    # resume functions receive the counter on the stack: one fewer): not one per iteration.
+    assert frames() <= 5 and _C._frame_eval_stats()["cache_limit_hits"] == 0
+    capsys.readouterr()
