@@ -226,7 +226,8 @@ bool number_may_overflow(const Value& v, DType dt) {
     // every one; a narrower one holds it where the trace guards it below the dtype's maximum.
     if (dt == DType::Int64 || dt == DType::Float32 || dt == DType::Float64 || dt == DType::BFloat16) return false;
     if (dt == DType::Bool || !(is_integral(dt, false) || dt == DType::Float16)) return true;
-    int64_t hi = dt == DType::Float16 ? 65504 : dt == DType::UInt8 ? 255 : (int64_t(1) << (dtype_size(dt) * 8 - 1)) - 1;
+    int64_t hi = dt == DType::Float16 ? 65504 : dt == DType::UInt8 ? 255
+                                                                   : (int64_t(1) << (dtype_size(dt) * 8 - 1)) - 1;
     try {
       return !(v.as_symint() <= hi);  // records the guard in the trace's ShapeEnv
     } catch (const SymbolicSpecialization&) {

@@ -4,6 +4,9 @@ A dimension marked dynamic gets a symbol on the first compile, so one compiled e
 size of it (>= 2: sizes 0 and 1 always specialise). Without marks, a dimension becomes dynamic
 when a compiled function sees it change size (config `automatic_dynamic_shapes`); compile(dynamic=
 True) makes every dimension of the tensors passed in dynamic from the start, dynamic=False none.
+Python ints passed in follow the same rules (without marks): one seen with a second value, or any
+under dynamic=True, is a symbol where it is >= 2 (ints read through attributes and globals stay
+constants, as torch's nn.Module ints do).
 The marks are the attributes torch._dynamo's functions set, so either library's marks serve both.
 """
 
