@@ -379,11 +379,29 @@ Dispatch done(PyObject* result) {
 
 // ---- the hook --------------------------------------------------------------------------------
 
+// The wrapper torch.compiler.disable / torch._dynamo.disable made around a function (its code is
+// one of torch's wrappers; the function carries `_torchdynamo_disable`): it runs natively, and so
+// does everything it calls, as under torch.compile. NB: names compare as interned pointers (hot path).
+bool torch_disabled_wrapper(const ff_frame_info& info) {
+  static PyObject* const fn_name = PyUnicode_InternFromString("_fn");
+  static PyObject* const nonrecursive_name = PyUnicode_InternFromString("nonrecursive_disable_wrapper");
+  if (!info.func || (info.code->co_name != fn_name && info.code->co_name != nonrecursive_name)) return false;
+  PyObject** dict = _PyObject_GetDictPtr(info.func);
+  PyObject* flag = dict && *dict ? PyDict_GetItemString(*dict, "_torchdynamo_disable") : nullptr;  // borrowed
+  return flag && PyObject_IsTrue(flag) == 1;
+}
+
 PyObject* eval_frame_hook(PyThreadState* tstate, struct _PyInterpreterFrame* frame, int throwflag) {
   ThreadState& st = thread_state();
   if (st.active == 0 || st.disabled > 0) return run_native(tstate, frame, throwflag);
   ff_frame_info info;
   if (!ff_frame_inspect(tstate, frame, throwflag, &info)) return run_native(tstate, frame, throwflag);
+  if (torch_disabled_wrapper(info)) {
+    ++st.disabled;
+    PyObject* result = run_native(tstate, frame, throwflag);
+    --st.disabled;
+    return result;
+  }
   if (st.native_once != nullptr && reinterpret_cast<PyObject*>(info.code) == st.native_once) {
     st.native_once = nullptr;  // the trampoline already dispatched this call: it runs natively
     return run_native(tstate, frame, throwflag);

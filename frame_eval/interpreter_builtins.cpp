@@ -337,6 +337,23 @@ namespace {
 
 // torch.compiler.is_compiling() and its aliases (Python functions: inlined, they would read
 // Dynamo's own flag). True while framefuse captures, as under torch.compile.
+// torch._dynamo.graph_break (a Python function doing nothing: inlined, it would be no break).
+bool is_torch_graph_break(PyObject* fn) {
+  auto* f = reinterpret_cast<PyFunctionObject*>(fn);
+  if (!f->func_module || !PyUnicode_Check(f->func_module) || !PyUnicode_Check(f->func_qualname)) return false;
+  std::string_view mod = PyUnicode_AsUTF8(f->func_module), name = PyUnicode_AsUTF8(f->func_qualname);
+  return name == "graph_break" && (mod == "torch._dynamo.decorators" || mod == "torch._dynamo");
+}
+
+// A function torch.compiler.disable / torch._dynamo.disable wrapped: its wrapper carries
+// `_torchdynamo_disable` (inlined, the wrapper would switch torch's frame hook off).
+bool is_torch_disabled(PyObject* fn) {
+  PyObject** dict = _PyObject_GetDictPtr(fn);
+  if (!dict || !*dict) return false;
+  PyObject* flag = PyDict_GetItemString(*dict, "_torchdynamo_disable");  // borrowed
+  return flag && PyObject_IsTrue(flag) == 1;
+}
+
 bool is_compiling_function(PyObject* fn) {
   auto* f = reinterpret_cast<PyFunctionObject*>(fn);
   if (!f->func_module || !PyUnicode_Check(f->func_module) || !PyUnicode_Check(f->func_qualname)) return false;
@@ -355,7 +372,7 @@ Sym SymbolicTracer::call_const(const Sym& fn, std::vector<Sym>& args, KwArgs& kw
   for (const Sym& a : args) any_tensor = any_tensor || has_tensor(a);
   for (const auto& kv : kwargs) any_tensor = any_tensor || has_tensor(kv.second);
 
-  if (o == k.graph_break_fn && o) brk(BreakKind::ExplicitBreak, "");
+  if (o == k.graph_break_fn && o) brk(BreakKind::ExplicitBreak, "framefuse.graph_break");
   if (o == k.torch_tensor && o && args.size() == 1 && !any_tensor) {
     // torch.tensor(data) of constant data: made now, passed to the graph as a constant input, and
     // cloned by the graph, since eager makes a new tensor on every call.
@@ -495,6 +512,8 @@ Sym SymbolicTracer::call_const(const Sym& fn, std::vector<Sym>& args, KwArgs& kw
   }
   if (PyFunction_Check(o)) {
     if (is_compiling_function(o)) return make_const(Py_True);
+    if (is_torch_graph_break(o)) brk(BreakKind::ExplicitBreak, "torch._dynamo.graph_break");
+    if (is_torch_disabled(o)) brk(BreakKind::DisabledCall, qualname(o));
     return call_python_function(o, fn->source, std::move(args), std::move(kwargs));
   }
   std::string name = qualname(o);
@@ -605,7 +624,7 @@ Sym SymbolicTracer::call_const(const Sym& fn, std::vector<Sym>& args, KwArgs& kw
     if (!any_tensor) return fold(o, args, kwargs, name);
     brk(BreakKind::UnsupportedOperand, name + " on a tensor");
   }
-  if (o == k.graph_break_fn) brk(BreakKind::ExplicitBreak, "");
+  if (o == k.graph_break_fn) brk(BreakKind::ExplicitBreak, "framefuse.graph_break");
   brk(BreakKind::UnknownCFunction, (mod.empty() ? "" : mod + ".") + name);
 }
 

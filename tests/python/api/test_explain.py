@@ -65,8 +65,8 @@ def test_explain_with_break_golden():
     assert len(report.break_reasons) == 1
     br = report.break_reasons[0]
     line = with_break.__code__.co_firstlineno + 2
-    assert br.reason == "[FF0016] framefuse.graph_break() called"
-    assert br.hint == "Remove the framefuse.graph_break() call to capture this code."
+    assert br.reason == "[FF0016] graph_break() called: framefuse.graph_break"
+    assert br.hint == "Remove the graph_break() call to capture this code."
     assert br.split
     assert any(f"test_explain.py:{line}" in _normalize(frame) for frame in br.user_stack), br.user_stack
     text = _normalize(str(report))
@@ -76,7 +76,7 @@ def test_explain_with_break_golden():
         "Op Count: 2\n"
         "Break Reasons:\n"
         "  Break Reason 1:\n"
-        "    Reason: [FF0016] framefuse.graph_break() called\n"
+        "    Reason: [FF0016] graph_break() called: framefuse.graph_break\n"
         f"    Frame: with_break (test_explain.py:{line - 2}) (split at the break)\n"
         "    User Stack:\n"
         f"      test_explain.py:{line} in with_break\n"

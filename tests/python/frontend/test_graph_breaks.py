@@ -148,6 +148,41 @@ def test_explicit_graph_break():
     assert s["frames_split"] == 1 and s["frames_compiled"] == 2
 
 
+calls_of_disabled = []
+
+
+@torch.compiler.disable
+def disabled_helper(x):
+    # Runs natively: a compiled frame would not append (the trace models the list, not this one).
+    calls_of_disabled.append(torch.compiler.is_compiling())
+    return x.exp()
+
+
+def with_torch_markers(x):
+    y = x * 2
+    torch._dynamo.graph_break()
+    z = disabled_helper(y)
+    return z + 1
+
+
+@pytest.mark.skipif(not hasattr(torch, "compiler"), reason="torch.compiler (torch >= 2.1)")
+def test_torch_markers_are_honoured():
+    # As under torch.compile: torch._dynamo.graph_break() splits the frame, a torch.compiler.disable
+    # function runs natively (called from the stub, not inlined: is_compiling() is False there).
+    calls_of_disabled.clear()
+    report = framefuse.explain(with_torch_markers)(X)
+    reasons = [b.reason for b in report.break_reasons]
+    assert reasons == ["[FF0016] graph_break() called: torch._dynamo.graph_break",
+                       "[FF0023] call to a function marked to run natively: disabled_helper"], reasons
+    assert report.graph_count == 2  # x * 2, then z + 1: the disabled function is no graph
+    framefuse.reset()
+    calls_of_disabled.clear()
+    s = run_both(with_torch_markers, X)
+    assert s["frames_split"] == 2 and s["internal_errors"] == 0
+    # Eager's three calls, then the compiled ones: never seen as compiling from inside.
+    assert calls_of_disabled == [False] * 6
+
+
 def inner(x):
     print("inner")
     return x * 3
@@ -479,7 +514,7 @@ def test_logs_name_the_split_and_show_the_generated_code(caplog):
     caplog.set_level(logging.INFO, logger="framefuse")
     run_both(logged, X.abs())
     text = caplog.text
-    assert text.count("(the frame is split): [FF0016] framefuse.graph_break() called") == 1
+    assert text.count("(the frame is split): [FF0016] graph_break() called: framefuse.graph_break") == 1
     assert f"{__file__}:{logged.__code__.co_firstlineno + 2} in logged" in text
     assert text.count("GRAPH BREAK STUB at offset") == 1 and text.count("RESUME FUNCTION at offset") == 1
     assert "ORIGINAL BYTECODE" in text and f"__resume_logged_at_{logged.__code__.co_firstlineno + 2}" in text
