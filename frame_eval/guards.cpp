@@ -405,6 +405,7 @@ GuardProgram::GuardProgram(const std::vector<Guard>& guards, const std::vector<S
           c.slots.push_back(slot);
         }
         c.shapes = std::make_shared<ShapeCheck>(g.shape_env, std::move(tensors), std::move(ints), native_);
+        shapes_ = c.shapes.get();
         break;
       }
     }
@@ -807,12 +808,6 @@ bool GuardProgram::run_tensor_batch(const Slots& slots) const {
   PyObject** args = tensor_batch_args_.data();
   for (size_t i = 0; i < tensor_batch_slots_.size(); ++i) args[i] = slots[static_cast<size_t>(tensor_batch_slots_[i])];
   return tensor_batch_(args);
-}
-
-std::vector<int64_t> GuardProgram::symbol_values() const {
-  for (const Check& c : checks_)
-    if (c.kind == Guard::Kind::ShapeRelations) return c.shapes->bindings();
-  return {};
 }
 
 bool GuardProgram::check(const FrameValues& frame, Slots& slots) const {

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "frame_eval/capture.h"
+#include "frame_eval/guards_shapes.h"
 #include "graph/python/tensor_guards.h"
 #include "graph/python/torch_native_api.h"
 
@@ -70,7 +71,7 @@ class GuardProgram {
   // cleared. Never leaves a Python exception set.
   bool check(const FrameValues& frame, Slots& slots) const;
   // The values of the size symbols in the last check() that passed (empty without symbols).
-  std::vector<int64_t> symbol_values() const;
+  const std::vector<int64_t>& symbol_values() const { return shapes_ ? shapes_->bindings() : no_symbols_; }
 
   // Cold path: each failing guard as "expr (got actual)", in program order; at most one when
   // `first_only`. Empty if all pass.
@@ -103,6 +104,8 @@ class GuardProgram {
   std::string explain_tensor_batch(const Slots& slots) const;
 
   const ff_torch_native_api* native_ = nullptr;  // framefuse._torch_native, or null
+  const ShapeCheck* shapes_ = nullptr;  // the ShapeRelations check (owned by its Check), or null
+  std::vector<int64_t> no_symbols_;
   std::vector<SourcePtr> slot_sources_;
   std::vector<std::string> slot_names_;  // printed
   std::vector<std::string> slot_keys_;   // slot_key(): what makes two sources one slot

@@ -386,9 +386,7 @@ bool torch_disabled_wrapper(const ff_frame_info& info) {
   static PyObject* const fn_name = PyUnicode_InternFromString("_fn");
   static PyObject* const nonrecursive_name = PyUnicode_InternFromString("nonrecursive_disable_wrapper");
   if (!info.func || (info.code->co_name != fn_name && info.code->co_name != nonrecursive_name)) return false;
-  PyObject** dict = _PyObject_GetDictPtr(info.func);
-  PyObject* flag = dict && *dict ? PyDict_GetItemString(*dict, "_torchdynamo_disable") : nullptr;  // borrowed
-  return flag && PyObject_IsTrue(flag) == 1;
+  return torch_disable_marked(info.func);
 }
 
 PyObject* eval_frame_hook(PyThreadState* tstate, struct _PyInterpreterFrame* frame, int throwflag) {

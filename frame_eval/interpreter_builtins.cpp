@@ -2,10 +2,10 @@
 // functions (evaluated at capture time on constants), tensor methods and builtin container methods.
 #include <Python.h>
 
-#include <algorithm>
 #include <string_view>
 
 #include "frame_eval/interpreter_impl.h"
+#include "frame_eval/py_util.h"
 #include "graph/meta_rules.h"
 #include "graph/op.h"
 #include "graph/op_registry.h"
@@ -337,31 +337,13 @@ namespace {
 
 // torch.compiler.is_compiling() and its aliases (Python functions: inlined, they would read
 // Dynamo's own flag). True while framefuse captures, as under torch.compile.
-// torch._dynamo.graph_break (a Python function doing nothing: inlined, it would be no break).
-bool is_torch_graph_break(PyObject* fn) {
-  auto* f = reinterpret_cast<PyFunctionObject*>(fn);
-  if (!f->func_module || !PyUnicode_Check(f->func_module) || !PyUnicode_Check(f->func_qualname)) return false;
-  std::string_view mod = PyUnicode_AsUTF8(f->func_module), name = PyUnicode_AsUTF8(f->func_qualname);
-  return name == "graph_break" && (mod == "torch._dynamo.decorators" || mod == "torch._dynamo");
-}
-
-// A function torch.compiler.disable / torch._dynamo.disable wrapped: its wrapper carries
-// `_torchdynamo_disable` (inlined, the wrapper would switch torch's frame hook off).
-bool is_torch_disabled(PyObject* fn) {
-  PyObject** dict = _PyObject_GetDictPtr(fn);
-  if (!dict || !*dict) return false;
-  PyObject* flag = PyDict_GetItemString(*dict, "_torchdynamo_disable");  // borrowed
-  return flag && PyObject_IsTrue(flag) == 1;
-}
-
 bool is_compiling_function(PyObject* fn) {
-  auto* f = reinterpret_cast<PyFunctionObject*>(fn);
-  if (!f->func_module || !PyUnicode_Check(f->func_module) || !PyUnicode_Check(f->func_qualname)) return false;
-  std::string_view mod = PyUnicode_AsUTF8(f->func_module), name = PyUnicode_AsUTF8(f->func_qualname);
-  if (name != "is_compiling" && name != "is_dynamo_compiling") return false;
-  return mod == "torch.compiler" || mod == "torch._utils" || mod == "torch._dynamo.external_utils" ||
-         mod == "torch._dynamo.eval_frame" || mod == "torch._dynamo";
+  return function_named(fn, {"is_compiling", "is_dynamo_compiling"},
+                        {"torch.compiler", "torch._utils", "torch._dynamo.external_utils", "torch._dynamo.eval_frame", "torch._dynamo"});
 }
+
+// torch._dynamo.graph_break (a Python function doing nothing: inlined, it would be no break).
+bool is_torch_graph_break(PyObject* fn) { return function_named(fn, {"graph_break"}, {"torch._dynamo.decorators", "torch._dynamo"}); }
 
 }  // namespace
 
@@ -513,7 +495,8 @@ Sym SymbolicTracer::call_const(const Sym& fn, std::vector<Sym>& args, KwArgs& kw
   if (PyFunction_Check(o)) {
     if (is_compiling_function(o)) return make_const(Py_True);
     if (is_torch_graph_break(o)) brk(BreakKind::ExplicitBreak, "torch._dynamo.graph_break");
-    if (is_torch_disabled(o)) brk(BreakKind::DisabledCall, qualname(o));
+    // NB: inlined, torch's disable wrapper would switch torch's frame hook off.
+    if (torch_disable_marked(o)) brk(BreakKind::DisabledCall, qualname(o));
     return call_python_function(o, fn->source, std::move(args), std::move(kwargs));
   }
   std::string name = qualname(o);

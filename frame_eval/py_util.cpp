@@ -1,5 +1,6 @@
 #include "frame_eval/py_util.h"
 
+#include <algorithm>
 #include <string_view>
 
 namespace ff {
@@ -99,6 +100,20 @@ PyObject* iterator_rest(PyObject* it) {
   PyObject* out = seq ? PySequence_Tuple(seq) : nullptr;
   if (!out) PyErr_Clear();
   return out;
+}
+
+bool function_named(PyObject* fn, std::initializer_list<std::string_view> names, std::initializer_list<std::string_view> modules) {
+  auto* f = reinterpret_cast<PyFunctionObject*>(fn);
+  if (!f->func_module || !PyUnicode_Check(f->func_module) || !PyUnicode_Check(f->func_qualname)) return false;
+  std::string_view mod = PyUnicode_AsUTF8(f->func_module), name = PyUnicode_AsUTF8(f->func_qualname);
+  return std::find(names.begin(), names.end(), name) != names.end() &&
+         std::find(modules.begin(), modules.end(), mod) != modules.end();
+}
+
+bool torch_disable_marked(PyObject* fn) {
+  PyObject** dict = _PyObject_GetDictPtr(fn);
+  PyObject* flag = dict && *dict ? PyDict_GetItemString(*dict, "_torchdynamo_disable") : nullptr;  // borrowed
+  return flag && PyObject_IsTrue(flag) == 1;
 }
 
 }  // namespace ff

@@ -3,7 +3,9 @@
 
 #include <Python.h>
 
+#include <initializer_list>
 #include <string>
+#include <string_view>
 
 #include "frame_eval/capture.h"
 
@@ -22,5 +24,12 @@ std::string fetch_py_error_text();
 // yield, as a new tuple, read through its __reduce__ without consuming it. Null (no error set) for
 // any other object.
 PyObject* iterator_rest(PyObject* it);
+
+// Whether Python function `fn`'s qualified name is one of `names` and its module one of `modules`.
+bool function_named(PyObject* fn, std::initializer_list<std::string_view> names, std::initializer_list<std::string_view> modules);
+
+// Whether `fn` is a wrapper torch.compiler.disable / torch._dynamo.disable made (it carries
+// `_torchdynamo_disable`): the function runs natively, and so does everything it calls.
+bool torch_disable_marked(PyObject* fn);
 
 }  // namespace ff
