@@ -47,8 +47,18 @@ void uninstall_hook() {
 
 // ---- the three exits -------------------------------------------------------------------------
 
+// The frame this thread handed to the evaluator we replaced. Hooks chain both ways: torch.compile's
+// shim, installed over ours, keeps ours as the evaluator it hands frames to, so a frame can come
+// back here from it; that frame is then evaluated by the default evaluator (no endless ping-pong).
+thread_local struct _PyInterpreterFrame* t_handed_on = nullptr;
+
 inline PyObject* run_native(PyThreadState* tstate, struct _PyInterpreterFrame* frame, int throwflag) {
-  return g_previous_eval ? g_previous_eval(tstate, frame, throwflag) : _PyEval_EvalFrameDefault(tstate, frame, throwflag);
+  if (!g_previous_eval || frame == t_handed_on) return _PyEval_EvalFrameDefault(tstate, frame, throwflag);
+  struct _PyInterpreterFrame* saved = t_handed_on;
+  t_handed_on = frame;
+  PyObject* result = g_previous_eval(tstate, frame, throwflag);
+  t_handed_on = saved;
+  return result;
 }
 
 // A capture ran instead of the frame (result may be null with an exception set): the frame is
@@ -381,20 +391,26 @@ Dispatch done(PyObject* result) {
 
 // The wrapper torch.compiler.disable / torch._dynamo.disable made around a function (its code is
 // one of torch's wrappers; the function carries `_torchdynamo_disable`): it runs natively, and so
-// does everything it calls, as under torch.compile. NB: names compare as interned pointers (hot path).
-bool torch_disabled_wrapper(const ff_frame_info& info) {
+// does everything it calls, as under torch.compile. The wrapper torch.compile made (it carries
+// `_torchdynamo_orig_callable`): torch's own frame hook runs it, and framefuse stays out of what it
+// runs (Dynamo's shim hands frames it does not compile to the previous hook, framefuse's).
+// NB: names compare as interned pointers (hot path).
+bool torch_wrapper_frame(const ff_frame_info& info) {
   static PyObject* const fn_name = PyUnicode_InternFromString("_fn");
   static PyObject* const nonrecursive_name = PyUnicode_InternFromString("nonrecursive_disable_wrapper");
-  if (!info.func || (info.code->co_name != fn_name && info.code->co_name != nonrecursive_name)) return false;
-  return torch_disable_marked(info.func);
+  static PyObject* const compile_name = PyUnicode_InternFromString("compile_wrapper");
+  PyObject* name = info.code->co_name;
+  if (!info.func || (name != fn_name && name != nonrecursive_name && name != compile_name)) return false;
+  return torch_disable_marked(info.func) || torch_compile_wrapper(info.func);
 }
 
 PyObject* eval_frame_hook(PyThreadState* tstate, struct _PyInterpreterFrame* frame, int throwflag) {
+  if (frame == t_handed_on) return _PyEval_EvalFrameDefault(tstate, frame, throwflag);  // came back: see run_native
   ThreadState& st = thread_state();
   if (st.active == 0 || st.disabled > 0) return run_native(tstate, frame, throwflag);
   ff_frame_info info;
   if (!ff_frame_inspect(tstate, frame, throwflag, &info)) return run_native(tstate, frame, throwflag);
-  if (torch_disabled_wrapper(info)) {
+  if (torch_wrapper_frame(info)) {
     ++st.disabled;
     PyObject* result = run_native(tstate, frame, throwflag);
     --st.disabled;
@@ -433,6 +449,12 @@ Dispatch dispatch_frame(ThreadState& st, const ff_frame_info& info) {
   // NB: fullgraph=True retraces a frame another compile remembered as a graph break, to raise.
   if ((extra->strategy != CodeStrategy::Compile && !(extra->skipped_for_break && st.options->fullgraph)) ||
       (extra->torch_internal && reinterpret_cast<PyObject*>(info.code) != st.root_code)) {
+    ++g_stats.eager_frames;
+    return native();
+  }
+
+  const std::string& stance = config().stance;
+  if (stance == "force_eager") {
     ++g_stats.eager_frames;
     return native();
   }
@@ -499,6 +521,25 @@ Dispatch dispatch_frame(ThreadState& st, const ff_frame_info& info) {
                "not compiling " + code_location(info.code) + " now: a TorchDispatchMode or a torch.func transform is active");
       ++g_stats.eager_frames;
       return native();
+    }
+  }
+  if (!entries.empty() && stance != "default") {
+    if (stance == "eager_on_recompile") {
+      ++g_stats.eager_frames;
+      return native();
+    }
+    if (stance == "fail_on_recompile") {
+      ++st.disabled;  // cold: explaining the guards may run Python code
+      std::shared_ptr<CacheEntry> first = entries.front();
+      auto fails = first->runner->guards().explain(values, true);
+      --st.disabled;
+      PyErr_SetString(PyExc_RuntimeError,
+                      (code_location(info.code) + " would recompile, and the stance is \"fail_on_recompile\" "
+                                                  "(framefuse.compiler.set_stance). Failing guard: " +
+                       (fails.empty() ? "none" : fails.front()) +
+                       ". Call it with inputs like the earlier calls', or mark what varies dynamic.")
+                          .c_str());
+      return done(nullptr);
     }
   }
   if (!entries.empty()) {

@@ -339,7 +339,8 @@ namespace {
 // Dynamo's own flag). True while framefuse captures, as under torch.compile.
 bool is_compiling_function(PyObject* fn) {
   return function_named(fn, {"is_compiling", "is_dynamo_compiling"},
-                        {"torch.compiler", "torch._utils", "torch._dynamo.external_utils", "torch._dynamo.eval_frame", "torch._dynamo"});
+                        {"torch.compiler", "torch._utils", "torch._dynamo.external_utils", "torch._dynamo.eval_frame", "torch._dynamo",
+                         "framefuse.compiler"});
 }
 
 // torch._dynamo.graph_break (a Python function doing nothing: inlined, it would be no break).
@@ -497,6 +498,7 @@ Sym SymbolicTracer::call_const(const Sym& fn, std::vector<Sym>& args, KwArgs& kw
     if (is_torch_graph_break(o)) brk(BreakKind::ExplicitBreak, "torch._dynamo.graph_break");
     // NB: inlined, torch's disable wrapper would switch torch's frame hook off.
     if (torch_disable_marked(o)) brk(BreakKind::DisabledCall, qualname(o));
+    if (torch_compile_wrapper(o)) brk(BreakKind::TorchCompiledCall, qualname(o));
     return call_python_function(o, fn->source, std::move(args), std::move(kwargs));
   }
   std::string name = qualname(o);

@@ -3,6 +3,7 @@
 #include <Python.h>
 
 #include "frame_eval/interpreter_impl.h"
+#include "frame_eval/py_util.h"
 
 namespace ff {
 
@@ -303,6 +304,9 @@ Sym SymbolicTracer::call_module(const Sym& module, std::vector<Sym> args, KwArgs
   PyObject* base_call = type_lookup(reinterpret_cast<PyTypeObject*>(known().module_type), "__call__");
   if (call_impl != base_call) {
     if (!call_impl || !PyFunction_Check(call_impl)) brk(BreakKind::UnsupportedCall, "module with a C __call__");
+    // NB: a module torch.compile wrapped (OptimizedModule): torch's compiler runs its calls
+    if (function_named(call_impl, {"OptimizedModule.__call__"}, {"torch._dynamo.eval_frame"}))
+      brk(BreakKind::TorchCompiledCall, std::string(t->tp_name) + " (torch.compile of a module)");
     args.insert(args.begin(), module);
     return call_python_function(call_impl, nullptr, std::move(args), std::move(kwargs));
   }

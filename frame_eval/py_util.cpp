@@ -116,4 +116,9 @@ bool torch_disable_marked(PyObject* fn) {
   return flag && PyObject_IsTrue(flag) == 1;
 }
 
+bool torch_compile_wrapper(PyObject* fn) {
+  PyObject** dict = _PyObject_GetDictPtr(fn);
+  return dict && *dict && PyDict_GetItemString(*dict, "_torchdynamo_orig_callable") && !torch_disable_marked(fn);
+}
+
 }  // namespace ff

@@ -31,5 +31,8 @@ bool function_named(PyObject* fn, std::initializer_list<std::string_view> names,
 // Whether `fn` is a wrapper torch.compiler.disable / torch._dynamo.disable made (it carries
 // `_torchdynamo_disable`): the function runs natively, and so does everything it calls.
 bool torch_disable_marked(PyObject* fn);
+// Whether `fn` is the wrapper torch.compile made around a function (it carries
+// `_torchdynamo_orig_callable`, and is not a disable wrapper): torch compiles its calls.
+bool torch_compile_wrapper(PyObject* fn);
 
 }  // namespace ff

@@ -181,6 +181,19 @@ ff_sync_package() {
       ln -sfn "$(realpath --relative-to="$dest/$(dirname "$rel")" "$f")" "$dest/$rel"
     fi
   done < <(find "$src" -type f ! -name '*.so' ! -name '*.pyc' ! -path '*/__pycache__/*' -print0)
+  ff_dist_info "$(dirname "$dest")"
+}
+
+# Writes SITE/framefuse.dist-info: the package's name, version and entry points (pyproject.toml's
+# [project.entry-points.*] tables), so that importlib.metadata finds the lane's framefuse as it
+# finds an installed one (torch.compile(backend="framefuse") looks the name up there).
+ff_dist_info() {
+  local info="$1/framefuse.dist-info" version
+  mkdir -p "$info"
+  version="$(sed -n 's/^version = "\(.*\)"/\1/p' "$FF_ROOT/pyproject.toml" | head -n 1)"
+  printf 'Metadata-Version: 2.1\nName: framefuse\nVersion: %s\n' "$version" >"$info/METADATA"
+  awk '/^\[project\.entry-points\./ { sub(/^\[project\.entry-points\./, "["); print; on = 1; next }
+       /^\[/ { on = 0 } on && NF { gsub(/"/, ""); print }' "$FF_ROOT/pyproject.toml" >"$info/entry_points.txt"
 }
 
 # The PYTHONPATH that makes LANE's package the one `import framefuse` finds.

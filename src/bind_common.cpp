@@ -70,6 +70,13 @@ void define_common(py::module_& m) {
         return;
       }
     throw UserError("unknown log artifact '" + artifact + "'"); }, "Emit a record on an artifact if it is enabled (used by the Python layer).");
+  log.def("warn", [](const std::string& component, const std::string& msg) {
+    for (int c = 0; c < static_cast<int>(LogComponent::kCount); ++c)
+      if (log_component_name(static_cast<LogComponent>(c)) == component) {
+        log_emit(static_cast<LogComponent>(c), LogLevel::Warning, msg);
+        return;
+      }
+    throw UserError("unknown log component '" + component + "'"); }, "Emit a warning of a component: shown whatever the log settings (stderr without a sink).");
   log.def("set_compile_tag", [](int frame_id, int compile_id) { set_compile_tag({frame_id, compile_id}); });
 
   py::module_ cfg = m.def_submodule("config", "framefuse.config storage");

@@ -98,6 +98,24 @@ py::dict meta_dict(const ValueMeta& m) {
   return d;
 }
 
+// A Value as Python sees it in Node.args: node references as Nodes of `g`, everything else as the
+// Python constant (what the reference runner passes the op).
+py::object value_object(const std::shared_ptr<PyGraph>& g, const Value& v) {
+  if (v.is_node()) return py::cast(PyNode{g, v.node});
+  if (v.is_sequence()) {
+    py::list items;
+    for (const Value& item : v.items) items.append(value_object(g, item));
+    if (v.kind == Value::Kind::List) return items;
+    return py::tuple(items);
+  }
+  if (v.kind == Value::Kind::Slice)
+    return py::reinterpret_steal<py::object>(PySlice_New(value_object(g, v.items[0]).ptr(), value_object(g, v.items[1]).ptr(),
+                                                         value_object(g, v.items[2]).ptr()));
+  PyObject* obj = value_to_py(v, nullptr);
+  if (!obj) throw py::error_already_set();
+  return py::reinterpret_steal<py::object>(obj);
+}
+
 py::list traits_list(uint32_t traits) {
   py::list out;
   const std::pair<OpTrait, const char*> names[] = {
@@ -159,6 +177,28 @@ void define_graph(py::module_& m) {
         return py::str(op_def(node.op).name);
       })
       .def_property_readonly("meta", [](const PyNode& n) { return meta_dict(n.graph->g.node(n.id).meta); })
+      .def_property_readonly("target", [](const PyNode& n) -> py::object {
+        const Node& node = n.graph->g.node(n.id);
+        if (node.kind == NodeKind::GetItem) return py::module_::import("operator").attr("getitem");
+        if (node.kind != NodeKind::Call) return py::none();
+        PyObject* fn = op_callable(node.op);
+        if (!fn) throw Unsupported(op_def(node.op).target + " is not available in the installed torch");
+        return py::reinterpret_borrow<py::object>(fn); }, "The torch callable a call runs (operator.getitem for GetItem).")
+      .def_property_readonly("args", [](const PyNode& n) {
+        const Node& node = n.graph->g.node(n.id);
+        py::list out;
+        if (node.kind == NodeKind::Call) {
+          for (const Value* v : call_args(op_def(node.op), node.args).positional) out.append(value_object(n.graph, *v));
+        } else {
+          for (const Value& v : node.args) out.append(value_object(n.graph, v));
+        }
+        return py::tuple(out); }, "Positional arguments as the op is called with them (nodes, constants).")
+      .def_property_readonly("kwargs", [](const PyNode& n) {
+        const Node& node = n.graph->g.node(n.id);
+        py::dict out;
+        if (node.kind == NodeKind::Call)
+          for (const auto& [name, v] : call_args(op_def(node.op), node.args).keywords) out[py::str(name)] = value_object(n.graph, *v);
+        return out; }, "Keyword arguments as the op is called with them.")
       .def("__repr__", [](const PyNode& n) { return "<framefuse node " + n.graph->g.node(n.id).name + ">"; });
 
   py::class_<PyGraph, std::shared_ptr<PyGraph>>(g, "Graph")

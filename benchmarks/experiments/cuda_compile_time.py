@@ -63,6 +63,7 @@ def measure(name, whole):
     stats = {"graphs": 0, "kernels": 0, "functions": 0, "compile_s": 0.0, "nvrtc_s": 0.0, "compiled_functions": 0,
              "programs": 0, "whole_s": 0.0}
 
+    @framefuse.backends.native_graph
     def backend(graph, example_inputs, **_):
         t0 = time.perf_counter()
         fn = cuda.compile_graph(graph, arch="sm_90")

@@ -46,6 +46,7 @@ def _replay_of(model, x):
     """The model compiled under reduce-overhead, and the CudaGraphReplay its backend made."""
     made = []
 
+    @framefuse.backends.native_graph
     def backend(graph, example_inputs):
         made.append(cuda.backend(graph, example_inputs, mode="reduce-overhead"))
         return made[-1]

@@ -33,6 +33,8 @@ try:
 except ImportError as _e:  # pragma: no cover - only while the frontend module is absent
     if "framefuse.compile" not in str(_e):
         raise
+from . import compiler  # noqa: E402,F401  (framefuse.compiler: torch.compiler's functions)
+__all__ += ["compiler"]
 try:
     from .explain import explain  # noqa: F401
     __all__ += ["explain"]

@@ -1,31 +1,64 @@
-"""Backends of framefuse.compile: "eager", "inductor", or a callable `(graph, example_inputs) -> callable`.
+"""Backends of framefuse.compile: a name ("eager", "inductor", "aot_eager", "cudagraphs", or one
+registered with `register_backend`) or a callable `(gm, example_inputs) -> callable`.
 
-A callable backend receives a framefuse.graph.Graph (print it with `graph.code()`, run it with
-`graph.run(*inputs)`) and the example inputs (the tensors of the first call), and returns the
-callable to run on later calls; it is called with the graph inputs and returns the graph outputs:
+A callable backend receives, as torch.compile's do, the captured graph as a torch.fx.GraphModule
+(`gm.graph`, `gm.code`, `gm.print_readable()`; calling `gm` runs it eagerly) and the example
+inputs (the tensors of the first call), and returns the callable to run on later calls; it is
+called with the graph inputs and returns the graph outputs (a tuple). `mode=` and `options=`
+given to framefuse.compile reach it as keywords, as under torch.compile:
 
-    def my_backend(graph, example_inputs):
-        print(graph.code())
-        return graph.run
+    def my_backend(gm, example_inputs):
+        gm.graph.print_tabular()
+        return gm.forward
 
     fn = framefuse.compile(fn, backend=my_backend)
+
+A backend marked with `native_graph` receives framefuse's own graph instead
+(framefuse.graph.Graph: `graph.code()`, `graph.run(*inputs)`, what framefuse.inductor compiles).
 """
+import functools
+
 from .graph import Graph
 
-_BUILTIN = ("eager", "inductor")
+_BUILTIN = ("eager", "inductor", "aot_eager", "cudagraphs")
 _registered = {}
 
 
-def register_backend(name, compiler_fn):
-    """Make `compiler_fn` available as framefuse.compile(..., backend=name)."""
+def register_backend(compiler_fn=None, name=None, tags=()):
+    """Make `compiler_fn` available as framefuse.compile(..., backend=name), as
+    torch._dynamo.register_backend does: `register_backend(fn, name="x")`, the decorators
+    `@register_backend` (the function's name) and `@register_backend(name="x")`, and
+    `register_backend("x", fn)`. `tags` is accepted for torch's signature."""
+    del tags
+    if isinstance(compiler_fn, str):  # register_backend("name", fn)
+        compiler_fn, name = name, compiler_fn
+    if compiler_fn is None:
+        return functools.partial(register_backend, name=name)
+    if not callable(compiler_fn):
+        raise TypeError(f"register_backend: the backend {name!r} must be callable")
+    name = getattr(compiler_fn, "__name__", None) if name is None else name
     if not isinstance(name, str) or not name:
         raise TypeError("register_backend: the name must be a non-empty str")
     if name in _BUILTIN:
         raise ValueError(f"register_backend: {name!r} is a built-in backend")
-    if not callable(compiler_fn):
-        raise TypeError(f"register_backend: the backend {name!r} must be callable")
     _registered[name] = compiler_fn
     return compiler_fn
+
+
+def native_graph(compiler_fn):
+    """Mark a backend as taking framefuse's own graph (framefuse.graph.Graph) rather than an fx
+    GraphModule: `@framefuse.backends.native_graph`."""
+    if not callable(compiler_fn):
+        raise TypeError(f"native_graph expects a callable, not {type(compiler_fn).__name__}")
+    try:
+        compiler_fn._framefuse_native_graph = True
+        return compiler_fn
+    except AttributeError:  # a builtin or a bound method: wrap it
+        @functools.wraps(compiler_fn)
+        def wrapper(*args, **kwargs):
+            return compiler_fn(*args, **kwargs)
+        wrapper._framefuse_native_graph = True
+        return wrapper
 
 
 def list_backends():
@@ -41,13 +74,13 @@ def lookup_backend(backend):
         if backend in _registered:
             return _registered[backend]
         raise ValueError(f"framefuse.compile: unknown backend {backend!r}. "
-                         f"Valid backends: {', '.join(list_backends())}, or a callable (graph, example_inputs) -> callable.")
+                         f"Valid backends: {', '.join(list_backends())}, or a callable (gm, example_inputs) -> callable.")
     if callable(backend):
         return backend
     raise TypeError(f"framefuse.compile: backend must be a str or a callable, not {type(backend).__name__}")
 
 
-def _inductor(graph, example_inputs, mode=None, **options):
+def _inductor(graph, example_inputs, mode=None):
     from . import inductor  # noqa: PLC0415
     from ._C import logging as _log  # noqa: PLC0415
     # Generated kernels read storage as it is: a negative or conjugate view (its bit set) would be
@@ -58,13 +91,13 @@ def _inductor(graph, example_inputs, mode=None, **options):
                                     "on the reference runner (call .resolve_neg() / .resolve_conj() first to compile it)")
             return graph.run
     if hasattr(inductor, "backend"):
-        return inductor.backend(graph, example_inputs, mode=mode, **options)
+        return inductor.backend(graph, example_inputs, mode=mode)
     _log.emit("perf_hints", "backend=inductor: the code generator is not available in this build; "
                             "the graph runs on the reference runner (eager torch ops)")
     return graph.run
 
 
-def _inductor_training(graph, example_inputs, mode, options):
+def _inductor_training(graph, example_inputs, mode):
     """backend="inductor" for a graph that needs autograd: under mode="reduce-overhead" with every
     tensor on the GPU, CUDA graphs of its forward and backward; otherwise AOT autograd's compiled
     forward and backward (framefuse._autograd, config aot_autograd), or eager ops."""
@@ -76,7 +109,7 @@ def _inductor_training(graph, example_inputs, mode, options):
         from . import cuda  # noqa: PLC0415
         return cuda.TrainingGraphReplay(graph)
     if _config.get("aot_autograd"):
-        return _inductor(graph, example_inputs, mode, **(options or {}))
+        return _inductor(graph, example_inputs, mode)
     _log.emit("perf_hints", "backend=inductor: graphs that need autograd run on the reference runner (eager torch ops)")
     return graph.run
 
@@ -85,8 +118,22 @@ def _call_backend(backend, cgraph, example_inputs, mode, options, training=False
     # Called by the frontend (frame_eval/hook_backend.cpp) once per captured graph; `training`: grad
     # mode is on and an input requires grad.
     graph = Graph(cgraph)
+    try:
+        return _compile(backend, graph, example_inputs, mode, options, training)
+    except Exception as e:  # noqa: BLE001  (config suppress_errors: any error of a backend)
+        from ._C import config as _config  # noqa: PLC0415
+        if not _config.get("suppress_errors"):
+            raise
+        from ._C import logging as _log  # noqa: PLC0415
+        name = backend if isinstance(backend, str) else getattr(backend, "__name__", repr(backend))
+        _log.warn("frontend", f"backend {name} raised {type(e).__name__}: {e}; the graph runs on eager ops "
+                              "(config suppress_errors)")
+        return graph.run
+
+
+def _compile(backend, graph, example_inputs, mode, options, training):
     if graph.is_symbolic():
-        compiled = _compile_symbolic(backend, graph, example_inputs, mode, training)
+        compiled = _compile_symbolic(backend, graph, example_inputs, mode, options, training)
         if compiled is not None:
             return compiled
         return _PerSizes(graph, lambda g, examples: _compile_static(backend, g, examples, mode, options, training),
@@ -98,14 +145,16 @@ _per_sizes_compiles = 0
 _symbolic_compiles = 0
 
 
-def _compile_symbolic(backend, graph, example_inputs, mode, training):
+def _compile_symbolic(backend, graph, example_inputs, mode, options, training):
     """backend="inductor": one program for every set of sizes, its kernels taking the sizes as
     arguments (framefuse.inductor.compile_symbolic: CPU, and CUDA outside reduce-overhead)."""
-    from ._C import config as _config  # noqa: PLC0415
-    if backend != "inductor" or training or not _config.get("dynamic_kernels"):
+    if backend != "inductor" or training:
         return None
-    from . import inductor  # noqa: PLC0415
-    compiled = inductor.compile_symbolic(graph, example_inputs, mode)
+    from . import config, inductor  # noqa: PLC0415
+    with config.patch(**(options or {})):
+        if not config.dynamic_kernels:
+            return None
+        compiled = inductor.compile_symbolic(graph, example_inputs, mode)
     if compiled is not None:
         global _symbolic_compiles
         _symbolic_compiles += 1
@@ -162,13 +211,49 @@ class _PerSizes:
 def _compile_static(backend, graph, example_inputs, mode, options, training):
     if backend == "eager":
         return graph.run
-    if backend == "inductor" and training:
-        return _inductor_training(graph, example_inputs, mode, options)
+    if backend == "aot_eager":
+        return _aot_eager(graph, training)
+    if backend == "cudagraphs":
+        return _cudagraphs(graph, example_inputs)
     if backend == "inductor":
-        return _inductor(graph, example_inputs, mode, **(options or {}))
-    compiled = backend(graph, example_inputs, **options) if options else backend(graph, example_inputs)
+        from . import config  # noqa: PLC0415
+        with config.patch(**(options or {})):
+            if training:
+                return _inductor_training(graph, example_inputs, mode)
+            return _inductor(graph, example_inputs, mode)
+    kwargs = {k: v for k, v in (("mode", mode), ("options", options)) if v}
+    if getattr(backend, "_framefuse_native_graph", False):
+        compiled = backend(graph, example_inputs, **kwargs)
+    else:
+        from .fx import to_fx  # noqa: PLC0415
+        compiled = backend(to_fx(graph), example_inputs, **kwargs)
     if not callable(compiled):
         name = getattr(backend, "__name__", repr(backend))
         raise TypeError(f"framefuse backend {name} returned {type(compiled).__name__}; "
                         "a backend must return a callable taking the graph inputs")
     return compiled
+
+
+def _aot_eager(graph, training):
+    """backend="aot_eager": a graph that needs autograd split into AOT autograd's forward and
+    backward graphs, both run on eager ops (to tell the split's problems from code generation's)."""
+    if not training:
+        return graph.run
+    from ._autograd import compile_with_autograd  # noqa: PLC0415
+    from ._C import logging as _log  # noqa: PLC0415
+    compiled = compile_with_autograd(graph._g, lambda g: g.run,
+                                     lambda why: _log.emit("perf_hints", f"backend=aot_eager: {why}; eager ops"))
+    return compiled if compiled is not None else graph.run
+
+
+def _cudagraphs(graph, example_inputs):
+    """backend="cudagraphs": the graph's eager kernels recorded in CUDA graphs and replayed (the
+    forward and, for training, its backward), as torch's backend of that name; on the CPU, eager ops."""
+    import torch  # noqa: PLC0415
+    tensors = [t for t in example_inputs if isinstance(t, torch.Tensor)]
+    if tensors and all(t.is_cuda for t in tensors):
+        from . import cuda  # noqa: PLC0415
+        return cuda.TrainingGraphReplay(graph)
+    from ._C import logging as _log  # noqa: PLC0415
+    _log.emit("perf_hints", "backend=cudagraphs: the graph's inputs are not all CUDA tensors; it runs on eager ops")
+    return graph.run

@@ -22,18 +22,12 @@ def compile(model=None, *, fullgraph=False, dynamic=None, backend="inductor", mo
     A compiled nn.Module behaves like the original (attributes, parameters(), state_dict() keys,
     train()/eval(), repr) and shares its parameters.
     """
-    if mode is not None and options is not None:
-        raise RuntimeError("framefuse.compile: give either mode or options, not both")
-    if mode is not None and mode not in _MODES:
-        raise ValueError(f"framefuse.compile: unknown mode {mode!r}. Valid modes: {', '.join(_MODES)}.")
-    if options is not None:
-        if not isinstance(options, dict) or not all(isinstance(k, str) for k in options):
-            raise TypeError("framefuse.compile: options must be a dict with str keys")
+    backend = lookup_backend(backend)
+    check_mode_and_options(mode, options, builtin=isinstance(backend, str))
     if dynamic is not None and not isinstance(dynamic, bool):
         raise TypeError("framefuse.compile: dynamic must be None, True or False")
     if not isinstance(fullgraph, bool):
         raise TypeError("framefuse.compile: fullgraph must be a bool")
-    backend = lookup_backend(backend)
 
     def apply(m):
         if disable:
@@ -46,6 +40,28 @@ def compile(model=None, *, fullgraph=False, dynamic=None, backend="inductor", mo
         return _wraps(wrapper, m)
 
     return apply if model is None else apply(model)
+
+
+def check_mode_and_options(mode, options, builtin=True):
+    """Validate framefuse.compile's `mode` and `options` (raises naming the valid ones). A built-in
+    backend's options are framefuse.config knobs, set while the function's graphs are compiled
+    (`options={"fuse_attention": False}`); a custom backend receives its options as they are."""
+    if mode is not None and options is not None:
+        raise RuntimeError("framefuse.compile: give either mode or options, not both")
+    if mode is not None and mode not in _MODES:
+        raise ValueError(f"framefuse.compile: unknown mode {mode!r}. Valid modes: {', '.join(_MODES)}.")
+    if options is None:
+        return
+    if not isinstance(options, dict) or not all(isinstance(k, str) for k in options):
+        raise TypeError("framefuse.compile: options must be a dict with str keys")
+    if builtin:
+        from . import config  # noqa: PLC0415
+        valid = config.knobs()
+        for name, value in options.items():
+            if name not in valid:
+                raise ValueError(f"framefuse.compile: unknown option {name!r}. Options are framefuse.config knobs: "
+                                 f"{', '.join(sorted(valid))}.")
+            config._check(name, value)
 
 
 def disable(fn=None, recursive=True):

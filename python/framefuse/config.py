@@ -15,9 +15,12 @@ from . import _C
 
 _KNOBS = {k["name"]: k for k in _C.config.KNOBS}
 _TYPES = {"bool": bool, "int": int, "str": str}
+# torch._dynamo.config's names of knobs framefuse names otherwise.
+_ALIASES = {"cache_size_limit": "recompile_limit"}
 
 
 def _check(name, value):
+    name = _ALIASES.get(name, name)
     if name not in _KNOBS:
         raise AttributeError(f"framefuse.config has no knob {name!r}; knobs: {', '.join(sorted(_KNOBS))}")
     want = _TYPES[_KNOBS[name]["type"]]
@@ -29,6 +32,7 @@ class _ConfigModule(types.ModuleType):
     def __getattr__(self, name):
         if name.startswith("__"):
             raise AttributeError(name)
+        name = _ALIASES.get(name, name)
         if name not in _KNOBS:
             raise AttributeError(f"framefuse.config has no knob {name!r}; knobs: {', '.join(sorted(_KNOBS))}")
         return _C.config.get(name)
@@ -37,7 +41,7 @@ class _ConfigModule(types.ModuleType):
         if name.startswith("_") or name in ("patch", "knobs", "describe"):
             return super().__setattr__(name, value)
         _check(name, value)
-        _C.config.set(name, value)
+        _C.config.set(_ALIASES.get(name, name), value)
 
     def __dir__(self):
         return sorted(set(super().__dir__()) | set(_KNOBS))
@@ -61,6 +65,7 @@ def patch(**changes):
     """Temporarily set knobs: `with framefuse.config.patch(recompile_limit=1): ...`."""
     for name, value in changes.items():
         _check(name, value)
+    changes = {_ALIASES.get(name, name): value for name, value in changes.items()}
     saved = {name: _C.config.get(name) for name in changes}
     try:
         for name, value in changes.items():

@@ -20,6 +20,7 @@ import weakref
 import torch
 
 from . import _C
+from .backends import native_graph
 
 _MODES = ("default", "max-autotune", "reduce-overhead", "max-autotune-no-cudagraphs")
 
@@ -632,6 +633,7 @@ def _clone_out(out):
     return out
 
 
+@native_graph
 def backend(graph, example_inputs, mode=None, **options):
     """A framefuse.compile backend for graphs of CUDA tensors:
     `framefuse.compile(fn, backend=framefuse.cuda.backend)`. Graphs with CPU tensors, and graphs

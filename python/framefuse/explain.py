@@ -16,6 +16,7 @@ import dataclasses
 import re
 
 from . import _C
+from .backends import native_graph
 from .compile import compile as _compile
 
 __all__ = ["explain", "ExplainOutput", "BreakReason"]
@@ -57,6 +58,10 @@ class ExplainOutput:
         for i, br in enumerate(self.break_reasons, 1):
             out += f"  Break Reason {i}:\n"
             out += f"    Reason: {br.reason}\n"
+            if br.explanation:
+                out += f"    Explanation: {br.explanation}\n"
+            if br.hint:
+                out += f"    Hint: {br.hint}\n"
             if br.where:
                 out += f"    Frame: {br.where} ({'split at the break' if br.split else 'runs eagerly'})\n"
             out += "    User Stack:\n"
@@ -161,6 +166,7 @@ def explain(fn, *extra_args, **extra_kwargs):
 
         graphs, ops_per_graph = [], []
 
+        @native_graph
         def recording_backend(graph, example_inputs):
             graphs.append(graph)
             ops_per_graph.append(_graph_ops(graph))

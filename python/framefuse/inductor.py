@@ -14,6 +14,7 @@ the reference runner (eager torch ops) and a `perf_hints` log line says why.
 """
 from . import _C
 from ._autograd import compile_with_autograd
+from .backends import native_graph
 
 __all__ = ["compile_graph", "compile_symbolic", "loop_ir", "codegen_available"]
 
@@ -24,6 +25,8 @@ def codegen_available():
 
 
 def _graph_handle(graph):
+    # NB: a GraphModule that framefuse.fx.to_fx made carries the graph it was made from
+    graph = getattr(graph, "framefuse_graph", graph)
     return getattr(graph, "_g", graph)
 
 
@@ -36,6 +39,7 @@ def _hint(msg):
     _C.logging.emit("perf_hints", msg)
 
 
+@native_graph
 def compile_graph(graph, example_inputs=None):
     """Compile `graph` (a framefuse.graph.Graph) for CPU; returns a callable taking the inputs.
 
@@ -114,18 +118,30 @@ class _ReferenceFallback:
         return self._g.run(*inputs)
 
 
-def backend(graph, example_inputs, mode=None, **options):
+@native_graph
+def backend(graph, example_inputs, mode=None, options=None):
     """The `backend="inductor"` of framefuse.compile: CPU graphs go to the LLVM code generator,
     graphs of CUDA tensors to the CUDA code generator (framefuse.cuda); anything else (mixed
     devices, no tensors) runs on the reference runner with a `perf_hints` line."""
     import torch  # noqa: PLC0415  (imported by framefuse already; keeps module import light)
+
+    from torch import fx as torch_fx  # noqa: PLC0415
+
+    if isinstance(graph, torch_fx.GraphModule) and not hasattr(graph, "framefuse_graph"):
+        # torch.compile(model, backend=framefuse.inductor.backend): Dynamo's fx graph
+        from . import fx  # noqa: PLC0415
+        return fx.backend(graph, example_inputs, mode=mode, options=options)
+    if options:
+        from . import config  # noqa: PLC0415
+        with config.patch(**options):
+            return backend(graph, example_inputs, mode)
 
     # NB: the pipelines' first graph pass rewrites explicit attention (inductor/pipeline.h).
     tensors = [t for t in example_inputs if isinstance(t, torch.Tensor)]
     devices = {t.device.type for t in tensors}
     if devices == {"cuda"}:
         from . import cuda  # noqa: PLC0415
-        return cuda.backend(graph, example_inputs, mode=mode, **options)
+        return cuda.backend(graph, example_inputs, mode=mode)
     if devices <= {"cpu"}:
         return compile_graph(graph, example_inputs)
     _hint(f"inductor: graph inputs on devices {sorted(devices)}; running the graph on the reference runner")

@@ -84,6 +84,8 @@ void set_log_spec(std::string_view spec) {
       for (int a = 0; a < kNumArtifacts; ++a) s.artifact_on[a] = s.artifact_on[a] || kArtifacts[a].default_on;
       found = true;
     }
+    // torch's TORCH_LOGS name of a component, accepted as an alias.
+    if (item == "dynamo") item = log_component_name(LogComponent::frontend);
     for (int c = 0; c < kNumComponents && !found; ++c) {
       if (kComponentNames[c] != item) continue;
       s.component_level[c] = level;
@@ -99,7 +101,7 @@ void set_log_spec(std::string_view spec) {
     }
     if (!found)
       throw UserError("FRAMEFUSE_LOGS: unknown component or artifact '" + std::string(item) +
-                      "'. Valid components: " + join(log_component_names()) + ", all. Valid artifacts: " +
+                      "'. Valid components: " + join(log_component_names()) + ", all (dynamo: frontend). Valid artifacts: " +
                       join(log_artifact_names()) + ".");
   }
   g_log_settings = s;

@@ -443,8 +443,25 @@ _COMPILED = []
 # compile(dynamic=...) of every case: True traces the inputs' sizes as symbols (each case is then
 # typed by the symbolic meta rules and compiled specialised to its sizes).
 DYNAMIC = None
+# How a case is compiled: "framefuse" (framefuse.compile) or "torch.compile" (torch.compile with
+# framefuse as its backend: Dynamo captures, framefuse.fx converts and compiles).
+VIA = "framefuse"
 
 
+def _torch_compile(fn):
+    import torch._dynamo  # noqa: PLC0415
+    from framefuse import fx  # noqa: PLC0415
+
+    def backend(gm, example_inputs):
+        compiled = fx.backend(gm, example_inputs)
+        _COMPILED.append("fallback" if compiled.fallback_reason else "FxCompiled")
+        return compiled
+
+    torch._dynamo.reset()
+    return torch.compile(fn, backend=backend)
+
+
+@framefuse.backends.native_graph
 def _backend(graph, example_inputs):
     # NB: backend="inductor" itself, recording whether the code generator took the graph.
     from framefuse import backends  # noqa: PLC0415
@@ -468,6 +485,7 @@ def run_compile_only(case: Case) -> Outcome:
     from framefuse import cuda  # noqa: PLC0415
     errors = []
 
+    @framefuse.backends.native_graph
     def backend(graph, example_inputs):
         try:
             cuda.compile_graph(graph, arch="sm_90")
@@ -505,6 +523,9 @@ def run_case(case: Case) -> Outcome:
         _call(fn, [make_input(s, case.seed * 37 + i, case.device) for i, s in enumerate(grown)])
         got, gerr = _call(fn, comp_in)
         compiled = backends.symbolic_compiles() + backends.per_sizes_compiles() > before
+    elif VIA == "torch.compile":
+        got, gerr = _call(_torch_compile(_function(case)), comp_in)
+        compiled = "FxCompiled" in _COMPILED
     else:
         got, gerr = _call(framefuse.compile(_function(case), backend=_backend, dynamic=DYNAMIC), comp_in)
         # NB: graph.run (a bound method) where the code generator did not take the graph
@@ -516,7 +537,7 @@ def run_case(case: Case) -> Outcome:
             return Outcome("fail", "raise", f"compiled raised {type(gerr).__name__}: {str(gerr)[:300]}", compiled)
         if gerr is None:
             return Outcome("fail", "raise", f"eager raised {type(werr).__name__}: {str(werr)[:200]}; compiled returned", compiled)
-        if type(werr) is not type(gerr):
+        if type(werr) is not type(gerr) and VIA != "torch.compile":  # NB: Dynamo wraps what a graph raised
             return Outcome("fail", "raise", f"eager raised {type(werr).__name__}, compiled {type(gerr).__name__}: {gerr}", compiled)
         return Outcome("ok", "raise", "", compiled)
     oracles = Oracles(case, originals)
@@ -657,10 +678,11 @@ def describe(case):
 # ---- driver ----------------------------------------------------------------------------------
 
 def run(count, seed=0, device="cpu", out_dir=None, stop_after=None, verbose=False, report=print, start=0, trace=False,
-        dynamic=None):
-    """Runs `count` cases; returns (summary Counter, list of (minimized case, outcome))."""
-    global DYNAMIC
-    DYNAMIC = dynamic
+        dynamic=None, via="framefuse"):
+    """Runs `count` cases; returns (summary Counter, list of (minimized case, outcome)). `via`:
+    "framefuse" (framefuse.compile) or "torch.compile" (framefuse as torch.compile's backend)."""
+    global DYNAMIC, VIA
+    DYNAMIC, VIA = dynamic, via
     framefuse.config.raise_on_internal_error = True
     framefuse.config.disk_cache = False
     stats = collections.Counter()
@@ -712,9 +734,12 @@ def main(argv=None):
     p.add_argument("--start", type=int, default=0, help="index of the first case")
     p.add_argument("--trace", action="store_true", help="print each case's seed to stderr before running it")
     p.add_argument("--dynamic", action="store_true", help="compile with dynamic=True (symbolic sizes)")
+    p.add_argument("--via", choices=("framefuse", "torch.compile"), default="framefuse",
+                   help="torch.compile: compile through torch.compile(backend=framefuse's fx backend)")
     args = p.parse_args(argv)
-    global DYNAMIC
+    global DYNAMIC, VIA
     DYNAMIC = True if args.dynamic else None
+    VIA = args.via
     warnings.simplefilter("ignore")
     if args.case is not None:
         framefuse.config.raise_on_internal_error = True
@@ -725,7 +750,7 @@ def main(argv=None):
         print(run_case(case))
         return 0
     stats, failures, ops = run(args.count, args.seed, args.device, args.out, args.stop_after, verbose=True,
-                               start=args.start, trace=args.trace, dynamic=DYNAMIC)
+                               start=args.start, trace=args.trace, dynamic=DYNAMIC, via=VIA)
     print("\nsummary:", ", ".join(f"{k}: {v}" for k, v in sorted(stats.items())))
     print("ops drawn:", ", ".join(f"{k} {v}" for k, v in ops.most_common()))
     return 1 if failures else 0

@@ -274,6 +274,7 @@ def run_item(op, variant_name, fn, sample, backend, seed=0, device="cpu"):
 
     placement = {"lowered": set(), "extern": set(), "reference": False}
 
+    @framefuse.backends.native_graph
     def recording(graph, example_inputs):
         graphs.append(graph)
         if backend == "inductor":

@@ -52,6 +52,7 @@ def _run_backend():
     return lambda graph, example_inputs: graph.run
 
 
+@framefuse.backends.native_graph
 def _inductor_unless_training(graph, example_inputs):
     # framefuse's own rule for backend="inductor" (backends._call_backend): a graph that needs
     # autograd runs on the reference runner. A callable backend is not told, so ask the inputs.
@@ -68,6 +69,7 @@ def _recording(record):
     """A framefuse callable backend: `record(graph)` first, then the chosen backend."""
     run = _run_backend()
 
+    @framefuse.backends.native_graph
     def backend(graph, example_inputs):
         reference.STATE.graphs += 1
         record(graph)

@@ -101,6 +101,7 @@ def test_inductor_backend_generates_kernels(caplog):
 def test_callable_backend_gets_graph_and_example_inputs():
     seen = []
 
+    @framefuse.backends.native_graph
     def my_backend(graph, example_inputs):
         seen.append((len(graph), [tuple(t.shape) for t in example_inputs]))
         return graph.run
@@ -113,12 +114,34 @@ def test_callable_backend_gets_graph_and_example_inputs():
 
 
 def test_callable_backend_error_reaches_the_user():
+    @framefuse.backends.native_graph
     def broken(graph, example_inputs):
         raise KeyError("backend exploded")
     with tracer(tensor_args_capture(torch.relu)):
         f = framefuse.compile(lambda x: torch.relu(x), backend=broken)
         with pytest.raises(KeyError, match="backend exploded"):
             f(torch.randn(2))
+
+
+def test_suppress_errors_runs_the_graph_eagerly_with_a_warning(capfd):
+    def broken(gm, example_inputs):
+        raise KeyError("backend exploded")
+    with framefuse.config.patch(suppress_errors=True):
+        f = framefuse.compile(lambda x: torch.relu(x) + 1, backend=broken)
+        x = torch.randn(4)
+        assert torch.equal(f(x), torch.relu(x) + 1)
+    err = capfd.readouterr().err  # a warning: shown with logs off too
+    assert "backend broken raised KeyError" in err and "suppress_errors" in err
+
+
+def test_torch_config_names_are_aliases():
+    with framefuse.config.patch(cache_size_limit=3):
+        assert framefuse.config.recompile_limit == 3 and framefuse.config.cache_size_limit == 3
+    framefuse.config.cache_size_limit = 5
+    try:
+        assert framefuse.config.recompile_limit == 5
+    finally:
+        framefuse.config.recompile_limit = 8
 
 
 class Net(torch.nn.Module):

@@ -67,6 +67,7 @@ def test_explain_with_break_golden():
     line = with_break.__code__.co_firstlineno + 2
     assert br.reason == "[FF0016] graph_break() called: framefuse.graph_break"
     assert br.hint == "Remove the graph_break() call to capture this code."
+    assert br.explanation  # printed with the hint (str below)
     assert br.split
     assert any(f"test_explain.py:{line}" in _normalize(frame) for frame in br.user_stack), br.user_stack
     text = _normalize(str(report))
@@ -77,6 +78,8 @@ def test_explain_with_break_golden():
         "Break Reasons:\n"
         "  Break Reason 1:\n"
         "    Reason: [FF0016] graph_break() called: framefuse.graph_break\n"
+        f"    Explanation: {br.explanation}\n"
+        "    Hint: Remove the graph_break() call to capture this code.\n"
         f"    Frame: with_break (test_explain.py:{line - 2}) (split at the break)\n"
         "    User Stack:\n"
         f"      test_explain.py:{line} in with_break\n"

@@ -47,8 +47,18 @@ def test_unknown_name_lists_valid_ones():
     with pytest.raises(framefuse.UserError) as info:
         framefuse.set_logs("graph_brakes")
     msg = str(info.value)
-    assert msg.startswith("FRAMEFUSE_LOGS: unknown component or artifact 'graph_brakes'. Valid components: frontend, graph, inductor, all.")
+    assert msg.startswith("FRAMEFUSE_LOGS: unknown component or artifact 'graph_brakes'. Valid components: frontend, graph, inductor, all (dynamo: frontend).")
     assert "graph_breaks" in msg and "output_code" in msg
+
+
+def test_dynamo_is_an_alias_of_frontend():
+    # TORCH_LOGS users write `+dynamo`; framefuse's component for it is `frontend`
+    framefuse.set_logs("+dynamo")
+    assert _C.logging.component_levels()["frontend"] == logging.DEBUG
+    framefuse.set_logs(dynamo=True)
+    assert _C.logging.component_levels()["frontend"] == logging.INFO
+    assert "graph_breaks" in _C.logging.enabled_artifacts()
+    framefuse.set_logs("")
 
 
 def test_keyword_form():

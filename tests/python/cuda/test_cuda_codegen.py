@@ -109,6 +109,7 @@ def _attention_heads(dev):
 
     seen = []
 
+    @framefuse.backends.native_graph
     def backend(graph, example_inputs):
         seen.append(graph)
         return graph.run

@@ -121,6 +121,7 @@ def test_model_graphs_reach_the_cuda_code_generator(name):
     target, make, tol = _build(name)
     compiled_graphs = []
 
+    @framefuse.backends.native_graph
     def recording(graph, example_inputs):
         fn = ffinductor.backend(graph, example_inputs)
         compiled_graphs.append(fn)

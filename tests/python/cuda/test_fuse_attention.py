@@ -27,6 +27,7 @@ def capture(fn, *args):
     """The one graph framefuse captures from fn(*args), and the graph's example inputs."""
     seen = []
 
+    @framefuse.backends.native_graph
     def backend(graph, example_inputs):
         seen.append((graph, list(example_inputs)))
         return graph.run

@@ -39,6 +39,7 @@ def test_mode_sees_the_ops_eager_runs(backend):
     framefuse.reset()
     graphs = []
 
+    @framefuse.backends.native_graph
     def counting(graph, example_inputs):
         graphs.append(len(graph))
         if backend == "inductor" and framefuse.inductor.codegen_available():
@@ -76,6 +77,7 @@ def test_compiled_inside_a_handler_compiles():
     framefuse.reset()
     graphs = []
 
+    @framefuse.backends.native_graph
     def counting(graph, example_inputs):
         graphs.append(1)
         return graph.run

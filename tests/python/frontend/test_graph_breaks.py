@@ -649,3 +649,35 @@ def test_frames_of_packages_without_tensor_code_run_natively():
         report = framefuse.explain(f)(torch.ones(2), torch.zeros(2))
         where[module] = [b.where.split(" ")[0].split(".")[-1] for b in report.break_reasons]
     assert where == {"sympy.fake": ["f"], "userlib.fake": ["f", "helper"]}
+
+
+@pytest.mark.skipif(not hasattr(torch, "compiler"), reason="torch.compiler (torch >= 2.1)")
+def test_a_torch_compiled_function_is_left_to_torch_compile():
+    # framefuse stays out of everything torch.compile runs (Dynamo hands the frames it does not
+    # compile to the previous frame hook, framefuse's): the call is a break, torch compiles it.
+    import time
+    import torch._dynamo
+    torch._dynamo.reset()
+    seen = []
+
+    def recording(gm, example_inputs):
+        seen.append(len(gm.graph.nodes))
+        return gm.forward
+
+    inner = torch.compile(lambda t: torch.sin(t) * 2, backend=recording)
+    module = torch.compile(torch.nn.Linear(3, 3), backend=recording)
+
+    def outer(t):
+        return inner(t) + module(t).sum()
+
+    report = framefuse.explain(outer)(X)
+    assert [b.reason.split(":")[0] for b in report.break_reasons] == \
+        ["[FF0024] call to a function compiled by torch.compile"] * 2, report.break_reasons
+    framefuse.reset()
+    start = time.perf_counter()
+    got = framefuse.compile(outer)(X)
+    assert time.perf_counter() - start < 60  # it used to compile torch's compiler for many minutes
+    torch.testing.assert_close(got, outer(X))
+    assert len(seen) >= 2  # torch.compile compiled both (once in explain's run)
+    torch._dynamo.reset()
+

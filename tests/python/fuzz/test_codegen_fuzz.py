@@ -173,6 +173,7 @@ def test_a_wrong_backend_is_caught():
     case = cf.Case(0, "cpu", [cf.InputSpec((8,), torch.float32, "contiguous")],
                    [cf.Stmt("v0 = x0 * 3", "mul", [])], ["v0"])
 
+    @framefuse.backends.native_graph
     def wrong(graph, example_inputs):
         run = graph.run
 

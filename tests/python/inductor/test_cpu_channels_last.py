@@ -114,6 +114,7 @@ def test_resnet_blocks_equal_eager_with_the_knob_on_and_off(dtype, knob, caplog)
 def graph_of(model, x):
     captured = []
 
+    @framefuse.backends.native_graph
     def backend(graph, example_inputs):
         captured.append(graph)
         return graph.run
@@ -128,6 +129,7 @@ def test_the_rewritten_graph_computes_nhwc_between_convolutions():
     x = torch.randn(2, 3, 32, 32)
     graphs = []
 
+    @framefuse.backends.native_graph
     def backend(graph, example_inputs):
         cg = compile_graph(graph, example_inputs)
         graphs.append(cg)

@@ -22,6 +22,7 @@ def _compile(fn):
     """fn compiled with framefuse's inductor; returns (compiled fn, list of compiled graphs)."""
     seen = []
 
+    @framefuse.backends.native_graph
     def backend(graph, example_inputs):
         cg = compile_graph(graph, example_inputs)
         seen.append(cg)
@@ -386,6 +387,7 @@ def test_a_chain_of_rules_that_reread_their_operand_stays_linear():
 
     seen_ir = []
 
+    @framefuse.backends.native_graph
     def backend(graph, example_inputs):
         seen_ir.append(framefuse.inductor.loop_ir(graph))
         return compile_graph(graph, example_inputs)

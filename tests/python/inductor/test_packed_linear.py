@@ -59,6 +59,7 @@ class Mlp(nn.Module):
 def _compiled(model):
     graphs = []
 
+    @framefuse.backends.native_graph
     def backend(graph, example_inputs):
         cg = compile_graph(graph, example_inputs)
         graphs.append(cg)

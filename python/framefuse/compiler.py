@@ -1,0 +1,135 @@
+"""framefuse.compiler: torch.compiler's functions, for code written against torch.compiler.
+
+    import framefuse.compiler as compiler
+    model = compiler.compile(model)
+    with compiler.set_stance("force_eager"):
+        model(x)                       # runs eagerly, compiles nothing
+
+torch's own markers are honoured inside framefuse-compiled code too: torch.compiler.disable,
+torch._dynamo.graph_break, torch.compiler.is_compiling.
+"""
+import functools
+import io
+import os
+import tarfile
+import tempfile
+
+from . import _C
+from .backends import list_backends
+from .compile import compile, disable, reset  # noqa: A004
+
+__all__ = ["compile", "reset", "disable", "is_compiling", "is_dynamo_compiling", "list_backends", "set_stance",
+           "cudagraph_mark_step_begin", "save_cache_artifacts", "load_cache_artifacts"]
+
+_STANCES = ("default", "force_eager", "eager_on_recompile", "fail_on_recompile")
+
+
+def is_compiling():
+    """True while framefuse captures the calling code (the frontend reads this call as True), False
+    when it runs natively: `if not framefuse.compiler.is_compiling(): print(...)`."""
+    return False
+
+
+is_dynamo_compiling = is_compiling
+
+
+class set_stance:  # noqa: N801  (torch's name; a function, a context manager and a decorator)
+    """Change what compiled functions do, as torch.compiler.set_stance:
+
+    - "default": compile, recompile when guards fail;
+    - "force_eager": run eagerly, compile nothing (cached compiled code is not used either);
+    - "eager_on_recompile": use compiled code whose guards pass; where a recompile would be needed,
+      run eagerly instead;
+    - "fail_on_recompile": raise (naming the code and the failing guard) where a recompile would be
+      needed.
+
+    `set_stance("force_eager")` changes it until changed again; `with set_stance(...):` and
+    `@set_stance(...)` change it for a block or a function's calls."""
+
+    def __init__(self, stance="default", *, skip_guard_eval_unsafe=False, force_backend=None):
+        if stance not in _STANCES:
+            raise ValueError(f"set_stance: unknown stance {stance!r}. Valid stances: {', '.join(_STANCES)}.")
+        if skip_guard_eval_unsafe or force_backend is not None:
+            raise NotImplementedError("set_stance: skip_guard_eval_unsafe and force_backend are not supported by "
+                                      "framefuse; leave them out")
+        self._stance = stance
+        self._prior = _C.config.get("stance")
+        _C.config.set("stance", stance)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        _C.config.set("stance", self._prior)
+        return False
+
+    def __call__(self, fn):
+        # NB: as a decorator the stance applies to the function's calls only
+        _C.config.set("stance", self._prior)
+        stance = self._stance
+
+        @functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            prior = _C.config.get("stance")
+            _C.config.set("stance", stance)
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                _C.config.set("stance", prior)
+
+        return wrapper
+
+
+def cudagraph_mark_step_begin():
+    """torch's marker of a new training or inference step for CUDA graphs. framefuse's replayed
+    CUDA graphs (mode="reduce-overhead") return copies of their outputs, never their static buffers,
+    so no output of an earlier replay can be overwritten and there is nothing to mark."""
+
+
+def _cache_dir():
+    d = _C.config.get("cache_dir")
+    if d:
+        return d
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "framefuse")
+
+
+def save_cache_artifacts():
+    """The on-disk compile cache (generated kernels, compiled objects) as bytes, to carry to another
+    machine or process: `(artifact_bytes, info)`, as torch.compiler.save_cache_artifacts;
+    None where the cache is empty. `info` lists the files."""
+    root = _cache_dir()
+    if not os.path.isdir(root):
+        return None
+    buf = io.BytesIO()
+    names = []
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        for dirpath, _, files in os.walk(root):
+            for f in sorted(files):
+                path = os.path.join(dirpath, f)
+                rel = os.path.relpath(path, root)
+                tar.add(path, arcname=rel, recursive=False)
+                names.append(rel)
+    if not names:
+        return None
+    return buf.getvalue(), {"files": names, "cache_dir": root}
+
+
+def load_cache_artifacts(artifact_bytes):
+    """Unpack what save_cache_artifacts returned into this process's compile cache: later compiles
+    of the same graphs load their code from it. Returns the info (the files written)."""
+    root = _cache_dir()
+    os.makedirs(root, mode=0o700, exist_ok=True)
+    names = []
+    with tarfile.open(fileobj=io.BytesIO(artifact_bytes), mode="r:gz") as tar:
+        for member in tar.getmembers():
+            target = os.path.realpath(os.path.join(root, member.name))
+            if not member.isfile() or not target.startswith(os.path.realpath(root) + os.sep):
+                raise ValueError(f"load_cache_artifacts: unexpected entry {member.name!r} in the artifacts")
+            os.makedirs(os.path.dirname(target), mode=0o700, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=os.path.dirname(target))  # private (0600), then renamed over
+            with os.fdopen(fd, "wb") as out:
+                out.write(tar.extractfile(member).read())
+            os.replace(tmp, target)
+            names.append(member.name)
+    return {"files": names, "cache_dir": root}
