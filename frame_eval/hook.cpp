@@ -307,6 +307,8 @@ CompileOutcome compile_frame(ExtraState& extra, const ff_frame_info& info, const
     extra.autocast_noted = true;
     return CompileOutcome::Native;
   }
+  // framefuse.disable(fn, recursive=False): fn's own frame runs natively, what it calls is compiled
+  if (info.func && framefuse_frame_disabled(info.func)) return mark_native(extra, "framefuse.disable(recursive=False)");
   auto t0 = std::chrono::steady_clock::now();
   if (extra.frame_id < 0) extra.frame_id = g_next_frame_id++;
   int compile_id = extra.compiles++;

@@ -110,11 +110,18 @@ bool function_named(PyObject* fn, std::initializer_list<std::string_view> names,
          std::find(modules.begin(), modules.end(), mod) != modules.end();
 }
 
-bool torch_disable_marked(PyObject* fn) {
+namespace {
+bool function_flag(PyObject* fn, const char* name) {
   PyObject** dict = _PyObject_GetDictPtr(fn);
-  PyObject* flag = dict && *dict ? PyDict_GetItemString(*dict, "_torchdynamo_disable") : nullptr;  // borrowed
+  PyObject* flag = dict && *dict ? PyDict_GetItemString(*dict, name) : nullptr;  // borrowed
   return flag && PyObject_IsTrue(flag) == 1;
 }
+}  // namespace
+
+bool torch_disable_marked(PyObject* fn) { return function_flag(fn, "_torchdynamo_disable"); }
+
+bool marked_constant_result(PyObject* fn) { return function_flag(fn, "_dynamo_marked_constant"); }
+bool framefuse_frame_disabled(PyObject* fn) { return function_flag(fn, "_framefuse_disable_frame"); }
 
 bool torch_compile_wrapper(PyObject* fn) {
   PyObject** dict = _PyObject_GetDictPtr(fn);

@@ -35,4 +35,12 @@ bool torch_disable_marked(PyObject* fn);
 // `_torchdynamo_orig_callable`, and is not a disable wrapper): torch compiles its calls.
 bool torch_compile_wrapper(PyObject* fn);
 
+// Whether torch.compiler.assume_constant_result / framefuse.compiler.assume_constant_result marked
+// `fn` (it carries `_dynamo_marked_constant`): its result is taken as a constant while tracing.
+bool marked_constant_result(PyObject* fn);
+
+// Whether framefuse.disable(fn, recursive=False) marked `fn` (`_framefuse_disable_frame`): its own
+// frame runs natively (a call from compiled code breaks the graph), the frames it calls compile.
+bool framefuse_frame_disabled(PyObject* fn);
+
 }  // namespace ff

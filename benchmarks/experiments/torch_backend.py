@@ -82,7 +82,9 @@ def main(argv=None):
         torch.backends.cudnn.allow_tf32 = False
     print(f"torch {torch.__version__}, device {args.device}"
           + (f" ({torch.cuda.get_device_name()})" if args.device == "cuda" else f", {torch.get_num_threads()} threads"))
-    print("model     mode   | eager ms | tc-inductor first s / ms | tc-framefuse first s / ms | framefuse first s / ms | ok")
+    print("model     mode   | eager ms | tc-inductor first s / ms | tc-framefuse first s / ms | framefuse first s / ms | ok"
+          "\n(tc-inductor: torch.compile(backend=\"inductor\"); tc-framefuse: torch.compile(backend=\"framefuse\"); "
+          "framefuse: framefuse.compile)")
     for name in args.models.split(","):
         model, inputs = models(args.device)[name]
         model = model.to(args.device)
@@ -94,12 +96,26 @@ def main(argv=None):
             for how in ("inductor", "framefuse", "ff"):
                 torch._dynamo.reset()
                 framefuse.reset()
+                # NB: every contender compiles cold: framefuse's in-memory and on-disk caches too
+                framefuse._C.inductor.clear_memory_cache()
+                framefuse.config.cache_dir = tempfile.mkdtemp(prefix="ff-cache-")
+                made = []
                 if how == "ff":
                     compiled = framefuse.compile(model)
+                elif how == "framefuse":
+                    # NB: framefuse.fx.backend is what backend="framefuse" resolves to; kept to
+                    # report Dynamo graphs framefuse could not take (they run as captured)
+                    def backend(gm, example_inputs, **kw):
+                        made.append(framefuse.fx.backend(gm, example_inputs, **kw))
+                        return made[-1]
+                    compiled = torch.compile(model, backend=backend)
                 else:
                     compiled = torch.compile(model, backend=how)
                 out, first, ms = first_and_steady(compiled, inputs, args.calls, train)
                 ok = ok and close(out, ref)
+                fallbacks = [c.fallback_reason for c in made if c.fallback_reason]
+                if fallbacks:
+                    print(f"  {name}: {len(fallbacks)} of {len(made)} Dynamo graphs ran as captured: {fallbacks[0][:300]}")
                 row.append(f"{first:7.2f} / {ms:8.3f}")
             mode = "train" if train else "infer"
             print(f"{name:9s} {mode:6s} | {eager_ms:8.3f} | {row[0]:>24s} | {row[1]:>25s} | {row[2]:>22s} | {ok}",

@@ -65,11 +65,17 @@ def check_mode_and_options(mode, options, builtin=True):
 
 
 def disable(fn=None, recursive=True):
-    """Run `fn`, and everything it calls, natively (as a decorator or a function)."""
-    if not recursive:
-        raise NotImplementedError("framefuse.disable(recursive=False) is not supported yet")
+    """Run `fn`, and everything it calls, natively (as a decorator or a function). With
+    `recursive=False` only `fn`'s own frame runs natively: the functions it calls are compiled
+    where compiled code calls `fn` (as torch.compiler.disable(fn, recursive=False))."""
     if fn is None:
-        return disable
+        return functools.partial(disable, recursive=recursive)
+    if not recursive:
+        func = getattr(fn, "__func__", fn)
+        if not hasattr(func, "__code__"):
+            raise TypeError(f"framefuse.disable(recursive=False) expects a Python function, not {type(fn).__name__}")
+        func._framefuse_disable_frame = True
+        return fn
     if not callable(fn):
         raise TypeError(f"framefuse.disable expects a callable, not {type(fn).__name__}")
     return _wraps(_C._disable_callable(fn), fn)

@@ -19,7 +19,7 @@ from .backends import list_backends
 from .compile import compile, disable, reset  # noqa: A004
 
 __all__ = ["compile", "reset", "disable", "is_compiling", "is_dynamo_compiling", "list_backends", "set_stance",
-           "cudagraph_mark_step_begin", "save_cache_artifacts", "load_cache_artifacts"]
+           "assume_constant_result", "cudagraph_mark_step_begin", "save_cache_artifacts", "load_cache_artifacts"]
 
 _STANCES = ("default", "force_eager", "eager_on_recompile", "fail_on_recompile")
 
@@ -31,6 +31,15 @@ def is_compiling():
 
 
 is_dynamo_compiling = is_compiling
+
+
+def assume_constant_result(fn):
+    """Mark `fn` as returning a constant, as torch.compiler.assume_constant_result: where compiled
+    code calls it with constant arguments, it is called once while tracing and its result is built
+    into the compiled code, without a guard (a later change of what it returns is not seen). A
+    tensor result, or non-constant arguments, trace it as usual. torch's own mark works too."""
+    fn._dynamo_marked_constant = True
+    return fn
 
 
 class set_stance:  # noqa: N801  (torch's name; a function, a context manager and a decorator)

@@ -217,10 +217,23 @@ def _has_fx_node(v):
 _NO_OPS = {getattr(torch._C, "_log_api_usage_once", None)} - {None}
 
 
+# Tensor dunder methods as Dynamo may record them (call_method "__eq__"): the operator function,
+# with the operands swapped for reflected ones.
+_REFLECTED = {"__radd__": operator.add, "__rsub__": operator.sub, "__rmul__": operator.mul,
+              "__rtruediv__": operator.truediv, "__rfloordiv__": operator.floordiv, "__rpow__": operator.pow,
+              "__rmod__": operator.mod, "__rand__": operator.and_, "__ror__": operator.or_, "__rxor__": operator.xor,
+              "__rmatmul__": operator.matmul, "__rlshift__": operator.lshift, "__rrshift__": operator.rshift}
+
+
 def _convert_call(g, node, args, kwargs):
     target = node.target
     if target in _NO_OPS:
         return None
+    if node.op == "call_method" and target.startswith("__") and target.endswith("__") and not kwargs:
+        if target in _REFLECTED and len(args) == 2:
+            return _convert_function(g, _REFLECTED[target], (args[1], args[0]), {})
+        if hasattr(operator, target):
+            return _convert_function(g, getattr(operator, target), args, {})
     if node.op == "call_method":
         if args and isinstance(args[0], _C.graph.Node) and target in _SIZE_METHODS and not kwargs:
             return _tensor_query(args[0], target, args[1:])
@@ -230,6 +243,10 @@ def _convert_call(g, node, args, kwargs):
         if fn is None:
             raise FxUnsupported(f"torch.Tensor has no method {target!r}")
         return g.call(fn, *args, **kwargs)
+    return _convert_function(g, target, args, kwargs)
+
+
+def _convert_function(g, target, args, kwargs):
     if target in _ATEN_SIZE_OPS and isinstance(args[0], _C.graph.Node):
         return _tensor_query(args[0], _ATEN_SIZE_OPS[target], args[1:])
     if target is getattr and isinstance(args[0], _C.graph.Node):

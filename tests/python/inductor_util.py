@@ -38,6 +38,27 @@ def tolerance(dtype):
     return dict(atol=0, rtol=0)
 
 
+def check_steps(model, compiled, x, eager, steps=2):
+    """`compiled` (a compile of `model`) against `eager` (a copy of `model` before it ran): eval-mode
+    inference, then `steps` training steps (the loss, every gradient, the buffers such as BatchNorm's
+    running statistics), within tolerance(float32)."""
+    tol = tolerance(torch.float32)
+    model.eval(), eager.eval()
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(x), eager(x), **tol)
+    model.train(), eager.train()
+    for _ in range(steps):
+        for m in (model, eager):
+            m.zero_grad(set_to_none=True)
+        loss, want = compiled(x).square().mean(), eager(x).square().mean()
+        loss.backward(), want.backward()
+        torch.testing.assert_close(loss, want, **tol)
+        for (n, p), q in zip(model.named_parameters(), eager.parameters()):
+            torch.testing.assert_close(p.grad, q.grad, **tol, msg=lambda m: f"grad of {n}: {m}")
+        for b, c in zip(model.buffers(), eager.buffers()):
+            torch.testing.assert_close(b, c, **tol)
+
+
 def check(fn, inputs, compiled=True, scale=1.0):
     """Compiles fn's graph, runs it on `inputs` and compares every output with the reference
     runner (eager): values within tolerance, same dtype, shape and strides."""

@@ -239,3 +239,22 @@ class GPT(nn.Module):
 
 def mlp_128_256_10():
     return nn.Sequential(nn.Linear(128, 256), nn.ReLU(), nn.Linear(256, 10))
+
+
+class SDPABlock(nn.Module):
+    """A pre-norm transformer block (causal scaled_dot_product_attention, MLP), as nanoGPT writes one."""
+
+    def __init__(self, dim, heads):
+        super().__init__()
+        self.heads = heads
+        self.ln1, self.ln2 = nn.LayerNorm(dim), nn.LayerNorm(dim)
+        self.qkv, self.proj = nn.Linear(dim, 3 * dim), nn.Linear(dim, dim)
+        self.mlp = nn.Sequential(nn.Linear(dim, 4 * dim), nn.GELU(), nn.Linear(4 * dim, dim))
+
+    def forward(self, x):
+        b, t, c = x.shape
+        q, k, v = self.qkv(self.ln1(x)).split(c, dim=2)
+        q, k, v = (z.view(b, t, self.heads, c // self.heads).transpose(1, 2) for z in (q, k, v))
+        a = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.proj(a.transpose(1, 2).contiguous().view(b, t, c))
+        return x + self.mlp(self.ln2(x))

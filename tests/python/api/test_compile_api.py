@@ -357,3 +357,33 @@ def test_a_compiled_module_saves_and_loads(tmp_path):
     assert type(loaded).__call__ is not torch.nn.Module.__call__   # still compiled
     assert torch.equal(loaded(x), want) and torch.equal(loaded(x), mod(x))
     assert loaded.state_dict().keys() == mod.state_dict().keys()
+
+
+def _leaf(x):
+    return x.sin() * 2
+
+
+native_seen = []
+
+
+@framefuse.disable(recursive=False)
+def _helper(x):
+    native_seen.append(framefuse.compiler.is_compiling())
+    return _leaf(x) + 1
+
+
+def test_disable_not_recursive_runs_only_its_own_frame_natively():
+    # as torch.compiler.disable(fn, recursive=False): the call breaks the graph, the function's own
+    # frame runs natively, and what it calls is compiled
+    native_seen.clear()
+    x = torch.randn(5)
+    fn = framefuse.compile(lambda t: _helper(t * 3) - 1)
+    for _ in range(2):
+        assert torch.allclose(fn(x), (x * 3).sin() * 2)
+    assert native_seen == [False, False]
+    assert framefuse._C._code_cache_info(_leaf.__code__)["entries"] == 1  # _leaf compiled
+    helper = framefuse._C._code_cache_info(_helper.__code__)
+    assert helper["entries"] == 0 and helper["skip_reason"] == "framefuse.disable(recursive=False)", helper
+    report = framefuse.explain(lambda t: _helper(t * 3) - 1)(x)
+    assert any("[FF0023]" in b.reason and "_helper" in b.reason for b in report.break_reasons), report.break_reasons
+

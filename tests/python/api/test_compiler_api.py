@@ -22,7 +22,8 @@ def stats():
 
 def test_torch_compiler_names_are_there():
     for name in ("compile", "reset", "disable", "is_compiling", "is_dynamo_compiling", "list_backends", "set_stance",
-                 "cudagraph_mark_step_begin", "save_cache_artifacts", "load_cache_artifacts"):
+                 "assume_constant_result", "cudagraph_mark_step_begin", "save_cache_artifacts",
+                 "load_cache_artifacts"):
         assert callable(getattr(compiler, name)), name
     assert compiler.compile is framefuse.compile and "inductor" in compiler.list_backends()
 
@@ -86,6 +87,49 @@ def test_unknown_stance_lists_valid_ones():
     with pytest.raises(ValueError, match="Valid stances: default, force_eager, eager_on_recompile, fail_on_recompile"):
         compiler.set_stance("sometimes")
     assert framefuse.config.stance == "default"
+
+
+SCALES = {"a": 2.0, "b": 3.0}
+scale_calls = []
+
+
+def _scale_for(name):
+    scale_calls.append(name)
+    return SCALES[name]
+
+
+@pytest.mark.parametrize("marker", ["framefuse", "torch"])
+def test_assume_constant_result_is_called_while_tracing_only(marker):
+    if marker == "torch" and not hasattr(getattr(torch, "compiler", None), "assume_constant_result"):
+        pytest.skip("torch.compiler.assume_constant_result (torch >= 2.1)")
+    mark = compiler.assume_constant_result if marker == "framefuse" else torch.compiler.assume_constant_result
+    scale_for = mark(lambda name: _scale_for(name))
+
+    def f(x):
+        return x * scale_for("a") + scale_for(name="b")
+
+    fn = framefuse.compile(f, fullgraph=True)  # NB: no break: the calls became constants
+    x = torch.randn(4)
+    scale_calls.clear()
+    assert torch.equal(fn(x), x * 2.0 + 3.0) and scale_calls == ["a", "b"]
+    SCALES["a"] = 5.0
+    try:
+        # as torch's: no guard on the result, the compiled code keeps the traced value
+        assert torch.equal(fn(x), x * 2.0 + 3.0) and scale_calls == ["a", "b"]
+    finally:
+        SCALES["a"] = 2.0
+
+
+def test_assume_constant_result_of_a_tensor_is_traced():
+    @compiler.assume_constant_result
+    def offset(x):
+        return x.sum()  # tensor arguments: not a constant, traced as usual
+
+    x = torch.randn(5)
+    fn = framefuse.compile(lambda t: t - offset(t), fullgraph=True)
+    assert torch.allclose(fn(x), x - x.sum())
+    y = torch.randn(5)
+    assert torch.allclose(fn(y), y - y.sum())
 
 
 def test_cudagraph_mark_step_begin_is_callable_anywhere():

@@ -2,6 +2,7 @@
 framefuse is a torch.compile backend (`torch.compile(model, backend="framefuse")`); backend names
 and register_backend as torch's; options validated. The differential tests run code nobody here
 wrote: the codegen fuzzer's random programs and transformers models, each against eager."""
+import operator
 import os
 import sys
 
@@ -11,6 +12,7 @@ import torch
 import framefuse
 import framefuse.fx
 import inductor_util as iu
+from interp_models import SDPABlock
 
 pytestmark = pytest.mark.usefixtures("fresh_framefuse")
 
@@ -104,6 +106,30 @@ def test_to_fx_round_trips_every_captured_node():
     assert gm.framefuse_graph is graph
 
 
+def test_fx_graphs_as_other_torch_versions_record_them():
+    # torch 2.11's Dynamo records `x == 0` as call_method __eq__, `1 - x` as __rsub__; sizes through
+    # call_method size and getattr; a constant tensor through get_attr
+    from torch import fx
+    g = fx.Graph()
+    x = g.placeholder("x")
+    eq = g.call_method("__eq__", (x, 0))
+    rsub = g.call_method("__rsub__", (x, 1))
+    n = g.call_method("size", (x, 0))
+    shape = g.call_function(getattr, (x, "shape"))
+    rows = g.call_function(operator.getitem, (shape, 1))
+    scaled = g.call_function(operator.mul, (rsub, g.call_function(operator.add, (n, rows))))
+    const = g.get_attr("scale")
+    g.output((eq, g.call_function(torch.add, (scaled, const))))
+    root = torch.nn.Module()
+    root.register_buffer("scale", torch.tensor([0.5, 1.5, 2.5]))
+    gm = fx.GraphModule(root, g)
+    t = torch.tensor([[0.0, 1.0, 2.0], [3.0, 0.0, -1.0]])
+    compiled = framefuse.fx.backend(gm, [t])
+    got, want = compiled(t), gm(t)
+    assert compiled.fallback_reason is None and compiled.compiles == 1
+    assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
+
+
 # ---- backend names ------------------------------------------------------------------------------------
 
 def test_register_backend_forms_of_torch():
@@ -189,31 +215,12 @@ def _compile(model, **kwargs):
     return torch.compile(model, backend=backend, **kwargs), made
 
 
-class _Block(torch.nn.Module):
-    """A pre-norm transformer block (causal attention, MLP), as nanoGPT writes one."""
-
-    def __init__(self, dim, heads):
-        super().__init__()
-        self.heads = heads
-        self.ln1, self.ln2 = torch.nn.LayerNorm(dim), torch.nn.LayerNorm(dim)
-        self.qkv, self.proj = torch.nn.Linear(dim, 3 * dim), torch.nn.Linear(dim, dim)
-        self.mlp = torch.nn.Sequential(torch.nn.Linear(dim, 4 * dim), torch.nn.GELU(), torch.nn.Linear(4 * dim, dim))
-
-    def forward(self, x):
-        b, t, c = x.shape
-        q, k, v = self.qkv(self.ln1(x)).split(c, dim=2)
-        q, k, v = (z.view(b, t, self.heads, c // self.heads).transpose(1, 2) for z in (q, k, v))
-        a = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
-        x = x + self.proj(a.transpose(1, 2).contiguous().view(b, t, c))
-        return x + self.mlp(self.ln2(x))
-
-
 def _models():
     torch.manual_seed(0)
     mlp = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.LayerNorm(32), torch.nn.Linear(32, 4))
     conv = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.BatchNorm2d(8), torch.nn.ReLU(),
                                torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(), torch.nn.Linear(8, 3))
-    attn = _Block(16, 4)
+    attn = SDPABlock(16, 4)
     return {"mlp": (mlp, torch.randn(8, 16)), "conv": (conv, torch.randn(2, 3, 8, 8)),
             "attn": (attn, torch.randn(2, 5, 16))}
 
@@ -225,21 +232,7 @@ def test_torch_compile_backend_inference_and_training_match_eager(name):
     import copy
     eager = copy.deepcopy(model)
     compiled, made = _compile(model)
-    tol = iu.tolerance(torch.float32)
-    model.eval(), eager.eval()
-    with torch.no_grad():
-        torch.testing.assert_close(compiled(x), eager(x), **tol)
-    model.train(), eager.train()
-    for _ in range(2):  # a training step: the loss, every gradient, BatchNorm's running statistics
-        for m in (model, eager):
-            m.zero_grad(set_to_none=True)
-        loss, want = compiled(x).square().mean(), eager(x).square().mean()
-        loss.backward(), want.backward()
-        torch.testing.assert_close(loss, want, **tol)
-        for (n, p), q in zip(model.named_parameters(), eager.parameters()):
-            torch.testing.assert_close(p.grad, q.grad, **tol, msg=lambda m: f"grad of {n}: {m}")
-        for b, c in zip(model.buffers(), eager.buffers()):
-            torch.testing.assert_close(b, c, **tol)
+    iu.check_steps(model, compiled, x, eager)
     assert made and all(c.fallback_reason is None and c.compiles >= 1 for c in made), \
         [c.fallback_reason for c in made]
 
