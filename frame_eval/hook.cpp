@@ -2,6 +2,7 @@
 #include "frame_eval/hook.h"
 
 #include <algorithm>
+#include <fstream>
 #include <chrono>
 #include <string>
 
@@ -81,12 +82,28 @@ std::string code_location(PyCodeObject* code) {
 
 namespace {
 
+// Line `lineno` of source file `filename`, without its indentation; empty where it cannot be read
+// (code made from a string, a file gone since). Cold: read once per logged break.
+std::string source_line(const std::string& filename, int lineno) {
+  std::ifstream in(filename);
+  std::string line;
+  for (int i = 0; i < lineno && std::getline(in, line); ++i) {
+  }
+  if (!in || lineno <= 0) return "";
+  size_t start = line.find_first_not_of(" \t");
+  return start == std::string::npos ? "" : line.substr(start);
+}
+
 std::string break_text(const BreakInfo& b) {
   std::string out = b.reason.empty() ? std::string("unsupported construct") : b.reason;
   if (!b.id.empty()) out = "[" + b.id + "] " + out;
   if (!b.explanation.empty()) out += "\n  " + b.explanation;
   if (!b.hint.empty()) out += "\n  Hint: " + b.hint;
-  if (!b.filename.empty()) out += "\n  at " + b.filename + ":" + std::to_string(b.lineno);
+  if (!b.filename.empty()) {
+    out += "\n  at " + b.filename + ":" + std::to_string(b.lineno);
+    std::string line = source_line(b.filename, b.lineno);
+    if (!line.empty()) out += "\n      " + line;
+  }
   for (const std::string& frame : b.user_stack) out += "\n    " + frame;
   return out;
 }
@@ -115,7 +132,9 @@ void log_recompile(ExtraState& extra, PyCodeObject* code, const FrameValues& val
   for (size_t i = 0; i < entries.size(); ++i) {
     std::vector<std::string> fails = entries[i]->runner->guards().explain(values, !verbose);
     if (fails.empty()) fails.push_back("(compiled with other framefuse.compile options)");
-    for (const std::string& f : fails) msg += "\n    - " + std::to_string(i) + "/" + std::to_string(entries[i]->compile_id) + ": " + f;
+    // NB: labelled frame_id/compile_id of the entry, as torch's log labels it
+    for (const std::string& f : fails)
+      msg += "\n    - " + std::to_string(extra.frame_id) + "/" + std::to_string(entries[i]->compile_id) + ": " + f;
     if (!verbose) break;
   }
   log_emit(verbose ? LogArtifact::recompiles_verbose : LogArtifact::recompiles, msg);

@@ -518,6 +518,8 @@ def test_logs_name_the_split_and_show_the_generated_code(caplog):
     text = caplog.text
     assert text.count("(the frame is split): [FF0016] graph_break() called: framefuse.graph_break") == 1
     assert f"{__file__}:{logged.__code__.co_firstlineno + 2} in logged" in text
+    # the break's line of source under its location
+    assert f"at {__file__}:{logged.__code__.co_firstlineno + 2}\n      framefuse.graph_break()" in text
     assert text.count("GRAPH BREAK STUB at offset") == 1 and text.count("RESUME FUNCTION at offset") == 1
     assert "ORIGINAL BYTECODE" in text and f"__resume_logged_at_{logged.__code__.co_firstlineno + 2}" in text
     assert text.count("GRAPH for ") == 2

@@ -294,8 +294,25 @@ def test_recompiles_verbose_lists_every_entry(logs):
         f(torch.randn(2))
         f(torch.randn(3))
         f(torch.randn(4))
-    assert "0/1: L['x'].size()[0] == 3 (got 4)" in logs.text
-    assert "1/0: L['x'].size()[0] == 2 (got 4)" in logs.text
+    # each entry labelled frame_id/compile_id, as torch's log does
+    assert "- 0/1: L['x'].size()[0] == 3 (got 4)" in logs.text
+    assert "- 0/0: L['x'].size()[0] == 2 (got 4)" in logs.text
+
+
+def test_a_resume_function_recompile_is_labelled_with_its_own_frame(logs):
+    def f(x):
+        y = x * 2
+        framefuse.graph_break()
+        return y + x.shape[0]
+
+    fn = framefuse.compile(f, backend="eager", dynamic=False)
+    fn(torch.randn(3))
+    fn(torch.randn(4))
+    resume = [r.getMessage() for r in logs.records if "Recompiling function __resume_" in r.getMessage()]
+    assert len(resume) == 1
+    frame = int(resume[0].split("[", 1)[1].split("/", 1)[0])  # the tag: [frame_id/compile_id]
+    assert frame != _C._code_cache_info(f.__code__)["frame_id"]
+    assert f"- {frame}/0: L['x'].size()[0] == 3 (got 4)" in resume[0], resume[0]
 
 
 def test_two_threads_share_one_compiled_function():
