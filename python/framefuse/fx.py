@@ -74,7 +74,7 @@ _PYTHON_FNS |= {getattr(torch, name) for name in ("sym_int", "sym_float", "sym_m
                                                   "sym_ite") if hasattr(torch, name)}
 
 # Tensor queries answered from the traced metadata (the compile is for one set of shapes).
-_SIZE_METHODS = ("size", "dim", "ndimension", "stride", "numel", "nelement", "is_contiguous", "storage_offset")
+_SIZE_METHODS = ("size", "dim", "ndimension", "stride", "numel", "nelement", "is_contiguous")
 
 
 def _has_node(v):
@@ -110,6 +110,15 @@ def _tensor_query(node, name, args):
         return len(sizes)
     if name in ("numel", "nelement", "sym_numel"):
         return math.prod(sizes)
+    if name == "is_contiguous":  # torch's rule: row-major strides, dims of size 1 (and empty tensors) aside
+        expected = 1
+        for size, stride in reversed(list(zip(sizes, strides))):
+            if size == 0:
+                return True
+            if size != 1 and stride != expected:
+                return False
+            expected *= size
+        return True
     if name == "dtype":
         return getattr(torch, m["dtype"])
     if name == "device":

@@ -115,11 +115,12 @@ def test_fx_graphs_as_other_torch_versions_record_them():
     eq = g.call_method("__eq__", (x, 0))
     rsub = g.call_method("__rsub__", (x, 1))
     n = g.call_method("size", (x, 0))
+    contiguous = g.call_method("is_contiguous", (x,))
     shape = g.call_function(getattr, (x, "shape"))
     rows = g.call_function(operator.getitem, (shape, 1))
     scaled = g.call_function(operator.mul, (rsub, g.call_function(operator.add, (n, rows))))
     const = g.get_attr("scale")
-    g.output((eq, g.call_function(torch.add, (scaled, const))))
+    g.output((eq, g.call_function(torch.add, (scaled, const)), contiguous))
     root = torch.nn.Module()
     root.register_buffer("scale", torch.tensor([0.5, 1.5, 2.5]))
     gm = fx.GraphModule(root, g)
@@ -127,7 +128,11 @@ def test_fx_graphs_as_other_torch_versions_record_them():
     compiled = framefuse.fx.backend(gm, [t])
     got, want = compiled(t), gm(t)
     assert compiled.fallback_reason is None and compiled.compiles == 1
-    assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
+    assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1]) and got[2] is True
+    for t in (torch.randn(3, 2).t(), torch.randn(2, 6)[:, ::2], torch.randn(1, 3).expand(2, 3),
+              torch.empty(3, 0).t()):  # is_contiguous from the strides, as torch says
+        compiled = framefuse.fx.backend(gm, [t])
+        assert compiled(t)[2] == gm(t)[2] == t.is_contiguous() and compiled.fallback_reason is None
 
 
 # ---- backend names ------------------------------------------------------------------------------------
