@@ -6,7 +6,6 @@
 
 #include "frame_eval/interpreter_impl.h"
 #include "frame_eval/py_util.h"
-#include "frame_eval/torch_refs.h"
 #include "graph/meta_rules.h"
 #include "graph/op.h"
 #include "graph/op_registry.h"
@@ -344,27 +343,6 @@ bool is_compiling_function(PyObject* fn) {
                          "framefuse.compiler"});
 }
 
-// fn(*args, **kwargs) called now, when every argument is a constant; null where one is not, or the
-// call raised (the trace then inlines the function, and meets what it raises).
-Sym constant_result(PyObject* fn, const std::vector<Sym>& args, const KwArgs& kwargs) {
-  PyRef tuple = PyRef::steal(PyTuple_New(static_cast<Py_ssize_t>(args.size())));
-  PyRef kw = PyRef::steal(PyDict_New());
-  if (!tuple || !kw) return nullptr;
-  for (size_t i = 0; i < args.size(); ++i) {
-    PyObject* c = sym_to_const(args[i]);
-    if (!c) return PyErr_Clear(), nullptr;
-    PyTuple_SET_ITEM(tuple.get(), static_cast<Py_ssize_t>(i), c);
-  }
-  for (const auto& [name, v] : kwargs) {
-    PyRef c = PyRef::steal(sym_to_const(v));
-    if (!c || PyDict_SetItemString(kw.get(), name.c_str(), c.get()) < 0) return PyErr_Clear(), nullptr;
-  }
-  PyObject* r = PyObject_Call(fn, tuple.get(), kw.get());
-  if (!r) return PyErr_Clear(), nullptr;
-  if (is_tensor(r)) return Py_DECREF(r), nullptr;  // NB: constants of a graph are not tensors: traced instead
-  return make_const_steal(r);
-}
-
 // torch._dynamo.graph_break (a Python function doing nothing: inlined, it would be no break).
 bool is_torch_graph_break(PyObject* fn) { return function_named(fn, {"graph_break"}, {"torch._dynamo.decorators", "torch._dynamo"}); }
 
@@ -522,8 +500,7 @@ Sym SymbolicTracer::call_const(const Sym& fn, std::vector<Sym>& args, KwArgs& kw
     if (torch_disable_marked(o) || framefuse_frame_disabled(o)) brk(BreakKind::DisabledCall, qualname(o));
     if (torch_compile_wrapper(o)) brk(BreakKind::TorchCompiledCall, qualname(o));
     if (marked_constant_result(o) && !any_tensor) {
-      // assume_constant_result: called now with the (constant) arguments; its result is a constant
-      // of the compiled code, unguarded, as under torch.compile.
+      // assume_constant_result: its result is a constant of the compiled code, unguarded (torch's)
       if (Sym r = constant_result(o, args, kwargs)) return r;
     }
     return call_python_function(o, fn->source, std::move(args), std::move(kwargs));

@@ -4,6 +4,7 @@
 
 #include "frame_eval/interpreter_impl.h"
 #include "frame_eval/py_util.h"
+#include "frame_eval/torch_refs.h"
 
 namespace ff {
 
@@ -411,6 +412,27 @@ Sym SymbolicTracer::construct(PyObject* cls, std::vector<Sym> args, KwArgs kwarg
     brk(BreakKind::WrongArguments, std::string(t->tp_name) + "() takes no arguments");
   }
   return obj;
+}
+
+// fn(*args, **kwargs) called now, when every argument is a constant; null where one is not, or the
+// call raised (the trace then inlines the function, and meets what it raises).
+Sym constant_result(PyObject* fn, const std::vector<Sym>& args, const KwArgs& kwargs) {
+  PyRef tuple = PyRef::steal(PyTuple_New(static_cast<Py_ssize_t>(args.size())));
+  PyRef kw = PyRef::steal(PyDict_New());
+  if (!tuple || !kw) return nullptr;
+  for (size_t i = 0; i < args.size(); ++i) {
+    PyObject* c = sym_to_const(args[i]);
+    if (!c) return PyErr_Clear(), nullptr;
+    PyTuple_SET_ITEM(tuple.get(), static_cast<Py_ssize_t>(i), c);
+  }
+  for (const auto& [name, v] : kwargs) {
+    PyRef c = PyRef::steal(sym_to_const(v));
+    if (!c || PyDict_SetItemString(kw.get(), name.c_str(), c.get()) < 0) return PyErr_Clear(), nullptr;
+  }
+  PyObject* r = PyObject_Call(fn, tuple.get(), kw.get());
+  if (!r) return PyErr_Clear(), nullptr;
+  if (is_tensor(r)) return Py_DECREF(r), nullptr;  // NB: constants of a graph are not tensors: traced instead
+  return make_const_steal(r);
 }
 
 }  // namespace ff
