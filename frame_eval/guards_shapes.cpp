@@ -59,8 +59,11 @@ ShapeCheck::ShapeCheck(std::shared_ptr<const ShapeEnv> env, std::vector<Tensor> 
     if (symbol_pos_[s] < 0) symbol_pos_[s] = static_cast<int>(total + i);
   }
   total += ints_.size();
+  // NB: an unbacked symbol (a data-dependent output's size) has no input to read: no guard
+  // mentions it, and it stays unbound here.
   for (size_t k = 0; k < symbol_pos_.size(); ++k)
-    FF_CHECK(symbol_pos_[k] >= 0, "symbol " + env_->origin(static_cast<SymbolId>(k)) + " is no tensor's size or int's value");
+    FF_CHECK(symbol_pos_[k] >= 0 || env_->is_unbacked(static_cast<SymbolId>(k)),
+             "symbol " + env_->origin(static_cast<SymbolId>(k)) + " is no tensor's size or int's value");
   const std::vector<SymGuard>& guards = env_->guards();
   for (size_t i = 0; i < guards.size(); ++i) {
     exprs.push_back(guards[i].expr);
@@ -121,6 +124,7 @@ bool ShapeCheck::check(PyObject* const* slots, std::string* why) const {
     }
   }
   for (size_t k = 0; k < symbol_pos_.size(); ++k) {
+    if (symbol_pos_[k] < 0) continue;  // unbacked: 0, read by nothing
     bindings_[k] = sizes_[static_cast<size_t>(symbol_pos_[k])];
     if (bindings_[k] < 2) {
       if (why)

@@ -152,7 +152,13 @@ Sym SymbolicTracer::run_frame(Frame& f) {
     if (ins.handler == Handler::ReturnConst) return make_const(co_const(f, ins.arg));
     size_t depth_before = f.stack.size();
     int ip_before = f.ip;
-    step(f, ins);
+    try {
+      step(f, ins);
+    } catch (const UnbackedDecision& e) {
+      // A data-dependent output's size (config capture_dynamic_output_shape_ops) decided in a
+      // way only the run can: the graph ends before this instruction.
+      brk(BreakKind::DataDependentShape, e.what());
+    }
     if (f.suspended) return nullptr;  // a generator yielded: resumed by the next next()
     bool jumped = f.ip != ip_before + 1;
     bool check = !(ins.flags & kNoStackCheck) && ins.handler != Handler::ReturnGenerator &&
@@ -938,10 +944,11 @@ CaptureResult SymbolicTracer::trace() {
   output = OutputPlan{};
   out_.side_effects = std::move(effects);
   out_.num_memos = static_cast<int>(ob.memo_of.size());
-  if (shape_env_->num_symbols() > 0) {
-    // The int operands the kernels compute must fit in int64 on every call the entry serves.
+  if (shape_env_->num_symbols() > shape_env_->num_unbacked()) {
+    // The int operands the kernels compute must fit in int64 on every call the entry serves (NB:
+    // those of data-dependent sizes are computed by the run, which has their values).
     std::function<void(const Value&)> note_ints = [&](const Value& v) {
-      if (v.sym) shape_env_->add_evaluated(v.sym);
+      if (v.sym && !sym_has_unbacked(v.sym)) shape_env_->add_evaluated(v.sym);
       for (const Value& item : v.items) note_ints(item);
     };
     for (const Node& n : out_.graph.nodes())

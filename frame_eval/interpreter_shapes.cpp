@@ -10,6 +10,8 @@
 // Sizes 0 and 1 always specialise (broadcasting and emptiness depend on them), as torch's do.
 #include <Python.h>
 
+#include <algorithm>
+#include <numeric>
 #include <set>
 #include <string>
 #include <unordered_set>
@@ -91,14 +93,28 @@ void SymbolicTracer::make_dynamic(PyObject* tensor, const Source& src, TensorMet
   bool any = false;
   for (size_t d = 0; d < n; ++d) any |= !why[d].empty() && hints[d] >= 2;
   if (!any) return;
-  // NB: only contiguous tensors get symbols for now: their strides follow from the sizes. Another
-  // layout's strides need symbols of their own (a view of a larger buffer keeps its strides).
+  // NB: only dense tensors get symbols: contiguous ones, or (every size at least 2) a permutation
+  // of a contiguous buffer (a transpose, channels-last, nonzero's (n, dims) result): their strides
+  // follow from the sizes. Another layout's strides would need symbols of their own (a view of a
+  // larger buffer keeps its strides).
   // NB: exactly the contiguous strides, not torch's is_contiguous(): an empty tensor or a size-1
   // dimension may have any stride, which the symbolic strides would not describe.
+  std::vector<size_t> order(n);  // outermost first
+  std::iota(order.begin(), order.end(), 0);
   if (meta->strides.hints() != TensorMeta::contiguous_strides(meta->sizes).hints()) {
-    if (log_enabled(LogArtifact::dynamic))
-      log_emit(LogArtifact::dynamic, key + " stays static: it is not contiguous (stride " + meta->strides.str() + ")");
-    return;
+    std::vector<int64_t> strides = meta->strides.hints();
+    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return strides[a] > strides[b]; });
+    bool dense = std::all_of(hints.begin(), hints.end(), [](int64_t h) { return h >= 2; });
+    int64_t expected = 1;
+    for (size_t k = n; k-- > 0 && dense;) {
+      dense = strides[order[k]] == expected;
+      expected *= hints[order[k]];
+    }
+    if (!dense) {
+      if (log_enabled(LogArtifact::dynamic))
+        log_emit(LogArtifact::dynamic, key + " stays static: it is not dense (stride " + meta->strides.str() + ")");
+      return;
+    }
   }
   std::string note;
   for (size_t d = 0; d < n; ++d) {
@@ -107,7 +123,10 @@ void SymbolicTracer::make_dynamic(PyObject* tensor, const Source& src, TensorMet
     meta->sizes[d] = shape_env_->new_symbol(hints[d], origin);
     note += "\n    " + origin + " -> " + meta->sizes[d].str() + ": " + why[d];
   }
-  meta->strides = TensorMeta::contiguous_strides(meta->sizes);
+  SymShape ordered;
+  for (size_t d : order) ordered.push_back(meta->sizes[d]);
+  SymShape strides = TensorMeta::contiguous_strides(ordered);
+  for (size_t k = 0; k < n; ++k) meta->strides[order[k]] = strides[k];
   if (log_enabled(LogArtifact::dynamic)) log_emit(LogArtifact::dynamic, "symbolic sizes of " + key + ":" + note);
   else if (log_enabled(LogArtifact::recompiles)) log_emit(LogArtifact::recompiles, "dynamic from now on:" + note);
 }
@@ -249,6 +268,10 @@ bool symint_op(std::optional<OpId> op) {
 }
 
 Sym SymbolicTracer::size_of(const SymInt& v) {
+  // NB: a size only the run knows (a data-dependent output's) is not given to Python code: what
+  // it computes from it would need the value. The graph ends before the read.
+  if (sym_has_unbacked(v.expr()))
+    brk(BreakKind::DataDependentShape, "reads the size " + v.str() + " of a data-dependent output");
   if (v.is_symbolic()) ++symints_made_;
   return make_size(v);
 }

@@ -31,6 +31,9 @@ SymInt TensorMeta::numel() const {
 }
 
 bool TensorMeta::is_contiguous() const {
+  // Strides that are the contiguous ones as expressions are contiguous at every size, with no
+  // decision (a data-dependent size has no value to decide `numel() == 0` or `size == 1` by).
+  if (strides.same_as(contiguous_strides(sizes))) return true;
   if (numel() == 0) return true;
   SymInt expected = 1;
   for (int64_t d = dim() - 1; d >= 0; --d) {

@@ -62,8 +62,17 @@ SymShape broadcast_shapes(const SymShape& a, const SymShape& b) {
   size_t n = std::max(a.size(), b.size());
   SymShape out(n);
   for (size_t i = 0; i < n; ++i) {
-    SymInt da = i < n - a.size() ? SymInt(1) : a[i - (n - a.size())];
-    SymInt db = i < n - b.size() ? SymInt(1) : b[i - (n - b.size())];
+    // NB: a dimension only one side has, or the same size on both, needs no decision.
+    if (i < n - a.size() || i < n - b.size()) {
+      out[i] = i < n - a.size() ? b[i - (n - b.size())] : a[i - (n - a.size())];
+      continue;
+    }
+    SymInt da = a[i - (n - a.size())];
+    SymInt db = b[i - (n - b.size())];
+    if (da.same_as(db)) {
+      out[i] = da;
+      continue;
+    }
     if (da != db && da != 1 && db != 1)
       throw MetaError("The size of tensor a (" + std::to_string(da.hint()) + ") must match the size of tensor b (" +
                       std::to_string(db.hint()) + ") at non-singleton dimension " + std::to_string(i));
@@ -84,6 +93,8 @@ SymShape pointwise_output_strides(const SymShape& shape, const std::vector<const
                                   bool scalar_operand) {
   const int64_t ndim = static_cast<int64_t>(shape.size());
   if (ndim == 0) return {};
+  // NB: the layout only; a data-dependent size counts as >= 2 here, as under torch.compile.
+  SizeObliviousScope oblivious;
   // Fast setup: every operand has the full shape and they agree on a layout.
   bool same_shape = !inputs.empty() && !scalar_operand;
   for (const TensorMeta* t : inputs) same_shape = same_shape && t->sizes == shape;
@@ -104,7 +115,8 @@ SymShape pointwise_output_strides(const SymShape& shape, const std::vector<const
     SymShape s(static_cast<size_t>(ndim), 0);
     int64_t offset = ndim - t->dim();
     for (int64_t i = 0; i < t->dim(); ++i) {
-      if (t->sizes[i] == 1 && shape[offset + i] != 1) s[offset + i] = 0;
+      // NB: a dim of the result's own size is not broadcast (no decision: it may be data-dependent).
+      if (!t->sizes[i].same_as(shape[offset + i]) && t->sizes[i] == 1 && shape[offset + i] != 1) s[offset + i] = 0;
       else s[offset + i] = t->strides[i] * dtype_size(t->dtype);
     }
     sb.push_back(std::move(s));
@@ -473,6 +485,7 @@ SymShape infer_dense_strides(const TensorMeta& t) {
 }
 
 std::optional<SymShape> preserve_format_strides(const TensorMeta& t) {
+  SizeObliviousScope oblivious;  // NB: the layout only (see pointwise_output_strides)
   if (is_non_overlapping_and_dense(t)) return t.strides;
   return infer_dense_strides(t);
 }

@@ -23,6 +23,7 @@ struct Atom {
   Kind kind = Kind::Symbol;
   SymbolId symbol = -1;
   SymExprId a = 0, b = 0;
+  bool unbacked = false;  // Symbol: a size only the run knows (>= 0, never guarded)
 };
 using AtomId = uint32_t;
 
@@ -60,7 +61,7 @@ class Interner {
     return it->second;
   }
   AtomId intern(const Atom& a) {
-    std::vector<int64_t> key{static_cast<int64_t>(a.kind), a.symbol, a.a, a.b};
+    std::vector<int64_t> key{static_cast<int64_t>(a.kind), a.symbol, a.a, a.b, a.unbacked ? 1 : 0};
     std::lock_guard<std::mutex> lock(mu_);
     auto [it, added] = atom_ids_.emplace(std::move(key), static_cast<AtomId>(atoms_.size()));
     if (added) atoms_.push_back(a);
@@ -263,6 +264,10 @@ __int128 sat(__int128 v) { return v > kSat ? kSat : v < -kSat ? -kSat
 
 Range range_of(SymExprId e);
 
+thread_local bool g_size_oblivious = false;  // SizeObliviousScope
+
+bool treat_as_unbacked(const Atom& a) { return a.unbacked && !g_size_oblivious; }
+
 // a * b saturated at +-kSat without overflowing (|a|, |b| <= kSat).
 __int128 sat_mul(__int128 a, __int128 b) {
   if (a == 0 || b == 0) return 0;
@@ -276,7 +281,7 @@ Range atom_range(const Atom& a) {
   switch (a.kind) {
     case Atom::Kind::Symbol:
       r.has_lo = true;
-      r.lo = 2;
+      r.lo = treat_as_unbacked(a) ? 0 : 2;
       return r;
     case Atom::Kind::FloorDiv: {
       Range num = range_of(a.a), den = range_of(a.b);
@@ -323,20 +328,23 @@ Range poly_range(const Poly& p) {
 
 Range range_of(SymExprId e) { return poly_range(poly_of(e)); }
 
-// The range of a polynomial over symbols only, written over t = s - 2 >= 0: where every
-// non-constant coefficient of the expansion has one sign, the constant (its value with every symbol
-// at 2) bounds it. Settles what the monomials' own bounds do not: s1*s2 - s2 = 2 + 2*t1 + t2 + t1*t2.
+// The range of a polynomial over symbols only, written over t = s - lo >= 0 (lo: 2, or 0 for an
+// unbacked symbol): where every non-constant coefficient of the expansion has one sign, the
+// constant (its value with every symbol at its least) bounds it. Settles what the monomials' own
+// bounds do not: s1*s2 - s2 = 2 + 2*t1 + t2 + t1*t2.
 Range shifted_range(const Poly& p) {
   std::map<Monomial, __int128> out{{Monomial{}, p.constant}};
   for (const Term& t : p.terms) {
     std::map<Monomial, __int128> acc{{Monomial{}, t.coeff}};
     for (auto [atom, k] : t.mono) {
-      if (interner().atom(atom).kind != Atom::Kind::Symbol || k > 16) return Range{};
-      // (2 + t)^k = sum over j of C(k, j) * 2^(k - j) * t^j
+      const Atom& a = interner().atom(atom);
+      if (a.kind != Atom::Kind::Symbol || k > 16) return Range{};
+      const bool zero = treat_as_unbacked(a);  // least value 0, else 2
+      // (lo + t)^k = sum over j of C(k, j) * lo^(k - j) * t^j
       std::map<Monomial, __int128> next;
       __int128 binom = 1;
       for (uint32_t j = 0; j <= k; ++j) {
-        __int128 c = binom << (k - j);
+        __int128 c = zero ? (j == k ? binom : 0) : binom << (k - j);
         for (const auto& [m, v] : acc) {
           Monomial mm = m;
           if (j) mm.push_back({atom, j});  // NB: a term's atoms come in ascending order: mm stays sorted
@@ -411,6 +419,15 @@ bool holds(int64_t v, SymRel rel) {
 
 thread_local ShapeEnv* g_current_env = nullptr;
 
+bool has_unbacked(const Poly& p) {
+  for (const Term& t : p.terms)
+    for (auto [atom, k] : t.mono) {
+      const Atom& a = interner().atom(atom);
+      if (a.kind == Atom::Kind::Symbol ? a.unbacked : has_unbacked(poly_of(a.a)) || has_unbacked(poly_of(a.b))) return true;
+    }
+  return false;
+}
+
 // Decides `a - b REL 0`, recording the outcome as a guard when it depends on the hints.
 bool compare(const SymInt& a, const SymInt& b, SymRel rel) {
   if (!a.is_symbolic() && !b.is_symbolic()) return holds(a.hint() - b.hint(), rel);
@@ -419,6 +436,10 @@ bool compare(const SymInt& a, const SymInt& b, SymRel rel) {
     case Decided::True: return true;
     case Decided::False: return false;
     case Decided::Unknown: break;
+  }
+  if (has_unbacked(d)) {
+    throw UnbackedDecision("deciding " + a.str() + " " + sym_rel_str(rel) + " " + b.str() +
+                           " needs the value of a size only the run knows (a data-dependent output)");
   }
   bool result = holds(a.hint() - b.hint(), rel);
   ShapeEnv* env = ShapeEnv::current();
@@ -455,7 +476,7 @@ std::string poly_str(const Poly& p, NameFn&& name);
 template <class NameFn>
 std::string atom_str(const Atom& a, NameFn&& name) {
   switch (a.kind) {
-    case Atom::Kind::Symbol: return name(a.symbol);
+    case Atom::Kind::Symbol: return a.unbacked ? "u" + std::to_string(a.symbol) : name(a.symbol);
     case Atom::Kind::FloorDiv: return "((" + poly_str(poly_of(a.a), name) + ") // " + poly_str(poly_of(a.b), name) + ")";
     case Atom::Kind::Mod: return "((" + poly_str(poly_of(a.a), name) + ") % " + poly_str(poly_of(a.b), name) + ")";
   }
@@ -509,14 +530,15 @@ int64_t eval_poly(const Poly& p, const std::vector<int64_t>& bindings) {
   return checked(v);
 }
 
-void collect_symbols(const Poly& p, std::vector<SymbolId>* out) {
+void collect_symbols(const Poly& p, std::vector<SymbolId>* out, bool only_unbacked = false) {
   for (const Term& t : p.terms)
     for (auto [atom, k] : t.mono) {
       const Atom& a = interner().atom(atom);
-      if (a.kind == Atom::Kind::Symbol) out->push_back(a.symbol);
-      else {
-        collect_symbols(poly_of(a.a), out);
-        collect_symbols(poly_of(a.b), out);
+      if (a.kind == Atom::Kind::Symbol) {
+        if (a.unbacked || !only_unbacked) out->push_back(a.symbol);
+      } else {
+        collect_symbols(poly_of(a.a), out, only_unbacked);
+        collect_symbols(poly_of(a.b), out, only_unbacked);
       }
     }
 }
@@ -536,6 +558,11 @@ const char* sym_rel_str(SymRel r) {
 // ---- SymInt ------------------------------------------------------------------------------------
 
 SymInt SymInt::symbol(SymbolId id, int64_t hint) { return of_expr(sym_of_symbol(id), hint); }
+
+SymInt SymInt::unbacked(SymbolId id, int64_t hint) {
+  if (id < 0) throw std::logic_error("symint: negative symbol id");
+  return of_expr(intern_poly(atom_poly(Atom{Atom::Kind::Symbol, id, 0, 0, true})), hint);
+}
 
 SymInt SymInt::of_expr(SymExprId e, int64_t hint) {
   int64_t c = 0;
@@ -642,6 +669,16 @@ int64_t sym_evaluate(SymExprId e, const std::vector<int64_t>& bindings) { return
 
 std::string sym_str(SymExprId e) { return poly_str(poly_of(e), symbol_name); }
 
+bool sym_has_unbacked(SymExprId e) { return e != 0 && has_unbacked(poly_of(e)); }
+
+std::vector<SymbolId> sym_unbacked_symbols(SymExprId e) {
+  std::vector<SymbolId> out;
+  if (e != 0) collect_symbols(poly_of(e), &out, /*only_unbacked=*/true);
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
+
 bool sym_constant(SymExprId e, int64_t* value) {
   const Poly& p = poly_of(e);
   if (!p.terms.empty()) return false;
@@ -666,13 +703,15 @@ SymInt sym_specialize(const SymInt& x, const std::vector<int64_t>& bindings) {
 
 SymInt sym_substitute(const SymInt& x, const std::vector<std::pair<SymbolId, SymInt>>& values) {
   if (!x.is_symbolic()) return x;
+  const std::vector<SymbolId> unbacked = sym_unbacked_symbols(x.expr());
   using K = SymProgram::Op::Kind;
   SymInt r = SymProgram::fold<SymInt>(
       x.expr(), [](int64_t c) { return SymInt(c); },
       [&](SymbolId id) {
         auto it = std::find_if(values.begin(), values.end(), [&](const auto& v) { return v.first == id; });
         // NB: hints only steer decisions, and arithmetic decides nothing: the result takes x's hint.
-        return it != values.end() ? it->second : SymInt::symbol(id, 2);
+        if (it != values.end()) return it->second;
+        return std::find(unbacked.begin(), unbacked.end(), id) != unbacked.end() ? SymInt::unbacked(id, 2) : SymInt::symbol(id, 2);
       },
       [](K kind, const SymInt& a, const SymInt& b) {
         switch (kind) {
@@ -778,7 +817,19 @@ SymInt ShapeEnv::new_symbol(int64_t hint, std::string origin) {
   auto id = static_cast<SymbolId>(origins_.size());
   origins_.push_back(std::move(origin));
   hints_.push_back(hint);
+  unbacked_.push_back(false);
   return SymInt::symbol(id, hint);
+}
+
+SymInt ShapeEnv::new_unbacked(std::string origin) {
+  auto id = static_cast<SymbolId>(origins_.size());
+  // NB: a hint no decision reads (deciding throws UnbackedDecision); typing on meta tensors sizes
+  // them by it, so it is large and unlike the sizes users write.
+  int64_t hint = kUnbackedHint + 2 * static_cast<int64_t>(num_unbacked_++);
+  origins_.push_back(std::move(origin));
+  hints_.push_back(hint);
+  unbacked_.push_back(true);
+  return SymInt::unbacked(id, hint);
 }
 
 void ShapeEnv::add_evaluated(SymExprId e) {
@@ -849,6 +900,9 @@ std::string ShapeEnv::expr_str(SymExprId e) const {
 }
 
 ShapeEnv* ShapeEnv::current() { return g_current_env; }
+
+SizeObliviousScope::SizeObliviousScope() : previous_(g_size_oblivious) { g_size_oblivious = true; }
+SizeObliviousScope::~SizeObliviousScope() { g_size_oblivious = previous_; }
 
 ShapeEnvScope::ShapeEnvScope(ShapeEnv* env) : previous_(g_current_env) { g_current_env = env; }
 ShapeEnvScope::~ShapeEnvScope() { g_current_env = previous_; }

@@ -15,6 +15,11 @@
 // recorded as guards in the active ShapeEnv; with no ShapeEnv active, deciding one throws
 // SymbolicSpecialization (the caller specialises the graph to concrete sizes instead).
 //
+// Unbacked symbols (u0, u1 ...) are sizes no input has: an op's output whose size depends on its
+// operands' values (nonzero, masked_select, unique ...; config capture_dynamic_output_shape_ops).
+// The run binds them from that output. Each is >= 0, and a comparison its bounds do not settle
+// throws UnbackedDecision: there is no value to guard (the frontend breaks the graph there).
+//
 // NB: conversion to int64_t is implicit and specialises (guards `expr == hint`). Code written for
 // concrete sizes thus stays correct on symbolic ones: at worst it pins a size to the traced value.
 // Code that keeps sizes symbolic works on SymInt directly.
@@ -51,6 +56,12 @@ class SymbolicSpecialization : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// Deciding a comparison (or converting to int64_t) that needs an unbacked symbol's value.
+class UnbackedDecision : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
 class SymInt {
  public:
   SymInt() = default;
@@ -60,6 +71,7 @@ class SymInt {
                                       int> = 0>
   SymInt(T v) : v_(static_cast<int64_t>(v)) {}  // NOLINT(google-explicit-constructor)
   static SymInt symbol(SymbolId id, int64_t hint);
+  static SymInt unbacked(SymbolId id, int64_t hint);  // see ShapeEnv::new_unbacked
   // An expression and its hint; a constant expression gives a constant SymInt.
   static SymInt of_expr(SymExprId e, int64_t hint);
 
@@ -149,6 +161,9 @@ std::vector<SymbolId> sym_free_symbols(SymExprId e);
 // symbol, std::domain_error on division by zero.
 int64_t sym_evaluate(SymExprId e, const std::vector<int64_t>& bindings);
 std::string sym_str(SymExprId e);
+// Whether `e` mentions an unbacked symbol; the unbacked symbols it mentions, ascending.
+bool sym_has_unbacked(SymExprId e);
+std::vector<SymbolId> sym_unbacked_symbols(SymExprId e);
 // `e`'s value when it is a constant expression.
 bool sym_constant(SymExprId e, int64_t* value);
 // Builds `e` from its parts; exposed for tests and the guard printer.
@@ -171,7 +186,13 @@ class ShapeEnv {
   // A new symbol for a size whose traced value is `hint` (>= 2); `origin` says where it was read,
   // e.g. "L['x'].size()[0]".
   SymInt new_symbol(int64_t hint, std::string origin);
+  // A new unbacked symbol: the size of an op's output that depends on its operands' values;
+  // `origin` says which ("nonzero(x).size()[0]").
+  SymInt new_unbacked(std::string origin);
+  static constexpr int64_t kUnbackedHint = 8191;
   size_t num_symbols() const { return origins_.size(); }
+  bool is_unbacked(SymbolId s) const { return unbacked_.at(static_cast<size_t>(s)); }
+  size_t num_unbacked() const { return num_unbacked_; }
   const std::string& origin(SymbolId s) const { return origins_.at(static_cast<size_t>(s)); }
   int64_t hint(SymbolId s) const { return hints_.at(static_cast<size_t>(s)); }  // its traced value
   // Records that `e REL 0` held (deduplicated).
@@ -194,6 +215,8 @@ class ShapeEnv {
  private:
   std::vector<std::string> origins_;
   std::vector<int64_t> hints_;
+  std::vector<bool> unbacked_;
+  size_t num_unbacked_ = 0;
   std::vector<SymGuard> guards_;
   std::vector<SymExprId> evaluated_;
 };
@@ -208,6 +231,20 @@ class ShapeEnvScope {
 
  private:
   ShapeEnv* previous_;
+};
+
+// For the scope, unbacked symbols count as >= 2 in decisions, as backed ones do (torch's
+// size-oblivious reasoning). Only for choices that cannot change values, such as a result's
+// layout: what holds at sizes 0 and 1 differs there only in strides of empty or size-1 dims.
+class SizeObliviousScope {
+ public:
+  SizeObliviousScope();
+  ~SizeObliviousScope();
+  SizeObliviousScope(const SizeObliviousScope&) = delete;
+  SizeObliviousScope& operator=(const SizeObliviousScope&) = delete;
+
+ private:
+  bool previous_;
 };
 
 // Whether `g` holds under `bindings`.

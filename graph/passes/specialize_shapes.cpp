@@ -48,23 +48,32 @@ void substitute_value(Value& v, const std::vector<std::pair<SymbolId, SymInt>>& 
   for (Value& item : v.items) substitute_value(item, values);
 }
 
-void note_symbols(const SymInt& x, std::set<SymbolId>* used) {
+void note_symbols(const SymInt& x, std::set<SymbolId>* used, bool only_unbacked = false) {
   if (!x.is_symbolic()) return;
-  for (SymbolId s : sym_free_symbols(x.expr())) used->insert(s);
+  for (SymbolId s : only_unbacked ? sym_unbacked_symbols(x.expr()) : sym_free_symbols(x.expr())) used->insert(s);
 }
 
-void note_meta_symbols(const ValueMeta& m, std::set<SymbolId>* used) {
+void note_meta_symbols(const ValueMeta& m, std::set<SymbolId>* used, bool only_unbacked = false) {
   if (m.is_tensor()) {
-    for (const SymInt& s : m.tensor.sizes) note_symbols(s, used);
-    for (const SymInt& s : m.tensor.strides) note_symbols(s, used);
+    for (const SymInt& s : m.tensor.sizes) note_symbols(s, used, only_unbacked);
+    for (const SymInt& s : m.tensor.strides) note_symbols(s, used, only_unbacked);
   }
-  if (m.sym) note_symbols(m.as_symint(), used);
-  for (const ValueMeta& item : m.items) note_meta_symbols(item, used);
+  if (m.sym) note_symbols(m.as_symint(), used, only_unbacked);
+  for (const ValueMeta& item : m.items) note_meta_symbols(item, used, only_unbacked);
 }
 
-void note_value_symbols(const Value& v, std::set<SymbolId>* used) {
-  if (v.sym) note_symbols(v.as_symint(), used);
-  for (const Value& item : v.items) note_value_symbols(item, used);
+void note_value_symbols(const Value& v, std::set<SymbolId>* used, bool only_unbacked = false) {
+  if (v.sym) note_symbols(v.as_symint(), used, only_unbacked);
+  for (const Value& item : v.items) note_value_symbols(item, used, only_unbacked);
+}
+
+std::set<SymbolId> unbacked_symbols(const Graph& g) {
+  std::set<SymbolId> out;
+  for (const Node& n : g.nodes()) {
+    note_meta_symbols(n.meta, &out, true);
+    for (const Value& a : n.args) note_value_symbols(a, &out, true);
+  }
+  return out;
 }
 
 }  // namespace
@@ -94,6 +103,7 @@ std::vector<std::pair<int, int>> symbol_bindings(const Graph& g) {
     note_meta_symbols(n.meta, &used);
     for (const Value& a : n.args) note_value_symbols(a, &used);
   }
+  const std::set<SymbolId> unbacked = unbacked_symbols(g);
   std::vector<std::pair<int, int>> out(used.empty() ? 0 : static_cast<size_t>(*used.rbegin()) + 1, {-1, -1});
   std::vector<NodeId> inputs = g.placeholders();
   for (size_t i = 0; i < inputs.size(); ++i) {
@@ -109,7 +119,32 @@ std::vector<std::pair<int, int>> symbol_bindings(const Graph& g) {
     }
   }
   for (SymbolId s : used)
-    FF_CHECK(out[static_cast<size_t>(s)].first >= 0, "symbol s" + std::to_string(s) + " is no graph input's size");
+    FF_CHECK(out[static_cast<size_t>(s)].first >= 0 || unbacked.count(s), "symbol s" + std::to_string(s) + " is no graph input's size");
+  return out;
+}
+
+bool has_unbacked_symbols(const Graph& g) { return !unbacked_symbols(g).empty(); }
+
+std::vector<SymbolSource> symbol_sources(const Graph& g) {
+  std::vector<std::pair<int, int>> inputs = symbol_bindings(g);
+  std::vector<SymbolSource> out(inputs.size());
+  std::vector<NodeId> placeholders = g.placeholders();
+  for (size_t s = 0; s < inputs.size(); ++s)
+    if (inputs[s].first >= 0) out[s] = {static_cast<int>(placeholders[static_cast<size_t>(inputs[s].first)]), -1, inputs[s].second};
+  auto note = [&](const TensorMeta& t, int node, int item) {
+    for (size_t d = 0; d < t.sizes.size(); ++d) {
+      SymbolId s = t.sizes[d].as_symbol();
+      if (s >= 0 && static_cast<size_t>(s) < out.size() && out[static_cast<size_t>(s)].node < 0)
+        out[static_cast<size_t>(s)] = {node, item, static_cast<int>(d)};
+    }
+  };
+  for (size_t i = 0; i < g.size(); ++i) {
+    const Node& n = g.node(static_cast<NodeId>(i));
+    if (n.kind != NodeKind::Call && n.kind != NodeKind::GetItem) continue;
+    if (n.meta.is_tensor()) note(n.meta.tensor, static_cast<int>(i), -1);
+    for (size_t k = 0; k < n.meta.items.size(); ++k)
+      if (n.meta.items[k].is_tensor()) note(n.meta.items[k].tensor, static_cast<int>(i), static_cast<int>(k));
+  }
   return out;
 }
 

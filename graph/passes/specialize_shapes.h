@@ -18,9 +18,23 @@ bool has_symbolic_int_args(const Graph& g);
 // Where each symbol of `g` is bound: symbol k is the size of placeholder (input) first, dimension
 // second, at the first placeholder whose size is exactly that symbol, or the value of an int
 // placeholder that is that symbol (dimension -1); (-1, -1) for a symbol that
-// appears nowhere (one the trace specialised). Throws InternalError when a symbol the graph uses is
-// no placeholder's size (the frontend only makes symbols for input dimensions).
+// appears nowhere (one the trace specialised) or is unbacked (see symbol_sources). Throws
+// InternalError when another symbol the graph uses is no placeholder's size (the frontend only
+// makes symbols for input dimensions).
 std::vector<std::pair<int, int>> symbol_bindings(const Graph& g);
+
+// Whether a size, stride or int argument of `g` mentions an unbacked symbol (a data-dependent
+// output's size): such a graph runs on the reference runner, which binds them as it goes.
+bool has_unbacked_symbols(const Graph& g);
+
+// Where the run reads each symbol: node `node`'s value (item `item` of its tuple, or the value
+// itself when -1), dimension `dim` (-1: the value is the int). Placeholders first, as
+// symbol_bindings; an unbacked symbol at the first node whose result has it as a size. {-1, -1, -1}
+// for a symbol bound nowhere.
+struct SymbolSource {
+  int node = -1, item = -1, dim = -1;
+};
+std::vector<SymbolSource> symbol_sources(const Graph& g);
 
 // Whether `v` or one of its items is a symbolic int.
 bool value_symbolic(const Value& v);

@@ -11,6 +11,7 @@
 
 #include "graph/meta_rules.h"
 #include "graph/op_registry.h"
+#include "graph/python/data_dependent.h"
 #include "graph/python/open_ops.h"
 #include "graph/symbolic_fit.h"
 #include "src/base/config.h"
@@ -593,6 +594,23 @@ std::optional<NodeId> add_op_call(Graph& g, OpId op, const std::vector<Value>& a
   auto bound = bind_call(def, args, kwargs, g, reason);
   if (!bound) return std::nullopt;
   std::optional<ValueMeta> meta;
+  if (is_data_dependent_call(def, *bound, g)) {
+    if (!config().capture_dynamic_output_shape_ops) {
+      *reason = def.target +
+                " has an output size that depends on its operands' values: not captured "
+                "(config capture_dynamic_output_shape_ops is off)";
+      return std::nullopt;
+    }
+    try {
+      meta = data_dependent_meta(def, *bound, g, reason);
+    } catch (MetaError& e) {
+      *reason = def.target + ": " + e.what();
+      return std::nullopt;
+    }
+    if (!meta) return std::nullopt;
+    if (!grad_enabled) meta->clear_requires_grad();
+    return g.add_call(op, std::move(*bound), std::move(*meta), def.schema.name);
+  }
   try {
     static bool version_set = false;  // NB: a flag under the GIL, not a static initializer (src/base/gil_once.h)
     if (!version_set) {

@@ -8,6 +8,7 @@
 #include "graph/aten_schema.h"
 #include "graph/op.h"
 #include "graph/op_registry.h"
+#include "graph/python/data_dependent.h"
 #include "graph/python/graph_calls.h"
 #include "src/base/config.h"
 #include "src/base/errors.h"
@@ -261,27 +262,30 @@ std::vector<OpId> open_ops_for_target(std::string_view target) {
   }
 }
 
-bool has_data_dependent_output_shape(const std::string& aten_name) {
-  std::string_view n = aten_name;
-  if (n.rfind("aten::", 0) == 0) n.remove_prefix(6);
-  n = n.substr(0, n.find('.'));
-  for (std::string_view d : {"nonzero", "argwhere", "unique", "unique_dim", "_unique", "_unique2", "unique_consecutive",
-                             "unique_dim_consecutive", "masked_select", "repeat_interleave", "bincount",
-                             "nonzero_numpy"})
-    if (n == d) return true;
-  return false;
-}
-
 std::optional<NodeId> add_open_call(Graph& g, const std::vector<OpId>& overloads, const std::vector<Value>& args,
                                     const std::vector<std::pair<std::string, Value>>& kwargs, std::string* reason,
                                     bool grad_enabled) {
-  if (!overloads.empty() && has_data_dependent_output_shape(op_def(overloads[0]).aten)) {
-    const OpDef& d = op_def(overloads[0]);
-    *reason = d.target + " has an output shape that depends on its operands' values: " +
-              (config().capture_dynamic_output_shape_ops
-                   ? "not captured even with config capture_dynamic_output_shape_ops on (framefuse graphs have static sizes)"
-                   : "not captured (config capture_dynamic_output_shape_ops is off)");
-    return std::nullopt;
+  if (!overloads.empty() && op_def(overloads[0]).aten.rfind("aten::nonzero", 0) == 0) {
+    // nonzero(as_tuple=) is torch's Python binding's: as_tuple=True is nonzero(x).unbind(1), as
+    // ATen's nonzero_numpy computes it (the tensors are views of one result, as in eager).
+    auto as_tuple = std::find_if(kwargs.begin(), kwargs.end(), [](const auto& kv) { return kv.first == "as_tuple"; });
+    if (as_tuple != kwargs.end()) {
+      if (as_tuple->second.kind != Value::Kind::Bool) {
+        *reason = "nonzero(as_tuple=) needs a constant bool";
+        return std::nullopt;
+      }
+      bool tuple = as_tuple->second.b;
+      std::vector<std::pair<std::string, Value>> rest = kwargs;
+      rest.erase(rest.begin() + (as_tuple - kwargs.begin()));
+      const TensorMeta* x = args.empty() || !args[0].is_node() || !g.node(args[0].node).meta.is_tensor() ? nullptr : &g.node(args[0].node).meta.tensor;
+      if (tuple && (!x || x->dim() == 0)) {
+        *reason = "nonzero(as_tuple=True) of a 0-dim tensor is not captured";
+        return std::nullopt;
+      }
+      auto n = add_open_call(g, overloads, args, rest, reason, grad_enabled);
+      if (!n || !tuple) return n;
+      return add_op_call(g, *op_by_name("unbind"), {Value::of_node(*n), Value::of_int(1)}, {}, reason, grad_enabled);
+    }
   }
   std::string first_error;
   for (OpId op : overloads) {

@@ -34,8 +34,4 @@ std::optional<NodeId> add_open_call(Graph& g, const std::vector<OpId>& overloads
                                     const std::vector<std::pair<std::string, Value>>& kwargs, std::string* reason,
                                     bool grad_enabled);
 
-// Ops whose output sizes depend on the values of their operands (nonzero, unique,
-// masked_select ...): graph breaks while config capture_dynamic_output_shape_ops is off.
-bool has_data_dependent_output_shape(const std::string& aten_name);
-
 }  // namespace ff

@@ -1,9 +1,11 @@
 #include "graph/python/reference_runner.h"
 
+#include <algorithm>
 #include <string>
 
 #include "graph/op.h"
 #include "graph/op_registry.h"
+#include "graph/passes/specialize_shapes.h"
 #include "graph/python/graph_calls.h"
 #include "src/base/errors.h"
 
@@ -12,16 +14,26 @@ namespace {
 
 // An argument of a step: a constant built once, a slot holding a node's result, or a sequence /
 // slice with node results inside (built per run).
+// Where a symbolic int argument reads one of its symbols (graph/passes/specialize_shapes.h).
+struct SymbolRead {
+  SymbolId symbol;
+  SymbolSource at;
+};
+
 struct Arg {
   enum class Kind : uint8_t { Const,
                               Slot,
                               List,
                               Tuple,
-                              Slice };
+                              Slice,
+                              Sym };
   Kind kind = Kind::Const;
-  PyObject* obj = nullptr;  // Const: strong reference
-  int slot = -1;            // Slot
-  std::vector<Arg> items;   // List / Tuple / Slice (3 items)
+  PyObject* obj = nullptr;         // Const: strong reference
+  int slot = -1;                   // Slot
+  std::vector<Arg> items;          // List / Tuple / Slice (3 items)
+  SymExprId expr = 0;              // Sym: a symbolic int, computed from sizes of this run's values
+  std::vector<SymbolRead> reads;   // Sym
+  size_t num_symbols = 0;          // Sym
 };
 
 struct Step {
@@ -49,14 +61,25 @@ bool contains_node(const Value& v) {
   return found;
 }
 
-Arg make_arg(const Value& v) {
+Arg make_arg(const Value& v, const std::vector<SymbolSource>& sources) {
   Arg a;
+  if (v.sym) {
+    a.kind = Arg::Kind::Sym;
+    a.expr = v.sym;
+    a.num_symbols = sources.size();
+    for (SymbolId s : sym_free_symbols(v.sym)) {
+      FF_CHECK(static_cast<size_t>(s) < sources.size() && sources[static_cast<size_t>(s)].node >= 0,
+               "symbol s" + std::to_string(s) + " of an argument is bound by no value of the graph");
+      a.reads.push_back({s, sources[static_cast<size_t>(s)]});
+    }
+    return a;
+  }
   if (v.is_node()) {
     a.kind = Arg::Kind::Slot;
     a.slot = v.node;
     return a;
   }
-  if (!contains_node(v)) {
+  if (!contains_node(v) && !value_symbolic(v)) {
     a.kind = Arg::Kind::Const;
     a.obj = value_to_py(v, nullptr);
     if (!a.obj) throw_internal(__FILE__, __LINE__, "cannot convert a graph constant to Python");
@@ -64,15 +87,47 @@ Arg make_arg(const Value& v) {
   }
   a.kind = v.kind == Value::Kind::List ? Arg::Kind::List : v.kind == Value::Kind::Tuple ? Arg::Kind::Tuple
                                                                                         : Arg::Kind::Slice;
-  FF_CHECK(v.is_sequence() || v.kind == Value::Kind::Slice, "node reference inside an unsupported constant kind");
-  for (const Value& item : v.items) a.items.push_back(make_arg(item));
+  FF_CHECK(v.is_sequence() || v.kind == Value::Kind::Slice, "node reference or symbolic int inside an unsupported constant kind");
+  for (const Value& item : v.items) a.items.push_back(make_arg(item, sources));
   return a;
+}
+
+// The int at `at` of this run's values; false with a Python error set.
+bool read_symbol(const SymbolSource& at, PyObject* const* slots, int64_t* out) {
+  PyObject* v = slots[at.node];
+  if (at.item >= 0) v = PyTuple_Check(v) ? PyTuple_GetItem(v, at.item) : nullptr;  // borrowed
+  if (!v) {
+    if (!PyErr_Occurred()) PyErr_SetString(PyExc_RuntimeError, "framefuse: a size's value is not in the graph's results");
+    return false;
+  }
+  PyObject* n = nullptr;
+  if (at.dim < 0) {
+    n = (Py_INCREF(v), v);
+  } else if (PyObject* shape = PyObject_GetAttrString(v, "shape")) {
+    n = PySequence_GetItem(shape, at.dim);
+    Py_DECREF(shape);
+  }
+  if (!n) return false;
+  *out = PyLong_AsLongLong(n);
+  Py_DECREF(n);
+  return !(*out == -1 && PyErr_Occurred());
 }
 
 // New reference, or null with a Python error set.
 PyObject* build(const Arg& a, PyObject* const* slots) {
   switch (a.kind) {
     case Arg::Kind::Const: Py_INCREF(a.obj); return a.obj;
+    case Arg::Kind::Sym: {
+      std::vector<int64_t> bindings(a.num_symbols, 0);
+      for (const SymbolRead& r : a.reads)
+        if (!read_symbol(r.at, slots, &bindings[static_cast<size_t>(r.symbol)])) return nullptr;
+      try {
+        return PyLong_FromLongLong(sym_evaluate(a.expr, bindings));
+      } catch (const std::exception& e) {
+        PyErr_Format(PyExc_RuntimeError, "framefuse: computing the argument %s: %s", sym_str(a.expr).c_str(), e.what());
+        return nullptr;
+      }
+    }
     case Arg::Kind::Slot: Py_INCREF(slots[a.slot]); return slots[a.slot];
     case Arg::Kind::Slice: {
       PyObject* p[3] = {nullptr, nullptr, nullptr};
@@ -105,6 +160,7 @@ PyObject* build(const Arg& a, PyObject* const* slots) {
 
 void note_uses(const Arg& a, std::vector<int>& last_use, int step) {
   if (a.kind == Arg::Kind::Slot) last_use[static_cast<size_t>(a.slot)] = step;
+  for (const SymbolRead& r : a.reads) last_use[static_cast<size_t>(r.at.node)] = std::max(last_use[static_cast<size_t>(r.at.node)], step);
   for (const Arg& item : a.items) note_uses(item, last_use, step);
 }
 
@@ -127,16 +183,17 @@ struct ReferenceRunner::Plan {
 
 ReferenceRunner::ReferenceRunner(const Graph& graph) : plan_(std::make_unique<Plan>()) {
   Plan& p = *plan_;
+  const std::vector<SymbolSource> sources = has_symbolic_int_args(graph) ? symbol_sources(graph) : std::vector<SymbolSource>{};
   p.num_slots = graph.size();
   for (NodeId id = 0; id < static_cast<NodeId>(graph.size()); ++id) {
     const Node& n = graph.node(id);
     switch (n.kind) {
       case NodeKind::Placeholder: p.input_slots.push_back(id); break;
-      case NodeKind::Output: p.output = make_arg(n.args.at(0)); break;
+      case NodeKind::Output: p.output = make_arg(n.args.at(0), sources); break;
       case NodeKind::GetItem: {
         Step s;
         s.kind = NodeKind::GetItem;
-        s.args.push_back(make_arg(n.args.at(0)));
+        s.args.push_back(make_arg(n.args.at(0), sources));
         s.index = n.args.at(1).i;
         s.out = id;
         p.steps.push_back(std::move(s));
@@ -151,11 +208,11 @@ ReferenceRunner::ReferenceRunner(const Graph& graph) : plan_(std::make_unique<Pl
         s.out = id;
         s.what = n.name + " = " + def.target + "(...)";
         CallArgs ca = call_args(def, n.args);
-        for (const Value* v : ca.positional) s.args.push_back(make_arg(*v));
+        for (const Value* v : ca.positional) s.args.push_back(make_arg(*v, sources));
         if (!ca.keywords.empty()) {
           s.kwnames = PyTuple_New(static_cast<Py_ssize_t>(ca.keywords.size()));
           for (size_t i = 0; i < ca.keywords.size(); ++i) {
-            s.args.push_back(make_arg(*ca.keywords[i].second));
+            s.args.push_back(make_arg(*ca.keywords[i].second, sources));
             PyTuple_SET_ITEM(s.kwnames, static_cast<Py_ssize_t>(i), PyUnicode_FromString(ca.keywords[i].first.c_str()));
           }
         }

@@ -644,6 +644,9 @@ def backend(graph, example_inputs, mode=None, **options):
         return graph.run
     from .inductor import _graph_handle, _needs_autograd  # noqa: PLC0415
     handle = _graph_handle(graph)
+    if handle.has_unbacked_symbols():
+        _hint("CUDA backend: a graph with data-dependent sizes (nonzero, masked_select, unique ...) runs eagerly")
+        return graph.run
     if _needs_autograd(handle):
         from ._autograd import compile_with_autograd  # noqa: PLC0415
         inner = "default" if mode in (None, "reduce-overhead") else mode

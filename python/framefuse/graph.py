@@ -83,6 +83,11 @@ class Graph:
         """Whether a size or stride is symbolic (s0, s1 ...: dynamic shapes)."""
         return self._g.is_symbolic()
 
+    def has_unbacked_symbols(self):
+        """Whether a size depends on tensor values (u0, u1 ...: outputs of nonzero, masked_select,
+        unique ... under config capture_dynamic_output_shape_ops); the run binds them."""
+        return self._g.has_unbacked_symbols()
+
     def symbol_bindings(self):
         """Per symbol s0, s1 ...: the (input index, dim) whose size it is; dim -1 for an input that
         is a Python int that varies (the symbol is its value); (-1, -1) for a symbol bound nowhere."""

@@ -70,6 +70,37 @@ TEST(SymInt, ShiftedBoundsSettleProductsOfSymbols) {
   EXPECT_THROW((void)(s0 - 1 == 1), SymbolicSpecialization);  // s0 may be 2
 }
 
+TEST(SymInt, UnbackedSymbolsAreNonNegativeAndNeverGuarded) {
+  // A data-dependent size (u): >= 0, and what its bounds leave open throws instead of guarding.
+  ShapeEnv env;
+  ShapeEnvScope scope(&env);
+  SymInt s0 = env.new_symbol(5, "x0");
+  SymInt u = env.new_unbacked("nonzero(x).size()[0]");
+  EXPECT_TRUE(env.is_unbacked(1) && !env.is_unbacked(0));
+  EXPECT_EQ((u * s0).str(), "s0*u1");
+  EXPECT_TRUE(u >= 0);
+  EXPECT_TRUE(u * 4 + 1 > 0);
+  EXPECT_TRUE(u == u + 0);
+  EXPECT_THROW((void)(u == 1), UnbackedDecision);
+  EXPECT_THROW((void)(u == s0), UnbackedDecision);
+  EXPECT_THROW((void)(u * 8 == 0), UnbackedDecision);
+  EXPECT_THROW((void)static_cast<int64_t>(u), UnbackedDecision);
+  EXPECT_TRUE(env.guards().empty());
+  {
+    SizeObliviousScope oblivious;  // layouts: counts as >= 2, as a backed size
+    EXPECT_FALSE(u == 1);
+    EXPECT_TRUE(u * 8 > 8);
+    EXPECT_THROW((void)(u == s0), UnbackedDecision);
+  }
+  EXPECT_THROW((void)(u == 1), UnbackedDecision);
+  SymInt r = sym_substitute(u * s0 + u, {{0, SymInt(3)}});
+  EXPECT_EQ(r.str(), "4*u1");
+  EXPECT_TRUE(sym_has_unbacked(r.expr()));
+  EXPECT_FALSE(sym_has_unbacked((s0 * 2).expr()));
+  EXPECT_EQ(sym_unbacked_symbols((u * s0).expr()), std::vector<SymbolId>{1});
+  EXPECT_EQ(sym_evaluate((u * s0 + 1).expr(), {3, 0}), 1);
+}
+
 TEST(SymInt, SubstitutingSymbolsKeepsTheOthers) {
   ShapeEnv env;
   SymInt s0 = env.new_symbol(5, "x0"), s1 = env.new_symbol(4, "x1");

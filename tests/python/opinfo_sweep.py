@@ -50,6 +50,7 @@ which runs, for K in 0..7 and then merges the parts into $OUT/opinfo-cuda.{md,js
 from __future__ import annotations
 
 import argparse
+import ast
 import collections
 import json
 import os
@@ -609,6 +610,8 @@ def main(argv=None):
     p.add_argument("--merge", default=None, help="comma list of --jsonl files: write their report only")
     p.add_argument("--isolate", action="store_true",
                    help="run the items in worker processes that are replaced where one dies (always with cuda)")
+    p.add_argument("--config", action="append", default=[], metavar="KNOB=VALUE",
+                   help="set a framefuse.config knob for the sweep, e.g. capture_dynamic_output_shape_ops=True")
     # Internal: a worker process of --isolate (see supervise).
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--after", default=None, help=argparse.SUPPRESS)
@@ -625,6 +628,14 @@ def main(argv=None):
         _write_report(report(done, merged, runs[0][0], cuts), a.report)
         return 0
     import torch
+
+    import framefuse
+    for setting in a.config:
+        knob, _, value = setting.partition("=")
+        try:
+            setattr(framefuse.config, knob, ast.literal_eval(value))
+        except (ValueError, SyntaxError, AttributeError, TypeError) as e:
+            p.error(f"--config {setting}: {e}")
     if a.device == "cuda" and not torch.cuda.is_available():
         built = f"built with CUDA {torch.version.cuda}, no GPU visible" if torch.version.cuda else "built without CUDA"
         p.error(f"--device cuda: CUDA is not available (torch {torch.__version__}, {built})")

@@ -60,6 +60,23 @@ def test_dynamic_true_is_symbolic_from_the_first_call_and_false_never():
     assert sweep(relu_sum, [(n, 8) for n in (3, 4, 5, 6)], dynamic=False) == 4
 
 
+@pytest.mark.parametrize("backend", ["inductor", "eager"])
+def test_dense_permuted_inputs_get_symbols_too(backend):
+    # A transpose (and nonzero's (n, dims) result, strides (1, n)) is a permutation of a
+    # contiguous buffer: its strides follow from its sizes, so it compiles once for all sizes.
+    def t_relu(x):
+        return torch.relu(x) * 2 + x.sum(0)
+
+    def transposed(n, m):
+        return torch.randn(m, n).t()
+
+    assert sweep(t_relu, [(n, m) for n, m in [(4, 3), (5, 7), (9, 2), (2, 9)]], make=transposed, dynamic=True,
+                 backend=backend) == 1
+    framefuse.reset()
+    sliced = lambda n, m: torch.randn(n, m + 1)[:, :m]  # noqa: E731  (not dense: stays static)
+    assert sweep(t_relu, [(n, 3) for n in (4, 5, 6)], make=sliced, dynamic=True, backend=backend) == 3
+
+
 def test_mark_dynamic_and_mark_static():
     cf = framefuse.compile(relu_sum)
     for n in (4, 5, 6):
