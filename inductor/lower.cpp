@@ -663,8 +663,10 @@ std::string Lowerer::write_input(NodeId id) {
   const Op kind = op_kind(n);
   NodeId root = input_root_[static_cast<size_t>(n.args[0].node)];
   const TensorMeta& m = g_.node(root).meta.tensor;
-  if (!n.meta.is_tensor() || n.meta.tensor.sizes != m.sizes || n.meta.tensor.dtype != m.dtype)
-    return "its result differs from the input in shape or dtype";
+  // NB: strides too: an in-place view op (transpose_ of a square tensor) changes only them.
+  if (!n.meta.is_tensor() || n.meta.tensor.sizes != m.sizes || n.meta.tensor.strides != m.strides ||
+      n.meta.tensor.dtype != m.dtype)
+    return "its result differs from the input in shape, strides or dtype";
   if (!supported_dtype(m.dtype)) return "dtype " + std::string(dtype_name(m.dtype)) + " is not supported in kernels";
   if (self_overlapping(m)) return "elements of the input share memory (an expanded tensor)";
   for (NodeId u = root + 1; u < id; ++u) {

@@ -285,6 +285,23 @@ def test_inplace_graph_falls_back_with_a_perf_hint(caplog):
     assert torch.equal(out, torch.relu(x)) and torch.equal(y, torch.relu(x)) and torch.equal(old, -x)
 
 
+@pytest.mark.parametrize("shape", [(6, 6), (6, 4), (3, 3, 3)])
+def test_inplace_view_ops_on_inputs_change_the_callers_tensor(shape):
+    # transpose_ of a square tensor keeps the sizes and changes only the strides (OpInfo's
+    # transpose samples 6 and 7): the caller's tensor must come back transposed.
+    import framefuse
+
+    def f(x):
+        return x.transpose_(0, 1).mul(2)
+
+    x = randn(*shape)
+    y = x.clone()
+    framefuse.reset()
+    out = framefuse.compile(f, backend="inductor")(x)
+    want = f(y)
+    assert torch.equal(out, want) and x.stride() == y.stride() and torch.equal(x, y)
+
+
 # ---- in-place calls on fresh intermediates are computed out of place --------------------------
 
 def _compiled(fn, inputs):
