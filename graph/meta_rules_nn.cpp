@@ -463,8 +463,8 @@ std::optional<ValueMeta> meta_creation(const MetaContext& ctx) {
 std::optional<ValueMeta> meta_rng_state(const MetaContext& ctx) {
   // NB: get_rng_state's state is a CPU uint8 tensor whose size is the generator's: reading it has
   // no effect, so the fallback (which calls it) types it.
-  if (op_is(ctx, {Op::get_rng_state})) return std::nullopt;
-  if (op_is(ctx, {Op::set_rng_state})) {
+  if (op_is(ctx, {Op::get_rng_state, Op::cuda_get_rng_state})) return std::nullopt;
+  if (op_is(ctx, {Op::set_rng_state, Op::cuda_set_rng_state})) {
     const TensorMeta& s = ctx.tensor("new_state");
     if (s.dtype != DType::UInt8 || s.device.type != Device::Type::CPU) return std::nullopt;
   }

@@ -66,6 +66,9 @@ struct FallbackCall {
   bool probe = false;  // real tensors of ones on the operand's device instead of meta tensors (kernel_exists)
   // Symbolic sizes and int arguments at these bindings (meta_by_probing); null: specialised.
   const std::vector<int64_t>* at = nullptr;
+  // >= 0: real tensors at the traced sizes and strides (meta_by_running), values drawn from a
+  // generator seeded with it.
+  int real = -1;
 
   std::vector<int64_t> ints(const SymShape& s) const {
     if (!at) return s.ints();
@@ -92,6 +95,7 @@ struct FallbackCall {
           for (int64_t& d : sizes) d = std::min<int64_t>(d, 1);
         return tt.torch.attr("ones")(int_tuple(sizes), py::arg("dtype") = dtype, py::arg("device") = t.device.str());
       }
+      if (real >= 0) return real_tensor(t, sizes, dtype);
       py::object meta = tt.empty_strided(int_tuple(sizes), int_tuple(ints(t.strides)), py::arg("dtype") = dtype,
                                          py::arg("device") = "meta");
       if (t.requires_grad) meta.attr("requires_grad_")(true);
@@ -112,6 +116,29 @@ struct FallbackCall {
     PyObject* obj = value_to_py(v, nullptr);
     if (!obj) throw py::error_already_set();
     return py::reinterpret_steal<py::object>(obj);
+  }
+
+  py::object real_tensor(const TensorMeta& t, const std::vector<int64_t>& sizes, const py::object& dtype) {
+    // NB: a buffer as large as the strides reach, viewed with them (an expanded operand keeps its
+    // zero strides).
+    const TorchTypes& tt = torch_types();
+    std::vector<int64_t> strides = ints(t.strides);
+    int64_t extent = 1;
+    for (size_t d = 0; d < sizes.size(); ++d) extent = sizes[d] == 0 ? 0 : extent + (sizes[d] - 1) * strides[d];
+    py::object base = tt.torch.attr("empty")(py::make_tuple(std::max<int64_t>(extent, 1)), py::arg("dtype") = dtype,
+                                             py::arg("device") = t.device.str());
+    py::object gen = tt.torch.attr("Generator")(py::arg("device") = t.device.str());
+    gen.attr("manual_seed")(real);
+    // NB: positive floats (weights, scales and variances must be), ints of 1 (valid indices and
+    // counts); the probes differ in the floats and the bools.
+    if (is_floating(t.dtype)) base.attr("uniform_")(0.5 + real, 1.5 + 2 * real, py::arg("generator") = gen);
+    else if (is_complex(t.dtype)) base.attr("normal_")(py::arg("generator") = gen);
+    else if (t.dtype == DType::Bool) base.attr("bernoulli_")(0.5, py::arg("generator") = gen);
+    else base.attr("fill_")(1);
+    if (t.requires_grad) base.attr("requires_grad_")(true);
+    py::object out = base.attr("as_strided")(int_tuple(sizes), int_tuple(strides));
+    inputs.emplace_back(out, out.attr("_version").cast<int64_t>());
+    return out;
   }
 
   Device result_device() const {
@@ -424,6 +451,84 @@ std::optional<ValueMeta> meta_by_probing(const OpDef& op, PyObject* fn, const st
   return m;
 }
 
+// An op torch has no meta kernel for (lstsq, geqrf, histogram, cov ... ; many more on torch 1.13),
+// typed by running it on real tensors of the operands' sizes, strides, dtypes and devices, twice,
+// with other values: what it returns twice alike is its result's metadata. Not for random ops, ops
+// that write an operand, symbolic sizes, operands over 64Ki elements, or integer tensors whose
+// values are sizes (`tensor_split(x, indices_or_sections)`: their results would differ per value
+// and two probes may agree by chance); the probes run with warnings ignored and the CPU (and CUDA)
+// generators restored. Nullopt with *reason where it cannot be typed so.
+std::optional<ValueMeta> meta_by_running(const OpDef& op, PyObject* fn, const std::vector<Value>& bound, const Graph& g,
+                                         std::string* reason) {
+  if (op.traits & (kRandom | kNondeterministicOutput | kInplace)) return std::nullopt;
+  int64_t numel = 0;
+  bool cuda = false;
+  for (size_t i = 0; i < bound.size(); ++i) {
+    std::vector<const Value*> vs{&bound[i]};
+    for (const Value& item : bound[i].items) vs.push_back(&item);
+    for (const Value* v : vs) {
+      if (!v->is_node()) {
+        if (v->sym) return std::nullopt;
+        continue;
+      }
+      const ValueMeta& m = g.node(v->node).meta;
+      if (!m.is_tensor() || m.tensor.is_symbolic()) return std::nullopt;
+      const TensorMeta& t = m.tensor;
+      if (t.device.type != Device::Type::CPU && t.device.type != Device::Type::CUDA) return std::nullopt;
+      cuda |= t.device.type == Device::Type::CUDA;
+      numel += t.numel();
+      const ParamSpec& p = op.schema.params[i];
+      bool tensor_param = p.type == ParamType::Tensor || p.type == ParamType::TensorList || p.type == ParamType::TensorVarargs;
+      if (!tensor_param) return std::nullopt;  // a tensor as a Scalar or an int: its value is read
+      if (!is_floating(t.dtype) && !is_complex(t.dtype)) {
+        for (const char* sizes : {"indices_or_sections", "tensor_indices_or_sections", "sections", "split_size", "split_sizes",
+                                  "repeats", "size", "sizes", "shape", "output_size", "minlength", "start", "end", "step", "steps"})
+          if (p.name == sizes) return std::nullopt;
+      }
+    }
+  }
+  if (numel > (int64_t{1} << 16)) return std::nullopt;
+  if (cuda && cuda_capturing()) return std::nullopt;
+  const TorchTypes& tt = torch_types();
+  py::object cpu_state = tt.torch.attr("get_rng_state")();
+  py::object cuda_state = cuda ? tt.torch.attr("cuda").attr("get_rng_state")() : py::none();
+  py::object warnings = py::module_::import("warnings");
+  py::object quiet = warnings.attr("catch_warnings")();
+  quiet.attr("__enter__")();
+  warnings.attr("simplefilter")("ignore");
+  std::optional<ValueMeta> out;
+  try {
+    std::vector<ValueMeta> results;
+    for (int seed : {0, 1}) {
+      FallbackCall call{g, std::nullopt, {}};
+      call.real = seed;
+      CallArgs ca = call_args(op, bound);
+      py::list pos;
+      for (const Value* v : ca.positional) pos.append(call.to_meta_py(*v));
+      py::dict kw;
+      for (const auto& [name, v] : ca.keywords) kw[py::str(name)] = call.to_meta_py(*v);
+      py::object r = py::reinterpret_borrow<py::object>(fn)(*py::tuple(pos), **kw);
+      for (const auto& [t, version] : call.inputs)
+        if (t.attr("_version").cast<int64_t>() != version) throw MetaError("it writes an operand");
+      results.push_back(call.from_result(r));
+    }
+    if (!(results[0] == results[1])) throw MetaError("its result's sizes or layout depend on its operands' values");
+    out = std::move(results[0]);
+  } catch (py::error_already_set& e) {
+    *reason = op.target + " has no meta kernel and raises on probe values: " + std::string(e.what());
+  } catch (MetaError& e) {
+    *reason = op.target + " has no meta kernel and " + e.what();
+  }
+  quiet.attr("__exit__")(py::none(), py::none(), py::none());
+  tt.torch.attr("set_rng_state")(cpu_state);
+  if (cuda) tt.torch.attr("cuda").attr("set_rng_state")(cuda_state);
+  if (!out) {
+    auto nl = reason->find('\n');
+    if (nl != std::string::npos) reason->resize(nl);
+  }
+  return out;
+}
+
 std::optional<ValueMeta> meta_by_fallback(const OpDef& op, const std::vector<Value>& bound, const Graph& g,
                                           std::string* reason) {
   PyObject* fn = op_callable(op.id);
@@ -457,6 +562,13 @@ std::optional<ValueMeta> meta_by_fallback(const OpDef& op, const std::vector<Val
     *reason = op.target + " cannot be typed on meta tensors: " + std::string(e.what());
     auto nl = reason->find('\n');
     if (nl != std::string::npos) reason->resize(nl);
+    // NB: no meta kernel (torch says NotImplementedError) is not an error of the call: the op is
+    // typed on real probe values instead where that is safe.
+    if (e.matches(PyExc_NotImplementedError)) {
+      std::string why;
+      if (auto m = meta_by_running(op, fn, bound, g, &why)) return m;
+      if (!why.empty()) *reason = why;
+    }
     return std::nullopt;
   } catch (MetaError& e) {
     *reason = op.target + ": " + e.what();

@@ -141,7 +141,10 @@ def test_repeat_interleave_with_int_repeats_or_an_output_size_is_not_data_depend
 
     x, r = torch.randn(3, 2), torch.tensor([1, 2, 3])
     report = framefuse.explain(f)(x, r)
-    assert report.graph_break_count == 0, report.break_reasons
+    # NB: torch 1.13 cannot type int repeats on meta tensors (another reason to break).
+    assert not any("operands' values" in b.reason for b in report.break_reasons), report.break_reasons
+    if torch.__version__ >= "2":
+        assert report.graph_break_count == 0, report.break_reasons
     assert_same(framefuse.compile(f)(x, r), f(x, r))
 
 

@@ -77,6 +77,43 @@ def test_graph_code_of_open_ops_reads_back():
     assert torch.equal(pg, X.polygamma(1)) and torch.equal(fl, X.flip(0))
 
 
+def no_meta_kernel(a, b, x):
+    sol = torch.linalg.lstsq(a, b).solution
+    q, tau = torch.geqrf(a)
+    hist, edges = torch.histogram(x, bins=4)
+    return sol * 2, q + 1, tau, hist, edges
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_ops_without_a_meta_kernel_are_typed_on_probe_values(backend):
+    # torch has no meta kernel for lstsq, geqrf, histogram: they are typed by running them on
+    # real tensors of the operands' metadata (twice, other values), and the user's random stream
+    # is left as it was.
+    a, b, x = torch.randn(5, 3), torch.randn(5, 2), torch.randn(20)
+    report = framefuse.explain(no_meta_kernel)(a, b, x)
+    assert report.graph_break_count == 0, report.break_reasons
+    torch.manual_seed(0)
+    got, after = compiled(no_meta_kernel, backend)(a, b, x), torch.rand(3)
+    torch.manual_seed(0)
+    want, want_after = no_meta_kernel(a, b, x), torch.rand(3)
+    for g, w in zip(got, want):
+        assert g.shape == w.shape and g.dtype == w.dtype and g.stride() == w.stride()
+        torch.testing.assert_close(g, w)
+    assert torch.equal(after, want_after)
+
+
+def test_integer_operands_that_are_sizes_are_not_probed():
+    # tensor_split's indices are output sizes: two probes could agree by chance.
+    def f(x, idx):
+        return [t * 2 for t in torch.tensor_split(x, idx)]
+
+    x, idx = torch.randn(8), torch.tensor([2, 5])
+    report = framefuse.explain(f)(x, idx)
+    assert report.graph_break_count >= 1
+    for g, w in zip(compiled(f, "inductor")(x, idx), f(x, idx)):
+        assert torch.equal(g, w)
+
+
 def test_data_dependent_output_shapes_break_naming_the_config():
     def f(x):
         return torch.nonzero(x + 1)

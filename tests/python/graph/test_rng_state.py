@@ -1,4 +1,4 @@
-"""The CPU generator's state inside compiled code: torch.manual_seed, get_rng_state and
+"""The CPU generator's state inside compiled code (and a CUDA generator's): torch.manual_seed, get_rng_state and
 set_rng_state are graph nodes ordered with the draws, so a compiled function draws eager's numbers
 and leaves the generator where eager leaves it. torch.testing's freeze_rng_state (a contextmanager
 over torch._C._DisableTorchDispatch and _DisableFuncTorch, which change nothing where compiled
@@ -157,3 +157,37 @@ def test_no_dispatch_objects_as_guards_and_as_context_managers(backend):
             framefuse.compile(with_block, backend=backend)(x)
     else:
         torch.testing.assert_close(framefuse.compile(with_block, backend=backend)(x), want)
+
+
+def replay_a_cuda_draw(x):
+    state = torch.cuda.get_rng_state()
+    a = torch.rand_like(x)
+    torch.cuda.set_rng_state(state)
+    return a, F.dropout(x, 0.5) + torch.rand_like(x)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_cuda_generator_state_calls_draw_what_eager_draws(backend):
+    # torch.cuda.get_rng_state / set_rng_state are graph nodes too (OpInfo's freeze_rng_state
+    # saves and restores the CUDA generator around every random sample).
+    freeze_rng_state = pytest.importorskip("torch.testing._internal.common_utils").freeze_rng_state
+
+    def frozen(x):
+        with freeze_rng_state():
+            torch.manual_seed(42)
+            return F.dropout(x, 0.3) * 2
+
+    x = torch.rand(256, device="cuda")
+    for fn in (replay_a_cuda_draw, frozen):
+        torch.manual_seed(0)
+        want, want_after = fn(x), torch.rand(5, device="cuda")
+        report = framefuse.explain(fn)(x)
+        assert report.graph_break_count == 0, report.break_reasons
+        framefuse.reset()
+        compiled = framefuse.compile(fn, backend=backend)
+        for _ in range(2):
+            torch.manual_seed(0)
+            got, got_after = compiled(x), torch.rand(5, device="cuda")
+            torch.testing.assert_close(got, want, rtol=0, atol=0)
+            torch.testing.assert_close(got_after, want_after, rtol=0, atol=0)
