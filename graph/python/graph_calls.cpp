@@ -141,6 +141,16 @@ struct FallbackCall {
     return out;
   }
 
+  // `fn` called with `bound` (op's arguments) converted by to_meta_py.
+  py::object call(PyObject* fn, const OpDef& op, const std::vector<Value>& bound) {
+    CallArgs ca = call_args(op, bound);
+    py::list pos;
+    for (const Value* v : ca.positional) pos.append(to_meta_py(*v));
+    py::dict kw;
+    for (const auto& [name, v] : ca.keywords) kw[py::str(name)] = to_meta_py(*v);
+    return py::reinterpret_borrow<py::object>(fn)(*py::tuple(pos), **kw);
+  }
+
   Device result_device() const {
     if (requested_device) return *requested_device;
     for (const Device& d : input_devices)
@@ -502,12 +512,7 @@ std::optional<ValueMeta> meta_by_running(const OpDef& op, PyObject* fn, const st
     for (int seed : {0, 1}) {
       FallbackCall call{g, std::nullopt, {}};
       call.real = seed;
-      CallArgs ca = call_args(op, bound);
-      py::list pos;
-      for (const Value* v : ca.positional) pos.append(call.to_meta_py(*v));
-      py::dict kw;
-      for (const auto& [name, v] : ca.keywords) kw[py::str(name)] = call.to_meta_py(*v);
-      py::object r = py::reinterpret_borrow<py::object>(fn)(*py::tuple(pos), **kw);
+      py::object r = call.call(fn, op, bound);
       for (const auto& [t, version] : call.inputs)
         if (t.attr("_version").cast<int64_t>() != version) throw MetaError("it writes an operand");
       results.push_back(call.from_result(r));
@@ -540,12 +545,7 @@ std::optional<ValueMeta> meta_by_fallback(const OpDef& op, const std::vector<Val
     if (auto m = meta_by_probing(op, fn, bound, g, *env)) return m;
   try {
     FallbackCall call{g, std::nullopt, {}};
-    CallArgs ca = call_args(op, bound);
-    py::list pos;
-    for (const Value* v : ca.positional) pos.append(call.to_meta_py(*v));
-    py::dict kw;
-    for (const auto& [name, v] : ca.keywords) kw[py::str(name)] = call.to_meta_py(*v);
-    py::object result = py::reinterpret_borrow<py::object>(fn)(*py::tuple(pos), **kw);
+    py::object result = call.call(fn, op, bound);
     if (op.is_open() && !call_mutates_input(op, bound)) {
       // NB: what an op writes is read off torch's schema; a write the schema does not announce
       // (seen as a bumped version counter) would be lost on a graph's values.

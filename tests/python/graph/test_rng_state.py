@@ -42,16 +42,17 @@ def returns_the_generator(x):
 
 
 def run_both(fn, backend, x):
-    """fn's results eagerly and compiled from one seed, and a draw after each: equal generators."""
+    """fn's results eagerly and compiled from one seed, and a draw after each (on x's device):
+    equal generators."""
     torch.manual_seed(0)
-    want, want_after = fn(x), torch.rand(5)
+    want, want_after = fn(x), torch.rand(5, device=x.device)
     report = framefuse.explain(fn)(x)
     assert report.graph_break_count == 0, report.break_reasons
     framefuse.reset()
     compiled = framefuse.compile(fn, backend=backend)
     for _ in range(2):
         torch.manual_seed(0)
-        got, got_after = compiled(x), torch.rand(5)
+        got, got_after = compiled(x), torch.rand(5, device=x.device)
         torch.testing.assert_close(got, want, rtol=0, atol=0)
         torch.testing.assert_close(got_after, want_after, rtol=0, atol=0)
     return got
@@ -180,14 +181,4 @@ def test_cuda_generator_state_calls_draw_what_eager_draws(backend):
 
     x = torch.rand(256, device="cuda")
     for fn in (replay_a_cuda_draw, frozen):
-        torch.manual_seed(0)
-        want, want_after = fn(x), torch.rand(5, device="cuda")
-        report = framefuse.explain(fn)(x)
-        assert report.graph_break_count == 0, report.break_reasons
-        framefuse.reset()
-        compiled = framefuse.compile(fn, backend=backend)
-        for _ in range(2):
-            torch.manual_seed(0)
-            got, got_after = compiled(x), torch.rand(5, device="cuda")
-            torch.testing.assert_close(got, want, rtol=0, atol=0)
-            torch.testing.assert_close(got_after, want_after, rtol=0, atol=0)
+        run_both(fn, backend, x)
