@@ -148,6 +148,9 @@ const MathFn kMathFns[] = {
     {UnaryOp::Sinh, "sinhf", "sinh"},
     {UnaryOp::Cosh, "coshf", "cosh"},
     {UnaryOp::Erfc, "erfcf", "erfc"},
+    {UnaryOp::Asinh, "asinhf", "asinh"},
+    {UnaryOp::Acosh, "acoshf", "acosh"},
+    {UnaryOp::Atanh, "atanhf", "atanh"},
 };
 
 // Vector variants in glibc's libmvec (x86_64): scalar name -> ISA letter + width + signature.
@@ -188,6 +191,9 @@ void add_vector_math(TargetLibraryInfoImpl& tlii, bool avx512, bool avx2) {
         {"sinhf", "sinh", "sinh", "v"},
         {"coshf", "cosh", "cosh", "v"},
         {"erfcf", "erfc", "erfc", "v"},
+        {"asinhf", "asinh", "asinh", "v"},
+        {"acoshf", "acosh", "acosh", "v"},
+        {"atanhf", "atanh", "atanh", "v"},
         {"atan2f", "atan2", "atan2", "vv"},
     };
     names.reserve(512);

@@ -193,6 +193,9 @@ bool calls_vector_math(const Expr& a) {
       case UnaryOp::Sinh:
       case UnaryOp::Cosh:
       case UnaryOp::Erfc:
+      case UnaryOp::Asinh:
+      case UnaryOp::Acosh:
+      case UnaryOp::Atanh:
         return true;
       default: break;
     }

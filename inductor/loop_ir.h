@@ -55,6 +55,7 @@ inline bool is_float(ScalarType t) { return t == ScalarType::F32 || t == ScalarT
   X(IsNan, "isnan", true) /* result bool */                                                      \
   X(Asin, "asin", true) X(Acos, "acos", true) X(Atan, "atan", true) X(Sinh, "sinh", true)        \
   X(Cosh, "cosh", true) X(Erfc, "erfc", true)                                                    \
+  X(Asinh, "asinh", true) X(Acosh, "acosh", true) X(Atanh, "atanh", true)                        \
   X(Round, "round", true) /* to the nearest integer, ties to even (std::nearbyint) */            \
   X(SignBit, "signbit", true) /* result bool: the sign bit, set for -0.0 and negative NaNs */
 // clang-format on

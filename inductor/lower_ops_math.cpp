@@ -225,6 +225,9 @@ void add_math_rules(OpRules& r) {
   r[Op::atan] = [](Lowerer& L, const Node& n) { return float_unary(L, n, UnaryOp::Atan); };
   r[Op::sinh] = [](Lowerer& L, const Node& n) { return float_unary(L, n, UnaryOp::Sinh); };
   r[Op::cosh] = [](Lowerer& L, const Node& n) { return float_unary(L, n, UnaryOp::Cosh); };
+  r[Op::asinh] = [](Lowerer& L, const Node& n) { return float_unary(L, n, UnaryOp::Asinh); };
+  r[Op::acosh] = [](Lowerer& L, const Node& n) { return float_unary(L, n, UnaryOp::Acosh); };
+  r[Op::atanh] = [](Lowerer& L, const Node& n) { return float_unary(L, n, UnaryOp::Atanh); };
   r[Op::erfc] = [](Lowerer& L, const Node& n) { return float_unary(L, n, UnaryOp::Erfc); };
   r[Op::atan2] = [](Lowerer& L, const Node& n) {
     DType out = L.out_meta(n).dtype;

@@ -103,6 +103,9 @@ const char* unary_fn(UnaryOp op) {
     case UnaryOp::Sinh: return "ff_sinh";
     case UnaryOp::Cosh: return "ff_cosh";
     case UnaryOp::Erfc: return "ff_erfc";
+    case UnaryOp::Asinh: return "ff_asinh";
+    case UnaryOp::Acosh: return "ff_acosh";
+    case UnaryOp::Atanh: return "ff_atanh";
     case UnaryOp::Round: return "ff_round";
     case UnaryOp::SignBit: return "ff_signbit";
     default: return nullptr;

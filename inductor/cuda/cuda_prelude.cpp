@@ -50,6 +50,9 @@ FF_UNARY(ff_atan, atanf(x), atan(x))
 FF_UNARY(ff_sinh, sinhf(x), sinh(x))
 FF_UNARY(ff_cosh, coshf(x), cosh(x))
 FF_UNARY(ff_erfc, erfcf(x), erfc(x))
+FF_UNARY(ff_asinh, asinhf(x), asinh(x))
+FF_UNARY(ff_acosh, acoshf(x), acosh(x))
+FF_UNARY(ff_atanh, atanhf(x), atanh(x))
 FF_UNARY(ff_round, nearbyintf(x), nearbyint(x))
 FF_DEV bool ff_signbit(float x) { return __float_as_int(x) < 0; }
 FF_DEV bool ff_signbit(double x) { return __double_as_longlong(x) < 0; }

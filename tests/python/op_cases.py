@@ -118,7 +118,7 @@ cases("nan_to_num", C(torch.nan_to_num, T(3, 4)), C(torch.nan_to_num, T(3, 4, la
       C(torch.nan_to_num, T(3, dtype=i64)), C(torch.Tensor.nan_to_num, T(2, 3, 4, 5, layout="cl"), neginf=-1.0))
 cases("frac", C(torch.frac, T(3, 4)), C(torch.frac, T(3, 4, layout="T", rg=True)),
       C(torch.Tensor.frac, T(2, 3, 4, 5, layout="cl")), C(torch.frac, T(3, dtype=i64), fallback=True))
-FLOAT_UNARY = ["sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "tanh", "sigmoid", "exp", "exp2", "expm1",
+FLOAT_UNARY = ["sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh", "tanh", "sigmoid", "exp", "exp2", "expm1",
                "log", "log2", "log10", "log1p", "sqrt", "rsqrt", "erf", "erfc", "reciprocal"]
 for name in FLOAT_UNARY:
     fn = getattr(torch, name)

@@ -161,8 +161,9 @@ def test_op_against_eager(op, case):
 
 def test_every_registered_op_has_cases():
     # Seeding and restoring the generator are checked against eager by their effect on later draws
-    # (test_rng_state.py): manual_seed returns a Generator, and a state must be a real one.
-    generator_state = {"manual_seed", "set_rng_state"}
+    # (test_rng_state.py): manual_seed returns a Generator, and a state must be a real one. A CUDA
+    # generator's state needs a GPU (test_rng_state.py's CUDA test).
+    generator_state = {"manual_seed", "set_rng_state", "cuda_get_rng_state", "cuda_set_rng_state"}
     missing = sorted(set(OPS) - set(CASES) - generator_state)
     assert not missing, f"ops without a test case in op_cases.py: {missing}"
     unknown = sorted(set(CASES) - set(OPS))
