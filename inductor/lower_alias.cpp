@@ -23,14 +23,6 @@ namespace ff::inductor {
 
 namespace {
 
-// Whether a subscript is basic indexing (ints, slices, None, ...): a view in eager.
-bool basic_index(const Value& v) {
-  if (v.is_node() || v.kind == Value::Kind::List) return false;
-  for (const Value& item : v.items)
-    if (!basic_index(item)) return false;
-  return true;
-}
-
 // The operand whose storage node `id`'s result shares in eager, or -1 when the result is fresh
 // memory. `parent` holds the answers for earlier nodes (a tuple element follows its tuple).
 NodeId eager_alias_parent(const Graph& g, NodeId id, const std::vector<NodeId>& parent) {
@@ -68,7 +60,7 @@ NodeId eager_alias_parent(const Graph& g, NodeId id, const std::vector<NodeId>& 
     bool p_zero = p >= 0 && n.args[static_cast<size_t>(p)].is_number() && n.args[static_cast<size_t>(p)].as_double() == 0.0;
     return !training || p_zero ? x : -1;  // eager returns its input itself
   }
-  if (kind == Op::op_getitem) return n.args.size() > 1 && basic_index(n.args[1]) ? x : -1;
+  if (kind == Op::op_getitem) return returns_new_view(n) ? x : -1;  // basic indexing is a view
   if (kind == Op::einsum) return x;  // "ij->ji" is a view
   if (op.traits & (kExtern | kPointwise | kReduction | kComposite | kCreation | kIndexing)) return -1;
   return x;  // an op the table does not know may return a view

@@ -33,6 +33,23 @@ bool returns_fresh_tensor(const Node& n) {
   return (op.traits & (kPointwise | kReduction | kExtern | kComposite | kCreation)) != 0;
 }
 
+namespace {
+
+bool basic_index(const Value& v) {
+  if (v.is_node() || v.kind == Value::Kind::List) return false;
+  for (const Value& item : v.items)
+    if (!basic_index(item)) return false;
+  return true;
+}
+
+}  // namespace
+
+bool returns_new_view(const Node& n) {
+  if (n.kind != NodeKind::Call || mutates_operand(n)) return false;
+  if (op_def(n.op).has(kView)) return true;
+  return op_kind(n) == Op::op_getitem && n.args.size() > 1 && n.args[0].is_node() && basic_index(n.args[1]);
+}
+
 bool mutates_operand(const Node& n) {
   if (n.kind != NodeKind::Call) return false;
   const OpDef& op = op_def(n.op);

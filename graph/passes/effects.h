@@ -12,6 +12,11 @@ namespace ff {
 // non-None `out=` argument (F.relu(x, inplace=True)).
 bool mutates_operand(const Node& n);
 
+// Eager's result is a new tensor object viewing the call's operand: a view op (kView), or a
+// subscript with basic indexing (ints, slices, None, Ellipsis); not an in-place call, whose
+// result is its operand itself. `x[0:2]` of a 2-row x is a new object even with x's own shape.
+bool returns_new_view(const Node& n);
+
 // The operands a call writes: its first for an in-place call (mutates_operand), and batch norm's
 // running statistics when it runs in training (F.batch_norm updates them as it normalizes).
 std::vector<NodeId> written_operands(const Node& n);

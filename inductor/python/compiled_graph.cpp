@@ -777,7 +777,7 @@ PyObject* CompiledGraph::run(PyObject* const* inputs, size_t n) {
     // NB: a view is a new object in eager, even one of its base's own shape, whether the base is an
     // input or another value of the graph (an in-place call's result is its operand itself).
     const Node& on = g.node(node);
-    bool fresh = ob.node != node && on.kind == NodeKind::Call && op_def(on.op).has(kView) && !mutates_operand(on);
+    bool fresh = ob.node != node && returns_new_view(on);
     PyObject* v = view_of(ref, fresh);
     if (!v) return nullptr;
     set_node(node, v);

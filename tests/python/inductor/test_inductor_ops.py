@@ -302,6 +302,22 @@ def test_inplace_view_ops_on_inputs_change_the_callers_tensor(shape):
     assert torch.equal(out, want) and x.stride() == y.stride() and torch.equal(x, y)
 
 
+@pytest.mark.parametrize("backend", ["inductor", "eager"])
+def test_a_full_basic_index_is_a_new_view_object(backend):
+    # x[0:2] of a 2-row x has x's shape and memory, but eager returns a new tensor object (found
+    # by the Python fuzzer, seed dd:62: the compiled call returned x itself).
+    import framefuse
+
+    def f(x):
+        return x[0:2], x[...], x[:, :], x.view(x.shape)
+
+    x = randn(2, 3)
+    framefuse.reset()
+    outs = framefuse.compile(f, backend=backend)(x)
+    for out, want in zip(outs, f(x)):
+        assert out is not x and out.data_ptr() == x.data_ptr() and torch.equal(out, want)
+
+
 # ---- in-place calls on fresh intermediates are computed out of place --------------------------
 
 def _compiled(fn, inputs):
