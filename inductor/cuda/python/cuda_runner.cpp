@@ -13,6 +13,7 @@
 
 #include "graph/op.h"
 #include "graph/op_registry.h"
+#include "graph/passes/effects.h"
 #include "graph/passes/fuse_attention.h"
 #include "graph/passes/specialize_shapes.h"
 #include "graph/python/graph_calls.h"
@@ -649,7 +650,15 @@ py::object CudaGraphModule::run(const std::vector<py::object>& given) {
     for (NodeId id : release_after_[s]) node_objs[static_cast<size_t>(id)] = py::none();
   }
   for (int b : alloc_unstored_) bufs[static_cast<size_t>(b)] = alloc(b);
-  for (auto& [nid, ref] : prog_.outputs) node_objs[static_cast<size_t>(nid)] = view(bufs, ref.buf, ref);
+  for (auto& [nid, ref] : prog_.outputs) {
+    py::object v = view(bufs, ref.buf, ref);
+    // NB: a view is a new object in eager, even one of its base's own shape (x.view(x.shape),
+    // x[0:2] of a 2-row x): not the base itself (an in-place call's result is its operand itself).
+    const loop::Buffer& ob = prog_.buffers[static_cast<size_t>(ref.buf)];
+    if (ob.node != nid && returns_new_view(graph_.node(nid)) && v.is(bufs[static_cast<size_t>(ref.buf)]))
+      v = v.attr("as_strided")(v.attr("size")(), v.attr("stride")(), v.attr("storage_offset")());
+    node_objs[static_cast<size_t>(nid)] = v;
+  }
   for (auto& [nid, meta] : cl_restore_) {
     py::object t = node_objs[static_cast<size_t>(nid)];
     if (!t || t.is_none()) continue;

@@ -264,3 +264,18 @@ def test_source_an_ops_product_is_rounded_before_a_later_op_adds(tmp_path):
 def test_a_product_and_a_later_sum_round_twice(dtype):
     x, y, z = (_rand((64, 33), dtype, seed=i) for i in range(3))
     _compiled_equals_eager(lambda x, y, z: (x * y + z, z - x * 3.0, torch.addcmul(z, x, y, value=0.5)), x, y, z)
+
+
+@gpu
+def test_a_view_with_its_base_shape_is_a_new_object():
+    # x.view(x.shape), x[0:2] of a 2-row x, x[...]: eager returns new tensor objects sharing x's
+    # memory; the CUDA runtime returned x itself.
+    def f(x):
+        return x[0:2], x[...], x[:, :], x.view(x.shape), x * 2
+
+    x = torch.randn(2, 3, device="cuda")
+    outs = framefuse.compile(f, backend="inductor")(x)
+    for out, want in zip(outs, f(x)):
+        assert torch.equal(out, want)
+    for out in outs[:4]:
+        assert out is not x and out.data_ptr() == x.data_ptr()
