@@ -882,12 +882,8 @@ Sym SymbolicTracer::call_tensor_method(const Sym& self, const std::string& name,
     if (d < -m.dim() || d >= std::max<int64_t>(m.dim(), 1)) brk(BreakKind::RaisesInTrace, "dimension out of range in tensor." + name);
     return d < 0 ? d + m.dim() : d;
   };
-  if (name == "stride" || name == "is_contiguous" || name == "storage_offset") {
-    // NB: the layout of a data-dependent output is torch's choice at run time (it differs across
-    // versions): not answered from the trace's metadata.
-    for (const SymInt& d : m.sizes)
-      if (sym_has_unbacked(d.expr())) brk(BreakKind::DataDependentShape, "tensor." + name + "() of a data-dependent output");
-  }
+  if ((name == "stride" || name == "is_contiguous" || name == "storage_offset") && m.sizes.has_unbacked())
+    brk(BreakKind::DataDependentShape, "tensor." + name + "() of a data-dependent output (torch picks its layout at run time)");
   if (name == "size" || name == "stride") {
     const SymShape& v = name == "size" ? m.sizes : m.strides;
     if (args.empty() && kwargs.empty()) {

@@ -634,6 +634,10 @@ bool SymShape::is_symbolic() const {
   return std::any_of(begin(), end(), [](const SymInt& x) { return x.is_symbolic(); });
 }
 
+bool SymShape::has_unbacked() const {
+  return std::any_of(begin(), end(), [](const SymInt& x) { return sym_has_unbacked(x.expr()); });
+}
+
 bool SymShape::same_as(const SymShape& o) const {
   if (size() != o.size()) return false;
   for (size_t i = 0; i < size(); ++i)

@@ -146,6 +146,7 @@ class SymShape : public std::vector<SymInt> {
   std::vector<int64_t> ints() const;   // specialises every symbolic entry
   std::vector<int64_t> hints() const;  // the traced values; records nothing
   bool is_symbolic() const;
+  bool has_unbacked() const;  // an entry mentions an unbacked symbol
   bool same_as(const SymShape& o) const;
   std::string str() const;  // "[s0, 8]"
 };

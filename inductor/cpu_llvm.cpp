@@ -127,31 +127,10 @@ Jit& jit() {
   return *j;
 }
 
-// libm functions without an LLVM intrinsic; f32 name, f64 name.
-struct MathFn {
-  UnaryOp op;
-  const char* f32;
-  const char* f64;
-};
-const MathFn kMathFns[] = {
-    {UnaryOp::Tan, "tanf", "tan"},
-    {UnaryOp::Tanh, "tanhf", "tanh"},
-    {UnaryOp::Erf, "erff", "erf"},
-    {UnaryOp::Log1p, "log1pf", "log1p"},
-    {UnaryOp::Expm1, "expm1f", "expm1"},
-    {UnaryOp::Exp2, "exp2f", "exp2"},
-    {UnaryOp::Log2, "log2f", "log2"},
-    {UnaryOp::Log10, "log10f", "log10"},
-    {UnaryOp::Asin, "asinf", "asin"},
-    {UnaryOp::Acos, "acosf", "acos"},
-    {UnaryOp::Atan, "atanf", "atan"},
-    {UnaryOp::Sinh, "sinhf", "sinh"},
-    {UnaryOp::Cosh, "coshf", "cosh"},
-    {UnaryOp::Erfc, "erfcf", "erfc"},
-    {UnaryOp::Asinh, "asinhf", "asinh"},
-    {UnaryOp::Acosh, "acoshf", "acosh"},
-    {UnaryOp::Atanh, "atanhf", "atanh"},
-};
+// Unary ops without an LLVM intrinsic: libm's function of the op's own name (tanf / tan).
+constexpr UnaryOp kLibmUnary[] = {UnaryOp::Tan, UnaryOp::Tanh, UnaryOp::Erf, UnaryOp::Log1p, UnaryOp::Expm1, UnaryOp::Exp2,
+                                  UnaryOp::Log2, UnaryOp::Log10, UnaryOp::Asin, UnaryOp::Acos, UnaryOp::Atan, UnaryOp::Sinh,
+                                  UnaryOp::Cosh, UnaryOp::Erfc, UnaryOp::Asinh, UnaryOp::Acosh, UnaryOp::Atanh};
 
 // Vector variants in glibc's libmvec (x86_64): scalar name -> ISA letter + width + signature.
 void add_vector_math(TargetLibraryInfoImpl& tlii, bool avx512, bool avx2) {
@@ -532,8 +511,8 @@ class KernelEmitter {
       case UnaryOp::Erf:
         return t->isFloatTy() ? erf_f32(x) : call_libm("erf", x);
       default:
-        for (const MathFn& m : kMathFns)
-          if (m.op == op) return call_libm(t->isFloatTy() ? m.f32 : m.f64, x);
+        if (std::find(std::begin(kLibmUnary), std::end(kLibmUnary), op) != std::end(kLibmUnary))
+          return call_libm((std::string(unary_name(op)) + (t->isFloatTy() ? "f" : "")).c_str(), x);
     }
     FF_CHECK(false, "unhandled unary op");
     return nullptr;

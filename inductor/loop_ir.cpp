@@ -48,8 +48,6 @@ bool is_comparison(BinaryOp op) {
          op == BinaryOp::Gt || op == BinaryOp::Ge;
 }
 
-namespace {
-
 const char* unary_name(UnaryOp op) {
   switch (op) {
 #define FF_LOOP_UN_NAME(e, s, f) \
@@ -60,6 +58,9 @@ const char* unary_name(UnaryOp op) {
   }
   return "?";
 }
+
+namespace {
+
 bool unary_float_only(UnaryOp op) {
   switch (op) {
 #define FF_LOOP_UN_FLOAT(e, s, f) \

@@ -64,6 +64,7 @@ enum class UnaryOp : uint8_t {
   FF_LOOP_UNARY_OPS(FF_LOOP_UN_ENUM)
 #undef FF_LOOP_UN_ENUM
 };
+const char* unary_name(UnaryOp op);  // "tan", "asinh" ...: as printed (and libm's f64 name)
 
 // Binary math; both operands have the same type. Comparisons give bool.
 // Max/Min propagate NaN like torch.maximum. Div on ints truncates; FloorDiv/Mod round toward -inf
