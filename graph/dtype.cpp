@@ -62,6 +62,12 @@ bool is_integral(DType t, bool include_bool) {
   }
 }
 
+bool can_cast(DType from, DType to) {
+  if (is_complex(from) && !is_complex(to)) return false;
+  if (is_floating(from) && is_integral(to, /*include_bool=*/true)) return false;
+  return from == DType::Bool || to != DType::Bool;
+}
+
 TypeCategory type_category(DType t) {
   if (t == DType::Bool) return TypeCategory::Bool;
   if (is_complex(t)) return TypeCategory::Complex;

@@ -41,6 +41,9 @@ std::optional<DType> dtype_from_short_name(std::string_view name);  // "f32"
 bool is_floating(DType t);  // f16, bf16, f32, f64
 bool is_complex(DType t);
 bool is_integral(DType t, bool include_bool);
+// torch's canCast(from, to), what an in-place or out= result may be stored as: no complex -> real,
+// no floating -> integral, no non-bool -> bool.
+bool can_cast(DType from, DType to);
 
 // Type promotion category as torch uses it: bool < integral < floating < complex.
 enum class TypeCategory : uint8_t { Bool = 0,

@@ -13,14 +13,6 @@ namespace {
 
 bool is_float_like(DType t) { return is_floating(t) || is_complex(t); }
 
-// torch's canCast(from, to): no complex -> real, no floating -> integral, no non-bool -> bool.
-bool can_cast(DType from, DType to) {
-  if (is_complex(from) && !is_complex(to)) return false;
-  if (is_floating(from) && is_integral(to, /*include_bool=*/true)) return false;
-  if (from != DType::Bool && to == DType::Bool) return false;
-  return true;
-}
-
 // A unary TensorIterator op over one tensor: the result layout. `promote`: how an input of
 // another dtype than `dtype` reaches it (see Promote).
 ValueMeta unary_result(const TensorMeta& x, DType dtype, Promote promote = Promote::None) {

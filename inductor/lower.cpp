@@ -651,6 +651,38 @@ bool self_overlapping(const TensorMeta& m) {
   return false;
 }
 
+// For each node, the write `x.copy_(v)` (the form open in-place ops such as x.sin_() take) that is
+// its only user, directly or through other such nodes, where it is a pointwise call; else -1. The
+// write's store kernel computes these nodes, reading the input at the element it writes, so they
+// may read the input's old contents.
+std::vector<NodeId> writes_fed(const Graph& g) {
+  const NodeId n = static_cast<NodeId>(g.size());
+  std::vector<NodeId> fed(g.size(), -1);
+  std::vector<std::vector<NodeId>> users(g.size());
+  for (NodeId u = 0; u < n; ++u)
+    for (const Value& v : g.node(u).args) v.for_each_node([&](NodeId o) { users[static_cast<size_t>(o)].push_back(u); });
+  // NB: users come after the nodes they use, so a backward sweep settles every user first.
+  for (NodeId u = n - 1; u >= 0; --u) {
+    const Node& nd = g.node(u);
+    if (nd.kind != NodeKind::Call) continue;
+    const OpDef& d = op_def(nd.op);
+    if (!d.has(kPointwise) || d.has(kView) || d.has(kInplace) || d.has(kInplaceFlag)) continue;
+    NodeId w = -1;
+    bool one = !users[static_cast<size_t>(u)].empty();
+    for (NodeId r : users[static_cast<size_t>(u)]) {
+      const Node& rn = g.node(r);
+      NodeId target = rn.kind == NodeKind::Call && op_kind(rn) == Op::copy_ && rn.args.size() >= 2 && rn.args[1].is_node() &&
+                              rn.args[1].node == u
+                          ? r
+                          : fed[static_cast<size_t>(r)];
+      one = one && target >= 0 && (w < 0 || w == target);
+      w = target;
+    }
+    if (one) fed[static_cast<size_t>(u)] = w;
+  }
+  return fed;
+}
+
 }  // namespace
 
 // An in-place call on a graph input (or on an earlier such call's result) becomes a kernel that
@@ -669,8 +701,11 @@ std::string Lowerer::write_input(NodeId id) {
     return "its result differs from the input in shape, strides or dtype";
   if (!supported_dtype(m.dtype)) return "dtype " + std::string(dtype_name(m.dtype)) + " is not supported in kernels";
   if (self_overlapping(m)) return "elements of the input share memory (an expanded tensor)";
+  if (write_feeds_.empty()) write_feeds_ = writes_fed(g_);
   for (NodeId u = root + 1; u < id; ++u) {
     if (input_root_[static_cast<size_t>(u)] == root) continue;  // an earlier write of the same input
+    NodeId w = write_feeds_[static_cast<size_t>(u)];
+    if (w == id || (w >= 0 && w < id && input_root_[static_cast<size_t>(w)] == root)) continue;  // stored by such a write
     bool reads = false;
     for (const Value& v : g_.node(u).args) v.for_each_node([&](NodeId o) { reads |= input_root_[static_cast<size_t>(o)] == root; });
     if (reads) return g_.node(u).name + " reads the input before it changes";

@@ -117,6 +117,7 @@ class Lowerer {
   std::vector<std::optional<LT>> values_;
   std::vector<int> users_;
   std::vector<NodeId> input_root_;  // a tensor placeholder, or an in-place write of one: that placeholder; -1
+  std::vector<NodeId> write_feeds_;  // computed on the first write of an input: see writes_fed (lower.cpp)
   std::vector<NodeId> alias_parent_;  // eager: the operand whose memory a node's result is in, or -1
   std::vector<bool> shares_storage_;  // stored when lowered: its memory is seen through several outputs
   NodeId current_ = -1;

@@ -6,6 +6,7 @@
 #include <unordered_map>
 
 #include "graph/aten_schema.h"
+#include "graph/meta_rules_util.h"
 #include "graph/op.h"
 #include "graph/op_registry.h"
 #include "graph/python/data_dependent.h"
@@ -262,6 +263,63 @@ std::vector<OpId> open_ops_for_target(std::string_view target) {
   }
 }
 
+namespace {
+
+// An open in-place call (`x.sin_()`) whose out-of-place form is a hand-written pointwise op: that op
+// (which inductor lowers), then `x.copy_(result)`, which stores it as eager does, cast to x's dtype.
+// nullopt where eager would do something else: refuse (a result dtype x cannot
+// hold, a broadcast past x's shape, an expanded x), or record autograd history.
+std::optional<NodeId> inplace_as_functional(Graph& g, const OpDef& d, const std::vector<Value>& bound,
+                                            const std::vector<Value>& args,
+                                            const std::vector<std::pair<std::string, Value>>& kwargs,
+                                            bool grad_enabled) {
+  if (!d.has(kInplace) || d.target.size() < 2 || d.target.back() != '_' || bound.empty() || !bound[0].is_node()) return std::nullopt;
+  if (!g.node(bound[0].node).meta.is_tensor()) return std::nullopt;
+  const TensorMeta self = g.node(bound[0].node).meta.tensor;  // NB: a copy; the graph grows below
+  if (meta_util::has_internal_overlap(self)) return std::nullopt;
+  // The memory a result is in: the node that made it, through views, in-place calls and tuple items.
+  auto storage = [&](NodeId n) {
+    for (;;) {
+      const Node& nd = g.node(n);
+      if (nd.kind == NodeKind::GetItem && nd.args[0].is_node()) {
+        n = nd.args[0].node;
+      } else if (nd.kind == NodeKind::Call && !nd.args.empty() && nd.args[0].is_node() &&
+                 (op_def(nd.op).has(kView) || op_def(nd.op).has(kInplace))) {
+        n = nd.args[0].node;
+      } else {
+        return n;
+      }
+    }
+  };
+  bool grad = false, overlap = false;
+  for (size_t i = 0; i < bound.size(); ++i)
+    bound[i].for_each_node([&](NodeId n) {
+      grad = grad || (g.node(n).meta.is_tensor() && g.node(n).meta.tensor.requires_grad);
+      // NB: eager refuses an operand that overlaps x in part (x.atan2_(x.t())); x itself is fine.
+      overlap = overlap || (i > 0 && n != bound[0].node && storage(n) == storage(bound[0].node));
+    });
+  if ((grad && grad_enabled) || overlap) return std::nullopt;
+  static std::unordered_map<std::string, std::optional<OpId>> functional;  // NB: read and written under the GIL
+  auto it = functional.find(d.target);
+  if (it == functional.end()) {
+    py::object fn = resolve_path(d.target.substr(0, d.target.size() - 1));
+    it = functional.emplace(d.target, fn ? op_for_callable(fn.ptr()) : std::nullopt).first;
+  }
+  const std::optional<OpId> f = it->second;
+  if (!f || op_def(*f).is_open() || !op_def(*f).has(kPointwise) || op_def(*f).has(kInplace) ||
+      op_def(*f).has(kView) || op_def(*f).has(kRandom)) return std::nullopt;
+  // NB: where the checks below refuse, the out-of-place node stays unused (dead code elimination
+  // drops it): eager raises in those cases, and so does the in-place op added instead.
+  std::string why;
+  std::optional<NodeId> r = add_op_call(g, *f, args, kwargs, &why, grad_enabled);
+  if (!r || !g.node(*r).meta.is_tensor()) return std::nullopt;
+  const TensorMeta& rm = g.node(*r).meta.tensor;
+  if (rm.sizes != self.sizes || rm.device != self.device || !can_cast(rm.dtype, self.dtype)) return std::nullopt;
+  return add_op_call(g, op_id(Op::copy_), {bound[0], Value::of_node(*r)}, {}, &why, grad_enabled);
+}
+
+}  // namespace
+
 std::optional<NodeId> add_open_call(Graph& g, const std::vector<OpId>& overloads, const std::vector<Value>& args,
                                     const std::vector<std::pair<std::string, Value>>& kwargs, std::string* reason,
                                     bool grad_enabled) {
@@ -300,6 +358,7 @@ std::optional<NodeId> add_open_call(Graph& g, const std::vector<OpId>& overloads
       *reason = d.target + " with running statistics may update them in place, which its schema does not say";
       return std::nullopt;
     }
+    if (std::optional<NodeId> n = inplace_as_functional(g, d, *bound, args, kwargs, grad_enabled)) return n;
     // The node replays as many positional arguments as the call passed.
     int count = static_cast<int>(std::min(args.size(), d.schema.params.size()));
     OpId replayed = op_with_positional(op, count);

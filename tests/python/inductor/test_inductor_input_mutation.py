@@ -244,3 +244,81 @@ def test_a_read_of_running_statistics_before_a_training_batch_norm_sees_the_old_
         got = framefuse.compile(f, backend=backend)(x)
     for a, b in zip(got, want):
         assert torch.equal(a, b)
+
+
+# ---- in-place methods torch's schemas resolve (x.sin_()): the out-of-place op, then a write ----
+
+def _traced_inplace(fn, *inputs):
+    """fn through framefuse.compile, the graph compiled by inductor: (results, the graph's extern
+    count). Asserts the inputs afterwards, the results and returned identities equal eager's."""
+    externs = []
+
+    @framefuse.backends.native_graph
+    def record(graph, example_inputs):
+        cg = iu.compile_graph(graph, example_inputs)
+        externs.append(cg.num_externs if isinstance(cg, _C.inductor.CompiledGraph) else None)
+        return cg
+
+    framefuse.reset()
+    mine, ref = [t.clone() for t in inputs], [t.clone() for t in inputs]
+    got, want = framefuse.compile(fn, backend=record)(*mine), fn(*ref)
+    got, want = (got if isinstance(got, tuple) else (got,)), (want if isinstance(want, tuple) else (want,))
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-6)
+        assert any(a is m for m in mine) == any(b is r for r in ref)
+    for a, b in zip(mine, ref):
+        torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-6)
+    return got, externs
+
+
+@pytest.mark.skipif(not BUMPS, reason="torch 1.13 keeps graphs that write inputs on the reference runner")
+def test_inplace_methods_of_inputs_are_one_kernel_without_externs():
+    def fn(x, y):
+        x.sin_()
+        y.atan2_(x).exp2_()
+        return x * 2, y
+    (_, y), externs = _traced_inplace(fn, torch.randn(6, 7), torch.randn(6, 7))
+    assert externs == [0]
+
+
+@pytest.mark.skipif(not BUMPS, reason="torch 1.13 keeps graphs that write inputs on the reference runner")
+def test_inplace_method_result_is_cast_to_the_written_dtype():
+    # f16 written with a float32 operand: computed in float32 and stored as f16, as eager does
+    _, externs = _traced_inplace(lambda a, b: a.atan2_(b), torch.randn(64, dtype=torch.half), torch.randn(64))
+    assert externs == [0]
+    _traced_inplace(lambda a, b: a.ge_(b), torch.randn(9), torch.randn(9))
+
+
+def test_inplace_method_old_value_read_before_the_write_stays_old():
+    def fn(x):
+        y = x + 1
+        x.exp_()
+        return y, x.sin()
+    _traced_inplace(fn, torch.randn(5, 5))
+
+    def explicit(x):
+        s = x.sin()
+        x.copy_(s)
+        return s * 2  # NB: s has a user after the write: it must not be recomputed from the new x
+    _traced_inplace(explicit, torch.randn(5, 5))
+
+
+@pytest.mark.parametrize("fn,inputs", [
+    (lambda x: x.sin_(), [torch.arange(4)]),                                     # float result into int64
+    (lambda a, b: a.atan2_(b), [torch.randn(5), torch.randn(3, 5)]),             # broadcast past a's shape
+    (lambda x: x.atan2_(x.t()), [torch.randn(4, 4)]),                            # operand overlapping x in part
+    (lambda x: x.expand(3, 4).sin_(), [torch.randn(1, 4)]),                      # an expanded x
+])
+def test_inplace_methods_refused_by_eager_raise_the_same_error(fn, inputs):
+    with pytest.raises(RuntimeError) as eager:
+        fn(*[t.clone() for t in inputs])
+    framefuse.reset()
+    with pytest.raises(RuntimeError) as mine:
+        framefuse.compile(fn, backend="inductor")(*[t.clone() for t in inputs])
+    assert str(mine.value).split("\n")[0] == str(eager.value).split("\n")[0]
+
+
+def test_inplace_methods_of_views_and_intermediates():
+    _traced_inplace(lambda x: (x[1:].sin_(), x + 1), torch.randn(4, 4))
+    _traced_inplace(lambda x: (x * 2).sin_().cos_() + x, torch.randn(4, 4))
+    _traced_inplace(lambda x: x.nan_to_num_(nan=1.0, posinf=2.0), torch.tensor([float("nan"), float("inf"), 1.0]))
