@@ -47,6 +47,7 @@ using OpRules = OpTable<OpLowering>;
 const OpRules& op_lowerings();
 void add_extra_rules(OpRules& rules);  // lower_ops_extra.cpp
 void add_math_rules(OpRules& rules);   // lower_ops_math.cpp
+void add_pointwise_rules(OpRules& rules);  // lower_ops_pointwise.cpp (after the others: it reuses sign's)
 
 class Lowerer {
  public:
@@ -139,6 +140,19 @@ inline Expr bin(loop::BinaryOp op, const Expr& a, const Expr& b) { return loop::
 inline Expr un(loop::UnaryOp op, const Expr& a) { return loop::unary(op, a); }
 inline Expr sel(const Expr& cond, const Expr& a, const Expr& b) { return loop::select(cond, a, b); }
 }  // namespace formula
+
+// Helpers of the rule files (lower_ops_extra.cpp).
+// NaN-preserving clamp of x to [lo, hi] (either may be absent).
+Expr clamp_expr(const Expr& x, const Expr* lo, const Expr* hi);
+// NoLowering where the call's `inplace` argument is True.
+void no_inplace(Lowerer& L, const Node& n);
+// The number argument `name` (NoLowering where it is not a constant).
+double number(Lowerer& L, const Node& n, const char* name);
+// fn elementwise over the node's first operand in the float compute type of the result
+// (NoLowering for an integer result; int operands are converted first, as eager's float ops do).
+LT float_map(Lowerer& L, const Node& n, const std::function<Expr(const Expr&)>& fn);
+// fn elementwise over the node's first operand in the compute type of the result (not bool).
+LT any_map(Lowerer& L, const Node& n, const std::function<Expr(const Expr&)>& fn);
 
 // Whether the graph is lowered for CUDA, whose eager kernels compute some ops by other formulas
 // than CPU's (the ATen CUDA kernel each rule follows is named there).

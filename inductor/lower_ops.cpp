@@ -635,6 +635,7 @@ Rules make_rules() {
   r[Op::linear] = linear_rule;
   add_extra_rules(r);
   add_math_rules(r);
+  add_pointwise_rules(r);
   return r;
 }
 

@@ -17,8 +17,6 @@ using formula::bin;
 using formula::c;
 using formula::un;
 
-namespace {
-// NaN-preserving clamp of x to [lo, hi] (either may be absent).
 Expr clamp_expr(const Expr& x, const Expr* lo, const Expr* hi) {
   Expr r = x;
   if (lo) r = loop::select(bin(BinaryOp::Lt, r, *lo), *lo, r);
@@ -37,7 +35,6 @@ double number(Lowerer& L, const Node& n, const char* name) {
   return v.as_double();
 }
 
-// Elementwise over the node's first operand in the float compute type of the result.
 LT float_map(Lowerer& L, const Node& n, const std::function<Expr(const Expr&)>& fn) {
   DType out = L.out_meta(n).dtype;
   DType ct = float_compute_dtype(out);
@@ -51,6 +48,8 @@ LT any_map(Lowerer& L, const Node& n, const std::function<Expr(const Expr&)>& fn
   return Lowerer::map({L.tensor(n.args[0])}, float_compute_dtype(out), out, [fn](const V& v) { return fn(v[0]); });
 }
 
+namespace {
+
 LT cast_rule(Lowerer& L, const Node& n) {
   LT x = L.tensor(n.args[0]);
   DType out = L.out_meta(n).dtype;
@@ -58,12 +57,35 @@ LT cast_rule(Lowerer& L, const Node& n) {
   return Lowerer::cast(x, out);
 }
 
+// eager's hardtanh: clamp to [lo, hi]; integer inputs take the bounds truncated (toLong), so that
+// they do not promote the result
+LT hardtanh_rule(Lowerer& L, const Node& n, double lo, double hi) {
+  DType out = L.out_meta(n).dtype;
+  if (out == DType::Bool || (out == DType::UInt8 && (lo < 0 || hi < 0))) throw NoLowering("hardtanh of bools or negative uint8 bounds");
+  if (!is_floating(out)) {
+    return Lowerer::map({L.tensor(n.args[0])}, out, out, [lo, hi](const V& v) {
+      Expr a = loop::const_of(std::trunc(lo), v[0]->type), b = loop::const_of(std::trunc(hi), v[0]->type);
+      return clamp_expr(v[0], &a, &b);
+    });
+  }
+  return float_map(L, n, [lo, hi](const Expr& x) { Expr a = c(lo, x), b = c(hi, x); return clamp_expr(x, &a, &b); });
+}
+
 LT clamp_rule(Lowerer& L, const Node& n, const char* lo_name, const char* hi_name) {
   DType out = L.out_meta(n).dtype;
-  if (out == DType::Bool) throw NoLowering("bool clamp");
-  std::vector<LT> ops{L.tensor(n.args[0])};
   const Value* lo = lo_name && !L.arg(n, lo_name).is_none() ? &L.arg(n, lo_name) : nullptr;
   const Value* hi = hi_name && !L.arg(n, hi_name).is_none() ? &L.arg(n, hi_name) : nullptr;
+  if (out == DType::Bool) {  // bool bounds: max is or, min is and
+    std::vector<LT> ops{L.tensor(n.args[0])};
+    if (lo) ops.push_back(L.tensor(*lo));
+    if (hi) ops.push_back(L.tensor(*hi));
+    bool has_lo = lo != nullptr;
+    return Lowerer::map(ops, out, out, [has_lo](const V& v) {
+      Expr r = has_lo ? bin(BinaryOp::Or, v[0], v[1]) : v[0];
+      return v.size() > (has_lo ? 2u : 1u) ? bin(BinaryOp::And, r, v.back()) : r;
+    });
+  }
+  std::vector<LT> ops{L.tensor(n.args[0])};
   // NB: with both bounds given, a NaN number fills the result with NaN on every device (clamp_out).
   // With one bound, eager CUDA's kernel (clamp_min/max_scalar, cuda/TensorCompare.cu) takes
   // ::max(v, lo) / ::min(v, hi), which never returns a NaN bound: it is as if absent.
@@ -330,6 +352,7 @@ void add_extra_rules(OpRules& r) {
   r[Op::log2] = [](Lowerer& L, const Node& n) { return float_map(L, n, [](const Expr& x) { return un(UnaryOp::Log2, x); }); };
   r[Op::log10] = [](Lowerer& L, const Node& n) { return float_map(L, n, [](const Expr& x) { return un(UnaryOp::Log10, x); }); };
   r[Op::sign] = [](Lowerer& L, const Node& n) {
+    if (L.out_meta(n).dtype == DType::Bool) return L.tensor(n.args[0]);  // sign(True) is True
     return any_map(L, n, [](const Expr& x) {
       Expr pos = loop::cast(bin(BinaryOp::Gt, x, c(0, x)), x->type), neg = loop::cast(bin(BinaryOp::Lt, x, c(0, x)), x->type);
       return bin(BinaryOp::Sub, pos, neg);  // NaN compares false both ways: sign(NaN) is 0, as in eager
@@ -347,12 +370,11 @@ void add_extra_rules(OpRules& r) {
   };
   r[Op::hardtanh] = [](Lowerer& L, const Node& n) {
     no_inplace(L, n);
-    double lo = number(L, n, "min_val"), hi = number(L, n, "max_val");
-    return float_map(L, n, [lo, hi](const Expr& x) { Expr a = c(lo, x), b = c(hi, x); return clamp_expr(x, &a, &b); });
+    return hardtanh_rule(L, n, number(L, n, "min_val"), number(L, n, "max_val"));
   };
   r[Op::relu6] = [](Lowerer& L, const Node& n) {
     no_inplace(L, n);
-    return float_map(L, n, [](const Expr& x) { Expr a = c(0, x), b = c(6, x); return clamp_expr(x, &a, &b); });
+    return hardtanh_rule(L, n, 0, 6);
   };
   r[Op::elu] = [](Lowerer& L, const Node& n) {
     no_inplace(L, n);

@@ -24,20 +24,6 @@ using formula::un;
 
 namespace {
 
-void no_inplace(Lowerer& L, const Node& n) {
-  if (L.has_arg(n, "inplace") && L.arg(n, "inplace").kind == Value::Kind::Bool && L.arg(n, "inplace").b)
-    throw NoLowering("in-place variant");
-}
-
-// fn over the first operand in the float compute type of the result (ints are converted first,
-// as eager's float-only ops convert them).
-LT float_map(Lowerer& L, const Node& n, const std::function<Expr(const Expr&)>& fn) {
-  DType out = L.out_meta(n).dtype;
-  DType ct = float_compute_dtype(out);
-  if (!is_floating(ct)) throw NoLowering("integer result");
-  return Lowerer::map({L.tensor(n.args[0])}, ct, out, [fn](const V& v) { return fn(v[0]); });
-}
-
 LT float_unary(Lowerer& L, const Node& n, UnaryOp op) {
   return float_map(L, n, [op](const Expr& x) { return un(op, x); });
 }
@@ -150,7 +136,10 @@ LT elu_like(Lowerer& L, const Node& n, double alpha, double scale, double input_
 
 LT fminmax(Lowerer& L, const Node& n, BinaryOp op) {
   DType out = L.out_meta(n).dtype;
-  if (out == DType::Bool) throw NoLowering("bool fmax");
+  if (out == DType::Bool)  // the larger of two bools is their or, the smaller their and
+    return Lowerer::map({L.tensor(n.args[0]), L.tensor(n.args[1])}, out, out, [op](const V& v) {
+      return bin(op == BinaryOp::Max ? BinaryOp::Or : BinaryOp::And, v[0], v[1]);
+    });
   bool fl = is_floating(out);
   LT x = Lowerer::cast(L.tensor(n.args[0]), out), y = Lowerer::cast(L.tensor(n.args[1]), out);
   return Lowerer::map({x, y}, float_compute_dtype(out), out, [op, fl](const V& v) {
@@ -287,6 +276,12 @@ void add_math_rules(OpRules& r) {
   };
   // ---- float tests ----
   r[Op::isinf] = [](Lowerer& L, const Node& n) { return float_test(L, n, is_inf, false); };
+  r[Op::isposinf] = [](Lowerer& L, const Node& n) {
+    return float_test(L, n, [](const Expr& x) { return bin(BinaryOp::Eq, x, c(INFINITY, x)); }, false);
+  };
+  r[Op::isneginf] = [](Lowerer& L, const Node& n) {
+    return float_test(L, n, [](const Expr& x) { return bin(BinaryOp::Eq, x, c(-INFINITY, x)); }, false);
+  };
   r[Op::isfinite] = [](Lowerer& L, const Node& n) {
     // NB: |x| < inf is false for NaN too
     return float_test(L, n, [](const Expr& x) { return bin(BinaryOp::Lt, un(UnaryOp::Abs, x), c(INFINITY, x)); }, true);

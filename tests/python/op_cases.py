@@ -135,6 +135,36 @@ cases("logical_not", C(torch.logical_not, B(3, 4, layout="T")))
 cases("bitwise_not", C(torch.bitwise_not, T(5, dtype=i64)), C(torch.bitwise_not, B(3, 4, layout="T")),
       C(torch.Tensor.bitwise_not, T(2, 3, dtype=u8)), C(torch.bitwise_not, T(3), fallback=True))
 
+for name in ["sinc", "isposinf", "isneginf"]:
+    fn = getattr(torch, name)
+    cases(name, C(fn, T(3, 4)), C(fn, T(3, 4, layout="T", rg=True)), C(fn, T(2, 3, 4, 5, layout="cl")),
+          C(fn, T(5, dtype=i64)), C(fn, T(4, 6, layout="step")), C(getattr(torch.Tensor, name), T(3, dtype=f64)))
+cases("special_entr", C(torch.special.entr, T(3, 4)), C(torch.special.entr, T(3, 4, layout="T")),
+      C(torch.special.entr, T(5, dtype=i64)))
+for name in ["deg2rad", "rad2deg", "sgn"]:
+    fn = getattr(torch, name)
+    cases(name, C(fn, T(3, 4)), C(fn, T(3, 4, layout="T", rg=True)),
+          C(fn, T(5, dtype=i64)), C(getattr(torch.Tensor, name), T(2, 3, 4, 5, layout="cl")))
+cases("logit", C(torch.logit, T(3, 4)), C(torch.logit, T(3, 4, layout="T"), eps=0.1),
+      C(torch.special.logit, T(5, dtype=i64)))
+for name, fn in [("xlogy", torch.xlogy), ("special_xlog1py", torch.special.xlog1py), ("copysign", torch.copysign)]:
+    cases(name, C(fn, T(3, 4), T(4)), C(fn, T(3, 4, layout="T"), T(3, 4, layout="T", rg=True)),
+          C(fn, T(2, 3, 4, 5, layout="cl"), T(2, 3, 4, 5, layout="cl")), C(fn, T(3), T(4)))
+cases("xlogy", C(torch.xlogy, T(3, 4), 2.0), C(torch.xlogy, T(4, dtype=i64), T(4, dtype=i64)))
+cases("copysign", C(torch.copysign, T(4, dtype=i64), -1.0))
+# typed on meta tensors (meta_fallback): eager's own dtype checks
+for name, fn in [("logaddexp", torch.logaddexp), ("heaviside", torch.heaviside)]:
+    cases(name, C(fn, T(3, 4), T(4), fallback=True), C(fn, T(3, 4, layout="T"), T(3, 4, layout="T", rg=True), fallback=True),
+          C(fn, T(2, 3, 4, 5, layout="cl"), T(2, 3, 4, 5, layout="cl"), fallback=True), C(fn, T(3), T(4), fallback=True))
+cases("heaviside", C(torch.heaviside, T(4, dtype=i64), T(4, dtype=i64), fallback=True))
+cases("hardshrink", C(torch.hardshrink, T(3, 4), fallback=True), C(torch.hardshrink, T(3, 4, layout="T"), 0.3, fallback=True))
+cases("softshrink", C(F.softshrink, T(3, 4), fallback=True), C(F.softshrink, T(3, 4, layout="T"), 0.3, fallback=True),
+      C(F.softshrink, T(3), -1.0, fallback=True))
+cases("threshold", C(torch.threshold, T(3, 4), 0.1, 20.0, fallback=True),
+      C(torch.threshold, T(5, dtype=i64), 1.5, -2, fallback=True))
+cases("prelu", C(torch.prelu, T(2, 3, 4), T(3), fallback=True), C(torch.prelu, T(2, 3, 4, 5, layout="cl"), T(1), fallback=True),
+      C(torch.prelu, T(2, 3), T(4), fallback=True))
+
 # ---- activations -----------------------------------------------------------------------------------
 ACT_PARAMS = {"f_relu": (F.relu, {}), "gelu": (F.gelu, {"approximate": "tanh"}), "silu": (F.silu, {}),
               "mish": (F.mish, {}), "leaky_relu": (F.leaky_relu, {"negative_slope": 0.2}),

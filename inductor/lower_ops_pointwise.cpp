@@ -1,0 +1,187 @@
+// Rules of the lowering table for the pointwise ops typed on meta tensors (graph/ops.def's "more
+// math" block: deg2rad, sinc, logit, xlogy, the shrinks, threshold, prelu ...): each eager CPU
+// kernel's formula. Eager's CPU kernels written in scalar_t round f16/bf16 after every operation
+// (c10's Half and BFloat16 arithmetic); those written in opmath_t round once. Eager CUDA computes
+// them in opmath (float) and rounds once.
+#include <cmath>
+
+#include "graph/meta_rules.h"
+#include "inductor/lower_internal.h"
+
+namespace ff::inductor {
+
+using loop::BinaryOp;
+using loop::UnaryOp;
+using V = std::vector<Expr>;
+
+using formula::bin;
+using formula::c;
+using formula::sel;
+using formula::un;
+
+namespace {
+
+// Rounds each operation's result to the dtype where eager's CPU kernel computes in scalar_t.
+std::function<Expr(Expr)> per_op_rounding(const Lowerer& L, DType out) {
+  if (on_cuda(L) || !loop::needs_narrowing(out)) return [](Expr e) { return e; };
+  return [out](Expr e) { return loop::narrow(std::move(e), out); };
+}
+
+// A number converted to the dtype (scalar_t(v)): rounded for f16/bf16, truncated toward zero for ints.
+Expr dtype_constant(double v, DType dt, const Expr& like) {
+  if (!is_floating(dt)) return loop::const_of(std::trunc(v), like->type);
+  Expr k = c(v, like);
+  return loop::needs_narrowing(dt) ? loop::narrow(k, dt) : k;
+}
+
+// fn over both operands converted to the result dtype (eager's common dtype; a number too) and
+// computed in its float compute type.
+LT float_binary(Lowerer& L, const Node& n, const std::function<Expr(const Expr&, const Expr&)>& fn) {
+  DType out = L.out_meta(n).dtype;
+  DType ct = float_compute_dtype(out);
+  if (!is_floating(ct)) throw NoLowering("integer result");
+  LT x = Lowerer::cast(L.tensor(n.args[0]), out), y = Lowerer::cast(L.tensor(n.args[1]), out);
+  return Lowerer::map({x, y}, ct, out, [fn](const V& v) { return fn(v[0], v[1]); });
+}
+
+// x * k for deg2rad and rad2deg: eager multiplies by the number as a cpu scalar, read at f32 in
+// f16/bf16 (torch >= 2; torch 1.13 is not measured: kept in torch there).
+LT scale_rule(Lowerer& L, const Node& n, double k) {
+  if (loop::needs_narrowing(L.out_meta(n).dtype) && !torch_at_least(2, 0)) throw NoLowering("reduced-float scaling on torch 1");
+  return float_map(L, n, [k](const Expr& x) { return bin(BinaryOp::Mul, x, c(k, x)); });
+}
+
+// x * log(y) with xlogy's cases (eager's xlogy_kernel, xlog1py_kernel): NaN where y is NaN, 0 where x is 0.
+LT xlogy_rule(Lowerer& L, const Node& n, UnaryOp log) {
+  auto r = per_op_rounding(L, L.out_meta(n).dtype);
+  return float_binary(L, n, [log, r](const Expr& x, const Expr& y) {
+    Expr v = r(bin(BinaryOp::Mul, x, r(un(log, y))));
+    return sel(un(UnaryOp::IsNan, y), c(NAN, x), sel(bin(BinaryOp::Eq, x, c(0, x)), c(0, x), v));
+  });
+}
+
+}  // namespace
+
+void add_pointwise_rules(OpRules& r) {
+  r[Op::deg2rad] = [](Lowerer& L, const Node& n) { return scale_rule(L, n, M_PI / 180.0); };
+  r[Op::rad2deg] = [](Lowerer& L, const Node& n) { return scale_rule(L, n, 180.0 / M_PI); };
+  // eager (sinc_kernel): 1 at 0, else sin(pi x) / (pi x), in opmath
+  r[Op::sinc] = [](Lowerer& L, const Node& n) {
+    return float_map(L, n, [](const Expr& x) {
+      Expr p = bin(BinaryOp::Mul, c(M_PI, x), x);
+      return sel(bin(BinaryOp::Eq, x, c(0, x)), c(1, x), bin(BinaryOp::Div, un(UnaryOp::Sin, p), p));
+    });
+  };
+  // real dtypes: sign's values (complex: torch)
+  r[Op::sgn] = [](Lowerer& L, const Node& n) {
+    if (is_complex(L.out_meta(n).dtype)) throw NoLowering("complex sgn");
+    return op_lowerings().at(Op::sign)(L, n);
+  };
+  // eager (logit_kernel): log(x / (1 - x)), x clamped to [eps, 1 - eps] first where eps is given
+  // (NaN passes); x == 1 gives inf. In scalar_t on CPU.
+  r[Op::logit] = [](Lowerer& L, const Node& n) {
+    DType out = L.out_meta(n).dtype;
+    const Value& e = L.arg(n, "eps");
+    if (!e.is_none() && !e.is_number()) throw NoLowering("eps is not a constant");
+    bool clamp = !e.is_none() && !std::isnan(e.as_double());
+    double eps = clamp ? e.as_double() : 0.0;
+    if (clamp && eps == 0.0) throw NoLowering("logit with eps 0 has its own kernel");
+    auto rd = per_op_rounding(L, out);
+    return float_map(L, n, [clamp, eps, out, rd](const Expr& x) {
+      Expr v = x;
+      if (clamp) {
+        Expr lo = dtype_constant(eps, out, x), hi = rd(bin(BinaryOp::Sub, c(1, x), lo));
+        v = sel(bin(BinaryOp::Lt, x, lo), lo, sel(bin(BinaryOp::Gt, x, hi), hi, x));
+      }
+      Expr q = rd(bin(BinaryOp::Div, v, rd(bin(BinaryOp::Sub, c(1, v), v))));
+      return sel(bin(BinaryOp::Eq, v, c(1, v)), c(INFINITY, v), un(UnaryOp::Log, q));
+    });
+  };
+  // eager (entr_kernel): NaN passes, -x log x above 0, 0 at 0, -inf below. In scalar_t on CPU.
+  r[Op::special_entr] = [](Lowerer& L, const Node& n) {
+    auto rd = per_op_rounding(L, L.out_meta(n).dtype);
+    return float_map(L, n, [rd](const Expr& x) {
+      Expr v = rd(bin(BinaryOp::Mul, un(UnaryOp::Neg, x), rd(un(UnaryOp::Log, x))));
+      Expr r = sel(bin(BinaryOp::Gt, x, c(0, x)), v, sel(bin(BinaryOp::Eq, x, c(0, x)), c(0, x), c(-INFINITY, x)));
+      return sel(un(UnaryOp::IsNan, x), x, r);
+    });
+  };
+  r[Op::xlogy] = [](Lowerer& L, const Node& n) { return xlogy_rule(L, n, UnaryOp::Log); };
+  r[Op::special_xlog1py] = [](Lowerer& L, const Node& n) { return xlogy_rule(L, n, UnaryOp::Log1p); };
+  // eager (heaviside_kernel): values where input is 0, else input > 0; operands of one dtype
+  r[Op::heaviside] = [](Lowerer& L, const Node& n) {
+    DType out = L.out_meta(n).dtype;
+    LT x = Lowerer::cast(L.tensor(n.args[0]), out), v = Lowerer::cast(L.tensor(n.args[1]), out);
+    return Lowerer::map({x, v}, float_compute_dtype(out), out, [](const V& a) {
+      Expr pos = loop::cast(bin(BinaryOp::Gt, a[0], loop::const_of(0, a[0]->type)), a[0]->type);
+      return sel(bin(BinaryOp::Eq, a[0], loop::const_of(0, a[0]->type)), a[1], pos);
+    });
+  };
+  // |x| with y's sign bit (exact in any precision)
+  r[Op::copysign] = [](Lowerer& L, const Node& n) {
+    return float_binary(L, n, [](const Expr& x, const Expr& y) {
+      Expr a = un(UnaryOp::Abs, x);
+      return sel(un(UnaryOp::SignBit, y), un(UnaryOp::Neg, a), a);
+    });
+  };
+  // eager (logaddexp_kernel; f16/bf16 in float): a where both are the same infinity, else
+  // max(a, b) + log1p(exp(-|a - b|))
+  r[Op::logaddexp] = [](Lowerer& L, const Node& n) {
+    return float_binary(L, n, [](const Expr& a, const Expr& b) {
+      Expr m = bin(BinaryOp::Max, a, b);
+      Expr v = bin(BinaryOp::Add, m, un(UnaryOp::Log1p, un(UnaryOp::Exp, un(UnaryOp::Neg, un(UnaryOp::Abs, bin(BinaryOp::Sub, a, b))))));
+      Expr same_inf = bin(BinaryOp::And, bin(BinaryOp::Eq, un(UnaryOp::Abs, a), c(INFINITY, a)), bin(BinaryOp::Eq, a, b));
+      return sel(same_inf, a, v);
+    });
+  };
+  // eager (hardshrink_kernel): 0 inside [-lambd, lambd], else x; lambd converted to the dtype
+  r[Op::hardshrink] = [](Lowerer& L, const Node& n) {
+    DType out = L.out_meta(n).dtype;
+    double l = number(L, n, "lambd");
+    return float_map(L, n, [l, out](const Expr& x) {
+      Expr lam = dtype_constant(l, out, x);
+      Expr inside = bin(BinaryOp::And, bin(BinaryOp::Ge, x, un(UnaryOp::Neg, lam)), bin(BinaryOp::Le, x, lam));
+      return sel(inside, c(0, x), x);
+    });
+  };
+  // eager (softshrink_kernel): x - lambd above lambd, x + lambd below -lambd, else x * 0 (a signed
+  // zero, NaN for NaN)
+  r[Op::softshrink] = [](Lowerer& L, const Node& n) {
+    DType out = L.out_meta(n).dtype;
+    double l = number(L, n, "lambd");
+    return float_map(L, n, [l, out](const Expr& x) {
+      Expr lam = dtype_constant(l, out, x);
+      Expr below = sel(bin(BinaryOp::Lt, x, un(UnaryOp::Neg, lam)), bin(BinaryOp::Add, x, lam), bin(BinaryOp::Mul, x, c(0, x)));
+      return sel(bin(BinaryOp::Gt, x, lam), bin(BinaryOp::Sub, x, lam), below);
+    });
+  };
+  // eager (threshold_kernel): value where x <= threshold, else x; both numbers converted to the dtype
+  r[Op::threshold] = [](Lowerer& L, const Node& n) {
+    DType out = L.out_meta(n).dtype;
+    if (out == DType::Bool) throw NoLowering("bool threshold");
+    double th = number(L, n, "threshold"), val = number(L, n, "value");
+    return Lowerer::map({L.tensor(n.args[0])}, float_compute_dtype(out), out, [th, val, out](const V& v) {
+      return sel(bin(BinaryOp::Le, v[0], dtype_constant(th, out, v[0])), dtype_constant(val, out, v[0]), v[0]);
+    });
+  };
+  // eager (prelu: _prelu_kernel): x > 0 ? x : w * x, the weight along dim 1 (one weight: everywhere)
+  r[Op::prelu] = [](Lowerer& L, const Node& n) {
+    DType out = L.out_meta(n).dtype;
+    if (!is_floating(out)) throw NoLowering("integer prelu");
+    LT x = L.tensor(n.args[0]), w = L.tensor(n.args[1]);
+    if (w.dim() > 1) throw NoLowering("prelu weight rank");
+    if (w.dim() == 1 && w.sizes[0] != 1) {
+      if (x.dim() < 2 || w.sizes[0] != x.sizes[1]) throw NoLowering("prelu weight size");
+      SymShape s{w.sizes[0]};
+      for (int64_t d = 2; d < x.dim(); ++d) s.push_back(1);
+      w = L.reshape(w, s);
+    } else {
+      w = L.reshape(w, SymShape{});
+    }
+    return Lowerer::map({x, Lowerer::cast(w, out)}, float_compute_dtype(out), out, [](const V& v) {
+      return sel(bin(BinaryOp::Gt, v[0], c(0, v[0])), v[0], bin(BinaryOp::Mul, v[1], v[0]));
+    });
+  };
+}
+
+}  // namespace ff::inductor
