@@ -141,6 +141,8 @@ inline Expr un(loop::UnaryOp op, const Expr& a) { return loop::unary(op, a); }
 inline Expr sel(const Expr& cond, const Expr& a, const Expr& b) { return loop::select(cond, a, b); }
 }  // namespace formula
 
+// The dims of a reduction's `dim` argument (an int or a list; empty for None); lower_ops.cpp.
+std::vector<int64_t> dims_of(const Value& v);
 // Helpers of the rule files (lower_ops_extra.cpp).
 // NaN-preserving clamp of x to [lo, hi] (either may be absent).
 Expr clamp_expr(const Expr& x, const Expr* lo, const Expr* hi);

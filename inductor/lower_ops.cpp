@@ -14,6 +14,18 @@ using loop::ReduceOp;
 using loop::UnaryOp;
 using V = std::vector<Expr>;
 
+std::vector<int64_t> dims_of(const Value& v) {
+  std::vector<int64_t> dims;
+  if (v.is_none()) return dims;
+  if (v.kind == Value::Kind::Int) return {v.i};
+  if (!v.is_sequence()) throw NoLowering("dims are not constants");
+  for (const Value& d : v.items) {
+    if (d.kind != Value::Kind::Int) throw NoLowering("dims are not constants");
+    dims.push_back(d.i);
+  }
+  return dims;
+}
+
 namespace {
 
 Expr fconst(double v, const Expr& like) { return loop::const_of(v, like->type); }
@@ -199,18 +211,6 @@ LT minmax(Lowerer& L, const Node& n, BinaryOp op) {
     });
   return Lowerer::map({L.tensor(n.args[0]), L.tensor(n.args[1])}, out, out,
                       [op](const V& v) { return loop::binary(op, v[0], v[1]); });
-}
-
-std::vector<int64_t> dims_of(const Value& v) {
-  std::vector<int64_t> dims;
-  if (v.is_none()) return dims;
-  if (v.kind == Value::Kind::Int) return {v.i};
-  if (!v.is_sequence()) throw NoLowering("dims are not constants");
-  for (const Value& d : v.items) {
-    if (d.kind != Value::Kind::Int) throw NoLowering("dims are not constants");
-    dims.push_back(d.i);
-  }
-  return dims;
 }
 
 DType sum_acc(DType out) { return is_floating(out) ? float_compute_dtype(out) : DType::Int64; }

@@ -173,6 +173,31 @@ LT all_any(Lowerer& L, const Node& n, bool all) {
   });
 }
 
+// The elements of x that are not NaN, NaN read as 0 (nansum's operand), in the accumulator `acc`.
+LT nan_as_zero(const LT& x, DType acc) {
+  if (!is_floating(x.dtype)) return Lowerer::cast(x, acc);
+  return Lowerer::map({x}, acc, acc, [](const V& v) { return sel(un(UnaryOp::IsNan, v[0]), c(0, v[0]), v[0]); });
+}
+
+// nansum / nanmean: sum's accumulator (float for f16/bf16, int64 for ints and bools). nanmean is
+// eager's composite: nansum rounded to the dtype, divided by the count of non-NaN elements.
+LT nan_reduce(Lowerer& L, const Node& n, bool mean) {
+  DType out = L.out_meta(n).dtype;
+  if (!L.arg(n, "dtype").is_none()) throw NoLowering("dtype= converts first");
+  LT x = L.tensor_arg(n, "input");
+  if (mean && !is_floating(x.dtype)) throw NoLowering("nanmean of a non-float");
+  DType acc = is_floating(out) ? float_compute_dtype(out) : DType::Int64;
+  std::vector<int64_t> dims = dims_of(L.arg(n, "dim"));
+  bool keepdim = L.arg(n, "keepdim").b;
+  LT s = Lowerer::cast(L.reduce(nan_as_zero(x, acc), dims, keepdim, ReduceOp::Sum, acc), out);
+  if (!mean) return s;
+  LT present = Lowerer::map({x}, float_compute_dtype(x.dtype), DType::Int64, [](const V& v) {
+    return loop::cast(un(UnaryOp::Not, un(UnaryOp::IsNan, v[0])), loop::ScalarType::I64);
+  });
+  LT count = Lowerer::cast(L.reduce(present, dims, keepdim, ReduceOp::Sum, DType::Int64), out);
+  return Lowerer::map({s, count}, acc, out, [](const V& v) { return bin(BinaryOp::Div, v[0], v[1]); });
+}
+
 }  // namespace
 
 LT floor_divide(Lowerer& L, const Node& n, const Value& a, const Value& b) {
@@ -360,6 +385,17 @@ void add_math_rules(OpRules& r) {
   };
   // ---- bool reductions: counts of the elements that are (not) zero; NaN counts as true ----
 
+  r[Op::count_nonzero] = [](Lowerer& L, const Node& n) {
+    const Value& d = L.arg(n, "dim");
+    if (d.is_sequence() && d.items.empty()) throw NoLowering("count_nonzero over no dims");
+    LT x = L.tensor_arg(n, "input");
+    LT flags = Lowerer::map({x}, x.dtype, DType::Int64, [](const V& v) {
+      return loop::cast(loop::cast(v[0], loop::ScalarType::Bool), loop::ScalarType::I64);  // NaN counts
+    });
+    return L.reduce(flags, dims_of(d), false, ReduceOp::Sum, DType::Int64);
+  };
+  r[Op::nansum] = [](Lowerer& L, const Node& n) { return nan_reduce(L, n, false); };
+  r[Op::nanmean] = [](Lowerer& L, const Node& n) { return nan_reduce(L, n, true); };
   r[Op::all] = [](Lowerer& L, const Node& n) { return all_any(L, n, true); };
   r[Op::any] = [](Lowerer& L, const Node& n) { return all_any(L, n, false); };
 }

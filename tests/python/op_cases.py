@@ -165,6 +165,14 @@ cases("threshold", C(torch.threshold, T(3, 4), 0.1, 20.0, fallback=True),
 cases("prelu", C(torch.prelu, T(2, 3, 4), T(3), fallback=True), C(torch.prelu, T(2, 3, 4, 5, layout="cl"), T(1), fallback=True),
       C(torch.prelu, T(2, 3), T(4), fallback=True))
 
+for name in ["nansum", "nanmean"]:
+    fn = getattr(torch, name)
+    cases(name, C(fn, T(3, 4), fallback=True), C(fn, T(3, 4, layout="T"), 1, fallback=True),
+          C(fn, T(2, 3, 4, 5, layout="cl"), [0, 2], True, fallback=True), C(getattr(torch.Tensor, name), T(3, 4), fallback=True))
+cases("nansum", C(torch.nansum, T(5, dtype=i64), fallback=True))
+cases("count_nonzero", C(torch.count_nonzero, T(3, 4), fallback=True), C(torch.count_nonzero, T(3, 4, layout="T"), 1, fallback=True),
+      C(torch.count_nonzero, T(2, 3, 4), [0, 2], fallback=True), C(torch.Tensor.count_nonzero, B(3, 4), fallback=True))
+
 # ---- activations -----------------------------------------------------------------------------------
 ACT_PARAMS = {"f_relu": (F.relu, {}), "gelu": (F.gelu, {"approximate": "tanh"}), "silu": (F.silu, {}),
               "mish": (F.mish, {}), "leaky_relu": (F.leaky_relu, {"negative_slope": 0.2}),
