@@ -68,7 +68,15 @@ void define_inductor(py::module_& m) {
     return py::bytes(payload); }, "The payload of a valid entry, or None.");
   t.def("cache_dir_usable", &inductor::cache_dir_usable);
   t.def("cache_pack", [](const std::string& key, py::bytes payload) { return py::bytes(inductor::cache_pack(key, std::string(payload))); });
-  ind.def("loop_ir", [](py::handle graph) { return loop::program_str(inductor::compile_to_loop_ir(graph_from_python(graph))); }, "The scheduled loop IR of a graph (text form), without compiling it.");
+  ind.def(
+      "loop_ir",
+      [](py::handle graph, const std::string& device) {
+        if (device != "cpu" && device != "cuda") throw UserError("loop_ir: device must be 'cpu' or 'cuda', not '" + device + "'");
+        inductor::EagerDevice like = device == "cuda" ? inductor::EagerDevice::CUDA : inductor::EagerDevice::CPU;
+        return loop::program_str(inductor::compile_to_loop_ir(graph_from_python(graph), like));
+      },
+      py::arg("graph"), py::arg("device") = "cpu",
+      "The scheduled loop IR of a graph (text form), without compiling it; `device`: whose eager kernels the lowering follows.");
 
   py::class_<inductor::CompiledGraph>(ind, "CompiledGraph", py::custom_type_setup([](PyHeapTypeObject* heap_type) {
                                         heap_type->ht_type.tp_call = &call_compiled_graph;

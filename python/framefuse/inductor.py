@@ -30,9 +30,10 @@ def _graph_handle(graph):
     return getattr(graph, "_g", graph)
 
 
-def loop_ir(graph):
-    """The scheduled loop IR of `graph` as text (what the `output_code` log artifact prints)."""
-    return _C.inductor.loop_ir(_graph_handle(graph))
+def loop_ir(graph, device="cpu"):
+    """The scheduled loop IR of `graph` as text (what the `output_code` log artifact prints).
+    `device` ("cpu" or "cuda"): whose eager kernels the lowering follows."""
+    return _C.inductor.loop_ir(_graph_handle(graph), device)
 
 
 def _hint(msg):

@@ -292,7 +292,7 @@ def run_item(op, variant_name, fn, sample, backend, seed=0, device="cpu"):
         graphs.append(graph)
         if backend == "inductor":
             from framefuse import backends, inductor
-            _note_placement(graph, inductor, placement)
+            _note_placement(graph, inductor, placement, device)
             return backends._inductor(graph, example_inputs)
         return graph.run
 
@@ -354,12 +354,12 @@ def run_item(op, variant_name, fn, sample, backend, seed=0, device="cpu"):
     return item
 
 
-def _note_placement(graph, inductor, placement):
+def _note_placement(graph, inductor, placement, device="cpu"):
     """Which of the graph's calls inductor lowers to generated code and which it runs in torch
     (`extern node N` lines of the loop IR); `reference` where it cannot compile the graph."""
     import re
     try:
-        text = inductor.loop_ir(graph)
+        text = inductor.loop_ir(graph, "cuda" if str(device).startswith("cuda") else "cpu")
     except Exception:
         placement["reference"] = True
         return

@@ -1,0 +1,66 @@
+"""The pointwise ops and reductions added to the registry for issue #22 (deg2rad ... nanmean) and
+in-place methods of torch's schemas (x.sin_()), compiled by the CUDA code generator: eager CUDA's
+values within the dtype's tolerance, and every call lowered to generated code (no extern call in
+the loop IR the CUDA lowering makes)."""
+import framefuse
+import pytest
+import torch
+import torch.nn.functional as F
+from cuda_util import fp32_and_fresh, gpu, need_nvrtc  # noqa: F401
+from framefuse import inductor
+
+pytestmark = pytest.mark.usefixtures("fp32_and_fresh")
+
+UNARY = [torch.deg2rad, torch.rad2deg, torch.sinc, torch.sgn, torch.isposinf, torch.isneginf, torch.logit,
+         lambda x: torch.logit(x, eps=0.2), torch.special.entr, lambda x: F.hardshrink(x, 0.3),
+         lambda x: F.softshrink(x, 0.4), lambda x: torch.threshold(x, 0.1, -2.0), lambda x: F.hardtanh(x, -0.5, 0.5),
+         torch.nansum, lambda x: torch.nanmean(x, 1), lambda x: torch.count_nonzero(x, 0)]
+BINARY = [torch.xlogy, torch.special.xlog1py, torch.copysign, torch.logaddexp, torch.heaviside, torch.fmax]
+
+
+def _lowered_and_close(fn, *inputs):
+    texts = []
+
+    @framefuse.backends.native_graph
+    def record(graph, example_inputs):
+        texts.append(inductor.loop_ir(graph, "cuda"))
+        return framefuse.backends._inductor(graph, example_inputs)
+
+    framefuse.reset()
+    mine, ref = [t.clone() for t in inputs], [t.clone() for t in inputs]
+    got, want = framefuse.compile(fn, backend=record)(*mine), fn(*ref)
+    torch.testing.assert_close(got, want, equal_nan=True)
+    for a, b in zip(mine, ref):
+        torch.testing.assert_close(a, b, equal_nan=True)
+    assert texts and not any("extern node" in t for t in texts), texts
+
+
+def _data(dtype):
+    x = torch.randn(37, 65, device="cuda") * 3
+    x[0, :5] = torch.tensor([0.0, float("nan"), float("inf"), float("-inf"), 1.0])
+    return x.to(dtype)
+
+
+@gpu
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("fn", UNARY)
+def test_unary_and_reductions(fn, dtype):
+    _lowered_and_close(fn, _data(dtype))
+
+
+@gpu
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("fn", BINARY)
+def test_binary(fn, dtype):
+    _lowered_and_close(fn, _data(dtype), _data(dtype).flip(0))
+
+
+@gpu
+def test_prelu_and_inplace_methods():
+    _lowered_and_close(F.prelu, _data(torch.float32).view(37, 5, 13), torch.rand(5, device="cuda"))
+
+    def fn(x, y):
+        x.sin_()
+        y.atan2_(x).exp2_()
+        return x * 2, y
+    _lowered_and_close(fn, _data(torch.float32), _data(torch.float32))
