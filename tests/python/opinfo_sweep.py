@@ -406,6 +406,18 @@ def items(op_db, dtypes, all_samples, ops_filter=None, device="cpu", shard=(0, 1
                     continue  # the sample generator itself fails on this torch: nothing to test
 
 
+def op_class(op):
+    """"pointwise" or "reduction" where op_db's OpInfo class says the op is one (UnaryUfuncInfo,
+    BinaryUfuncInfo; ReductionOpInfo), else None: the ops issue #22 wants lowered to generated code."""
+    try:
+        from torch.testing._internal.opinfo import core
+    except ImportError:  # torch without the opinfo package
+        return None
+    if isinstance(op, (core.UnaryUfuncInfo, core.BinaryUfuncInfo)):
+        return "pointwise"
+    return "reduction" if isinstance(op, core.ReductionOpInfo) else None
+
+
 CONTEXT_LOST = 3  # the worker's exit status after an item that left the CUDA context unusable
 
 
@@ -423,6 +435,8 @@ def sweep(out, dtypes, all_samples, backends, ops_filter=None, device="cpu", sha
                 continue
             key = {"op": op.name, "variant": op.variant_test_name or "", "kind": vname,
                    "dtype": str(dtype).replace("torch.", ""), "sample": i, "backend": backend}
+            if op_class(op):
+                key["class"] = op_class(op)
             if device != "cpu":
                 key["device"] = device
             if deadline is not None and time.time() > deadline:
@@ -541,6 +555,18 @@ def report(done, command, run=None, cuts=()):
                   + ", ".join(f"{n} [extern: {', '.join(sorted(per_op[n][1]))}]" for n in mixed),
                   f"- extern calls only ({len(only_extern)}): "
                   + ", ".join(f"{n} [{', '.join(sorted(per_op[n][1]))}]" for n in only_extern)]
+        classes = {r["op"] + ("." + r["variant"] if r["variant"] else ""): r["class"] for r in done if r.get("class")}
+        if classes:
+            lines += ["", "### op_db's pointwise ops and reductions (UnaryUfuncInfo, BinaryUfuncInfo, ReductionOpInfo)", "",
+                      "| class | entries captured | all calls lowered | some extern | extern only |", "|---|---|---|---|---|"]
+            for cls in ("pointwise", "reduction"):
+                names = [n for n in per_op if classes.get(n) == cls]
+                lines.append(f"| {cls} | {len(names)} | {sum(n in only_lowered for n in names)} | "
+                             f"{sum(n in mixed for n in names)} | {sum(n in only_extern for n in names)} |")
+            for cls in ("pointwise", "reduction"):
+                left = sorted(n for n in per_op if classes.get(n) == cls and n not in only_lowered)
+                lines.append(f"- {cls} entries with extern calls ({len(left)}): "
+                             + ", ".join(f"{n} [{', '.join(sorted(per_op[n][1]))}]" for n in left))
     reasons = collections.Counter()
     for r in done:
         if r["status"] == "broke":
