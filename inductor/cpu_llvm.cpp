@@ -22,6 +22,7 @@
 #include <set>
 
 #include "inductor/loop_visitor.h"
+#include "inductor/math_library.h"
 #include "src/base/errors.h"
 
 #ifdef FRAMEFUSE_HAVE_LLVM
@@ -689,8 +690,31 @@ class KernelEmitter {
       }
       case ExprKind::Cast: return convert(expr(e->args[0]), e->args[0]->type, e->type);
       case ExprKind::Narrow: return narrow(expr(e->args[0]), static_cast<DType>(e->i), e->args[0]);
+      case ExprKind::Call: return math_call(e);
     }
     return nullptr;
+  }
+
+  // A math library function (inductor/math_library.h): double(double[, double]), resolved to its
+  // definition in this process when the module loads.
+  Value* math_call(const loop::Expr& e) {
+    auto fn = static_cast<loop::MathFn>(e->op);
+    Type* d = b_.getDoubleTy();
+    std::vector<Value*> args;
+    for (const loop::Expr& a : e->args) {
+      Value* v = expr(a);
+      args.push_back(v->getType() == d ? v : b_.CreateFPExt(v, d));
+    }
+    std::vector<Type*> types(args.size(), d);
+    FunctionCallee fc = m_.getOrInsertFunction(inductor::math_fn_symbol(fn), FunctionType::get(d, types, false));
+    if (auto* f = dyn_cast<Function>(fc.getCallee())) {
+      f->setDoesNotAccessMemory();
+      f->setDoesNotThrow();
+      f->addFnAttr(Attribute::WillReturn);
+    }
+    Value* r = b_.CreateCall(fc, args);
+    Type* t = compute_type(e->type);
+    return t == d ? r : b_.CreateFPTrunc(r, t);
   }
 
   // A select's operand. NB: a float zero constant goes through llvm.arithmetic.fence: LLVM 14's
@@ -957,6 +981,14 @@ std::shared_ptr<CpuModule> compile_cpu(const loop::Program& p, const CpuCompileO
   mod->from_disk_cache = cached;
   auto& jd = cantFail(j.lljit->createJITDylib("ff_module_" + std::to_string(j.modules++)));
   jd.addGenerator(cantFail(orc::DynamicLibrarySearchGenerator::GetForCurrentProcess(j.lljit->getDataLayout().getGlobalPrefix())));
+  // NB: the math library's functions are hidden symbols of framefuse's module: given by address.
+  orc::SymbolMap math;
+  for (int f = 0; f < loop::kMathFnCount; ++f) {
+    auto fn = static_cast<loop::MathFn>(f);
+    math[j.lljit->mangleAndIntern(inductor::math_fn_symbol(fn))] =
+        JITEvaluatedSymbol(pointerToJITTargetAddress(inductor::math_fn_address(fn)), JITSymbolFlags::Exported);
+  }
+  cantFail(jd.define(orc::absoluteSymbols(std::move(math))));
   std::string failure;
   if (auto e = j.lljit->addObjectFile(jd, MemoryBuffer::getMemBufferCopy(object, "ff_" + mod->cache_key)))
     failure = "cannot load kernel object: " + toString(std::move(e));

@@ -303,6 +303,42 @@ Expr load(int buffer, Expr index, ScalarType t) {
   n->args = {std::move(index)};
   return n;
 }
+const char* math_fn_name(MathFn fn) {
+  switch (fn) {
+#define FF_LOOP_MATH_NAME(e, name, n) \
+  case MathFn::e:                     \
+    return #name;
+    FF_LOOP_MATH_FNS(FF_LOOP_MATH_NAME)
+#undef FF_LOOP_MATH_NAME
+  }
+  return "?";
+}
+
+int math_fn_arity(MathFn fn) {
+  switch (fn) {
+#define FF_LOOP_MATH_ARITY(e, s, n) \
+  case MathFn::e:                   \
+    return n;
+    FF_LOOP_MATH_FNS(FF_LOOP_MATH_ARITY)
+#undef FF_LOOP_MATH_ARITY
+  }
+  return 0;
+}
+
+Expr call(MathFn fn, std::vector<Expr> args) {
+  FF_CHECK(static_cast<int>(args.size()) == math_fn_arity(fn), std::string(math_fn_name(fn)) + ": wrong number of arguments");
+  for (const Expr& a : args) {
+    FF_CHECK(a, "null operand");
+    FF_CHECK(is_float(a->type) && a->type == args[0]->type, std::string(math_fn_name(fn)) + " needs float operands of one type");
+  }
+  auto n = std::make_shared<ExprNode>();
+  n->kind = ExprKind::Call;
+  n->type = args[0]->type;
+  n->op = static_cast<uint8_t>(fn);
+  n->args = std::move(args);
+  return n;
+}
+
 Expr unary(UnaryOp op, Expr a) {
   FF_CHECK(a, "null operand");
   if (unary_float_only(op)) FF_CHECK(is_float(a->type), std::string(unary_name(op)) + " needs a float operand");
@@ -488,6 +524,11 @@ std::string expr_str(const Expr& e) {
       return "where(" + expr_str(e->args[0]) + ", " + expr_str(e->args[1]) + ", " + expr_str(e->args[2]) + ")";
     case ExprKind::Cast: return std::string(scalar_type_name(e->type)) + "(" + expr_str(e->args[0]) + ")";
     case ExprKind::Narrow: return narrow_dtype_name(e->i) + "(" + expr_str(e->args[0]) + ")";
+    case ExprKind::Call: {
+      std::string r = std::string(math_fn_name(static_cast<MathFn>(e->op))) + "(";
+      for (size_t k = 0; k < e->args.size(); ++k) r += (k ? ", " : "") + expr_str(e->args[k]);
+      return r + ")";
+    }
   }
   return "?";
 }

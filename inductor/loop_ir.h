@@ -87,6 +87,35 @@ enum class BinaryOp : uint8_t {
 };
 bool is_comparison(BinaryOp op);
 
+// Functions of the math library (inductor/math_library.inc): torch's special functions, computed
+// in double precision, called by both renderers. X(enum, name (the function is ff_math_<name>), arity)
+// clang-format off
+#define FF_LOOP_MATH_FNS(X)                                                                       \
+  X(Digamma, digamma, 1) X(Trigamma, trigamma, 1) X(Lgamma, lgamma, 1)                      \
+  X(Polygamma, polygamma, 2) X(Zeta, zeta, 2) X(Igamma, igamma, 2) X(Igammac, igammac, 2) \
+  X(Erfcx, erfcx, 1) X(Erfinv, erfinv, 1) X(Ndtr, ndtr, 1) X(Ndtri, ndtri, 1)             \
+  X(LogNdtr, log_ndtr, 1)                                                                       \
+  X(BesselJ0, bessel_j0, 1) X(BesselJ1, bessel_j1, 1) X(BesselY0, bessel_y0, 1)             \
+  X(BesselY1, bessel_y1, 1) X(I0, i0, 1) X(I0e, i0e, 1) X(I1, i1, 1) X(I1e, i1e, 1)      \
+  X(K0, k0, 1) X(K0e, k0e, 1) X(K1, k1, 1) X(K1e, k1e, 1)                                 \
+  X(SphericalJ0, spherical_j0, 1) X(AiryAi, airy_ai, 1)                                       \
+  X(ChebyshevT, chebyshev_t, 2) X(ChebyshevU, chebyshev_u, 2) X(ChebyshevV, chebyshev_v, 2) \
+  X(ChebyshevW, chebyshev_w, 2) X(ShiftedChebyshevT, shifted_chebyshev_t, 2)                  \
+  X(ShiftedChebyshevU, shifted_chebyshev_u, 2) X(ShiftedChebyshevV, shifted_chebyshev_v, 2)   \
+  X(ShiftedChebyshevW, shifted_chebyshev_w, 2) X(HermiteH, hermite_h, 2)                      \
+  X(HermiteHe, hermite_he, 2) X(LaguerreL, laguerre_l, 2) X(LegendreP, legendre_p, 2)
+// clang-format on
+enum class MathFn : uint8_t {
+#define FF_LOOP_MATH_ENUM(e, name, n) e,
+  FF_LOOP_MATH_FNS(FF_LOOP_MATH_ENUM)
+#undef FF_LOOP_MATH_ENUM
+};
+#define FF_LOOP_MATH_COUNT(e, name, n) +1
+constexpr int kMathFnCount = 0 FF_LOOP_MATH_FNS(FF_LOOP_MATH_COUNT);
+#undef FF_LOOP_MATH_COUNT
+const char* math_fn_name(MathFn fn);  // "digamma": the library's function is ff_math_digamma
+int math_fn_arity(MathFn fn);
+
 // Reductions an accumulator can perform. Max/Min propagate NaN (torch.amax semantics).
 #define FF_LOOP_REDUCE_OPS(X) X(Sum, "sum") X(Prod, "prod") X(Max, "max") X(Min, "min")
 enum class ReduceOp : uint8_t {
@@ -112,7 +141,9 @@ enum class ReduceOp : uint8_t {
             "ints wrap (two's complement), f16/bf16 round to nearest even; what a store to a "   \
             "buffer of that dtype and a load from it give")                                     \
   X(Sym, "the value of size symbol `id` (i64) in this run: kernels of a graph with symbolic "   \
-         "sizes (dynamic shapes) take the symbols' values as an argument")
+         "sizes (dynamic shapes) take the symbols' values as an argument")                       \
+  X(Call, "math library function `op` (a MathFn) of args, all of the float `type`: computed in " \
+          "double precision and rounded to `type`")
 // clang-format on
 enum class ExprKind : uint8_t {
 #define FF_LOOP_EXPR_ENUM(e, doc) e,
@@ -126,7 +157,7 @@ using Expr = std::shared_ptr<const ExprNode>;
 struct ExprNode {
   ExprKind kind = ExprKind::Const;
   ScalarType type = ScalarType::F32;
-  uint8_t op = 0;  // UnaryOp / BinaryOp
+  uint8_t op = 0;  // UnaryOp / BinaryOp / MathFn
   int64_t i = 0;  // Const: the value; a float Mul: 1 where rounded() marked it
   double f = 0.0;
   int id = -1;  // Var / Local / Load (buffer id)
@@ -144,6 +175,7 @@ Expr size_expr(const SymInt& s);
 Expr local(int id, ScalarType t);
 Expr load(int buffer, Expr index, ScalarType t);
 Expr unary(UnaryOp op, Expr a);
+Expr call(MathFn fn, std::vector<Expr> args);  // args of one float type, as many as fn's arity
 Expr binary(BinaryOp op, Expr a, Expr b);
 // `e` as one op's result, which eager rounds to its type before the next op reads it: a float
 // multiply at its top is marked (ExprNode::i = 1) so that no code generator contracts it into a

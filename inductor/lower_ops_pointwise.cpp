@@ -60,9 +60,80 @@ LT xlogy_rule(Lowerer& L, const Node& n, UnaryOp log) {
   });
 }
 
+// A math library function (inductor/math_library.inc) of the operands converted to the result's
+// float dtype. `eager_f64_differs`: eager's own float64 kernel is off the exact value by more than
+// float64's tolerance somewhere (measured with mpmath: bessel_j0 by 3e-7 near x = 5, airy_ai by
+// 2e-7 near x = -2.5); the library's exact values would differ from eager's there, so float64 stays
+// in torch.
+LT math_rule(Lowerer& L, const Node& n, loop::MathFn fn, bool eager_f64_differs = false) {
+  if (eager_f64_differs && L.out_meta(n).dtype == DType::Float64) throw NoLowering("eager's float64 kernel is less exact than the library");
+  if (loop::math_fn_arity(fn) == 1) return float_map(L, n, [fn](const Expr& x) { return loop::call(fn, {x}); });
+  return float_binary(L, n, [fn](const Expr& x, const Expr& y) { return loop::call(fn, {x, y}); });
+}
+
+// polygamma(n, x) of a constant order n >= 0
+LT polygamma_rule(Lowerer& L, const Node& n) {
+  const Value& order = L.arg(n, "n");
+  if (order.kind != Value::Kind::Int || order.i < 0) throw NoLowering("polygamma of a negative or unknown order");
+  int64_t k = order.i;
+  DType out = L.out_meta(n).dtype;
+  DType ct = float_compute_dtype(out);
+  if (!is_floating(ct)) throw NoLowering("integer result");
+  LT x = L.tensor(n.args[op_def(n.op).schema.index_of(op_kind(n) == Op::polygamma ? "input" : "self")]);
+  return Lowerer::map({x}, ct, out, [k](const V& v) {
+    if (k == 0) return loop::call(loop::MathFn::Digamma, {v[0]});
+    if (k == 1) return loop::call(loop::MathFn::Trigamma, {v[0]});
+    return loop::call(loop::MathFn::Polygamma, {c(static_cast<double>(k), v[0]), v[0]});
+  });
+}
+
 }  // namespace
 
 void add_pointwise_rules(OpRules& r) {
+  using loop::MathFn;
+  // ---- special functions: the math library ----
+#define FF_MATH_RULE(op, fn, ...) \
+  r[Op::op] = [](Lowerer& L, const Node& n) { return math_rule(L, n, MathFn::fn, ##__VA_ARGS__); };
+  FF_MATH_RULE(digamma, Digamma)
+  FF_MATH_RULE(lgamma, Lgamma)
+  FF_MATH_RULE(erfinv, Erfinv)
+  FF_MATH_RULE(i0, I0)
+  FF_MATH_RULE(special_erfcx, Erfcx)
+  FF_MATH_RULE(special_ndtr, Ndtr)
+  FF_MATH_RULE(special_ndtri, Ndtri)
+  FF_MATH_RULE(special_log_ndtr, LogNdtr)
+  FF_MATH_RULE(special_i0e, I0e)
+  FF_MATH_RULE(special_i1, I1)
+  FF_MATH_RULE(special_i1e, I1e)
+  FF_MATH_RULE(special_bessel_j0, BesselJ0, true)
+  FF_MATH_RULE(special_bessel_j1, BesselJ1, true)
+  FF_MATH_RULE(special_bessel_y0, BesselY0, true)
+  FF_MATH_RULE(special_bessel_y1, BesselY1, true)
+  FF_MATH_RULE(special_modified_bessel_i0, I0)
+  FF_MATH_RULE(special_modified_bessel_i1, I1)
+  FF_MATH_RULE(special_modified_bessel_k0, K0)
+  FF_MATH_RULE(special_modified_bessel_k1, K1)
+  FF_MATH_RULE(special_scaled_modified_bessel_k0, K0e)
+  FF_MATH_RULE(special_scaled_modified_bessel_k1, K1e)
+  FF_MATH_RULE(special_spherical_bessel_j0, SphericalJ0)
+  FF_MATH_RULE(special_airy_ai, AiryAi, true)
+  FF_MATH_RULE(special_zeta, Zeta)
+  FF_MATH_RULE(igamma, Igamma)
+  FF_MATH_RULE(igammac, Igammac)
+  FF_MATH_RULE(special_chebyshev_polynomial_t, ChebyshevT)
+  FF_MATH_RULE(special_chebyshev_polynomial_u, ChebyshevU)
+  FF_MATH_RULE(special_chebyshev_polynomial_v, ChebyshevV)
+  FF_MATH_RULE(special_chebyshev_polynomial_w, ChebyshevW)
+  FF_MATH_RULE(special_shifted_chebyshev_polynomial_t, ShiftedChebyshevT)
+  FF_MATH_RULE(special_shifted_chebyshev_polynomial_u, ShiftedChebyshevU)
+  FF_MATH_RULE(special_shifted_chebyshev_polynomial_v, ShiftedChebyshevV)
+  FF_MATH_RULE(special_shifted_chebyshev_polynomial_w, ShiftedChebyshevW)
+  FF_MATH_RULE(special_hermite_polynomial_h, HermiteH)
+  FF_MATH_RULE(special_hermite_polynomial_he, HermiteHe)
+  FF_MATH_RULE(special_laguerre_polynomial_l, LaguerreL)
+  FF_MATH_RULE(special_legendre_polynomial_p, LegendreP)
+#undef FF_MATH_RULE
+  r[Op::polygamma] = r[Op::tensor_polygamma] = polygamma_rule;
   r[Op::deg2rad] = [](Lowerer& L, const Node& n) { return scale_rule(L, n, M_PI / 180.0); };
   r[Op::rad2deg] = [](Lowerer& L, const Node& n) { return scale_rule(L, n, 180.0 / M_PI); };
   // eager (sinc_kernel): 1 at 0, else sin(pi x) / (pi x), in opmath

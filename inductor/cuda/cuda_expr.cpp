@@ -328,6 +328,13 @@ std::string Emitter::render(const Expr& e, const std::unordered_map<const ExprNo
       s = loop::holds_dtype_values(x, dt, p_) ? a[0] : narrow_str(dt, a[0]);
       break;
     }
+    case ExprKind::Call: {  // the math library (inductor/math_library.inc) computes in double
+      bool f64 = e->type == ScalarType::F64;
+      s = std::string("ff_math_") + loop::math_fn_name(static_cast<loop::MathFn>(e->op)) + "(";
+      for (size_t k = 0; k < a.size(); ++k) s += (k ? ", " : "") + (f64 ? a[k] : "(double)" + a[k]);
+      s = f64 ? s + ")" : "((float)" + s + "))";
+      break;
+    }
   }
   auto u = uses.find(e.get());
   if (u != uses.end() && u->second > 1 && !trivial(*e)) {

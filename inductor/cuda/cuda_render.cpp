@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "inductor/cuda/cuda_codegen.h"
+#include "inductor/math_library.h"
 #include "src/base/errors.h"
 
 namespace ff::cuda {
@@ -794,6 +795,7 @@ ModuleSource render_module(const Program& p, const RenderOptions& opts) {
     m.kernels.push_back(std::move(plan));
   }
   m.source = out.str();
+  if (m.source.find("ff_math_") != std::string::npos) m.source.insert(cuda_prelude().size() + 1, inductor::cuda_math_library() + "\n");
 
   // Eager units: kernels dealt round-robin by decreasing source size over at most max_units
   // programs, so the programs compiled in parallel finish at about the same time.
@@ -831,6 +833,10 @@ ModuleSource render_module(const Program& p, const RenderOptions& opts) {
     m.kernels[i].variants.back().unit = static_cast<int>(m.units.size());
     m.units.push_back(std::move(u));
   }
+  // The math library goes into the programs that call it, after the prelude it needs.
+  for (CompileUnit& u : m.units)
+    if (u.source.find("ff_math_", cuda_prelude().size()) != std::string::npos)
+      u.source.insert(cuda_prelude().size() + 1, inductor::cuda_math_library() + "\n");
   return m;
 }
 

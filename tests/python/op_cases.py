@@ -173,6 +173,30 @@ cases("nansum", C(torch.nansum, T(5, dtype=i64), fallback=True))
 cases("count_nonzero", C(torch.count_nonzero, T(3, 4), fallback=True), C(torch.count_nonzero, T(3, 4, layout="T"), 1, fallback=True),
       C(torch.count_nonzero, T(2, 3, 4), [0, 2], fallback=True), C(torch.Tensor.count_nonzero, B(3, 4), fallback=True))
 
+# special functions (the math library of generated code)
+for name, fn in ([("digamma", torch.digamma), ("lgamma", torch.lgamma), ("erfinv", torch.erfinv), ("i0", torch.i0),
+                 ("special_erfcx", torch.special.erfcx), ("special_ndtr", torch.special.ndtr),
+                 ("special_ndtri", torch.special.ndtri), ("special_log_ndtr", torch.special.log_ndtr),
+                 ("special_i0e", torch.special.i0e), ("special_i1", torch.special.i1), ("special_i1e", torch.special.i1e)]
+                 + [("special_" + n, getattr(torch.special, n)) for n in [
+                     "bessel_j0", "bessel_j1", "bessel_y0", "bessel_y1", "modified_bessel_i0", "modified_bessel_i1",
+                     "modified_bessel_k0", "modified_bessel_k1", "scaled_modified_bessel_k0", "scaled_modified_bessel_k1",
+                     "spherical_bessel_j0", "airy_ai"] if hasattr(torch.special, n)]):
+    no_grad = "bessel" in name or "airy" in name  # typed on meta tensors: torch has no derivative
+    cases(name, C(fn, T(3, 4), fallback=no_grad), C(fn, T(3, 4, layout="T", rg=True), fallback=no_grad),
+          C(fn, T(5, dtype=i64), fallback=no_grad), C(fn, T(4, 6, layout="step"), fallback=no_grad))
+cases("polygamma", C(torch.polygamma, 1, T(3, 4), fallback=True), C(torch.special.polygamma, 3, T(3, 4, layout="T"), fallback=True))
+cases("tensor_polygamma", C(torch.Tensor.polygamma, T(3, 4), 2, fallback=True))
+for name, fn in [("special_zeta", torch.special.zeta), ("igamma", torch.igamma), ("igammac", torch.igammac)]:
+    cases(name, C(fn, T(3, 4, lo=1), T(4, lo=0), fallback=True), C(fn, T(3, 4, layout="T", lo=1), T(3, 4, layout="T", lo=0), fallback=True))
+for pn in ["chebyshev_polynomial_t", "chebyshev_polynomial_u", "chebyshev_polynomial_v", "chebyshev_polynomial_w",
+           "shifted_chebyshev_polynomial_t", "shifted_chebyshev_polynomial_u", "shifted_chebyshev_polynomial_v",
+           "shifted_chebyshev_polynomial_w", "hermite_polynomial_h", "hermite_polynomial_he", "laguerre_polynomial_l",
+           "legendre_polynomial_p"]:
+    if hasattr(torch.special, pn):
+        fn = getattr(torch.special, pn)
+        cases("special_" + pn, C(fn, T(3, 4), T(4, dtype=i64, lo=0, hi=6), fallback=True), C(fn, T(3, 4, layout="T"), 3, fallback=True))
+
 # ---- activations -----------------------------------------------------------------------------------
 ACT_PARAMS = {"f_relu": (F.relu, {}), "gelu": (F.gelu, {"approximate": "tanh"}), "silu": (F.silu, {}),
               "mish": (F.mish, {}), "leaky_relu": (F.leaky_relu, {"negative_slope": 0.2}),
