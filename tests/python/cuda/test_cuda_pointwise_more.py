@@ -65,3 +65,28 @@ def test_prelu_and_inplace_methods():
         y.atan2_(x).exp2_()
         return x * 2, y
     _lowered_and_close(fn, _data(torch.float32), _data(torch.float32))
+
+
+SPECIAL_UNARY = [torch.digamma, torch.lgamma, torch.erfinv, torch.i0, torch.special.erfcx, torch.special.ndtr,
+                 torch.special.ndtri, torch.special.log_ndtr, torch.special.i0e, torch.special.i1, torch.special.i1e,
+                 torch.special.modified_bessel_k0, torch.special.modified_bessel_k1, torch.special.scaled_modified_bessel_k0,
+                 torch.special.spherical_bessel_j0, lambda x: torch.polygamma(2, x)]
+SPECIAL_BINARY = [torch.special.zeta, torch.igamma, torch.igammac, torch.special.chebyshev_polynomial_u,
+                  torch.special.shifted_chebyshev_polynomial_w, torch.special.hermite_polynomial_he,
+                  torch.special.laguerre_polynomial_l, torch.special.legendre_polynomial_p]
+
+
+@gpu
+@pytest.mark.parametrize("fn", SPECIAL_UNARY)
+def test_special_functions_of_the_math_library(fn):
+    # float64: the library's double results against eager's within float64's tolerance
+    x = torch.rand(33, 17, device="cuda", dtype=torch.float64) * 8 - 2
+    _lowered_and_close(fn, x.clamp(-0.99, 0.99) if fn in (torch.erfinv,) else x)
+
+
+@gpu
+@pytest.mark.parametrize("fn", SPECIAL_BINARY)
+def test_binary_special_functions_of_the_math_library(fn):
+    x = torch.rand(33, 17, device="cuda", dtype=torch.float64) * 4
+    n = torch.randint(0, 7, (17,), device="cuda").double()
+    _lowered_and_close(fn, x, n + 0.5 if fn in (torch.special.zeta, torch.igamma, torch.igammac) else n)
