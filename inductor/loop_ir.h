@@ -91,7 +91,7 @@ bool is_comparison(BinaryOp op);
 // in double precision, called by both renderers. X(enum, name (the function is ff_math_<name>), arity)
 // clang-format off
 #define FF_LOOP_MATH_FNS(X)                                                                       \
-  X(Digamma, digamma, 1) X(Trigamma, trigamma, 1) X(Lgamma, lgamma, 1)                      \
+  X(Digamma, digamma, 1) X(Trigamma, trigamma, 1) X(Lgamma, lgamma, 1) X(Hypot, hypot, 2)                      \
   X(Polygamma, polygamma, 2) X(Zeta, zeta, 2) X(Igamma, igamma, 2) X(Igammac, igammac, 2) \
   X(Erfcx, erfcx, 1) X(Erfinv, erfinv, 1) X(Ndtr, ndtr, 1) X(Ndtri, ndtri, 1)             \
   X(LogNdtr, log_ndtr, 1)                                                                       \

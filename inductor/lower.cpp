@@ -683,6 +683,43 @@ std::vector<NodeId> writes_fed(const Graph& g) {
   return fed;
 }
 
+// An open op's call as a call of the hand-written op of its ATen name (aten::std.dim as std), so
+// that the hand-written op's rule lowers it: where every argument the call passes, other than its
+// defaults, has a parameter of the same name there (self as input), and every parameter without a
+// default there is passed. The call keeps its own result metadata (torch typed it).
+std::optional<Node> as_registry_call(const Node& n) {
+  const OpDef& open = op_def(n.op);
+  if (!open.is_open() || open.aten.rfind("aten::", 0) != 0) return std::nullopt;
+  std::string base = open.aten.substr(6, open.aten.find('.') == std::string::npos ? std::string::npos : open.aten.find('.') - 6);
+  std::optional<OpId> id = op_by_name(base);
+  if (!id || op_def(*id).is_open()) return std::nullopt;
+  const OpDef& reg = op_def(*id);
+  if (reg.has(kInplace) || reg.has(kInplaceFlag) || reg.has(kRandom) || reg.has(kView) || reg.has(kNondeterministicOutput))
+    return std::nullopt;
+  const std::vector<ParamSpec>& theirs = reg.schema.params;
+  std::vector<Value> args(theirs.size());
+  std::vector<bool> passed(theirs.size(), false);
+  for (size_t i = 0; i < theirs.size(); ++i)
+    if (theirs[i].has_default) args[i] = theirs[i].default_value;
+  for (size_t i = 0; i < open.schema.params.size() && i < n.args.size(); ++i) {
+    const ParamSpec& p = open.schema.params[i];
+    int k = reg.schema.index_of(p.name);
+    if (k < 0 && p.name == "self") k = reg.schema.index_of("input");
+    if (k < 0) {
+      if (p.has_default && n.args[i] == p.default_value) continue;
+      return std::nullopt;
+    }
+    args[static_cast<size_t>(k)] = n.args[i];
+    passed[static_cast<size_t>(k)] = true;
+  }
+  for (size_t i = 0; i < theirs.size(); ++i)
+    if (!passed[i] && !theirs[i].has_default) return std::nullopt;
+  Node r = n;
+  r.op = *id;
+  r.args = std::move(args);
+  return r;
+}
+
 }  // namespace
 
 // An in-place call on a graph input (or on an earlier such call's result) becomes a kernel that
@@ -804,7 +841,9 @@ std::optional<LT> Lowerer::lower_node(NodeId id) {
   } else if (!supported_dtype(n.meta.tensor.dtype)) {
     reason = "dtype " + std::string(dtype_name(n.meta.tensor.dtype)) + " is not supported in kernels";
   } else {
-    OpLowering rule = op_lowerings().at(op_kind(n.op));
+    std::optional<Node> adapted = as_registry_call(n);
+    const Node& call = adapted ? *adapted : n;
+    OpLowering rule = op_lowerings().at(op_kind(call.op));
     if (!rule) {
       reason = op.has(kExtern) ? "matrix products and convolutions run in torch" : "no lowering for " + op.name;
     } else if (!reads_symbolic_args(op_kind(n.op)) && !reads_symbolic_operands(n) &&
@@ -814,7 +853,7 @@ std::optional<LT> Lowerer::lower_node(NodeId id) {
       reason = "an argument is a symbolic size";
     } else {
       try {
-        LT r = rule(*this, n);
+        LT r = rule(*this, call);
         if (!r.ref) r.at = [inner = std::move(r.at)](const Idx& idx) { return loop::rounded(inner(idx)); };
         const TensorMeta& m = n.meta.tensor;
         FF_CHECK(r.sizes == m.sizes, "lowering of " + op.name + " produced the wrong shape");

@@ -49,7 +49,8 @@ NodeId eager_alias_parent(const Graph& g, NodeId id, const std::vector<NodeId>& 
   const TensorMeta& m = n.meta.tensor;
   if (kind == Op::contiguous) return xm.is_contiguous() ? x : -1;
   if (kind == Op::clone) return -1;  // always new memory
-  if (op_in(kind, {Op::to, Op::to_float, Op::to_double, Op::to_half, Op::to_bfloat16, Op::to_long, Op::to_int, Op::to_bool, Op::type_as})) {
+  if (op_in(kind, {Op::to, Op::to_float, Op::to_double, Op::to_half, Op::to_bfloat16, Op::to_long, Op::to_int, Op::to_short,
+                   Op::to_char, Op::to_byte, Op::to_bool, Op::type_as})) {
     int copy = op.schema.index_of("copy");
     bool forced = copy >= 0 && n.args[static_cast<size_t>(copy)].kind == Value::Kind::Bool && n.args[static_cast<size_t>(copy)].b;
     return !forced && m.dtype == xm.dtype && m.device == xm.device && m.strides == xm.strides ? x : -1;
@@ -63,6 +64,9 @@ NodeId eager_alias_parent(const Graph& g, NodeId id, const std::vector<NodeId>& 
   if (kind == Op::op_getitem) return returns_new_view(n) ? x : -1;  // basic indexing is a view
   if (kind == Op::einsum) return x;  // "ij->ji" is a view
   if (op.traits & (kExtern | kPointwise | kReduction | kComposite | kCreation | kIndexing)) return -1;
+  // NB: torch's schema annotates a result that may alias an operand (Tensor(a)): an open op
+  // without kView (graph/aten_schema.cpp) returns new memory
+  if (op.is_open()) return -1;
   return x;  // an op the table does not know may return a view
 }
 

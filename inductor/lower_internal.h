@@ -143,6 +143,8 @@ inline Expr sel(const Expr& cond, const Expr& a, const Expr& b) { return loop::s
 
 // The dims of a reduction's `dim` argument (an int or a list; empty for None); lower_ops.cpp.
 std::vector<int64_t> dims_of(const Value& v);
+// `v` as eager converts a Python int to the integer dtype `dt` (two's complement wrap); lower_ops_math.cpp.
+int64_t wrap_to(int64_t v, DType dt);
 // Helpers of the rule files (lower_ops_extra.cpp).
 // NaN-preserving clamp of x to [lo, hi] (either may be absent).
 Expr clamp_expr(const Expr& x, const Expr* lo, const Expr* hi);

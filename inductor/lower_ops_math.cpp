@@ -22,6 +22,17 @@ using formula::c;
 using formula::sel;
 using formula::un;
 
+// `v` as eager converts a Python int to the integer dtype `dt` (two's complement wrap).
+int64_t wrap_to(int64_t v, DType dt) {
+  switch (dt) {
+    case DType::UInt8: return static_cast<uint8_t>(v);
+    case DType::Int8: return static_cast<int8_t>(v);
+    case DType::Int16: return static_cast<int16_t>(v);
+    case DType::Int32: return static_cast<int32_t>(v);
+    default: return v;
+  }
+}
+
 namespace {
 
 LT float_unary(Lowerer& L, const Node& n, UnaryOp op) {
@@ -48,17 +59,6 @@ double max_finite(DType dt) {
     case DType::Float16: return 65504.0;
     case DType::BFloat16: return 3.3895313892515355e38;  // (2 - 2^-7) * 2^127
     default: return FLT_MAX;
-  }
-}
-
-// `v` as eager converts a Python int to the integer dtype `dt` (two's complement wrap).
-int64_t wrap_to(int64_t v, DType dt) {
-  switch (dt) {
-    case DType::UInt8: return static_cast<uint8_t>(v);
-    case DType::Int8: return static_cast<int8_t>(v);
-    case DType::Int16: return static_cast<int16_t>(v);
-    case DType::Int32: return static_cast<int32_t>(v);
-    default: return v;
   }
 }
 
@@ -162,10 +162,12 @@ LT all_any(Lowerer& L, const Node& n, bool all) {
     Expr t = loop::cast(v[0], loop::ScalarType::Bool);
     return loop::cast(all ? un(UnaryOp::Not, t) : t, loop::ScalarType::I64);
   });
-  std::vector<int64_t> dims;
   const Value& d = L.arg(n, "dim");
-  if (d.kind == Value::Kind::Int) dims.push_back(d.i);
-  else if (!d.is_none()) throw NoLowering("dim is not a constant");
+  if (d.is_sequence() && d.items.empty())  // all.dims over no dims: each element's truth (measured on torch 2.13)
+    return Lowerer::map({x}, x.dtype, out, [out](const V& v) {
+      return loop::cast(loop::cast(v[0], loop::ScalarType::Bool), loop::dtype_compute_type(out));
+    });
+  std::vector<int64_t> dims = dims_of(d);  // an int, a list (all.dims, typed by torch), or None
   LT count = L.reduce(flags, dims, L.arg(n, "keepdim").b, ReduceOp::Sum, DType::Int64);
   return Lowerer::map({count}, DType::Int64, out, [all](const V& v) {
     Expr z = loop::const_int(0);
@@ -386,8 +388,7 @@ void add_math_rules(OpRules& r) {
   // ---- bool reductions: counts of the elements that are (not) zero; NaN counts as true ----
 
   r[Op::count_nonzero] = [](Lowerer& L, const Node& n) {
-    const Value& d = L.arg(n, "dim");
-    if (d.is_sequence() && d.items.empty()) throw NoLowering("count_nonzero over no dims");
+    const Value& d = L.arg(n, "dim");  // NB: an empty list counts over every dim, as None does
     LT x = L.tensor_arg(n, "input");
     LT flags = Lowerer::map({x}, x.dtype, DType::Int64, [](const V& v) {
       return loop::cast(loop::cast(v[0], loop::ScalarType::Bool), loop::ScalarType::I64);  // NaN counts

@@ -96,6 +96,7 @@ void add_pointwise_rules(OpRules& r) {
   r[Op::op] = [](Lowerer& L, const Node& n) { return math_rule(L, n, MathFn::fn, ##__VA_ARGS__); };
   FF_MATH_RULE(digamma, Digamma)
   FF_MATH_RULE(lgamma, Lgamma)
+  FF_MATH_RULE(hypot, Hypot)
   FF_MATH_RULE(erfinv, Erfinv)
   FF_MATH_RULE(i0, I0)
   FF_MATH_RULE(special_erfcx, Erfcx)

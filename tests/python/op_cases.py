@@ -187,7 +187,7 @@ for name, fn in ([("digamma", torch.digamma), ("lgamma", torch.lgamma), ("erfinv
           C(fn, T(5, dtype=i64), fallback=no_grad), C(fn, T(4, 6, layout="step"), fallback=no_grad))
 cases("polygamma", C(torch.polygamma, 1, T(3, 4), fallback=True), C(torch.special.polygamma, 3, T(3, 4, layout="T"), fallback=True))
 cases("tensor_polygamma", C(torch.Tensor.polygamma, T(3, 4), 2, fallback=True))
-for name, fn in [("special_zeta", torch.special.zeta), ("igamma", torch.igamma), ("igammac", torch.igammac)]:
+for name, fn in [("special_zeta", torch.special.zeta), ("igamma", torch.igamma), ("igammac", torch.igammac), ("hypot", torch.hypot)]:
     cases(name, C(fn, T(3, 4, lo=1), T(4, lo=0), fallback=True), C(fn, T(3, 4, layout="T", lo=1), T(3, 4, layout="T", lo=0), fallback=True))
 for pn in ["chebyshev_polynomial_t", "chebyshev_polynomial_u", "chebyshev_polynomial_v", "chebyshev_polynomial_w",
            "shifted_chebyshev_polynomial_t", "shifted_chebyshev_polynomial_u", "shifted_chebyshev_polynomial_v",
