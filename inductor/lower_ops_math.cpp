@@ -395,6 +395,35 @@ void add_math_rules(OpRules& r) {
     });
     return L.reduce(flags, dims_of(d), false, ReduceOp::Sum, DType::Int64);
   };
+  // eager's vector norms: max |x| (ord inf), min |x| (-inf), the count of nonzeros (0), sum |x|
+  // (1), sqrt(sum x^2) (2), else sum(|x|^p)^(1/p); in float for f16/bf16
+  r[Op::linalg_vector_norm] = [](Lowerer& L, const Node& n) {
+    DType out = L.out_meta(n).dtype;
+    if (!L.arg(n, "dtype").is_none()) throw NoLowering("dtype= converts first");
+    if (!is_floating(out)) throw NoLowering("norm of a non-float");
+    LT x = L.tensor_arg(n, "x");
+    if (x.numel() == 0) throw NoLowering("norm of an empty tensor");
+    const Value& d = L.arg(n, "dim");
+    if (d.is_sequence() && d.items.empty()) throw NoLowering("norm over an empty dim list");
+    double p = number(L, n, "ord");
+    DType acc = float_compute_dtype(out);
+    std::vector<int64_t> dims = dims_of(d);
+    bool keepdim = L.arg(n, "keepdim").b;
+    LT a = Lowerer::map({x}, acc, acc, [](const V& v) { return un(UnaryOp::Abs, v[0]); });
+    if (std::isinf(p)) return Lowerer::cast(L.reduce(a, dims, keepdim, p > 0 ? ReduceOp::Max : ReduceOp::Min, acc), out);
+    auto powered = [p](const Expr& v) -> Expr {
+      if (p == 0) return loop::cast(bin(BinaryOp::Ne, v, c(0, v)), v->type);
+      if (p == 1) return v;
+      if (p == 2) return bin(BinaryOp::Mul, v, v);
+      return bin(BinaryOp::Pow, v, c(p, v));
+    };
+    LT s = L.reduce(Lowerer::map({a}, acc, acc, [powered](const V& v) { return powered(v[0]); }), dims, keepdim, ReduceOp::Sum, acc);
+    return Lowerer::map({s}, acc, out, [p](const V& v) -> Expr {
+      if (p == 0 || p == 1) return v[0];
+      if (p == 2) return un(UnaryOp::Sqrt, v[0]);
+      return bin(BinaryOp::Pow, v[0], c(1.0 / p, v[0]));
+    });
+  };
   r[Op::nansum] = [](Lowerer& L, const Node& n) { return nan_reduce(L, n, false); };
   r[Op::nanmean] = [](Lowerer& L, const Node& n) { return nan_reduce(L, n, true); };
   r[Op::all] = [](Lowerer& L, const Node& n) { return all_any(L, n, true); };

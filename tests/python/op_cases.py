@@ -170,6 +170,9 @@ for name in ["nansum", "nanmean"]:
     cases(name, C(fn, T(3, 4), fallback=True), C(fn, T(3, 4, layout="T"), 1, fallback=True),
           C(fn, T(2, 3, 4, 5, layout="cl"), [0, 2], True, fallback=True), C(getattr(torch.Tensor, name), T(3, 4), fallback=True))
 cases("nansum", C(torch.nansum, T(5, dtype=i64), fallback=True))
+cases("linalg_vector_norm", C(torch.linalg.vector_norm, T(3, 4), fallback=True),
+      C(torch.linalg.vector_norm, T(3, 4, layout="T"), float("inf"), 1, fallback=True),
+      C(torch.linalg.vector_norm, T(2, 3, 4), 3, [0, 2], True, fallback=True))
 cases("count_nonzero", C(torch.count_nonzero, T(3, 4), fallback=True), C(torch.count_nonzero, T(3, 4, layout="T"), 1, fallback=True),
       C(torch.count_nonzero, T(2, 3, 4), [0, 2], fallback=True), C(torch.Tensor.count_nonzero, B(3, 4), fallback=True))
 
