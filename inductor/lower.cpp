@@ -802,11 +802,16 @@ std::optional<LT> Lowerer::lower_node(NodeId id) {
     return from_ref(loop::TensorRef{b, m.sizes, m.strides, 0}, m.dtype);
   }
   if (n.kind == NodeKind::GetItem) {
+    auto items = n.args.size() == 2 && n.args[0].is_node() ? tuple_items_.find(n.args[0].node) : tuple_items_.end();
+    if (items != tuple_items_.end() && n.args[1].kind == Value::Kind::Int && n.args[1].i >= 0 &&
+        n.args[1].i < static_cast<int64_t>(items->second.size()))
+      return items->second[static_cast<size_t>(n.args[1].i)];
     LT r = extern_call(n, id, kNoOp, {}, "element of a tuple result");
     if (!n.meta.is_tensor()) return std::nullopt;
     return r;
   }
   FF_CHECK(n.kind == NodeKind::Call, "unexpected node kind");
+  if (lower_max_min_with_dim(id)) return std::nullopt;
   if (call_mutates_input(op_def(n.op), n.args)) {
     if (!n.args.empty() && n.args[0].kind == Value::Kind::Node && input_root_[static_cast<size_t>(n.args[0].node)] >= 0) {
       std::string why = write_input(id);
@@ -881,6 +886,42 @@ std::optional<LT> Lowerer::lower_node(NodeId id) {
   LT r = extern_call(n, id, n.op, n.args, reason);
   if (!n.meta.is_tensor()) return std::nullopt;
   return r;
+}
+
+bool Lowerer::lower_max_min_with_dim(NodeId id) {
+  const Node& n = g_.node(id);
+  const Op kind = op_kind(n);
+  if (!op_in(kind, {Op::max, Op::min}) || n.meta.kind != ValueMeta::Kind::Tuple || n.meta.items.size() != 2) return false;
+  const OpDef& op = op_def(n.op);
+  const Value& dim = n.args[static_cast<size_t>(op.schema.index_of("dim"))];
+  if (dim.kind != Value::Kind::Int) return false;
+  for (NodeId u = id + 1; u < static_cast<NodeId>(g_.size()); ++u) {
+    bool uses = false;
+    for (const Value& v : g_.node(u).args) v.for_each_node([&](NodeId o) { uses |= o == id; });
+    if (uses && g_.node(u).kind != NodeKind::GetItem) return false;  // the tuple itself is needed
+  }
+  Node values = n, indices = n;
+  values.op = op_id(kind == Op::max ? Op::amax : Op::amin);
+  values.args = {n.args[0], Value::list({dim}), n.args[static_cast<size_t>(op.schema.index_of("keepdim"))]};
+  values.meta = n.meta.items[0];
+  indices.op = op_id(kind == Op::max ? Op::argmax : Op::argmin);
+  indices.args = {n.args[0], dim, values.args[2]};
+  indices.meta = n.meta.items[1];
+  if (!values.meta.is_tensor() || !indices.meta.is_tensor()) return false;
+  try {
+    LT v = op_lowerings().at(op_kind(values.op))(*this, values);
+    LT i = op_lowerings().at(op_kind(indices.op))(*this, indices);
+    if (v.sizes != values.meta.tensor.sizes || i.sizes != indices.meta.tensor.sizes) return false;
+    if (v.dtype != values.meta.tensor.dtype) v = cast(v, values.meta.tensor.dtype);
+    if (i.dtype != indices.meta.tensor.dtype) i = cast(i, indices.meta.tensor.dtype);
+    tuple_items_[id] = {v, i};
+    note(node_desc(g_, id) + ": values and indices as " + op_def(values.op).name + " and " + op_def(indices.op).name);
+    return true;
+  } catch (const NoLowering&) {
+    return false;
+  } catch (const SymbolicSpecialization&) {
+    return false;
+  }
 }
 
 loop::Program Lowerer::run() {

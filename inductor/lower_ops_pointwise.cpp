@@ -91,6 +91,35 @@ LT polygamma_rule(Lowerer& L, const Node& n) {
 
 void add_pointwise_rules(OpRules& r) {
   using loop::MathFn;
+  // real operands only (complex ones: torch)
+  r[Op::fill] = [](Lowerer& L, const Node& n) {  // the value converted as full's
+    const TensorMeta& m = L.out_meta(n);
+    double v = number(L, n, "value");
+    if (is_complex(m.dtype)) throw NoLowering("complex fill");
+    if (m.dtype == DType::Bool) v = v != 0.0 ? 1.0 : 0.0;
+    else if (!is_floating(m.dtype)) {
+      if (!(std::abs(v) <= 9007199254740992.0)) throw NoLowering("integer fill value beyond 2^53");
+      v = static_cast<double>(wrap_to(static_cast<int64_t>(v), m.dtype));
+    }
+    return Lowerer::broadcast(Lowerer::scalar(v, m.dtype), m.sizes);
+  };
+  // eager (angle_kernel of reals): NaN passes, pi below 0, else 0
+  r[Op::angle] = [](Lowerer& L, const Node& n) {
+    if (is_complex(L.tensor(n.args[0]).dtype)) throw NoLowering("complex angle");
+    return float_map(L, n, [](const Expr& x) {
+      return sel(un(UnaryOp::IsNan, x), x, sel(bin(BinaryOp::Lt, x, c(0, x)), c(M_PI, x), c(0, x)));
+    });
+  };
+  r[Op::isreal] = [](Lowerer& L, const Node& n) {
+    if (is_complex(L.tensor(n.args[0]).dtype)) throw NoLowering("complex isreal");
+    return Lowerer::broadcast(Lowerer::scalar(1, DType::Bool), L.out_meta(n).sizes);
+  };
+  // eager: pow of both operands converted to float64
+  r[Op::float_power] = [](Lowerer& L, const Node& n) {
+    if (L.out_meta(n).dtype != DType::Float64) throw NoLowering("complex float_power");
+    LT x = Lowerer::cast(L.tensor(n.args[0]), DType::Float64), y = Lowerer::cast(L.tensor(n.args[1]), DType::Float64);
+    return Lowerer::map({x, y}, DType::Float64, DType::Float64, [](const V& v) { return bin(BinaryOp::Pow, v[0], v[1]); });
+  };
   // ---- special functions: the math library ----
 #define FF_MATH_RULE(op, fn, ...) \
   r[Op::op] = [](Lowerer& L, const Node& n) { return math_rule(L, n, MathFn::fn, ##__VA_ARGS__); };

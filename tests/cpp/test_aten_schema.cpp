@@ -119,23 +119,23 @@ TEST(AtenSchema, TensorOverloadsBindBeforeScalarOnes) {
 
 TEST(OpenRegistry, RegisteredOpsPrintAndParseBack) {
   std::vector<OpId> ids;
-  for (OpDef& d : defs("torch.special.erfcx", PrintStyle::Function, {"aten::special_erfcx(Tensor self) -> Tensor"}))
+  for (OpDef& d : defs("torch.resolve_neg", PrintStyle::Function, {"aten::resolve_neg(Tensor(a) self) -> Tensor(a)"}))
     ids.push_back(register_op(std::move(d)));
   ASSERT_EQ(ids.size(), 1u);
   EXPECT_TRUE(is_op(ids[0]));
   EXPECT_GE(static_cast<size_t>(ids[0]), all_ops().size());  // after the hand-written ops
-  EXPECT_EQ(op_def(ids[0]).target, "torch.special.erfcx");
-  EXPECT_EQ(ops_with_target("torch.special.erfcx"), ids);
+  EXPECT_EQ(op_def(ids[0]).target, "torch.resolve_neg");
+  EXPECT_EQ(ops_with_target("torch.resolve_neg"), ids);
   EXPECT_EQ(op_with_positional(ids[0], 1), op_with_positional(ids[0], 1));
   EXPECT_THROW(register_op(op_def(ids[0])), InternalError);  // names are unique
   const char* text =
       "def forward(self, x: \"f32[4]\"):\n"
-      "    erfcx: \"f32[4]\" = torch.special.erfcx(x)\n"
-      "    return (erfcx,)\n";
+      "    resolve_neg: \"f32[4]\" = torch.resolve_neg(x)\n"
+      "    return (resolve_neg,)\n";
   Graph g = parse_graph(text);
   // The node holds the variant replaying one positional argument, as written.
   const OpDef& replayed = op_def(g.node(1).op);
-  EXPECT_EQ(replayed.name, "torch.special.erfcx/1");
+  EXPECT_EQ(replayed.name, "torch.resolve_neg/1");
   EXPECT_EQ(replayed.positional, 1);
   EXPECT_EQ(op_with_positional(ids[0], 1), g.node(1).op);  // registered once
   EXPECT_EQ(graph_code(g), text);

@@ -162,6 +162,11 @@ cases("softshrink", C(F.softshrink, T(3, 4), fallback=True), C(F.softshrink, T(3
       C(F.softshrink, T(3), -1.0, fallback=True))
 cases("threshold", C(torch.threshold, T(3, 4), 0.1, 20.0, fallback=True),
       C(torch.threshold, T(5, dtype=i64), 1.5, -2, fallback=True))
+cases("fill", C(torch.fill, T(3, 4), 2.5, fallback=True), C(torch.fill, T(5, dtype=i64), 3, fallback=True))
+cases("angle", C(torch.angle, T(3, 4), fallback=True), C(torch.angle, T(5, dtype=i64), fallback=True))
+cases("isreal", C(torch.isreal, T(3, 4)), C(torch.isreal, T(5, dtype=i64)))
+cases("float_power", C(torch.float_power, T(3, 4), 2, fallback=True), C(torch.float_power, T(3, 4, lo=0.1), T(4), fallback=True),
+      C(torch.float_power, T(5, dtype=i64), 0.5, fallback=True))
 cases("prelu", C(torch.prelu, T(2, 3, 4), T(3), fallback=True), C(torch.prelu, T(2, 3, 4, 5, layout="cl"), T(1), fallback=True),
       C(torch.prelu, T(2, 3), T(4), fallback=True))
 

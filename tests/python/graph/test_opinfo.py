@@ -84,7 +84,8 @@ def test_max_seconds_cuts_the_run_and_the_report_says_where(tmp_path):
     assert done == []
     run, cut = opinfo_sweep.read_run(jsonl)
     assert (run["device"], run["torch"]) == ("cpu", torch.__version__)
-    assert cut == {"op": "add", "variant": "", "kind": "fn", "dtype": "float32", "sample": 0, "backend": "eager"}
+    assert cut == {"op": "add", "variant": "", "kind": "fn", "dtype": "float32", "sample": 0, "backend": "eager",
+                   "class": "pointwise"}
     text = (tmp_path / "cut.md").read_text()
     assert text.startswith(f"# OpInfo sweep on cpu, torch {torch.__version__}\n")
     assert "The run was cut by --max-seconds: items from add fn float32 sample 0 (eager) on" in text
