@@ -464,12 +464,13 @@ void add_extra_rules(OpRules& r) {
       return bin(BinaryOp::Add, v[0], val == 1.0 ? p : bin(BinaryOp::Mul, p, c(val, p)));
     });
   };
-  // creation from a constant: the value converted to the dtype as torch's fill does (ints
+  // creation from a constant (and torch.fill): the value converted to the dtype as torch's fill does (ints
   // truncated and wrapped, bools nonzero), broadcast to the result's sizes
   OpLowering constant = [](Lowerer& L, const Node& n) {
     const TensorMeta& m = L.out_meta(n);
     double v = op_in(op_kind(n), {Op::zeros, Op::zeros_like, Op::new_zeros}) ? 0.0
                : op_in(op_kind(n), {Op::ones, Op::ones_like, Op::new_ones})  ? 1.0
+               : op_kind(n) == Op::fill                                      ? number(L, n, "value")
                                                                              : number(L, n, "fill_value");
     if (is_complex(m.dtype)) throw NoLowering("complex constant");
     if (m.dtype == DType::Bool) v = v != 0.0 ? 1.0 : 0.0;
@@ -479,7 +480,8 @@ void add_extra_rules(OpRules& r) {
     }
     return Lowerer::broadcast(Lowerer::scalar(v, m.dtype), m.sizes);
   };
-  for (Op op : {Op::zeros, Op::ones, Op::full, Op::zeros_like, Op::ones_like, Op::full_like, Op::new_zeros, Op::new_ones, Op::new_full})
+  for (Op op : {Op::zeros, Op::ones, Op::full, Op::zeros_like, Op::ones_like, Op::full_like, Op::new_zeros, Op::new_ones, Op::new_full,
+                Op::fill})
     r[op] = constant;
   // casts
   for (Op op : {Op::to, Op::to_float, Op::to_double, Op::to_half, Op::to_bfloat16, Op::to_long, Op::to_int, Op::to_short,

@@ -92,17 +92,6 @@ LT polygamma_rule(Lowerer& L, const Node& n) {
 void add_pointwise_rules(OpRules& r) {
   using loop::MathFn;
   // real operands only (complex ones: torch)
-  r[Op::fill] = [](Lowerer& L, const Node& n) {  // the value converted as full's
-    const TensorMeta& m = L.out_meta(n);
-    double v = number(L, n, "value");
-    if (is_complex(m.dtype)) throw NoLowering("complex fill");
-    if (m.dtype == DType::Bool) v = v != 0.0 ? 1.0 : 0.0;
-    else if (!is_floating(m.dtype)) {
-      if (!(std::abs(v) <= 9007199254740992.0)) throw NoLowering("integer fill value beyond 2^53");
-      v = static_cast<double>(wrap_to(static_cast<int64_t>(v), m.dtype));
-    }
-    return Lowerer::broadcast(Lowerer::scalar(v, m.dtype), m.sizes);
-  };
   // eager (angle_kernel of reals): NaN passes, pi below 0, else 0
   r[Op::angle] = [](Lowerer& L, const Node& n) {
     if (is_complex(L.tensor(n.args[0]).dtype)) throw NoLowering("complex angle");
