@@ -695,26 +695,13 @@ class KernelEmitter {
     return nullptr;
   }
 
-  // A math library function (inductor/math_library.h): double(double[, double]), resolved to its
-  // definition in this process when the module loads.
+  // A math library function (inductor/math_library.h): double(double[, double]).
   Value* math_call(const loop::Expr& e) {
-    auto fn = static_cast<loop::MathFn>(e->op);
     Type* d = b_.getDoubleTy();
-    std::vector<Value*> args;
-    for (const loop::Expr& a : e->args) {
-      Value* v = expr(a);
-      args.push_back(v->getType() == d ? v : b_.CreateFPExt(v, d));
-    }
-    std::vector<Type*> types(args.size(), d);
-    FunctionCallee fc = m_.getOrInsertFunction(inductor::math_fn_symbol(fn), FunctionType::get(d, types, false));
-    if (auto* f = dyn_cast<Function>(fc.getCallee())) {
-      f->setDoesNotAccessMemory();
-      f->setDoesNotThrow();
-      f->addFnAttr(Attribute::WillReturn);
-    }
-    Value* r = b_.CreateCall(fc, args);
-    Type* t = compute_type(e->type);
-    return t == d ? r : b_.CreateFPTrunc(r, t);
+    std::vector<Value*> a;
+    for (const loop::Expr& x : e->args) a.push_back(b_.CreateFPExt(expr(x), d));  // NB: no-op on f64
+    Value* r = call_libm(inductor::math_fn_symbol(static_cast<loop::MathFn>(e->op)).c_str(), a[0], a.size() > 1 ? a[1] : nullptr);
+    return b_.CreateFPTrunc(r, compute_type(e->type));
   }
 
   // A select's operand. NB: a float zero constant goes through llvm.arithmetic.fence: LLVM 14's
@@ -981,13 +968,9 @@ std::shared_ptr<CpuModule> compile_cpu(const loop::Program& p, const CpuCompileO
   mod->from_disk_cache = cached;
   auto& jd = cantFail(j.lljit->createJITDylib("ff_module_" + std::to_string(j.modules++)));
   jd.addGenerator(cantFail(orc::DynamicLibrarySearchGenerator::GetForCurrentProcess(j.lljit->getDataLayout().getGlobalPrefix())));
-  // NB: the math library's functions are hidden symbols of framefuse's module: given by address.
-  orc::SymbolMap math;
-  for (int f = 0; f < loop::kMathFnCount; ++f) {
-    auto fn = static_cast<loop::MathFn>(f);
-    math[j.lljit->mangleAndIntern(inductor::math_fn_symbol(fn))] =
-        JITEvaluatedSymbol(pointerToJITTargetAddress(inductor::math_fn_address(fn)), JITSymbolFlags::Exported);
-  }
+  orc::SymbolMap math;  // NB: the math library's functions are hidden symbols of framefuse: by address
+  for (auto& [name, address] : inductor::math_fn_symbols())
+    math[j.lljit->mangleAndIntern(name)] = JITEvaluatedSymbol(pointerToJITTargetAddress(address), JITSymbolFlags::Exported);
   cantFail(jd.define(orc::absoluteSymbols(std::move(math))));
   std::string failure;
   if (auto e = j.lljit->addObjectFile(jd, MemoryBuffer::getMemBufferCopy(object, "ff_" + mod->cache_key)))

@@ -83,6 +83,12 @@ void* math_fn_address(loop::MathFn fn) {
   return nullptr;
 }
 
+std::vector<std::pair<std::string, void*>> math_fn_symbols() {
+  std::vector<std::pair<std::string, void*>> out;
+  for (int f = 0; f < loop::kMathFnCount; ++f) out.emplace_back(math_fn_symbol(static_cast<loop::MathFn>(f)), math_fn_address(static_cast<loop::MathFn>(f)));
+  return out;
+}
+
 const std::string& cuda_math_library() {
   static const std::string text = std::string("// ---- framefuse math library ----\n#define FF_MATH_FN __device__ __noinline__\n") +
                                   "__device__ __forceinline__ double ff_math_inf() { return FF_INF_D; }\n" +

@@ -4,6 +4,8 @@
 #pragma once
 
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "inductor/loop_ir.h"
 
@@ -13,6 +15,7 @@ namespace ff::inductor {
 // address of its definition in this process.
 std::string math_fn_symbol(loop::MathFn fn);
 void* math_fn_address(loop::MathFn fn);
+std::vector<std::pair<std::string, void*>> math_fn_symbols();  // (symbol, address) of every function
 
 // math_library.inc as CUDA C++ (__device__ functions), for the programs whose source calls
 // ff_math_*; it needs the CUDA prelude's FF_INF_D and FF_NAN_D.
