@@ -188,6 +188,7 @@ Sym SymbolicTracer::torch_call(PyObject* fn, const std::vector<Sym>& args, const
   for (const auto& [k, v] : kwargs) kw.emplace_back(k, to_value(v));
   std::string reason;
   std::optional<NodeId> node;
+  const size_t nodes_before = out_.graph.size();
   try {
     node = add_torch_call(out_.graph, fn, vals, kw, &reason, grad_enabled_);
   } catch (const UserError& e) {
@@ -195,6 +196,15 @@ Sym SymbolicTracer::torch_call(PyObject* fn, const std::vector<Sym>& args, const
   }
   if (PyErr_Occurred()) PyErr_Clear();
   if (!node) brk(BreakKind::UnsupportedTorchOp, what + ": " + reason);
+  if (static_cast<size_t>(*node) < nodes_before) {
+    // NB: a call eager answers with its operand itself (torch.conj of a real tensor) adds no node
+    // and gives the operand's node: its Sym, so `torch.conj(x) is x` holds as in eager.
+    for (const Sym& a : args)
+      if (a->is(SymKind::Tensor) && a->node == *node) return a;
+    for (const auto& kv : kwargs)
+      if (kv.second->is(SymKind::Tensor) && kv.second->node == *node) return kv.second;
+    brk(BreakKind::UnsupportedTorchOp, what + ": returns an earlier value that is none of its operands");
+  }
   const Node& n = out_.graph.node(*node);
   // torch.manual_seed returns the generator it seeded (the graph's node has no result).
   if (op_kind(n) == Op::manual_seed) return make_const(known().default_generator);
@@ -224,6 +234,7 @@ Sym SymbolicTracer::torch_call(PyObject* fn, const std::vector<Sym>& args, const
     target->node = *node;
     return target;
   }
+  if (returns_its_operand(n) && !args.empty() && args[0]->is(SymKind::Tensor)) return args[0];
   if (Sym self = unchanged_self(n, args)) return self;
   Sym r = tensor_sym(*node);
   if (r->is(SymKind::Tuple)) r->obj = PyRef::borrow(structseq_type_of(fn, r->items.size()));

@@ -55,12 +55,7 @@ NodeId eager_alias_parent(const Graph& g, NodeId id, const std::vector<NodeId>& 
     bool forced = copy >= 0 && n.args[static_cast<size_t>(copy)].kind == Value::Kind::Bool && n.args[static_cast<size_t>(copy)].b;
     return !forced && m.dtype == xm.dtype && m.device == xm.device && m.strides == xm.strides ? x : -1;
   }
-  if (op_in(kind, {Op::dropout, Op::f_dropout})) {
-    int t = op.schema.index_of(kind == Op::dropout ? "train" : "training"), p = op.schema.index_of("p");
-    bool training = t < 0 || n.args[static_cast<size_t>(t)].kind != Value::Kind::Bool || n.args[static_cast<size_t>(t)].b;
-    bool p_zero = p >= 0 && n.args[static_cast<size_t>(p)].is_number() && n.args[static_cast<size_t>(p)].as_double() == 0.0;
-    return !training || p_zero ? x : -1;  // eager returns its input itself
-  }
+  if (op_in(kind, {Op::dropout, Op::f_dropout})) return returns_its_operand(n) ? x : -1;
   if (kind == Op::op_getitem) return returns_new_view(n) ? x : -1;  // basic indexing is a view
   if (kind == Op::einsum) return x;  // "ij->ji" is a view
   if (op.traits & (kExtern | kPointwise | kReduction | kComposite | kCreation | kIndexing)) return -1;

@@ -511,14 +511,14 @@ void add_extra_rules(OpRules& r) {
   // reductions
   r[Op::logsumexp] = [](Lowerer& L, const Node& n) {
     DType out = L.out_meta(n).dtype;
-    if (!is_floating(out)) throw NoLowering("logsumexp of ints");
-    LT x = L.tensor_arg(n, "input");
+    if (!is_floating(out)) throw NoLowering("logsumexp to a non-float");
+    LT x = Lowerer::cast(L.tensor_arg(n, "input"), out);  // NB: eager converts ints to the default dtype first
     std::vector<int64_t> dims;
     for (const Value& d : L.arg(n, "dim").items) {
       if (d.kind != Value::Kind::Int) throw NoLowering("dims");
       dims.push_back(d.i);
     }
-    if (dims.empty() || x.numel() == 0) throw NoLowering("dims");
+    if ((dims.empty() && x.dim() != 0) || x.numel() == 0) throw NoLowering("dims");  // NB: () of a 0-d tensor is its one element
     bool keepdim = L.arg(n, "keepdim").b;
     DType ct = float_compute_dtype(out);
     LT xc = L.consistent(Lowerer::cast(x, ct));

@@ -399,12 +399,12 @@ void add_math_rules(OpRules& r) {
   // (1), sqrt(sum x^2) (2), else sum(|x|^p)^(1/p); in float for f16/bf16
   r[Op::linalg_vector_norm] = [](Lowerer& L, const Node& n) {
     DType out = L.out_meta(n).dtype;
-    if (!L.arg(n, "dtype").is_none()) throw NoLowering("dtype= converts first");
     if (!is_floating(out)) throw NoLowering("norm of a non-float");
-    LT x = L.tensor_arg(n, "x");
+    // NB: dtype= converts the input first (torch accepts only a dtype that holds it exactly), and
+    // an empty dim list reduces over every dim, as None does
+    LT x = Lowerer::cast(L.tensor_arg(n, "x"), L.arg(n, "dtype").is_none() ? L.tensor_arg(n, "x").dtype : out);
     if (x.numel() == 0) throw NoLowering("norm of an empty tensor");
     const Value& d = L.arg(n, "dim");
-    if (d.is_sequence() && d.items.empty()) throw NoLowering("norm over an empty dim list");
     double p = number(L, n, "ord");
     DType acc = float_compute_dtype(out);
     std::vector<int64_t> dims = dims_of(d);

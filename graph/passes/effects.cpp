@@ -26,8 +26,21 @@ bool may_return_self(const OpDef& op) {
 
 }  // namespace
 
+bool returns_its_operand(const Node& n) {
+  const Op kind = op_kind(n);
+  if (n.kind != NodeKind::Call || (kind != Op::dropout && kind != Op::f_dropout) || mutates_operand(n)) return false;
+  const OpSchema& s = op_def(n.op).schema;
+  int t = s.index_of(kind == Op::dropout ? "train" : "training"), p = s.index_of("p");
+  auto arg = [&](int i) -> const Value* { return i >= 0 && static_cast<size_t>(i) < n.args.size() ? &n.args[static_cast<size_t>(i)] : nullptr; };
+  const Value* train = arg(t);
+  const Value* prob = arg(p);
+  bool training = !train || train->kind != Value::Kind::Bool || train->b;
+  bool p_zero = prob && prob->is_number() && prob->as_double() == 0.0;
+  return !training || p_zero;
+}
+
 bool returns_fresh_tensor(const Node& n) {
-  if (n.kind != NodeKind::Call || mutates_operand(n)) return false;
+  if (n.kind != NodeKind::Call || mutates_operand(n) || returns_its_operand(n)) return false;
   const OpDef& op = op_def(n.op);
   if (op.has(kView) || op.has(kInplace) || may_return_self(op)) return false;
   return (op.traits & (kPointwise | kReduction | kExtern | kComposite | kCreation)) != 0;

@@ -17,6 +17,10 @@ bool mutates_operand(const Node& n);
 // result is its operand itself. `x[0:2]` of a 2-row x is a new object even with x's own shape.
 bool returns_new_view(const Node& n);
 
+// Eager's result is the call's first operand itself (the same tensor object): dropout that does
+// not train or drops with p == 0 returns its input.
+bool returns_its_operand(const Node& n);
+
 // The operands a call writes: its first for an in-place call (mutates_operand), and batch norm's
 // running statistics when it runs in training (F.batch_norm updates them as it normalizes).
 std::vector<NodeId> written_operands(const Node& n);

@@ -320,6 +320,23 @@ std::optional<NodeId> inplace_as_functional(Graph& g, const OpDef& d, const std:
   return add_op_call(g, op_id(Op::copy_), {bound[0], Value::of_node(*r)}, {}, &why, grad_enabled);
 }
 
+// Ops eager answers with their operand itself (the same tensor object, no new node) for the
+// dtypes given: conj, resolve_conj, conj_physical and real of a real tensor, positive of a non-bool.
+// NB: resolve_neg is not among them: a real tensor may carry the neg bit (torch._neg_view), which
+// the graph's metadata does not record.
+bool returns_operand(const OpDef& d, const std::vector<Value>& bound, const Graph& g) {
+  if (bound.empty() || !bound[0].is_node() || !g.node(bound[0].node).meta.is_tensor()) return false;
+  const std::string& a = d.aten;
+  std::string base = a.substr(0, a.find('.'));
+  DType dt = g.node(bound[0].node).meta.tensor.dtype;
+  if (base == "aten::positive") return dt != DType::Bool;
+  static const char* kRealIdentity[] = {"aten::conj", "aten::resolve_conj", "aten::conj_physical", "aten::conj_physical_",
+                                        "aten::real"};
+  for (const char* name : kRealIdentity)
+    if (base == name) return !is_complex(dt);
+  return false;
+}
+
 }  // namespace
 
 std::optional<NodeId> add_open_call(Graph& g, const std::vector<OpId>& overloads, const std::vector<Value>& args,
@@ -360,6 +377,7 @@ std::optional<NodeId> add_open_call(Graph& g, const std::vector<OpId>& overloads
       *reason = d.target + " with running statistics may update them in place, which its schema does not say";
       return std::nullopt;
     }
+    if (returns_operand(d, *bound, g)) return (*bound)[0].node;
     if (std::optional<NodeId> n = inplace_as_functional(g, d, *bound, args, kwargs, grad_enabled)) return n;
     // The node replays as many positional arguments as the call passed.
     int count = static_cast<int>(std::min(args.size(), d.schema.params.size()));

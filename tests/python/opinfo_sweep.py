@@ -315,7 +315,10 @@ def run_item(op, variant_name, fn, sample, backend, seed=0, device="cpu"):
     if backend == "inductor":
         item.update(lowered=sorted(placement["lowered"]), extern=sorted(placement["extern"]),
                     reference=placement["reference"])
-    if not broke and not graphs and _tensors(actual):
+    # NB: a frame traced whole that computes nothing (torch.conj of a real tensor returns it) needs
+    # no graph; any other frame without one ran natively.
+    traced_empty = (_C._code_cache_info(call.__code__) or {}).get("skip_reason") == "no tensor operations"
+    if not broke and not graphs and _tensors(actual) and not traced_empty:
         broke, breaks = True, ["no graph: the frame ran natively"]
         item["status"] = "broke"
     if broke:
@@ -540,11 +543,16 @@ def report(done, command, run=None, cuts=()):
             per_op[name][0].update(r.get("lowered", []))
             per_op[name][1].update(r.get("extern", []))
     if per_op:
-        only_lowered = sorted(n for n, (lo, ex) in per_op.items() if lo and not ex)
+        # NB: an entry whose graphs hold no call (torch.conj of a real tensor is the tensor itself)
+        # runs nothing in torch: it counts with the lowered ones, and is listed.
+        only_lowered = sorted(n for n, (lo, ex) in per_op.items() if not ex)
+        no_calls = sorted(n for n, (lo, ex) in per_op.items() if not lo and not ex)
         mixed = sorted(n for n, (lo, ex) in per_op.items() if lo and ex)
         only_extern = sorted(n for n, (lo, ex) in per_op.items() if ex and not lo)
         lines += ["", "## Inductor: lowered to generated code vs extern calls (captured items, per op_db entry)", "",
                   f"- all graph calls lowered ({len(only_lowered)}): {', '.join(only_lowered)}",
+                  f"- of these, no call in any graph (the result is an operand itself) ({len(no_calls)}): "
+                  + ", ".join(no_calls),
                   f"- some calls lowered, some extern ({len(mixed)}): "
                   + ", ".join(f"{n} [extern: {', '.join(sorted(per_op[n][1]))}]" for n in mixed),
                   f"- extern calls only ({len(only_extern)}): "

@@ -524,6 +524,21 @@ def test_conversions_that_change_nothing_return_the_tensor_itself(backend):
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
+def test_ops_that_answer_with_their_operand_return_the_tensor_itself(backend):
+    # conj, resolve_conj, conj_physical and real of a real tensor, positive, and dropout that does
+    # not train or drops nothing return their input in eager; a bool positive raises.
+    def f(x):
+        return (torch.conj(x) is x, x.conj() is x, x.resolve_conj() is x, torch.conj_physical(x) is x,
+                torch.real(x) is x, torch.positive(x) is x, x.positive() is x, x.conj_physical_() is x,
+                torch.nn.functional.dropout(x, training=False) is x, torch.nn.functional.dropout(x, 0.0) is x,
+                torch.dropout(x, 0.3, False) is x, torch.conj(x) + 1)
+    check(f, torch.randn(3, 2), backend=backend)
+    check(lambda x: (torch.conj(x) is x, torch.real(x) is x, torch.positive(x) is x), torch.arange(4), backend=backend)
+    with pytest.raises(RuntimeError, match="bool tensor is not supported"):
+        framefuse.compile(lambda x: torch.positive(x) + 1, backend=backend)(torch.ones(2, dtype=torch.bool))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_isinstance_honours_a_metaclass_instancecheck(backend):
     class Meta(type):
         def __instancecheck__(cls, instance):
