@@ -223,6 +223,17 @@ std::optional<ValueMeta> meta_bitwise(const MetaContext& ctx) {
   return pointwise_result(operands, ctx.graph, dt, dt, Promote::OnCpu);
 }
 
+// Shifts: an integral result (a bool operand promotes with an int one; two bools have no kernel,
+// nor do floats), a number on either side (2 << x).
+std::optional<ValueMeta> meta_shift(const MetaContext& ctx) {
+  std::vector<Value> operands = {ctx.args[0], ctx.args[1]};
+  if (!all_tensor_or_scalar(operands, ctx.graph)) return std::nullopt;
+  if (!tensor_or_null(ctx.args[0], ctx.graph) && !tensor_or_null(ctx.args[1], ctx.graph)) return std::nullopt;
+  DType dt = result_type(operands, ctx.graph);
+  if (!is_integral(dt, false)) return std::nullopt;
+  return pointwise_result(operands, ctx.graph, dt, dt, Promote::OnCpu);
+}
+
 std::optional<ValueMeta> meta_clamp(const MetaContext& ctx) {
   const TensorMeta& x = ctx.tensor("input");
   const Value* lo = arg_if(ctx, "min");
@@ -421,6 +432,8 @@ std::optional<ValueMeta> meta_inplace(const MetaContext& ctx) {
   if (divide && is_integral(rt, true)) rt = default_float_dtype();
   if (n == Op::op_iand || n == Op::op_ior || n == Op::op_ixor) {
     if (!is_integral(rt, true)) return std::nullopt;
+  } else if (n == Op::op_ilshift || n == Op::op_irshift) {
+    if (!is_integral(rt, false)) return std::nullopt;
   } else if (rt == DType::Bool && n != Op::op_iadd && n != Op::op_imul && n != Op::add_ && n != Op::mul_) {
     return std::nullopt;
   }

@@ -625,6 +625,11 @@ class KernelEmitter {
       case BinaryOp::Or:
       case BinaryOp::BitOr: return b_.CreateOr(a, c);
       case BinaryOp::BitXor: return b_.CreateXor(a, c);
+      case BinaryOp::Shl:
+      case BinaryOp::Shr: {
+        Value* count = b_.CreateAnd(c, ConstantInt::get(t, t->getScalarSizeInBits() - 1));  // NB: a splat for vectors
+        return op == BinaryOp::Shl ? b_.CreateShl(a, count) : b_.CreateAShr(a, count);
+      }
       case BinaryOp::Fmod: return fl ? b_.CreateFRem(a, c) : b_.CreateSRem(a, c);
       case BinaryOp::Atan2: return call_libm(t->isFloatTy() ? "atan2f" : "atan2", a, c);
     }

@@ -359,6 +359,8 @@ Expr binary(BinaryOp op, Expr a, Expr b) {
   if (op == BinaryOp::Atan2) FF_CHECK(is_float(a->type), "atan2 needs float operands");
   if (op == BinaryOp::BitAnd || op == BinaryOp::BitOr || op == BinaryOp::BitXor)
     FF_CHECK(!is_float(a->type), "bitwise ops need int or bool operands");
+  if (op == BinaryOp::Shl || op == BinaryOp::Shr)
+    FF_CHECK(a->type == ScalarType::I32 || a->type == ScalarType::I64, "shifts need int operands");
   ScalarType t = is_comparison(op) ? ScalarType::Bool : a->type;
   auto n = std::make_shared<ExprNode>();
   n->kind = ExprKind::Binary;

@@ -155,6 +155,28 @@ LT bitwise(Lowerer& L, const Node& n, BinaryOp op) {
   return Lowerer::map({L.tensor(n.args[0]), L.tensor(n.args[1])}, out, out, [op](const V& v) { return bin(op, v[0], v[1]); });
 }
 
+// eager's shifts (torch >= 2): a count outside [0, max) gives 0 (left, max = the bit width) or the
+// sign fill a >> max (right, max = the bit width less the sign bit); the count is read in the
+// result dtype (a Python int wraps to it). Values of 8/16-bit dtypes are held in 32 bits: a left
+// shift there narrows on the store as eager's does.
+// NB: torch 1.x shifts by the count modulo the bit width in its scalar loop only (C++'s undefined
+// behaviour as x86 does it): kept in torch there.
+LT shift(Lowerer& L, const Node& n, bool left) {
+  DType out = L.out_meta(n).dtype;
+  if (!is_integral(out, false)) throw NoLowering("shift without an integral result");
+  if (!torch_at_least(2, 0)) throw NoLowering("torch 1.x shifts by the count modulo the bit width");
+  auto operand = [&](const Value& v) {
+    return v.kind == Value::Kind::Int ? L.tensor(Value::of_int(wrap_to(v.i, out))) : Lowerer::cast(L.tensor(v), out);
+  };
+  int64_t bits = 8 * static_cast<int64_t>(dtype_size(out));
+  int64_t max_shift = left || out == DType::UInt8 ? bits : bits - 1;
+  return Lowerer::map({operand(n.args[0]), operand(n.args[1])}, out, out, [left, max_shift](const V& v) {
+    Expr outside = bin(BinaryOp::Or, bin(BinaryOp::Lt, v[1], c(0, v[1])), bin(BinaryOp::Ge, v[1], c(max_shift, v[1])));
+    if (left) return sel(outside, c(0, v[0]), bin(BinaryOp::Shl, v[0], v[1]));
+    return sel(outside, bin(BinaryOp::Shr, v[0], c(max_shift, v[1])), bin(BinaryOp::Shr, v[0], v[1]));
+  });
+}
+
 LT all_any(Lowerer& L, const Node& n, bool all) {
   DType out = L.out_meta(n).dtype;
   LT x = L.tensor_arg(n, "input");
@@ -371,6 +393,8 @@ void add_math_rules(OpRules& r) {
   r[Op::bitwise_and] = r[Op::op_and] = [](Lowerer& L, const Node& n) { return bitwise(L, n, BinaryOp::BitAnd); };
   r[Op::bitwise_or] = r[Op::op_or] = [](Lowerer& L, const Node& n) { return bitwise(L, n, BinaryOp::BitOr); };
   r[Op::bitwise_xor] = r[Op::op_xor] = [](Lowerer& L, const Node& n) { return bitwise(L, n, BinaryOp::BitXor); };
+  r[Op::bitwise_left_shift] = r[Op::op_lshift] = [](Lowerer& L, const Node& n) { return shift(L, n, true); };
+  r[Op::bitwise_right_shift] = r[Op::op_rshift] = [](Lowerer& L, const Node& n) { return shift(L, n, false); };
   r[Op::bitwise_not] = r[Op::op_invert] = [](Lowerer& L, const Node& n) {
     DType out = L.out_meta(n).dtype;
     if (is_floating(out)) throw NoLowering("bitwise not of floats");

@@ -296,6 +296,11 @@ std::string Emitter::render(const Expr& e, const std::unordered_map<const ExprNo
                    e->type != ScalarType::Bool && reads_data(e);
       if (wraps) {
         s = wrapping_int(e->type, infix(op), a[0], a[1]);
+      } else if (op == BinaryOp::Shl || op == BinaryOp::Shr) {
+        // NB: the count modulo the bit width (loop_ir.h); a left shift computed unsigned (C++ leaves
+        // shifting a negative value left undefined), a right shift of a signed value is arithmetic
+        std::string count = "(" + a[1] + " & " + (e->type == ScalarType::I64 ? "63" : "31") + ")";
+        s = op == BinaryOp::Shl ? wrapping_int(e->type, "<<", a[0], count) : "(" + a[0] + " >> " + count + ")";
       } else if (loop::is_rounded_mul(*e) && loop::is_float(e->type)) {
         // NB: one op's result: rounded before the next op adds to it, as eager's separate kernels do.
         s = std::string(e->type == ScalarType::F64 ? "__dmul_rn(" : "__fmul_rn(") + a[0] + ", " + a[1] + ")";

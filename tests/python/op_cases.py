@@ -273,6 +273,10 @@ for name in ["bitwise_and", "bitwise_or", "bitwise_xor"]:
     fn = getattr(torch, name)
     cases(name, C(fn, T(3, 4, dtype=i64), T(4, dtype=i64)), C(fn, B(3, 4, layout="T"), B(3, 4)),
           C(fn, T(3, dtype=i32), 3), C(fn, T(3, dtype=u8), T(3, dtype=torch.int8)), C(fn, T(3), T(3), fallback=True))
+for name in ["bitwise_left_shift", "bitwise_right_shift"]:
+    fn = getattr(torch, name)
+    cases(name, C(fn, T(3, 4, dtype=i64), T(4, dtype=i64)), C(fn, T(3, dtype=i32), 3), C(fn, T(3, dtype=u8), T(3, dtype=torch.int8)),
+          C(getattr(torch.Tensor, name), B(3), 1), C(fn, T(3), T(3), fallback=True), C(fn, B(3), B(3), fallback=True))
 cases("clamp", C(torch.clamp, T(3, 4), -0.5, 0.5), C(torch.clamp, T(3, 4, layout="T", rg=True), min=0.0),
       C(torch.clamp, T(2, 3, 4, 5, layout="cl"), max=0.1), C(torch.clamp, T(4, dtype=i64), 0.5),
       C(torch.clamp, T(4, dtype=i64), -2, 2), C(torch.clamp, T(3, 4), T(4), T(3, 1)), C(torch.clamp, T(3, 4)),
@@ -313,6 +317,9 @@ cases("op_matmul", C(operator.matmul, T(3, 4), T(4, 5)), C(operator.matmul, T(2,
 for name, fn in [("op_and", operator.and_), ("op_or", operator.or_), ("op_xor", operator.xor)]:
     cases(name, C(fn, B(3, 4), B(4)), C(fn, T(3, dtype=i64), 6), C(fn, T(3, 4, dtype=i32, layout="T"), T(3, 4, dtype=i32)),
           C(fn, T(3), T(3), fallback=True))
+for name, fn in [("op_lshift", operator.lshift), ("op_rshift", operator.rshift)]:
+    cases(name, C(fn, T(3, 4, dtype=i64, layout="T"), T(4, dtype=i64)), C(fn, T(3, dtype=torch.int16), 2), C(fn, 5, T(3, dtype=i64)),
+          C(fn, T(3), 1, fallback=True))
 cases("op_neg", C(operator.neg, T(3, 4, layout="T", rg=True)), C(operator.neg, T(3, dtype=i64)), C(operator.neg, B(3), fallback=True))
 cases("op_invert", C(operator.invert, B(3, 4, layout="T")), C(operator.invert, T(3, dtype=i64)))
 for name, fn in [("op_lt", operator.lt), ("op_le", operator.le), ("op_gt", operator.gt), ("op_ge", operator.ge),
@@ -348,6 +355,8 @@ cases("op_ipow", C(operator.ipow, T(3, 4, layout="T"), 2), C(operator.ipow, T(3,
       C(operator.ipow, T(3, dtype=i64), 0.5), C(operator.ipow, T(3, dtype=i64), -1))
 for name, fn in [("op_iand", operator.iand), ("op_ior", operator.ior), ("op_ixor", operator.ixor)]:
     cases(name, C(fn, T(3, 4, dtype=i64), T(4, dtype=i64)), C(fn, B(3), B(3)), C(fn, T(3), T(3), fallback=True))
+for name, fn in [("op_ilshift", operator.ilshift), ("op_irshift", operator.irshift)]:
+    cases(name, C(fn, T(3, 4, dtype=i64), T(4, dtype=i64)), C(fn, T(3, dtype=u8), 2), C(fn, T(3), T(3), fallback=True))
 cases("add_", C(torch.Tensor.add_, T(3, 4), T(4), alpha=2), C(torch.Tensor.add_, T(3, 4, layout="T"), 1.5),
       C(torch.Tensor.add_, T(4, dtype=i64), 0.5), C(torch.Tensor.add_, T(3, 4, layout="expand"), 1))
 cases("sub_", C(torch.Tensor.sub_, T(3, 4), T(4)), C(torch.Tensor.sub_, T(3, 4, layout="T"), 1, alpha=2))

@@ -157,6 +157,21 @@ def test_bitwise(dtype):
         lowered(lambda g, x, y: g.call(torch.fmax, x, y), [a, b])
 
 
+@pytest.mark.skipif(not TORCH2, reason="torch 1.x shifts by the count modulo the bit width in some loops only (kept in torch)")
+@pytest.mark.parametrize("dtype", INTS + [torch.int16])
+def test_shifts(dtype):
+    # counts outside [0, bits) included: eager gives 0 (left) or the sign fill (right)
+    bits = torch.iinfo(dtype).bits
+    a = ints(dtype) * 3
+    b = torch.arange(-3, 200, dtype=torch.int64).remainder(bits + 6).sub(3).to(dtype)
+    for fn in (torch.bitwise_left_shift, torch.bitwise_right_shift, operator.lshift, operator.rshift):
+        lowered(lambda g, x, y: g.call(fn, x, y), [a, b])
+        lowered(lambda g, y: g.call(fn, 5, y), [b])
+        for count in (3, bits - 1, bits, 256 + 2, -1):  # a Python int wraps to the dtype
+            lowered(lambda g, x: g.call(fn, x, count), [a])
+    lowered(lambda g, x: g.call(operator.lshift, x, 1), [torch.rand(9) > 0.5])  # bool << int: int64
+
+
 def test_logical_xor_of_floats():
     lowered(lambda g, x, y: g.call(torch.logical_xor, x, y), [floats(torch.float32), floats(torch.float32, seed=1)])
 
