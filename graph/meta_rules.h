@@ -61,7 +61,7 @@ bool call_mutates_input(const OpDef& op, const std::vector<Value>& bound);
   X(meta_binary_float)     /* as meta_binary, integral results become float (true divide) */       \
   X(meta_compare)          /* broadcast, bool result (eq, lt, logical_and ...) */                   \
   X(meta_bitwise)          /* broadcast + promotion over integral/bool operands (&, |, ^) */        \
-  X(meta_shift)            /* << and >>: integral results, a number on either side */               \
+  X(meta_int_binary)       /* <<, >>, gcd, lcm: integral results, a number on either side */         \
   X(meta_clamp)            /* clamp / clamp_min / clamp_max */                                      \
   X(meta_ternary)          /* lerp / addcmul / addcdiv */                                           \
   X(meta_where)            /* where(condition, input, other) */                                     \

@@ -223,9 +223,9 @@ std::optional<ValueMeta> meta_bitwise(const MetaContext& ctx) {
   return pointwise_result(operands, ctx.graph, dt, dt, Promote::OnCpu);
 }
 
-// Shifts: an integral result (a bool operand promotes with an int one; two bools have no kernel,
-// nor do floats), a number on either side (2 << x).
-std::optional<ValueMeta> meta_shift(const MetaContext& ctx) {
+// Shifts, gcd and lcm: an integral result (a bool operand promotes with an int one; two bools have
+// no kernel, nor do floats), a number on either side (2 << x).
+std::optional<ValueMeta> meta_int_binary(const MetaContext& ctx) {
   std::vector<Value> operands = {ctx.args[0], ctx.args[1]};
   if (!all_tensor_or_scalar(operands, ctx.graph)) return std::nullopt;
   if (!tensor_or_null(ctx.args[0], ctx.graph) && !tensor_or_null(ctx.args[1], ctx.graph)) return std::nullopt;

@@ -700,8 +700,16 @@ class KernelEmitter {
     return nullptr;
   }
 
-  // A math library function (inductor/math_library.h): double(double[, double]).
+  // A math library function (inductor/math_library.h): double(double[, double]), or an integer one
+  // on int64.
   Value* math_call(const loop::Expr& e) {
+    auto fn = static_cast<loop::MathFn>(e->op);
+    if (loop::math_fn_int(fn)) {
+      Type* i64 = b_.getInt64Ty();
+      Value* x = b_.CreateSExt(expr(e->args[0]), i64);  // NB: no-op on i64
+      Value* y = b_.CreateSExt(expr(e->args[1]), i64);
+      return b_.CreateTrunc(call_libm(inductor::math_fn_symbol(fn).c_str(), x, y), compute_type(e->type));
+    }
     Type* d = b_.getDoubleTy();
     std::vector<Value*> a;
     for (const loop::Expr& x : e->args) a.push_back(b_.CreateFPExt(expr(x), d));  // NB: no-op on f64

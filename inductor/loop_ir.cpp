@@ -309,6 +309,7 @@ const char* math_fn_name(MathFn fn) {
   case MathFn::e:                     \
     return #name;
     FF_LOOP_MATH_FNS(FF_LOOP_MATH_NAME)
+    FF_LOOP_INT_MATH_FNS(FF_LOOP_MATH_NAME)
 #undef FF_LOOP_MATH_NAME
   }
   return "?";
@@ -320,6 +321,7 @@ int math_fn_arity(MathFn fn) {
   case MathFn::e:                   \
     return n;
     FF_LOOP_MATH_FNS(FF_LOOP_MATH_ARITY)
+    FF_LOOP_INT_MATH_FNS(FF_LOOP_MATH_ARITY)
 #undef FF_LOOP_MATH_ARITY
   }
   return 0;
@@ -329,7 +331,9 @@ Expr call(MathFn fn, std::vector<Expr> args) {
   FF_CHECK(static_cast<int>(args.size()) == math_fn_arity(fn), std::string(math_fn_name(fn)) + ": wrong number of arguments");
   for (const Expr& a : args) {
     FF_CHECK(a, "null operand");
-    FF_CHECK(is_float(a->type) && a->type == args[0]->type, std::string(math_fn_name(fn)) + " needs float operands of one type");
+    bool kind = math_fn_int(fn) ? a->type == ScalarType::I32 || a->type == ScalarType::I64 : is_float(a->type);
+    FF_CHECK(kind && a->type == args[0]->type, std::string(math_fn_name(fn)) + " needs operands of one type, " +
+                                                   (math_fn_int(fn) ? "int" : "float"));
   }
   auto n = std::make_shared<ExprNode>();
   n->kind = ExprKind::Call;

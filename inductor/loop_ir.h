@@ -107,17 +107,24 @@ bool is_comparison(BinaryOp op);
   X(ShiftedChebyshevU, shifted_chebyshev_u, 2) X(ShiftedChebyshevV, shifted_chebyshev_v, 2)   \
   X(ShiftedChebyshevW, shifted_chebyshev_w, 2) X(HermiteH, hermite_h, 2)                      \
   X(HermiteHe, hermite_he, 2) X(LaguerreL, laguerre_l, 2) X(LegendreP, legendre_p, 2)
+// The library's integer functions, on int64 (narrower ints convert in and out, which gives what
+// eager's loop in the dtype gives: its ops wrap alike): eager's powi (exponentiation by squaring; a
+// negative exponent gives 1 / a rounded toward zero) and its gcd loop (of operands it took abs of).
+#define FF_LOOP_INT_MATH_FNS(X) X(Powi, powi, 2) X(Gcd, gcd, 2)
 // clang-format on
 enum class MathFn : uint8_t {
 #define FF_LOOP_MATH_ENUM(e, name, n) e,
-  FF_LOOP_MATH_FNS(FF_LOOP_MATH_ENUM)
+  FF_LOOP_MATH_FNS(FF_LOOP_MATH_ENUM) FF_LOOP_INT_MATH_FNS(FF_LOOP_MATH_ENUM)
 #undef FF_LOOP_MATH_ENUM
 };
 #define FF_LOOP_MATH_COUNT(e, name, n) +1
-constexpr int kMathFnCount = 0 FF_LOOP_MATH_FNS(FF_LOOP_MATH_COUNT);
+constexpr int kMathFnCount = 0 FF_LOOP_MATH_FNS(FF_LOOP_MATH_COUNT) FF_LOOP_INT_MATH_FNS(FF_LOOP_MATH_COUNT);
+constexpr int kFloatMathFnCount = 0 FF_LOOP_MATH_FNS(FF_LOOP_MATH_COUNT);
 #undef FF_LOOP_MATH_COUNT
 const char* math_fn_name(MathFn fn);  // "digamma": the library's function is ff_math_digamma
 int math_fn_arity(MathFn fn);
+// An integer function (FF_LOOP_INT_MATH_FNS): int64 long long(long long, long long), not double.
+inline bool math_fn_int(MathFn fn) { return static_cast<int>(fn) >= kFloatMathFnCount; }
 
 // Reductions an accumulator can perform. Max/Min propagate NaN (torch.amax semantics).
 #define FF_LOOP_REDUCE_OPS(X) X(Sum, "sum") X(Prod, "prod") X(Max, "max") X(Min, "min")
@@ -145,8 +152,8 @@ enum class ReduceOp : uint8_t {
             "buffer of that dtype and a load from it give")                                     \
   X(Sym, "the value of size symbol `id` (i64) in this run: kernels of a graph with symbolic "   \
          "sizes (dynamic shapes) take the symbols' values as an argument")                       \
-  X(Call, "math library function `op` (a MathFn) of args, all of the float `type`: computed in " \
-          "double precision and rounded to `type`")
+  X(Call, "math library function `op` (a MathFn) of args, all of `type`: a float function is "     \
+          "computed in double precision and rounded to `type`, an integer one in int64")
 // clang-format on
 enum class ExprKind : uint8_t {
 #define FF_LOOP_EXPR_ENUM(e, doc) e,
@@ -178,7 +185,7 @@ Expr size_expr(const SymInt& s);
 Expr local(int id, ScalarType t);
 Expr load(int buffer, Expr index, ScalarType t);
 Expr unary(UnaryOp op, Expr a);
-Expr call(MathFn fn, std::vector<Expr> args);  // args of one float type, as many as fn's arity
+Expr call(MathFn fn, std::vector<Expr> args);  // args of one float (int: math_fn_int) type, as many as fn's arity
 Expr binary(BinaryOp op, Expr a, Expr b);
 // `e` as one op's result, which eager rounds to its type before the next op reads it: a float
 // multiply at its top is marked (ExprNode::i = 1) so that no code generator contracts it into a

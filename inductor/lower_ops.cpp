@@ -157,10 +157,16 @@ LT div_rule(Lowerer& L, const Node& n, const Value& a, const Value& b, const Val
   return Lowerer::map({x, y}, compute, out, [](const V& v) { return loop::binary(BinaryOp::Div, v[0], v[1]); });
 }
 
-// x ** e of ints for a constant e >= 0: repeated squaring, wrapping as eager's does (products
-// modulo 2^bits agree in any order). Negative exponents raise in eager.
+// x ** e of ints: for a constant e >= 0 repeated squaring inline, wrapping as eager's does
+// (products modulo 2^bits agree in any order; a negative constant raises in eager); else eager's
+// powi from the math library, on the operands in the result dtype.
 LT int_pow(Lowerer& L, const Node& n, const Value& a, const Value& b, DType out) {
-  if (out == DType::Bool || b.kind != Value::Kind::Int || b.i < 0 || b.i > 1024) throw NoLowering("integer pow");
+  if (out == DType::Bool) throw NoLowering("pow of bools");
+  if (b.kind != Value::Kind::Int || b.i < 0 || b.i > 1024) {
+    if (b.kind == Value::Kind::Int && b.i < 0) throw NoLowering("integer pow to a negative power raises");
+    return Lowerer::map({Lowerer::cast(L.tensor(a), out), Lowerer::cast(L.tensor(b), out)}, out, out,
+                        [](const V& v) { return loop::call(loop::MathFn::Powi, {v[0], v[1]}); });
+  }
   int64_t e = b.i;
   return Lowerer::map({L.tensor(a)}, out, out, [e](const V& v) {
     Expr result = loop::const_of(1, v[0]->type), base = v[0];

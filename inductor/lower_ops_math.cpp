@@ -177,6 +177,23 @@ LT shift(Lowerer& L, const Node& n, bool left) {
   });
 }
 
+// eager's gcd and lcm (calc_gcd): Euclid's loop on the operands' abs in the dtype (math library);
+// lcm is |a / g * b|, 0 where g is, wrapping in the dtype.
+LT gcd_lcm(Lowerer& L, const Node& n, bool lcm) {
+  DType out = L.out_meta(n).dtype;
+  if (!is_integral(out, false)) throw NoLowering("gcd of a non-integral dtype");
+  LT a = Lowerer::cast(L.tensor(n.args[0]), out), b = Lowerer::cast(L.tensor(n.args[1]), out);
+  return Lowerer::map({a, b}, out, out, [out, lcm](const V& v) {
+    auto abs_in_dtype = [out](const Expr& x) { return loop::narrow(un(UnaryOp::Abs, x), out); };
+    Expr g = loop::call(loop::MathFn::Gcd, {abs_in_dtype(v[0]), abs_in_dtype(v[1])});
+    if (!lcm) return g;
+    Expr zero = c(0, g), one = c(1, g);
+    Expr safe = sel(bin(BinaryOp::Or, bin(BinaryOp::Eq, g, zero), bin(BinaryOp::Eq, g, c(-1, g))), one, g);
+    Expr q = sel(bin(BinaryOp::Eq, g, c(-1, g)), bin(BinaryOp::Sub, zero, v[0]), bin(BinaryOp::Div, v[0], safe));
+    return sel(bin(BinaryOp::Eq, g, zero), zero, un(UnaryOp::Abs, bin(BinaryOp::Mul, q, v[1])));
+  });
+}
+
 LT all_any(Lowerer& L, const Node& n, bool all) {
   DType out = L.out_meta(n).dtype;
   LT x = L.tensor_arg(n, "input");
@@ -393,6 +410,8 @@ void add_math_rules(OpRules& r) {
   r[Op::bitwise_and] = r[Op::op_and] = [](Lowerer& L, const Node& n) { return bitwise(L, n, BinaryOp::BitAnd); };
   r[Op::bitwise_or] = r[Op::op_or] = [](Lowerer& L, const Node& n) { return bitwise(L, n, BinaryOp::BitOr); };
   r[Op::bitwise_xor] = r[Op::op_xor] = [](Lowerer& L, const Node& n) { return bitwise(L, n, BinaryOp::BitXor); };
+  r[Op::gcd] = [](Lowerer& L, const Node& n) { return gcd_lcm(L, n, false); };
+  r[Op::lcm] = [](Lowerer& L, const Node& n) { return gcd_lcm(L, n, true); };
   r[Op::bitwise_left_shift] = r[Op::op_lshift] = [](Lowerer& L, const Node& n) { return shift(L, n, true); };
   r[Op::bitwise_right_shift] = r[Op::op_rshift] = [](Lowerer& L, const Node& n) { return shift(L, n, false); };
   r[Op::bitwise_not] = r[Op::op_invert] = [](Lowerer& L, const Node& n) {

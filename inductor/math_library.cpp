@@ -50,6 +50,11 @@ double binary_entry(double x, double y) {
   return F(x, y);
 }
 
+template <long long (*F)(long long, long long)>
+long long int_binary_entry(long long x, long long y) {
+  return F(x, y);
+}
+
 // NB: arity-checked at compile time: a unary table entry of a binary function does not compile.
 template <int N>
 struct Entry;
@@ -79,6 +84,11 @@ void* math_fn_address(loop::MathFn fn) {
     return Entry<n>::template address<&mathlib::ff_math_##name>();
     FF_LOOP_MATH_FNS(FF_MATH_ADDRESS)
 #undef FF_MATH_ADDRESS
+#define FF_MATH_INT_ADDRESS(e, name, n) \
+  case loop::MathFn::e:                 \
+    return reinterpret_cast<void*>(&int_binary_entry<&mathlib::ff_math_##name>);
+    FF_LOOP_INT_MATH_FNS(FF_MATH_INT_ADDRESS)
+#undef FF_MATH_INT_ADDRESS
   }
   return nullptr;
 }

@@ -333,7 +333,12 @@ std::string Emitter::render(const Expr& e, const std::unordered_map<const ExprNo
       s = loop::holds_dtype_values(x, dt, p_) ? a[0] : narrow_str(dt, a[0]);
       break;
     }
-    case ExprKind::Call: {  // the math library (inductor/math_library.inc) computes in double
+    case ExprKind::Call: {  // the math library (inductor/math_library.inc) computes in double or int64
+      if (loop::math_fn_int(static_cast<loop::MathFn>(e->op))) {
+        s = std::string("((") + c_type(e->type) + ")ff_math_" + loop::math_fn_name(static_cast<loop::MathFn>(e->op)) +
+            "((long long)" + a[0] + ", (long long)" + a[1] + "))";
+        break;
+      }
       bool f64 = e->type == ScalarType::F64;
       s = std::string("ff_math_") + loop::math_fn_name(static_cast<loop::MathFn>(e->op)) + "(";
       for (size_t k = 0; k < a.size(); ++k) s += (k ? ", " : "") + (f64 ? a[k] : "(double)" + a[k]);

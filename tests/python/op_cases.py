@@ -273,6 +273,11 @@ for name in ["bitwise_and", "bitwise_or", "bitwise_xor"]:
     fn = getattr(torch, name)
     cases(name, C(fn, T(3, 4, dtype=i64), T(4, dtype=i64)), C(fn, B(3, 4, layout="T"), B(3, 4)),
           C(fn, T(3, dtype=i32), 3), C(fn, T(3, dtype=u8), T(3, dtype=torch.int8)), C(fn, T(3), T(3), fallback=True))
+for name in ["gcd", "lcm"]:
+    fn = getattr(torch, name)
+    cases(name, C(fn, T(3, 4, dtype=i64), T(4, dtype=i64)), C(fn, T(3, dtype=u8), T(3, dtype=torch.int8)),
+          C(getattr(torch.Tensor, name), T(3, dtype=i32), T(3, dtype=i32)), C(fn, T(3), T(3), fallback=True),
+          C(fn, B(3), B(3), fallback=True))
 for name in ["bitwise_left_shift", "bitwise_right_shift"]:
     fn = getattr(torch, name)
     cases(name, C(fn, T(3, 4, dtype=i64), T(4, dtype=i64)), C(fn, T(3, dtype=i32), 3), C(fn, T(3, dtype=u8), T(3, dtype=torch.int8)),

@@ -172,6 +172,20 @@ def test_shifts(dtype):
     lowered(lambda g, x: g.call(operator.lshift, x, 1), [torch.rand(9) > 0.5])  # bool << int: int64
 
 
+@pytest.mark.parametrize("dtype", INTS + [torch.int16])
+def test_gcd_lcm_and_pow_by_a_tensor(dtype):
+    # the dtype's extremes included: abs of the most negative value stays negative in eager's loop
+    info = torch.iinfo(dtype)
+    a, b = ints(dtype) * 5, ints(dtype, seed=3) // 7
+    a[:6] = torch.tensor([info.min, info.min, 0, 0, info.max, 1]).to(dtype)
+    b[:6] = torch.tensor([0, 6, 0, 5, info.min, info.min]).to(dtype)
+    for fn in (torch.gcd, torch.lcm, torch.pow, operator.pow):  # pow: negative exponents too
+        lowered(lambda g, x, y: g.call(fn, x, y), [a, b])
+    lowered(lambda g, y: g.call(operator.pow, 3, y), [b])
+    if dtype in (torch.int32, torch.int64):
+        lowered(lambda g, x: g.call(operator.pow, x, 5000), [a])
+
+
 def test_logical_xor_of_floats():
     lowered(lambda g, x, y: g.call(torch.logical_xor, x, y), [floats(torch.float32), floats(torch.float32, seed=1)])
 
