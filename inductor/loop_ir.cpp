@@ -731,6 +731,7 @@ std::string program_str(const Program& p) {
       out += "\n";
     }
   }
+  for (const Check& c : p.checks) out += "check buf" + std::to_string(c.buf) + " == 0 else " + c.message + "\n";
   return out;
 }
 
@@ -875,6 +876,12 @@ std::string verify_program(const Program& p) {
       return "output node " + std::to_string(n) + ": buffers_exist violated by buf" + std::to_string(ref.buf);
     if (ref.buf >= 0 && !written[static_cast<size_t>(ref.buf)])
       return "output node " + std::to_string(n) + ": outputs_written violated by buf" + std::to_string(ref.buf);
+  }
+  for (const Check& c : p.checks) {
+    if (!buffer_exists(c.buf) || !written[static_cast<size_t>(c.buf)] || p.buffers[static_cast<size_t>(c.buf)].role != BufferRole::Output ||
+        p.buffers[static_cast<size_t>(c.buf)].dtype != DType::Int64)
+      return "check of buf" + std::to_string(c.buf) + ": checks_read_written_int64_outputs violated";
+    if (!p.externs.empty()) return "check of buf" + std::to_string(c.buf) + ": checks_without_externs violated";
   }
   return "";
 }

@@ -334,11 +334,22 @@ struct Step {
   int index = 0;
 };
 
+// An error eager raises for some values (an integer division by zero): buffer `buf` (a 0-d int64
+// the kernels compute, role Output so that it lives to the end) counts the offending elements;
+// the runtime raises RuntimeError(message) after the steps where it is not 0. Only in programs
+// whose steps have no effect outside their buffers (no input writes, no extern calls): raising
+// after them is then raising before them.
+struct Check {
+  int buf = -1;
+  std::string message;
+};
+
 struct Program {
   std::vector<Buffer> buffers;
   std::vector<Kernel> kernels;
   std::vector<ExternCall> externs;
   std::vector<Step> steps;
+  std::vector<Check> checks;
   // Graph output: node id -> where its tensor lives. Non-tensor nodes come from extern results.
   std::vector<std::pair<NodeId, TensorRef>> outputs;
   // Memory plan (schedule.h plan_memory): buffers with slot >= 0 share storage slot `slot`

@@ -446,6 +446,20 @@ void Lowerer::store_kernel(const LT& x, int b, const SymShape& strides) {
   add_kernel(prog_, std::move(k));
 }
 
+void Lowerer::check_none(const LT& bad, const std::string& message) {
+  if (!checks_allowed_) throw NoLowering("a value check (" + message + ") in a graph that writes its inputs, draws random numbers or calls torch");
+  for (const Node& n : g_.nodes())
+    if (n.kind == NodeKind::Call && (!written_operands(n).empty() || op_def(n.op).has(kRandom)))
+      throw NoLowering("a value check (" + message + ") in a graph that writes its inputs or draws random numbers");
+  if (bad.numel() == 0) return;  // no element: eager computes nothing
+  LT count = Lowerer::map({bad}, DType::Bool, DType::Int64, [](const std::vector<Expr>& v) { return loop::cast(v[0], loop::ScalarType::I64); });
+  LT flag = reduce(count, {}, false, loop::ReduceOp::Sum, DType::Int64);
+  FF_CHECK(flag.ref, "a reduction without a buffer");
+  prog_.buffers[static_cast<size_t>(flag.ref->buf)].role = BufferRole::Output;
+  prog_.checks.push_back({flag.ref->buf, message});
+  note("check buf" + std::to_string(flag.ref->buf) + ": " + message + " where an element is");
+}
+
 LT Lowerer::realize_contiguous(const LT& x, const std::string& why) {
   return realize(x, TensorMeta::contiguous_strides(x.sizes), BufferRole::Intermediate, -1, why);
 }
@@ -975,6 +989,14 @@ loop::Program lower_graph(const Graph& g, std::vector<std::string>* notes, Eager
   }
   Lowerer L(g, notes, like);
   loop::Program p = L.run();
+  if (!p.checks.empty() && !p.externs.empty()) {
+    // NB: a check raises after every step; an extern call may raise or act before it: lowered
+    // again, the ops that check computed by torch
+    if (notes) notes->push_back("lowered again without value checks: the program calls torch");
+    Lowerer again(g, notes, like);
+    again.disallow_checks();
+    p = again.run();
+  }
   std::string err = loop::verify_program(p);
   FF_CHECK(err.empty(), "lowering produced an invalid program: " + err + "\n" + loop::program_str(p));
   return p;

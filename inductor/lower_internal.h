@@ -89,6 +89,13 @@ class Lowerer {
   // max, sum and output): recomputed, its vector and scalar copies could disagree by an ulp, and
   // x - max(x) would not be 0 at the max (nor x == max(x) for argmax).
   LT consistent(const LT& x);
+  // Eager raises RuntimeError(message) where an element of `bad` (bool, the op's broadcast shape)
+  // is true: the program counts them and the runtime raises after its kernels (loop::Check).
+  // NoLowering where the graph may not raise late: it writes an input, draws random numbers, or
+  // (found when the program is done: lower_graph then lowers it again without checks) calls torch.
+  void check_none(const LT& bad, const std::string& message);
+  bool checks_allowed() const { return checks_allowed_; }
+  void disallow_checks() { checks_allowed_ = false; }
   // Runs node n (or `op` with `args`) through torch; tensors in args are realized first.
   LT extern_call(const Node& n, NodeId id, OpId op, std::vector<Value> args, const std::string& reason);
 
@@ -125,6 +132,7 @@ class Lowerer {
   std::vector<NodeId> alias_parent_;  // eager: the operand whose memory a node's result is in, or -1
   std::vector<bool> shares_storage_;  // stored when lowered: its memory is seen through several outputs
   NodeId current_ = -1;
+  bool checks_allowed_ = true;
 };
 
 DType float_compute_dtype(DType dt);  // f16/bf16 -> f32; others unchanged

@@ -62,15 +62,33 @@ double max_finite(DType dt) {
   }
 }
 
-// The divisor of an integer division, remainder or fmod: only a Python int that is neither 0 in
-// the result dtype (eager raises ZeroDivisionError, which a kernel cannot) nor -1 (INT_MIN / -1
-// overflows; x86 traps).
-void check_int_divisor(const Value& b, DType out) {
+// Integer division, remainder or fmod (`op`) of a by b in the result dtype. A Python int divisor
+// is neither 0 in the dtype (eager raises) nor -1 (INT_MIN / -1 overflows; x86 traps). A tensor
+// divisor: eager CPU raises ZeroDivisionError where an element is 0, which the program checks
+// (Lowerer::check_none); the kernel divides by 1 there, and by -1 it negates (a remainder of 0)
+// instead of dividing.
+LT int_divide(Lowerer& L, const Node& n, const Value& a, const Value& b, BinaryOp op) {
+  DType out = L.out_meta(n).dtype;
   if (out == DType::Bool) throw NoLowering("bool division");
-  if (b.kind != Value::Kind::Int) throw NoLowering("integer division by a tensor: eager raises where a divisor is 0");
-  int64_t v = wrap_to(b.i, out);
-  if (v == 0) throw NoLowering("integer division by zero raises in eager");
-  if (v == -1) throw NoLowering("integer division by -1");
+  if (b.kind == Value::Kind::Int) {
+    int64_t v = wrap_to(b.i, out);
+    if (v == 0) throw NoLowering("integer division by zero raises in eager");
+    if (v == -1) throw NoLowering("integer division by -1");
+    return Lowerer::map({L.tensor(a), L.tensor(b)}, out, out, [op](const V& v) { return bin(op, v[0], v[1]); });
+  }
+  // NB: eager CUDA does not check the divisor; what its kernels give for 0 is the hardware's
+  if (on_cuda(L)) throw NoLowering("integer division by a tensor on CUDA");
+  LT x = Lowerer::cast(L.tensor(a), out), y = Lowerer::cast(L.tensor(b), out);
+  L.check_none(Lowerer::map({Lowerer::broadcast(y, L.out_meta(n).sizes)}, out, DType::Bool,
+                            [](const V& v) { return bin(BinaryOp::Eq, v[0], c(0, v[0])); }),
+               "ZeroDivisionError");
+  return Lowerer::map({x, y}, out, out, [op](const V& v) {
+    Expr zero = c(0, v[1]);
+    Expr by_minus_one = bin(BinaryOp::Eq, v[1], c(-1, v[1]));
+    Expr safe = sel(bin(BinaryOp::Or, bin(BinaryOp::Eq, v[1], zero), by_minus_one), c(1, v[1]), v[1]);
+    Expr negated = op == BinaryOp::FloorDiv || op == BinaryOp::Div ? bin(BinaryOp::Sub, zero, v[0]) : zero;
+    return sel(by_minus_one, negated, bin(op, v[0], safe));
+  });
 }
 
 // op(a, b) of the operands converted to the result dtype (a number too: eager reads it in the
@@ -89,7 +107,7 @@ LT binary_in_dtype(Lowerer& L, const Node& n, const Value& a, const Value& b, Bi
 // kernels do everywhere. Eager has no one answer there.
 LT rounding_binary(Lowerer& L, const Node& n, const Value& a, const Value& b, BinaryOp op) {
   DType out = L.out_meta(n).dtype;
-  if (!is_floating(out)) check_int_divisor(b, out);
+  if (!is_floating(out)) return int_divide(L, n, a, b, op == BinaryOp::Mod ? BinaryOp::Mod : BinaryOp::Fmod);
   // NB: eager CUDA computes remainder of f16/bf16 in the dtype's arithmetic (not measured here):
   // kept in torch there.
   if (on_cuda(L) && op == BinaryOp::Mod && loop::needs_narrowing(out)) throw NoLowering("reduced-float remainder on CUDA");
@@ -243,10 +261,7 @@ LT nan_reduce(Lowerer& L, const Node& n, bool mean) {
 
 LT floor_divide(Lowerer& L, const Node& n, const Value& a, const Value& b) {
   DType out = L.out_meta(n).dtype;
-  if (!is_floating(out)) {
-    check_int_divisor(b, out);
-    return Lowerer::map({L.tensor(a), L.tensor(b)}, out, out, [](const V& v) { return bin(BinaryOp::FloorDiv, v[0], v[1]); });
-  }
+  if (!is_floating(out)) return int_divide(L, n, a, b, BinaryOp::FloorDiv);
   auto exact = [](Expr e) { return e; };
   if (!loop::needs_narrowing(out)) {
     // NB: eager CUDA multiplies by the reciprocal of a cpu scalar divisor (not measured here).
@@ -267,11 +282,7 @@ LT floor_divide(Lowerer& L, const Node& n, const Value& a, const Value& b) {
   });
 }
 
-LT trunc_divide_int(Lowerer& L, const Node& n, const Value& a, const Value& b) {
-  DType out = L.out_meta(n).dtype;
-  check_int_divisor(b, out);
-  return Lowerer::map({L.tensor(a), L.tensor(b)}, out, out, [](const V& v) { return bin(BinaryOp::Div, v[0], v[1]); });
-}
+LT trunc_divide_int(Lowerer& L, const Node& n, const Value& a, const Value& b) { return int_divide(L, n, a, b, BinaryOp::Div); }
 
 void add_math_rules(OpRules& r) {
   // ---- math functions: libm's (CPU; eager's SLEEF is within the same ulp) and CUDA's ----

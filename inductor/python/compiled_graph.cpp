@@ -772,6 +772,13 @@ PyObject* CompiledGraph::run(PyObject* const* inputs, size_t n) {
     }
     set_node(e.node, result.release());
   }
+  for (const loop::Check& c : p.checks) {
+    const void* flag = ptrs[static_cast<size_t>(c.buf)];
+    if (flag && *static_cast<const int64_t*>(flag) != 0) {
+      PyErr_SetString(PyExc_RuntimeError, c.message.c_str());
+      return nullptr;
+    }
+  }
   for (auto& [node, ref] : p.outputs) {
     const loop::Buffer& ob = p.buffers[static_cast<size_t>(ref.buf)];
     // NB: a view is a new object in eager, even one of its base's own shape, whether the base is an

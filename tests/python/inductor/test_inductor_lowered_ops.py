@@ -131,11 +131,47 @@ def test_integer_division_by_a_constant(dtype, divisor):
         lowered(lambda g, a: g.call(torch.div, a, divisor, rounding_mode=mode), [x])
 
 
+DIVISIONS = [(torch.remainder, {}), (torch.floor_divide, {}), (torch.fmod, {}), (operator.floordiv, {}), (operator.mod, {}),
+             (torch.div, {"rounding_mode": "trunc"}), (torch.div, {"rounding_mode": "floor"})]
+
+
+@pytest.mark.parametrize("dtype", INTS + [torch.int16])
+def test_integer_division_by_a_tensor_checks_for_zero(dtype):
+    # Eager raises RuntimeError("ZeroDivisionError") where a divisor is 0: the program counts them
+    # and raises after its kernels. A divisor of -1 negates (INT_MIN // -1 would trap; eager's
+    # int8/int16 kernels compute in int, so their extremes are in the samples).
+    info = torch.iinfo(dtype)
+    x, y = ints(dtype) * 3, ints(dtype, seed=4) // 9
+    y[y == 0] = 1
+    x[:3] = torch.tensor([info.min if info.bits < 32 else info.min + 1, info.max, 7]).to(dtype)
+    y[:3] = torch.tensor([255 if dtype == torch.uint8 else -1] * 3).to(dtype)
+    zero = y.clone()
+    zero[11] = 0
+    for fn, kw in DIVISIONS:
+        g = build(lambda gg, a, b: gg.call(fn, a, b, **kw), [x, y])
+        lowered(lambda gg, a, b: gg.call(fn, a, b, **kw), [x, y])
+        with pytest.raises(RuntimeError, match="^ZeroDivisionError$"):
+            compile_graph(g, [x, zero])(x, zero)
+    for fn in (operator.floordiv, operator.mod):
+        lowered(lambda gg, b: gg.call(fn, 7, b), [y])
+    if info.bits == 64:  # INT_MIN // -1 wraps instead of trapping
+        big = torch.tensor([info.min, 5], dtype=dtype)
+        g = build(lambda gg, a, b: gg.call(torch.floor_divide, a, b), [big, big])
+        assert compile_graph(g, [big, big])(big, torch.tensor([-1, -1], dtype=dtype))[0].tolist() == [info.min, -5]
+
+
 def test_integer_division_that_may_raise_stays_extern():
-    x, y = ints(torch.int64), ints(torch.int64, seed=4)
-    for fn, args in ((torch.remainder, (y,)), (torch.floor_divide, (y,)), (torch.fmod, (y,))):
-        g = build(lambda gg, a, b: gg.call(fn, a, b), [x, y])
-        assert compile_graph(g, [x, y]).num_externs == 1
+    # A graph that calls torch (or writes its inputs) cannot raise after its kernels: the division
+    # is torch's there, and raises where eager's does.
+    x, y = ints(torch.int64).view(7, 29), ints(torch.int64, seed=4).view(29, 7)
+    y[y == 0] = 1
+    g = build(lambda gg, a, b: (gg.call(torch.remainder, a, gg.call(torch.t, b)), gg.call(torch.mm, a, b)), [x, y])
+    cg = compile_graph(g, [x, y])
+    assert cg.num_externs == 2
+    zero = y.clone()
+    zero[0, 0] = 0
+    with pytest.raises(RuntimeError, match="ZeroDivisionError"):
+        cg(x, zero)
     # -1: INT64_MIN // -1 overflows (eager's kernel traps); in uint8 -1 is 255, a divisor like others
     g = build(lambda gg, a: gg.call(torch.floor_divide, a, -1), [x])
     assert compile_graph(g, [x]).num_externs == 1
