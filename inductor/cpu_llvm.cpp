@@ -632,6 +632,7 @@ class KernelEmitter {
       }
       case BinaryOp::Fmod: return fl ? b_.CreateFRem(a, c) : b_.CreateSRem(a, c);
       case BinaryOp::Atan2: return call_libm(t->isFloatTy() ? "atan2f" : "atan2", a, c);
+      case BinaryOp::NextAfter: return call_libm(t->isFloatTy() ? "nextafterf" : "nextafter", a, c);
     }
     return nullptr;
   }

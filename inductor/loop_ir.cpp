@@ -360,7 +360,7 @@ Expr binary(BinaryOp op, Expr a, Expr b) {
   FF_CHECK(a->type == b->type, std::string("binary ") + binary_name(op) + " operand types differ: " +
                                    scalar_type_name(a->type) + " vs " + scalar_type_name(b->type));
   if (op == BinaryOp::And || op == BinaryOp::Or) FF_CHECK(a->type == ScalarType::Bool, "and/or need bools");
-  if (op == BinaryOp::Atan2) FF_CHECK(is_float(a->type), "atan2 needs float operands");
+  if (op == BinaryOp::Atan2 || op == BinaryOp::NextAfter) FF_CHECK(is_float(a->type), std::string(binary_name(op)) + " needs float operands");
   if (op == BinaryOp::BitAnd || op == BinaryOp::BitOr || op == BinaryOp::BitXor)
     FF_CHECK(!is_float(a->type), "bitwise ops need int or bool operands");
   if (op == BinaryOp::Shl || op == BinaryOp::Shr)

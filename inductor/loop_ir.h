@@ -73,7 +73,7 @@ const char* unary_name(UnaryOp op);  // "tan", "asinh" ...: as printed (and libm
 // Fmod is C's remainder (the quotient truncated: fmod on floats, % on ints). Atan2 is float only.
 // BitAnd/BitOr/BitXor: ints and bools, two's complement. Shl/Shr: ints, shifted by the count
 // modulo the type's bit width (what x86 does; the renderers mask it, so no count is undefined);
-// Shr is arithmetic (copies the sign bit).
+// Shr is arithmetic (copies the sign bit). NextAfter: floats, C's nextafter.
 // clang-format off
 #define FF_LOOP_BINARY_OPS(X)                                                                  \
   X(Add, "+") X(Sub, "-") X(Mul, "*") X(Div, "/") X(FloorDiv, "//") X(Mod, "%")                 \
@@ -81,7 +81,7 @@ const char* unary_name(UnaryOp op);  // "tan", "asinh" ...: as printed (and libm
   X(Eq, "==") X(Ne, "!=") X(Lt, "<") X(Le, "<=") X(Gt, ">") X(Ge, ">=")                         \
   X(And, "and") X(Or, "or")                                                                     \
   X(Atan2, "atan2") X(Fmod, "fmod") X(BitAnd, "&") X(BitOr, "|") X(BitXor, "^") \
-  X(Shl, "<<") X(Shr, ">>")
+  X(Shl, "<<") X(Shr, ">>") X(NextAfter, "nextafter")
 // clang-format on
 enum class BinaryOp : uint8_t {
 #define FF_LOOP_BIN_ENUM(e, s) e,

@@ -80,8 +80,9 @@ LT arith(Lowerer& L, const Node& n, const Value& a, const Value& b, BinaryOp op,
                 !(alpha->kind == Value::Kind::Float && alpha->f == 1.0);
   if (scaled && !alpha->is_number()) throw NoLowering("alpha is not a constant");
   if (out == DType::Bool && op != BinaryOp::Mul) {
-    // bool + bool is logical or in torch.
-    if (op != BinaryOp::Add || scaled) throw NoLowering("bool arithmetic");
+    // bool + bool is logical or in torch; alpha converts to bool (a + b * alpha)
+    if (op != BinaryOp::Add) throw NoLowering("bool arithmetic");
+    if (scaled && alpha->as_double() == 0.0) return Lowerer::cast(x, DType::Bool);
     return Lowerer::map({x, y}, DType::Bool, DType::Bool, [](const V& v) { return loop::binary(BinaryOp::Or, v[0], v[1]); });
   }
   if (out == DType::Bool) return Lowerer::map({x, y}, DType::Bool, DType::Bool, [](const V& v) { return loop::binary(BinaryOp::And, v[0], v[1]); });

@@ -274,9 +274,9 @@ std::optional<NodeId> inplace_as_functional(Graph& g, const OpDef& d, const std:
                                             const std::vector<std::pair<std::string, Value>>& kwargs,
                                             bool grad_enabled) {
   if (!d.has(kInplace) || d.target.size() < 2 || d.target.back() != '_' || bound.empty() || !bound[0].is_node()) return std::nullopt;
-  // NB: float_power_ refuses a self that is not float64 (eager's own rule, not a cast)
-  if (d.target == "torch.Tensor.float_power_") return std::nullopt;
   if (!g.node(bound[0].node).meta.is_tensor()) return std::nullopt;
+  // NB: float_power_ refuses a self that is not float64 (eager's own rule, not a cast)
+  if (d.target == "torch.Tensor.float_power_" && g.node(bound[0].node).meta.tensor.dtype != DType::Float64) return std::nullopt;
   const TensorMeta self = g.node(bound[0].node).meta.tensor;  // NB: a copy; the graph grows below
   if (meta_util::has_internal_overlap(self)) return std::nullopt;
   // The memory a result is in: the node that made it, through views, in-place calls and tuple items.

@@ -311,13 +311,14 @@ std::string Emitter::render(const Expr& e, const std::unordered_map<const ExprNo
         // NB: index arithmetic: both sides are non-negative, so C's / and % are Python's.
         s = "(" + a[0] + (op == BinaryOp::FloorDiv ? " / " : " % ") + a[1] + ")";
       } else {
-        const char* fn = op == BinaryOp::FloorDiv ? "ff_floordiv"
-                         : op == BinaryOp::Mod    ? "ff_mod"
-                         : op == BinaryOp::Max    ? "ff_max"
-                         : op == BinaryOp::Min    ? "ff_min"
-                         : op == BinaryOp::Fmod   ? "ff_fmod"
-                         : op == BinaryOp::Atan2  ? "ff_atan2"
-                                                  : "ff_pow";
+        const char* fn = op == BinaryOp::FloorDiv    ? "ff_floordiv"
+                         : op == BinaryOp::Mod       ? "ff_mod"
+                         : op == BinaryOp::Max       ? "ff_max"
+                         : op == BinaryOp::Min       ? "ff_min"
+                         : op == BinaryOp::Fmod      ? "ff_fmod"
+                         : op == BinaryOp::Atan2     ? "ff_atan2"
+                         : op == BinaryOp::NextAfter ? (e->type == ScalarType::F64 ? "nextafter" : "nextafterf")
+                                                     : "ff_pow";
         s = std::string(fn) + "(" + a[0] + ", " + a[1] + ")";
       }
       break;

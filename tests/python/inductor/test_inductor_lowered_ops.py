@@ -222,6 +222,18 @@ def test_gcd_lcm_and_pow_by_a_tensor(dtype):
         lowered(lambda g, x: g.call(operator.pow, x, 5000), [a])
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_nextafter(dtype):
+    lowered(lambda g, x, y: g.call(torch.nextafter, x, y), [floats(dtype), floats(dtype, seed=2)])
+    lowered(lambda g, x, y: g.call(torch.nextafter, x, y), [floats(dtype), floats(dtype).neg()])
+
+
+def test_bool_add_with_alpha():
+    a, b = torch.rand(40) > 0.5, torch.rand(40) > 0.5
+    for alpha in (True, False, 2, 0):
+        lowered(lambda g, x, y: g.call(torch.add, x, y, alpha=alpha), [a, b])
+
+
 def test_logical_xor_of_floats():
     lowered(lambda g, x, y: g.call(torch.logical_xor, x, y), [floats(torch.float32), floats(torch.float32, seed=1)])
 
