@@ -90,3 +90,49 @@ def test_binary_special_functions_of_the_math_library(fn):
     x = torch.rand(33, 17, device="cuda", dtype=torch.float64) * 4
     n = torch.randint(0, 7, (17,), device="cuda").double()
     _lowered_and_close(fn, x, n + 0.5 if fn in (torch.special.zeta, torch.igamma, torch.igammac) else n)
+
+
+def _exact(fn, *inputs):
+    """Lowered (no extern call) and bit for bit eager's: integer results and C's nextafter."""
+    texts = []
+
+    @framefuse.backends.native_graph
+    def record(graph, example_inputs):
+        texts.append(inductor.loop_ir(graph, "cuda"))
+        return framefuse.backends._inductor(graph, example_inputs)
+
+    framefuse.reset()
+    got, want = framefuse.compile(lambda *a: fn(*a), backend=record)(*inputs), fn(*inputs)
+    assert got.dtype == want.dtype and torch.equal(got.view(torch.uint8), want.view(torch.uint8)), (got, want)
+    assert texts and not any("extern node" in t for t in texts), texts
+
+
+INT_DTYPES = [torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64]
+
+
+def _ints(dtype, seed):
+    info = torch.iinfo(dtype)
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randint(max(info.min, -300), min(info.max, 300), (41, 13), generator=g).to(dtype)
+    x[0, :2] = torch.tensor([info.min, info.max]).to(dtype)
+    return x.cuda()
+
+
+@gpu
+@pytest.mark.parametrize("dtype", INT_DTYPES)
+def test_shifts_gcd_lcm_and_integer_pow(dtype):
+    # shift counts outside [0, bits) included; powi with negative exponents; gcd of the extremes
+    a = _ints(dtype, 0)
+    counts = (torch.arange(41 * 13, device="cuda").view(41, 13) % (torch.iinfo(dtype).bits + 6) - 3).to(dtype)
+    for fn in (torch.bitwise_left_shift, torch.bitwise_right_shift, lambda x, y: x << y, lambda x, y: x >> 3):
+        _exact(fn, a, counts)
+    b = _ints(dtype, 1) // 5
+    for fn in (torch.gcd, torch.lcm, torch.pow):
+        _exact(fn, a, b)
+
+
+@gpu
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_nextafter(dtype):
+    x = _data(dtype)
+    _exact(torch.nextafter, x, x.flip(0))
