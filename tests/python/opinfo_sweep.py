@@ -542,6 +542,8 @@ def report(done, command, run=None, cuts=()):
             name = r["op"] + ("." + r["variant"] if r["variant"] else "")
             per_op[name][0].update(r.get("lowered", []))
             per_op[name][1].update(r.get("extern", []))
+            if r.get("reference"):  # the whole graph ran on the reference runner: every call in torch
+                per_op[name][1].add("(reference runner)")
     if per_op:
         # NB: an entry whose graphs hold no call (torch.conj of a real tensor is the tensor itself)
         # runs nothing in torch: it counts with the lowered ones, and is listed.
