@@ -94,7 +94,8 @@ std::vector<NodeId> written_operands(const Node& n) {
 }
 
 bool has_side_effects(const Node& n) {
-  return n.kind == NodeKind::Call && (!written_operands(n).empty() || op_def(n.op).has(kRandom));
+  // NB: dropout that returns its operand draws nothing
+  return n.kind == NodeKind::Call && (!written_operands(n).empty() || (op_def(n.op).has(kRandom) && !returns_its_operand(n)));
 }
 
 bool may_raise(const Node& n, const Graph& g) {

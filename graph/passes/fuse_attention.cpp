@@ -8,6 +8,7 @@
 
 #include "graph/op.h"
 #include "graph/op_registry.h"
+#include "graph/passes/effects.h"
 #include "graph/passes/rewriter.h"
 #include "src/base/config.h"
 #include "src/base/errors.h"
@@ -75,11 +76,26 @@ bool broadcasts_into(const TensorMeta& mask, const TensorMeta& scores) {
   return true;
 }
 
+// The nodes the output or an effect needs (the rest is dead code the capture left).
+std::vector<bool> live_nodes(const Graph& g) {
+  std::vector<bool> live(g.size(), false);
+  for (size_t i = g.size(); i-- > 0;) {
+    const Node& n = g.nodes()[i];
+    if (n.kind == NodeKind::Output || has_side_effects(n)) live[i] = true;
+    if (live[i])
+      for (const Value& v : n.args) v.for_each_node([&](NodeId id) { live[static_cast<size_t>(id)] = true; });
+  }
+  return live;
+}
+
 class Matcher {
  public:
+  // NB: uses by dead nodes (a dropout that returned its operand, left unused) do not count
   explicit Matcher(const Graph& g) : g_(g), uses_(g.size(), 0) {
-    for (const Node& n : g.nodes())
-      for (const Value& v : n.args) v.for_each_node([&](NodeId id) { ++uses_[static_cast<size_t>(id)]; });
+    std::vector<bool> live = live_nodes(g);
+    for (size_t i = 0; i < g.size(); ++i)
+      if (live[i])
+        for (const Value& v : g.nodes()[i].args) v.for_each_node([&](NodeId id) { ++uses_[static_cast<size_t>(id)]; });
   }
 
   // The candidate ending at `out` (a matmul whose left operand is a softmax, maybe through an
@@ -328,6 +344,13 @@ std::optional<Graph> rewrite(const Graph& g, const std::vector<Match>& matches, 
   for (size_t i = 0; i < matches.size(); ++i) {
     dropped.insert(matches[i].dropped.begin(), matches[i].dropped.end());
     at[static_cast<size_t>(matches[i].out)] = static_cast<int>(i);
+  }
+  // NB: dead code reading a dropped node goes with it
+  std::vector<bool> live = live_nodes(g);
+  for (NodeId id = 0; id < static_cast<NodeId>(g.size()); ++id) {
+    bool reads_dropped = false;
+    for (const Value& v : g.node(id).args) v.for_each_node([&](NodeId a) { reads_dropped = reads_dropped || dropped.count(a) > 0; });
+    if (!live[static_cast<size_t>(id)] && reads_dropped) dropped.insert(id);
   }
   GraphRewriter rw(g);
   for (NodeId id = 0; id < static_cast<NodeId>(g.size()); ++id) {
