@@ -91,7 +91,7 @@ TEST(Registry, FunctionalFormsTakeTheSameArguments) {
     EXPECT_FALSE(fd.has(kInplace)) << fd.name;
     EXPECT_EQ(d.schema.params.size(), fd.schema.params.size()) << d.name << " -> " << fd.name;
   }
-  EXPECT_EQ(n, 13);
+  EXPECT_EQ(n, 21);
 }
 
 TEST(Registry, AliasesNameRegisteredOps) {

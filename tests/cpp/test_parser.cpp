@@ -238,9 +238,9 @@ TEST(Parser, ErrorMessages) {
             "line 2, column 12: unknown dtype 'q8'\n"
             "    relu: \"q8[4]\" = torch.relu(x)\n"
             "           ^");
-  EXPECT_EQ(parse_error(head + "    a: \"f32[4]\" = x << 2\n"),
-            "line 2, column 21: unknown operator '<<'\n"
-            "    a: \"f32[4]\" = x << 2\n"
+  EXPECT_EQ(parse_error(head + "    a: \"f32[4]\" = x ~ 2\n"),
+            "line 2, column 21: unknown operator '~'\n"
+            "    a: \"f32[4]\" = x ~ 2\n"
             "                    ^");
   EXPECT_EQ(parse_error(head + "    a: \"f32[4]\" = x\n"),
             "line 2, column 20: expected an operator, a method call or a subscript after the operand\n"
