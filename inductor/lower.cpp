@@ -902,18 +902,24 @@ std::optional<LT> Lowerer::lower_node(NodeId id) {
   return r;
 }
 
-bool Lowerer::lower_max_min_with_dim(NodeId id) {
-  const Node& n = g_.node(id);
-  const Op kind = op_kind(n);
-  if (!op_in(kind, {Op::max, Op::min}) || n.meta.kind != ValueMeta::Kind::Tuple || n.meta.items.size() != 2) return false;
-  const OpDef& op = op_def(n.op);
-  const Value& dim = n.args[static_cast<size_t>(op.schema.index_of("dim"))];
-  if (dim.kind != Value::Kind::Int) return false;
+// Whether the graph reads tuple node `id` only through its items (not the tuple itself).
+bool Lowerer::only_items_read(NodeId id) const {
   for (NodeId u = id + 1; u < static_cast<NodeId>(g_.size()); ++u) {
     bool uses = false;
     for (const Value& v : g_.node(u).args) v.for_each_node([&](NodeId o) { uses |= o == id; });
-    if (uses && g_.node(u).kind != NodeKind::GetItem) return false;  // the tuple itself is needed
+    if (uses && g_.node(u).kind != NodeKind::GetItem) return false;
   }
+  return true;
+}
+
+bool Lowerer::lower_max_min_with_dim(NodeId id) {
+  const Node& n = g_.node(id);
+  const Op kind = op_kind(n);
+  if (kind == Op::frexp) return lower_frexp(id);
+  if (!op_in(kind, {Op::max, Op::min}) || n.meta.kind != ValueMeta::Kind::Tuple || n.meta.items.size() != 2) return false;
+  const OpDef& op = op_def(n.op);
+  const Value& dim = n.args[static_cast<size_t>(op.schema.index_of("dim"))];
+  if (dim.kind != Value::Kind::Int || !only_items_read(id)) return false;
   Node values = n, indices = n;
   values.op = op_id(kind == Op::max ? Op::amax : Op::amin);
   values.args = {n.args[0], Value::list({dim}), n.args[static_cast<size_t>(op.schema.index_of("keepdim"))]};
@@ -936,6 +942,23 @@ bool Lowerer::lower_max_min_with_dim(NodeId id) {
   } catch (const SymbolicSpecialization&) {
     return false;
   }
+}
+
+// frexp's mantissa and exponent: C's frexp of each value (math library, in double: exact for every
+// float dtype), the exponent as int32.
+bool Lowerer::lower_frexp(NodeId id) {
+  const Node& n = g_.node(id);
+  if (n.meta.kind != ValueMeta::Kind::Tuple || n.meta.items.size() != 2 || !n.meta.items[0].is_tensor() || !n.args[0].is_node())
+    return false;
+  const std::optional<LT>& x = values_[static_cast<size_t>(n.args[0].node)];
+  if (!x || !is_floating(x->dtype) || !only_items_read(id)) return false;
+  DType dt = x->dtype, ct = float_compute_dtype(dt);
+  LT mantissa = map({*x}, ct, dt, [](const std::vector<Expr>& v) { return loop::call(loop::MathFn::FrexpMantissa, {v[0]}); });
+  LT exponent = map({*x}, ct, DType::Int32, [](const std::vector<Expr>& v) {
+    return loop::cast(loop::call(loop::MathFn::FrexpExponent, {v[0]}), loop::ScalarType::I32);
+  });
+  tuple_items_[id] = {mantissa, exponent};
+  return true;
 }
 
 loop::Program Lowerer::run() {

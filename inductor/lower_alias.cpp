@@ -45,7 +45,7 @@ NodeId eager_alias_parent(const Graph& g, NodeId id, const std::vector<NodeId>& 
     if (!n.meta.is_tensor()) return x;
     return view_strides(xm.sizes, xm.strides, n.meta.tensor.sizes) ? x : -1;  // a copy where no view exists
   }
-  if (!n.meta.is_tensor()) return op.has(kExtern) || op.has(kReduction) ? -1 : x;
+  if (!n.meta.is_tensor()) return op.has(kExtern) || op.has(kReduction) || kind == Op::frexp ? -1 : x;
   const TensorMeta& m = n.meta.tensor;
   if (kind == Op::contiguous) return xm.is_contiguous() ? x : -1;
   if (kind == Op::clone) return -1;  // always new memory

@@ -128,7 +128,9 @@ class Lowerer {
   std::vector<NodeId> write_feeds_;
   std::unordered_map<NodeId, std::vector<LT>> tuple_items_;  // lowered items of a tuple call (max(x, dim))
   // torch.max / min (x, dim): values and indices as amax and argmax, where only item reads use it.
-  bool lower_max_min_with_dim(NodeId id);  // computed on the first write of an input: see writes_fed (lower.cpp)
+  bool lower_max_min_with_dim(NodeId id);
+  bool lower_frexp(NodeId id);  // its two results as tuple items
+  bool only_items_read(NodeId id) const;  // computed on the first write of an input: see writes_fed (lower.cpp)
   std::vector<NodeId> alias_parent_;  // eager: the operand whose memory a node's result is in, or -1
   std::vector<bool> shares_storage_;  // stored when lowered: its memory is seen through several outputs
   NodeId current_ = -1;

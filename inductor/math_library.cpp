@@ -19,6 +19,7 @@ using std::exp;
 using std::fabs;
 using std::floor;
 using std::fmod;
+using std::frexp;
 using std::hypot;
 using std::lgamma;
 using std::log;

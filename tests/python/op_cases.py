@@ -273,6 +273,7 @@ for name in ["bitwise_and", "bitwise_or", "bitwise_xor"]:
     fn = getattr(torch, name)
     cases(name, C(fn, T(3, 4, dtype=i64), T(4, dtype=i64)), C(fn, B(3, 4, layout="T"), B(3, 4)),
           C(fn, T(3, dtype=i32), 3), C(fn, T(3, dtype=u8), T(3, dtype=torch.int8)), C(fn, T(3), T(3), fallback=True))
+cases("frexp", C(torch.frexp, T(3, 4), fallback=True), C(torch.Tensor.frexp, T(5, dtype=f64), fallback=True))
 cases("nextafter", C(torch.nextafter, T(3, 4), T(4), fallback=True), C(torch.Tensor.nextafter, T(3, dtype=f64), T(3, dtype=f64), fallback=True))
 for name in ["gcd", "lcm"]:
     fn = getattr(torch, name)

@@ -136,3 +136,12 @@ def test_shifts_gcd_lcm_and_integer_pow(dtype):
 def test_nextafter(dtype):
     x = _data(dtype)
     _exact(torch.nextafter, x, x.flip(0))
+
+
+@gpu
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+def test_frexp(dtype):
+    x = _data(dtype)
+    x[1, :3] = torch.tensor([1e-40, -0.0, 0.75]).to(dtype)
+    _exact(lambda a: torch.frexp(a).mantissa, x)
+    _exact(lambda a: torch.frexp(a)[1], x)

@@ -228,6 +228,17 @@ def test_nextafter(dtype):
     lowered(lambda g, x, y: g.call(torch.nextafter, x, y), [floats(dtype), floats(dtype).neg()])
 
 
+@pytest.mark.parametrize("dtype", FLOATS + [torch.float16])
+def test_frexp(dtype):
+    x = floats(dtype)
+    x[-3:] = torch.tensor([1e-40, -3e-39, 0.75]).to(dtype)  # subnormal in float32
+    def both(g, a):
+        r = g.call(torch.frexp, a)
+        return g.getitem(r, 0), g.getitem(r, 1)
+    lowered(both, [x])
+    lowered(lambda g, a: g.getitem(g.call(torch.frexp, a), 1), [x])
+
+
 def test_bool_add_with_alpha():
     a, b = torch.rand(40) > 0.5, torch.rand(40) > 0.5
     for alpha in (True, False, 2, 0):
