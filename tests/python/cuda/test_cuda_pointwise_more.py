@@ -18,7 +18,8 @@ UNARY = [torch.deg2rad, torch.rad2deg, torch.sinc, torch.sgn, torch.isposinf, to
 BINARY = [torch.xlogy, torch.special.xlog1py, torch.copysign, torch.logaddexp, torch.heaviside, torch.fmax]
 
 
-def _lowered_and_close(fn, *inputs):
+def _compiled(fn, *inputs):
+    """fn(*inputs) through framefuse's CUDA inductor, and the loop IR of its graphs."""
     texts = []
 
     @framefuse.backends.native_graph
@@ -27,9 +28,13 @@ def _lowered_and_close(fn, *inputs):
         return framefuse.backends._inductor(graph, example_inputs)
 
     framefuse.reset()
-    mine, ref = [t.clone() for t in inputs], [t.clone() for t in inputs]
     # NB: through a Python frame: a builtin (torch.deg2rad) has no bytecode to trace
-    got, want = framefuse.compile(lambda *a: fn(*a), backend=record)(*mine), fn(*ref)
+    return framefuse.compile(lambda *a: fn(*a), backend=record)(*inputs), texts
+
+
+def _lowered_and_close(fn, *inputs):
+    mine, ref = [t.clone() for t in inputs], [t.clone() for t in inputs]
+    (got, texts), want = _compiled(fn, *mine), fn(*ref)
     torch.testing.assert_close(got, want, equal_nan=True)
     for a, b in zip(mine, ref):
         torch.testing.assert_close(a, b, equal_nan=True)
@@ -95,15 +100,7 @@ def test_binary_special_functions_of_the_math_library(fn):
 def _exact(fn, *inputs, nan_bits=True):
     """Lowered (no extern call) and bit for bit eager's: integer results and C's nextafter (NaNs
     as NaNs only, without nan_bits)."""
-    texts = []
-
-    @framefuse.backends.native_graph
-    def record(graph, example_inputs):
-        texts.append(inductor.loop_ir(graph, "cuda"))
-        return framefuse.backends._inductor(graph, example_inputs)
-
-    framefuse.reset()
-    got, want = framefuse.compile(lambda *a: fn(*a), backend=record)(*inputs), fn(*inputs)
+    (got, texts), want = _compiled(fn, *inputs), fn(*inputs)
     assert got.dtype == want.dtype, (got, want)
     if nan_bits:
         assert torch.equal(got.view(torch.uint8), want.view(torch.uint8)), (got, want)
