@@ -435,4 +435,32 @@ Sym constant_result(PyObject* fn, const std::vector<Sym>& args, const KwArgs& kw
   return make_const_steal(r);
 }
 
+// torch.max(t, 1), Tensor.sort(), torch.linalg.eigh ... return a torch.return_types structseq
+// named after the function; other tuple-returning ops (chunk, var_mean ...) a plain tuple.
+// Borrowed; nullptr for a plain tuple.
+PyObject* SymbolicTracer::structseq_type_of(PyObject* fn, size_t n) {
+  static PyObject* return_types = nullptr;
+  if (!return_types) {
+    return_types = PyImport_ImportModule("torch.return_types");
+    if (!return_types) {
+      PyErr_Clear();
+      return nullptr;
+    }
+  }
+  PyRef name = PyRef::steal(PyObject_GetAttrString(fn, "__name__"));
+  if (!name || !PyUnicode_Check(name.get())) {
+    PyErr_Clear();
+    return nullptr;
+  }
+  PyRef t = PyRef::steal(PyObject_GetAttr(return_types, name.get()));
+  if (!t) {
+    PyErr_Clear();
+    return nullptr;
+  }
+  PyRef fields = PyRef::steal(PyObject_GetAttrString(t.get(), "n_sequence_fields"));
+  if (!fields) PyErr_Clear();
+  if (!PyType_Check(t.get()) || !fields || PyLong_AsSsize_t(fields.get()) != static_cast<Py_ssize_t>(n)) return nullptr;
+  return t.get();  // NB: the module keeps it alive
+}
+
 }  // namespace ff

@@ -21,6 +21,7 @@
 #include <stdexcept>
 #include <set>
 
+#include "inductor/cpu_libmvec.h"
 #include "inductor/loop_visitor.h"
 #include "inductor/math_library.h"
 #include "src/base/errors.h"
@@ -138,44 +139,6 @@ void add_vector_math(TargetLibraryInfoImpl& tlii, bool avx512, bool avx2) {
   static std::vector<std::string> names;  // VecDesc keeps StringRefs
   static std::vector<VecDesc> descs;
   if (descs.empty()) {
-    struct Fn {
-      const char* scalar32;
-      const char* scalar64;
-      const char* base;
-      const char* sig;
-    };
-    // NB: the math functions below the line came to libmvec in glibc 2.35; each vector variant is
-    // declared only where the process can resolve it (Jit::libmvec_235 is in the cache key).
-    const Fn fns[] = {
-        {"llvm.sin.f32", "llvm.sin.f64", "sin", "v"},
-        {"llvm.cos.f32", "llvm.cos.f64", "cos", "v"},
-        {"llvm.exp.f32", "llvm.exp.f64", "exp", "v"},
-        {"llvm.log.f32", "llvm.log.f64", "log", "v"},
-        {"llvm.pow.f32", "llvm.pow.f64", "pow", "vv"},
-        {"tanf", "tan", "tan", "v"},
-        {"tanhf", "tanh", "tanh", "v"},
-        {"erff", "erf", "erf", "v"},
-        {"log1pf", "log1p", "log1p", "v"},
-        {"expm1f", "expm1", "expm1", "v"},
-        {"exp2f", "exp2", "exp2", "v"},
-        {"log2f", "log2", "log2", "v"},
-        {"log10f", "log10", "log10", "v"},
-        {"sinf", "sin", "sin", "v"},
-        {"cosf", "cos", "cos", "v"},
-        {"expf", "exp", "exp", "v"},
-        {"logf", "log", "log", "v"},
-        {nullptr, nullptr, nullptr, nullptr},
-        {"asinf", "asin", "asin", "v"},
-        {"acosf", "acos", "acos", "v"},
-        {"atanf", "atan", "atan", "v"},
-        {"sinhf", "sinh", "sinh", "v"},
-        {"coshf", "cosh", "cosh", "v"},
-        {"erfcf", "erfc", "erfc", "v"},
-        {"asinhf", "asinh", "asinh", "v"},
-        {"acoshf", "acosh", "acosh", "v"},
-        {"atanhf", "atanh", "atanh", "v"},
-        {"atan2f", "atan2", "atan2", "vv"},
-    };
     names.reserve(512);
     bool optional = false;
     auto add = [&](const char* scalar, const std::string& vec, unsigned width) {
@@ -183,7 +146,7 @@ void add_vector_math(TargetLibraryInfoImpl& tlii, bool avx512, bool avx2) {
       names.push_back(vec);
       descs.push_back({scalar, names.back(), ElementCount::getFixed(width)});
     };
-    for (const Fn& f : fns) {
+    for (const LibmvecFn& f : kLibmvecFns) {
       if (!f.scalar32) {
         optional = true;
         continue;
@@ -702,20 +665,15 @@ class KernelEmitter {
   }
 
   // A math library function (inductor/math_library.h): double(double[, double]), or an integer one
-  // on int64.
+  // on int64. NB: the conversions are no-ops on f64 and i64.
   Value* math_call(const loop::Expr& e) {
     auto fn = static_cast<loop::MathFn>(e->op);
-    if (loop::math_fn_int(fn)) {
-      Type* i64 = b_.getInt64Ty();
-      Value* x = b_.CreateSExt(expr(e->args[0]), i64);  // NB: no-op on i64
-      Value* y = b_.CreateSExt(expr(e->args[1]), i64);
-      return b_.CreateTrunc(call_libm(inductor::math_fn_symbol(fn).c_str(), x, y), compute_type(e->type));
-    }
-    Type* d = b_.getDoubleTy();
+    bool ints = loop::math_fn_int(fn);
+    Type* wide = ints ? b_.getInt64Ty() : b_.getDoubleTy();
     std::vector<Value*> a;
-    for (const loop::Expr& x : e->args) a.push_back(b_.CreateFPExt(expr(x), d));  // NB: no-op on f64
-    Value* r = call_libm(inductor::math_fn_symbol(static_cast<loop::MathFn>(e->op)).c_str(), a[0], a.size() > 1 ? a[1] : nullptr);
-    return b_.CreateFPTrunc(r, compute_type(e->type));
+    for (const loop::Expr& x : e->args) a.push_back(ints ? b_.CreateSExt(expr(x), wide) : b_.CreateFPExt(expr(x), wide));
+    Value* r = call_libm(inductor::math_fn_symbol(fn).c_str(), a[0], a.size() > 1 ? a[1] : nullptr);
+    return ints ? b_.CreateTrunc(r, compute_type(e->type)) : b_.CreateFPTrunc(r, compute_type(e->type));
   }
 
   // A select's operand. NB: a float zero constant goes through llvm.arithmetic.fence: LLVM 14's

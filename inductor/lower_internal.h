@@ -125,12 +125,14 @@ class Lowerer {
   std::vector<std::optional<LT>> values_;
   std::vector<int> users_;
   std::vector<NodeId> input_root_;  // a tensor placeholder, or an in-place write of one: that placeholder; -1
-  std::vector<NodeId> write_feeds_;
+  std::vector<NodeId> write_feeds_;  // computed on the first write of an input: see writes_fed (lower.cpp)
   std::unordered_map<NodeId, std::vector<LT>> tuple_items_;  // lowered items of a tuple call (max(x, dim))
-  // torch.max / min (x, dim): values and indices as amax and argmax, where only item reads use it.
+  // Tuple calls lowered as their items (lower_tuples.cpp), where the graph reads only the items:
+  // torch.max / min (x, dim) as amax and argmax, frexp's mantissa and exponent.
+  bool lower_tuple_items(NodeId id);
   bool lower_max_min_with_dim(NodeId id);
-  bool lower_frexp(NodeId id);  // its two results as tuple items
-  bool only_items_read(NodeId id) const;  // computed on the first write of an input: see writes_fed (lower.cpp)
+  bool lower_frexp(NodeId id);
+  bool only_items_read(NodeId id) const;
   std::vector<NodeId> alias_parent_;  // eager: the operand whose memory a node's result is in, or -1
   std::vector<bool> shares_storage_;  // stored when lowered: its memory is seen through several outputs
   NodeId current_ = -1;
