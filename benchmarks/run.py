@@ -1,4 +1,4 @@
-"""The benchmark runner: `python -m benchmarks.run [--preset quick|zoo|train|full|gpu|tiny|gpu-suite] [flags]`.
+"""The benchmark runner: `python -m benchmarks.run [--preset quick|zoo|timm|train|full|gpu|tiny|gpu-suite] [flags]`.
 
 `--preset gpu-suite` runs the issue's GPU targets (benchmarks/gpu_suite.py); the flags after it are
 that suite's own (`--preset gpu-suite --help` lists them).
@@ -32,7 +32,9 @@ GPU_WORKLOADS = ("nanogpt", "resnet18", "mlp_train_step", "sin_cos", "add_layern
                  "evaluate_features", "conv_feature_model", "linear_10_5", "pointwise_chain", "copy",
                  "transformer_encoder_layer", "mobilenet_v2", "add_one", "add_one_3args", "one_graph_break",
                  "resnet50", "resnet50_train_step", "bert", "gpt2", "llama", "t5", "vit", "bert_train_step",
-                 "gpt2_train_step", "nanogpt_train_step", "add_layernorm_gelu_grad")
+                 "gpt2_train_step", "nanogpt_train_step", "add_layernorm_gelu_grad", "timm_resnet50",
+                 "timm_convnext_tiny", "timm_efficientnet_b0", "timm_vit_small")
+TIMM_WORKLOADS = ("timm_resnet50", "timm_convnext_tiny", "timm_efficientnet_b0", "timm_vit_small")
 ZOO_WORKLOADS = ("bert", "gpt2", "llama", "t5", "vit", "bert_train_step", "gpt2_train_step")
 TRAIN_WORKLOADS = ("mlp_train_step", "bert_train_step", "gpt2_train_step", "nanogpt_train_step", "resnet50_train_step",
                    "add_layernorm_gelu_grad")
@@ -53,6 +55,9 @@ PRESETS = {
     # transformers' models (issue #28) at the quick preset's sizes and timing budget, torch.compile included.
     "zoo": dict(devices=("cpu",), scale="quick", demo=True, threads=1, workloads=ZOO_WORKLOADS,
                 contenders=("eager", "framefuse", "torch.compile"), budget=QUICK_BUDGET),
+    # timm's models (issue #28) where timm imports (the Debian lane: no torch.compile there), full sizes.
+    "timm": dict(devices=("cpu",), scale="full", demo=True, threads=1, workloads=TIMM_WORKLOADS,
+                 contenders=("eager", "framefuse", "torch.compile"), budget=QUICK_BUDGET),
     # Training and grad-mode calls (issue #23: AOT autograd) at the quick preset's sizes, torch.compile included.
     "train": dict(devices=("cpu",), scale="quick", demo=True, threads=1, workloads=TRAIN_WORKLOADS,
                   contenders=("eager", "framefuse", "torch.compile"), budget=QUICK_BUDGET),

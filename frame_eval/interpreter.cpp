@@ -702,15 +702,11 @@ void SymbolicTracer::step(Frame& f, const Instr& ins) {
     case Handler::ImportName: {
       Sym fromlist = pop();
       Sym level = pop();
-      PyObject* name = co_name(f, arg);
-      PyObject* modules = PyImport_GetModuleDict();
-      if (!level->is(SymKind::Const) || PyLong_AsLong(level->obj.get()) != 0 || !PyDict_GetItem(modules, name))
-        brk(BreakKind::UnsupportedCall, "import of a module that is not loaded yet: " + str_of(name));
-      PyObject* m = PyImport_ImportModuleLevelObject(name, f.globals, nullptr, fromlist->obj.get(), 0);
-      if (!m) {
-        PyErr_Clear();
-        brk(BreakKind::RaisesInTrace, "import failed");
-      }
+      std::string why;
+      PyObject* m = level->is(SymKind::Const) && fromlist->is(SymKind::Const)
+                        ? import_loaded(f.globals, co_name(f, arg), fromlist->obj.get(), PyLong_AsLong(level->obj.get()), why)
+                        : nullptr;
+      if (!m) brk(BreakKind::UnsupportedCall, why.empty() ? "import with arguments not known" : why);
       push(make_const_steal(m));
       break;
     }

@@ -463,4 +463,55 @@ PyObject* SymbolicTracer::structseq_type_of(PyObject* fn, size_t n) {
   return t.get();  // NB: the module keeps it alive
 }
 
+namespace {
+// The package a relative import in a module of `globals` is relative to, as importlib computes it
+// (__package__, else __spec__.parent, else __name__ less its last part unless it is a package).
+std::string import_package(PyObject* globals) {
+  PyObject* package = PyDict_GetItemString(globals, "__package__");
+  if (package && PyUnicode_Check(package)) return PyUnicode_AsUTF8(package);
+  PyObject* spec = PyDict_GetItemString(globals, "__spec__");
+  if (spec && spec != Py_None) {
+    PyRef parent = PyRef::steal(PyObject_GetAttrString(spec, "parent"));
+    if (parent && PyUnicode_Check(parent.get())) return PyUnicode_AsUTF8(parent.get());
+    PyErr_Clear();
+  }
+  PyObject* name = PyDict_GetItemString(globals, "__name__");
+  if (!name || !PyUnicode_Check(name)) return "";
+  std::string n = PyUnicode_AsUTF8(name);
+  return PyDict_GetItemString(globals, "__path__") ? n : n.substr(0, std::min(n.size(), n.rfind('.')));
+}
+}  // namespace
+
+PyObject* import_loaded(PyObject* globals, PyObject* name, PyObject* fromlist, long level, std::string& why) {
+  std::string absolute = PyUnicode_AsUTF8(name);
+  if (level > 0) {
+    std::string base = import_package(globals);
+    for (long up = 1; up < level && !base.empty(); ++up) {
+      size_t dot = base.rfind('.');
+      base = dot == std::string::npos ? "" : base.substr(0, dot);
+    }
+    if (base.empty()) return why = "relative import without a parent package", nullptr;
+    absolute = absolute.empty() ? base : base + "." + absolute;
+  }
+  PyObject* modules = PyImport_GetModuleDict();
+  PyObject* module = PyDict_GetItemString(modules, absolute.c_str());
+  if (!module) return why = "import of a module that is not loaded yet: " + absolute, nullptr;
+  // `from package import sub` imports the submodule when the package lacks the name.
+  if (fromlist != Py_None && PyTuple_Check(fromlist) && PyObject_HasAttrString(module, "__path__")) {
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(fromlist); ++i) {
+      PyObject* item = PyTuple_GET_ITEM(fromlist, i);
+      if (!PyUnicode_Check(item) || PyObject_HasAttr(module, item)) continue;
+      std::string sub = absolute + "." + PyUnicode_AsUTF8(item);
+      if (!PyDict_GetItemString(modules, sub.c_str()))
+        return why = "import of a module that is not loaded yet: " + sub, nullptr;
+    }
+  }
+  PyObject* m = PyImport_ImportModuleLevelObject(name, globals, nullptr, fromlist, static_cast<int>(level));
+  if (!m) {
+    PyErr_Clear();
+    why = "import failed: " + absolute;
+  }
+  return m;
+}
+
 }  // namespace ff

@@ -77,6 +77,11 @@ struct Known {
 };
 const Known& known();
 
+// The module an IMPORT_NAME of `name` at `level` (0 absolute, else relative to the package of
+// `globals`) evaluates to, when it and every name of `fromlist` are loaded already: an import that
+// would run a module's code is not traced. A new reference, or nullptr with `why` set.
+PyObject* import_loaded(PyObject* globals, PyObject* name, PyObject* fromlist, long level, std::string& why);
+
 struct Frame {
   const DecodedCode* dc = nullptr;
   PyCodeObject* code = nullptr;     // borrowed (dc holds it)

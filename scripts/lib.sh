@@ -106,6 +106,20 @@ ff_main_venv() {
   printf '%s' "$want" >"$stamp"
 }
 
+# Installs scripts/requirements-debian.txt into build/pydeps-debian with the main venv's pip (the
+# packages are pure Python; Debian's python3 has no pip) and prints that folder. Stamped like the venv.
+ff_debian_pydeps() {
+  local req="$FF_ROOT/scripts/requirements-debian.txt" dir="$FF_ROOT/build/pydeps-debian"
+  if [ "$(cat "$dir/.framefuse-requirements" 2>/dev/null)" != "$(cat "$req")" ]; then
+    ff_log "debian: installing scripts/requirements-debian.txt into $dir"
+    rm -rf "$dir"
+    "$FF_VENV/bin/python" -m pip install -q --progress-bar off --disable-pip-version-check --no-deps \
+      --target "$dir" -r "$req" >&2 || return 1
+    cat "$req" >"$dir/.framefuse-requirements"
+  fi
+  echo "$dir"
+}
+
 # ff_build_lane LANE PYTHON [cmake -D args...]
 # Configures (when the cache is missing or the arguments changed) and builds
 # build/LANE with PYTHON's headers and pybind11; the module lands in

@@ -97,7 +97,7 @@ run_pytest() {
   ff_log "$lane: pytest with $py ($desc)"
   # NB: PYTHONNOUSERSITE: pyenv's 3.11 and /usr/bin/python3 share ~/.local's
   # site-packages folder, which would let one lane import the other's packages.
-  env "${FF_PYTEST_ENV[@]}" PYTHONPATH="$site" PYTHONNOUSERSITE=1 \
+  env "${FF_PYTEST_ENV[@]}" PYTHONPATH="$site${FF_PYTEST_EXTRA_PATH:+:$FF_PYTEST_EXTRA_PATH}" PYTHONNOUSERSITE=1 \
       FRAMEFUSE_TEST_LANE="$lane" FRAMEFUSE_TEST_PURE="$pure" \
       FRAMEFUSE_EXPECT_MODULE_DIR="$([ "$pure" = 1 ] || echo "$site/framefuse")" \
       timeout --kill-after=30 "$LANE_TIMEOUT" \
@@ -124,7 +124,11 @@ if lane_on debian && [ $DEBIAN_BUILT = 1 ]; then
     nvrtc="$(ls "$FF_VENV"/lib/python3*/site-packages/nvidia/*/lib/libnvrtc.so.* 2>/dev/null | grep -v builtins | head -n 1)"
     [ -n "$nvrtc" ] && export FRAMEFUSE_NVRTC_PATH="$nvrtc"
   fi
+  # Packages apt lacks (timm), from PyPI; the tests that need them fail on this lane without them.
+  FF_PYTEST_EXTRA_PATH="$(ff_debian_pydeps)" \
+    || { record fail debian-pydeps "pip could not install scripts/requirements-debian.txt"; FF_PYTEST_EXTRA_PATH=; }
   run_pytest debian "$FF_DEBIAN_PYTHON" "$(ff_lane_pythonpath debian)" 0 "$@"
+  FF_PYTEST_EXTRA_PATH=
 fi
 
 # ---- asan: Debug + AddressSanitizer + UBSan ----------------------------------------

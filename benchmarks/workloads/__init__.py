@@ -50,7 +50,7 @@ class WorkloadUnavailable(Exception):
 
 REGISTRY: dict = {}
 
-FAMILIES = ("seed", "memory", "models", "overhead")
+FAMILIES = ("seed", "memory", "models", "timm_zoo", "overhead")
 
 
 def workload(name, family, kind="infer", description="", devices=("cpu", "cuda")):

@@ -497,3 +497,39 @@ def test_contextmanager_that_yields_twice_or_sees_an_exception_breaks():
         with _logged(log, 0):
             raise ValueError("inside")
     assert brk(g, x4, [])["reason"]
+
+
+def _package(tmp_path, monkeypatch, name, files):
+    """A package `name` on disk (files: {module name: source}), importable for the test."""
+    pkg = tmp_path / name
+    pkg.mkdir()
+    for mod, src in files.items():
+        (pkg / f"{mod}.py").write_text(src)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(__import__("sys").modules, name, raising=False)
+
+
+def test_relative_import_of_a_loaded_module(tmp_path, monkeypatch):
+    # torch's own torch._assert imports `from .overrides import ...` in its body (timm's efficientnet).
+    _package(tmp_path, monkeypatch, "ffpkg_rel", {
+        "__init__": "def f(x):\n    from .helper import SCALE\n    from . import helper\n"
+                    "    return x * SCALE + helper.SCALE\n",
+        "helper": "SCALE = 3\n"})
+    import ffpkg_rel
+    import ffpkg_rel.helper  # noqa: F401
+    r = trace(ffpkg_rel.f, x4)
+    assert r["stats"]["ops"] == 2
+    check(ffpkg_rel.f, x4)
+
+
+def test_relative_import_that_would_load_a_module_breaks(tmp_path, monkeypatch):
+    _package(tmp_path, monkeypatch, "ffpkg_lazy", {
+        "__init__": "def f(x):\n    from . import lazy\n    return x * lazy.SCALE\n",
+        "lazy": "SCALE = 3\n"})
+    import sys
+
+    import ffpkg_lazy
+    monkeypatch.delitem(sys.modules, "ffpkg_lazy.lazy", raising=False)
+    assert "not loaded yet: ffpkg_lazy.lazy" in brk(ffpkg_lazy.f, x4)["reason"]
+    assert "ffpkg_lazy.lazy" not in sys.modules  # the trace did not run the module's code
+    check(ffpkg_lazy.f, x4)

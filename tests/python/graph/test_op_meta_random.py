@@ -196,3 +196,22 @@ def test_random_nn(seed):
         fn, args, kwargs = rng.choice(calls)
         typed_by_rule += check(fn, *args, **kwargs)
     assert typed_by_rule > 40
+
+
+ACTIVATIONS = ["relu", "relu6", "gelu", "silu", "hardswish", "hardsigmoid", "elu", "leaky_relu", "mish", "softplus",
+               "selu", "celu", "hardtanh", "logsigmoid", "sigmoid", "tanh"]
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_random_activations(seed):
+    # Layouts with size-1 dims of any stride (a pooled [N, C, 1, 1] in channels-last: squeeze-excite blocks).
+    rng = random.Random(300 + seed)
+    F = torch.nn.functional
+    typed_by_rule = 0
+    for _ in range(120):
+        x = random_tensor(rng, dtype=rng.choice([torch.float32, torch.float64]))
+        if rng.random() < 0.3:
+            x = random_4d(rng, rng.choice([1, 3, 8]), x.dtype)[:, :, :1, :1]
+        fn = getattr(torch, name) if (name := rng.choice(ACTIVATIONS)) in ("sigmoid", "tanh") else getattr(F, name)
+        typed_by_rule += check(fn, x)
+    assert typed_by_rule > 80

@@ -3,6 +3,7 @@ graph/passes/channels_last.h): conv weights become NHWC copies made once per wei
 kernels between convolutions read and write NHWC, and outputs come back in eager's layout. Every
 model here is compiled with the knob on and off and must equal eager, strides included."""
 import logging
+import operator
 import os
 import sys
 
@@ -283,6 +284,26 @@ def test_grouped_and_depthwise_convolutions():
     assert cg.channels_last
     (got,) = cg(x, wg, wd)
     want = F.relu6(F.conv2d(F.relu(F.conv2d(x, wg, None, 1, 1, 1, 2)), wd, None, 1, 1, 1, 8))
+    torch.testing.assert_close(got, want, **TOL[torch.float32])
+    assert got.stride() == want.stride()
+
+
+def test_squeeze_excite_gate_of_a_pooled_batch_of_one():
+    # A pooled [1, C, 1, 1] in NHWC has strides a contiguous tensor of that shape does not; the activations
+    # after it (timm's squeeze-excite blocks, batch 1) are typed, so the convolutions stay channels-last.
+    torch.manual_seed(0)
+    x, w, ws = torch.randn(1, 3, 12, 12), torch.randn(8, 3, 3, 3), torch.randn(8, 8, 1, 1)
+
+    def fn(g, x, w, ws):
+        y = g.call(F.silu, g.call(F.conv2d, x, w, None, 1, 1))
+        gate = g.call(torch.sigmoid, g.call(F.conv2d, g.call(F.relu, g.call(F.adaptive_avg_pool2d, y, 1)), ws))
+        return g.call(operator.mul, y, gate)
+
+    g, cg = _compile_fn(fn, x, w, ws)
+    assert cg.channels_last
+    (got,) = cg(x, w, ws)
+    y = F.silu(F.conv2d(x, w, None, 1, 1))
+    want = y * torch.sigmoid(F.conv2d(F.relu(F.adaptive_avg_pool2d(y, 1)), ws))
     torch.testing.assert_close(got, want, **TOL[torch.float32])
     assert got.stride() == want.stride()
 
