@@ -8,7 +8,7 @@ import torch
 from . import Case, WorkloadUnavailable, no_grad_step, pick, workload
 
 
-def _timm_case(name, device, scale, **kwargs):
+def _timm_case(name, device, scale, atol=1e-3, **kwargs):
     try:
         import timm
     except Exception as e:
@@ -19,7 +19,7 @@ def _timm_case(name, device, scale, **kwargs):
         kwargs["img_size"] = hw
     model = timm.create_model(name, **kwargs).to(device).eval()
     x = torch.randn(batch, 3, hw, hw, device=device)
-    return Case(model, (x,), step=no_grad_step, atol=1e-3, rtol=1e-3,
+    return Case(model, (x,), step=no_grad_step, atol=atol, rtol=1e-3,
                 note=f"timm {name}, random weights, batch {batch} at {hw}x{hw}")
 
 
@@ -31,7 +31,9 @@ def build_timm_resnet50(device, scale):
 @workload("timm_convnext_tiny", "timm_zoo",
           description="timm convnext_tiny inference (full: b8 224x224 on CPU, b32 on CUDA)")
 def build_timm_convnext_tiny(device, scale):
-    return _timm_case("convnext_tiny", device, scale)
+    # NB: on CUDA both compilers differ from eager by up to 3.5e-3 (its 7x7 depthwise convolutions and
+    # channel layer norms sum in another order).
+    return _timm_case("convnext_tiny", device, scale, atol=1e-2)
 
 
 @workload("timm_efficientnet_b0", "timm_zoo",

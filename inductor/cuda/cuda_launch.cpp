@@ -19,7 +19,8 @@ LaunchConfig launch_config(const KernelPlan& plan, int v, int block, const Devic
     c.block_x = static_cast<unsigned>(var.block_x);
     c.block_y = static_cast<unsigned>(var.block_y);
     // NB: a symbolic row count may leave the last block part full (the kernel clamps its rows).
-    c.grid = static_cast<unsigned>((items + var.block_y - 1) / var.block_y);
+    int64_t rows = var.rows_on_x ? var.block_x : var.block_y;
+    c.grid = static_cast<unsigned>((items + rows - 1) / rows);
     return c;
   }
   c.block_x = static_cast<unsigned>(block > 0 ? block : var.block_x);

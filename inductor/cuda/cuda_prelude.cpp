@@ -159,6 +159,20 @@ template <int OP, int TX, class T> FF_DEV T ff_block_reduce(T v, T* smem) {
   return v;
 }
 
+// Reduces v over the TY threads of this column (threadIdx.x is the row in the block, threadIdx.y the
+// thread within the row); every thread gets the result. smem holds TX * TY values.
+template <int OP, int TX, int TY, class T> FF_DEV T ff_column_reduce(T v, T* smem) {
+  __syncthreads();  // the previous reduction's readers are done with smem
+  smem[threadIdx.y * TX + threadIdx.x] = v;
+  __syncthreads();
+  if (threadIdx.y == 0) {
+    for (int i = 1; i < TY; ++i) v = ff_comb<OP>(v, smem[i * TX + threadIdx.x]);
+    smem[threadIdx.x] = v;
+  }
+  __syncthreads();
+  return smem[threadIdx.x];
+}
+
 template <class T, int N> struct alignas(sizeof(T) * N) ff_vec { T v[N]; };
 // ---- end of prelude ----
 )CUDA";

@@ -709,6 +709,128 @@ void render_row_block(const Program& p, const Kernel& k, const Nest& n, int tx, 
   plan.variants.push_back(var);
 }
 
+// ---- ColumnBlock -----------------------------------------------------------------------------
+
+// A loop and the perfect nest under it (each body a single loop), outermost first.
+std::vector<const Stmt*> perfect_nest(const Stmt& l) {
+  std::vector<const Stmt*> chain{&l};
+  while (chain.back()->body.size() == 1 && chain.back()->body[0].kind == StmtKind::Loop) chain.push_back(&chain.back()->body[0]);
+  return chain;
+}
+
+struct ColumnShape {
+  int rows = 0;     // rows per block (threadIdx.x), 0: the strategy does not apply
+  int threads = 0;  // threads per row (threadIdx.y)
+};
+
+// Where the row body's loops load contiguously across rows (the innermost chain loop's variable
+// with coefficient 1: a channel mean of an NHWC tensor, a column sum) and spread enough work per
+// row, rows go to consecutive lanes and each row's loops to the threads of its column.
+ColumnShape column_shape(const Nest& n) {
+  int innermost_chain = -1;
+  for (const Stmt* l : n.chain)
+    if (hint_of(l->extent) > 1) innermost_chain = l->var;
+  bool across = false;
+  int64_t work = 0;
+  for (const Stmt& s : *n.body) {
+    if (s.kind != StmtKind::Loop) continue;
+    int64_t w = 1;
+    for (const Stmt* l : perfect_nest(s)) w *= hint_of(l->extent);
+    work = std::max(work, w);
+    for_each_expr_in(s, [&](const Expr& e) {
+      loop::Affine a;
+      if (e->kind != ExprKind::Load || !as_affine(e->args[0], &a)) return;
+      for (auto [v, c] : a.terms) across |= v == innermost_chain && c == 1;
+    });
+  }
+  ColumnShape shape;
+  if (innermost_chain < 0 || !across || work < 64) return shape;
+  // 8 lanes of float32 fill a 32-byte sector; wider where there are blocks enough.
+  for (int rows : {32, 16, 8})
+    if (sym_divisible(n.rows, rows) && (hint_of(n.rows) >= int64_t(rows) * 256 || rows == 8)) {
+      shape.rows = rows;
+      break;
+    }
+  if (shape.rows == 0) return shape;
+  int64_t blocks = hint_of(n.rows) / shape.rows;
+  int threads = blocks >= 256 ? 256 : blocks >= 64 ? 512
+                                                   : 1024;
+  shape.threads = threads / shape.rows;
+  while (shape.threads > 8 && int64_t(shape.threads) * 4 > work) shape.threads /= 2;
+  return shape;
+}
+
+// ColumnBlock: like RowBlock with the roles of the thread indices swapped: `row` from threadIdx.x
+// (consecutive rows in consecutive lanes read consecutive addresses), each top-level loop of the
+// row body (with the perfect nest under it flattened) spread over the column's threads (threadIdx.y),
+// its reductions combined through shared memory (ff_column_reduce), row-level stores by thread 0.
+void render_column_block(const Program& p, const Kernel& k, const Nest& n, ColumnShape shape, bool wide,
+                         const std::string& fn, std::ostringstream& out, KernelPlan& plan) {
+  const std::string tx = std::to_string(shape.rows), ty = std::to_string(shape.threads);
+  Emitter em(p, k, out, wide);
+  em.line(0, "extern \"C\" __global__ void __launch_bounds__(" + std::to_string(shape.rows * shape.threads) + ") " + fn + "(" +
+                 em.params() + ") {");
+  std::set<loop::ScalarType> red_types;
+  for (const Stmt& s : *n.body)
+    if (s.kind == StmtKind::Loop)
+      for (int l : loop_info(s).reduced) red_types.insert(k.locals.at(static_cast<size_t>(l)));
+  for (auto t : red_types)
+    em.line(1, std::string("__shared__ ") + c_type(t) + " sm_" + loop::scalar_type_name(t) + "[" +
+                   std::to_string(shape.rows * shape.threads) + "];");
+  em.declare_locals(1);
+  std::string ix = em.ix();
+  em.line(1, "const " + ix + " row = (" + ix + ")blockIdx.x * " + tx + " + threadIdx.x;");
+  em.line(1, "const int tid = threadIdx.y;");
+  bind_chain(em, n, "row", 1);
+  std::set<int> stored_so_far;
+  for (const Stmt& s : *n.body) {
+    bool reads_stored = false;
+    for_each_expr_in(s, [&](const Expr& e) { reads_stored |= e->kind == ExprKind::Load && stored_so_far.count(e->id); });
+    if (reads_stored) {
+      em.line(1, "__syncthreads();");
+      stored_so_far.clear();
+    }
+    for_each_stmt(s, [&](const Stmt& x) {
+      if (x.kind == StmtKind::Store) stored_so_far.insert(x.buf);
+    });
+    if (s.kind == StmtKind::Store) {
+      em.line(1, "if (tid == 0) {");
+      em.stmt(s, 2);
+      em.line(1, "}");
+      continue;
+    }
+    if (s.kind != StmtKind::Loop) {
+      em.stmt(s, 1);
+      continue;
+    }
+    Nest inner;
+    for (const Stmt* l : perfect_nest(s)) inner.chain.push_back(l);
+    inner.body = &inner.chain.back()->body;
+    for (const Stmt* l : inner.chain) inner.rows = inner.rows * l->extent;
+    std::string f = "f" + std::to_string(s.var);
+    em.line(1, "for (" + ix + " " + f + " = tid; " + f + " < " + em.size(inner.rows) + "; " + f + " += " + ty + ") {");
+    bind_chain(em, inner, f, 2);
+    for (const Stmt& c : *inner.body) em.stmt(c, 2);
+    em.line(1, "}");
+    LoopInfo info = loop_info(s);
+    for (int l : info.reduced) {
+      loop::ScalarType t = k.locals.at(static_cast<size_t>(l));
+      std::string tl = "t" + std::to_string(l);
+      em.line(1, tl + " = ff_column_reduce<" + std::to_string(Emitter::reduce_code(info.rop[l])) + ", " + tx + ", " + ty +
+                     ">(" + tl + ", sm_" + loop::scalar_type_name(t) + ");");
+    }
+  }
+  em.line(0, "}");
+  KernelVariant var;
+  var.fn = fn;
+  var.block_x = shape.rows;
+  var.block_y = shape.threads;
+  var.fixed_block = true;
+  var.rows_on_x = true;
+  plan.rows_per_block = shape.rows;
+  plan.variants.push_back(var);
+}
+
 int heuristic_tx(const Nest& n) {
   int64_t max_extent = 1;
   for (const Stmt& s : *n.body)
@@ -784,6 +906,9 @@ ModuleSource render_module(const Program& p, const RenderOptions& opts) {
       plan.variants.push_back(scalar.variants.back());
       plan.rows_per_block = scalar.rows_per_block;
       has_fallback = !kept.empty();
+    } else if (ColumnShape shape = column_shape(n); shape.rows > 0 && row_block_ok(k, n, &why)) {
+      plan.strategy = Strategy::ColumnBlock;
+      render_column_block(p, k, n, shape, wide, base, ks, plan);
     } else {
       plan.strategy = Strategy::Serial;
       render_serial(p, k, n, wide, base, ks, plan);

@@ -12,8 +12,12 @@
 //              a reduction into a row-level local ends with a warp-shuffle + shared-memory block
 //              reduction that leaves the result in every thread; row-level stores are done by one
 //              thread.
-//   Serial     anything else (and reductions whose loads are contiguous across rows rather than
-//              along them, e.g. a column sum): one thread per row, the row body as written.
+//   ColumnBlock reductions whose loads are contiguous across rows rather than along them (a column
+//              sum, a channel mean of an NHWC tensor) with work enough per row: a block of R rows
+//              in consecutive lanes (threadIdx.x) times T threads per row (threadIdx.y); each
+//              top-level loop of the row body, its perfect nest flattened, spread over the T
+//              threads, its reductions combined through shared memory; rows must divide by R.
+//   Serial     anything else: one thread per row, the row body as written.
 // Sizes are compile-time constants in the source, except in a program with symbolic sizes (dynamic
 // shapes): its kernels take the size symbols they read as arguments after their buffers, and the
 // source relies only on what holds at every binding (a vector width divides a symbolic extent
@@ -29,7 +33,7 @@
 
 namespace ff::cuda {
 
-#define FF_CUDA_STRATEGIES(X) X(Pointwise) X(RowBlock) X(Serial)
+#define FF_CUDA_STRATEGIES(X) X(Pointwise) X(RowBlock) X(ColumnBlock) X(Serial)
 enum class Strategy : uint8_t {
 #define FF_CUDA_STRATEGY_ENUM(e) e,
   FF_CUDA_STRATEGIES(FF_CUDA_STRATEGY_ENUM)
@@ -42,6 +46,7 @@ struct KernelVariant {
   std::string fn;              // extern "C" function name in the module
   int block_x = 256, block_y = 1;  // RowBlock: fixed by the source; others: default, tunable
   bool fixed_block = false;
+  bool rows_on_x = false;      // ColumnBlock: block_x rows per block (else block_y)
   int vec = 1;                 // Pointwise: elements per thread step in this variant
   // Buffers (ids) whose pointers must be aligned to `align` bytes for this variant (vector access).
   std::vector<std::pair<int, int>> aligned;
@@ -55,7 +60,7 @@ struct KernelPlan {
   std::vector<SymbolId> symbols;  // kernel ABI: after the buffers, these symbols' values (int64)
   bool wide_index = false;     // 64-bit indices (else 32-bit: see needs_wide_index)
   int vec = 1;                 // Pointwise: elements per thread step
-  int rows_per_block = 1;      // RowBlock
+  int rows_per_block = 1;      // RowBlock, ColumnBlock
   std::vector<int> buffers;    // kernel ABI: one pointer per buffer, in this order
   bool rerunnable = true;      // no buffer is both loaded and stored (max-autotune may re-run it)
   // Candidates, best first by the heuristic; the runtime picks the first whose alignment holds,

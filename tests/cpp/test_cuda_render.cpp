@@ -154,14 +154,39 @@ TEST(CudaRender, LayerNormGeluBf16) {
   expect_compiles(m);
 }
 
-// A column sum reads contiguously across rows: one thread per output column.
-TEST(CudaRender, ColumnSumIsSerialPerColumn) {
+// A column sum reads contiguously across rows: columns go to consecutive lanes, each column's rows
+// to the threads of its block (ColumnBlock); a short one stays one thread per column.
+TEST(CudaRender, ColumnSumSpreadsEachColumnOverAThreadColumn) {
   Graph g;
   NodeId x = input(g, "x", {512, 256});
   g.set_output(Value::tuple({N(call(g, "sum", {N(x), Value::list({Value::of_int(0)})}))}));
   auto m = render(g);
   ASSERT_EQ(m.kernels.size(), 1u);
-  EXPECT_EQ(m.kernels[0].strategy, cuda::Strategy::Serial);
+  EXPECT_EQ(m.kernels[0].strategy, cuda::Strategy::ColumnBlock);
+  ASSERT_EQ(m.kernels[0].variants.size(), 1u);
+  const cuda::KernelVariant& v = m.kernels[0].variants[0];
+  EXPECT_TRUE(v.fixed_block && v.rows_on_x);
+  EXPECT_EQ(256 % v.block_x, 0);
+  EXPECT_NE(m.source.find("ff_column_reduce<0, " + std::to_string(v.block_x) + ", " + std::to_string(v.block_y) + ">"),
+            std::string::npos);
+  expect_compiles(m);
+
+  Graph small;
+  NodeId y = input(small, "y", {16, 256});
+  small.set_output(Value::tuple({N(call(small, "sum", {N(y), Value::list({Value::of_int(0)})}))}));
+  EXPECT_EQ(render(small).kernels[0].strategy, cuda::Strategy::Serial);
+}
+
+// The channel mean of an NHWC tensor (squeeze-excite): the H and W loops are flattened and spread.
+TEST(CudaRender, ChannelMeanOfChannelsLastIsAColumnBlock) {
+  Graph g;
+  TensorMeta t = TensorMeta::contiguous({8, 32, 56, 56}, DType::Float32);
+  t.strides = {56 * 56 * 32, 1, 56 * 32, 32};
+  NodeId x = g.add_placeholder("x", ValueMeta::of_tensor(t));
+  g.set_output(Value::tuple({N(call(g, "mean", {N(x), Value::list({Value::of_int(2), Value::of_int(3)})}))}));
+  auto m = render(g);
+  ASSERT_EQ(m.kernels.size(), 1u);
+  EXPECT_EQ(m.kernels[0].strategy, cuda::Strategy::ColumnBlock);
   expect_compiles(m);
 }
 

@@ -4,7 +4,7 @@ The zoo is the issue's four: resnet50, convnext_tiny, efficientnet_b0 and vit_sm
 `timm.create_model` with random weights (nothing downloaded), 10 classes, batch 2 at 64x64 (ViT with
 `img_size=64`). Each is one graph with no break and no recompile; its inference matches eager on both
 backends (bit for bit on the eager backend, inductor_util.tolerance on inductor), and so do a training
-step's loss, gradients and batch-norm running statistics.
+step's loss, gradients and batch-norm running statistics. On a GPU (marked `cuda`), inference on CUDA too.
 
 timm needs torchvision. torchvision imports beside the Debian lane's torch 1.13 (python3-torchvision), and
 scripts/test.sh installs timm there from PyPI (scripts/requirements-debian.txt). PyPI's torchvision does
@@ -24,6 +24,7 @@ import torch  # noqa: E402
 
 import framefuse  # noqa: E402
 import inductor_util as iu  # noqa: E402
+from cuda_util import fp32_and_fresh, gpu  # noqa: E402, F401  (fixture)
 
 pytestmark = pytest.mark.usefixtures("fresh_framefuse")
 
@@ -108,3 +109,18 @@ def test_timm_training_step_matches_eager(name, backend):
             torch.testing.assert_close(grads[n], g, **tol, msg=lambda m: f"grad of {n}: {m}")
         for (n, b), (_, want) in zip(twin.named_buffers(), model.named_buffers()):
             torch.testing.assert_close(b, want, **tol, msg=lambda m: f"buffer {n}: {m}")
+
+
+@gpu
+@pytest.mark.usefixtures("fp32_and_fresh")
+@pytest.mark.parametrize("name", list(ZOO))
+def test_timm_cuda_inference_is_one_graph_and_matches_eager(name):
+    model = build(name).cuda().eval()
+    x = images().cuda()
+    compiled = framefuse.compile(model)
+    with torch.no_grad():
+        want = model(x)
+        for _ in range(2):
+            torch.testing.assert_close(compiled(x), want, rtol=1e-4, atol=1e-4)
+    stats = framefuse._C._frame_eval_stats()
+    assert (stats["frames_compiled"], stats["graph_breaks"], stats["internal_errors"]) == (1, 0, 0), stats
