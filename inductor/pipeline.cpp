@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <iterator>
 
+#include "graph/passes/split_conv_bias.h"
 #include "graph/printer.h"
 #include "graph/verifier.h"
 #include "inductor/cuda/cuda_api.h"
@@ -283,6 +284,7 @@ CudaCompiled compile_for_cuda(const Graph& g, const CudaPipelineOptions& options
                         out.channels_last = std::move(cl);
                         return rewritten;
                       }});
+  passes.push_back({"split_conv_bias", split_conv_bias});
   out.graph = run_passes(g, passes, options.observer);
   out.device = cuda_device_of(out.graph, options.assume_cuda);
   std::vector<std::string> notes, fusion_log, mem_log;

@@ -9,7 +9,7 @@
 //                      write_epilogues_in_place, collapse_outer_loops | LLVM
 //   compile_for_cuda:  fold_constants, fuse_attention, eliminate_common_subexpressions,
 //                      eliminate_dead_code, functionalize, fold_conv_batch_norm (reduce-overhead),
-//                      channels_last | lower_graph, fuse_kernels, eliminate_dead_stores,
+//                      channels_last, split_conv_bias | lower_graph, fuse_kernels, eliminate_dead_stores,
 //                      plan_memory | CUDA C++ (render_cuda: cuda/cuda_render.h; NVRTC: compile_cubins)
 //
 // Each pass is timed and logged (artifact `passes`), verified after it runs when config

@@ -1,5 +1,6 @@
 """Where a zoo model's GPU time goes under framefuse: the CUDA kernels of a few steady calls, from
-torch.profiler, against eager's. `python3 benchmarks/experiments/gpu_model_profile.py --workload llama`.
+torch.profiler, against eager's (and torch.compile's with --torch-compile).
+`python3 benchmarks/experiments/gpu_model_profile.py --workload llama`.
 """
 import argparse
 
@@ -27,10 +28,13 @@ def main():
     p = argparse.ArgumentParser()
     p.add_argument("--workload", default="llama")
     p.add_argument("--rows", type=int, default=25)
+    p.add_argument("--torch-compile", action="store_true", help="profile torch.compile's default mode too")
     a = p.parse_args()
     case = build_case(all_workloads()[a.workload], "cuda", "full")
     profile(case, case.target, "eager", a.rows)
     profile(case, framefuse.compile(case.target), "framefuse", a.rows)
+    if a.torch_compile:
+        profile(case, torch.compile(case.target), "torch.compile", a.rows)
 
 
 if __name__ == "__main__":

@@ -92,6 +92,14 @@ def _bn_relu_max_pool(dev, channels_last=False):
     return g, [x, sc, sh]
 
 
+def _conv_bias_relu(dev):
+    x, w, b = torch.randn(2, 3, 12, 12, device=dev), torch.randn(8, 3, 3, 3, device=dev), torch.randn(8, device=dev)
+    g = Graph()
+    gx, gw, gb = g.placeholder("x", x), g.placeholder("w", w), g.placeholder("b", b)
+    g.output((g.call(torch.relu, g.call(F.conv2d, gx, gw, gb, 1, 1)),))
+    return g, [x, w, b]
+
+
 def _attention_heads(dev):
     # nanoGPT's explicit attention from the qkv product: q, k and v are strided views of it whose
     # batch dims (batch, head) do not flatten, so the batched products get copies made by kernels.
@@ -141,6 +149,7 @@ CASES = {
     "reductions": (_reductions, 1e-4),
     "linear_relu": (_linear_relu, 1e-4),
     "broadcast_transpose": (_broadcast_transpose, 1e-5),
+    "conv_bias_relu": (_conv_bias_relu, 1e-4),
 }
 
 
@@ -162,6 +171,18 @@ def test_softmax_is_one_row_block_kernel():
     fn = cuda.compile_graph(g, arch="sm_90")
     (k,) = fn.kernels()
     assert "RowBlock over 64 rows" in k
+
+
+def test_a_convolution_bias_is_added_in_the_kernel_after_it():
+    # cuDNN would add the bias in a kernel of its own: the convolution runs without it and the relu
+    # kernel adds it (graph/passes/split_conv_bias.h).
+    _need_nvrtc()
+    g, _ = _conv_bias_relu("cpu")
+    fn = cuda.compile_graph(g, arch="sm_90")
+    assert len(fn.kernels()) == 1
+    bias = re.search(r"(buf\d+): f32\[8\] strides \[1\] Input #2 \(b\)", fn.program).group(1)
+    kernel = fn.program[fn.program.index("kernel k0"):]
+    assert f"{bias}[" in kernel and "relu" in fn.program
 
 
 def _vector_variant(source, fn_name):
