@@ -75,7 +75,8 @@ std::string Guard::str() const {
     case Kind::GlobalState:
       return std::string("torch.is_grad_enabled() == ") + (grad_enabled ? "True" : "False") +
              " and torch.get_default_dtype() == torch." + std::string(dtype_name(default_dtype)) +
-             (expected ? " and autocast == " + repr_of(expected) : " and not autocast");
+             (expected ? " and autocast == " + repr_of(expected) : " and not autocast") +
+             (deterministic < 0 ? "" : std::string(" and torch.are_deterministic_algorithms_enabled() == ") + (deterministic ? "True" : "False"));
     case Kind::ShapeRelations: {
       std::string out = "shape_relations(";
       for (size_t i = 0; shape_env && i < shape_env->guards().size(); ++i)

@@ -92,6 +92,7 @@ struct Guard {
   int64_t length = 0;          // LenMatch, LenAtLeast; SymbolicInt: the symbol
   bool grad_enabled = true;    // GlobalState
   DType default_dtype = DType::Float32;  // GlobalState
+  int deterministic = -1;      // GlobalState: torch.are_deterministic_algorithms_enabled() as the trace read it (-1: unread)
   std::shared_ptr<const ShapeEnv> shape_env;  // ShapeRelations
 
   std::string str() const;  // the check as a Python expression, e.g. "L['x'].size()[0] == 8"

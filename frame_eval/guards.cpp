@@ -57,6 +57,7 @@ struct GuardProgram::Check {
   bool grad_enabled = true;
   PyObject* default_dtype = nullptr;  // borrowed
   int native_default_dtype = -1;      // its c10::ScalarType where framefuse._torch_native is loaded
+  int deterministic = -1;             // torch.are_deterministic_algorithms_enabled() (-1: not checked)
   // ShapeRelations
   std::shared_ptr<const ShapeCheck> shapes;
 };
@@ -384,6 +385,7 @@ GuardProgram::GuardProgram(const std::vector<Guard>& guards, const std::vector<S
         c.expected = g.expected;
         Py_XINCREF(c.expected);
         c.grad_enabled = g.grad_enabled;
+        c.deterministic = g.deterministic;
         c.default_dtype = torch_dtype_object(g.default_dtype);
         FF_CHECK(c.default_dtype != nullptr, "unknown default dtype");
         if (native_) c.native_default_dtype = native_->dtype_scalar_type(c.default_dtype);
@@ -781,6 +783,16 @@ bool GuardProgram::run_check(const Check& c, const Slots& slots, std::string* wh
     }
     case Guard::Kind::GlobalState: {
       if (!autocast_matches(c.expected, why)) return false;
+      if (c.deterministic >= 0) {
+        PyObject* d = call_torch_getter(torch_refs().get_deterministic);
+        int now = d ? PyObject_IsTrue(d) : -1;
+        Py_XDECREF(d);
+        if (now < 0) PyErr_Clear();
+        if (now != c.deterministic) {
+          if (why) *why = std::string("torch.are_deterministic_algorithms_enabled() == ") + (c.deterministic ? "True" : "False");
+          return false;
+        }
+      }
       if (c.native_default_dtype >= 0 && !why)
         return native_->grad_enabled() == static_cast<int>(c.grad_enabled) &&
                native_->default_scalar_type() == c.native_default_dtype;

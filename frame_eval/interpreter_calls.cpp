@@ -25,6 +25,40 @@ bool is_module(PyObject* o) { return PyObject_TypeCheck(o, reinterpret_cast<PyTy
 
 }  // namespace
 
+namespace {
+// A typing operand as a Python value: aliases read from frame state (typing.List) are objects,
+// the types and aliases of a subscript's key may sit in a tuple.
+PyObject* typing_operand(const Sym& s) {
+  if (s->is(SymKind::Object)) return Py_NewRef(s->obj.get());
+  if (!s->is(SymKind::Tuple)) return sym_to_const(s);
+  PyRef t = PyRef::steal(PyTuple_New(static_cast<Py_ssize_t>(s->items.size())));
+  for (size_t i = 0; i < s->items.size(); ++i) {
+    PyObject* c = typing_operand(s->items[i]);
+    if (!c) return nullptr;
+    PyTuple_SET_ITEM(t.get(), static_cast<Py_ssize_t>(i), c);
+  }
+  return t.release();
+}
+}  // namespace
+
+// typing's subscripts (`List[int]`, `Dict[str, List[float]]`) evaluated now: the forms compare equal
+// however often they are made (typing caches them; on 3.12 its cache wrapper reads a dict keyed by
+// functions, which a trace does not model).
+Sym SymbolicTracer::typing_call(PyObject* fn, const std::vector<Sym>& args) {
+  PyRef tuple = PyRef::steal(PyTuple_New(static_cast<Py_ssize_t>(args.size())));
+  for (size_t i = 0; i < args.size(); ++i) {
+    PyObject* c = typing_operand(args[i]);
+    if (!c) brk(BreakKind::UnsupportedOperand, "typing's subscript of " + describe_sym(args[i]));
+    PyTuple_SET_ITEM(tuple.get(), static_cast<Py_ssize_t>(i), c);
+  }
+  PyRef r = PyRef::steal(PyObject_Call(fn, tuple.get(), nullptr));
+  if (!r) {
+    PyErr_Clear();
+    brk(BreakKind::RaisesInTrace, "typing's subscript raises");
+  }
+  return wrap(r.get(), nullptr);
+}
+
 Sym SymbolicTracer::call(const Sym& fn, std::vector<Sym> args, KwArgs kwargs) {
   if (symints_made_ > 0 && !keeps_symint_args(fn)) {
     for (const Sym& a : args) specialize_ints(a);
@@ -63,21 +97,7 @@ Sym SymbolicTracer::call(const Sym& fn, std::vector<Sym> args, KwArgs kwargs) {
     }
     case SymKind::Object: {
       if (is_module(fn->obj.get())) return call_module(fn, std::move(args), std::move(kwargs));
-      if (is_typing_cache(fn->obj.get()) && kwargs.empty()) {
-        PyRef tuple = PyRef::steal(PyTuple_New(static_cast<Py_ssize_t>(args.size())));
-        for (size_t i = 0; i < args.size(); ++i) {
-          // The alias being subscripted is an object read from frame state (typing.List): itself.
-          PyObject* c = args[i]->is(SymKind::Object) ? Py_NewRef(args[i]->obj.get()) : sym_to_const(args[i]);
-          if (!c) brk(BreakKind::UnsupportedOperand, "typing's subscript of " + describe_sym(args[i]));
-          PyTuple_SET_ITEM(tuple.get(), static_cast<Py_ssize_t>(i), c);
-        }
-        PyRef r = PyRef::steal(PyObject_Call(fn->obj.get(), tuple.get(), nullptr));
-        if (!r) {
-          PyErr_Clear();
-          brk(BreakKind::RaisesInTrace, "typing's subscript raises");
-        }
-        return wrap(r.get(), nullptr);
-      }
+      if (is_typing_cache(fn->obj.get()) && kwargs.empty()) return typing_call(fn->obj.get(), args);
       PyObject* call_attr = type_lookup(Py_TYPE(fn->obj.get()), "__call__");
       if (call_attr && PyFunction_Check(call_attr)) {
         args.insert(args.begin(), fn);

@@ -232,6 +232,7 @@ class SymbolicTracer {
   static PyObject* structseq_type_of(PyObject* fn, size_t n);
   Sym unchanged_self(const Node& n, const std::vector<Sym>& args);
   Sym fold(PyObject* fn, const std::vector<Sym>& args, const KwArgs& kwargs, const std::string& what);
+  Sym typing_call(PyObject* fn, const std::vector<Sym>& args);  // fn(*args) of typing, evaluated now
   Sym binary_op(int nb_op, const Sym& a, const Sym& b);
   Sym compare_op(int cmp, const Sym& a, const Sym& b);
   Sym unary_op(const char* op_name, const Sym& a);

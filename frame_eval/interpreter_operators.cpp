@@ -501,6 +501,10 @@ Sym SymbolicTracer::subscript(const Sym& c, const Sym& index) {
     }
     case SymKind::Object: {
       PyObject* o = c->obj.get();
+      if (is_typing_form(o)) {
+        PyRef fn = operator_fn("getitem");
+        return typing_call(fn.get(), {c, index});
+      }
       if (is_module_container(o)) {
         PyObject* modules = dict_of(o) ? PyDict_GetItemString(dict_of(o), "_modules") : nullptr;
         if (!modules) break;

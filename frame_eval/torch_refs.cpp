@@ -48,6 +48,7 @@ TorchRefs* load_torch_refs() {
   {
     PyRef c = PyRef::steal(PyObject_GetAttrString(refs->torch, "_C"));
     refs->any_autocast = c ? attr_or_null(c.get(), "_is_any_autocast_enabled") : nullptr;
+    refs->get_deterministic = c ? attr_or_null(c.get(), "_get_deterministic_algorithms") : nullptr;
     refs->dispatch_stack_len = c ? attr_or_null(c.get(), "_len_torch_dispatch_stack") : nullptr;
     PyErr_Clear();
     PyRef ft = PyRef::steal(c ? PyObject_GetAttrString(c.get(), "_functorch") : nullptr);

@@ -37,6 +37,7 @@ struct TorchRefs {
   PyTypeObject* tensor_base = nullptr;    // torch._C.TensorBase (torch._C._TensorBase on 1.x)
   PyObject* is_grad_enabled = nullptr;    // torch.is_grad_enabled
   PyObject* get_default_dtype = nullptr;  // torch.get_default_dtype
+  PyObject* get_deterministic = nullptr;  // torch._C._get_deterministic_algorithms
   PyObject* strided = nullptr;            // torch.strided
   PyObject* any_autocast = nullptr;       // torch._C._is_any_autocast_enabled (null on torch 1.x)
   // torch.utils._python_dispatch.is_in_torch_dispatch_mode (null where torch lacks it or its

@@ -370,3 +370,25 @@ def test_first_compiles_in_two_threads_of_a_fresh_process_finish():
     r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr[-2000:]
     assert "ok [True, True, True, True]" in r.stdout
+
+
+def _pads_by_determinism(x):
+    # torch's F.pad and pooling read this flag (torch 2.x) before choosing a kernel.
+    return x + 1 if torch.are_deterministic_algorithms_enabled() else x - 1
+
+
+@pytest.mark.parametrize("backend", ["eager", "inductor"])
+def test_deterministic_algorithms_flag_is_read_and_guarded(backend, logs, fresh_framefuse):
+    x = torch.ones(3)
+    report = framefuse.explain(_pads_by_determinism)(x)
+    assert (report.graph_count, report.graph_break_count) == (1, 0), report.break_reasons
+    framefuse.reset()
+    compiled = framefuse.compile(_pads_by_determinism, backend=backend)
+    assert torch.equal(compiled(x), x - 1)
+    try:
+        torch.use_deterministic_algorithms(True)
+        assert torch.equal(compiled(x), x + 1)
+    finally:
+        torch.use_deterministic_algorithms(False)
+    assert torch.equal(compiled(x), x - 1)
+    assert "torch.are_deterministic_algorithms_enabled() == False" in logs.text

@@ -3,6 +3,8 @@ torch needed) traces correctly: these tests also run on interpreters without tor
 import dis
 import opcode
 import sys
+import typing
+from typing import Dict, List
 
 import pytest
 
@@ -119,6 +121,16 @@ def control(n):
                                      (classes, (4,)), (control, (9,)), (control, (2,))])
 def test_pure_python_constructs(fn, args):
     assert out(fn, *args) == repr(fn(*args))
+
+
+def annotated(n):
+    # Library code's `torch.jit.annotate(List[torch.Tensor], [])`: a typing subscript of a global.
+    # On 3.12 typing's cache wrapper reads a dict keyed by functions; the subscript is evaluated.
+    return List[int] is List[int], Dict[str, List[float]] is Dict[str, List[float]], typing.Optional[int] is not None, n
+
+
+def test_typing_subscripts_of_globals():
+    assert out(annotated, 3) == repr(annotated(3))
 
 
 def test_kwonly_defaults_varargs():
