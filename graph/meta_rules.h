@@ -99,6 +99,7 @@ bool call_mutates_input(const OpDef& op, const std::vector<Value>& bound);
   X(meta_conv)             /* conv1d / conv2d */                                                    \
   X(meta_pool)             /* max_pool2d / avg_pool2d / adaptive_avg_pool2d */                      \
   X(meta_pad)              /* F.pad */                                                              \
+  X(meta_interpolate)      /* F.interpolate: nearest, bilinear, bicubic of 4-d inputs */            \
   X(meta_creation)         /* arange / zeros / full / *_like / new_* ... */                         \
   X(meta_rng_state)        /* manual_seed / set_rng_state: None; get_rng_state: the fallback */     \
   X(meta_fallback)         /* no rule: always the meta-tensor fallback */

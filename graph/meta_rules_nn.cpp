@@ -370,6 +370,45 @@ std::optional<ValueMeta> meta_pad(const MetaContext& ctx) {
   return suggested_format(x, sizes, x.dtype, x.requires_grad);
 }
 
+// F.interpolate of a 4-d float tensor in the modes torch's upsample kernels serve (area, antialias and
+// bicubic of channels-last inputs are left to the fallback): [N, C, *size], or each spatial size times its scale, rounded down; in
+// the input's suggested memory format (a channels-last input gives a channels-last result).
+std::optional<ValueMeta> meta_interpolate(const MetaContext& ctx) {
+  const TensorMeta& x = ctx.tensor("input");
+  const std::string& mode = ctx.arg("mode").s;
+  bool nearest = mode == "nearest" || mode == "nearest-exact";
+  if (x.dim() != 4 || !is_floating(x.dtype) || !(nearest || mode == "bilinear" || mode == "bicubic")) return std::nullopt;
+  if (ctx.arg("antialias").b || (nearest && !ctx.arg("align_corners").is_none())) return std::nullopt;
+  // NB: bicubic keeps a channels-last input's layout on torch 2.x, not on 1.13 (CPU).
+  if (mode == "bicubic" && strides_like_channels_last(x)) return std::nullopt;
+  const Value &size = ctx.arg("size"), &scale = ctx.arg("scale_factor");
+  if (size.is_none() == scale.is_none()) return std::nullopt;  // eager raises
+  auto pair = [](const Value& v) {  // a number, or a list or tuple of two
+    std::vector<Value> out;
+    if (v.kind == Value::Kind::List || v.kind == Value::Kind::Tuple) out = v.items;
+    else out = {v, v};
+    return out;
+  };
+  std::vector<Value> given = pair(size.is_none() ? scale : size);
+  if (given.size() != 2) return std::nullopt;
+  SymShape sizes = {x.sizes[0], x.sizes[1]};
+  for (size_t i = 0; i < 2; ++i) {
+    const Value& v = given[i];
+    if (!size.is_none()) {
+      if (v.kind != Value::Kind::Int || v.i <= 0) return std::nullopt;
+      sizes.push_back(v.i);
+      continue;
+    }
+    const SymInt& in = x.sizes[2 + i];
+    if (!v.is_number() || in.is_symbolic()) return std::nullopt;
+    double out = std::floor(static_cast<double>(in.hint()) * v.as_double());
+    if (!(out >= 1)) return std::nullopt;
+    sizes.push_back(static_cast<int64_t>(out));
+  }
+  if (x.numel() == 0) return std::nullopt;
+  return suggested_format(x, sizes, x.dtype, x.requires_grad);
+}
+
 std::optional<ValueMeta> meta_creation(const MetaContext& ctx) {
   const std::string& n = ctx.op.name;
   bool like = n.ends_with("_like");

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <iterator>
 
+#include "graph/passes/creations_on_device.h"
 #include "graph/passes/split_conv_bias.h"
 #include "graph/printer.h"
 #include "graph/verifier.h"
@@ -262,6 +263,7 @@ CudaCompiled compile_for_cuda(const Graph& g, const CudaPipelineOptions& options
   stage.fuse_attention = options.fuse_attention;
   stage.cuda_tf32_matmul = options.cuda_tf32_matmul;
   std::vector<NamedPass<Graph>> passes = graph_passes(stage);
+  passes.insert(passes.begin(), {"creations_on_device", creations_on_device});
   // NB: cuDNN's fused convolutions cost more host time per call than plain ones; that time is gone
   // under a CUDA graph, where the saved kernels pay off (resnet18 b32 H100: reduce-overhead 2.11x
   // eager), while without one a host-bound call got slower (1.40x against 1.51x unfolded).

@@ -7,7 +7,7 @@
 //                      eliminate_dead_code, functionalize, channels_last | lower_graph, fuse_kernels,
 //                      eliminate_dead_stores, plan_memory, reuse_reduced_values,
 //                      write_epilogues_in_place, collapse_outer_loops | LLVM
-//   compile_for_cuda:  fold_constants, fuse_attention, eliminate_common_subexpressions,
+//   compile_for_cuda:  creations_on_device, fold_constants, fuse_attention, eliminate_common_subexpressions,
 //                      eliminate_dead_code, functionalize, fold_conv_batch_norm (reduce-overhead),
 //                      channels_last, split_conv_bias | lower_graph, fuse_kernels, eliminate_dead_stores,
 //                      plan_memory | CUDA C++ (render_cuda: cuda/cuda_render.h; NVRTC: compile_cubins)

@@ -597,6 +597,16 @@ cases("max_pool2d", C(F.max_pool2d, T(2, 3, 8, 8), 2), C(F.max_pool2d, T(2, 3, 9
 cases("avg_pool2d", C(F.avg_pool2d, T(2, 3, 8, 8), 2), C(F.avg_pool2d, T(2, 3, 9, 9), 3, 2, 1, count_include_pad=False),
       C(F.avg_pool2d, T(2, 3, 8, 8, layout="cl"), 2, ceil_mode=True), C(F.avg_pool2d, T(3, 7, 7, rg=True), (2, 3), divisor_override=3),
       C(F.avg_pool2d, T(1, 1, 5, 5), 2, padding=2), C(F.avg_pool2d, T(2, 3, 8, 8, layout="perm"), 2))
+cases("interpolate", C(F.interpolate, T(2, 3, 4, 5), scale_factor=2), C(F.interpolate, T(1, 2, 5, 7, layout="cl"), size=(3, 9)),
+      C(F.interpolate, T(2, 3, 4, 5), scale_factor=1.5, mode="bilinear"),
+      C(F.interpolate, T(2, 3, 4, 5, layout="cl"), scale_factor=(2, 0.5), mode="bilinear", align_corners=True),
+      C(F.interpolate, T(1, 3, 6, 6, dtype=f64), size=4, mode="bicubic"),
+      C(F.interpolate, T(2, 8, 1, 1, layout="cl"), scale_factor=7, mode="nearest-exact"),
+      C(F.interpolate, T(2, 3, 4, 5, rg=True), size=[8, 10], mode="bilinear"),
+      C(F.interpolate, T(2, 3, 7, 5), scale_factor=0.3), C(F.interpolate, T(2, 3, 4, 5, layout="T"), scale_factor=2),
+      C(F.interpolate, T(2, 3, 4, 5), scale_factor=2, mode="area", fallback=True),
+      C(F.interpolate, T(2, 3, 8), scale_factor=2, mode="linear", fallback=True),
+      C(F.interpolate, T(2, 3, 4, 5), scale_factor=2, mode="bilinear", antialias=True, fallback=True))
 cases("pad", C(F.pad, X, (1, 2)), C(F.pad, T(2, 3, 4), (1, 1, 2, 2), value=1.0), C(F.pad, T(2, 3, 4, 5, layout="cl"), (1, 1)),
       C(F.pad, X, (-1, 1)), C(F.pad, T(3, 4, rg=True), (0, 0, 1, 0)), C(F.pad, T(1, 2, 4, 4), (1, 1, 1, 1), mode="reflect", fallback=True),
       C(F.pad, X, (1,)), C(F.pad, X, (-3, -2)), C(F.pad, T(3, 4, layout="T"), (1, 1)))

@@ -185,6 +185,34 @@ def test_a_convolution_bias_is_added_in_the_kernel_after_it():
     assert f"{bias}[" in kernel and "relu" in fn.program
 
 
+MOVED_CONSTANT = """def forward(self, x: "f32[2, 3]cuda:0"):
+    made: "{dt}[{n}]" = {make}
+    to: "{to_dt}[{n}]cuda:0" = made.to(device=torch.device('cuda:0'), dtype=torch.{to_name})
+    mul: "f32[2, 3]cuda:0" = torch.mul(x, to)
+    return (mul,)
+"""
+
+
+@pytest.mark.parametrize("make,dt,to_dt,to_name,moved", [
+    ("torch.zeros([3])", "f32", "b8", "bool", True),  # timm's edgenext: zeros(shape).to(device, bool)
+    ("torch.ones([3])", "f32", "f64", "float64", True),
+    ("torch.arange(3)", "i64", "i64", "int64", True),
+    ("torch.arange(3)", "i64", "f32", "float32", False),  # the dtype changes: only zeros and ones move
+    ("torch.arange(0.0, 3.0)", "f32", "f32", "float32", False),  # float arange rounds differently on CUDA
+])
+def test_a_constant_made_on_the_cpu_and_moved_to_the_gpu_is_made_there(make, dt, to_dt, to_name, moved):
+    _need_nvrtc()
+    text = MOVED_CONSTANT.format(make=make, dt=dt, to_dt=to_dt, to_name=to_name, n=3)
+    text = text.replace('"f32[2, 3]cuda:0" = torch.mul', f'"{"f64" if to_dt == "f64" else "f32"}[2, 3]cuda:0" = torch.mul')
+    g = Graph.parse(text)
+    if moved:
+        fn = cuda.compile_graph(g, arch="sm_90")  # raised "the graph mixes CUDA tensors with CPU ..."
+        assert len(fn.kernels()) == 1, fn.program
+    else:
+        with pytest.raises(framefuse.Unsupported, match="mixes CUDA tensors with CPU"):
+            cuda.compile_graph(g, arch="sm_90")
+
+
 def _vector_variant(source, fn_name):
     body = source[source.index(fn_name + "("):]
     return body[:body.index("\n}\n")]

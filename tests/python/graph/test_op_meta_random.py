@@ -192,6 +192,8 @@ def test_random_nn(seed):
             (torch.where, (x > 0, x, random_4d(rng, c, dt)), {}) if x.shape[0] == 2 else (torch.t, (m,), {}),
             (torch.masked_fill, (x, x > 0, 1.0), {}),
             (torch.sum, (x, (1, 2)), {"keepdim": rng.random() < 0.5}),
+            (F.interpolate, (x,), {"scale_factor": rng.choice([2, 1.5, 0.7, (2, 3)]),
+                                   "mode": rng.choice(["nearest", "bilinear", "bicubic", "nearest-exact"])}),
         ]
         fn, args, kwargs = rng.choice(calls)
         typed_by_rule += check(fn, *args, **kwargs)
