@@ -596,6 +596,31 @@ RowCache plan_row_cache(Emitter& em, const Program& p, const std::vector<Stmt>& 
   return cache;
 }
 
+// A statement of a row body spread over a block's threads (RowBlock, ColumnBlock): a barrier first
+// where it loads what an earlier statement stored (another thread may have stored it); row-level
+// stores by thread 0, other row-level statements by every thread. False for a loop, which the
+// strategy spreads itself.
+bool emit_row_level(Emitter& em, const Stmt& s, std::set<int>& stored_so_far) {
+  bool reads_stored = false;
+  for_each_expr_in(s, [&](const Expr& e) { reads_stored |= e->kind == ExprKind::Load && stored_so_far.count(e->id); });
+  if (reads_stored) {
+    em.line(1, "__syncthreads();");
+    stored_so_far.clear();
+  }
+  for_each_stmt(s, [&](const Stmt& x) {
+    if (x.kind == StmtKind::Store) stored_so_far.insert(x.buf);
+  });
+  if (s.kind == StmtKind::Loop) return false;
+  if (s.kind == StmtKind::Store) {
+    em.line(1, "if (tid == 0) {");
+    em.stmt(s, 2);
+    em.line(1, "}");
+  } else {
+    em.stmt(s, 1);
+  }
+  return true;
+}
+
 void render_row_block(const Program& p, const Kernel& k, const Nest& n, int tx, bool vectorize, bool wide,
                       const std::string& fn, std::ostringstream& out, KernelPlan& plan) {
   // Rows per block divide the rows; a symbolic row count whose divisibility is not known gets
@@ -645,26 +670,7 @@ void render_row_block(const Program& p, const Kernel& k, const Nest& n, int tx, 
   std::set<int> stored_so_far;
   for (size_t si = 0; si < n.body->size(); ++si) {
     const Stmt& s = (*n.body)[si];
-    // A value stored by one thread and loaded by another in a later statement needs a barrier.
-    bool reads_stored = false;
-    for_each_expr_in(s, [&](const Expr& e) { reads_stored |= e->kind == ExprKind::Load && stored_so_far.count(e->id); });
-    if (reads_stored) {
-      em.line(1, "__syncthreads();");
-      stored_so_far.clear();
-    }
-    for_each_stmt(s, [&](const Stmt& x) {
-      if (x.kind == StmtKind::Store) stored_so_far.insert(x.buf);
-    });
-    if (s.kind == StmtKind::Store) {
-      em.line(1, "if (tid == 0) {");
-      em.stmt(s, 2);
-      em.line(1, "}");
-      continue;
-    }
-    if (s.kind != StmtKind::Loop) {
-      em.stmt(s, 1);
-      continue;
-    }
+    if (emit_row_level(em, s, stored_so_far)) continue;
     std::string v = "v" + std::to_string(s.var);
     const VecPlan& vp = plans[si];
     const std::vector<const Stmt*>& body = bodies[si];
@@ -784,25 +790,7 @@ void render_column_block(const Program& p, const Kernel& k, const Nest& n, Colum
   bind_chain(em, n, "row", 1);
   std::set<int> stored_so_far;
   for (const Stmt& s : *n.body) {
-    bool reads_stored = false;
-    for_each_expr_in(s, [&](const Expr& e) { reads_stored |= e->kind == ExprKind::Load && stored_so_far.count(e->id); });
-    if (reads_stored) {
-      em.line(1, "__syncthreads();");
-      stored_so_far.clear();
-    }
-    for_each_stmt(s, [&](const Stmt& x) {
-      if (x.kind == StmtKind::Store) stored_so_far.insert(x.buf);
-    });
-    if (s.kind == StmtKind::Store) {
-      em.line(1, "if (tid == 0) {");
-      em.stmt(s, 2);
-      em.line(1, "}");
-      continue;
-    }
-    if (s.kind != StmtKind::Loop) {
-      em.stmt(s, 1);
-      continue;
-    }
+    if (emit_row_level(em, s, stored_so_far)) continue;
     Nest inner;
     for (const Stmt* l : perfect_nest(s)) inner.chain.push_back(l);
     inner.body = &inner.chain.back()->body;
