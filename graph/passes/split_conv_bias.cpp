@@ -47,27 +47,28 @@ Graph split_conv_bias(const Graph& g) {
     // [C, 1, ...]: the bias along the channel dim of the [N, C, ...] output.
     std::vector<Value> shape{Value::of_int(nd.meta.tensor.sizes[1].hint())};
     for (int64_t d = 2; d < nd.meta.tensor.dim(); ++d) shape.push_back(Value::of_int(1));
-    Graph trial = rw.result();
+    // Typed on a graph of their own, the convolution's result and the bias its inputs (a copy of the
+    // result so far per convolution would make the pass quadratic).
+    Graph t;
+    NodeId tc = t.add_placeholder("c", nd.meta), tb = t.add_placeholder("b", g.meta_of(nd.args[2]));
+    std::optional<ValueMeta> vm = typed(Op::reshape, {Value::of_node(tb), Value::list(shape)}, t);
+    if (!vm) {
+      rw.copy(id);
+      continue;
+    }
+    NodeId tv = t.add_call(op_id(Op::reshape), {Value::of_node(tb), Value::list(shape)}, *vm);
+    std::optional<ValueMeta> am = typed(Op::op_add, {Value::of_node(tc), Value::of_node(tv)}, t);
+    if (!am || !same_layout(*am, nd.meta)) {
+      rw.copy(id);
+      continue;
+    }
     std::vector<Value> args;
     for (const Value& v : nd.args) args.push_back(rw.map(v));
     Value bias = args[2];
     args[2] = Value::none();
     // NB: the output's layout does not depend on the bias (the channels-last pass set it).
-    NodeId c = trial.add_call(nd.op, args, nd.meta, nd.name);
-    std::vector<Value> view_args{bias, Value::list(shape)};
-    std::optional<ValueMeta> vm = typed(Op::reshape, view_args, trial);
-    if (!vm) {
-      rw.copy(id);
-      continue;
-    }
-    NodeId v = trial.add_call(op_id(Op::reshape), view_args, *vm, nd.name + "_bias");
-    std::optional<ValueMeta> am = typed(Op::op_add, {Value::of_node(c), Value::of_node(v)}, trial);
-    if (!am || !same_layout(*am, nd.meta)) {
-      rw.copy(id);
-      continue;
-    }
-    c = rw.add_call(nd.op, std::move(args), nd.meta, nd.name);
-    v = rw.add_call(op_id(Op::reshape), {view_args[0], view_args[1]}, *vm, nd.name + "_bias");
+    NodeId c = rw.add_call(nd.op, std::move(args), nd.meta, nd.name);
+    NodeId v = rw.add_call(op_id(Op::reshape), {bias, Value::list(shape)}, *vm, nd.name + "_bias");
     ValueMeta out = nd.meta;  // NB: requires_grad as captured
     rw.replace(id, Value::of_node(rw.add_call(op_id(Op::op_add), {Value::of_node(c), Value::of_node(v)}, out, nd.name + "_add")));
   }
