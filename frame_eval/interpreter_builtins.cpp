@@ -503,7 +503,9 @@ Sym SymbolicTracer::call_const(const Sym& fn, std::vector<Sym>& args, KwArgs& kw
       return make_const(Py_False);
     }
     if (name == "is_grad_enabled") return make_const(grad_enabled_ ? Py_True : Py_False);
-    if (std::string_view(name).substr(name.rfind('.') + 1) == "_get_deterministic_algorithms" && args.empty()) {
+    // NB: pybind11 functions of torch._C carry a long prefix in their qualified name.
+    std::string_view short_name = std::string_view(name).substr(name.rfind('.') + 1);
+    if (short_name == "_get_deterministic_algorithms" && args.empty()) {
       // torch.are_deterministic_algorithms_enabled() (F.pad, pooling): read now, guarded.
       PyRef d = PyRef::steal(PyObject_CallNoArgs(o));
       if (!d) {
@@ -514,8 +516,6 @@ Sym SymbolicTracer::call_const(const Sym& fn, std::vector<Sym>& args, KwArgs& kw
         if (g.kind == Guard::Kind::GlobalState) g.deterministic = PyObject_IsTrue(d.get());
       return make_const(d.get());
     }
-    // NB: pybind11 functions of torch._C carry a long prefix in their qualified name.
-    std::string_view short_name = std::string_view(name).substr(name.rfind('.') + 1);
     if (short_name == "result_type" && args.size() == 2 && kwargs.empty()) {
       // torch.result_type(a, b) reads only dtypes and dimensionality, which the trace holds (and guards).
       DType dt = result_type({to_value(args[0]), to_value(args[1])}, out_.graph);

@@ -36,9 +36,7 @@ Graph creations_on_device(const Graph& g) {
     if (to.kind != NodeKind::Call || op_kind(to.op) != Op::to || !to.args[0].is_node() || to.args[0].node != id) continue;
     if (!on_cuda(to.meta) || to.meta.tensor.sizes != c.meta.tensor.sizes || to.meta.tensor.requires_grad) continue;
     if (!exact_in_any_dtype && to.meta.tensor.dtype != c.meta.tensor.dtype) continue;
-    int dtype_at = op_def(c.op).schema.index_of("dtype"), device_at = op_def(c.op).schema.index_of("device");
-    if (dtype_at < 0 || device_at < 0) continue;
-    moved_to[static_cast<size_t>(id)] = t;
+    moved_to[static_cast<size_t>(id)] = t;  // NB: zeros, ones, full and arange all take dtype= and device=
   }
 
   GraphRewriter rw(g);

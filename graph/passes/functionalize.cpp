@@ -65,24 +65,6 @@ std::string out_of_place_call(const Node& n, Node* out, const Graph* g) {
   return "";
 }
 
-namespace {
-
-// The call's dtype, sizes and strides (what a tensor result promises its readers).
-bool same_tensor_meta(const ValueMeta& a, const ValueMeta& b) {
-  return a.is_tensor() && b.is_tensor() && a.tensor.dtype == b.tensor.dtype && a.tensor.sizes == b.tensor.sizes &&
-         a.tensor.strides == b.tensor.strides && a.tensor.device == b.tensor.device;
-}
-
-std::optional<ValueMeta> inferred(OpId op, const std::vector<Value>& args, const Graph& g) {
-  try {
-    return infer_meta(op_def(op), args, g);
-  } catch (const std::exception&) {
-    return std::nullopt;
-  }
-}
-
-}  // namespace
-
 Graph functionalize(const Graph& g) {
   const size_t n = g.size();
   std::vector<std::vector<NodeId>> users(n);
@@ -111,7 +93,7 @@ Graph functionalize(const Graph& g) {
     }
     std::vector<Value> args;
     for (const Value& v : fn.args) args.push_back(rw.map(v));
-    std::optional<ValueMeta> m = inferred(fn.op, args, rw.result());
+    std::optional<ValueMeta> m = inferred_meta(fn.op, args, rw.result());
     if (!m || !m->is_tensor()) {
       rw.copy(id);
       continue;
@@ -129,7 +111,7 @@ Graph functionalize(const Graph& g) {
       NodeId value = trial.add_call(fn.op, args, *m, nd.name);
       std::string err;
       auto cast_args = bind_call(op_def(to), {Value::of_node(value)}, {{"dtype", Value::of_dtype(nd.meta.tensor.dtype)}}, trial, &err);
-      std::optional<ValueMeta> cm = cast_args ? inferred(to, *cast_args, trial) : std::nullopt;
+      std::optional<ValueMeta> cm = cast_args ? inferred_meta(to, *cast_args, trial) : std::nullopt;
       if (!cm || !same_tensor_meta(*cm, nd.meta)) {
         rw.copy(id);
         continue;

@@ -1,8 +1,24 @@
 #include "graph/passes/rewriter.h"
 
+#include <exception>
+
+#include "graph/op_registry.h"
 #include "src/base/errors.h"
 
 namespace ff {
+
+std::optional<ValueMeta> inferred_meta(OpId op, const std::vector<Value>& args, const Graph& g) {
+  try {
+    return infer_meta(op_def(op), args, g);
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+}
+
+bool same_tensor_meta(const ValueMeta& a, const ValueMeta& b) {
+  return a.is_tensor() && b.is_tensor() && a.tensor.dtype == b.tensor.dtype && a.tensor.sizes == b.tensor.sizes &&
+         a.tensor.strides == b.tensor.strides && a.tensor.device == b.tensor.device;
+}
 
 GraphRewriter::GraphRewriter(const Graph& source) : src_(source), map_(source.size()) {}
 

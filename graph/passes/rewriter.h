@@ -11,6 +11,14 @@
 
 namespace ff {
 
+// The metadata op's rule gives a call of `args` in `g`, or nullopt where the rule declines or throws:
+// a pass then keeps the call as captured.
+std::optional<ValueMeta> inferred_meta(OpId op, const std::vector<Value>& args, const Graph& g);
+
+// Same dtype, sizes, strides and device: what a tensor result promises its readers (a rewrite that
+// changes any of them is refused).
+bool same_tensor_meta(const ValueMeta& a, const ValueMeta& b);
+
 class GraphRewriter {
  public:
   explicit GraphRewriter(const Graph& source);

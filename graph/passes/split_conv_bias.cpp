@@ -1,6 +1,5 @@
 #include "graph/passes/split_conv_bias.h"
 
-#include <exception>
 #include <optional>
 
 #include "graph/op.h"
@@ -8,23 +7,6 @@
 #include "graph/passes/rewriter.h"
 
 namespace ff {
-
-namespace {
-
-std::optional<ValueMeta> typed(Op op, const std::vector<Value>& args, const Graph& g) {
-  try {
-    return infer_meta(op_def(op_id(op)), args, g);
-  } catch (const std::exception&) {
-    return std::nullopt;
-  }
-}
-
-bool same_layout(const ValueMeta& a, const ValueMeta& b) {
-  return a.is_tensor() && b.is_tensor() && a.tensor.dtype == b.tensor.dtype && a.tensor.sizes == b.tensor.sizes &&
-         a.tensor.strides == b.tensor.strides && a.tensor.device == b.tensor.device;
-}
-
-}  // namespace
 
 Graph split_conv_bias(const Graph& g) {
   // Calls read by a call that becomes generated code (not an extern): the add has a kernel to join.
@@ -51,14 +33,14 @@ Graph split_conv_bias(const Graph& g) {
     // result so far per convolution would make the pass quadratic).
     Graph t;
     NodeId tc = t.add_placeholder("c", nd.meta), tb = t.add_placeholder("b", g.meta_of(nd.args[2]));
-    std::optional<ValueMeta> vm = typed(Op::reshape, {Value::of_node(tb), Value::list(shape)}, t);
+    std::optional<ValueMeta> vm = inferred_meta(op_id(Op::reshape), {Value::of_node(tb), Value::list(shape)}, t);
     if (!vm) {
       rw.copy(id);
       continue;
     }
     NodeId tv = t.add_call(op_id(Op::reshape), {Value::of_node(tb), Value::list(shape)}, *vm);
-    std::optional<ValueMeta> am = typed(Op::op_add, {Value::of_node(tc), Value::of_node(tv)}, t);
-    if (!am || !same_layout(*am, nd.meta)) {
+    std::optional<ValueMeta> am = inferred_meta(op_id(Op::op_add), {Value::of_node(tc), Value::of_node(tv)}, t);
+    if (!am || !same_tensor_meta(*am, nd.meta)) {
       rw.copy(id);
       continue;
     }

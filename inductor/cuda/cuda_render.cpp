@@ -717,13 +717,6 @@ void render_row_block(const Program& p, const Kernel& k, const Nest& n, int tx, 
 
 // ---- ColumnBlock -----------------------------------------------------------------------------
 
-// A loop and the perfect nest under it (each body a single loop), outermost first.
-std::vector<const Stmt*> perfect_nest(const Stmt& l) {
-  std::vector<const Stmt*> chain{&l};
-  while (chain.back()->body.size() == 1 && chain.back()->body[0].kind == StmtKind::Loop) chain.push_back(&chain.back()->body[0]);
-  return chain;
-}
-
 struct ColumnShape {
   int rows = 0;     // rows per block (threadIdx.x), 0: the strategy does not apply
   int threads = 0;  // threads per row (threadIdx.y)
@@ -740,9 +733,7 @@ ColumnShape column_shape(const Nest& n) {
   int64_t work = 0;
   for (const Stmt& s : *n.body) {
     if (s.kind != StmtKind::Loop) continue;
-    int64_t w = 1;
-    for (const Stmt* l : perfect_nest(s)) w *= hint_of(l->extent);
-    work = std::max(work, w);
+    work = std::max(work, hint_of(find_nest(s).rows));  // the loop and the perfect nest under it
     for_each_expr_in(s, [&](const Expr& e) {
       loop::Affine a;
       if (e->kind != ExprKind::Load || !as_affine(e->args[0], &a)) return;
@@ -791,10 +782,7 @@ void render_column_block(const Program& p, const Kernel& k, const Nest& n, Colum
   std::set<int> stored_so_far;
   for (const Stmt& s : *n.body) {
     if (emit_row_level(em, s, stored_so_far)) continue;
-    Nest inner;
-    for (const Stmt* l : perfect_nest(s)) inner.chain.push_back(l);
-    inner.body = &inner.chain.back()->body;
-    for (const Stmt* l : inner.chain) inner.rows = inner.rows * l->extent;
+    Nest inner = find_nest(s);  // the loop and the perfect nest under it, flattened
     std::string f = "f" + std::to_string(s.var);
     em.line(1, "for (" + ix + " " + f + " = tid; " + f + " < " + em.size(inner.rows) + "; " + f + " += " + ty + ") {");
     bind_chain(em, inner, f, 2);
