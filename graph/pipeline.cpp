@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cstdio>
 
+#include "graph/passes/attention_masks.h"
 #include "graph/passes/eliminate_common_subexpressions.h"
 #include "graph/passes/eliminate_dead_code.h"
 #include "graph/passes/fold_constants.h"
@@ -28,6 +29,9 @@ std::vector<GraphPass> graph_passes(const GraphStageOptions& options) {
                         return fuse_attention(g, support, nullptr);
                       }});
   }
+  // NB: after fuse_attention, whose SDPA calls may carry such masks; before DCE, which then drops
+  // the index arithmetic that built them.
+  passes.push_back({"attention_masks", attention_masks});
   passes.push_back({"eliminate_common_subexpressions", eliminate_common_subexpressions});
   passes.push_back({"eliminate_dead_code", eliminate_dead_code});
   passes.push_back({"functionalize", [](const Graph& g) { return functionalize(g); }});

@@ -33,7 +33,8 @@ const char* kConv = R"(def forward(self, x: "f32[2, 3, 8, 8]", w: "f32[4, 3, 3, 
 )";
 
 // The graph stage of graph/pipeline.h (fuse_attention is off in these options).
-const std::vector<std::string> kGraphStage = {"fold_constants", "eliminate_common_subexpressions", "eliminate_dead_code",
+const std::vector<std::string> kGraphStage = {"fold_constants", "attention_masks", "eliminate_common_subexpressions",
+                                              "eliminate_dead_code",
                                               "functionalize"};
 
 TEST(InductorPipeline, CpuRunsEveryPassInOrder) {

@@ -4,6 +4,7 @@
 
 #include "graph/parser.h"
 #include "graph/passes/channels_last.h"
+#include "graph/passes/attention_masks.h"
 #include "graph/passes/eliminate_common_subexpressions.h"
 #include "graph/passes/eliminate_dead_code.h"
 #include "graph/passes/fold_constants.h"
@@ -57,6 +58,7 @@ TEST(Passes, Functionalize) {
 TEST(Passes, FoldConstants) {
   run_golden("fold_constants.txt", [](const Graph& g) { return fold_constants(g); });
 }
+TEST(Passes, AttentionMasks) { run_golden("attention_masks.txt", attention_masks); }
 TEST(Passes, FuseAttention) {
   run_golden("fuse_attention.txt", [](const Graph& g) { return fuse_attention(g, AttentionSupport{true, true}, nullptr); });
 }
@@ -181,6 +183,12 @@ TEST(Passes, PipelinePrintsTheGraphAfterEachPass) {
             "    mul_1: \"f32[4]\" = x * 2\n"
             "    neg: \"f32[4]\" = torch.neg(x)\n"
             "    return (mul, mul_1)\n"
+            "# after attention_masks\n"
+            "def forward(self, x: \"f32[4]\"):\n"
+            "    mul: \"f32[4]\" = x * 2\n"
+            "    mul_1: \"f32[4]\" = x * 2\n"
+            "    neg: \"f32[4]\" = torch.neg(x)\n"
+            "    return (mul, mul_1)\n"
             "# after eliminate_common_subexpressions\n"
             "def forward(self, x: \"f32[4]\"):\n"
             "    mul: \"f32[4]\" = x * 2\n"
@@ -201,7 +209,8 @@ TEST(Passes, PipelinePrintsTheGraphAfterEachPass) {
   PipelineOptions options;
   options.after_pass = [&](std::string_view pass, const Graph&) { names.emplace_back(pass); };
   run_graph_passes(g, options);
-  EXPECT_EQ(names, (std::vector<std::string>{"fold_constants", "fuse_attention", "eliminate_common_subexpressions", "eliminate_dead_code",
+  EXPECT_EQ(names, (std::vector<std::string>{"fold_constants", "fuse_attention", "attention_masks", "eliminate_common_subexpressions",
+                                             "eliminate_dead_code",
                                              "functionalize"}));
 }
 

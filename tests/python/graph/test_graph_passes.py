@@ -101,5 +101,6 @@ def test_pass_trace_lists_every_pass():
     g.output((g.call(torch.relu, x),))
     trace = g.pass_trace()
     assert [line for line in trace.splitlines() if line.startswith("#")] == [
-        "# input", "# after fold_constants", "# after fuse_attention", "# after eliminate_common_subexpressions",
+        "# input", "# after fold_constants", "# after fuse_attention", "# after attention_masks",
+        "# after eliminate_common_subexpressions",
         "# after eliminate_dead_code", "# after functionalize"]

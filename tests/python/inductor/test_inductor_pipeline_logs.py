@@ -37,7 +37,8 @@ def test_passes_lists_every_cpu_pass_in_order(caplog):
     with caplog.at_level(logging.DEBUG, logger="framefuse"):
         fn = compile_graph(_softmax_graph())
     names = [re.sub(r"^\[[^\]]*\] ", "", m).split(":")[0] for m in _messages(caplog, "passes")]
-    assert names[:12] == ["fold_constants", "fuse_attention", "eliminate_common_subexpressions", "eliminate_dead_code",
+    assert names[:13] == ["fold_constants", "fuse_attention", "attention_masks", "eliminate_common_subexpressions",
+                          "eliminate_dead_code",
                           "functionalize", "lower_graph", "fuse_kernels", "eliminate_dead_stores", "plan_memory",
                           "reuse_reduced_values", "write_epilogues_in_place", "collapse_outer_loops"]
     x = torch.randn(8, 32)

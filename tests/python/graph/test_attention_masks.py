@@ -1,0 +1,133 @@
+"""The attention_masks graph pass (graph/passes/attention_masks.h): SDPA masks built from index
+arithmetic that are True everywhere are dropped, causal ones become is_causal=True, and every other
+mask stays. Random mask programs (offsets, comparisons, &, |, ~, views) compiled by both backends
+must give eager's results; the pass must also fire on the forms transformers builds."""
+import random
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import framefuse
+
+pytestmark = pytest.mark.skipif(not hasattr(F, "scaled_dot_product_attention"), reason="torch without SDPA")
+
+COMPARE = ["<=", "<", ">=", ">", "==", "!="]
+
+
+def _captured(fn, *args):
+    seen = []
+
+    @framefuse.backends.native_graph
+    def backend(graph, example_inputs):
+        seen.append(graph)
+        return graph.run
+
+    framefuse.compile(fn, backend=backend, fullgraph=True)(*args)
+    assert len(seen) == 1
+    return seen[0]
+
+
+def _sdpa_line(fn, *args):
+    code = _captured(fn, *args).optimized().code()
+    return [line for line in code.splitlines() if "scaled_dot_product_attention(" in line]
+
+
+def _bidirectional(q, k, v):
+    # transformers' sdpa_mask with no padding mask, as built under a compiler
+    L = q.shape[-2]
+    kv = torch.arange(L) + 0
+    mask = (kv[None, None, :, None] >= 0).expand(q.shape[0], -1, L, L)
+    return F.scaled_dot_product_attention(q, k, v, mask)
+
+
+def _causal(q, k, v):
+    L, S = q.shape[-2], k.shape[-2]
+    q_idx = torch.arange(L) + 0
+    kv_idx = torch.arange(S) + 0
+    mask = (kv_idx[None, None, None, :] <= q_idx[None, None, :, None]).expand(q.shape[0], -1, L, S)
+    return F.scaled_dot_product_attention(q, k, v, mask)
+
+
+@pytest.mark.parametrize("fn, want", [(_bidirectional, "(l_q, l_k, l_v)"), (_causal, "(l_q, l_k, l_v, is_causal=True)")])
+def test_masks_transformers_builds_become_no_mask_or_is_causal(fn, want):
+    q, k, v = (torch.randn(2, 3, 7, 8) for _ in range(3))
+    lines = _sdpa_line(fn, q, k, v)
+    assert len(lines) == 1 and want in lines[0], lines
+    for backend in ("eager", "inductor"):
+        torch.testing.assert_close(framefuse.compile(fn, backend=backend)(q, k, v), fn(q, k, v))
+
+
+def test_a_causal_mask_over_more_keys_than_queries_stays():
+    q, k, v = torch.randn(1, 2, 4, 8), torch.randn(1, 2, 6, 8), torch.randn(1, 2, 6, 8)
+    lines = _sdpa_line(_causal, q, k, v)
+    assert len(lines) == 1 and "is_causal" not in lines[0] and "(l_q, l_k, l_v)" not in lines[0], lines
+    torch.testing.assert_close(framefuse.compile(_causal, backend="inductor")(q, k, v), _causal(q, k, v))
+
+
+def _predicate(rng, L, S):
+    """Python source of a random bool [L, S] mask over q_idx (rows) and kv_idx (columns)."""
+    def index(name, c=None):
+        c = rng.choice([0, 0, 0, 1, -1, 2]) if c is None else c
+        return f"({name} + {c})" if c else name
+
+    kind = rng.randrange(3)
+    op = rng.choice(COMPARE)
+    if kind == 0:  # key index against query index, shifted (often by the same amount: a triangle)
+        c = rng.choice([0, 1, 3]) if rng.random() < 0.5 else None
+        return f"({index('kv', c)} {op} {index('qi', c)})"
+    if kind == 1:  # one index against a number
+        return f"({index(rng.choice(['kv', 'qi']))} {op} {rng.randint(-2, max(L, S) + 1)})"
+    return rng.choice(["torch.ones(L, S, dtype=torch.bool)", "torch.zeros(1, S, dtype=torch.bool)",
+                       "torch.full((L, 1), True)"])
+
+
+def _mask_program(rng):
+    L = rng.randint(1, 7)
+    S = L if rng.random() < 0.6 else rng.randint(1, 7)
+    if rng.random() < 0.35:  # a triangle, maybe and-ed with something True everywhere
+        S = L if rng.random() < 0.8 else S
+        c = rng.choice([0, 0, 1, 4])
+        tri = f"((kv + {c}) {rng.choice(COMPARE)} (qi + {c}))"
+        expr = rng.choice([tri, f"({tri} & (kv < S))", f"((qi >= 0) & {tri})"])
+        return _program(expr, L, S)
+    expr = _predicate(rng, L, S)
+    for _ in range(rng.randrange(3)):
+        join = rng.choice(["&", "|"])
+        expr = f"({expr} {join} {_predicate(rng, L, S)})"
+        if rng.random() < 0.2:
+            expr = f"(~{expr})"
+    return _program(expr, L, S)
+
+
+def _program(expr, L, S):
+    src = (
+        "def f(q, k, v):\n"
+        f"    L, S = {L}, {S}\n"
+        "    qi = torch.arange(L)[:, None]\n"
+        "    kv = torch.arange(S)[None, :]\n"
+        f"    mask = {expr}\n"
+        "    mask = mask.expand(L, S)[None, None].expand(q.shape[0], 1, L, S)\n"
+        "    return F.scaled_dot_product_attention(q, k, v, mask)\n")
+    ns = {"torch": torch, "F": F}
+    exec(compile(src, f"<mask program {expr}>", "exec"), ns)
+    return ns["f"], L, S, src
+
+
+def test_random_mask_programs_match_eager():
+    rng = random.Random(20261129)
+    dropped = causal = 0
+    for i in range(150):
+        f, L, S, src = _mask_program(rng)
+        q = torch.randn(2, 2, L, 8, dtype=torch.float64)
+        k = torch.randn(2, 2, S, 8, dtype=torch.float64)
+        v = torch.randn(2, 2, S, 8, dtype=torch.float64)
+        want = f(q, k, v)
+        line = _sdpa_line(f, q, k, v)
+        dropped += "(l_q, l_k, l_v)" in line[0]
+        causal += "is_causal=True" in line[0]
+        for backend in ("eager", "inductor"):
+            got = framefuse.compile(f, backend=backend)(q, k, v)
+            torch.testing.assert_close(got, want, equal_nan=True, msg=lambda m: f"{m}\n{src}{line}")
+    # NB: the seed's programs include masks True everywhere and causal ones: both rewrites are exercised.
+    assert dropped >= 10 and causal >= 5, (dropped, causal)
