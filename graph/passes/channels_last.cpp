@@ -72,11 +72,14 @@ NodeId view_base(const Graph& g, NodeId u) {
 
 }  // namespace
 
-bool has_conv2d(const Graph& g) {
+int count_conv2d(const Graph& g) {
+  int count = 0;
   for (const Node& nd : g.nodes())
-    if (nd.kind == NodeKind::Call && is_conv2d_op(op_kind(nd.op))) return true;
-  return false;
+    if (nd.kind == NodeKind::Call && is_conv2d_op(op_kind(nd.op))) ++count;
+  return count;
 }
+
+bool has_conv2d(const Graph& g) { return count_conv2d(g) > 0; }
 
 std::optional<ChannelsLastGraph> to_channels_last(const Graph& src, std::string* why) {
   // NB: the layouts are worked out on CPU metadata: the CPU rules are the complete ones (GPU

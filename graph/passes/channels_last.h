@@ -23,7 +23,9 @@ struct ChannelsLastGraph {
 // proven to keep every node's shape.
 std::optional<ChannelsLastGraph> to_channels_last(const Graph& g, std::string* why);
 
-// Whether `g` calls a 2-d convolution at all (where a refused rewrite is worth a perf hint).
+// Whether `g` calls a 2-d convolution at all (where a refused rewrite is worth a perf hint), and
+// how many calls it makes.
 bool has_conv2d(const Graph& g);
+int count_conv2d(const Graph& g);
 
 }  // namespace ff

@@ -281,17 +281,20 @@ def test_inplace_writes_to_inputs_equal_eager_on_cuda(mode):
 # ---- channels-last convolutions -----------------------------------------------------------------
 
 def _conv_graph(dev, weight_also_output=False):
+    # NB: two convolutions: CUDA graphs with one stay NCHW (nothing else would be channels-last).
     x = torch.randn(4, 8, 16, 16, device=dev)
     w = torch.randn(16, 8, 3, 3, device=dev) / 8
+    w2 = torch.randn(16, 16, 3, 3, device=dev) / 12
     b = torch.randn(16, device=dev)
     g = Graph()
-    gx, gw, gb = g.placeholder("x", x), g.placeholder("w", w), g.placeholder("b", b)
+    gx, gw, gw2, gb = g.placeholder("x", x), g.placeholder("w", w), g.placeholder("w2", w2), g.placeholder("b", b)
     y = g.call(torch.relu, g.call(operator.add, g.call(F.conv2d, gx, gw, None, 1, 1), g.call(torch.reshape, gb, (1, 16, 1, 1))))
-    outs = (y, g.call(torch.sum, y, [2, 3]))
+    y2 = g.call(F.conv2d, y, gw2, None, 1, 1)
+    outs = (y2, g.call(torch.sum, y, [2, 3]))
     if weight_also_output:
-        outs = outs + (g.call(operator.mul, gw, 2.0),)
+        outs = outs + (g.call(operator.mul, gw, 2.0), g.call(operator.mul, gw2, 2.0))
     g.output(outs)
-    return g, [x, w, b]
+    return g, [x, w, w2, b]
 
 
 @contextlib.contextmanager
@@ -316,11 +319,17 @@ def test_conv_nets_compile_channels_last_for_sm90(tmp_path):
         # A weight with another reader keeps its layout: nothing to convert.
         g2, _ = _conv_graph("cpu", weight_also_output=True)
         assert "other readers" in ffcuda.compile_graph(g2, arch="sm_90")._mod.channels_last_why
+        # One convolution (a ViT's patch embedding) stays NCHW.
+        g3 = Graph()
+        px = g3.placeholder("x", torch.randn(2, 3, 32, 32))
+        pw = g3.placeholder("w", torch.randn(64, 3, 16, 16))
+        g3.output((g3.call(torch.transpose, g3.call(torch.flatten, g3.call(F.conv2d, px, pw, None, 16), 2), 1, 2),))
+        assert "one convolution" in ffcuda.compile_graph(g3, arch="sm_90")._mod.channels_last_why
 
 
 @gpu
 def test_channels_last_conv_graph_equals_eager_with_eager_strides():
-    g, (x, w, b) = _conv_graph("cuda")
+    g, (x, w, w2, b) = _conv_graph("cuda")
     with framefuse.config.patch(cuda_channels_last=True), _tf32_convs():
         fn = ffcuda.compile_graph(g)
     assert fn._mod.channels_last_why == ""
@@ -328,7 +337,7 @@ def test_channels_last_conv_graph_equals_eager_with_eager_strides():
         x = torch.randn_like(x)
         if step == 2:
             w.mul_(-1.5)  # in place: a new version, so the channels-last copy is made again
-        out, ref = fn(x, w, b), g.run(x, w, b)
+        out, ref = fn(x, w, w2, b), g.run(x, w, w2, b)
         for o, r in zip(out, ref):
             assert o.stride() == r.stride(), (o.stride(), r.stride())
         _check(out, ref, 1e-5)

@@ -68,21 +68,23 @@ with framefuse.config.patch(cache_dir={cache!r}):
             out = m.run(*inputs)
             same_structure(out, g.run(*inputs))
             print("case", name, mode, "|".join(m.kernels()), flush=True)
-    # Channels-last convolutions: a 1x1 kernel (whose contiguous strides already pass torch's
-    # channels-last test) is converted to the compiled strides; outputs come back in eager's.
+    # Channels-last convolutions: 1x1 kernels (whose contiguous strides already pass torch's
+    # channels-last test) are converted to the compiled strides; outputs come back in eager's. NB:
+    # two of them: a graph with one convolution stays NCHW.
     import torch.nn.functional as F
-    x, w = torch.randn(2, 8, 6, 6), torch.randn(16, 8, 1, 1)
+    x, w, w2 = torch.randn(2, 8, 6, 6), torch.randn(16, 8, 1, 1), torch.randn(16, 16, 1, 1)
     g = framefuse.graph.Graph()
-    gx, gw = g.placeholder("x", x), g.placeholder("w", w)
-    g.output((g.call(torch.relu, g.call(F.conv2d, gx, gw)),))
+    gx, gw, gw2 = g.placeholder("x", x), g.placeholder("w", w), g.placeholder("w2", w2)
+    g.output((g.call(F.conv2d, g.call(torch.relu, g.call(F.conv2d, gx, gw)), gw2),))
     with framefuse.config.patch(cuda_channels_last=True):  # off by default
         m = _C.cuda.compile(g._g, "default", "", True, True)
-    (out,) = m.run(x, w)
-    print("channels-last", repr(m.channels_last_why), out.stride() == g.run(x, w)[0].stride(), m.layout_copies, flush=True)
+    (out,) = m.run(x, w, w2)
+    print("channels-last", repr(m.channels_last_why), out.stride() == g.run(x, w, w2)[0].stride(), m.layout_copies,
+          flush=True)
     # Weights made under inference mode have no version counter (reading it raises): they are
     # converted on every call. (The stand-in driver runs no kernel: only the host side is checked.)
     with torch.inference_mode():
-        shapes = [tuple(m.run(x, torch.randn(16, 8, 1, 1))[0].shape) for _ in range(2)]
+        shapes = [tuple(m.run(x, torch.randn(16, 8, 1, 1), torch.randn(16, 16, 1, 1))[0].shape) for _ in range(2)]
     print("inference-mode weights", shapes == [(2, 16, 6, 6)] * 2, flush=True)
     # A conv weight behind an NHWC input is packed into an arena in each call (one launch) and the
     # convolution reads its piece through a view at the piece's offset.
