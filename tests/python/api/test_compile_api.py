@@ -355,7 +355,10 @@ def test_a_compiled_module_saves_and_loads(tmp_path):
     torch.save(opt, tmp_path / "model.pt")
     loaded = torch.load(tmp_path / "model.pt", weights_only=False)
     assert type(loaded).__call__ is not torch.nn.Module.__call__   # still compiled
-    assert torch.equal(loaded(x), want) and torch.equal(loaded(x), mod(x))
+    assert torch.equal(loaded(x), want)
+    # NB: from its third call the linear runs MKL's packed GEMM (config cpu_pack_linear_weights),
+    # whose summation order differs from eager's on some CPUs (one ulp here on Intel Xeons).
+    torch.testing.assert_close(loaded(x), mod(x))
     assert loaded.state_dict().keys() == mod.state_dict().keys()
 
 
