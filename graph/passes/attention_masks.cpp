@@ -343,15 +343,15 @@ class MaskAnalysis {
   const Graph& g_;
 };
 
-// The query and key lengths of an SDPA call, when both are static and equal.
-bool equal_static_lengths(const Graph& g, const Node& sdpa, const TensorMeta& mask) {
+// The query and key lengths of an SDPA call are equal for every binding of the graph's symbols
+// (the same number, or the same expression), and the mask's last two dims are those lengths.
+bool equal_lengths(const Graph& g, const Node& sdpa, const TensorMeta& mask) {
   const TensorMeta& q = g.meta_of(arg(sdpa, "query")).tensor;
   const TensorMeta& k = g.meta_of(arg(sdpa, "key")).tensor;
   if (q.dim() < 2 || k.dim() < 2 || mask.dim() < 2) return false;
   const SymInt& L = q.sizes[q.sizes.size() - 2];
   const SymInt& S = k.sizes[k.sizes.size() - 2];
-  return !L.is_symbolic() && !S.is_symbolic() && L.hint() == S.hint() && mask.sizes.back().same_as(S) &&
-         mask.sizes[mask.sizes.size() - 2].same_as(L);
+  return L.same_as(S) && mask.sizes.back().same_as(S) && mask.sizes[mask.sizes.size() - 2].same_as(L);
 }
 
 // SDPA's result has the query's sizes with the value's head dim: the mask broadcast into nothing more.
@@ -379,7 +379,7 @@ Graph attention_masks(const Graph& g) {
     const size_t causal_at = static_cast<size_t>(schema.index_of("is_causal"));
     Fact fact = analysis.fact(n.args[mask_at]);
     bool causal = fact == Fact::Causal && n.args[causal_at].kind == Value::Kind::Bool && !n.args[causal_at].b &&
-                  equal_static_lengths(g, n, g.meta_of(n.args[mask_at]).tensor);
+                  equal_lengths(g, n, g.meta_of(n.args[mask_at]).tensor);
     if (fact != Fact::AllTrue && !causal) {
       rw.copy(id);
       continue;

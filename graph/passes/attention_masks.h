@@ -14,7 +14,7 @@
 // and rewrites the call:
 //   - a bool mask True everywhere: attn_mask=None (the same attention, exactly);
 //   - a bool mask with element [..., i, j] = (j <= i) for every i, j, other dims free, and the
-//     query and key lengths equal and static: attn_mask=None, is_causal=True (SDPA's own causal
+//     query and key lengths equal (the same number or the same symbolic size): attn_mask=None, is_causal=True (SDPA's own causal
 //     mask is that lower triangle).
 // Masks read from graph inputs (a padding mask, a module buffer) are not known and stay.
 #pragma once

@@ -2,6 +2,7 @@
 arithmetic that are True everywhere are dropped, causal ones become is_causal=True, and every other
 mask stays. Random mask programs (offsets, comparisons, &, |, ~, views) compiled by both backends
 must give eager's results; the pass must also fire on the forms transformers builds."""
+import logging
 import random
 
 import pytest
@@ -131,3 +132,24 @@ def test_random_mask_programs_match_eager():
             torch.testing.assert_close(got, want, equal_nan=True, msg=lambda m: f"{m}\n{src}{line}")
     # NB: the seed's programs include masks True everywhere and causal ones: both rewrites are exercised.
     assert dropped >= 10 and causal >= 5, (dropped, causal)
+
+
+def test_masks_of_symbolic_lengths_are_rewritten_once_for_every_length(caplog):
+    # dynamic=True: the query and key lengths are one symbol (k and v are made from q); the rewrite
+    # holds for every binding of it, so one compile serves every length.
+    for fn, want in [(_bidirectional, "all True: dropped"), (_causal, "causal: is_causal=True")]:
+        def f(x, fn=fn):
+            return fn(x, x * 0.5, x + 1)
+
+        inductor = framefuse.compile(f, backend="inductor", dynamic=True)
+        caplog.clear()
+        framefuse.set_logs("+graph")
+        try:
+            with caplog.at_level(logging.DEBUG, logger="framefuse"):
+                for L in (5, 9, 12):
+                    x = torch.randn(2, 3, L, 8)
+                    torch.testing.assert_close(inductor(x), f(x))
+        finally:
+            framefuse.set_logs("")
+        fired = [r.getMessage() for r in caplog.records if "attention_masks:" in r.getMessage()]
+        assert len(fired) == 1 and want in fired[0], fired
