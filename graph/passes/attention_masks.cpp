@@ -363,6 +363,21 @@ bool sized_by_query(const Graph& g, const Node& sdpa) {
   return sdpa.meta.tensor.sizes.same_as(want);
 }
 
+// `torch.where(c, x, y)` as an SDPA mask, with c True (False) everywhere: x (y) when it is a tensor of
+// the where's dtype. Broadcast to the scores it holds the same values, and SDPA only reads it.
+std::optional<Value> chosen_branch(const Graph& g, const MaskAnalysis& analysis, const Value& mask) {
+  if (!mask.is_node()) return std::nullopt;
+  const Node& w = g.node(mask.node);
+  if (op_kind(w) != Op::where || !w.meta.is_tensor()) return std::nullopt;
+  Fact c = analysis.fact(w.args[0]);
+  if (c != Fact::AllTrue && c != Fact::AllFalse) return std::nullopt;
+  const Value& branch = w.args[c == Fact::AllTrue ? 1 : 2];
+  const ValueMeta& m = g.meta_of(branch);
+  if (!branch.is_node() || !m.is_tensor() || m.tensor.dtype != w.meta.tensor.dtype || m.tensor.dim() > w.meta.tensor.dim())
+    return std::nullopt;
+  return branch;
+}
+
 }  // namespace
 
 Graph attention_masks(const Graph& g) {
@@ -377,16 +392,19 @@ Graph attention_masks(const Graph& g) {
     const OpSchema& schema = op_def(n.op).schema;
     const size_t mask_at = static_cast<size_t>(schema.index_of("attn_mask"));
     const size_t causal_at = static_cast<size_t>(schema.index_of("is_causal"));
-    Fact fact = analysis.fact(n.args[mask_at]);
+    Value mask = n.args[mask_at];
+    std::optional<Value> branch = chosen_branch(g, analysis, mask);
+    if (branch) mask = *branch;
+    Fact fact = analysis.fact(mask);
     bool causal = fact == Fact::Causal && n.args[causal_at].kind == Value::Kind::Bool && !n.args[causal_at].b &&
-                  equal_lengths(g, n, g.meta_of(n.args[mask_at]).tensor);
-    if (fact != Fact::AllTrue && !causal) {
+                  equal_lengths(g, n, g.meta_of(mask).tensor);
+    if (fact != Fact::AllTrue && !causal && !branch) {
       rw.copy(id);
       continue;
     }
     std::vector<Value> args;
     for (const Value& v : n.args) args.push_back(rw.map(v));
-    args[mask_at] = Value::none();
+    args[mask_at] = fact == Fact::AllTrue || causal ? Value::none() : rw.map(mask);
     if (causal) args[causal_at] = Value::of_bool(true);
     // NB: the result's sizes must be the query's (a mask with more dims than the scores broadcasts
     // them). Its layout is the captured call's: where the kernel now chosen lays its result out
@@ -397,7 +415,10 @@ Graph attention_masks(const Graph& g) {
     }
     if (log_enabled(LogComponent::graph, LogLevel::Debug))
       log_emit(LogComponent::graph, LogLevel::Debug,
-               "attention_masks: '" + n.name + "': the mask is " + (causal ? "causal: is_causal=True" : "all True: dropped"));
+               "attention_masks: '" + n.name + "': the mask is " +
+                   (causal                  ? "causal: is_causal=True"
+                    : fact == Fact::AllTrue ? "all True: dropped"
+                                            : "a where() whose condition is known: its branch"));
     rw.copy_with(id, std::move(args));
   }
   return rw.finish();

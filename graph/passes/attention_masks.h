@@ -16,6 +16,8 @@
 //   - a bool mask with element [..., i, j] = (j <= i) for every i, j, other dims free, and the
 //     query and key lengths equal (the same number or the same symbolic size): attn_mask=None, is_causal=True (SDPA's own causal
 //     mask is that lower triangle).
+//   - a float mask `torch.where(c, x, y)` with c True everywhere (T5's position bias under a mask
+//     True everywhere): x, when it is a tensor of the where's dtype (y for c False everywhere).
 // Masks read from graph inputs (a padding mask, a module buffer) are not known and stay.
 #pragma once
 

@@ -59,6 +59,30 @@ def test_masks_transformers_builds_become_no_mask_or_is_causal(fn, want):
         torch.testing.assert_close(framefuse.compile(fn, backend=backend)(q, k, v), fn(q, k, v))
 
 
+def _position_bias(q, k, v, bias):
+    # T5's create_position_bias_mask (transformers 5.17) under a mask True everywhere
+    L = q.shape[-2]
+    mask = ((torch.arange(L) + 0)[None, None, :, None] >= 0).expand(q.shape[0], -1, L, L)
+    return F.scaled_dot_product_attention(q, k, v, torch.where(mask, bias, torch.finfo(q.dtype).min), scale=1.0)
+
+
+def _causal_position_bias(q, k, v, bias):
+    L = q.shape[-2]
+    i = torch.arange(L)
+    mask = (i[None, :] <= i[:, None])[None, None].expand(q.shape[0], 1, L, L)
+    return F.scaled_dot_product_attention(q, k, v, torch.where(mask, bias, torch.finfo(q.dtype).min), scale=1.0)
+
+
+@pytest.mark.parametrize("fn, rewritten", [(_position_bias, True), (_causal_position_bias, False)])
+def test_a_where_mask_with_a_condition_true_everywhere_is_its_input(fn, rewritten):
+    q, k, v = (torch.randn(2, 4, 6, 8) for _ in range(3))
+    bias = torch.randn(1, 4, 6, 6)
+    lines = _sdpa_line(fn, q, k, v, bias)
+    assert len(lines) == 1 and ("(l_q, l_k, l_v, l_bias, scale=1.0)" in lines[0]) == rewritten, lines
+    for backend in ("eager", "inductor"):
+        torch.testing.assert_close(framefuse.compile(fn, backend=backend)(q, k, v, bias), fn(q, k, v, bias))
+
+
 def test_a_causal_mask_over_more_keys_than_queries_stays():
     q, k, v = torch.randn(1, 2, 4, 8), torch.randn(1, 2, 6, 8), torch.randn(1, 2, 6, 8)
     lines = _sdpa_line(_causal, q, k, v)
@@ -91,17 +115,18 @@ def _mask_program(rng):
         c = rng.choice([0, 0, 1, 4])
         tri = f"((kv + {c}) {rng.choice(COMPARE)} (qi + {c}))"
         expr = rng.choice([tri, f"({tri} & (kv < S))", f"((qi >= 0) & {tri})"])
-        return _program(expr, L, S)
+        return _program(expr, L, S, bias=rng.random() < 0.25)
     expr = _predicate(rng, L, S)
     for _ in range(rng.randrange(3)):
         join = rng.choice(["&", "|"])
         expr = f"({expr} {join} {_predicate(rng, L, S)})"
         if rng.random() < 0.2:
             expr = f"(~{expr})"
-    return _program(expr, L, S)
+    return _program(expr, L, S, bias=rng.random() < 0.25)
 
 
-def _program(expr, L, S):
+def _program(expr, L, S, bias=False):
+    # bias: a float mask torch.where(mask, bias, -1e4) (T5's form), the bias made from the indices
     src = (
         "def f(q, k, v):\n"
         f"    L, S = {L}, {S}\n"
@@ -109,7 +134,8 @@ def _program(expr, L, S):
         "    kv = torch.arange(S)[None, :]\n"
         f"    mask = {expr}\n"
         "    mask = mask.expand(L, S)[None, None].expand(q.shape[0], 1, L, S)\n"
-        "    return F.scaled_dot_product_attention(q, k, v, mask)\n")
+        + ("    mask = torch.where(mask, ((qi * 3 + kv) % 5).to(q.dtype)[None, None] / 4, -1e4)\n" if bias else "")
+        + "    return F.scaled_dot_product_attention(q, k, v, mask)\n")
     ns = {"torch": torch, "F": F}
     exec(compile(src, f"<mask program {expr}>", "exec"), ns)
     return ns["f"], L, S, src
@@ -117,8 +143,8 @@ def _program(expr, L, S):
 
 def test_random_mask_programs_match_eager():
     rng = random.Random(20261129)
-    dropped = causal = 0
-    for i in range(150):
+    dropped = causal = branch = 0
+    for i in range(200):
         f, L, S, src = _mask_program(rng)
         q = torch.randn(2, 2, L, 8, dtype=torch.float64)
         k = torch.randn(2, 2, S, 8, dtype=torch.float64)
@@ -127,11 +153,13 @@ def test_random_mask_programs_match_eager():
         line = _sdpa_line(f, q, k, v)
         dropped += "(l_q, l_k, l_v)" in line[0]
         causal += "is_causal=True" in line[0]
+        branch += "(l_q, l_k, l_v, truediv)" in line[0]
         for backend in ("eager", "inductor"):
             got = framefuse.compile(f, backend=backend)(q, k, v)
             torch.testing.assert_close(got, want, equal_nan=True, msg=lambda m: f"{m}\n{src}{line}")
-    # NB: the seed's programs include masks True everywhere and causal ones: both rewrites are exercised.
-    assert dropped >= 10 and causal >= 5, (dropped, causal)
+    # NB: the seed's programs include masks True everywhere, causal ones and where() masks over
+    # both: every rewrite is exercised.
+    assert dropped >= 10 and causal >= 4 and branch >= 5, (dropped, causal, branch)
 
 
 def test_masks_of_symbolic_lengths_are_rewritten_once_for_every_length(caplog):
