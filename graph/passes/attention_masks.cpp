@@ -21,10 +21,12 @@ struct IndexForm {
 
 // What a bool tensor holds: the same value everywhere, or element [..., i, j] = (j <= i) over its
 // last two dims whatever the other indices.
-enum class Fact { Unknown,
-                  AllTrue,
-                  AllFalse,
-                  Causal };
+enum class Fact {
+  Unknown,
+  AllTrue,
+  AllFalse,
+  Causal,  // element [..., i, j] is j <= i
+};
 
 // Small enough that no sum or product of them below overflows int64 (index ranges are sizes).
 constexpr int64_t kMaxCoefficient = int64_t{1} << 20;
@@ -315,6 +317,7 @@ class MaskAnalysis {
     size_t consumed = 0;
     for (const Value& it : items)
       if (it.kind == Value::Kind::Slice || it.kind == Value::Kind::Int) ++consumed;
+    if (consumed > a->a.size()) return std::nullopt;
     IndexForm out{a->c, {}};
     size_t d = 0;  // next dim of the operand
     const TensorMeta& in = g_.meta_of(n.args[0]).tensor;
