@@ -102,7 +102,8 @@ CudaGraphModule::CudaGraphModule(const Graph& g, const CudaCompileOptions& opts)
       if (std::find(c->attn_dims.begin(), c->attn_dims.end(), a.call.head_dim) == c->attn_dims.end()) c->attn_dims.push_back(a.call.head_dim);
     if (!calls.empty() && log_enabled(LogArtifact::perf_hints))
       log_emit(LogArtifact::perf_hints, "CUDA: " + std::to_string(calls.size()) +
-                                            " float32 attention call(s) run by framefuse's TF32 kernel while torch runs float32 matmuls in TF32");
+                                            " float32 attention call(s) run by framefuse's TF32 kernel in calls made while torch "
+                                            "runs float32 matmuls in TF32 (otherwise by torch's SDPA)");
     std::vector<std::string> sources;
     if (!c->to_pack.empty()) sources.push_back(nhwc_pack_source());
     if (!c->attn_dims.empty()) sources.push_back(tf32_attention_source(c->attn_dims));
