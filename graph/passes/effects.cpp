@@ -41,7 +41,7 @@ bool returns_its_operand(const Node& n) {
 
 bool returns_fresh_tensor(const Node& n) {
   if (n.kind != NodeKind::Call || mutates_operand(n) || returns_its_operand(n)) return false;
-  if (op_kind(n) == Op::clone) return true;  // always new memory
+  if (op_in(op_kind(n), {Op::clone, Op::cat, Op::stack})) return true;  // always new memory (torch.cat([x]) too)
   const OpDef& op = op_def(n.op);
   if (op.has(kView) || op.has(kInplace) || may_return_self(op)) return false;
   return (op.traits & (kPointwise | kReduction | kExtern | kComposite | kCreation)) != 0;

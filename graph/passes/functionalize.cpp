@@ -83,9 +83,20 @@ Graph functionalize(const Graph& g) {
       continue;
     }
     NodeId x = nd.args[0].node;
-    bool private_x = fresh[static_cast<size_t>(x)];
-    for (NodeId u : users[static_cast<size_t>(x)])
-      if (u != id && (u > id || !fresh[static_cast<size_t>(u)])) private_x = false;
+    // Every reader of v but `id` (and `also`) runs before it and returns fresh memory.
+    auto read_only_before = [&](NodeId v, NodeId also) {
+      for (NodeId u : users[static_cast<size_t>(v)])
+        if (u != id && u != also && (u > id || !fresh[static_cast<size_t>(u)])) return false;
+      return true;
+    };
+    bool private_x = fresh[static_cast<size_t>(x)] && read_only_before(x, id);
+    // A view of a private tensor that nothing else reads afterwards (ghostnet's
+    // `cat(...)[:, :oup] += shortcut`): the write is seen through the view only.
+    const Node& xn = g.node(x);
+    if (!private_x && returns_new_view(xn) && !xn.args.empty() && xn.args[0].is_node()) {
+      NodeId base = xn.args[0].node;
+      private_x = fresh[static_cast<size_t>(base)] && read_only_before(base, x) && read_only_before(x, id);
+    }
     Node fn;
     if (!private_x || !out_of_place_call(nd, &fn).empty()) {
       rw.copy(id);

@@ -5,7 +5,9 @@
 // call (x.add_(y), x += y, relu(x, inplace=True)) becomes its out-of-place form where nobody can
 // tell the difference:
 //  - x is a fresh tensor of this graph (returns_fresh_tensor, graph/passes/effects.h: never an
-//    input, a view or an alias of one), or the result of an in-place call rewritten so;
+//    input, a view or an alias of one), or the result of an in-place call rewritten so; or a view
+//    (returns_new_view) of such a tensor whose other readers all run before the call and return
+//    fresh memory, and which is not part of the output (the write is seen through x only);
 //  - every other reader of x runs before the call and returns fresh memory itself (no view of x
 //    survives to see the change), and x is not part of the output;
 //  - the out-of-place form has the in-place result's sizes and strides. Where it computes in

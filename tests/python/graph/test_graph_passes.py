@@ -22,7 +22,7 @@ def random_graph(rng):
     tensors = [x, y]
     for _ in range(rng.randint(4, 14)):
         a = rng.choice(tensors)
-        kind = rng.randrange(8)
+        kind = rng.randrange(9)
         try:
             if kind == 0:
                 out = g.call(rng.choice(UNARY), a)
@@ -44,8 +44,16 @@ def random_graph(rng):
             elif kind == 6:  # a duplicate of an earlier call
                 out = g.call(torch.relu, a)
                 g.call(torch.relu, a)
-            else:
+            elif kind == 7:
                 out = g.call(torch.sum, a, rng.choice([0, 1]), keepdim=True)
+            else:  # an in-place op on rows of a fresh cat; the cat itself maybe read afterwards
+                if tuple(a.meta["sizes"]) != (4, 4):
+                    continue
+                c = g.call(torch.cat, [a, g.call(torch.neg, a)], 0)
+                rows = g.call(operator.getitem, c, slice(rng.choice([0, 2, None]), rng.choice([4, 8, None])))
+                out = g.call(torch.Tensor.mul_, rows, rng.choice([2.0, -0.5]))
+                if rng.random() < 0.4:
+                    tensors.append(g.call(torch.sum, c, 0, keepdim=True))
         except framefuse.Unsupported:
             continue
         tensors.append(out)
