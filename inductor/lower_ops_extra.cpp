@@ -275,7 +275,12 @@ LT narrow_rule(Lowerer& L, const Node& n) {
 LT cat_of(std::vector<LT> operands, int64_t dim, const TensorMeta& m) {
   std::vector<LT> parts;
   for (const LT& p : operands) {
-    if (p.dim() != static_cast<int64_t>(m.sizes.size())) throw NoLowering("cat with a legacy empty operand");
+    if (p.dim() != static_cast<int64_t>(m.sizes.size())) {
+      // NB: torch skips 1-d empty operands of any other cat (a legacy rule transformers' KV caches
+      // rely on: cat([tensor([]), k], -2)); they count only for the result's dtype, which m has.
+      if (p.dim() == 1 && p.sizes[0].same_as(SymInt(0))) continue;
+      throw NoLowering("cat with an operand of other dims");
+    }
     if (p.sizes[static_cast<size_t>(dim)] == 0) continue;
     parts.push_back(Lowerer::cast(p, m.dtype));
   }

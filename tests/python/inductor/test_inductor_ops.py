@@ -362,11 +362,22 @@ def test_inplace_on_input_or_shared_value_runs_eagerly():
     assert not isinstance(cg, _C.inductor.CompiledGraph)
     r, m = cg(a)
     assert torch.equal(r, torch.relu(a - 0.1)) and torch.equal(m, torch.relu(a - 0.1) * 3.0)
-    # a view of an intermediate: mutating it mutates its base
+    # a view of an intermediate: mutating it mutates its base. Nobody reads the base afterwards, so
+    # the write is seen through the view only and is compiled out of place (functionalize) ...
     fn = lambda g, x: g.call(operator.iadd, g.call(torch.Tensor.view, g.call(torch.exp, x), 20), 1.0)  # noqa: E731
     g, cg = _compiled(fn, [a])
-    assert not isinstance(cg, _C.inductor.CompiledGraph)
+    assert isinstance(cg, _C.inductor.CompiledGraph)
     torch.testing.assert_close(cg(a)[0], torch.exp(a).view(20) + 1)
+
+    # ... while a read of the base afterwards sees the write: on the reference runner
+    def base_read_after(g, x):
+        e = g.call(torch.exp, x)
+        return g.call(operator.iadd, g.call(torch.Tensor.view, e, 20), 1.0), g.call(torch.mul, e, 2.0)
+    g, cg = _compiled(base_read_after, [a])
+    assert not isinstance(cg, _C.inductor.CompiledGraph)
+    v, m = cg(a)
+    torch.testing.assert_close(v, torch.exp(a).view(20) + 1)
+    torch.testing.assert_close(m, (torch.exp(a) + 1) * 2)
 
 
 @pytest.mark.parametrize("op", [operator.eq, operator.ne, operator.le, operator.ge])
@@ -534,6 +545,17 @@ def test_basic_indexing_narrow_cat_and_stack_lowerings():
     ]
     for fn in cases:
         check(fn, [x, y])
+
+
+@pytest.mark.parametrize("empty_dtype", [torch.float32, torch.float64, torch.bfloat16])
+def test_a_cat_with_a_legacy_empty_operand_is_one_kernel(empty_dtype):
+    # transformers' DynamicCache: torch.cat([torch.tensor([]), k], -2) for a cache's first keys. The
+    # empty operand adds no element but still takes part in the result's dtype.
+    k = randn(2, 3, 5, 4)
+    empty = torch.tensor([], dtype=empty_dtype)
+    cg = check(lambda g, e, k: g.call(torch.mul, g.call(torch.cat, [e, g.call(torch.transpose, k, 1, 2)], -2), 2),
+               [empty, k])
+    assert cg.num_externs == 0 and cg.num_kernels == 1
 
 
 def test_an_unused_integer_addcdiv_raises_as_in_eager():
