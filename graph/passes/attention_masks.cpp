@@ -64,10 +64,6 @@ std::optional<std::vector<int64_t>> static_sizes(const TensorMeta& t) {
 bool is_int64_tensor(const ValueMeta& m) { return m.is_tensor() && m.tensor.dtype == DType::Int64; }
 bool is_bool_tensor(const ValueMeta& m) { return m.is_tensor() && m.tensor.dtype == DType::Bool; }
 
-const Value& arg(const Node& n, std::string_view name) {
-  return n.args.at(static_cast<size_t>(op_def(n.op).schema.index_of(name)));
-}
-
 // Sizes the input's dims go to in a view/reshape that only adds or drops size-1 dims: out[k] is
 // the output dim of input dim k (-1: a dropped size-1 dim), or nullopt for any other view.
 std::optional<std::vector<int>> unit_dim_map(const TensorMeta& in, const TensorMeta& out) {
@@ -111,7 +107,7 @@ class MaskAnalysis {
     if (op_in(op, {Op::ones, Op::ones_like, Op::new_ones})) return Fact::AllTrue;
     if (op_in(op, {Op::zeros, Op::zeros_like, Op::new_zeros})) return Fact::AllFalse;
     if (op_in(op, {Op::full, Op::full_like, Op::new_full})) {
-      const Value& fill = arg(n, "fill_value");
+      const Value& fill = call_arg(n, "fill_value");
       if (!fill.is_number()) return Fact::Unknown;
       return fill.as_double() != 0.0 ? Fact::AllTrue : Fact::AllFalse;  // NB: bool(nan) is True
     }
@@ -235,10 +231,10 @@ class MaskAnalysis {
     switch (op_kind(n)) {
       case Op::arange: {
         // arange(end): `start` holds the end (it may be a symbolic size); arange(start, end[, step]).
-        auto step = static_int(arg(n, "step"));
+        auto step = static_int(call_arg(n, "step"));
         if (!step) return std::nullopt;
-        if (arg(n, "end").is_none()) return IndexForm{0, {*step}};
-        auto start = static_int(arg(n, "start"));
+        if (call_arg(n, "end").is_none()) return IndexForm{0, {*step}};
+        auto start = static_int(call_arg(n, "start"));
         if (!start) return std::nullopt;
         return IndexForm{*start, {*step}};
       }
@@ -247,7 +243,7 @@ class MaskAnalysis {
       case Op::op_sub:
       case Op::sub: {
         Op op = op_kind(n);
-        if ((op == Op::add || op == Op::sub) && static_int(arg(n, "alpha")) != 1) return std::nullopt;
+        if ((op == Op::add || op == Op::sub) && static_int(call_arg(n, "alpha")) != 1) return std::nullopt;
         auto a = form(n.args[0], depth + 1), b = form(n.args[1], depth + 1);
         if (!a || !b) return std::nullopt;
         int64_t sign = op == Op::op_sub || op == Op::sub ? -1 : 1;
@@ -349,8 +345,8 @@ class MaskAnalysis {
 // The query and key lengths of an SDPA call are equal for every binding of the graph's symbols
 // (the same number, or the same expression), and the mask's last two dims are those lengths.
 bool equal_lengths(const Graph& g, const Node& sdpa, const TensorMeta& mask) {
-  const TensorMeta& q = g.meta_of(arg(sdpa, "query")).tensor;
-  const TensorMeta& k = g.meta_of(arg(sdpa, "key")).tensor;
+  const TensorMeta& q = g.meta_of(call_arg(sdpa, "query")).tensor;
+  const TensorMeta& k = g.meta_of(call_arg(sdpa, "key")).tensor;
   if (q.dim() < 2 || k.dim() < 2 || mask.dim() < 2) return false;
   const SymInt& L = q.sizes[q.sizes.size() - 2];
   const SymInt& S = k.sizes[k.sizes.size() - 2];
@@ -359,8 +355,8 @@ bool equal_lengths(const Graph& g, const Node& sdpa, const TensorMeta& mask) {
 
 // SDPA's result has the query's sizes with the value's head dim: the mask broadcast into nothing more.
 bool sized_by_query(const Graph& g, const Node& sdpa) {
-  SymShape want = g.meta_of(arg(sdpa, "query")).tensor.sizes;
-  const TensorMeta& v = g.meta_of(arg(sdpa, "value")).tensor;
+  SymShape want = g.meta_of(call_arg(sdpa, "query")).tensor.sizes;
+  const TensorMeta& v = g.meta_of(call_arg(sdpa, "value")).tensor;
   if (want.empty() || v.dim() == 0 || !sdpa.meta.is_tensor()) return false;
   want.back() = v.sizes.back();
   return sdpa.meta.tensor.sizes.same_as(want);
@@ -388,7 +384,7 @@ Graph attention_masks(const Graph& g) {
   GraphRewriter rw(g);
   for (NodeId id = 0; id < static_cast<NodeId>(g.size()); ++id) {
     const Node& n = g.node(id);
-    if (op_kind(n) != Op::scaled_dot_product_attention || !arg(n, "attn_mask").is_node()) {
+    if (op_kind(n) != Op::scaled_dot_product_attention || !call_arg(n, "attn_mask").is_node()) {
       rw.copy(id);
       continue;
     }

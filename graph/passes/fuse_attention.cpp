@@ -52,12 +52,6 @@ const TensorMeta* tensor_meta(const Graph& g, const Value& v) {
   return n.meta.is_tensor() ? &n.meta.tensor : nullptr;
 }
 
-const Value& arg(const Node& n, std::string_view param) {
-  int i = op_def(n.op).schema.index_of(param);
-  FF_CHECK(i >= 0, op_def(n.op).name + " has no parameter " + std::string(param));
-  return n.args[static_cast<size_t>(i)];
-}
-
 bool last_dim(const Value& dim, int64_t ndim) {
   return dim.kind == Value::Kind::Int && (dim.i == -1 || dim.i == ndim - 1);
 }
@@ -150,8 +144,8 @@ class Matcher {
     m.v = o.args[1];
     const Node* pn = call_node(g_, p);
     if (is_dropout(*pn)) {
-      const Value& prob = arg(*pn, "p");
-      const Value& training = arg(*pn, op_kind(*pn) == Op::f_dropout ? "training" : "train");
+      const Value& prob = call_arg(*pn, "p");
+      const Value& training = call_arg(*pn, op_kind(*pn) == Op::f_dropout ? "training" : "train");
       if (training.kind != Value::Kind::Bool || !prob.is_number())
         throw NoMatch{"dropout's p or training flag is not a constant"};
       // NB: torch's dropout returns its input when not training or p == 0 (no random numbers drawn).
@@ -164,8 +158,8 @@ class Matcher {
     m.dropped.push_back(m.softmax);
     const TensorMeta* pm = tensor_meta(g_, p);
     if (!pm) throw NoMatch{"the softmax is not a tensor"};
-    if (!last_dim(arg(*pn, "dim"), pm->dim())) throw NoMatch{"the softmax is not over the last dimension"};
-    if (!arg(*pn, "dtype").is_none()) throw NoMatch{"the softmax casts (dtype=...)"};
+    if (!last_dim(call_arg(*pn, "dim"), pm->dim())) throw NoMatch{"the softmax is not over the last dimension"};
+    if (!call_arg(*pn, "dtype").is_none()) throw NoMatch{"the softmax casts (dtype=...)"};
 
     // Mask.
     Value s = pn->args[0];
@@ -173,18 +167,18 @@ class Matcher {
     if (!sn) throw NoMatch{"the softmax input is not computed in the graph"};
     const Op sop = op_kind(*sn);
     if (sop == Op::masked_fill) {
-      const Value& fill = arg(*sn, "value");
+      const Value& fill = call_arg(*sn, "value");
       if (fill.kind != Value::Kind::Float || !(std::isinf(fill.f) && fill.f < 0))
         throw NoMatch{"masked_fill fills with a value other than -inf"};
-      const TensorMeta* mm = tensor_meta(g_, arg(*sn, "mask"));
+      const TensorMeta* mm = tensor_meta(g_, call_arg(*sn, "mask"));
       if (!mm || mm->dtype != DType::Bool) throw NoMatch{"the masked_fill mask is not a bool tensor"};
       m.mask_kind = MaskKind::Bool;
-      m.mask = arg(*sn, "mask");
+      m.mask = call_arg(*sn, "mask");
       m.dropped.push_back(single_use(s, "the masked scores"));
-      same_shape_and_dtype(s, arg(*sn, "input"), "masked_fill");
-      s = arg(*sn, "input");
+      same_shape_and_dtype(s, call_arg(*sn, "input"), "masked_fill");
+      s = call_arg(*sn, "input");
     } else if (sop == Op::op_add || sop == Op::add) {
-      if (sop == Op::add && !(arg(*sn, "alpha").is_number() && arg(*sn, "alpha").as_double() == 1.0))
+      if (sop == Op::add && !(call_arg(*sn, "alpha").is_number() && call_arg(*sn, "alpha").as_double() == 1.0))
         throw NoMatch{"add with alpha"};
       // The scores are the operand computed by a scale or a matmul; the other is the mask.
       int scores = -1;
@@ -225,9 +219,9 @@ class Matcher {
     int64_t nd = ktm ? ktm->dim() : 0;
     auto norm = [&](const Value& d) { return d.kind != Value::Kind::Int ? -1 : d.i < 0 ? d.i + nd
                                                                                        : d.i; };
-    std::set<int64_t> dims = {norm(arg(*kt, "dim0")), norm(arg(*kt, "dim1"))};
+    std::set<int64_t> dims = {norm(call_arg(*kt, "dim0")), norm(call_arg(*kt, "dim1"))};
     if (dims != std::set<int64_t>{nd - 2, nd - 1}) throw NoMatch{"the scores' right operand is not k.transpose(-2, -1)"};
-    m.k = arg(*kt, "input");
+    m.k = call_arg(*kt, "input");
     if (uses_[static_cast<size_t>(sn->args[1].node)] == 1) m.dropped.push_back(sn->args[1].node);
 
     check_shapes(m, s, p);
@@ -243,7 +237,7 @@ class Matcher {
       if (a.is_node() && number(b)) return b.as_double();
       if (b.is_node() && number(a)) return a.as_double();
     }
-    if (op == Op::op_truediv || op == Op::true_divide || (op == Op::div && arg(n, "rounding_mode").is_none())) {
+    if (op == Op::op_truediv || op == Op::true_divide || (op == Op::div && call_arg(n, "rounding_mode").is_none())) {
       if (a.is_node() && number(b) && b.as_double() != 0.0) return 1.0 / b.as_double();
     }
     return std::nullopt;

@@ -7,6 +7,12 @@
 
 namespace ff {
 
+const Value& call_arg(const Node& n, std::string_view param) {
+  int i = op_def(n.op).schema.index_of(param);
+  FF_CHECK(i >= 0, op_def(n.op).name + " has no parameter " + std::string(param));
+  return n.args[static_cast<size_t>(i)];
+}
+
 std::optional<ValueMeta> inferred_meta(OpId op, const std::vector<Value>& args, const Graph& g) {
   try {
     return infer_meta(op_def(op), args, g);

@@ -5,6 +5,7 @@
 
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "graph/ir.h"
@@ -14,6 +15,9 @@ namespace ff {
 // The metadata op's rule gives a call of `args` in `g`, or nullopt where the rule declines or throws:
 // a pass then keeps the call as captured.
 std::optional<ValueMeta> inferred_meta(OpId op, const std::vector<Value>& args, const Graph& g);
+
+// Call `n`'s operand bound to parameter `param` of its op's schema (InternalError if it has none).
+const Value& call_arg(const Node& n, std::string_view param);
 
 // Same dtype, sizes, strides and device: what a tensor result promises its readers (a rewrite that
 // changes any of them is refused).
