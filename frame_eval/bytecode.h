@@ -22,6 +22,10 @@ struct Instr {
   int target = -1;     // jumps: index of the target instruction in Bytecode::instrs
   int line = -1;       // source line, -1 = no location
   int offset = -1;     // code-unit offset of the first prefix when decoded (informational)
+  // The second half of a 3.13 pair instruction (LOAD_FAST_LOAD_FAST ...), which decode() splits in
+  // two: encode() fuses it with the instruction before again where both slots still fit in 4 bits
+  // and nothing jumps between them (so a round trip reproduces co_code).
+  bool paired = false;
 };
 
 // One exception-table range over instructions [start, end] (indices, inclusive).

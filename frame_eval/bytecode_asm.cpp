@@ -3,6 +3,7 @@
 #include <deque>
 
 #include "frame_eval/bytecode.h"
+#include "frame_eval/opcodes.h"
 #include "frame_eval/py_util.h"
 #include "src/base/errors.h"
 
@@ -39,7 +40,7 @@ Bytecode decode(PyObject* code) {
   Bytecode bc;
   std::vector<int> index_at(units + 1, -1);  // code unit -> instruction starting there
   std::vector<int> next_unit;
-  const int ext_op = 144;  // EXTENDED_ARG in 3.11 and 3.12
+  const int ext_op = extended_arg_opcode();
   int i = 0;
   while (i < units) {
     int start = i, arg = 0, prefixes = 0;
@@ -55,7 +56,20 @@ Bytecode decode(PyObject* code) {
     Instr in;
     in.opcode = op, in.arg = arg, in.offset = start, in.line = unit_lines[i];
     index_at[start] = static_cast<int>(bc.instrs.size());
-    bc.instrs.push_back(in);
+    int first_half = 0, second_half = 0;
+    if (split_pair(op, &first_half, &second_half)) {
+      // 3.13's pairs (LOAD_FAST_LOAD_FAST ...) pack two 4-bit slots: decoded as two instructions,
+      // so that liveness sees both slots and remapped slots may exceed 15. Both keep the offset;
+      // only the first is a jump or resume target.
+      Instr second = in;
+      in.opcode = first_half, in.arg = arg >> 4;
+      second.opcode = second_half, second.arg = arg & 15, second.paired = true;
+      bc.instrs.push_back(in);
+      bc.instrs.push_back(second);
+      next_unit.push_back(i + 1);
+    } else {
+      bc.instrs.push_back(in);
+    }
     i += 1 + cache_count(op);
     FF_CHECK(i <= units, op_text(op) + " at the end of co_code is missing its CACHE units");
     next_unit.push_back(i);
@@ -91,17 +105,29 @@ Bytecode decode(PyObject* code) {
 Encoded encode(const Bytecode& bc, int firstlineno) {
   const size_t n = bc.instrs.size();
   FF_CHECK(n > 0, "encoding an empty instruction list");
+  const int ext_op = extended_arg_opcode();
   std::vector<int> args(n), ext(n), size(n), offset(n + 1);
   for (size_t k = 0; k < n; ++k) {
     args[k] = bc.instrs[k].arg;
     ext[k] = is_jump(bc.instrs[k].opcode) ? 0 : ext_count(args[k]);
+  }
+  // 3.13 pairs decode() split: pair_op[k] is the fused opcode for instructions k-1 and k, or -1.
+  std::vector<int> pair_op(n, -1);
+  std::vector<bool> boundary(n + 1, false);  // an instruction something jumps to or a range starts at
+  for (const Instr& in : bc.instrs)
+    if (in.target >= 0) boundary[static_cast<size_t>(in.target)] = true;
+  for (const ExcEntry& e : bc.exc) boundary[e.start] = boundary[e.end + 1] = boundary[e.target] = true;
+  for (size_t k = 1; k < n; ++k) {
+    const Instr &a = bc.instrs[k - 1], &b = bc.instrs[k];
+    if (b.paired && !boundary[k] && pair_op[k - 1] < 0 && a.arg < 16 && b.arg < 16)
+      pair_op[k] = fused_pair(a.opcode, b.opcode);
   }
   // Jump arguments depend on offsets, which depend on the EXTENDED_ARG prefixes of every jump:
   // iterate to a fixed point. Prefix counts only grow (a leading EXTENDED_ARG 0 is valid), so this
   // cannot oscillate and ends within a few rounds.
   for (int round = 0;; ++round) {
     FF_CHECK(round < 16, "EXTENDED_ARG fix-point did not converge");
-    for (size_t k = 0; k < n; ++k) size[k] = ext[k] + 1 + cache_count(bc.instrs[k].opcode);
+    for (size_t k = 0; k < n; ++k) size[k] = pair_op[k] >= 0 ? 0 : ext[k] + 1 + cache_count(bc.instrs[k].opcode);
     offset[0] = 0;
     for (size_t k = 0; k < n; ++k) offset[k + 1] = offset[k] + size[k];
     bool changed = false;
@@ -120,8 +146,10 @@ Encoded encode(const Bytecode& bc, int firstlineno) {
   Encoded out;
   out.code.reserve(2 * offset[n]);
   for (size_t k = 0; k < n; ++k) {
+    if (pair_op[k] >= 0) continue;  // written with the instruction before
     int op = bc.instrs[k].opcode, a = args[k];
-    for (int e = ext[k]; e >= 1; --e) out.code.push_back(static_cast<char>(144)), out.code.push_back(static_cast<char>((a >> (8 * e)) & 0xFF));
+    if (k + 1 < n && pair_op[k + 1] >= 0) op = pair_op[k + 1], a = (a << 4) | args[k + 1];
+    for (int e = ext[k]; e >= 1; --e) out.code.push_back(static_cast<char>(ext_op)), out.code.push_back(static_cast<char>((a >> (8 * e)) & 0xFF));
     out.code.push_back(static_cast<char>(op));
     out.code.push_back(static_cast<char>(a & 0xFF));
     for (int c = 0; c < cache_count(op); ++c) out.code.push_back(0), out.code.push_back(0);
@@ -133,9 +161,10 @@ Encoded encode(const Bytecode& bc, int firstlineno) {
     raw.push_back({offset[e.start], offset[e.end + 1] - offset[e.start], offset[e.target], e.depth, e.lasti});
   }
   out.exceptiontable = write_exception_table(raw);
-  std::vector<int> lines(n);
-  for (size_t k = 0; k < n; ++k) lines[k] = bc.instrs[k].line;
-  out.linetable = write_line_table(firstlineno, lines, size);
+  std::vector<int> lines, units;
+  for (size_t k = 0; k < n; ++k)
+    if (size[k] > 0) lines.push_back(bc.instrs[k].line), units.push_back(size[k]);
+  out.linetable = write_line_table(firstlineno, lines, units);
   out.stacksize = compute_stacksize(bc);
   return out;
 }

@@ -130,7 +130,8 @@ ResumeBuild build_resume(PyObject* code, int unit, int stack_depth, const std::v
   rb.orig = decode(code);
   const Bytecode& orig = rb.orig;
   int at = -1;
-  for (size_t k = 0; k < orig.instrs.size(); ++k)
+  // NB: the first match: the halves of a split 3.13 pair share an offset.
+  for (size_t k = 0; k < orig.instrs.size() && at < 0; ++k)
     if (orig.instrs[k].offset == unit) at = static_cast<int>(k);
   FF_CHECK(at >= 0, "resume offset " + std::to_string(2 * unit) + " is not an instruction boundary");
   rb.at = at;
@@ -282,7 +283,7 @@ std::vector<std::string> live_locals_at(PyObject* code, int unit) {
   std::vector<std::string> varnames = str_tuple(code, "co_varnames");
   const int nv = static_cast<int>(varnames.size()), n = static_cast<int>(bc.instrs.size());
   int at = -1;
-  for (int k = 0; k < n; ++k)
+  for (int k = 0; k < n && at < 0; ++k)  // the first match (split pairs share an offset)
     if (bc.instrs[k].offset == unit) at = k;
   FF_CHECK(at >= 0, "offset " + std::to_string(2 * unit) + " is not an instruction boundary");
   std::vector<std::vector<int>> succ(n);

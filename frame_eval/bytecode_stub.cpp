@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "frame_eval/bytecode.h"
+#include "frame_eval/opcodes.h"
 #include "frame_eval/py_util.h"
 #include "frame_eval/bytecode_resume.h"
 #include "src/base/errors.h"
@@ -45,7 +46,7 @@ BreakStub make_break_stub(PyObject* code, int unit, int stack_depth, const std::
   const bool falls = !is_terminator(brk.opcode) && b + 1 < n;
   const bool jumps = is_jump(brk.opcode) && !is_unconditional_jump(brk.opcode) && bname != "SEND";
   if (!falls && !jumps) throw Unsupported("a graph break at " + bname + " cannot be resumed");
-  const bool is_call = bname == "CALL" || bname == "CALL_FUNCTION_EX";
+  const bool is_call = bname == "CALL" || bname == "CALL_KW" || bname == "CALL_FUNCTION_EX";
 
   BreakStub stub;
   std::vector<int> succ_index;  // original instruction index of each successor
@@ -55,7 +56,8 @@ BreakStub make_break_stub(PyObject* code, int unit, int stack_depth, const std::
     s.unit = orig.instrs[idx].offset;
     s.depth = rb.depths[idx];
     std::vector<int> nulls = null_slots;
-    if (bname == "LOAD_GLOBAL" && (brk.arg & 1)) nulls.push_back(stack_depth);  // NULL below the global
+    // LOAD_GLOBAL's NULL: below the global on 3.11/3.12, above it on 3.13.
+    if (bname == "LOAD_GLOBAL" && (brk.arg & 1)) nulls.push_back(null_after_callable() ? stack_depth + 1 : stack_depth);
     for (int i : nulls) {
       // A call consumes the NULLs of its own callable; everything below survives.
       if (is_call && i >= s.depth - 1) continue;
@@ -72,8 +74,8 @@ BreakStub make_break_stub(PyObject* code, int unit, int stack_depth, const std::
   int jump_target = -1;
   if (jumps) {
     jump_target = brk.target;
-    // 3.12: an exhausted FOR_ITER jumps over the END_FOR at its target.
-    add_successor(kPy312 && bname == "FOR_ITER" ? jump_target + 1 : jump_target);
+    // 3.12: an exhausted FOR_ITER jumps over the END_FOR at its target (3.13: and the POP_TOP after it).
+    add_successor(bname == "FOR_ITER" ? jump_target + for_iter_exhausted_skip() : jump_target);
   }
 
   // Constants the tails need, appended to the original co_consts.
@@ -128,8 +130,10 @@ BreakStub make_break_stub(PyObject* code, int unit, int stack_depth, const std::
   for (size_t s = 0; s < stub.successors.size(); ++s) {
     const StubSuccessor& succ = stub.successors[s];
     const bool is_jump_edge = jumps && static_cast<int>(s) == (falls ? 1 : 0);
-    if (is_jump_edge && kPy312 && bname == "FOR_ITER") {
-      tail_start.push_back(emit("END_FOR", 0));  // the jump's target, skipped by the exhausted FOR_ITER
+    if (is_jump_edge && bname == "FOR_ITER" && for_iter_exhausted_skip() > 0) {
+      // The jump's target, skipped by the exhausted FOR_ITER: END_FOR (3.13: END_FOR, POP_TOP).
+      tail_start.push_back(emit("END_FOR", 0));
+      for (int k = 1; k < for_iter_exhausted_skip(); ++k) emit("POP_TOP", 0);
     } else {
       tail_start.push_back(static_cast<int>(out.instrs.size()));
     }
@@ -141,8 +145,10 @@ BreakStub make_break_stub(PyObject* code, int unit, int stack_depth, const std::
     for (int i : succ.null_slots) is_null[static_cast<size_t>(i)] = true;
     for (int i = succ.depth - 1; i >= 0; --i) {
       if (is_null[static_cast<size_t>(i)]) {
-        // NB: a NULL must never be stored, popped or put in a tuple: call tuple() on it.
+        // NB: a NULL must never be stored, popped or put in a tuple: call tuple() on it (on 3.13 the
+        // NULL goes above the callable).
         emit("LOAD_CONST", c_tuple);
+        if (null_after_callable()) emit("SWAP", 2);
         if (!kPy312) emit("PRECALL", 0);
         emit("CALL", 0);
         emit("POP_TOP", 0);

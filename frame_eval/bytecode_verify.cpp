@@ -2,6 +2,7 @@
 #include <sstream>
 
 #include "frame_eval/bytecode.h"
+#include "frame_eval/opcodes.h"
 #include "src/base/errors.h"
 
 namespace ff::bc {
@@ -165,7 +166,7 @@ std::string disassemble(PyObject* code) {
        << (is_target[k] ? ">>" : "  ") << std::string(off.size() < 6 ? 6 - off.size() : 1, ' ') << off << ' ';
     std::string name = opname(in.opcode) ? opname(in.opcode) : "<" + std::to_string(in.opcode) + ">";
     os << name;
-    bool has_arg = in.opcode >= 90;  // HAVE_ARGUMENT in 3.11 and 3.12
+    bool has_arg = in.opcode >= have_argument();
     if (has_arg) {
       os << std::string(name.size() < 28 ? 28 - name.size() : 1, ' ') << in.arg;
       std::string r = argrepr(in);

@@ -5,12 +5,15 @@
 
 #include "frame_eval/frame_access.h"
 
-#if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030D0000
+#if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030E0000
 #define FF_FRAMES_SUPPORTED 1
-#if PY_VERSION_HEX >= 0x030C0000
+#if PY_VERSION_HEX >= 0x030C0000 && PY_VERSION_HEX < 0x030D0000
 #undef _PyGC_FINALIZED
 #endif
 #include <internal/pycore_frame.h>
+#if PY_VERSION_HEX >= 0x030D0000
+#include <internal/pycore_ceval.h>  // _PyEval_FrameClearAndPop (exported from 3.13)
+#endif
 #else
 #define FF_FRAMES_SUPPORTED 0
 #endif
@@ -26,18 +29,30 @@ int ff_frame_evaluator_pops(void) { return PY_VERSION_HEX >= 0x030C0000; }
 #else
 #define FF_FRAME_FUNC(f) ((PyObject*)(f)->f_func)
 #endif
+#if PY_VERSION_HEX >= 0x030D0000
+#define FF_FRAME_CODE(f) _PyFrame_GetCode(f)  // 3.13: f_executable (a code object here)
+// A fresh 3.13 frame points at its first instruction (LASTI 0), not before it.
+#define FF_FRAME_STARTED(f, code) (_PyInterpreterFrame_LASTI(f) > (code)->_co_firsttraceable)
+#else
+#define FF_FRAME_CODE(f) ((f)->f_code)
+// A fresh 3.11/3.12 frame points before its first instruction (LASTI -1).
+#define FF_FRAME_STARTED(f, code) (_PyInterpreterFrame_LASTI(f) >= (code)->_co_firsttraceable)
+#endif
 
 int ff_frame_inspect(PyThreadState* tstate, struct _PyInterpreterFrame* frame, int throwflag, ff_frame_info* out) {
   (void)tstate;
   if (throwflag || PyErr_Occurred()) return 0;
   if (frame->owner != FRAME_OWNED_BY_THREAD) return 0;
   if (frame->frame_obj != NULL || frame->f_locals != NULL) return 0;
-  PyCodeObject* code = frame->f_code;
+#if PY_VERSION_HEX >= 0x030D0000
+  if (!PyCode_Check(frame->f_executable)) return 0;
+#endif
+  PyCodeObject* code = FF_FRAME_CODE(frame);
   if (!(code->co_flags & CO_OPTIMIZED)) return 0;
   if (code->co_flags & (CO_GENERATOR | CO_COROUTINE | CO_ASYNC_GENERATOR | CO_ITERABLE_COROUTINE)) return 0;
-  // A fresh frame has not reached its first RESUME (LASTI is -1 on 3.11/3.12). A later LASTI
-  // means something resumed a started frame; it must run natively.
-  if (_PyInterpreterFrame_LASTI(frame) >= code->_co_firsttraceable) return 0;
+  // A fresh frame has not passed its first RESUME. A later LASTI means something resumed a started
+  // frame; it must run natively.
+  if (FF_FRAME_STARTED(frame, code)) return 0;
   PyObject* func = FF_FRAME_FUNC(frame);
   if (func == NULL || !PyFunction_Check(func)) return 0;
   out->code = code;
@@ -51,7 +66,11 @@ int ff_frame_inspect(PyThreadState* tstate, struct _PyInterpreterFrame* frame, i
 }
 
 void ff_frame_release(PyThreadState* tstate, struct _PyInterpreterFrame* frame) {
-#if PY_VERSION_HEX >= 0x030C0000
+#if PY_VERSION_HEX >= 0x030D0000
+  // 3.13 exports what its evaluator does on return: clear (moving a still-referenced frame object's
+  // data into it), drop the code, pop.
+  _PyEval_FrameClearAndPop(tstate, frame);
+#elif PY_VERSION_HEX >= 0x030C0000
   // What the 3.12 evaluator does on return: clear the frame (its own references), drop the code,
   // pop the frame off the data stack. The frame was never linked into the frame chain, so nothing
   // else can see it. ff_frame_inspect refused frames with a frame object, and nothing creates one

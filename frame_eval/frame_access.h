@@ -11,7 +11,7 @@ extern "C" {
 
 struct _PyInterpreterFrame;
 
-// 1 when this build supports frame evaluation on the running CPython (3.11, 3.12).
+// 1 when this build supports frame evaluation on the running CPython (3.11, 3.12, 3.13).
 int ff_frame_supported(void);
 
 // 1 on CPython 3.12+: the default evaluator clears and pops the frame it evaluates, so a hook that
@@ -37,7 +37,7 @@ int ff_frame_inspect(PyThreadState* tstate, struct _PyInterpreterFrame* frame, i
 
 // Called when the hook returns without handing `frame` to the evaluator (a cached graph ran, or an
 // error is being raised). 3.12+: drops the frame's references and pops it off the thread's data
-// stack, as the evaluator would have. 3.11: nothing (the caller, _PyEval_Vector, pops it).
+// stack, as the evaluator would have (3.13: CPython's own _PyEval_FrameClearAndPop). 3.11: nothing (the caller, _PyEval_Vector, pops it).
 void ff_frame_release(PyThreadState* tstate, struct _PyInterpreterFrame* frame);
 
 #ifdef __cplusplus

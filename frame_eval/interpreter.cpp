@@ -35,18 +35,37 @@ const DecodedCode& decode_code(PyCodeObject* code) {
   const auto* units = reinterpret_cast<const uint8_t*>(PyBytes_AS_STRING(bytes.get()));
   int n = static_cast<int>(PyBytes_GET_SIZE(bytes.get()) / 2);
   const OpcodeInfo* table = opcode_table();
+  const int ext_op = extended_arg_opcode();
   dc->index_at_offset.assign(static_cast<size_t>(n) + 2, -1);
   std::vector<int> next_offset;
   int ext = 0, start = -1;
   for (int u = 0; u < n;) {
     int op = units[2 * u], arg = units[2 * u + 1];
     if (start < 0) start = u;
-    if (op == 144) {  // EXTENDED_ARG (same number in 3.11 and 3.12)
+    if (op == ext_op) {
       ext = (ext | arg) << 8;
       ++u;
       continue;
     }
     const OpcodeInfo& info = table[op];
+    int first_half = 0, second_half = 0;
+    if (split_pair(op, &first_half, &second_half)) {
+      // NB: as bc::decode does, so that instruction indices agree with the assembler's.
+      for (int k = start; k <= u; ++k) dc->index_at_offset[static_cast<size_t>(k)] = static_cast<int>(dc->instrs.size());
+      for (int half = 0; half < 2; ++half) {
+        int hop = half ? second_half : first_half;
+        Instr h;
+        h.opcode = static_cast<uint8_t>(hop), h.handler = table[hop].handler, h.flags = table[hop].flags;
+        h.arg = half ? ((ext | arg) & 15) : ((ext | arg) >> 4);
+        h.offset = u;
+        dc->instrs.push_back(h);
+        next_offset.push_back(u + 1);
+      }
+      u += 1;
+      ext = 0;
+      start = -1;
+      continue;
+    }
     Instr ins;
     ins.opcode = static_cast<uint8_t>(op);
     ins.handler = info.name ? info.handler : Handler::Unsupported;
@@ -131,7 +150,46 @@ PyObject* co_const(const Frame& f, int i) { return PyTuple_GET_ITEM(f.code->co_c
 PyObject* co_name(const Frame& f, int i) { return PyTuple_GET_ITEM(f.code->co_names, i); }
 std::string str_of(PyObject* s) { return PyUnicode_AsUTF8(s); }
 
+// A loaded value with the NULL a call needs beside it (LOAD_GLOBAL's, LOAD_ATTR's and
+// LOAD_SUPER_ATTR's low bit): below it on 3.11/3.12, above it on 3.13.
+void push_with_null(std::vector<Sym>& st, Sym v, bool with_null) {
+  if (with_null && !null_after_callable()) st.push_back(make_null());
+  st.push_back(std::move(v));
+  if (with_null && null_after_callable()) st.push_back(make_null());
+}
+
 }  // namespace
+
+Sym SymbolicTracer::load_fast(const Frame& f, int slot) {
+  const Sym& v = f.locals[static_cast<size_t>(slot)];
+  if (!v) brk(BreakKind::RaisesInTrace, "local variable '" + str_of(PyTuple_GET_ITEM(f.code->co_localsplusnames, slot)) + "' is unbound");
+  return v;
+}
+
+void SymbolicTracer::store_fast(Frame& f, int slot, Sym v) {
+  f.locals[static_cast<size_t>(slot)] = v->is(SymKind::Null) ? nullptr : std::move(v);
+}
+
+Sym SymbolicTracer::format_value(const Sym& v, int conv, const Sym& spec, bool format) {
+  PyRef value = PyRef::steal(sym_to_const(v));
+  if (!value || (spec && !spec->is(SymKind::Const)))
+    brk(BreakKind::UnsupportedOperand, "formatting " + describe_sym(v) + " into a string");
+  if (conv == 1) value = PyRef::steal(PyObject_Str(value.get()));
+  else if (conv == 2) value = PyRef::steal(PyObject_Repr(value.get()));
+  else if (conv == 3) value = PyRef::steal(PyObject_ASCII(value.get()));
+  if (!value) {
+    PyErr_Clear();
+    brk(BreakKind::RaisesInTrace, "string conversion failed");
+  }
+  // NB: FORMAT_SIMPLE leaves an exact str as it is, which is what format(s, None) returns too.
+  if (!format) return make_const(value.get());
+  PyObject* r = PyObject_Format(value.get(), spec ? spec->obj.get() : nullptr);
+  if (!r) {
+    PyErr_Clear();
+    brk(BreakKind::RaisesInTrace, "format() failed");
+  }
+  return make_const_steal(r);
+}
 
 Sym SymbolicTracer::run_frame(Frame& f) {
   FramePush push(frames_, &f);
@@ -208,28 +266,19 @@ void SymbolicTracer::step(Frame& f, const Instr& ins) {
     case Handler::Copy: push(peek(arg)); break;
     case Handler::Swap: std::swap(peek(1), peek(arg)); break;
     case Handler::LoadConst: push(make_const(co_const(f, arg))); break;
-    case Handler::LoadFast: {
-      const Sym& v = f.locals[static_cast<size_t>(arg)];
-      if (!v) brk(BreakKind::RaisesInTrace, "local variable '" + str_of(PyTuple_GET_ITEM(f.code->co_localsplusnames, arg)) + "' is unbound");
-      push(v);
-      break;
-    }
+    case Handler::LoadFast: push(load_fast(f, arg)); break;
+    case Handler::SplitPair: FF_CHECK(false, "a pair instruction is decoded as two"); break;
     case Handler::LoadFastAndClear: {
       Sym& slot = f.locals[static_cast<size_t>(arg)];
       push(slot ? slot : make_null());
       slot = nullptr;
       break;
     }
-    case Handler::StoreFast: {
-      Sym v = pop();
-      f.locals[static_cast<size_t>(arg)] = v->is(SymKind::Null) ? nullptr : std::move(v);
-      break;
-    }
+    case Handler::StoreFast: store_fast(f, arg, pop()); break;
     case Handler::DeleteFast: f.locals[static_cast<size_t>(arg)] = nullptr; break;
     case Handler::LoadGlobal: {
       Sym v = load_global(f, co_name(f, arg >> 1));
-      if (arg & 1) push(make_null());
-      push(std::move(v));
+      push_with_null(st, std::move(v), arg & 1);
       break;
     }
     case Handler::StoreGlobal: store_global(f, co_name(f, arg), pop()); break;
@@ -244,8 +293,7 @@ void SymbolicTracer::step(Frame& f, const Instr& ins) {
     case Handler::LoadAttrMethodBit: {
       Sym obj = pop();
       Sym attr = load_attr(obj, str_of(co_name(f, arg >> 1)));
-      if (arg & 1) push(make_null());
-      push(std::move(attr));
+      push_with_null(st, std::move(attr), arg & 1);
       break;
     }
     case Handler::StoreAttr: {
@@ -266,8 +314,7 @@ void SymbolicTracer::step(Frame& f, const Instr& ins) {
       sup->obj = cls->obj;
       sup->items = {self};
       Sym attr = load_attr(sup, str_of(co_name(f, arg >> 2)));
-      if (arg & 1) push(make_null());
-      push(std::move(attr));
+      push_with_null(st, std::move(attr), arg & 1);
       break;
     }
     case Handler::LoadDeref: push(cell_contents(f.locals[static_cast<size_t>(arg)])); break;
@@ -308,10 +355,13 @@ void SymbolicTracer::step(Frame& f, const Instr& ins) {
     case Handler::UnaryPositive: push(unary_op("pos", pop())); break;
     case Handler::UnaryInvert: push(unary_op("invert", pop())); break;
     case Handler::UnaryNot: push(make_const(truth(pop()) ? Py_False : Py_True)); break;
+    case Handler::ToBool: push(make_const(truth(pop()) ? Py_True : Py_False)); break;
     case Handler::CompareOp: {
       Sym b = pop();
       Sym a = pop();
-      push(compare_op(compare_op_index(arg), a, b));
+      Sym r = compare_op(compare_op_index(arg), a, b);
+      if (compare_op_to_bool(arg)) r = make_const(truth(r) ? Py_True : Py_False);
+      push(std::move(r));
       break;
     }
     case Handler::IsOp: {
@@ -553,26 +603,29 @@ void SymbolicTracer::step(Frame& f, const Instr& ins) {
       else pop();
       break;
     case Handler::KwNames: f.kw_names = PyRef::borrow(co_const(f, arg)); break;
-    case Handler::Call: {
+    case Handler::Call:
+    case Handler::CallKw: {
+      PyRef kw_names = std::move(f.kw_names);  // 3.11/3.12: KW_NAMES before the CALL
+      if (ins.handler == Handler::CallKw) {    // 3.13: the names tuple is on the stack
+        Sym names = pop();
+        FF_CHECK(names->is(SymKind::Const) && PyTuple_Check(names->obj.get()), "CALL_KW without a names tuple");
+        kw_names = names->obj;
+      }
       std::vector<Sym> args(st.end() - arg, st.end());
       st.resize(st.size() - static_cast<size_t>(arg));
       Sym second = pop();
       Sym first = pop();
-      Sym fn;
-      if (first->is(SymKind::Null)) {
-        fn = std::move(second);
-      } else {
-        fn = std::move(first);
-        args.insert(args.begin(), std::move(second));
-      }
+      // [NULL, callable] or [method, self] on 3.11/3.12; [callable, NULL] or [method, self] on 3.13.
+      Sym fn = std::move(first), self_arg = std::move(second);
+      if (!null_after_callable() && fn->is(SymKind::Null)) std::swap(fn, self_arg);
+      if (!self_arg->is(SymKind::Null)) args.insert(args.begin(), std::move(self_arg));
       KwArgs kwargs;
-      if (f.kw_names) {
-        Py_ssize_t nkw = PyTuple_GET_SIZE(f.kw_names.get());
+      if (kw_names) {
+        Py_ssize_t nkw = PyTuple_GET_SIZE(kw_names.get());
         size_t first_kw = args.size() - static_cast<size_t>(nkw);
         for (Py_ssize_t i = 0; i < nkw; ++i)
-          kwargs.emplace_back(str_of(PyTuple_GET_ITEM(f.kw_names.get(), i)), args[first_kw + static_cast<size_t>(i)]);
+          kwargs.emplace_back(str_of(PyTuple_GET_ITEM(kw_names.get(), i)), args[first_kw + static_cast<size_t>(i)]);
         args.resize(first_kw);
-        f.kw_names = PyRef();
       }
       push(call(fn, std::move(args), std::move(kwargs)));
       break;
@@ -582,7 +635,8 @@ void SymbolicTracer::step(Frame& f, const Instr& ins) {
       Sym args = pop();
       Sym fn = pop();
       Sym null = pop();
-      FF_CHECK(null->is(SymKind::Null), "CALL_FUNCTION_EX without NULL below the callable");
+      if (null_after_callable()) std::swap(fn, null);  // 3.13: [callable, NULL, args, kwargs?]
+      FF_CHECK(null->is(SymKind::Null), "CALL_FUNCTION_EX without a NULL beside the callable");
       KwArgs kwargs;
       if (kw) {
         if (kw->is(SymKind::Const) && PyDict_Check(kw->obj.get())) kw = wrap(kw->obj.get(), nullptr);
@@ -609,6 +663,16 @@ void SymbolicTracer::step(Frame& f, const Instr& ins) {
       if (arg & 2) fn->items[1] = pop();
       if (arg & 1) fn->items[0] = pop();
       push(std::move(fn));
+      break;
+    }
+    case Handler::SetFunctionAttribute: {  // 3.13: (value, function -- function), one flag of MAKE_FUNCTION's
+      Sym fn = pop();
+      Sym v = pop();
+      FF_CHECK(fn->is(SymKind::Function), "SET_FUNCTION_ATTRIBUTE on a value that is not a new function");
+      if (arg == 8) fn->items[2] = std::move(v);
+      else if (arg == 2) fn->items[1] = std::move(v);
+      else if (arg == 1) fn->items[0] = std::move(v);
+      push(std::move(fn));  // 4: annotations, which the trace does not read
       break;
     }
     case Handler::BeforeWith: {
@@ -655,26 +719,18 @@ void SymbolicTracer::step(Frame& f, const Instr& ins) {
       }
       brk(BreakKind::UnsupportedContextManager, describe_sym(mgr));
     }
-    case Handler::FormatValue: {
+    case Handler::FormatValue: {  // 3.11/3.12: conversion (arg & 3) and spec (arg & 4) in one
       Sym spec = (arg & 4) ? pop() : nullptr;
       Sym v = pop();
-      PyRef value = PyRef::steal(sym_to_const(v));
-      if (!value || (spec && !spec->is(SymKind::Const)))
-        brk(BreakKind::UnsupportedOperand, "formatting " + describe_sym(v) + " into a string");
-      int conv = arg & 3;
-      if (conv == 1) value = PyRef::steal(PyObject_Str(value.get()));
-      else if (conv == 2) value = PyRef::steal(PyObject_Repr(value.get()));
-      else if (conv == 3) value = PyRef::steal(PyObject_ASCII(value.get()));
-      if (!value) {
-        PyErr_Clear();
-        brk(BreakKind::RaisesInTrace, "string conversion failed");
-      }
-      PyObject* r = PyObject_Format(value.get(), spec ? spec->obj.get() : nullptr);
-      if (!r) {
-        PyErr_Clear();
-        brk(BreakKind::RaisesInTrace, "format() failed");
-      }
-      push(make_const_steal(r));
+      push(format_value(v, arg & 3, spec, true));
+      break;
+    }
+    case Handler::ConvertValue: push(format_value(pop(), arg, nullptr, false)); break;  // 3.13
+    case Handler::FormatSimple: push(format_value(pop(), 0, nullptr, true)); break;
+    case Handler::FormatWithSpec: {
+      Sym spec = pop();
+      Sym v = pop();
+      push(format_value(v, 0, spec, true));
       break;
     }
     case Handler::ReturnGenerator:

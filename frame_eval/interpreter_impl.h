@@ -240,6 +240,12 @@ class SymbolicTracer {
   void store_subscript(const Sym& container, const Sym& index, Sym value);
   void delete_subscript(const Sym& container, const Sym& index);
   bool truth(const Sym& v);
+  // Frame slots: an unbound local read is the UnboundLocalError eager raises (a break); storing a
+  // NULL (LOAD_FAST_AND_CLEAR's) unbinds.
+  Sym load_fast(const Frame& f, int slot);
+  void store_fast(Frame& f, int slot, Sym v);
+  // f-string pieces: `conv` 1 str, 2 repr, 3 ascii; then format(value, spec) when `format`.
+  Sym format_value(const Sym& v, int conv, const Sym& spec, bool format);
   Sym contains(const Sym& container, const Sym& item);
   Sym is_same(const Sym& a, const Sym& b);
   std::vector<Sym> iterate(const Sym& v);   // all items of an iterable

@@ -246,8 +246,10 @@ bool keeps_symints(Handler h) {
     case Handler::PopJumpIfTrue:
     case Handler::PopJumpIfNone:
     case Handler::PopJumpIfNotNone:
+    case Handler::ToBool:  // 3.13: before every branch on a value that is not a bool
     case Handler::KwNames:
     case Handler::Call:
+    case Handler::CallKw:
     case Handler::ReturnValue:
     case Handler::ReturnConst: return true;
     default: return false;

@@ -1,5 +1,7 @@
 #include "frame_eval/opcodes.h"
 
+#include <cstring>
+
 namespace ff {
 
 const char* handler_name(Handler h) {
@@ -9,6 +11,36 @@ const char* handler_name(Handler h) {
 #undef FF_HANDLER_NAME
   };
   return names[static_cast<size_t>(h)];
+}
+
+namespace {
+const char* const kPairs[][3] = {{"LOAD_FAST_LOAD_FAST", "LOAD_FAST", "LOAD_FAST"},
+                                 {"STORE_FAST_LOAD_FAST", "STORE_FAST", "LOAD_FAST"},
+                                 {"STORE_FAST_STORE_FAST", "STORE_FAST", "STORE_FAST"}};
+}  // namespace
+
+int fused_pair(int first, int second) {
+  for (int op = 0; op < 256; ++op) {
+    int a = 0, b = 0;
+    if (split_pair(op, &a, &b) && a == first && b == second) return op;
+  }
+  return -1;
+}
+
+bool split_pair(int op, int* first, int* second) {
+  const OpcodeInfo* table = opcode_table();
+  if (op < 0 || op > 255 || !table[op].name || table[op].handler != Handler::SplitPair) return false;
+  auto number = [&](const char* name) {
+    for (int o = 0; o < 256; ++o)
+      if (table[o].name && std::strcmp(table[o].name, name) == 0) return o;
+    return -1;
+  };
+  for (const auto& p : kPairs) {
+    if (std::strcmp(table[op].name, p[0]) != 0) continue;
+    *first = number(p[1]), *second = number(p[2]);
+    return *first >= 0 && *second >= 0;
+  }
+  return false;
 }
 
 std::vector<std::string> unsupported_opcodes_report() {

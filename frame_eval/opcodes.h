@@ -1,4 +1,4 @@
-// One opcode table per CPython version (opcodes_311.cpp, opcodes_312.cpp; only the one matching
+// One opcode table per CPython version (opcodes_311.cpp, opcodes_312.cpp, opcodes_313.cpp; only the one matching
 // the Python this module is built for is compiled in). Each entry declares an opcode once: its
 // name, the version-independent handler that interprets it, its inline CACHE units, how its jump
 // is encoded and whether it may graph-break. The stack effect comes from CPython itself
@@ -31,7 +31,8 @@ namespace ff {
   X(PopJumpIfNotNone) X(JumpIfFalseOrPop) X(JumpIfTrueOrPop) X(KwNames) X(Precall) X(Call)      \
   X(CallFunctionEx) X(MakeFunction) X(BeforeWith) X(FormatValue) X(ReturnValue)                 \
   X(ReturnConst) X(ReturnGenerator) X(YieldValue) X(LoadAssertionError) X(LoadBuildClass) X(RaiseVarargs)         \
-  X(ImportName) X(ImportFrom) X(GetLen)
+  X(ImportName) X(ImportFrom) X(GetLen) X(ToBool) X(SplitPair) X(CallKw) X(ConvertValue)         \
+  X(FormatSimple) X(FormatWithSpec) X(SetFunctionAttribute)
 // clang-format on
 
 enum class Handler : uint8_t {
@@ -57,12 +58,28 @@ struct OpcodeInfo {
 
 // The table for the running CPython version, indexed by opcode number (256 entries).
 const OpcodeInfo* opcode_table();
-int opcode_table_version();  // 311 or 312
+int opcode_table_version();  // 311, 312 or 313
+int extended_arg_opcode();   // EXTENDED_ARG's number (144 on 3.11/3.12, 71 on 3.13)
+int have_argument();         // opcodes from this number on use their argument (90; 3.13: 44)
 
 // COMPARE_OP's operator index (0..5: < <= == != > >=) from its oparg.
 int compare_op_index(int oparg);
-// FOR_ITER: code units from the jump target to where the exhausted loop resumes (3.12 skips END_FOR).
+// COMPARE_OP converts its result to a bool (3.13's bit 16, set where a branch consumes it).
+bool compare_op_to_bool(int oparg);
+// FOR_ITER: code units from the jump target to where the exhausted loop resumes (3.12 skips END_FOR;
+// 3.13 skips END_FOR and the POP_TOP after it). Each of those instructions is one code unit.
 int for_iter_exhausted_skip();
+// Where a call's NULL sits: 3.11/3.12 push it below the callable (`[NULL|meth, callable|self,
+// args]`, also LOAD_GLOBAL's and LOAD_ATTR's low bit), 3.13 above it (`[callable, NULL|self, args]`).
+bool null_after_callable();
+
+// 3.13's pair instructions (LOAD_FAST_LOAD_FAST, STORE_FAST_LOAD_FAST, STORE_FAST_STORE_FAST: two
+// 4-bit slots in one oparg, `first << 4 | second`) are decoded as the two plain instructions they
+// stand for, both at the pair's offset, by the interpreter and the assembler alike (so their
+// instruction indices agree): true with the halves' opcodes for such an opcode.
+bool split_pair(int op, int* first, int* second);
+// The pair instruction standing for `first` then `second`; -1 where there is none.
+int fused_pair(int first, int second);
 
 // Opcodes of this version whose handler is Unsupported, as "NAME (number)" lines.
 std::vector<std::string> unsupported_opcodes_report();

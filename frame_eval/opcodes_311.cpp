@@ -144,8 +144,12 @@ const OpcodeInfo* opcode_table() {
   return table.entries;
 }
 int opcode_table_version() { return 311; }
+int extended_arg_opcode() { return 144; }
+int have_argument() { return 90; }
 int compare_op_index(int oparg) { return oparg; }
+bool compare_op_to_bool(int) { return false; }
 int for_iter_exhausted_skip() { return 0; }
+bool null_after_callable() { return false; }
 
 }  // namespace ff
 

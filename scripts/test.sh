@@ -204,18 +204,14 @@ if lane_on pure; then
         || { record fail "$lane" "could not create its venv"; continue; }
       printf '%s' "$pins" >"$venv/.framefuse-requirements"
     fi
-    if [ "$ver" = 3.12 ]; then
-      # framefuse supports 3.12 (the GPU machines): build its _C here (no LLVM, no C++ tests) so
-      # the torch-free frontend tests (frame hook, interpreter, bytecode) run on 3.12 too.
-      FF_BUILD_TARGETS=(_C)
-      built=1
-      ff_build_lane "$lane" "$venv/bin/python" \
-        -DFRAMEFUSE_WITH_LLVM=OFF -DFRAMEFUSE_WITH_CUDA=OFF -DFRAMEFUSE_BUILD_TESTS=OFF || built=0
-      unset FF_BUILD_TARGETS
-      [ "$built" = 1 ] || { record fail "$lane" "build FAILED (see the output above)"; continue; }
-    else
-      ff_sync_package "$FF_ROOT/build/$lane/site/framefuse"
-    fi
+    # framefuse supports 3.12 (the GPU machines) and 3.13: build its _C here (no LLVM, no C++
+    # tests) so the torch-free frontend tests (frame hook, interpreter, bytecode) run on them too.
+    FF_BUILD_TARGETS=(_C)
+    built=1
+    ff_build_lane "$lane" "$venv/bin/python" \
+      -DFRAMEFUSE_WITH_LLVM=OFF -DFRAMEFUSE_WITH_CUDA=OFF -DFRAMEFUSE_BUILD_TESTS=OFF || built=0
+    unset FF_BUILD_TARGETS
+    [ "$built" = 1 ] || { record fail "$lane" "build FAILED (see the output above)"; continue; }
     FRAMEFUSE_MODULE_DIR="$FF_ROOT/build/$lane/site/framefuse" \
       run_pytest "$lane" "$venv/bin/python" "$FF_ROOT/build/$lane/site" 1 -m pure_python "$@"
   done

@@ -6,10 +6,10 @@
 """
 import sys as _sys
 
-if _sys.version_info[:2] not in ((3, 11), (3, 12)):
+if _sys.version_info[:2] not in ((3, 11), (3, 12), (3, 13)):
     raise ImportError(
-        f"framefuse supports CPython 3.11 and 3.12; this is {_sys.version.split()[0]}. "
-        "Use a 3.11 or 3.12 interpreter.")
+        f"framefuse supports CPython 3.11, 3.12 and 3.13; this is {_sys.version.split()[0]}. "
+        "Use one of those interpreters.")
 
 import torch as _torch  # noqa: F401  (the op registry resolves torch callables at import)
 

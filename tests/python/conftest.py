@@ -7,8 +7,8 @@ without any error. When FRAMEFUSE_EXPECT_MODULE_DIR is set (the lanes set it),
 a framefuse._C from anywhere else stops the run before any test.
 
 Markers (registered in pyproject.toml):
-  pure_python  needs no torch; also runs on pyenv's 3.12 (with a _C built for it, loaded
-               from FRAMEFUSE_MODULE_DIR without the package) and 3.13 (none: unsupported)
+  pure_python  needs no torch; also runs on pyenv's 3.12 and 3.13 (with a _C built for each,
+               loaded from FRAMEFUSE_MODULE_DIR without the package)
                (a file with such tests must not import torch at module level)
   torch2       needs torch >= 2.0 (torch.compile); skipped on Debian's torch 1.13
   cuda         needs a CUDA device; skipped where torch sees none
