@@ -4,6 +4,7 @@
 #include <map>
 
 #include "frame_eval/bytecode.h"
+#include "frame_eval/opcodes.h"
 #include "frame_eval/py_util.h"
 #include "src/base/errors.h"
 #include "src/base/logging.h"
@@ -216,12 +217,12 @@ ResumeBuild build_resume(PyObject* code, int unit, int stack_depth, const std::v
     } else if (indexes_localsplus(n)) {
       FF_CHECK(in.arg < static_cast<int>(old_plus.size()), n + " argument outside localsplus");
       in.arg = new_index.at(old_plus[in.arg]);
-#if PY_VERSION_HEX >= 0x030C0000
-      // 3.12's LOAD_FAST trusts the slot to be bound (NULL crashes); a local that is not an
-      // argument here may be unbound if the caller's liveness was wrong: raise, never crash.
-      if (n == "LOAD_FAST" && in.arg >= argcount && in.arg < static_cast<int>(new_vars.size()))
+      // 3.12+'s LOAD_FAST trusts the slot to be bound (NULL crashes), LOAD_FAST_CHECK raises (3.11's
+      // LOAD_FAST checks itself): a local that is not an argument here may be unbound if the
+      // caller's liveness was wrong: raise, never crash.
+      if (n == "LOAD_FAST" && in.arg >= argcount && in.arg < static_cast<int>(new_vars.size()) &&
+          opcode_number("LOAD_FAST_CHECK") >= 0)
         in.opcode = op("LOAD_FAST_CHECK");
-#endif
     }
     if (in.target >= 0) in.target += shift;
     out.instrs.push_back(in);

@@ -14,15 +14,13 @@ namespace ff::bc {
 
 namespace {
 
-constexpr bool kPy312 = PY_VERSION_HEX >= 0x030C0000;
-
 std::string name_of(const Instr& in) { return opname(in.opcode) ? opname(in.opcode) : "?"; }
 
 // NB: only these can leave a NULL on the stack that the tail could not tell from a value.
 bool may_push_null(const Instr& in) {
   std::string n = name_of(in);
   if (n == "LOAD_METHOD" || n == "PUSH_NULL" || n == "LOAD_FAST_AND_CLEAR") return true;
-  if (kPy312 && (n == "LOAD_ATTR" || n == "LOAD_SUPER_ATTR")) return (in.arg & 1) != 0;
+  if (load_attr_method_bit() && (n == "LOAD_ATTR" || n == "LOAD_SUPER_ATTR")) return (in.arg & 1) != 0;
   return false;
 }
 
@@ -114,7 +112,7 @@ BreakStub make_break_stub(PyObject* code, int unit, int stack_depth, const std::
     Instr in = rb.out.instrs[j];
     if (in.target >= 0) in.target = remap(in.target);
     if (j == bb && jumps) {
-      if (!kPy312) {  // 3.11: the tail is after the body, so a backward conditional jump turns forward
+      if (is_backward_jump(in.opcode)) {  // 3.11: the tail is after the body, so a backward conditional jump turns forward
         std::string nm = bname;
         size_t pos = nm.find("BACKWARD");
         if (pos != std::string::npos) in.opcode = op(nm.replace(pos, 8, "FORWARD").c_str());
@@ -138,7 +136,7 @@ BreakStub make_break_stub(PyObject* code, int unit, int stack_depth, const std::
       tail_start.push_back(static_cast<int>(out.instrs.size()));
     }
     emit("LOAD_FAST", native);
-    int skip = emit(kPy312 ? "POP_JUMP_IF_FALSE" : "POP_JUMP_FORWARD_IF_FALSE", 0);
+    int skip = emit(opcode_number("POP_JUMP_IF_FALSE") >= 0 ? "POP_JUMP_IF_FALSE" : "POP_JUMP_FORWARD_IF_FALSE", 0);
     emit("JUMP_BACKWARD", 0, remap(succ_index[s] + shift));
     out.instrs[static_cast<size_t>(skip)].target = static_cast<int>(out.instrs.size());
     std::vector<bool> is_null(static_cast<size_t>(succ.depth), false);
@@ -149,7 +147,7 @@ BreakStub make_break_stub(PyObject* code, int unit, int stack_depth, const std::
         // NULL goes above the callable).
         emit("LOAD_CONST", c_tuple);
         if (null_after_callable()) emit("SWAP", 2);
-        if (!kPy312) emit("PRECALL", 0);
+        if (opcode_number("PRECALL") >= 0) emit("PRECALL", 0);  // 3.11
         emit("CALL", 0);
         emit("POP_TOP", 0);
       } else {

@@ -112,12 +112,9 @@ std::string disassemble(PyObject* code) {
     int idx = in.arg;
     if (name == "LOAD_CONST" || name == "RETURN_CONST" || name == "KW_NAMES") tup = co->co_consts;
     else if (name == "LOAD_GLOBAL") tup = co->co_names, idx = in.arg >> 1;
-#if PY_VERSION_HEX >= 0x030C0000
-    else if (name == "LOAD_ATTR") tup = co->co_names, idx = in.arg >> 1;
+    else if (name == "LOAD_ATTR" && load_attr_method_bit()) tup = co->co_names, idx = in.arg >> 1;
     else if (name == "LOAD_SUPER_ATTR") tup = co->co_names, idx = in.arg >> 2;
-#else
     else if (name == "LOAD_ATTR" || name == "LOAD_METHOD") tup = co->co_names;
-#endif
     else if (name == "STORE_ATTR" || name == "IMPORT_NAME" || name == "IMPORT_FROM" || name == "STORE_GLOBAL" ||
              name == "LOAD_NAME" || name == "STORE_NAME" || name == "DELETE_ATTR")
       tup = co->co_names;

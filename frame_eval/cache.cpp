@@ -2,20 +2,10 @@
 
 #include <unordered_set>
 
+#include "frame_eval/frame_access.h"  // the co_extra API's spelling per version
 #include "frame_eval/hook_internal.h"
 #include "frame_eval/py_util.h"
 #include "src/base/errors.h"
-
-// NB: 3.12 renamed the co_extra API (the old names remain as deprecated aliases).
-#if PY_VERSION_HEX >= 0x030C0000
-#define FF_REQUEST_CODE_EXTRA_INDEX PyUnstable_Eval_RequestCodeExtraIndex
-#define FF_CODE_GET_EXTRA PyUnstable_Code_GetExtra
-#define FF_CODE_SET_EXTRA PyUnstable_Code_SetExtra
-#else
-#define FF_REQUEST_CODE_EXTRA_INDEX _PyEval_RequestCodeExtraIndex
-#define FF_CODE_GET_EXTRA _PyCode_GetExtra
-#define FF_CODE_SET_EXTRA _PyCode_SetExtra
-#endif
 
 namespace ff {
 namespace {
@@ -38,7 +28,7 @@ void free_extra(void* p) {
 }
 
 Py_ssize_t extra_index() {
-  static Py_ssize_t index = FF_REQUEST_CODE_EXTRA_INDEX(free_extra);
+  static Py_ssize_t index = ff_request_code_extra_index(free_extra);
   return index;
 }
 
@@ -65,7 +55,7 @@ ExtraState* extra_state(PyCodeObject* code) {
   Py_ssize_t idx = extra_index();
   if (idx < 0) return nullptr;
   void* p = nullptr;
-  if (FF_CODE_GET_EXTRA(reinterpret_cast<PyObject*>(code), idx, &p) < 0) {
+  if (ff_code_get_extra(reinterpret_cast<PyObject*>(code), idx, &p) < 0) {
     PyErr_Clear();
     return nullptr;
   }
@@ -77,7 +67,7 @@ ExtraState* ensure_extra_state(PyCodeObject* code) {
   Py_ssize_t idx = extra_index();
   FF_CHECK(idx >= 0, "no co_extra slot available (255 users already)");
   auto* state = new ExtraState();
-  if (FF_CODE_SET_EXTRA(reinterpret_cast<PyObject*>(code), idx, state) < 0) {
+  if (ff_code_set_extra(reinterpret_cast<PyObject*>(code), idx, state) < 0) {
     PyErr_Clear();
     delete state;
     FF_CHECK(false, "could not store framefuse state on a code object");

@@ -5,7 +5,8 @@
 
 #include "frame_eval/frame_access.h"
 
-#if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030E0000
+// NB: not on a free-threaded build (3.13t): the caches in co_extra rely on the GIL.
+#if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030E0000 && !defined(Py_GIL_DISABLED)
 #define FF_FRAMES_SUPPORTED 1
 #if PY_VERSION_HEX >= 0x030C0000 && PY_VERSION_HEX < 0x030D0000
 #undef _PyGC_FINALIZED
@@ -19,6 +20,42 @@
 #endif
 
 int ff_frame_supported(void) { return FF_FRAMES_SUPPORTED; }
+
+#if PY_VERSION_HEX >= 0x030C0000
+Py_ssize_t ff_request_code_extra_index(freefunc free_fn) { return PyUnstable_Eval_RequestCodeExtraIndex(free_fn); }
+int ff_code_get_extra(PyObject* code, Py_ssize_t index, void** extra) {
+  return PyUnstable_Code_GetExtra(code, index, extra);
+}
+int ff_code_set_extra(PyObject* code, Py_ssize_t index, void* extra) {
+  return PyUnstable_Code_SetExtra(code, index, extra);
+}
+PyObject* ff_type_dict(PyTypeObject* type) { return PyType_GetDict(type); }
+#else
+Py_ssize_t ff_request_code_extra_index(freefunc free_fn) { return _PyEval_RequestCodeExtraIndex(free_fn); }
+int ff_code_get_extra(PyObject* code, Py_ssize_t index, void** extra) { return _PyCode_GetExtra(code, index, extra); }
+int ff_code_set_extra(PyObject* code, Py_ssize_t index, void* extra) { return _PyCode_SetExtra(code, index, extra); }
+PyObject* ff_type_dict(PyTypeObject* type) {
+  Py_XINCREF(type->tp_dict);
+  return type->tp_dict;
+}
+#endif
+
+PyObject* ff_weakref_target(PyObject* ref) {
+#if PY_VERSION_HEX >= 0x030D0000
+  PyObject* target = NULL;
+  if (PyWeakref_GetRef(ref, &target) < 0) PyErr_Clear();
+  return target;
+#else
+  PyObject* target = PyWeakref_GetObject(ref);  // borrowed; None once dead
+  if (target == NULL) {
+    PyErr_Clear();
+    return NULL;
+  }
+  if (target == Py_None) return NULL;
+  Py_INCREF(target);
+  return target;
+#endif
+}
 
 int ff_frame_evaluator_pops(void) { return PY_VERSION_HEX >= 0x030C0000; }
 

@@ -37,8 +37,21 @@ int ff_frame_inspect(PyThreadState* tstate, struct _PyInterpreterFrame* frame, i
 
 // Called when the hook returns without handing `frame` to the evaluator (a cached graph ran, or an
 // error is being raised). 3.12+: drops the frame's references and pops it off the thread's data
-// stack, as the evaluator would have (3.13: CPython's own _PyEval_FrameClearAndPop). 3.11: nothing (the caller, _PyEval_Vector, pops it).
+// stack, as the evaluator would have (3.13: CPython's own _PyEval_FrameClearAndPop). 3.11: nothing
+// (the caller, _PyEval_Vector, pops it).
 void ff_frame_release(PyThreadState* tstate, struct _PyInterpreterFrame* frame);
+
+// C-API spellings that differ between the versions (the only other place besides the frame that
+// does; the opcode facts live in opcodes_31x.cpp).
+// co_extra: `_PyEval_RequestCodeExtraIndex`/`_PyCode_{Get,Set}Extra` (3.11), `PyUnstable_*` (3.12+).
+Py_ssize_t ff_request_code_extra_index(freefunc free_fn);
+int ff_code_get_extra(PyObject* code, Py_ssize_t index, void** extra);
+int ff_code_set_extra(PyObject* code, Py_ssize_t index, void* extra);
+// The object a weak reference refers to (new reference), or NULL once it is dead (no error set).
+PyObject* ff_weakref_target(PyObject* ref);
+// A type's dict (new reference; 3.12+ keeps static builtin types' dicts per interpreter, so their
+// tp_dict is NULL), or NULL.
+PyObject* ff_type_dict(PyTypeObject* type);
 
 #ifdef __cplusplus
 }

@@ -11,6 +11,7 @@
 #include "frame_eval/bytecode.h"
 #include "frame_eval/bytecode_resume.h"
 #include "frame_eval/bytecode_stub.h"
+#include "frame_eval/frame_access.h"
 #include "frame_eval/hook.h"
 #include "frame_eval/hook_internal.h"
 #include "frame_eval/py_util.h"
@@ -41,14 +42,7 @@ struct Origin {
 Origin origin_of(PyCodeObject* traced) {
   ExtraState* s = extra_state(traced);
   if (!s || !s->origin) return Origin{PyRef::borrow(reinterpret_cast<PyObject*>(traced)), 0};
-#if PY_VERSION_HEX >= 0x030D0000
-  PyObject* original = nullptr;
-  if (PyWeakref_GetRef(s->origin.get(), &original) < 0) PyErr_Clear();
-  PyRef ref = PyRef::steal(original);
-#else
-  PyObject* original = PyWeakref_GetObject(s->origin.get());  // borrowed; None once dead
-  PyRef ref = original && original != Py_None ? PyRef::borrow(original) : PyRef();
-#endif
+  PyRef ref = PyRef::steal(ff_weakref_target(s->origin.get()));
   if (!ref) throw Unsupported("the code this resume function was generated from is gone");
   return Origin{ref, s->origin_shift};
 }

@@ -114,7 +114,10 @@ bool plain_class_body(PyCodeObject* code) {
     static constexpr std::string_view kPlain[] = {
         "RESUME", "NOP", "CACHE", "COPY_FREE_VARS", "MAKE_CELL", "STORE_NAME", "LOAD_CONST", "MAKE_FUNCTION",
         "LOAD_CLOSURE", "LOAD_CLASSDEREF", "LOAD_DEREF", "BUILD_TUPLE", "PUSH_NULL", "PRECALL", "CALL",
-        "POP_TOP", "COPY", "RETURN_VALUE", "RETURN_CONST", "LOAD_LOCALS", "LOAD_FROM_DICT_OR_DEREF"};
+        "POP_TOP", "COPY", "RETURN_VALUE", "RETURN_CONST", "LOAD_LOCALS", "LOAD_FROM_DICT_OR_DEREF",
+        // 3.13: closures and __class__ load their cells with LOAD_FAST; functions get their closure
+        // from SET_FUNCTION_ATTRIBUTE
+        "LOAD_FAST", "SET_FUNCTION_ATTRIBUTE"};
     if (std::find(std::begin(kPlain), std::end(kPlain), op) == std::end(kPlain)) return false;
   }
   PyErr_Clear();

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 
+#include "frame_eval/frame_access.h"
 #include "frame_eval/interpreter_impl.h"
 #include "frame_eval/py_util.h"
 #include "graph/op_registry.h"
@@ -796,13 +797,8 @@ Sym SymbolicTracer::lookup_attr(const Sym& base, const std::string& name) {
       PyRef key = PyRef::steal(PyUnicode_FromString(name.c_str()));
       for (++i; i < n; ++i) {
         PyTypeObject* klass = reinterpret_cast<PyTypeObject*>(PyTuple_GET_ITEM(mro, i));
-#if PY_VERSION_HEX >= 0x030C0000
-        // NB: 3.12 keeps static builtin types' dict per interpreter: their tp_dict is NULL.
-        PyRef dict_ref = PyRef::steal(PyType_GetDict(klass));
+        PyRef dict_ref = PyRef::steal(ff_type_dict(klass));
         PyObject* dict = dict_ref.get();
-#else
-        PyObject* dict = klass->tp_dict;
-#endif
         PyObject* v = dict ? PyDict_GetItem(dict, key.get()) : nullptr;
         if (!v) continue;
         if (Sym bound = bind_class_attr(base->items[0], v, self_type)) return bound;

@@ -19,6 +19,15 @@ const char* const kPairs[][3] = {{"LOAD_FAST_LOAD_FAST", "LOAD_FAST", "LOAD_FAST
                                  {"STORE_FAST_STORE_FAST", "STORE_FAST", "STORE_FAST"}};
 }  // namespace
 
+int opcode_number(const char* name) {
+  const OpcodeInfo* table = opcode_table();
+  for (int o = 0; o < 256; ++o)
+    if (table[o].name && std::strcmp(table[o].name, name) == 0) return o;
+  return -1;
+}
+
+bool load_attr_method_bit() { return opcode_table()[opcode_number("LOAD_ATTR")].handler == Handler::LoadAttrMethodBit; }
+
 int fused_pair(int first, int second) {
   for (int op = 0; op < 256; ++op) {
     int a = 0, b = 0;
@@ -30,14 +39,9 @@ int fused_pair(int first, int second) {
 bool split_pair(int op, int* first, int* second) {
   const OpcodeInfo* table = opcode_table();
   if (op < 0 || op > 255 || !table[op].name || table[op].handler != Handler::SplitPair) return false;
-  auto number = [&](const char* name) {
-    for (int o = 0; o < 256; ++o)
-      if (table[o].name && std::strcmp(table[o].name, name) == 0) return o;
-    return -1;
-  };
   for (const auto& p : kPairs) {
     if (std::strcmp(table[op].name, p[0]) != 0) continue;
-    *first = number(p[1]), *second = number(p[2]);
+    *first = opcode_number(p[1]), *second = opcode_number(p[2]);
     return *first >= 0 && *second >= 0;
   }
   return false;

@@ -78,6 +78,11 @@ bool null_after_callable();
 // stand for, both at the pair's offset, by the interpreter and the assembler alike (so their
 // instruction indices agree): true with the halves' opcodes for such an opcode.
 bool split_pair(int op, int* first, int* second);
+// This version's number of the opcode called `name`, or -1 where it has none.
+int opcode_number(const char* name);
+// LOAD_ATTR's low bit asks for a method and a NULL or self beside it (3.12+; 3.11 has LOAD_METHOD).
+bool load_attr_method_bit();
+
 // The pair instruction standing for `first` then `second`; -1 where there is none.
 int fused_pair(int first, int second);
 

@@ -10,6 +10,9 @@
 #           after ctest (and builds only its binaries), =full runs all of tests/python
 #   format  scripts/check_format.sh (clang-format, pinned in scripts/requirements-main.txt) over the
 #           C++ sources; FRAMEFUSE_FORMAT_GATE=0 leaves it out
+#   py313full  (local only, not a default lane) all of tests/python on pyenv's 3.13 with torch from
+#           PyPI: the first run downloads the CUDA build of torch and its NVIDIA packages (about 5 GB
+#           in build/venv-py313-torch); run it as FRAMEFUSE_LANES=py313full bash scripts/test.sh
 # Extra arguments go to every pytest run (e.g. `bash scripts/test.sh -k printer`).
 # FRAMEFUSE_LANES="cpp main" picks lanes; FRAMEFUSE_JOBS sets build parallelism.
 # Exit status: 0 only when every lane that ran passed.
@@ -215,6 +218,28 @@ if lane_on pure; then
     FRAMEFUSE_MODULE_DIR="$FF_ROOT/build/$lane/site/framefuse" \
       run_pytest "$lane" "$venv/bin/python" "$FF_ROOT/build/$lane/site" 1 -m pure_python "$@"
   done
+fi
+
+# ---- py313full: the whole suite on 3.13 with torch (local only) ------------------------
+# NB: PyPI has no CPU-only torch wheel, so this venv gets the CUDA build (it runs on the CPU here) and
+# gigabytes of NVIDIA packages: never a default lane, never in CI. Same pins as the main venv, minus
+# the build and lint tools.
+if lane_on py313full; then
+  pyenv_root="${PYENV_ROOT:-$HOME/.pyenv}"
+  py="$(ls -d "$pyenv_root/versions/3.13".*/bin/python3.13 2>/dev/null | sort -V | tail -n 1)"
+  venv="$FF_ROOT/build/venv-py313-torch"
+  pins="$(grep -vE '^\s*(#|$)|^(cmake|ninja|ruff|clang-format|scikit-build-core)==' scripts/requirements-main.txt | tr '\n' ' ')"
+  if [ -z "$py" ]; then
+    record fail py313full "no pyenv Python 3.13 on this machine"
+  elif { [ "$(cat "$venv/.framefuse-requirements" 2>/dev/null)" = "$pins" ] || {
+           ff_log "py313full: creating $venv with $pins"
+           rm -rf "$venv" && "$py" -m venv "$venv" &&
+             "$venv/bin/python" -m pip install -q --progress-bar off $pins && printf '%s' "$pins" >"$venv/.framefuse-requirements"
+         }; } && ff_build_lane py313-torch "$venv/bin/python" -DFRAMEFUSE_BUILD_TESTS=OFF; then
+    run_pytest py313full "$venv/bin/python" "$(ff_lane_pythonpath py313-torch)" 0 "$@"
+  else
+    record fail py313full "could not create its venv or build build/py313-torch (see above)"
+  fi
 fi
 
 # ---- summary -------------------------------------------------------------------

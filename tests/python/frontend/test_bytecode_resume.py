@@ -233,3 +233,25 @@ def test_resume_with_computed_liveness_runs():
             env["c"] = args[0] * 2
         stack = marker(env["c"] if "c" in env else env["n"])
         assert r(stack, *[env[v] for v in live]) == fn(*args), fn.__name__
+
+
+def f_pairs(a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12, a13, a14, a15, a16, a17):
+    m = marker(a0)
+    b, c = a1 + a2, a3 * a4  # 3.13: LOAD_FAST_LOAD_FAST a1 a2, a3 a4
+    a5, a6 = a6, a5  # 3.13: STORE_FAST_STORE_FAST a5 a6
+    return m, b, c, a5 - a6 + a7 + a8 + a9 + a10 + a11 + a12 + a13 + a14 + a15 + a16 + a17
+
+
+def test_resume_moves_pair_instruction_slots_past_15():
+    # 3.13 packs two 4-bit slots into LOAD_FAST_LOAD_FAST & co. The resume function passes the live
+    # locals in reverse, so a1..a4 land in slots above 15: the pairs must come apart, not wrap.
+    code = f_pairs.__code__
+    names = list(code.co_varnames[:18])
+    if sys.version_info >= (3, 13):
+        assert {"LOAD_FAST_LOAD_FAST", "STORE_FAST_STORE_FAST"} <= {i.opname for i in dis.get_instructions(code)}
+    live = [n for n in reversed(names) if n != "a0"]
+    off = _after_call(code)
+    r = _resume_fn(f_pairs, off, 1, live)
+    assert r.__code__.co_varnames.index("a1") > 15
+    args = list(range(18))
+    assert r(marker(0), *[args[names.index(n)] for n in live]) == f_pairs(*args)

@@ -1,14 +1,10 @@
 """The frame hook's CPython mechanics, without torch: cache hits that never hand the frame to the
 evaluator (3.12 clears and pops it itself), data-stack chunk boundaries, exceptions, generators,
-closures. Runs on any supported interpreter, with or without torch installed:
-
-    PYTHONPATH=python python -m pytest tests/python/frontend/test_hook_frames.py
+closures. Runs on every supported interpreter, with or without torch installed (pure_python: the
+py312 and py313 lanes load the _C built for them without the package).
 """
 import collections
-import importlib.util
-import pathlib
 import sys
-import sysconfig
 
 import pytest
 
@@ -16,12 +12,10 @@ try:
     import torch  # noqa: F401
     from framefuse import _C
 except ImportError:  # an interpreter without torch: load the extension module alone
-    _so = pathlib.Path(__file__).resolve().parents[3] / "python" / "framefuse" / ("_C" + sysconfig.get_config_var("EXT_SUFFIX"))
-    _spec = importlib.util.spec_from_file_location("_C", _so)
-    _C = importlib.util.module_from_spec(_spec)
-    _spec.loader.exec_module(_C)
+    from test_bytecode_asm import _C
 
-pytestmark = pytest.mark.skipif(not _C.FRAME_EVAL_SUPPORTED, reason="frame evaluation needs CPython 3.11 or 3.12")
+pytestmark = [pytest.mark.pure_python,
+              pytest.mark.skipif(not _C.FRAME_EVAL_SUPPORTED, reason="frame evaluation needs CPython 3.11 to 3.13")]
 
 
 def empty_graph():
