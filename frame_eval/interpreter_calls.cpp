@@ -9,10 +9,12 @@
 namespace ff {
 
 namespace {
+bool is_lru_cache(PyObject* o) { return std::string_view(Py_TYPE(o)->tp_name) == "functools._lru_cache_wrapper"; }
+
 // typing's cache of subscripted forms (typing.List[int] is `_tp_cache`'s functools.lru_cache of
 // __getitem__): the forms it makes compare equal however often they are made, so it is evaluated now.
 bool is_typing_cache(PyObject* o) {
-  if (std::string_view(Py_TYPE(o)->tp_name) != "functools._lru_cache_wrapper") return false;
+  if (!is_lru_cache(o)) return false;
   PyRef mod = PyRef::steal(PyObject_GetAttrString(o, "__module__"));
   PyErr_Clear();
   return mod && PyUnicode_Check(mod.get()) && PyUnicode_CompareWithASCIIString(mod.get(), "typing") == 0;
@@ -98,6 +100,17 @@ Sym SymbolicTracer::call(const Sym& fn, std::vector<Sym> args, KwArgs kwargs) {
     case SymKind::Object: {
       if (is_module(fn->obj.get())) return call_module(fn, std::move(args), std::move(kwargs));
       if (is_typing_cache(fn->obj.get()) && kwargs.empty()) return typing_call(fn->obj.get(), args);
+      if (is_lru_cache(fn->obj.get())) {
+        // A functools.lru_cache function called with constants (torch.get_device_module("cuda")) is
+        // called now: in eager its cache makes every later call with these arguments return this same
+        // object without running the function, so the result is a constant of the compiled code.
+        // Only immutable results, modules, types and functions (a cached list could be mutated).
+        if (Sym r = constant_result(fn->obj.get(), args, kwargs)) {
+          PyObject* v = r->obj.get();
+          if (r->is(SymKind::Const) && (is_plain_const(v) || PyModule_Check(v) || PyType_Check(v) || PyFunction_Check(v)))
+            return r;
+        }
+      }
       PyObject* call_attr = type_lookup(Py_TYPE(fn->obj.get()), "__call__");
       if (call_attr && PyFunction_Check(call_attr)) {
         args.insert(args.begin(), fn);

@@ -8,6 +8,7 @@ import collections
 import collections.abc
 import copy
 import dataclasses
+import functools
 import inspect
 
 import pytest
@@ -559,3 +560,40 @@ def test_builtin_generic_aliases_and_functools_reduce(backend):
     assert framefuse.explain(f)(x).graph_break_count == 0
     broadcast = framefuse.compile(lambda t: t.expand(torch.broadcast_shapes((1, 4), (6, 1))), backend=backend)
     assert broadcast(x[:1]).shape == (6, 4)
+
+
+_cached_calls = []
+
+
+@functools.lru_cache(maxsize=None)
+def _cached_scale(name, k):
+    _cached_calls.append((name, k))
+    return {"half": 0.5, "double": 2.0}[name] * k
+
+
+@functools.lru_cache(maxsize=None)
+def _cached_module(name):
+    return {"torch": torch, "functools": functools}[name]
+
+
+@functools.lru_cache(maxsize=None)
+def _cached_list(n):
+    return list(range(n))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_lru_cache_functions_of_constants_are_called_at_capture(backend):
+    # As torch.accelerator.is_available() calls torch.get_device_module(acc): a cached function of
+    # constants returns the same object on every eager call, so it is a constant of the graph.
+    def f(t):
+        return t * _cached_scale("half", 3) + _cached_module("torch").ones(1), _cached_module("functools").__name__
+
+    check(f, x, backend=backend)
+    assert framefuse.explain(f)(x).graph_break_count == 0
+    assert _cached_calls == [("half", 3)]  # run once, by eager or the capture, then cached
+
+    def mutable_result(t):  # a cached list may be mutated between calls: not a constant
+        return t + len(_cached_list(3))
+
+    check(mutable_result, x, backend=backend)
+    assert framefuse.explain(mutable_result)(x).graph_break_count == 1
