@@ -58,6 +58,21 @@ struct OpcodeInfo {
 
 // The table for the running CPython version, indexed by opcode number (256 entries).
 const OpcodeInfo* opcode_table();
+
+// Defines opcode_table() from a version's X(name, number, handler, caches, flags) list
+// (opcodes_31x.cpp).
+// clang-format off
+#define FF_OPCODE_ENTRY(name, num, handler, caches, flags) \
+  entries[num] = OpcodeInfo{#name, Handler::handler, caches, static_cast<uint8_t>(flags)};
+#define FF_DEFINE_OPCODE_TABLE(LIST)           \
+  const OpcodeInfo* opcode_table() {           \
+    static const struct Table {                \
+      OpcodeInfo entries[256];                 \
+      Table() { LIST(FF_OPCODE_ENTRY) }        \
+    } table;                                   \
+    return table.entries;                      \
+  }
+// clang-format on
 int opcode_table_version();  // 311, 312 or 313
 int extended_arg_opcode();   // EXTENDED_ARG's number (144 on 3.11/3.12, 71 on 3.13)
 int have_argument();         // opcodes from this number on use their argument (90; 3.13: 44)

@@ -125,24 +125,10 @@ constexpr uint8_t F = kJumpForward, B = kJumpBackward, M = kMayBreak, S = kNoSta
   X(POP_JUMP_BACKWARD_IF_TRUE, 176, PopJumpIfTrue, 0, B | M)
 // clang-format on
 
-struct Table {
-  OpcodeInfo entries[256];
-  Table() {
-    // clang-format off
-#define FF_OPCODE_ENTRY(name, num, handler, caches, flags) \
-  entries[num] = OpcodeInfo{#name, Handler::handler, caches, static_cast<uint8_t>(flags)};
-    // clang-format on
-    FF_OPCODES_311(FF_OPCODE_ENTRY)
-#undef FF_OPCODE_ENTRY
-  }
-};
-
 }  // namespace
 
-const OpcodeInfo* opcode_table() {
-  static const Table table;
-  return table.entries;
-}
+FF_DEFINE_OPCODE_TABLE(FF_OPCODES_311)
+
 int opcode_table_version() { return 311; }
 int extended_arg_opcode() { return 144; }
 int have_argument() { return 90; }

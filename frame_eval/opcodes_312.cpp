@@ -126,24 +126,10 @@ constexpr uint8_t F = kJumpForward, B = kJumpBackward, M = kMayBreak;
   X(LOAD_FROM_DICT_OR_DEREF, 176, Unsupported, 0, 0)
 // clang-format on
 
-struct Table {
-  OpcodeInfo entries[256];
-  Table() {
-    // clang-format off
-#define FF_OPCODE_ENTRY(name, num, handler, caches, flags) \
-  entries[num] = OpcodeInfo{#name, Handler::handler, caches, static_cast<uint8_t>(flags)};
-    // clang-format on
-    FF_OPCODES_312(FF_OPCODE_ENTRY)
-#undef FF_OPCODE_ENTRY
-  }
-};
-
 }  // namespace
 
-const OpcodeInfo* opcode_table() {
-  static const Table table;
-  return table.entries;
-}
+FF_DEFINE_OPCODE_TABLE(FF_OPCODES_312)
+
 int opcode_table_version() { return 312; }
 int extended_arg_opcode() { return 144; }
 int have_argument() { return 90; }

@@ -137,24 +137,10 @@ constexpr uint8_t F = kJumpForward, B = kJumpBackward, M = kMayBreak;
   X(RESUME, 149, Nop, 0, 0)
 // clang-format on
 
-struct Table {
-  OpcodeInfo entries[256];
-  Table() {
-    // clang-format off
-#define FF_OPCODE_ENTRY(name, num, handler, caches, flags) \
-  entries[num] = OpcodeInfo{#name, Handler::handler, caches, static_cast<uint8_t>(flags)};
-    // clang-format on
-    FF_OPCODES_313(FF_OPCODE_ENTRY)
-#undef FF_OPCODE_ENTRY
-  }
-};
-
 }  // namespace
 
-const OpcodeInfo* opcode_table() {
-  static const Table table;
-  return table.entries;
-}
+FF_DEFINE_OPCODE_TABLE(FF_OPCODES_313)
+
 int opcode_table_version() { return 313; }
 int extended_arg_opcode() { return 71; }
 int have_argument() { return 44; }

@@ -104,6 +104,37 @@ def test_straight_line_split(capsys):
     assert _C._code_cache_info(straight.__code__)["strategy"] == "skip"
 
 
+class Printing:
+    """An iterator whose __next__ breaks (print): the loop's FOR_ITER is the break instruction, and
+    the exhausted edge resumes after the loop's END_FOR (3.13: END_FOR, POP_TOP)."""
+
+    def __init__(self, n):
+        self.i, self.n = 0, n
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        print("next", self.i)
+        if self.i >= self.n:
+            raise StopIteration
+        self.i += 1
+        return self.i * 10
+
+
+def loop_breaking_at_for_iter(n):
+    total = 1
+    for v in Printing(n):
+        total = total * 3 + v
+    return total, n
+
+
+def test_a_break_at_for_iter_resumes_both_edges(capsys):
+    check(loop_breaking_at_for_iter, 4, capsys=capsys)
+    check(loop_breaking_at_for_iter, 0, capsys=capsys)
+    assert _C._frame_eval_stats()["graph_breaks"] >= 1
+
+
 def test_loops_keyword_calls_and_nulls(capsys):
     check(loop, 5, capsys=capsys)
     check(loop, 2000, calls=1, capsys=capsys)
