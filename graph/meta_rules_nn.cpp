@@ -157,8 +157,8 @@ std::optional<ValueMeta> meta_linear(const MetaContext& ctx) {
     if (b->dtype != x.dtype || b->dim() > 1 || (b->dim() == 1 && b->sizes[0] != w.sizes[0])) return std::nullopt;
     grad = grad || b->requires_grad;
   }
-  SymShape sizes = x.sizes;
-  sizes.back() = w.sizes[0];
+  SymShape sizes(x.sizes.begin(), x.sizes.end() - 1);  // NB: x.dim() >= 1 (checked above)
+  sizes.push_back(w.sizes[0]);
   return fresh(sizes, x.dtype, x.device, grad);
 }
 

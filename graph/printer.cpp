@@ -12,12 +12,6 @@
 namespace ff {
 namespace {
 
-std::string join_ints(const std::vector<int64_t>& xs) {
-  std::string s;
-  for (size_t i = 0; i < xs.size(); ++i) s += (i ? ", " : "") + std::to_string(xs[i]);
-  return s;
-}
-
 std::string node_name(const Graph& g, NodeId id) {
   if (id < 0 || static_cast<size_t>(id) >= g.size()) return "<bad node " + std::to_string(id) + ">";
   return g.node(id).name;

@@ -161,7 +161,7 @@ LT div_rule(Lowerer& L, const Node& n, const Value& a, const Value& b, const Val
 // x ** e of ints: for a constant e >= 0 repeated squaring inline, wrapping as eager's does
 // (products modulo 2^bits agree in any order; a negative constant raises in eager); else eager's
 // powi from the math library, on the operands in the result dtype.
-LT int_pow(Lowerer& L, const Node& n, const Value& a, const Value& b, DType out) {
+LT int_pow(Lowerer& L, const Value& a, const Value& b, DType out) {
   if (out == DType::Bool) throw NoLowering("pow of bools");
   if (b.kind != Value::Kind::Int || b.i < 0 || b.i > 1024) {
     if (b.kind == Value::Kind::Int && b.i < 0) throw NoLowering("integer pow to a negative power raises");
@@ -181,7 +181,7 @@ LT int_pow(Lowerer& L, const Node& n, const Value& a, const Value& b, DType out)
 
 LT pow_rule(Lowerer& L, const Node& n, const Value& a, const Value& b) {
   DType out = L.out_meta(n).dtype;
-  if (!is_floating(out)) return int_pow(L, n, a, b, out);
+  if (!is_floating(out)) return int_pow(L, a, b, out);
   DType ct = float_compute_dtype(out);
   if (b.is_number()) {
     double e = b.as_double();
