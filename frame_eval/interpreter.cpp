@@ -23,80 +23,6 @@ GraphBreak::GraphBreak(BreakInfo info)
     : Unsupported(info.reason + (info.filename.empty() ? "" : " (" + info.filename + ":" + std::to_string(info.lineno) + ")")),
       info_(std::move(info)) {}
 
-// ---- decoding -----------------------------------------------------------------------------------
-
-const DecodedCode& decode_code(PyCodeObject* code) {
-  // NB: kept in the code's own state (cache.h), which dies with the code.
-  ExtraState* state = ensure_extra_state(code);
-  if (state->decoded) return *state->decoded;
-  auto dc = std::make_shared<DecodedCode>();
-  PyRef bytes = PyRef::steal(PyCode_GetCode(code));
-  FF_CHECK(bytes, "PyCode_GetCode failed");
-  const auto* units = reinterpret_cast<const uint8_t*>(PyBytes_AS_STRING(bytes.get()));
-  int n = static_cast<int>(PyBytes_GET_SIZE(bytes.get()) / 2);
-  const OpcodeInfo* table = opcode_table();
-  const int ext_op = extended_arg_opcode();
-  dc->index_at_offset.assign(static_cast<size_t>(n) + 2, -1);
-  std::vector<int> next_offset;
-  int ext = 0, start = -1;
-  for (int u = 0; u < n;) {
-    int op = units[2 * u], arg = units[2 * u + 1];
-    if (start < 0) start = u;
-    if (op == ext_op) {
-      ext = (ext | arg) << 8;
-      ++u;
-      continue;
-    }
-    const OpcodeInfo& info = table[op];
-    int first_half = 0, second_half = 0;
-    if (split_pair(op, &first_half, &second_half)) {
-      // NB: as bc::decode does, so that instruction indices agree with the assembler's.
-      for (int k = start; k <= u; ++k) dc->index_at_offset[static_cast<size_t>(k)] = static_cast<int>(dc->instrs.size());
-      for (int half = 0; half < 2; ++half) {
-        int hop = half ? second_half : first_half;
-        Instr h;
-        h.opcode = static_cast<uint8_t>(hop), h.handler = table[hop].handler, h.flags = table[hop].flags;
-        h.arg = half ? ((ext | arg) & 15) : ((ext | arg) >> 4);
-        h.offset = u;
-        dc->instrs.push_back(h);
-        next_offset.push_back(u + 1);
-      }
-      u += 1;
-      ext = 0;
-      start = -1;
-      continue;
-    }
-    Instr ins;
-    ins.opcode = static_cast<uint8_t>(op);
-    ins.handler = info.name ? info.handler : Handler::Unsupported;
-    ins.flags = info.flags;
-    ins.arg = ext | arg;
-    ins.offset = u;
-    int index = static_cast<int>(dc->instrs.size());
-    for (int k = start; k <= u; ++k) dc->index_at_offset[static_cast<size_t>(k)] = index;
-    dc->instrs.push_back(ins);
-    next_offset.push_back(u + 1 + info.caches);
-    u += 1 + info.caches;
-    ext = 0;
-    start = -1;
-  }
-  for (size_t i = 0; i < dc->instrs.size(); ++i) {
-    Instr& ins = dc->instrs[i];
-    if (ins.flags & (kJumpForward | kJumpBackward)) {
-      int target = (ins.flags & kJumpForward) ? next_offset[i] + ins.arg : next_offset[i] - ins.arg;
-      FF_CHECK(target >= 0 && target < n, "jump target out of range");
-      ins.jump = dc->index_at_offset[static_cast<size_t>(target)];
-    }
-  }
-  dc->nlocalsplus = static_cast<int>(PyTuple_GET_SIZE(code->co_localsplusnames));
-  PyObject* exc_table = code->co_exceptiontable;
-  if (exc_table && PyBytes_Check(exc_table))
-    for (const bc::RawExcEntry& e : bc::parse_exception_table(std::string(PyBytes_AS_STRING(exc_table), PyBytes_GET_SIZE(exc_table))))
-      dc->handled.emplace_back(e.start, e.start + e.length);
-  state->decoded = dc;
-  return *dc;
-}
-
 // ---- the tracer ---------------------------------------------------------------------------------
 
 SymbolicTracer::SymbolicTracer(const FrameView& view, const TraceOptions& options) : view_(view), options_(options) {}
@@ -159,16 +85,6 @@ void push_with_null(std::vector<Sym>& st, Sym v, bool with_null) {
 }
 
 }  // namespace
-
-Sym SymbolicTracer::load_fast(const Frame& f, int slot) {
-  const Sym& v = f.locals[static_cast<size_t>(slot)];
-  if (!v) brk(BreakKind::RaisesInTrace, "local variable '" + str_of(PyTuple_GET_ITEM(f.code->co_localsplusnames, slot)) + "' is unbound");
-  return v;
-}
-
-void SymbolicTracer::store_fast(Frame& f, int slot, Sym v) {
-  f.locals[static_cast<size_t>(slot)] = v->is(SymKind::Null) ? nullptr : std::move(v);
-}
 
 Sym SymbolicTracer::format_value(const Sym& v, int conv, const Sym& spec, bool format) {
   PyRef value = PyRef::steal(sym_to_const(v));
@@ -266,7 +182,12 @@ void SymbolicTracer::step(Frame& f, const Instr& ins) {
     case Handler::Copy: push(peek(arg)); break;
     case Handler::Swap: std::swap(peek(1), peek(arg)); break;
     case Handler::LoadConst: push(make_const(co_const(f, arg))); break;
-    case Handler::LoadFast: push(load_fast(f, arg)); break;
+    case Handler::LoadFast: {
+      const Sym& v = f.locals[static_cast<size_t>(arg)];
+      if (!v) brk(BreakKind::RaisesInTrace, "local variable '" + str_of(PyTuple_GET_ITEM(f.code->co_localsplusnames, arg)) + "' is unbound");
+      push(v);
+      break;
+    }
     case Handler::SplitPair: FF_CHECK(false, "a pair instruction is decoded as two"); break;
     case Handler::LoadFastAndClear: {
       Sym& slot = f.locals[static_cast<size_t>(arg)];
@@ -274,7 +195,11 @@ void SymbolicTracer::step(Frame& f, const Instr& ins) {
       slot = nullptr;
       break;
     }
-    case Handler::StoreFast: store_fast(f, arg, pop()); break;
+    case Handler::StoreFast: {
+      Sym v = pop();
+      f.locals[static_cast<size_t>(arg)] = v->is(SymKind::Null) ? nullptr : std::move(v);
+      break;
+    }
     case Handler::DeleteFast: f.locals[static_cast<size_t>(arg)] = nullptr; break;
     case Handler::LoadGlobal: {
       Sym v = load_global(f, co_name(f, arg >> 1));
@@ -568,8 +493,7 @@ void SymbolicTracer::step(Frame& f, const Instr& ins) {
         push(std::move(v));
       } else {
         pop();
-        int target = f.dc->instrs[static_cast<size_t>(ins.jump)].offset + for_iter_exhausted_skip();
-        next = f.dc->index_at_offset[static_cast<size_t>(target)];
+        next = ins.jump + for_iter_exhausted_skip();  // END_FOR (3.13: and POP_TOP) skipped
       }
       break;
     }

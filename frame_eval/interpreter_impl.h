@@ -28,10 +28,10 @@ struct Instr {
   int jump = -1;   // index of the jump target instruction, for jumps
 };
 
-// A code object decoded once (kept in the code's ExtraState, freed with the code).
+// A code object decoded once (interpreter_decode.cpp; kept in the code's ExtraState, freed with
+// the code).
 struct DecodedCode {
   std::vector<Instr> instrs;
-  std::vector<int> index_at_offset;  // code unit offset -> instruction index (-1 inside caches)
   std::vector<std::pair<int, int>> handled;  // code unit ranges [first, end) an exception handler covers
   int nlocalsplus = 0;
 };
@@ -240,10 +240,6 @@ class SymbolicTracer {
   void store_subscript(const Sym& container, const Sym& index, Sym value);
   void delete_subscript(const Sym& container, const Sym& index);
   bool truth(const Sym& v);
-  // Frame slots: an unbound local read is the UnboundLocalError eager raises (a break); storing a
-  // NULL (LOAD_FAST_AND_CLEAR's) unbinds.
-  Sym load_fast(const Frame& f, int slot);
-  void store_fast(Frame& f, int slot, Sym v);
   // f-string pieces: `conv` 1 str, 2 repr, 3 ascii; then format(value, spec) when `format`.
   Sym format_value(const Sym& v, int conv, const Sym& spec, bool format);
   Sym contains(const Sym& container, const Sym& item);

@@ -81,8 +81,8 @@ int have_argument();         // opcodes from this number on use their argument (
 int compare_op_index(int oparg);
 // COMPARE_OP converts its result to a bool (3.13's bit 16, set where a branch consumes it).
 bool compare_op_to_bool(int oparg);
-// FOR_ITER: code units from the jump target to where the exhausted loop resumes (3.12 skips END_FOR;
-// 3.13 skips END_FOR and the POP_TOP after it). Each of those instructions is one code unit.
+// FOR_ITER: instructions from the jump target to where the exhausted loop resumes (3.12 skips
+// END_FOR; 3.13 skips END_FOR and the POP_TOP after it).
 int for_iter_exhausted_skip();
 // Where a call's NULL sits: 3.11/3.12 push it below the callable (`[NULL|meth, callable|self,
 // args]`, also LOAD_GLOBAL's and LOAD_ATTR's low bit), 3.13 above it (`[callable, NULL|self, args]`).

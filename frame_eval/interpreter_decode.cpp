@@ -1,0 +1,84 @@
+// The interpreter's decoding of a code object (interpreter_impl.h DecodedCode), kept in the code's
+// ExtraState. 3.13's pair instructions become two instructions, as in bc::decode.
+#include <Python.h>
+
+#include "frame_eval/bytecode.h"
+#include "frame_eval/cache.h"
+#include "frame_eval/interpreter_impl.h"
+#include "src/base/errors.h"
+
+namespace ff {
+
+const DecodedCode& decode_code(PyCodeObject* code) {
+  // NB: kept in the code's own state (cache.h), which dies with the code.
+  ExtraState* state = ensure_extra_state(code);
+  if (state->decoded) return *state->decoded;
+  auto dc = std::make_shared<DecodedCode>();
+  PyRef bytes = PyRef::steal(PyCode_GetCode(code));
+  FF_CHECK(bytes, "PyCode_GetCode failed");
+  const auto* units = reinterpret_cast<const uint8_t*>(PyBytes_AS_STRING(bytes.get()));
+  int n = static_cast<int>(PyBytes_GET_SIZE(bytes.get()) / 2);
+  const OpcodeInfo* table = opcode_table();
+  const int ext_op = extended_arg_opcode();
+  std::vector<int> index_at_offset(static_cast<size_t>(n) + 2, -1);  // code unit -> instruction
+  std::vector<int> next_offset;
+  int ext = 0, start = -1;
+  for (int u = 0; u < n;) {
+    int op = units[2 * u], arg = units[2 * u + 1];
+    if (start < 0) start = u;
+    if (op == ext_op) {
+      ext = (ext | arg) << 8;
+      ++u;
+      continue;
+    }
+    const OpcodeInfo& info = table[op];
+    int first_half = 0, second_half = 0;
+    if (split_pair(op, &first_half, &second_half)) {
+      // NB: as bc::decode does, so that instruction indices agree with the assembler's.
+      for (int k = start; k <= u; ++k) index_at_offset[static_cast<size_t>(k)] = static_cast<int>(dc->instrs.size());
+      for (int half = 0; half < 2; ++half) {
+        int hop = half ? second_half : first_half;
+        Instr h;
+        h.opcode = static_cast<uint8_t>(hop), h.handler = table[hop].handler, h.flags = table[hop].flags;
+        h.arg = half ? ((ext | arg) & 15) : ((ext | arg) >> 4);
+        h.offset = u;
+        dc->instrs.push_back(h);
+        next_offset.push_back(u + 1);
+      }
+      u += 1;
+      ext = 0;
+      start = -1;
+      continue;
+    }
+    Instr ins;
+    ins.opcode = static_cast<uint8_t>(op);
+    ins.handler = info.name ? info.handler : Handler::Unsupported;
+    ins.flags = info.flags;
+    ins.arg = ext | arg;
+    ins.offset = u;
+    int index = static_cast<int>(dc->instrs.size());
+    for (int k = start; k <= u; ++k) index_at_offset[static_cast<size_t>(k)] = index;
+    dc->instrs.push_back(ins);
+    next_offset.push_back(u + 1 + info.caches);
+    u += 1 + info.caches;
+    ext = 0;
+    start = -1;
+  }
+  for (size_t i = 0; i < dc->instrs.size(); ++i) {
+    Instr& ins = dc->instrs[i];
+    if (ins.flags & (kJumpForward | kJumpBackward)) {
+      int target = (ins.flags & kJumpForward) ? next_offset[i] + ins.arg : next_offset[i] - ins.arg;
+      FF_CHECK(target >= 0 && target < n, "jump target out of range");
+      ins.jump = index_at_offset[static_cast<size_t>(target)];
+    }
+  }
+  dc->nlocalsplus = static_cast<int>(PyTuple_GET_SIZE(code->co_localsplusnames));
+  PyObject* exc_table = code->co_exceptiontable;
+  if (exc_table && PyBytes_Check(exc_table))
+    for (const bc::RawExcEntry& e : bc::parse_exception_table(std::string(PyBytes_AS_STRING(exc_table), PyBytes_GET_SIZE(exc_table))))
+      dc->handled.emplace_back(e.start, e.start + e.length);
+  state->decoded = dc;
+  return *dc;
+}
+
+}  // namespace ff
