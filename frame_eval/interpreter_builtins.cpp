@@ -339,6 +339,18 @@ Sym SymbolicTracer::call_const(const Sym& fn, std::vector<Sym>& args, KwArgs& kw
   for (const auto& kv : kwargs) any_tensor = any_tensor || has_tensor(kv.second);
 
   if (o == k.graph_break_fn && o) brk(BreakKind::ExplicitBreak, "framefuse.graph_break");
+  bool fold_polyfill = false;
+  if (PyObject* polyfill = framefuse_polyfill(o, &fold_polyfill)) {
+    // framefuse.compiler.substitute_in_graph: its traceable function is traced in place of `o`; with
+    // can_constant_fold_through, a call with constant arguments runs `o` now (an immutable result).
+    if (fold_polyfill && !any_tensor)
+      if (Sym r = constant_result(o, args, kwargs); r && r->is(SymKind::Const) && is_plain_const(r->obj.get())) return r;
+    // NB: the table holds the function for good, so its closure is fetched through it
+    return call_python_function(polyfill, object_source(polyfill, "polyfill of " + qualname(o)), std::move(args), std::move(kwargs));
+  }
+  if (PyRef polyfill = PyRef::steal(torch_polyfill(o)))  // torch.compiler.substitute_in_graph's, the user's
+    return call_python_function(polyfill.get(), object_source(polyfill.get(), "polyfill of " + qualname(o)), std::move(args),
+                                std::move(kwargs));
   if (o == k.torch_tensor && o && args.size() == 1 && !any_tensor) {
     // torch.tensor(data) of constant data: made now, passed to the graph as a constant input, and
     // cloned by the graph, since eager makes a new tensor on every call.

@@ -123,6 +123,47 @@ bool torch_disable_marked(PyObject* fn) { return function_flag(fn, "_torchdynamo
 bool marked_constant_result(PyObject* fn) { return function_flag(fn, "_dynamo_marked_constant"); }
 bool framefuse_frame_disabled(PyObject* fn) { return function_flag(fn, "_framefuse_disable_frame"); }
 
+PyObject* polyfill_table() {
+  static PyObject* table = PyDict_New();  // NB: immortal, as the interpreter's other tables
+  return table;
+}
+
+PyObject* framefuse_polyfill(PyObject* fn, bool* fold) {
+  if (PyDict_GET_SIZE(polyfill_table()) == 0) return nullptr;
+  PyRef key = PyRef::steal(PyLong_FromVoidPtr(fn));
+  PyObject* entry = key ? PyDict_GetItem(polyfill_table(), key.get()) : nullptr;  // borrowed
+  if (!entry || !PyTuple_Check(entry) || PyTuple_GET_SIZE(entry) != 3 || PyTuple_GET_ITEM(entry, 0) != fn) return nullptr;
+  *fold = PyObject_IsTrue(PyTuple_GET_ITEM(entry, 2)) == 1;
+  return PyTuple_GET_ITEM(entry, 1);
+}
+
+PyObject* torch_polyfill(PyObject* fn) {
+  // NB: torch keeps its handlers in PolyfilledFunctionVariable's cached table, which its
+  // substitute_in_graph fills in place (each handler carries the traceable function): the table is
+  // fetched once torch._dynamo's variables are imported, then read.
+  static PyObject* handlers = nullptr;
+  if (!handlers) {
+    PyObject* variables = PyImport_GetModule(PyRef::steal(PyUnicode_FromString("torch._dynamo.variables")).get());
+    PyRef cls = variables ? PyRef::steal(PyObject_GetAttrString(variables, "PolyfilledFunctionVariable")) : PyRef();
+    Py_XDECREF(variables);
+    PyObject* table = cls ? PyObject_CallMethod(cls.get(), "_get_polyfill_handlers", nullptr) : nullptr;
+    PyErr_Clear();
+    if (!table || !PyDict_Check(table)) return Py_XDECREF(table), nullptr;
+    handlers = table;  // NB: kept for the process, as torch keeps it
+  }
+  PyObject* wrapped = PyDict_GetItemWithError(handlers, fn);  // borrowed
+  PyObject* traceable = wrapped ? PyObject_GetAttrString(wrapped, "__torch_dynamo_polyfill__") : nullptr;
+  PyErr_Clear();
+  if (traceable && !PyFunction_Check(traceable)) Py_CLEAR(traceable);
+  if (traceable) {
+    // torch's own polyfills (torch._dynamo.polyfills) are written for Dynamo's values, not eager's
+    // (its countOf sums `it == b`, a tensor where eager compares to a bool): the user's only.
+    PyObject* mod = reinterpret_cast<PyFunctionObject*>(traceable)->func_module;
+    if (mod && PyUnicode_Check(mod) && std::string_view(PyUnicode_AsUTF8(mod)).rfind("torch.", 0) == 0) Py_CLEAR(traceable);
+  }
+  return traceable;
+}
+
 bool torch_compile_wrapper(PyObject* fn) {
   PyObject** dict = _PyObject_GetDictPtr(fn);
   return dict && *dict && PyDict_GetItemString(*dict, "_torchdynamo_orig_callable") && !torch_disable_marked(fn);

@@ -43,4 +43,17 @@ bool marked_constant_result(PyObject* fn);
 // frame runs natively (a call from compiled code breaks the graph), the frames it calls compile.
 bool framefuse_frame_disabled(PyObject* fn);
 
+// substitute_in_graph's table (framefuse.compiler.substitute_in_graph fills it through
+// `_C._polyfills()`): a dict from id(original) to (original, traceable, can_constant_fold_through).
+// Borrowed; made on first use.
+PyObject* polyfill_table();
+// What replaces a call of `fn` while tracing: the traceable function registered for it with
+// framefuse.compiler.substitute_in_graph (borrowed; *fold says whether a call with constant
+// arguments may run the original now), or null.
+PyObject* framefuse_polyfill(PyObject* fn, bool* fold);
+// The traceable function the user registered for `fn` with torch.compiler.substitute_in_graph, or
+// null (torch's own polyfills are not used); new reference. Read only once torch._dynamo is imported
+// (this never imports it).
+PyObject* torch_polyfill(PyObject* fn);
+
 }  // namespace ff

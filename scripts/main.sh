@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The main job: sets up what is missing (apt packages, the venv with torch 2.13),
-# builds framefuse._C incrementally in build/main, and runs the quick benchmark
+# builds framefuse's modules incrementally in build/main, and runs the quick benchmark
 # from the repository root with the main lane's interpreter.
 # Extra arguments go to the benchmark; `--preset quick` is added unless they
 # name a preset themselves.
@@ -11,8 +11,9 @@ START=$(date +%s)
 
 ff_apt_ensure "${FF_APT_BUILD[@]}"
 ff_main_venv
-# Only the module: the GoogleTest binaries are scripts/test.sh's business.
-FF_BUILD_TARGETS=(_C)
+# Every module (_C, and _torch_native / _torch_replay where torch's headers are there: the cached
+# calls' fast guards); the GoogleTest binaries are scripts/test.sh's business.
+FF_BUILD_TARGETS=(framefuse_modules)
 ff_build_lane main "$FF_VENV/bin/python" -DFRAMEFUSE_BUILD_TESTS=ON || ff_die "build failed"
 ff_log "set-up and build done after $(( $(date +%s) - START ))s"
 

@@ -222,6 +222,8 @@ void define_frame_eval(py::module_& m) {
     return d;
   });
   m.def("_hook_installed", &hook_installed);
+  // framefuse.compiler.substitute_in_graph's table (frame_eval/py_util.h polyfill_table).
+  m.def("_polyfills", [] { return py::reinterpret_borrow<py::dict>(polyfill_table()); });
   m.def("_code_cache_info", [](py::object code) -> py::object {
     if (!PyCode_Check(code.ptr())) throw py::type_error("expected a code object");
     ExtraState* s = extra_state(reinterpret_cast<PyCodeObject*>(code.ptr()));

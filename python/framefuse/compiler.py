@@ -9,6 +9,7 @@ torch's own markers are honoured inside framefuse-compiled code too: torch.compi
 torch._dynamo.graph_break, torch.compiler.is_compiling.
 """
 import functools
+import inspect
 import io
 import os
 import tarfile
@@ -19,7 +20,7 @@ from .backends import list_backends
 from .compile import compile, disable, reset  # noqa: A004
 
 __all__ = ["compile", "reset", "disable", "is_compiling", "is_dynamo_compiling", "list_backends", "set_stance",
-           "assume_constant_result", "cudagraph_mark_step_begin", "save_cache_artifacts", "load_cache_artifacts"]
+           "assume_constant_result", "substitute_in_graph", "cudagraph_mark_step_begin", "save_cache_artifacts", "load_cache_artifacts"]
 
 _STANCES = ("default", "force_eager", "eager_on_recompile", "fail_on_recompile")
 
@@ -40,6 +41,70 @@ def assume_constant_result(fn):
     tensor result, or non-constant arguments, trace it as usual. torch's own mark works too."""
     fn._dynamo_marked_constant = True
     return fn
+
+
+def _signature_key(sig):
+    # NB: as torch compares them: positional names, keyword-only names, defaults; the names of *args
+    # and **kwargs and the annotations do not count.
+    varargs = (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
+    params = sig.parameters.values()
+    return (tuple(p.name for p in params if p.kind not in varargs and p.kind != p.KEYWORD_ONLY),
+            {p.name for p in params if p.kind == p.KEYWORD_ONLY},
+            {p.name: p.default for p in params if p.kind not in varargs})
+
+
+def substitute_in_graph(original_fn, *, can_constant_fold_through=False, skip_signature_check=False):
+    """Register a traceable Python function to be traced in place of `original_fn` (usually a C
+    function framefuse cannot trace into), as torch.compiler.substitute_in_graph:
+
+        @framefuse.compiler.substitute_in_graph(operator.indexOf)
+        def index_of(a, b, /):
+            for i, item in enumerate(a):
+                if item is b or item == b:
+                    return i
+            raise ValueError("sequence.index(x): x not in sequence")
+
+    Compiled code calling `operator.indexOf` then traces `index_of`; eager calls still run the
+    original. With `can_constant_fold_through=True`, a call whose arguments are all constants runs the
+    original while tracing and its (immutable) result becomes a constant of the compiled code. The
+    signatures must match (as torch checks) unless `skip_signature_check=True`. Returns the decorator;
+    the decorated name becomes a function calling the original. Polyfills registered with torch's own
+    substitute_in_graph are used too, where framefuse would otherwise break on the call."""
+    if not callable(original_fn) or inspect.isclass(original_fn):
+        raise TypeError(f"substitute_in_graph expects a function but got {type(original_fn)!r}")
+
+    def register(traceable_fn):
+        if not inspect.isfunction(traceable_fn):
+            raise TypeError(f"@substitute_in_graph(...) expects a Python function but got {type(traceable_fn)!r}")
+        if not skip_signature_check:
+            try:
+                original_sig = inspect.signature(original_fn)
+            except ValueError:  # a C function without a text signature: nothing to compare
+                original_sig = None
+            if original_sig is not None:
+                wildcard = _signature_key(inspect.signature(lambda *args, **kwargs: None))
+                keys = (_signature_key(original_sig), _signature_key(inspect.signature(traceable_fn)))
+                if keys[0] != keys[1] and wildcard not in keys:
+                    raise TypeError(f"substitute_in_graph: the signature of {traceable_fn.__qualname__}"
+                                    f"{inspect.signature(traceable_fn)} does not match {original_fn!r}'s "
+                                    f"{original_sig}; make them match or pass skip_signature_check=True")
+        table = _C._polyfills()
+        if id(original_fn) in table and table[id(original_fn)][0] is original_fn:
+            raise ValueError(f"substitute_in_graph: {original_fn!r} already has a polyfill "
+                             f"({table[id(original_fn)][1].__qualname__})")
+
+        @functools.wraps(traceable_fn)
+        def wrapped(*args, **kwargs):
+            return original_fn(*args, **kwargs)
+
+        wrapped.__torch_dynamo_original__ = original_fn
+        wrapped.__torch_dynamo_polyfill__ = traceable_fn
+        fold = bool(can_constant_fold_through)
+        table[id(original_fn)] = (original_fn, traceable_fn, fold)
+        table[id(wrapped)] = (wrapped, traceable_fn, fold)
+        return wrapped
+
+    return register
 
 
 class set_stance:  # noqa: N801  (torch's name; a function, a context manager and a decorator)

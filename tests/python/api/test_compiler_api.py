@@ -1,5 +1,7 @@
 """framefuse.compiler: torch.compiler's functions (is_compiling, set_stance, the cache artifacts,
 cudagraph_mark_step_begin), with torch.compiler's semantics."""
+import importlib
+import operator
 import os
 import subprocess
 import sys
@@ -22,7 +24,7 @@ def stats():
 
 def test_torch_compiler_names_are_there():
     for name in ("compile", "reset", "disable", "is_compiling", "is_dynamo_compiling", "list_backends", "set_stance",
-                 "assume_constant_result", "cudagraph_mark_step_begin", "save_cache_artifacts",
+                 "assume_constant_result", "substitute_in_graph", "cudagraph_mark_step_begin", "save_cache_artifacts",
                  "load_cache_artifacts"):
         assert callable(getattr(compiler, name)), name
     assert compiler.compile is framefuse.compile and "inductor" in compiler.list_backends()
@@ -130,6 +132,100 @@ def test_assume_constant_result_of_a_tensor_is_traced():
     assert torch.allclose(fn(x), x - x.sum())
     y = torch.randn(5)
     assert torch.allclose(fn(y), y - y.sum())
+
+
+def _index_of_tensors(x, y):
+    return x * (operator.indexOf([y, x], y) + 2)  # NB: found by identity: `==` of tensors would branch
+
+
+def test_substitute_in_graph_traces_the_polyfill_in_place_of_a_c_function():
+    x, y = torch.randn(4), torch.randn(4)
+    with pytest.raises(framefuse.Unsupported):  # the C function alone: framefuse breaks on it
+        framefuse.compile(_index_of_tensors, fullgraph=True)(x, y)
+    framefuse.reset()
+    traced = []
+
+    @compiler.substitute_in_graph(operator.indexOf)
+    def index_of(a, b, /):
+        traced.append(True)
+        for i, item in enumerate(a):
+            if item is b or item == b:
+                return i
+        raise ValueError("sequence.index(x): x not in sequence")
+
+    assert index_of([1, 2, 3], 3) == 2 and not traced  # the decorated name calls the C function
+    fn = framefuse.compile(_index_of_tensors, fullgraph=True)
+    assert torch.equal(fn(x, y), x * 2) and traced == [True]
+    assert torch.equal(fn(y, x), y * 2) and stats()["frames_compiled"] == 1  # the trace's guards hold
+    with pytest.raises(ValueError, match="already has a polyfill"):
+        compiler.substitute_in_graph(operator.indexOf)(index_of)
+
+
+def test_substitute_in_graph_checks_signatures():
+    def original(a, b=2):
+        return a + b
+
+    with pytest.raises(TypeError, match="does not match"):
+        compiler.substitute_in_graph(original)(lambda a, c=2: a + c)
+    with pytest.raises(TypeError, match="does not match"):
+        compiler.substitute_in_graph(original)(lambda a, b=3: a + b)  # another default
+    compiler.substitute_in_graph(original, skip_signature_check=True)(lambda a, c=2: a + c)
+    with pytest.raises(TypeError, match="expects a function"):
+        compiler.substitute_in_graph(int)
+
+
+def test_substitute_in_graph_folds_constant_calls_when_allowed():
+    calls = []
+
+    def measured(n):
+        calls.append(n)
+        return n * 2
+
+    def unfolded(n):
+        return n * 2
+
+    @compiler.substitute_in_graph(measured, can_constant_fold_through=True)
+    def doubled(n):
+        raise AssertionError("not traced: the call's arguments are constants")
+
+    compiler.substitute_in_graph(unfolded)(lambda n: n * 3)  # a polyfill that differs shows it is traced
+    fn = framefuse.compile(lambda x: x * measured(3) + unfolded(1), fullgraph=True)
+    x = torch.randn(3)
+    assert torch.equal(fn(x), x * 6 + 3) and calls == [3]
+    assert torch.equal(fn(x), x * 6 + 3) and calls == [3]  # run while tracing only
+
+
+def test_torch_substitute_in_graph_is_honoured():
+    substitute = getattr(getattr(torch, "compiler", None), "substitute_in_graph", None)
+    if substitute is None:
+        pytest.skip("torch.compiler.substitute_in_graph (torch >= 2.5)")
+
+    def untraceable(x):
+        framefuse.graph_break()
+        return x + 1
+
+    @substitute(untraceable)
+    def traceable(x):
+        return x + 1
+
+    fn = framefuse.compile(lambda x: untraceable(x) * 2, fullgraph=True)
+    x = torch.randn(3)
+    assert torch.equal(fn(x), (x + 1) * 2)
+
+
+def test_torch_own_polyfills_are_not_used():
+    # torch's countOf polyfill sums `it == b` (a tensor); eager's gives an int: framefuse keeps its own
+    # handling (the operator on tensors breaks) and eager's result.
+    if not hasattr(getattr(torch, "compiler", None), "substitute_in_graph"):
+        pytest.skip("torch.compiler.substitute_in_graph (torch >= 2.5)")
+    importlib.import_module("torch._dynamo")  # torch's polyfill table exists once Dynamo is imported
+
+    def count(x, y):
+        return operator.countOf([x, y, x], x)
+
+    x, y = torch.tensor([1.0]), torch.tensor([1.0])
+    r = framefuse.compile(count)(x, y)
+    assert r == 3 and type(r) is int
 
 
 def test_cudagraph_mark_step_begin_is_callable_anywhere():
