@@ -78,6 +78,9 @@ void define_common(py::module_& m) {
       }
     throw UserError("unknown log component '" + component + "'"); }, "Emit a warning of a component: shown whatever the log settings (stderr without a sink).");
   log.def("set_compile_tag", [](int frame_id, int compile_id) { set_compile_tag({frame_id, compile_id}); });
+  log.def("compile_tag", [] {
+    CompileTag t = current_compile_tag();
+    return py::make_tuple(t.frame_id, t.compile_id); }, "(frame_id, compile_id) of the compile in progress; -1 outside one.");
 
   py::module_ cfg = m.def_submodule("config", "framefuse.config storage");
   py::list knobs;

@@ -14,8 +14,27 @@ _ROOT = logging.getLogger("framefuse")
 _handler = None
 
 
+# FRAMEFUSE_COMPILE_DEBUG (framefuse._debug): a sink that gets every record; the spec then enables
+# everything, and `logging` gets only what the user's own spec asked for.
+_debug_sink = None
+_user_artifacts = frozenset()
+_user_levels = {}
+
+
 def _emit(logger_name, level, msg):
+    if _debug_sink is not None:
+        _debug_sink(logger_name, level, msg)
+        parts = logger_name.split(".")
+        wanted = parts[2] in _user_artifacts if len(parts) > 2 else level >= _user_levels.get(parts[-1], 255)
+        if not wanted:
+            return
     logging.getLogger(logger_name).log(level, msg)
+
+
+def _set_debug_sink(sink):
+    global _debug_sink
+    _debug_sink = sink
+    _apply(_current_spec)
 
 
 def _ensure_handler():
@@ -27,10 +46,21 @@ def _ensure_handler():
     _ROOT.setLevel(logging.DEBUG)
 
 
+_current_spec = ""
+
+
 def _apply(spec):
+    global _current_spec, _user_artifacts, _user_levels
     _C.logging.set_spec(spec)
+    _current_spec = spec
+    _user_artifacts = frozenset(_C.logging.enabled_artifacts())
+    _user_levels = dict(_C.logging.component_levels())
+    if _debug_sink is not None:
+        everything = ["+" + c for c in _C.logging.component_names()] + list(_C.logging.artifact_names())
+        _C.logging.set_spec(",".join(everything))
     if spec.strip():
         _ensure_handler()
+    if spec.strip() or _debug_sink is not None:
         _C.logging.set_sink(_emit)
     else:
         _C.logging.set_sink(None)
@@ -73,3 +103,6 @@ def enabled_artifacts():
 _env = os.environ.get("FRAMEFUSE_LOGS")
 if _env:
     _apply(_env)
+if os.environ.get("FRAMEFUSE_COMPILE_DEBUG", "") not in ("", "0"):
+    from . import _debug  # noqa: E402
+    _debug.enable()

@@ -18,6 +18,7 @@ A backend marked with `native_graph` receives framefuse's own graph instead
 """
 import functools
 
+from . import _debug
 from .graph import Graph
 
 _BUILTIN = ("eager", "inductor", "aot_eager", "cudagraphs")
@@ -118,6 +119,8 @@ def _call_backend(backend, cgraph, example_inputs, mode, options, training=False
     # Called by the frontend (frame_eval/hook_backend.cpp) once per captured graph; `training`: grad
     # mode is on and an input requires grad.
     graph = Graph(cgraph)
+    if _debug.run_dir() is not None:  # FRAMEFUSE_COMPILE_DEBUG: a runnable repro of the graph
+        _debug.record_graph(graph, example_inputs, backend, mode, options)
     try:
         return _compile(backend, graph, example_inputs, mode, options, training)
     except Exception as e:  # noqa: BLE001  (config suppress_errors: any error of a backend)
