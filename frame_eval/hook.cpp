@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <fstream>
 #include <chrono>
+#include <cstdlib>
 #include <string>
 
 #include "frame_eval/frame_access.h"
@@ -99,12 +100,20 @@ std::string break_text(const BreakInfo& b) {
   if (!b.id.empty()) out = "[" + b.id + "] " + out;
   if (!b.explanation.empty()) out += "\n  " + b.explanation;
   if (!b.hint.empty()) out += "\n  Hint: " + b.hint;
+  if (std::string docs = break_docs_link(b.id); !docs.empty()) out += "\n  Docs: " + docs;
   if (!b.filename.empty()) {
     out += "\n  at " + b.filename + ":" + std::to_string(b.lineno);
     std::string line = source_line(b.filename, b.lineno);
     if (!line.empty()) out += "\n      " + line;
   }
-  for (const std::string& frame : b.user_stack) out += "\n    " + frame;
+  // Each frame ("file:line in fn") with its line of source, as a Python traceback shows them.
+  for (const std::string& frame : b.user_stack) {
+    out += "\n    " + frame;
+    size_t in = frame.rfind(" in "), colon = in == std::string::npos ? in : frame.rfind(':', in);
+    if (colon == std::string::npos) continue;
+    std::string line = source_line(frame.substr(0, colon), std::atoi(frame.c_str() + colon + 1));
+    if (!line.empty()) out += "\n        " + line;
+  }
   return out;
 }
 

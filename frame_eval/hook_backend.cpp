@@ -2,6 +2,7 @@
 // and handing a capture to its backend.
 #include <pybind11/pybind11.h>
 
+#include <cctype>
 #include <string>
 
 #include "frame_eval/hook.h"
@@ -80,6 +81,15 @@ bool in_skipped_module(PyObject* globals) {
   top = top.substr(0, top.find('.'));
   // NB: torch's own code made by exec() (dataclasses' __init__ of torch.fx's classes) is torch's.
   return top == "torch" || skipped_package(top);
+}
+
+std::string break_docs_link(const std::string& id) {
+  static std::string dir;
+  if (dir.empty()) dir = package_dir("framefuse");
+  if (id.empty() || dir.empty()) return "";
+  std::string anchor = id;
+  for (char& c : anchor) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return dir + "graph_breaks.md#" + anchor;
 }
 
 bool is_internal_code(PyCodeObject* code) {

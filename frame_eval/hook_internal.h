@@ -35,6 +35,9 @@ bool is_internal_code(PyCodeObject* code);
 bool in_skipped_module(PyObject* globals);
 // "qualname (file:line)" of a code object, for logs and messages.
 std::string code_location(PyCodeObject* code);
+// Where a graph break's id is explained: `<framefuse package>/graph_breaks.md#ff0002` (the page ships
+// with the package); empty for no id.
+std::string break_docs_link(const std::string& id);
 // The graph's `graph_code` text (empty if the printer is not built in).
 std::string graph_code_text(const Graph& g);
 // Runs the compile options' backend on the capture; may give the runner a compiled callable.

@@ -13,6 +13,7 @@
 #include "frame_eval/break_registry.h"
 #include "frame_eval/interpreter.h"
 #include "frame_eval/opcodes.h"
+#include "src/base/logging.h"
 #include "frame_eval/symbolic.h"
 
 namespace ff {
@@ -304,6 +305,9 @@ class SymbolicTracer {
   std::unordered_map<std::string, Sym> int_symbols_;  // dynamic_int's by source text: one symbol each
   std::unordered_map<PyObject*, Sym> globals_cache_;  // root globals by name object
   std::vector<int> root_visits_;  // per root instruction: how many times the trace reached it
+  // FRAMEFUSE_LOGS=+frontend: each instruction interpreted, with its line and the stack's top
+  const bool trace_instructions_ = log_enabled(LogComponent::frontend, LogLevel::Debug);
+  void log_instruction(const Frame& f, const Instr& ins);
 };
 
 // interpreter_output.cpp: the Python values a capture rebuilds after its graph ran (return value,

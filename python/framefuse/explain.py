@@ -98,10 +98,14 @@ def _parse_break(msg):
     at = None
     for line in lines[1:]:
         text = line.strip()
-        if line.startswith("    "):
+        if line.startswith("    ") and not line.startswith("     "):  # a frame; its source line is indented more
             br.user_stack.append(text)
+        elif line.startswith("     "):
+            continue
         elif text.startswith("Hint: "):
             br.hint = text[len("Hint: "):]
+        elif text.startswith("Docs: "):
+            continue
         elif text.startswith("at "):
             at = text[len("at "):]
         elif text:

@@ -114,3 +114,37 @@ def test_config_rejects_unknown_and_wrong_types():
         with framefuse.config.patch(raise_on_internal_error=1):
             pass
     assert "recompile_limit (int, default 8)" in framefuse.config.describe()
+
+
+def _helper_scaled(t):
+    return t * 3
+
+
+def test_plus_frontend_traces_each_instruction(caplog):
+    import torch
+
+    def f(x):
+        y = torch.relu(x)
+        return _helper_scaled(y)
+
+    framefuse.reset()
+    framefuse.set_logs("+frontend")
+    with caplog.at_level(logging.DEBUG, logger="framefuse"):
+        framefuse.compile(f, backend="eager")(torch.randn(4, 2))
+    lines = [r.getMessage() for r in caplog.records if r.name == "framefuse.frontend"]
+    traces = [m for m in lines if "TRACE " in m]
+    first_line = f.__code__.co_firstlineno
+    assert any("tracing " in m and "f (" in m for m in lines)
+    assert any("inlining _helper_scaled (" in m for m in lines)  # an inlined frame is announced
+    # the call of relu: its line, and the stack with the argument's graph value and metadata
+    assert any("CALL" in m and f"test_logging_config.py:{first_line + 1} in f" in m and "tensor l_x: f32[4, 2]" in m
+               for m in traces), traces[:20]
+    # the inlined frame's instructions are indented and name their function
+    assert any(f"test_logging_config.py:{_helper_scaled.__code__.co_firstlineno + 1} in _helper_scaled" in m and
+               "]   TRACE" in m for m in traces)
+    framefuse.set_logs("frontend")  # info level: no trace
+    caplog.clear()
+    framefuse.reset()
+    with caplog.at_level(logging.DEBUG, logger="framefuse"):
+        framefuse.compile(f, backend="eager")(torch.randn(4, 2))
+    assert not any("TRACE " in r.getMessage() for r in caplog.records)
