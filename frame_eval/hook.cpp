@@ -421,7 +421,7 @@ Dispatch done(PyObject* result) {
 
 // The wrapper torch.compiler.disable / torch._dynamo.disable made around a function (its code is
 // one of torch's wrappers; the function carries `_torchdynamo_disable`): it runs natively, and so
-// does everything it calls, as under torch.compile. The wrapper torch.compile made (it carries
+// does everything it calls, as under torch.compile (recursive=False: only the function's own frame). The wrapper torch.compile made (it carries
 // `_torchdynamo_orig_callable`): torch's own frame hook runs it, and framefuse stays out of what it
 // runs (Dynamo's shim hands frames it does not compile to the previous hook, framefuse's).
 // NB: names compare as interned pointers (hot path).
@@ -441,6 +441,14 @@ PyObject* eval_frame_hook(PyThreadState* tstate, struct _PyInterpreterFrame* fra
   ff_frame_info info;
   if (!ff_frame_inspect(tstate, frame, throwflag, &info)) return run_native(tstate, frame, throwflag);
   if (torch_wrapper_frame(info)) {
+    if (PyObject* fn_code = torch_nonrecursive_disable_code(info.func)) {
+      // torch.compiler.disable(fn, recursive=False): the wrapper's frame and fn's own run natively,
+      // what fn calls is compiled (as under torch.compile).
+      st.native_once = fn_code;
+      PyObject* result = run_native(tstate, frame, throwflag);
+      if (st.native_once == fn_code) st.native_once = nullptr;  // the wrapper never called fn
+      return result;
+    }
     ++st.disabled;
     PyObject* result = run_native(tstate, frame, throwflag);
     --st.disabled;

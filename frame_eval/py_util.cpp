@@ -120,6 +120,16 @@ bool function_flag(PyObject* fn, const char* name) {
 
 bool torch_disable_marked(PyObject* fn) { return function_flag(fn, "_torchdynamo_disable"); }
 
+PyObject* torch_nonrecursive_disable_code(PyObject* fn) {
+  PyObject** dict = _PyObject_GetDictPtr(fn);
+  if (!dict || !*dict) return nullptr;
+  PyObject* recursive = PyDict_GetItemString(*dict, "_torchdynamo_disable_recursive");  // borrowed
+  PyObject* orig = PyDict_GetItemString(*dict, "_torchdynamo_orig_callable");
+  if (!recursive || recursive != Py_False || !orig) return nullptr;
+  if (PyMethod_Check(orig)) orig = PyMethod_GET_FUNCTION(orig);
+  return PyFunction_Check(orig) ? PyFunction_GET_CODE(orig) : nullptr;
+}
+
 bool marked_constant_result(PyObject* fn) { return function_flag(fn, "_dynamo_marked_constant"); }
 bool framefuse_frame_disabled(PyObject* fn) { return function_flag(fn, "_framefuse_disable_frame"); }
 

@@ -31,6 +31,9 @@ bool function_named(PyObject* fn, std::initializer_list<std::string_view> names,
 // Whether `fn` is a wrapper torch.compiler.disable / torch._dynamo.disable made (it carries
 // `_torchdynamo_disable`): the function runs natively, and so does everything it calls.
 bool torch_disable_marked(PyObject* fn);
+// The code of the function a torch.compiler.disable(fn, recursive=False) wrapper calls (borrowed,
+// the wrapper holds the function), or null when `fn` is no such wrapper.
+PyObject* torch_nonrecursive_disable_code(PyObject* fn);
 // Whether `fn` is the wrapper torch.compile made around a function (it carries
 // `_torchdynamo_orig_callable`, and is not a disable wrapper): torch compiles its calls.
 bool torch_compile_wrapper(PyObject* fn);

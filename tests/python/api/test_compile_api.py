@@ -390,3 +390,34 @@ def test_disable_not_recursive_runs_only_its_own_frame_natively():
     report = framefuse.explain(lambda t: _helper(t * 3) - 1)(x)
     assert any("[FF0023]" in b.reason and "_helper" in b.reason for b in report.break_reasons), report.break_reasons
 
+
+def _torch_leaf(x):
+    return x.cos() * 3
+
+
+def test_torch_disable_not_recursive_runs_only_the_functions_own_frame_natively():
+    disable = getattr(getattr(torch, "compiler", None), "disable", None)
+    if disable is None:
+        pytest.skip("torch.compiler.disable (torch >= 2.1)")
+    seen = []
+
+    @disable(recursive=False)
+    def helper(x):
+        seen.append(framefuse.compiler.is_compiling())
+        return _torch_leaf(torch.sin(x) + 1)
+
+    graphs = []
+
+    @framefuse.backends.native_graph
+    def recording(graph, example_inputs):
+        graphs.append(graph.code())
+        return graph.run
+
+    x = torch.randn(5)
+    fn = framefuse.compile(lambda t: helper(t * 2) - 1, backend=recording)
+    for _ in range(2):
+        assert torch.allclose(fn(x), (torch.sin(x * 2) + 1).cos() * 3 - 1)
+    assert seen == [False, False]  # helper's own frame ran natively
+    assert framefuse._C._code_cache_info(_torch_leaf.__code__)["entries"] == 1  # what it calls compiled
+    assert not any("sin" in g for g in graphs) and any("cos" in g for g in graphs), graphs
+
