@@ -11,6 +11,7 @@
 #include "graph/op_registry.h"
 #include "graph/passes/effects.h"
 #include "graph/python/graph_calls.h"
+#include "graph/python/open_ops.h"
 
 namespace ff {
 
@@ -348,6 +349,8 @@ Sym SymbolicTracer::call_const(const Sym& fn, std::vector<Sym>& args, KwArgs& kw
     // NB: the table holds the function for good, so its closure is fetched through it
     return call_python_function(polyfill, object_source(polyfill, "polyfill of " + qualname(o)), std::move(args), std::move(kwargs));
   }
+  // allow_in_graph: one opaque node calling `o` (graph/python/allowed_calls.cpp), not traced into
+  if (allowed_in_graph(o)) return torch_call(o, args, kwargs, qualname(o));
   if (PyRef polyfill = PyRef::steal(torch_polyfill(o)))  // torch.compiler.substitute_in_graph's, the user's
     return call_python_function(polyfill.get(), object_source(polyfill.get(), "polyfill of " + qualname(o)), std::move(args),
                                 std::move(kwargs));

@@ -9,6 +9,7 @@
 #include "frame_eval/hook.h"
 #include "frame_eval/py_util.h"
 #include "graph/python/graph_calls.h"
+#include "graph/python/open_ops.h"
 #include "src/base/errors.h"
 #include "src/graph_handle.h"
 
@@ -224,6 +225,8 @@ void define_frame_eval(py::module_& m) {
   m.def("_hook_installed", &hook_installed);
   // framefuse.compiler.substitute_in_graph's table (frame_eval/py_util.h polyfill_table).
   m.def("_polyfills", [] { return py::reinterpret_borrow<py::dict>(polyfill_table()); });
+  // framefuse.compiler.allow_in_graph's table (graph/python/open_ops.h allowed_in_graph_table).
+  m.def("_allowed_in_graph", [] { return py::reinterpret_borrow<py::dict>(allowed_in_graph_table()); });
   m.def("_code_cache_info", [](py::object code) -> py::object {
     if (!PyCode_Check(code.ptr())) throw py::type_error("expected a code object");
     ExtraState* s = extra_state(reinterpret_cast<PyCodeObject*>(code.ptr()));

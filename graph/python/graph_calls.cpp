@@ -148,7 +148,33 @@ struct FallbackCall {
     for (const Value* v : ca.positional) pos.append(to_meta_py(*v));
     py::dict kw;
     for (const auto& [name, v] : ca.keywords) kw[py::str(name)] = to_meta_py(*v);
-    return py::reinterpret_borrow<py::object>(fn)(*py::tuple(pos), **kw);
+    py::object r = py::reinterpret_borrow<py::object>(fn)(*py::tuple(pos), **kw);
+    if (op.aten == std::string("aten::") + kAllowedInGraphAten) check_allowed_result(r);
+    return r;
+  }
+
+  // An allow_in_graph function's result is a node of its own: a tensor or a tuple of tensors, none
+  // of them an argument, a view of one, or another result (eager's would share memory).
+  void check_allowed_result(py::handle r) {
+    std::vector<py::object> outs;
+    if (py::isinstance(r, torch_types().tensor)) outs.push_back(py::reinterpret_borrow<py::object>(r));
+    else if (PyTuple_CheckExact(r.ptr()))
+      for (py::handle item : r) {
+        if (!py::isinstance(item, torch_types().tensor)) throw MetaError("its result is a tuple holding something other than tensors");
+        outs.push_back(py::reinterpret_borrow<py::object>(item));
+      }
+    else throw MetaError(std::string("its result is a ") + Py_TYPE(r.ptr())->tp_name + "; only a tensor or a tuple of tensors is captured");
+    auto base = [](const py::object& t) {
+      py::object b = t.attr("_base");
+      return b.is_none() ? t : b;
+    };
+    std::vector<py::object> seen;
+    for (const auto& [t, version] : inputs) seen.push_back(base(t));
+    for (const py::object& o : outs) {
+      for (const py::object& s : seen)
+        if (base(o).is(s)) throw MetaError("its result is an argument, a view of one or another result (eager's would share memory)");
+      seen.push_back(base(o));
+    }
   }
 
   Device result_device() const {
@@ -551,7 +577,9 @@ std::optional<ValueMeta> meta_by_fallback(const OpDef& op, const std::vector<Val
       // (seen as a bumped version counter) would be lost on a graph's values.
       for (const auto& [meta, version] : call.inputs)
         if (meta.attr("_version").cast<int64_t>() != version) {
-          *reason = op.target + " writes an operand in place although its schema (" + op.aten + ") does not say so";
+          *reason = op.aten == std::string("aten::") + kAllowedInGraphAten
+                        ? op.target + " writes its argument in place"
+                        : op.target + " writes an operand in place although its schema (" + op.aten + ") does not say so";
           return std::nullopt;
         }
     }
@@ -766,6 +794,7 @@ CallTyper python_typer() {
 std::optional<NodeId> add_torch_call(Graph& g, PyObject* fn, const std::vector<Value>& args,
                                      const std::vector<std::pair<std::string, Value>>& kwargs, std::string* reason,
                                      bool grad_enabled) {
+  if (allowed_in_graph(fn)) return add_allowed_call(g, fn, args, kwargs, reason, grad_enabled);
   auto op = op_for_callable(fn);
   if (!op) {
     py::handle h(fn);

@@ -34,4 +34,17 @@ std::optional<NodeId> add_open_call(Graph& g, const std::vector<OpId>& overloads
                                     const std::vector<std::pair<std::string, Value>>& kwargs, std::string* reason,
                                     bool grad_enabled);
 
+// allow_in_graph (graph/python/allowed_calls.cpp). The ATen name its ops carry (no such operator).
+inline constexpr const char* kAllowedInGraphAten = "framefuse_allowed_in_graph";
+// framefuse.compiler.allow_in_graph's table: id(fn) -> fn (borrowed; made on first use).
+PyObject* allowed_in_graph_table();
+// Whether `fn` was marked with framefuse.compiler.allow_in_graph or torch.compiler.allow_in_graph.
+bool allowed_in_graph(PyObject* fn);
+// A call of such a function as one node (an op per signature of argument kinds, registered on
+// first use); nullopt with *reason where an argument is not a tensor, a list of tensors or a
+// constant, or the call cannot be typed.
+std::optional<NodeId> add_allowed_call(Graph& g, PyObject* fn, const std::vector<Value>& args,
+                                       const std::vector<std::pair<std::string, Value>>& kwargs, std::string* reason,
+                                       bool grad_enabled);
+
 }  // namespace ff

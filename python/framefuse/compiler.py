@@ -20,7 +20,7 @@ from .backends import list_backends
 from .compile import compile, disable, reset  # noqa: A004
 
 __all__ = ["compile", "reset", "disable", "is_compiling", "is_dynamo_compiling", "list_backends", "set_stance",
-           "assume_constant_result", "substitute_in_graph", "cudagraph_mark_step_begin", "save_cache_artifacts", "load_cache_artifacts"]
+           "assume_constant_result", "allow_in_graph", "substitute_in_graph", "cudagraph_mark_step_begin", "save_cache_artifacts", "load_cache_artifacts"]
 
 _STANCES = ("default", "force_eager", "eager_on_recompile", "fail_on_recompile")
 
@@ -40,6 +40,31 @@ def assume_constant_result(fn):
     into the compiled code, without a guard (a later change of what it returns is not seen). A
     tensor result, or non-constant arguments, trace it as usual. torch's own mark works too."""
     fn._dynamo_marked_constant = True
+    return fn
+
+
+def allow_in_graph(fn):
+    """Put calls of `fn` into the graph as one opaque call instead of tracing into it, as
+    torch.compiler.allow_in_graph (a list or tuple marks each function; returns its argument):
+
+        @framefuse.compiler.allow_in_graph
+        def fused_op(x, w):              # framefuse does not look inside
+            return my_extension.op(x, w)
+
+    At run time the compiled code calls `fn` with the real tensors (the code generators call it
+    from the program, as an op they do not generate). While tracing it is called once with meta
+    tensors to type its result. Its arguments must be tensors, lists of tensors or constants (int,
+    float, bool, str, None); its result a tensor or a tuple of tensors, new memory (not an argument
+    or a view of one) and it may not write its arguments: anything else breaks the graph at the
+    call with the reason. Like torch's, it is for functions of their tensor arguments: what the
+    function reads besides them (a global it changes, Python side effects) is not seen by guards,
+    and Python side effects happen when the compiled code runs. torch.compiler.allow_in_graph's
+    marks are honoured too."""
+    if isinstance(fn, (list, tuple)):
+        return [allow_in_graph(f) for f in fn]
+    if not callable(fn):
+        raise TypeError(f"allow_in_graph expects a callable, not {type(fn).__name__}")
+    _C._allowed_in_graph()[id(fn)] = fn
     return fn
 
 

@@ -24,7 +24,7 @@ def stats():
 
 def test_torch_compiler_names_are_there():
     for name in ("compile", "reset", "disable", "is_compiling", "is_dynamo_compiling", "list_backends", "set_stance",
-                 "assume_constant_result", "substitute_in_graph", "cudagraph_mark_step_begin", "save_cache_artifacts",
+                 "assume_constant_result", "allow_in_graph", "substitute_in_graph", "cudagraph_mark_step_begin", "save_cache_artifacts",
                  "load_cache_artifacts"):
         assert callable(getattr(compiler, name)), name
     assert compiler.compile is framefuse.compile and "inductor" in compiler.list_backends()
