@@ -33,6 +33,9 @@ PyObject* make_frame_eval_callable(PyObject* fn, std::shared_ptr<CompileOptions>
                                    CallableMode mode);
 // The Python type of those callables (ready after init_frame_eval_types).
 PyTypeObject* frame_eval_callable_type();
+// The function such a callable wraps (borrowed; *disabled: made by framefuse.disable), or null when
+// `o` is none.
+PyObject* frame_eval_callable_target(PyObject* o, bool* disabled);
 void init_frame_eval_types();
 
 // How a captured graph is handed to Python backends (framefuse.backends): returns a new reference

@@ -131,6 +131,13 @@ void init_frame_eval_types() {
 
 PyTypeObject* frame_eval_callable_type() { return &g_callable_type; }
 
+PyObject* frame_eval_callable_target(PyObject* o, bool* disabled) {
+  if (Py_TYPE(o) != &g_callable_type) return nullptr;
+  auto* c = reinterpret_cast<FrameEvalCallable*>(o);
+  *disabled = c->mode == CallableMode::Disable;
+  return c->fn;
+}
+
 PyObject* make_frame_eval_callable(PyObject* fn, std::shared_ptr<CompileOptions> options, PyObject* root_code,
                                    CallableMode mode) {
   init_frame_eval_types();

@@ -15,6 +15,15 @@
 
 namespace ff {
 
+std::string qualname(PyObject* fn) {
+  PyObject* q = PyObject_GetAttrString(fn, "__qualname__");
+  if (!q) q = PyObject_GetAttrString(fn, "__name__");
+  std::string r = q && PyUnicode_Check(q) ? PyUnicode_AsUTF8(q) : Py_TYPE(fn)->tp_name;
+  Py_XDECREF(q);
+  PyErr_Clear();
+  return r;
+}
+
 namespace {
 
 bool has_tensor(const Sym& s, std::vector<const SymValue*>* seen = nullptr) {
@@ -29,15 +38,6 @@ bool has_tensor(const Sym& s, std::vector<const SymValue*>* seen = nullptr) {
   for (const Sym& i : s->items)
     if (i && has_tensor(i, seen)) return true;
   return false;
-}
-
-std::string qualname(PyObject* fn) {
-  PyObject* q = PyObject_GetAttrString(fn, "__qualname__");
-  if (!q) q = PyObject_GetAttrString(fn, "__name__");
-  std::string r = q && PyUnicode_Check(q) ? PyUnicode_AsUTF8(q) : Py_TYPE(fn)->tp_name;
-  Py_XDECREF(q);
-  PyErr_Clear();
-  return r;
 }
 
 std::string module_of(PyObject* fn) {

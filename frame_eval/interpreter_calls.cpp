@@ -2,6 +2,7 @@
 // closures, generators), nn.Module calls and object construction.
 #include <Python.h>
 
+#include "frame_eval/hook.h"
 #include "frame_eval/interpreter_impl.h"
 #include "frame_eval/py_util.h"
 #include "frame_eval/torch_refs.h"
@@ -65,6 +66,13 @@ Sym SymbolicTracer::call(const Sym& fn, std::vector<Sym> args, KwArgs kwargs) {
   if (symints_made_ > 0 && !keeps_symint_args(fn)) {
     for (const Sym& a : args) specialize_ints(a);
     for (const auto& kv : kwargs) specialize_ints(kv.second);
+  }
+  bool disabled = false;
+  if (PyObject* target = fn->obj ? frame_eval_callable_target(fn->obj.get(), &disabled) : nullptr) {
+    // framefuse.disable(f): f runs natively, a break; framefuse.compile(f) called from compiled code
+    // is traced as part of it (as torch.compile inside torch.compile)
+    if (disabled) brk(BreakKind::DisabledCall, "framefuse.disable(" + qualname(target) + ")");
+    return call(make_const(target), std::move(args), std::move(kwargs));
   }
   switch (fn->kind) {
     case SymKind::Const:

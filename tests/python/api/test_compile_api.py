@@ -421,3 +421,30 @@ def test_torch_disable_not_recursive_runs_only_the_functions_own_frame_natively(
     assert framefuse._C._code_cache_info(_torch_leaf.__code__)["entries"] == 1  # what it calls compiled
     assert not any("sin" in g for g in graphs) and any("cos" in g for g in graphs), graphs
 
+
+
+def test_a_disabled_function_called_from_compiled_code_breaks_as_disabled():
+    def h(x):
+        return x.sin()
+
+    hd = framefuse.disable(h)
+    with pytest.raises(framefuse.Unsupported, match=r"\[FF0023\].*framefuse.disable\(.*h\)"):
+        framefuse.compile(lambda x: hd(x) + 1, fullgraph=True)(torch.ones(2))
+    framefuse.reset()
+    x = torch.randn(3)
+    assert torch.equal(framefuse.compile(lambda t: hd(t) + 1)(x), x.sin() + 1)
+
+
+def test_a_compiled_function_called_from_compiled_code_is_traced_into_it():
+    inner = framefuse.compile(lambda x: x.cos() * 2)
+    graphs = []
+
+    @framefuse.backends.native_graph
+    def recording(graph, example_inputs):
+        graphs.append(graph.code())
+        return graph.run
+
+    x = torch.randn(4)
+    out = framefuse.compile(lambda t: inner(t) + 1, backend=recording, fullgraph=True)(x)
+    assert torch.allclose(out, x.cos() * 2 + 1)
+    assert len(graphs) == 1 and "torch.cos" in graphs[0], graphs  # one graph, as torch.compile inside torch.compile
