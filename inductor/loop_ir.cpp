@@ -414,10 +414,56 @@ Expr cast(Expr a, ScalarType t) {
   n->args = {std::move(a)};
   return n;
 }
+namespace {
+
+bool is_binary(const Expr& e, BinaryOp op) { return e->kind == ExprKind::Binary && static_cast<BinaryOp>(e->op) == op; }
+
+// An index term as x * m (m = 1 for a bare term) and x as y // q (q = 1 when x is no quotient).
+void split_term(const Expr& e, Expr* x, int64_t* m) {
+  bool scaled = is_binary(e, BinaryOp::Mul) && e->args[1]->kind == ExprKind::Const;
+  *x = scaled ? e->args[0] : e;
+  *m = scaled ? e->args[1]->i : 1;
+}
+void split_quotient(const Expr& e, Expr* y, int64_t* q) {
+  bool quotient = is_binary(e, BinaryOp::FloorDiv) && e->args[1]->kind == ExprKind::Const && e->args[1]->i > 0;
+  *y = quotient ? e->args[0] : e;
+  *q = quotient ? e->args[1]->i : 1;
+}
+
+// (y // (q*c)) * (c*m) + ((y // q) % c) * m == (y // q) * m for every integer y (floored division
+// and modulo, c > 0): a reshape that splits a dim and a load that merges it back, as in
+// `x.view(-1, n)` ... `.view(b, t, n)` of a contiguous buffer, index it linearly again, so that
+// the renderers see an affine index (vector loads) instead of a division and a modulo per element.
+Expr merge_quotient_and_remainder(const Expr& hi, const Expr& lo) {
+  Expr hx, lx, hy, ly, mod_arg;
+  int64_t hm, lm, hq, lq;
+  split_term(hi, &hx, &hm);
+  split_term(lo, &lx, &lm);
+  if (!is_binary(lx, BinaryOp::Mod) || lx->args[1]->kind != ExprKind::Const) return nullptr;
+  int64_t c = lx->args[1]->i;
+  if (c <= 1 || lm == 0) return nullptr;
+  split_quotient(hx, &hy, &hq);
+  split_quotient(lx->args[0], &ly, &lq);
+  if (hq != lq * c || hm != lm * c || hy->type != ly->type || !expr_equal(hy, ly)) return nullptr;
+  Expr x = lq == 1 ? ly : binary(BinaryOp::FloorDiv, ly, const_int(lq, ly->type));
+  return lm == 1 ? x : binary(BinaryOp::Mul, x, const_int(lm, x->type));
+}
+
+}  // namespace
+
 Expr index_add(Expr a, Expr b) {
   if (is_const(a, 0)) return b;
   if (is_const(b, 0)) return a;
   if (a->kind == ExprKind::Const && b->kind == ExprKind::Const) return const_int(a->i + b->i);
+  if (Expr m = merge_quotient_and_remainder(a, b)) return m;
+  if (Expr m = merge_quotient_and_remainder(b, a)) return m;
+  // Sums are built left to right: the last term of a may merge with b, and the result with the term before it.
+  if (is_binary(a, BinaryOp::Add) && a->type == b->type) {
+    Expr last = a->args[1];
+    Expr m = merge_quotient_and_remainder(last, b);
+    if (!m) m = merge_quotient_and_remainder(b, last);
+    if (m) return index_add(a->args[0], m);
+  }
   return binary(BinaryOp::Add, std::move(a), std::move(b));
 }
 Expr index_mul(Expr a, int64_t c) {
