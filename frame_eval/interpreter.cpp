@@ -662,7 +662,12 @@ void SymbolicTracer::step(Frame& f, const Instr& ins) {
       if (mgr->is(SymKind::Object) || mgr->is(SymKind::NewObject)) {
         Sym enter = try_load_attr(mgr, "__enter__");
         Sym exit = try_load_attr(mgr, "__exit__");
-        if (enter && exit && enter->is(SymKind::BoundMethod) && exit->is(SymKind::BoundMethod)) {
+        // NB: context managers written in Python; a C one (a lock, a file) is FF0017 below
+        auto python_method = [](const Sym& m) {
+          return m && m->is(SymKind::BoundMethod) &&
+                 (m->items[1]->is(SymKind::Function) || (m->items[1]->is(SymKind::Const) && PyFunction_Check(m->items[1]->obj.get())));
+        };
+        if (python_method(enter) && python_method(exit)) {
           Sym entered = call(enter, {}, {});
           push(std::move(exit));
           push(std::move(entered));

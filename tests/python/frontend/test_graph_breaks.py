@@ -683,3 +683,18 @@ def test_a_torch_compiled_function_is_left_to_torch_compile():
     assert len(seen) >= 2  # torch.compile compiled both (once in explain's run)
     torch._dynamo.reset()
 
+
+
+def test_a_context_manager_written_in_c_breaks_as_one():
+    import threading
+
+    lock = threading.Lock()
+
+    def f(x):
+        with lock:
+            return x + 1
+
+    with pytest.raises(framefuse.Unsupported, match=r"\[FF0017\]"):
+        framefuse.compile(f, fullgraph=True)(torch.ones(2))
+    framefuse.reset()
+    assert torch.equal(framefuse.compile(f)(torch.ones(2)), torch.ones(2) + 1) and not lock.locked()
