@@ -21,6 +21,11 @@ PYBIND11_MODULE(_C, m) {
 #else
   m.attr("HAVE_LLVM") = false;
 #endif
+#ifdef FRAMEFUSE_LLVM_STATIC
+  m.attr("LLVM_STATIC") = true;  // LLVM's archives linked in, their symbols local (FRAMEFUSE_LLVM_STATIC)
+#else
+  m.attr("LLVM_STATIC") = false;
+#endif
 #ifdef FRAMEFUSE_HAVE_CUDA
   m.attr("HAVE_CUDA_CODEGEN") = true;
 #else
