@@ -55,6 +55,27 @@ def test_module_reports_build_facts():
     assert C.__version__ == meta["project"]["version"]
     assert isinstance(C.HAVE_LLVM, bool)
     assert isinstance(C.HAVE_CUDA_CODEGEN, bool)
+    assert isinstance(C.LLVM_STATIC, bool)
+
+
+def test_llvm_is_linked_as_the_build_says(module_path):
+    # FRAMEFUSE_LLVM_STATIC (scripts/build_wheel.sh): LLVM's archives inside _C, no libLLVM to find
+    # at run time, and nothing of them exported to clash with another LLVM in the process.
+    needed = _needed(module_path)
+    links_libllvm = any(n.startswith("libLLVM") for n in needed)
+    if not C.HAVE_LLVM:
+        assert not links_libllvm, needed
+    elif not C.LLVM_STATIC:
+        assert links_libllvm, needed
+    else:
+        assert not links_libllvm, needed
+        # Only the entry point and std's template instantiations (default-visible in libstdc++'s
+        # headers; scripts/build_wheel.sh's check says more) stay exported.
+        out = subprocess.run(["nm", "-D", "--defined-only", module_path], check=True, capture_output=True, text=True)
+        exported = [line.split()[-1] for line in out.stdout.splitlines() if re.search(r"\s[A-Zu]\s", line)]
+        std = re.compile(r"_ZZ?NK?St|_ZSt|_ZT[IS]P?F|_ZT[ISV]St|_ZN9__gnu_cxx")
+        assert "PyInit__C" in exported
+        assert not [s for s in exported if s != "PyInit__C" and not std.match(s)], exported[:20]
 
 
 # Symbols that only libstdc++ itself defines: iostream number formatting, locales, codecvt facets.
