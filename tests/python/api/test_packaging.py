@@ -172,7 +172,13 @@ def test_build_wheel_check_rejects_torch_specific_modules(tmp_path):
 WHEEL = os.environ.get("FRAMEFUSE_TEST_WHEEL")
 
 _COMPILE_IN_WHEEL = textwrap.dedent("""
-    import logging, sys
+    import ctypes, ctypes.util, logging, sys
+    # Another LLVM in the process first, its symbols global (as a module linking the system's
+    # libLLVM would load it): the wheel's LLVM must not bind to it.
+    other = ctypes.util.find_library("LLVM-14")
+    if other:
+        ctypes.CDLL(other, mode=ctypes.RTLD_GLOBAL)
+    print("OTHER_LLVM", other)
     import torch
     import framefuse
     from framefuse import _C
