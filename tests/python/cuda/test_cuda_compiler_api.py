@@ -1,0 +1,51 @@
+"""On a GPU: allow_in_graph's opaque call run by the CUDA program, and FRAMEFUSE_COMPILE_DEBUG's repro of
+a CUDA graph."""
+import importlib.util
+import os
+
+import pytest
+import torch
+
+import framefuse
+from framefuse import _debug
+from cuda_util import fp32_and_fresh, gpu  # noqa: F401  (fixture)
+
+pytestmark = [pytest.mark.usefixtures("fp32_and_fresh")]
+
+calls = []
+
+
+@framefuse.compiler.allow_in_graph
+def _opaque_scale(x, w):
+    calls.append(x.device.type)
+    return torch.nn.functional.softplus(x @ w) * 2
+
+
+def _model(x, w):
+    return torch.sigmoid(_opaque_scale(torch.relu(x), w)) + x.sum()
+
+
+@gpu
+@pytest.mark.parametrize("backend", ["eager", "inductor"])
+def test_allow_in_graph_on_cuda(backend):
+    x, w = torch.randn(64, 32, device="cuda"), torch.randn(32, 32, device="cuda")
+    calls.clear()
+    fn = framefuse.compile(_model, backend=backend, fullgraph=True)
+    for _ in range(2):
+        torch.testing.assert_close(fn(x, w), _model(x, w))
+    assert calls.count("cuda") == 4 and calls.count("meta") == 1, calls  # 2 compiled calls + 2 eager, 1 typing
+
+
+@gpu
+def test_compile_debug_repro_of_a_cuda_graph(tmp_path):
+    run = _debug.enable(str(tmp_path))
+    try:
+        framefuse.compile(lambda x: torch.tanh(x) * x.mean(0))(torch.randn(16, 8, device="cuda"))
+    finally:
+        _debug.disable()
+    (folder,) = [d for d in os.listdir(run) if os.path.isdir(os.path.join(run, d))]
+    spec = importlib.util.spec_from_file_location("cuda_repro", os.path.join(run, folder, "repro.py"))
+    repro = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(repro)
+    assert repro.INPUTS[0][4].startswith("cuda")
+    assert repro.main() == 0
