@@ -23,9 +23,10 @@ CPU_CASES = int(os.environ.get("FRAMEFUSE_FUZZ_CASES", "1500"))
 
 @pytest.fixture()
 def fuzz_config():
-    old = framefuse.config.raise_on_internal_error, framefuse.config.disk_cache
+    # NB: cf.run sets the harness's mode (DYNAMIC, VIA) for the tests after it too: restored here
+    old = framefuse.config.raise_on_internal_error, framefuse.config.disk_cache, cf.DYNAMIC, cf.VIA
     yield
-    framefuse.config.raise_on_internal_error, framefuse.config.disk_cache = old
+    framefuse.config.raise_on_internal_error, framefuse.config.disk_cache, cf.DYNAMIC, cf.VIA = old
     framefuse.reset()
 
 
