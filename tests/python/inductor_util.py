@@ -10,6 +10,19 @@ needs_codegen = __import__("pytest").mark.skipif(
     not _C.inductor.codegen_available(), reason="framefuse built without LLVM (reference runner only)")
 
 
+def recording_backend():
+    """(graphs, backend): a framefuse backend that keeps each graph's code in `graphs` and runs the
+    graph on the reference runner."""
+    graphs = []
+
+    @framefuse.backends.native_graph
+    def backend(graph, example_inputs):
+        graphs.append(graph.code())
+        return graph.run
+
+    return graphs, backend
+
+
 def build(fn, inputs):
     """A graph whose outputs are fn(g, *placeholders) (a node or a tuple of nodes)."""
     g = Graph()

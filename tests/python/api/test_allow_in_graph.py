@@ -5,7 +5,7 @@ import pytest
 import torch
 
 import framefuse
-from framefuse.backends import native_graph
+import inductor_util as iu
 
 pytestmark = pytest.mark.usefixtures("fresh_framefuse")
 
@@ -26,17 +26,6 @@ def _with_numpy(x, w):
     return numpy_tanh(torch.relu(x), w, 3.0) + 1
 
 
-def _recording():
-    graphs = []
-
-    @native_graph
-    def backend(graph, example_inputs):
-        graphs.append(graph.code())
-        return graph.run
-
-    return graphs, backend
-
-
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_an_untraceable_function_is_one_node(backend):
     x, w = torch.randn(4, 5), torch.randn(5, 3)
@@ -45,7 +34,7 @@ def test_an_untraceable_function_is_one_node(backend):
     for _ in range(2):
         torch.testing.assert_close(fn(x, w), torch.tanh(torch.relu(x) @ w) * 3.0 + 1)
     assert calls == ["meta", "cpu", "cpu"]  # typed once on meta tensors, then run on each call
-    graphs, recording = _recording()
+    graphs, recording = iu.recording_backend()
     framefuse.reset()
     framefuse.compile(_with_numpy, backend=recording, fullgraph=True)(x, w)
     (code,) = graphs
@@ -172,6 +161,6 @@ def test_a_list_marks_each_function():
         return x * 2
 
     assert framefuse.compiler.allow_in_graph([a, b]) == [a, b]
-    graphs, recording = _recording()
+    graphs, recording = iu.recording_backend()
     framefuse.compile(lambda x: b(a(x)), backend=recording, fullgraph=True)(torch.randn(2))
     assert graphs[0].count("allow_in_graph(") == 2, graphs

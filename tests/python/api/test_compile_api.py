@@ -4,6 +4,7 @@ import torch
 
 import framefuse
 from framefuse import _C
+import inductor_util as iu
 from capture_specs import stats, tensor_args_capture, tracer
 
 
@@ -406,12 +407,7 @@ def test_torch_disable_not_recursive_runs_only_the_functions_own_frame_natively(
         seen.append(framefuse.compiler.is_compiling())
         return _torch_leaf(torch.sin(x) + 1)
 
-    graphs = []
-
-    @framefuse.backends.native_graph
-    def recording(graph, example_inputs):
-        graphs.append(graph.code())
-        return graph.run
+    graphs, recording = iu.recording_backend()
 
     x = torch.randn(5)
     fn = framefuse.compile(lambda t: helper(t * 2) - 1, backend=recording)
@@ -437,12 +433,7 @@ def test_a_disabled_function_called_from_compiled_code_breaks_as_disabled():
 
 def test_a_compiled_function_called_from_compiled_code_is_traced_into_it():
     inner = framefuse.compile(lambda x: x.cos() * 2)
-    graphs = []
-
-    @framefuse.backends.native_graph
-    def recording(graph, example_inputs):
-        graphs.append(graph.code())
-        return graph.run
+    graphs, recording = iu.recording_backend()
 
     x = torch.randn(4)
     out = framefuse.compile(lambda t: inner(t) + 1, backend=recording, fullgraph=True)(x)
