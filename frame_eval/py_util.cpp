@@ -153,7 +153,8 @@ PyObject* torch_polyfill(PyObject* fn) {
   // fetched once torch._dynamo's variables are imported, then read.
   static PyObject* handlers = nullptr;
   if (!handlers) {
-    PyObject* variables = PyImport_GetModule(PyRef::steal(PyUnicode_FromString("torch._dynamo.variables")).get());
+    static PyObject* const module_name = PyUnicode_InternFromString("torch._dynamo.variables");
+    PyObject* variables = PyImport_GetModule(module_name);
     PyRef cls = variables ? PyRef::steal(PyObject_GetAttrString(variables, "PolyfilledFunctionVariable")) : PyRef();
     Py_XDECREF(variables);
     PyObject* table = cls ? PyObject_CallMethod(cls.get(), "_get_polyfill_handlers", nullptr) : nullptr;

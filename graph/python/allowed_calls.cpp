@@ -68,20 +68,22 @@ bool allowed_in_graph(PyObject* fn) {
     if (entry == fn) return true;
   }
   // torch.compiler.allow_in_graph keeps the ids of the user's functions in trace_rules (no
-  // function of torch's own is there); read only once torch._dynamo is imported.
-  PyObject* rules = PyImport_GetModule(py::str("torch._dynamo.trace_rules").ptr());
-  if (!rules) {
+  // function of torch's own is there); read once torch._dynamo is imported. NB: this runs for every
+  // call a trace meets: the module name is interned and the id set, made at import, kept.
+  static PyObject* const module_name = PyUnicode_InternFromString("torch._dynamo.trace_rules");
+  static PyObject* ids = nullptr;
+  if (!ids) {
+    PyObject* rules = PyImport_GetModule(module_name);
+    ids = rules ? PyObject_GetAttrString(rules, "_allowed_callable_ids") : nullptr;
+    Py_XDECREF(rules);
     PyErr_Clear();
-    return false;
+    if (!ids) return false;
   }
-  bool allowed = false;
-  try {
-    py::object ids = py::reinterpret_steal<py::object>(rules).attr("_allowed_callable_ids");
-    allowed = ids.attr("__contains__")(py::int_(reinterpret_cast<uintptr_t>(fn))).cast<bool>();
-  } catch (py::error_already_set&) {
-    PyErr_Clear();
-  }
-  return allowed;
+  PyObject* key = PyLong_FromVoidPtr(fn);
+  int found = key ? PySequence_Contains(ids, key) : -1;
+  Py_XDECREF(key);
+  if (found < 0) PyErr_Clear();
+  return found == 1;
 }
 
 std::optional<NodeId> add_allowed_call(Graph& g, PyObject* fn, const std::vector<Value>& args,
