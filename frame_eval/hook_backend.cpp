@@ -47,11 +47,12 @@ bool has_prefix(std::string_view s, const std::string& prefix) {
 // Installed packages torch itself imports and calls (lazily, often from inside a user's compiled
 // region: F.max_unpool1d's first call imports sympy) that never run tensor code worth a graph:
 // tracing their frames only costs time (mpmath's import alone reached the recompile limit in eight
-// frames). `top`: a top-level module name.
+// frames). pytest's too: its import hook and its capture of stdout run inside a test's compiled
+// region (an import or a print there). `top`: a top-level module name.
 bool skipped_package(std::string_view top) {
   for (std::string_view p : {"sympy", "mpmath", "networkx", "numpy", "jinja2", "markupsafe", "filelock", "fsspec",
                              "typing_extensions", "triton", "setuptools", "pkg_resources", "_distutils_hack",
-                             "importlib_metadata", "yaml", "tqdm", "packaging", "optree"})
+                             "importlib_metadata", "yaml", "tqdm", "packaging", "optree", "_pytest", "pluggy"})
     if (top == p) return true;
   return false;
 }
@@ -79,8 +80,10 @@ bool in_skipped_module(PyObject* globals) {
   }
   std::string_view top(n);
   top = top.substr(0, top.find('.'));
-  // NB: torch's own code made by exec() (dataclasses' __init__ of torch.fx's classes) is torch's.
-  return top == "torch" || skipped_package(top);
+  // NB: torch's own code made by exec() (dataclasses' __init__ of torch.fx's classes) is torch's; a
+  // namedtuple's __new__ (collections makes it with exec, in a namespace `namedtuple_<name>`) is the
+  // standard library's (torch's tensor printing calls one: it broke the graph on tuple.__new__).
+  return top == "torch" || skipped_package(top) || top.rfind("namedtuple_", 0) == 0;
 }
 
 std::string break_docs_link(const std::string& id) {

@@ -1,4 +1,6 @@
 """framefuse.explain(fn)(*args): graphs, breaks, ops, guards and compile times of one call."""
+import contextlib
+import io
 import re
 
 import pytest
@@ -118,3 +120,18 @@ def test_explain_result_matches_eager_and_restores_logs():
 def test_explain_rejects_arguments_in_the_wrong_place():
     with pytest.raises(TypeError, match=r"framefuse.explain\(fn\)\(\*args"):
         framefuse.explain(no_break, torch.randn(2))
+
+
+def test_printing_a_tensor_is_one_break():
+    # torch's tensor printing calls a namedtuple's __new__ (code collections made with exec): a
+    # standard-library frame, not one of the user's to compile (it broke on tuple.__new__).
+    def f(x):
+        y = x * 2
+        print(y)
+        return y + 1
+
+    # NB: into a StringIO (C code): pytest's own capture of stdout is Python code, whose frames compile
+    with contextlib.redirect_stdout(io.StringIO()) as out:
+        report = framefuse.explain(f)(torch.randn(3))
+    assert "tensor(" in out.getvalue()
+    assert [b.reason.split(":")[0] for b in report.break_reasons] == ["[FF0003] call to print"], report.break_reasons
