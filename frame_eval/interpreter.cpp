@@ -13,7 +13,6 @@
 #include "frame_eval/guards.h"
 #include "frame_eval/interpreter_impl.h"
 #include "graph/passes/specialize_shapes.h"
-#include "graph/printer.h"
 #include "graph/python/graph_calls.h"
 #include "src/base/logging.h"
 #include "src/base/gil_once.h"
@@ -106,27 +105,6 @@ Sym SymbolicTracer::format_value(const Sym& v, int conv, const Sym& spec, bool f
     brk(BreakKind::RaisesInTrace, "format() failed");
   }
   return make_const_steal(r);
-}
-
-// `TRACE LOAD_ATTR 3  file.py:12 in fn  [Tensor f32[8, 8], torch]`: as Dynamo's +dynamo trace, the
-// stack's top (at most four values) before the instruction; an inlined frame is indented.
-void SymbolicTracer::log_instruction(const Frame& f, const Instr& ins) {
-  std::string line(2 * static_cast<size_t>(f.depth), ' ');
-  const char* name = opcode_table()[ins.opcode].name;
-  line += std::string("TRACE ") + (name ? name : "?") + " " + std::to_string(ins.arg) + "  ";
-  line += PyUnicode_AsUTF8(f.code->co_filename) + std::string(":") + std::to_string(PyCode_Addr2Line(f.code, ins.offset)) +
-          " in " + PyUnicode_AsUTF8(f.code->co_name) + "  [";
-  size_t first = f.stack.size() > 4 ? f.stack.size() - 4 : 0;
-  if (first > 0) line += "..., ";
-  for (size_t i = first; i < f.stack.size(); ++i) {
-    const Sym& v = f.stack[i];
-    std::string d = !v ? "NULL"
-                    : v->is(SymKind::Tensor) && v->node >= 0
-                        ? "tensor " + out_.graph.node(v->node).name + ": " + meta_str(out_.graph.node(v->node).meta)
-                        : describe_sym(v);
-    line += (i > first ? ", " : "") + (d.size() > 60 ? d.substr(0, 57) + "..." : d);
-  }
-  log_emit(LogComponent::frontend, LogLevel::Debug, line + "]");
 }
 
 Sym SymbolicTracer::run_frame(Frame& f) {

@@ -15,15 +15,6 @@
 
 namespace ff {
 
-std::string qualname(PyObject* fn) {
-  PyObject* q = PyObject_GetAttrString(fn, "__qualname__");
-  if (!q) q = PyObject_GetAttrString(fn, "__name__");
-  std::string r = q && PyUnicode_Check(q) ? PyUnicode_AsUTF8(q) : Py_TYPE(fn)->tp_name;
-  Py_XDECREF(q);
-  PyErr_Clear();
-  return r;
-}
-
 namespace {
 
 bool has_tensor(const Sym& s, std::vector<const SymValue*>* seen = nullptr) {
@@ -38,22 +29,6 @@ bool has_tensor(const Sym& s, std::vector<const SymValue*>* seen = nullptr) {
   for (const Sym& i : s->items)
     if (i && has_tensor(i, seen)) return true;
   return false;
-}
-
-std::string module_of(PyObject* fn) {
-  PyObject* m = PyObject_GetAttrString(fn, "__module__");
-  std::string r = m && PyUnicode_Check(m) ? PyUnicode_AsUTF8(m) : "";
-  Py_XDECREF(m);
-  PyErr_Clear();
-  if (r.empty() && PyCFunction_Check(fn)) {
-    PyObject* self = PyCFunction_GET_SELF(fn);
-    if (self && PyModule_Check(self)) {
-      const char* n = PyModule_GetName(self);
-      if (n) r = n;
-      PyErr_Clear();
-    }
-  }
-  return r;
 }
 
 bool starts_with(std::string_view s, std::string_view p) { return s.rfind(p, 0) == 0; }

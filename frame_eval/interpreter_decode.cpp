@@ -1,10 +1,13 @@
 // The interpreter's decoding of a code object (interpreter_impl.h DecodedCode), kept in the code's
-// ExtraState. 3.13's pair instructions become two instructions, as in bc::decode.
+// ExtraState. 3.13's pair instructions become two instructions, as in bc::decode. And the
+// instructions' trace (FRAMEFUSE_LOGS=+frontend).
 #include <Python.h>
 
 #include "frame_eval/bytecode.h"
 #include "frame_eval/cache.h"
 #include "frame_eval/interpreter_impl.h"
+#include "graph/printer.h"
+#include "src/base/logging.h"
 #include "src/base/errors.h"
 
 namespace ff {
@@ -79,6 +82,27 @@ const DecodedCode& decode_code(PyCodeObject* code) {
       dc->handled.emplace_back(e.start, e.start + e.length);
   state->decoded = dc;
   return *dc;
+}
+
+// `TRACE LOAD_ATTR 3  file.py:12 in fn  [Tensor f32[8, 8], torch]`: as Dynamo's +dynamo trace, the
+// stack's top (at most four values) before the instruction; an inlined frame is indented.
+void SymbolicTracer::log_instruction(const Frame& f, const Instr& ins) {
+  std::string line(2 * static_cast<size_t>(f.depth), ' ');
+  const char* name = opcode_table()[ins.opcode].name;
+  line += std::string("TRACE ") + (name ? name : "?") + " " + std::to_string(ins.arg) + "  ";
+  line += PyUnicode_AsUTF8(f.code->co_filename) + std::string(":") + std::to_string(PyCode_Addr2Line(f.code, ins.offset)) +
+          " in " + PyUnicode_AsUTF8(f.code->co_name) + "  [";
+  size_t first = f.stack.size() > 4 ? f.stack.size() - 4 : 0;
+  if (first > 0) line += "..., ";
+  for (size_t i = first; i < f.stack.size(); ++i) {
+    const Sym& v = f.stack[i];
+    std::string d = !v ? "NULL"
+                    : v->is(SymKind::Tensor) && v->node >= 0
+                        ? "tensor " + out_.graph.node(v->node).name + ": " + meta_str(out_.graph.node(v->node).meta)
+                        : describe_sym(v);
+    line += (i > first ? ", " : "") + (d.size() > 60 ? d.substr(0, 57) + "..." : d);
+  }
+  log_emit(LogComponent::frontend, LogLevel::Debug, line + "]");
 }
 
 }  // namespace ff

@@ -116,8 +116,6 @@ using KwArgs = std::vector<std::pair<std::string, Sym>>;
 // fn(*args, **kwargs) called now, when every argument is a constant (assume_constant_result);
 // null where one is not, the call raised, or its result is a tensor (interpreter_calls.cpp).
 Sym constant_result(PyObject* fn, const std::vector<Sym>& args, const KwArgs& kwargs);
-// fn.__qualname__ (else __name__, else its type's name), for messages.
-std::string qualname(PyObject* fn);
 
 // A Python exception raised in traced code (`raise`, a failed attribute lookup, an index out of
 // range). It unwinds inlined frames that have no handler at the raise, up to a builtin that catches

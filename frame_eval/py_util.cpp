@@ -102,6 +102,31 @@ PyObject* iterator_rest(PyObject* it) {
   return out;
 }
 
+std::string qualname(PyObject* fn) {
+  PyObject* q = PyObject_GetAttrString(fn, "__qualname__");
+  if (!q) q = PyObject_GetAttrString(fn, "__name__");
+  std::string r = q && PyUnicode_Check(q) ? PyUnicode_AsUTF8(q) : Py_TYPE(fn)->tp_name;
+  Py_XDECREF(q);
+  PyErr_Clear();
+  return r;
+}
+
+std::string module_of(PyObject* fn) {
+  PyObject* m = PyObject_GetAttrString(fn, "__module__");
+  std::string r = m && PyUnicode_Check(m) ? PyUnicode_AsUTF8(m) : "";
+  Py_XDECREF(m);
+  PyErr_Clear();
+  if (r.empty() && PyCFunction_Check(fn)) {
+    PyObject* self = PyCFunction_GET_SELF(fn);
+    if (self && PyModule_Check(self)) {
+      const char* n = PyModule_GetName(self);
+      if (n) r = n;
+      PyErr_Clear();
+    }
+  }
+  return r;
+}
+
 bool function_named(PyObject* fn, std::initializer_list<std::string_view> names, std::initializer_list<std::string_view> modules) {
   auto* f = reinterpret_cast<PyFunctionObject*>(fn);
   if (!f->func_module || !PyUnicode_Check(f->func_module) || !PyUnicode_Check(f->func_qualname)) return false;

@@ -25,6 +25,11 @@ std::string fetch_py_error_text();
 // any other object.
 PyObject* iterator_rest(PyObject* it);
 
+// fn.__qualname__ (else __name__, else its type's name), for messages.
+std::string qualname(PyObject* fn);
+// fn.__module__ ("" if none; a builtin's module is the module object it is bound to).
+std::string module_of(PyObject* fn);
+
 // Whether Python function `fn`'s qualified name is one of `names` and its module one of `modules`.
 bool function_named(PyObject* fn, std::initializer_list<std::string_view> names, std::initializer_list<std::string_view> modules);
 
