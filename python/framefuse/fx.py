@@ -62,7 +62,11 @@ def to_fx(graph):
 
 
 class FxUnsupported(Exception):
-    """A node of an fx graph that framefuse cannot take (the message names it)."""
+    """A node of an fx graph that framefuse cannot take (the message names it; `node`: the node)."""
+
+    def __init__(self, message, node=None):
+        super().__init__(message)
+        self.node = node
 
 
 # Calls on Python values (sizes, ints) that the conversion evaluates instead of recording.
@@ -207,7 +211,7 @@ def from_fx(gm, example_inputs):
             try:
                 convert(node, first_pass)
             except (FxUnsupported, _C.Unsupported, TypeError, ValueError) as e:
-                raise FxUnsupported(f"{node.format_node()}{_where(node)}: {e}") from e
+                raise FxUnsupported(f"{node.format_node()}{_where(node)}: {e}", node) from e
     return g, (inputs, held)
 
 
@@ -284,10 +288,38 @@ def _signature(args):
     return tuple(key)
 
 
+def _split_around(gm, bad, mode, options):
+    """`gm` as three parts run in the graph's order: the nodes before `bad` and those after it, each
+    an FxCompiled (compiled on its first call, split again where it meets another such node), and
+    `bad` alone, run as captured. None where `bad` cannot be split out (an input or the output)."""
+    from torch.fx.passes.split_module import split_module  # noqa: PLC0415
+    if bad is None or bad.op in ("placeholder", "output"):
+        return None
+    order = {n: i for i, n in enumerate(gm.graph.nodes)}
+    try:
+        # NB: keep_original_order: a part with no result (a grad-mode switch) still runs where it
+        # was; tuple_return: every part returns a tuple, as a compiled graph does
+        split = split_module(gm, gm, lambda n: 0 if order[n] < order[bad] else 1 if n is bad else 2,
+                             keep_original_order=True, tuple_return=True)
+    except TypeError:  # a torch whose split_module lacks these
+        return None
+    calls = sum(1 for n in gm.graph.nodes if n.op not in ("placeholder", "output"))
+    for name, sub in list(split.named_children()):
+        # NB: split_module names the parts submod_<partition>: 1 is `bad`'s. It repeats grad-mode
+        # switches at the start of the later parts; a part that is no smaller than the whole would
+        # be split again forever: it runs as captured.
+        part_calls = sum(1 for n in sub.graph.nodes if n.op not in ("placeholder", "output"))
+        if name != "submod_1" and part_calls < calls:
+            delattr(split, name)
+            setattr(split, name, FxCompiled(sub, None, mode, options))
+    return split
+
+
 class FxCompiled:
     """What the torch.compile backend returns: framefuse's compile of the fx graph for each set of
-    argument shapes it is called with (Dynamo's guards decide when it is called), or the graph as
-    Dynamo captured it where framefuse cannot take it."""
+    argument shapes it is called with (Dynamo's guards decide when it is called). A node framefuse
+    cannot take splits the graph there (_split_around): that node runs as Dynamo captured it, the
+    rest is compiled; where it cannot be split out, the graph runs as captured."""
 
     def __init__(self, gm, example_inputs, mode=None, options=None):
         self.gm = gm
@@ -295,6 +327,8 @@ class FxCompiled:
         self._options = options
         self._compiled = {}
         self.fallback_reason = None
+        self.split_reason = None  # the node the graph was split around
+        self._split = None
         # NB: compiled on the first call, whose arguments are concrete (under dynamic shapes
         # Dynamo's example inputs hold SymInts)
         del example_inputs
@@ -313,6 +347,12 @@ class FxCompiled:
         try:
             graph, (inputs, held) = from_fx(self.gm, args)
         except FxUnsupported as e:
+            self._split = _split_around(self.gm, e.node, self._mode, self._options)
+            if self._split is not None:
+                self.split_reason = str(e)
+                _C.logging.emit("perf_hints", f"backend=framefuse: the fx graph is split around a node framefuse "
+                                              f"cannot take, which runs as captured (the rest compiles): {e}")
+                return None
             self.fallback_reason = str(e)
             _C.logging.emit("perf_hints", f"backend=framefuse: the fx graph runs as captured: {e}")
             return None
@@ -327,7 +367,11 @@ class FxCompiled:
         return sum(1 for e in self._compiled.values() if e is not None)
 
     def __call__(self, *args):
+        if self._split is not None:
+            return self._split(*args)
         entry = self._get(args)
+        if self._split is not None:
+            return self._split(*args)
         if entry is None:
             return self.gm(*args)
         fn, inputs, held = entry

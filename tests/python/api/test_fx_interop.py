@@ -285,8 +285,47 @@ def test_what_framefuse_cannot_take_runs_as_captured_with_a_reason(caplog):
         assert torch.equal(compiled(x), fn(x))
     finally:
         framefuse.set_logs("")
-    assert made and made[0].fallback_reason and "_set_grad_enabled" in made[0].fallback_reason
-    assert "runs as captured" in caplog.text
+    # the graph is split around the grad-mode switch, which runs as captured (split_module repeats the
+    # switch in the later part, which then runs as captured too rather than being split forever)
+    assert made and made[0].split_reason and "_set_grad_enabled" in made[0].split_reason
+    assert made[0].fallback_reason is None and "split around" in caplog.text
+    x = torch.randn(10, requires_grad=True)
+    out = compiled(x)
+    assert torch.equal(out, fn(x)) and out.requires_grad
+    out.sum().backward()
+    torch.testing.assert_close(x.grad, torch.ones(10))  # y = 2x was computed without grad
+
+
+@pytest.mark.torch2
+@iu.needs_codegen
+def test_a_node_framefuse_cannot_take_splits_the_graph():
+    custom_op = getattr(getattr(torch, "library", None), "custom_op", None)
+    if custom_op is None:
+        pytest.skip("torch.library.custom_op (torch >= 2.4)")
+
+    @custom_op("framefuse_test::scaled_tanh", mutates_args=())
+    def scaled_tanh(x: torch.Tensor, a: float) -> torch.Tensor:
+        return torch.tanh(x) * a
+
+    @scaled_tanh.register_fake
+    def _(x, a):
+        return torch.empty_like(x)
+
+    def fn(x, w):
+        h = torch.relu(x @ w) + 1
+        h = scaled_tanh(h, 2.0)  # a custom op: Dynamo keeps it in the graph, framefuse does not take it
+        return (h * h).sum(1) - x.mean()
+
+    compiled, made = _compile(fn)
+    x, w = torch.randn(8, 16), torch.randn(16, 16)
+    for _ in range(2):
+        torch.testing.assert_close(compiled(x, w), fn(x, w))
+    (top,) = made
+    assert top.fallback_reason is None and "scaled_tanh" in top.split_reason
+    before, op, after = (getattr(top._split, f"submod_{i}") for i in range(3))
+    assert isinstance(before, framefuse.fx.FxCompiled) and before.compiles == 1 and before.fallback_reason is None
+    assert isinstance(after, framefuse.fx.FxCompiled) and after.compiles == 1 and after.fallback_reason is None
+    assert isinstance(op, torch.fx.GraphModule)  # the custom op runs as captured
 
 
 @pytest.mark.torch2
