@@ -421,7 +421,8 @@ Dispatch done(PyObject* result) {
 
 // The wrapper torch.compiler.disable / torch._dynamo.disable made around a function (its code is
 // one of torch's wrappers; the function carries `_torchdynamo_disable`): it runs natively, and so
-// does everything it calls, as under torch.compile (recursive=False: only the function's own frame). The wrapper torch.compile made (it carries
+// does everything it calls, as under torch.compile (recursive=False: only the function's own frame).
+// The wrapper torch.compile made (it carries
 // `_torchdynamo_orig_callable`): torch's own frame hook runs it, and framefuse stays out of what it
 // runs (Dynamo's shim hands frames it does not compile to the previous hook, framefuse's).
 // NB: names compare as interned pointers (hot path).

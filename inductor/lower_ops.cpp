@@ -517,41 +517,39 @@ bool read_by_a_kernel(const Graph& g, NodeId id, int depth = 0) {
   return false;
 }
 
-LT linear_rule(Lowerer& L, const Node& n) {
-  const Value& bias = L.arg(n, "bias");
-  if (bias.is_none()) throw NoLowering("matrix products run in torch");
-  // When every consumer needs the result in memory anyway (a graph output, an extern call, a
-  // split), an epilogue would be a pass of its own: BLAS adds the bias for free instead.
+// A matrix product with a bias (linear, addmm): the product in torch (`product`, `args`: an extern
+// call), the bias added by the kernel that reads the result. When every consumer needs the result in
+// memory anyway (a graph output, an extern call, a split), an epilogue would be a pass of its own:
+// BLAS adds the bias for free instead.
+LT bias_epilogue(Lowerer& L, const Node& n, const Value& bias, OpId product, std::vector<Value> args) {
   if (!read_by_a_kernel(L.graph(), L.current())) throw NoLowering("matrix product with its bias in torch: every consumer needs it in memory");
   DType out = L.out_meta(n).dtype;
   // NB: eager's bf16/f16 addmm adds the bias to the float accumulator and rounds once; the product
   // rounded to bf16 first and the bias added after is up to an ulp off (OpInfo's linear_cross_entropy).
   if (loop::needs_narrowing(out)) throw NoLowering("matrix product with its bias in torch: eager rounds once in " + std::string(dtype_name(out)));
   LT b = L.tensor(bias);
-  std::vector<Value> args = n.args;
-  args[static_cast<size_t>(op_def(n.op).schema.index_of("bias"))] = Value::none();
-  LT mm = L.extern_call(n, L.current(), n.op, std::move(args), "matrix product in torch; the bias is added in a fused epilogue");
+  LT mm = L.extern_call(n, L.current(), product, std::move(args), "matrix product in torch; the bias is added in a fused epilogue");
   return Lowerer::binary(BinaryOp::Add, mm, b, float_compute_dtype(out));
 }
 
-// torch.addmm(bias, x, w) (transformers' Conv1D: GPT-2) as linear: the product in torch (mm), the
-// bias added by the kernel that reads it, where it costs no pass of its own. On CUDA this also
-// takes cuBLAS's plain GEMM instead of cuBLASLt's bias epilogue, whose fp32 kernels ran GPT-2's
-// products about 9% slower on an H200 (torch.compile decomposes addmm the same way). beta/alpha other
-// than 1 stay in torch.
+LT linear_rule(Lowerer& L, const Node& n) {
+  const Value& bias = L.arg(n, "bias");
+  if (bias.is_none()) throw NoLowering("matrix products run in torch");
+  std::vector<Value> args = n.args;
+  args[static_cast<size_t>(op_def(n.op).schema.index_of("bias"))] = Value::none();
+  return bias_epilogue(L, n, bias, n.op, std::move(args));
+}
+
+// torch.addmm(bias, x, w) (transformers' Conv1D: GPT-2) as linear: mm in torch, the bias in the
+// kernel that reads it. On CUDA this also takes cuBLAS's plain GEMM instead of cuBLASLt's bias
+// epilogue, whose fp32 kernels ran GPT-2's products about 9% slower on an H200 (torch.compile
+// decomposes addmm the same way). beta/alpha other than 1 stay in torch.
 LT addmm_rule(Lowerer& L, const Node& n) {
   const Value& beta = L.arg(n, "beta");
   const Value& alpha = L.arg(n, "alpha");
   if (!beta.is_number() || !alpha.is_number() || beta.as_double() != 1.0 || alpha.as_double() != 1.0)
     throw NoLowering("matrix products run in torch (addmm with beta or alpha)");
-  if (!read_by_a_kernel(L.graph(), L.current())) throw NoLowering("matrix product with its bias in torch: every consumer needs it in memory");
-  DType out = L.out_meta(n).dtype;
-  if (loop::needs_narrowing(out)) throw NoLowering("matrix product with its bias in torch: eager rounds once in " + std::string(dtype_name(out)));
-  const OpDef& def = op_def(n.op);
-  LT b = L.tensor(n.args[static_cast<size_t>(def.schema.index_of("input"))]);
-  std::vector<Value> args = {n.args[static_cast<size_t>(def.schema.index_of("mat1"))], n.args[static_cast<size_t>(def.schema.index_of("mat2"))]};
-  LT mm = L.extern_call(n, L.current(), op_id(Op::mm), std::move(args), "matrix product in torch; the bias is added in a fused epilogue");
-  return Lowerer::binary(BinaryOp::Add, mm, b, float_compute_dtype(out));
+  return bias_epilogue(L, n, L.arg(n, "input"), op_id(Op::mm), {L.arg(n, "mat1"), L.arg(n, "mat2")});
 }
 
 using Rules = OpRules;
