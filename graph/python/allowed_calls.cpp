@@ -108,7 +108,7 @@ std::optional<NodeId> add_allowed_call(Graph& g, PyObject* fn, const std::vector
     AtenSchema schema;
     std::string error;
     // NB: the result's kinds come from the meta call; `Tensor` only marks the op as tensor-valued.
-    if (!parse_aten_schema("aten::" + std::string(kAllowedInGraphAten) + "(" + params + ") -> Tensor", &schema, &error))
+    if (!parse_aten_schema(std::string(kAllowedInGraphAten) + "(" + params + ") -> Tensor", &schema, &error))
       throw InternalError("allow_in_graph schema: " + error);
     OpenOpSpec spec;
     spec.target = "allow_in_graph(" + callable_name(fn) + ")";

@@ -149,7 +149,7 @@ struct FallbackCall {
     py::dict kw;
     for (const auto& [name, v] : ca.keywords) kw[py::str(name)] = to_meta_py(*v);
     py::object r = py::reinterpret_borrow<py::object>(fn)(*py::tuple(pos), **kw);
-    if (op.aten == std::string("aten::") + kAllowedInGraphAten) check_allowed_result(r);
+    if (is_allowed_in_graph_op(op)) check_allowed_result(r);
     return r;
   }
 
@@ -577,7 +577,7 @@ std::optional<ValueMeta> meta_by_fallback(const OpDef& op, const std::vector<Val
       // (seen as a bumped version counter) would be lost on a graph's values.
       for (const auto& [meta, version] : call.inputs)
         if (meta.attr("_version").cast<int64_t>() != version) {
-          *reason = op.aten == std::string("aten::") + kAllowedInGraphAten
+          *reason = is_allowed_in_graph_op(op)
                         ? op.target + " writes its argument in place"
                         : op.target + " writes an operand in place although its schema (" + op.aten + ") does not say so";
           return std::nullopt;
@@ -794,8 +794,9 @@ CallTyper python_typer() {
 std::optional<NodeId> add_torch_call(Graph& g, PyObject* fn, const std::vector<Value>& args,
                                      const std::vector<std::pair<std::string, Value>>& kwargs, std::string* reason,
                                      bool grad_enabled) {
-  if (allowed_in_graph(fn)) return add_allowed_call(g, fn, args, kwargs, reason, grad_enabled);
   auto op = op_for_callable(fn);
+  // NB: a mark on a function the registry takes is no change (as torch's allow_in_graph of an op)
+  if (!op && allowed_in_graph(fn)) return add_allowed_call(g, fn, args, kwargs, reason, grad_enabled);
   if (!op) {
     py::handle h(fn);
     std::string name = py::hasattr(h, "__qualname__") ? py::str(h.attr("__qualname__")).cast<std::string>()

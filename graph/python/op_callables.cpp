@@ -155,7 +155,6 @@ std::optional<OpId> op_for_callable(PyObject* fn) {
     py::object inner = unwrap_dynamo_disable(py::reinterpret_borrow<py::object>(fn));
     if (inner.ptr() != fn && (it = t.by_callable.find(inner.ptr())) != t.by_callable.end()) return it->second;
   }
-  if (allowed_in_graph(fn)) return std::nullopt;  // its ops are per call signature (allowed_calls.cpp)
   std::string reason;
   const std::vector<OpId>& open = open_ops_for_callable(fn, &reason);
   if (open.empty()) return std::nullopt;

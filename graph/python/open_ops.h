@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "graph/ir.h"
+#include "graph/op_registry.h"
 
 namespace ff {
 
@@ -35,7 +36,8 @@ std::optional<NodeId> add_open_call(Graph& g, const std::vector<OpId>& overloads
                                     bool grad_enabled);
 
 // allow_in_graph (graph/python/allowed_calls.cpp). The ATen name its ops carry (no such operator).
-inline constexpr const char* kAllowedInGraphAten = "framefuse_allowed_in_graph";
+inline constexpr std::string_view kAllowedInGraphAten = "aten::framefuse_allowed_in_graph";
+inline bool is_allowed_in_graph_op(const OpDef& op) { return op.aten == kAllowedInGraphAten; }
 // framefuse.compiler.allow_in_graph's table: id(fn) -> fn (borrowed; made on first use).
 PyObject* allowed_in_graph_table();
 // Whether `fn` was marked with framefuse.compiler.allow_in_graph or torch.compiler.allow_in_graph.

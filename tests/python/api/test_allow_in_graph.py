@@ -164,3 +164,12 @@ def test_a_list_marks_each_function():
     graphs, recording = iu.recording_backend()
     framefuse.compile(lambda x: b(a(x)), backend=recording, fullgraph=True)(torch.randn(2))
     assert graphs[0].count("allow_in_graph(") == 2, graphs
+
+
+def test_marking_an_op_the_registry_takes_changes_nothing():
+    framefuse.compiler.allow_in_graph(torch.cos)  # as torch's allow_in_graph of an op: no change
+    graphs, recording = iu.recording_backend()
+    x = torch.randn(4)
+    out = framefuse.compile(lambda t: torch.cos(t) + 1, backend=recording, fullgraph=True)(x)
+    assert torch.equal(out, torch.cos(x) + 1)
+    assert "torch.cos(" in graphs[0] and "allow_in_graph(" not in graphs[0], graphs
