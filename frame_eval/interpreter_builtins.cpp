@@ -535,7 +535,9 @@ Sym SymbolicTracer::call_const(const Sym& fn, std::vector<Sym>& args, KwArgs& kw
       std::vector<Sym> rest(args.begin() + 1, args.end());
       return call_tensor_method(args[0], PyUnicode_AsUTF8(reinterpret_cast<PyDescrObject*>(o)->d_name), rest, kwargs, o);
     }
-    brk(BreakKind::UnsupportedTorchOp, mod + "." + name + " is not in framefuse's op registry");
+    std::string why;
+    open_ops_for_callable(o, &why);  // why torch's schemas do not serve (a torch.library op's, say)
+    brk(BreakKind::UnsupportedTorchOp, why.empty() ? mod + "." + name + " is not in framefuse's op registry" : why);
   }
   if (o == k.functools_reduce) {  // reduce(f, iterable[, initial]), left to right
     if (args.size() < 2 || args.size() > 3) brk(BreakKind::WrongArguments, "reduce() with " + std::to_string(args.size()) + " arguments");

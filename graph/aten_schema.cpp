@@ -182,11 +182,13 @@ bool AtenSchema::is_out_overload() const {
 
 bool parse_aten_schema(std::string_view text, AtenSchema* out, std::string* error) {
   text = trim(text);
-  if (text.rfind("aten::", 0) != 0) {
-    *error = "not an aten:: schema";
+  size_t colons = text.find("::");
+  if (colons == std::string_view::npos || colons == 0 || colons > text.find('(')) {
+    *error = "no namespace";
     return false;
   }
-  text.remove_prefix(6);
+  out->ns = std::string(text.substr(0, colons));
+  text.remove_prefix(colons + 2);
   size_t open = text.find('(');
   size_t close = open == std::string_view::npos ? open : closing(text, open);
   if (close == std::string_view::npos) {
@@ -234,17 +236,17 @@ bool parse_aten_schema(std::string_view text, AtenSchema* out, std::string* erro
 std::vector<OpDef> open_op_defs(const OpenOpSpec& spec, std::vector<std::string>* skipped) {
   std::vector<OpDef> defs;
   auto skip = [&](const AtenSchema& s, const std::string& why) {
-    skipped->push_back("aten::" + s.name + (s.overload.empty() ? "" : "." + s.overload) + ": " + why);
+    skipped->push_back(s.ns + "::" + s.name + (s.overload.empty() ? "" : "." + s.overload) + ": " + why);
   };
   for (const AtenSchema& s : spec.overloads) {
     if (s.is_out_overload() && !spec.schema_names) continue;  // the `out` keyword of its functional overload
     OpDef d;
     d.target = spec.target;
     d.name = spec.target + (s.overload.empty() ? "" : "." + s.overload);
-    d.aten = "aten::" + s.name + (s.overload.empty() ? "" : "." + s.overload);
+    d.aten = s.ns + "::" + s.name + (s.overload.empty() ? "" : "." + s.overload);
     d.style = spec.style;
     d.schema.name = last_component(spec.target);
-    bool ok = true, random = random_by_name(s.name);
+    bool ok = true, random = s.ns == "aten" && random_by_name(s.name);
     for (const std::string& r : spec.random_overloads) random = random || r == s.overload;
     // A method's tensor is `self` wherever the schema has it (aten::polygamma(int n, Tensor self)
     // is x.polygamma(n)): first here, as the method is called.
@@ -328,7 +330,7 @@ std::vector<OpDef> open_op_defs(const OpenOpSpec& spec, std::vector<std::string>
       break;
     }
     if (random) d.traits |= kRandom;
-    if (s.name.rfind("empty", 0) == 0 || s.name.rfind("new_empty", 0) == 0) d.traits |= kNondeterministicOutput;
+    if (s.ns == "aten" && (s.name.rfind("empty", 0) == 0 || s.name.rfind("new_empty", 0) == 0)) d.traits |= kNondeterministicOutput;
     defs.push_back(std::move(d));
   }
   std::stable_sort(defs.begin(), defs.end(), [](const OpDef& a, const OpDef& b) { return scalar_params(a) < scalar_params(b); });

@@ -12,6 +12,8 @@
 // of an out= overload are one `out` keyword), and traits from the alias annotations (a result
 // that aliases an operand is a view; `Tensor(a!) self` returned is in place). No Python here: the
 // layer that knows torch (graph/python/open_ops.cpp) fetches the text and registers the result.
+// A library's operators (torch.library: `torch.ops.mylib.scale_add`, a custom_op) are read the
+// same way from their schemas, `mylib::scale_add(Tensor x, float alpha) -> Tensor`.
 #pragma once
 
 #include <string>
@@ -34,7 +36,8 @@ struct AtenArg {
 };
 
 struct AtenSchema {
-  std::string name;      // "sort" (without the aten:: namespace)
+  std::string ns = "aten";  // the operator's namespace: "aten", or a library's ("mylib::scale_add")
+  std::string name;      // "sort" (without the namespace)
   std::string overload;  // "stable"; "" for the default overload
   std::vector<AtenArg> args;
   std::vector<AtenArg> returns;
@@ -43,8 +46,8 @@ struct AtenSchema {
   bool is_out_overload() const;
 };
 
-// Parses "aten::name.overload(args) -> returns". Returns false (and *error) on text it does not
-// understand; a schema of another namespace is an error too.
+// Parses "ns::name.overload(args) -> returns": ATen's operators and those libraries define through
+// torch.library (custom ops). Returns false (and *error) on text it does not understand.
 bool parse_aten_schema(std::string_view text, AtenSchema* out, std::string* error);
 
 // What the open registry makes of one callable's overloads.

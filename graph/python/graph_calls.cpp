@@ -591,7 +591,14 @@ std::optional<ValueMeta> meta_by_fallback(const OpDef& op, const std::vector<Val
     auto nl = reason->find('\n');
     if (nl != std::string::npos) reason->resize(nl);
     // NB: no meta kernel (torch says NotImplementedError) is not an error of the call: the op is
-    // typed on real probe values instead where that is safe.
+    // typed on real probe values instead where that is safe. Not a library's op (torch.library):
+    // its kernel is the user's code, which may have effects; it needs a fake implementation.
+    if (e.matches(PyExc_NotImplementedError) && op.is_open() && op.aten.rfind("aten::", 0) != 0) {
+      *reason = op.target +
+                " has no fake implementation to type it on meta tensors: register one with "
+                "torch.library.register_fake (before torch 2.4: impl_abstract, or a Meta kernel)";
+      return std::nullopt;
+    }
     if (e.matches(PyExc_NotImplementedError)) {
       std::string why;
       if (auto m = meta_by_running(op, fn, bound, g, &why)) return m;

@@ -106,26 +106,32 @@ bool classify(PyObject* fn, std::string* target, PrintStyle* style, std::string*
     return false;
   }
   if (py::isinstance(h, t.op_packet) || py::isinstance(h, t.op_overload)) {
-    // torch.ops.aten.sort / torch.ops.aten.sort.stable: called with the schema's own names.
+    // torch.ops.aten.sort / torch.ops.aten.sort.stable, and a library's torch.ops.mylib.scale_add:
+    // called with the schema's own names.
     bool packet = py::isinstance(h, t.op_packet);
     py::object p = packet ? py::reinterpret_borrow<py::object>(h) : h.attr("overloadpacket");
     std::string qualified = py::str(p.attr("_qualified_op_name")).cast<std::string>();
-    if (qualified.rfind("aten::", 0) != 0) return false;
-    std::string rest = qualified.substr(6);  // "sort", then "sort.stable" for an overload
+    size_t colons = qualified.find("::");
+    if (colons == std::string::npos) return false;
+    std::string rest = qualified.substr(colons + 2);  // "sort", then "sort.stable" for an overload
     if (!packet) rest += "." + py::str(h.attr("_overloadname")).cast<std::string>();
-    *target = "torch.ops.aten." + rest;
+    *target = "torch.ops." + qualified.substr(0, colons) + "." + rest;
     py::object same = resolve_path(*target);
     if (!same || same.ptr() != fn) return false;
-    *aten_name = rest;
+    *aten_name = qualified.substr(0, colons + 2) + rest;
     *style = PrintStyle::Function;
     return true;
   }
-  if (PyCFunction_Check(fn) && py::getattr(h, "__module__", py::none()).equal(py::str("torch._ops.aten"))) {
-    // What an OpOverloadPacket's __call__ calls (the frontend inlines it): torch.ops.aten.sort._op.
-    *aten_name = name_of(h);
-    *target = "torch.ops.aten." + *aten_name;
+  std::string module = PyCFunction_Check(fn) ? py::str(py::getattr(h, "__module__", py::str())).cast<std::string>() : "";
+  if (module.rfind("torch._ops.", 0) == 0) {
+    // What an OpOverloadPacket's __call__ calls (the frontend inlines it): torch.ops.aten.sort._op,
+    // whose module is torch._ops.<namespace>.
+    std::string ns = module.substr(11);
+    std::string name = name_of(h);
+    *target = "torch.ops." + ns + "." + name;
     py::object packet = resolve_path(*target);
-    if (aten_name->empty() || !packet || !py::hasattr(packet, "_op") || packet.attr("_op").ptr() != fn) return false;
+    if (name.empty() || !packet || !py::hasattr(packet, "_op") || packet.attr("_op").ptr() != fn) return false;
+    *aten_name = ns + "::" + name;
     *style = PrintStyle::Function;
     return true;
   }
@@ -141,13 +147,13 @@ bool classify(PyObject* fn, std::string* target, PrintStyle* style, std::string*
 }
 
 // The overloads torch tags nondeterministic_seeded (torch 2.x; 1.13 has no such tag).
-std::vector<std::string> random_overloads(const std::string& aten_name) {
+std::vector<std::string> random_overloads(const std::string& ns, const std::string& name) {
   std::vector<std::string> out;
   try {
     py::object torch = tables().torch;
     if (!py::hasattr(torch, "Tag") || !py::hasattr(torch.attr("Tag"), "nondeterministic_seeded")) return out;
     py::object tag = torch.attr("Tag").attr("nondeterministic_seeded");
-    py::object packet = torch.attr("ops").attr("aten").attr(aten_name.c_str());
+    py::object packet = torch.attr("ops").attr(ns.c_str()).attr(name.c_str());
     for (py::handle o : packet.attr("overloads")()) {
       std::string name = py::str(o).cast<std::string>();
       py::object overload = packet.attr(name.c_str());
@@ -159,6 +165,7 @@ std::vector<std::string> random_overloads(const std::string& aten_name) {
   return out;
 }
 
+// `aten_name`: "sort", "sort.stable" or, qualified, "aten::sort.stable" and "mylib::scale_add.default".
 Resolved resolve(PyObject* fn, const std::string& target, PrintStyle style, const std::string& aten_name) {
   Resolved r;
   for (OpId op : ops_with_target(target))  // resolved before, from graph code read back
@@ -169,12 +176,15 @@ Resolved resolve(PyObject* fn, const std::string& target, PrintStyle style, cons
   spec.style = style;
   spec.schema_names = target.rfind("torch.ops.", 0) == 0;
   // torch.ops.aten.sort.stable is one overload of aten::sort ("default" is the unnamed one).
-  size_t dot = aten_name.find('.');
-  std::string base = aten_name.substr(0, dot);
+  size_t colons = aten_name.find("::");
+  std::string ns = colons == std::string::npos ? "aten" : aten_name.substr(0, colons);
+  std::string name = colons == std::string::npos ? aten_name : aten_name.substr(colons + 2);
+  size_t dot = name.find('.');
+  std::string base = name.substr(0, dot);
   std::optional<std::string> only;
-  if (dot != std::string::npos) only = aten_name.substr(dot + 1) == "default" ? "" : aten_name.substr(dot + 1);
+  if (dot != std::string::npos) only = name.substr(dot + 1) == "default" ? "" : name.substr(dot + 1);
   try {
-    for (py::handle s : tables().schemas_for(py::str("aten::" + base))) {
+    for (py::handle s : tables().schemas_for(py::str(ns + "::" + base))) {
       AtenSchema schema;
       std::string error;
       if (!parse_aten_schema(py::str(s).cast<std::string>(), &schema, &error)) continue;
@@ -185,10 +195,10 @@ Resolved resolve(PyObject* fn, const std::string& target, PrintStyle style, cons
     return r;
   }
   if (spec.overloads.empty()) {
-    r.reason = target + " is not in framefuse's op registry and torch has no schema aten::" + aten_name;
+    r.reason = target + " is not in framefuse's op registry and torch has no schema " + ns + "::" + name;
     return r;
   }
-  spec.random_overloads = random_overloads(base);
+  spec.random_overloads = random_overloads(ns, base);
   std::vector<std::string> skipped;
   for (OpDef& d : open_op_defs(spec, &skipped)) {
     OpId id = register_op(std::move(d));
@@ -196,13 +206,30 @@ Resolved resolve(PyObject* fn, const std::string& target, PrintStyle style, cons
     r.ops.push_back(id);
   }
   if (r.ops.empty()) {
-    r.reason = target + " is not in framefuse's op registry and no overload of aten::" + aten_name + " can be captured";
+    r.reason = target + " is not in framefuse's op registry and no overload of " + ns + "::" + name + " can be captured";
     if (!skipped.empty()) r.reason += " (" + skipped.front() + (skipped.size() > 1 ? ", ..." : "") + ")";
   }
   return r;
 }
 
 const std::vector<OpId> kNone;
+
+// The OpOverload a torch.library.custom_op object calls, or null for anything else.
+py::object custom_op_overload(PyObject* fn) {
+  static PyObject* type = nullptr;  // torch._library.custom_ops.CustomOpDef, once its module is imported
+  if (!type) {
+    PyObject* m = PyImport_GetModule(py::str("torch._library.custom_ops").ptr());
+    if (!m) {
+      PyErr_Clear();
+      return py::object();
+    }
+    py::object mod = py::reinterpret_steal<py::object>(m);
+    if (!py::hasattr(mod, "CustomOpDef")) return py::object();
+    type = py::object(mod.attr("CustomOpDef")).release().ptr();  // NB: kept for the process's lifetime
+  }
+  if (!PyObject_TypeCheck(fn, reinterpret_cast<PyTypeObject*>(type))) return py::object();
+  return py::getattr(py::handle(fn), "_opoverload", py::none()).is_none() ? py::object() : py::handle(fn).attr("_opoverload");
+}
 
 // Ops whose running statistics a training-mode call updates although their schemas do not say so.
 bool updates_running_stats(const OpDef& d, const std::vector<Value>& bound) {
@@ -238,9 +265,12 @@ const std::vector<OpId>& open_ops_for_callable(PyObject* fn, std::string* reason
     init_op_callables();  // the callable table open ops are added to (idempotent)
     std::string target, aten_name;
     PrintStyle style = PrintStyle::Function;
-    if (!classify(fn, &target, &style, &aten_name)) return kNone;
+    // A torch.library.custom_op (a CustomOpDef) calls its OpOverload with the same arguments.
+    py::object overload = custom_op_overload(fn);
+    PyObject* op = overload ? overload.ptr() : fn;
+    if (!classify(op, &target, &style, &aten_name)) return kNone;
     t.owned.push_back(py::reinterpret_borrow<py::object>(fn));
-    it = t.by_callable.emplace(fn, resolve(fn, target, style, aten_name)).first;
+    it = t.by_callable.emplace(fn, resolve(op, target, style, aten_name)).first;
   }
   if (it->second.ops.empty()) *reason = it->second.reason;
   return it->second.ops;

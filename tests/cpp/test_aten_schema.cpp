@@ -53,7 +53,30 @@ TEST(AtenSchema, ReadsArgumentsAliasAnnotationsAndReturns) {
 
   AtenSchema s2;
   std::string error;
-  EXPECT_FALSE(parse_aten_schema("prim::add(int a, int b) -> int", &s2, &error));
+  EXPECT_FALSE(parse_aten_schema("add(int a, int b) -> int", &s2, &error));
+  EXPECT_EQ(error, "no namespace");
+}
+
+TEST(AtenSchema, LibraryOperatorsKeepTheirNamespace) {
+  // torch.library.custom_op("mylib::scale_add", mutates_args=()) and the like.
+  AtenSchema s = parse("mylib::scale_add(Tensor x, Tensor y, float alpha) -> Tensor");
+  EXPECT_EQ(s.ns, "mylib");
+  EXPECT_EQ(s.name, "scale_add");
+  EXPECT_EQ(parse("aten::sin(Tensor self) -> Tensor").ns, "aten");
+  OpenOpSpec spec;
+  spec.target = "torch.ops.mylib.dropout";
+  spec.schema_names = true;
+  spec.overloads.push_back(parse("mylib::dropout(Tensor x, float p) -> Tensor"));
+  std::vector<std::string> skipped;
+  auto d = open_op_defs(spec, &skipped);
+  ASSERT_EQ(d.size(), 1u);
+  EXPECT_EQ(d[0].aten, "mylib::dropout");
+  EXPECT_EQ(d[0].schema.str(), "dropout(Tensor x, float p)");
+  EXPECT_FALSE(d[0].has(kRandom));  // ATen's dropout draws from the RNG; a library's op says so by its tag
+
+  spec.overloads = {parse("mylib::inc_(Tensor(a0!) x) -> ()")};
+  EXPECT_TRUE(open_op_defs(spec, &skipped).empty());
+  EXPECT_EQ(skipped.back(), "mylib::inc_: it writes its argument 'x', which it does not return");
 }
 
 TEST(AtenSchema, OverloadsBecomePythonSignatures) {

@@ -303,6 +303,35 @@ def test_a_node_framefuse_cannot_take_splits_the_graph():
     if custom_op is None:
         pytest.skip("torch.library.custom_op (torch >= 2.4)")
 
+    @custom_op("framefuse_test::tanh_into", mutates_args=("out",))
+    def tanh_into(x: torch.Tensor, out: torch.Tensor) -> None:
+        out.copy_(torch.tanh(x) * 2)
+
+    def fn(x, w):
+        h = torch.relu(x @ w) + 1
+        o = torch.empty_like(h)
+        tanh_into(h, o)  # writes `o`: Dynamo keeps it in the graph, framefuse does not take it
+        return (o * o).sum(1) - x.mean()
+
+    compiled, made = _compile(fn)
+    x, w = torch.randn(8, 16), torch.randn(16, 16)
+    for _ in range(2):
+        torch.testing.assert_close(compiled(x, w), fn(x, w))
+    (top,) = made
+    assert top.fallback_reason is None and "tanh_into" in top.split_reason
+    before, op, after = (getattr(top._split, f"submod_{i}") for i in range(3))
+    assert isinstance(before, framefuse.fx.FxCompiled) and before.compiles == 1 and before.fallback_reason is None
+    assert isinstance(after, framefuse.fx.FxCompiled) and after.compiles == 1 and after.fallback_reason is None
+    assert isinstance(op, torch.fx.GraphModule)  # the custom op runs as captured
+
+
+@pytest.mark.torch2
+@iu.needs_codegen
+def test_a_custom_op_is_compiled_with_the_rest():
+    custom_op = getattr(getattr(torch, "library", None), "custom_op", None)
+    if custom_op is None:
+        pytest.skip("torch.library.custom_op (torch >= 2.4)")
+
     @custom_op("framefuse_test::scaled_tanh", mutates_args=())
     def scaled_tanh(x: torch.Tensor, a: float) -> torch.Tensor:
         return torch.tanh(x) * a
@@ -313,7 +342,7 @@ def test_a_node_framefuse_cannot_take_splits_the_graph():
 
     def fn(x, w):
         h = torch.relu(x @ w) + 1
-        h = scaled_tanh(h, 2.0)  # a custom op: Dynamo keeps it in the graph, framefuse does not take it
+        h = scaled_tanh(h, 2.0)
         return (h * h).sum(1) - x.mean()
 
     compiled, made = _compile(fn)
@@ -321,11 +350,7 @@ def test_a_node_framefuse_cannot_take_splits_the_graph():
     for _ in range(2):
         torch.testing.assert_close(compiled(x, w), fn(x, w))
     (top,) = made
-    assert top.fallback_reason is None and "scaled_tanh" in top.split_reason
-    before, op, after = (getattr(top._split, f"submod_{i}") for i in range(3))
-    assert isinstance(before, framefuse.fx.FxCompiled) and before.compiles == 1 and before.fallback_reason is None
-    assert isinstance(after, framefuse.fx.FxCompiled) and after.compiles == 1 and after.fallback_reason is None
-    assert isinstance(op, torch.fx.GraphModule)  # the custom op runs as captured
+    assert top.fallback_reason is None and top.split_reason is None and top.compiles == 1
 
 
 @pytest.mark.torch2

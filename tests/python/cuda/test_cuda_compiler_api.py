@@ -1,5 +1,5 @@
-"""On a GPU: allow_in_graph's opaque call run by the CUDA program, and FRAMEFUSE_COMPILE_DEBUG's repro of
-a CUDA graph."""
+"""On a GPU: allow_in_graph's opaque call and a torch.library custom op run by the CUDA program, and
+FRAMEFUSE_COMPILE_DEBUG's repro of a CUDA graph."""
 import importlib.util
 import os
 
@@ -34,6 +34,32 @@ def test_allow_in_graph_on_cuda(backend):
     for _ in range(2):
         torch.testing.assert_close(fn(x, w), _model(x, w))
     assert calls.count("cuda") == 4 and calls.count("meta") == 1, calls  # 2 compiled calls + 2 eager, 1 typing
+
+
+@gpu
+@pytest.mark.skipif(not hasattr(torch.library, "custom_op"), reason="torch.library.custom_op is torch >= 2.4's")
+@pytest.mark.parametrize("backend", ["eager", "inductor"])
+def test_a_custom_op_on_cuda(backend):
+    name = f"ff_cuda_custom_test::softplus_scale_{backend}"
+
+    @torch.library.custom_op(name, mutates_args=())
+    def softplus_scale(x: torch.Tensor, scale: float) -> torch.Tensor:
+        calls.append(x.device.type)
+        return torch.nn.functional.softplus(x) * scale
+
+    @softplus_scale.register_fake
+    def _(x, scale):
+        return torch.empty_like(x)
+
+    def f(x):
+        return torch.sigmoid(softplus_scale(torch.relu(x) + 1, 3.0)).sum(0)
+
+    x = torch.randn(128, 64, device="cuda")
+    calls.clear()
+    fn = framefuse.compile(f, backend=backend, fullgraph=True)
+    for _ in range(2):
+        torch.testing.assert_close(fn(x), f(x))
+    assert calls == ["cuda"] * 4, calls  # the op's kernel once per call, compiled or eager
 
 
 @gpu
