@@ -5,7 +5,8 @@ What each field means (also written into results.json under "measured"):
   the contender (TORCHINDUCTOR_CACHE_DIR, FRAMEFUSE_CACHE_DIR) and the compiler's one-time imports
   already paid by a throwaway compile (`prewarm_s` in the contender table). For the "-eager" backends
   this is capture time alone.
-- steady_s: median seconds per call after warm-up (batched samples; CUDA events on GPU).
+- steady_s: median seconds per call after warm-up (batched samples: torch.utils.benchmark's
+  Timer.adaptive_autorange on CPU, CUDA events on GPU).
 - overhead_s (overhead workloads): median per-call time above eager, measured interleaved with eager.
 - peak_mem_mb: CPU: peak RSS growth from before compile() to the end of timing (compiler included);
   CUDA: torch.cuda.max_memory_allocated over the same region.

@@ -1,8 +1,14 @@
 """Timing, memory and error measurement.
 
-Times are medians of batched samples: a sample is `inner` back-to-back calls, with `inner` chosen so a
-sample lasts at least `min_sample_s` (short calls are dominated by timer noise otherwise). On CUDA a
-sample is bracketed by CUDA events and synchronized at its end; on CPU by perf_counter.
+Times are medians of batched samples: a sample is `inner` back-to-back calls. On CPU, steady() takes
+them from torch.utils.benchmark's Timer.adaptive_autorange (blocks of calls sized by the Timer, sampled
+until their IQR is within 10% of their median or the budget's sampling time is spent): taking turns
+with the batches it replaced, its medians spread as little or less across repeats at about half the
+cost, on torch 2.13 and 1.13 (benchmarks/experiments/timing_stability.py; RESULTS.md,
+cpu-library-pieces-2026-11-29). Interleaved measurements (paired_overhead, core.interleaved_steady)
+and CUDA keep our batches: `inner` calls, chosen so a sample lasts at least `min_sample_s`, bracketed
+by CUDA events and synchronized at its end on CUDA (not measured against the Timer, whose clock is the
+host's with a synchronize after every block), by perf_counter on CPU.
 """
 
 import math
@@ -55,6 +61,7 @@ def _batch(fn, inner, device):
 
 
 def warmup(fn, device, budget):
+    """Calls fn for at least 3 calls and warmup_s. Returns the mean seconds per call it saw."""
     t0 = time.perf_counter()
     n = 0
     while n < 3 or time.perf_counter() - t0 < budget.warmup_s:
@@ -63,6 +70,7 @@ def warmup(fn, device, budget):
         if n >= 1000:
             break
     sync(device)
+    return (time.perf_counter() - t0) / n
 
 
 def calibrate(fn, device, budget):
@@ -77,14 +85,36 @@ def calibrate(fn, device, budget):
 
 
 def steady(fn, device, budget):
-    """Median seconds per call after warm-up. Returns dict(median_s, samples, inner, spread)."""
-    warmup(fn, device, budget)
+    """Median seconds per call after warm-up. Returns dict(median_s, min_s, samples, inner, iqr_s)."""
+    call_s = warmup(fn, device, budget)
+    if not is_cuda(device):
+        return _adaptive(fn, budget, call_s)
     inner = calibrate(fn, device, budget)
     per_call = []
     t0 = time.perf_counter()
     while len(per_call) < budget.samples and (len(per_call) < 3 or time.perf_counter() - t0 < budget.max_s):
         per_call.append(_batch(fn, inner, device) / inner)
     return _summary(per_call, inner)
+
+
+def _adaptive(fn, budget, call_s):
+    """CPU steady state through torch.utils.benchmark (torch 1.13 has the same Timer API); the summary
+    (median, quartiles) is ours, as for our batches. NB: the sampling time is what our batches take
+    (`samples` of 1.2 x min_sample_s, calibrate()'s margin; at most max_s), and at least 4 calls, so a
+    slow call still gets 4 samples; torch's thread count is left as set (the Timer's default would be
+    1); the clock is perf_counter, so a CPU measurement on a GPU machine does not synchronize the GPU
+    after every block."""
+    import torch
+    from torch.utils.benchmark import Timer
+    timer = Timer(stmt="fn()", globals={"fn": fn}, num_threads=torch.get_num_threads(), timer=time.perf_counter)
+    run_s = max(min(budget.samples * budget.min_sample_s * 1.2, budget.max_s), 4 * call_s)
+    m = timer.adaptive_autorange(threshold=0.1, max_run_time=run_s)
+    blocks = list(m.raw_times)
+    # NB: the Timer stops at its time limit, which blocks longer than a call (its block size is its own)
+    # can reach after fewer samples than our batches ever took.
+    while len(blocks) < 4:
+        blocks.append(timer.timeit(m.number_per_run).raw_times[0])
+    return _summary([b / m.number_per_run for b in blocks], m.number_per_run)
 
 
 def paired_overhead(base, fn, device, budget):

@@ -86,7 +86,8 @@ MEASURED = {
                              "own capture + backend seconds within that first call (the rest is the "
                              "model's first run, which eager pays too: its first call in the same "
                              "process is kept as warm_disk_eager_first_call_s in the JSON).",
-    "steady": "median seconds per call after warm-up, from batched samples (CUDA events on GPU). glibc "
+    "steady": "median seconds per call after warm-up, from batched samples (CPU: torch.utils.benchmark's "
+              "Timer.adaptive_autorange; GPU: CUDA events). glibc "
               "malloc's thresholds are fixed for the run (see environment.malloc): left dynamic, the "
               "allocations of one contender changed the speed of the next.",
     "vs eager": "eager's steady median divided by the contender's, same run.",

@@ -6,6 +6,7 @@ import math
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -162,6 +163,29 @@ def test_compare_reports_structure_and_shape_differences():
     nan = torch.tensor([float("nan")])
     assert measure.compare(nan, nan.clone(), 0, 0)[1] is True
     assert measure.compare(a[:1], nan, 0, 0)[1] is False
+
+
+def test_cpu_steady_state_keeps_torch_threads_and_takes_enough_samples():
+    """steady() on CPU goes through torch.utils.benchmark's Timer: torch's thread count stays as set (the
+    Timer's own default is one thread), and a slow call still gets at least 4 samples."""
+    seen = set()
+
+    def call():
+        seen.add(torch.get_num_threads())
+        time.sleep(0.02)
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        res = measure.steady(call, "cpu", run.QUICK_BUDGET)
+    finally:
+        torch.set_num_threads(before)
+    assert seen == {2}
+    assert res["samples"] >= 4 and res["inner"] == 1
+    assert 0.02 <= res["min_s"] <= res["median_s"] < 0.2
+    assert res["iqr_s"] >= 0
+    fast = measure.steady(lambda: None, "cpu", run.PRESETS["tiny"]["budget"])
+    assert fast["samples"] >= 4 and fast["inner"] > 1
 
 
 def test_every_workload_builds_and_runs_eagerly_at_tiny_scale():
