@@ -12,6 +12,7 @@
 #include "frame_eval/cache.h"
 #include "frame_eval/guards.h"
 #include "frame_eval/interpreter_impl.h"
+#include "graph/op.h"
 #include "graph/passes/specialize_shapes.h"
 #include "graph/python/graph_calls.h"
 #include "src/base/logging.h"
@@ -757,6 +758,13 @@ Graph placeholders_first(const Graph& g, std::vector<NodeId>* remap) {
 
 }  // namespace
 
+Sym SymbolicTracer::scalar_sym(NodeId node) {
+  Sym s = make_sym(SymKind::Scalar);
+  s->node = node;
+  s->obj = PyRef::borrow(reinterpret_cast<PyObject*>(&PyFloat_Type));
+  return s;
+}
+
 Sym SymbolicTracer::tensor_sym(NodeId node) {
   const ValueMeta& m = out_.graph.node(node).meta;
   if (m.kind == ValueMeta::Kind::Tensor) {
@@ -774,6 +782,7 @@ Sym SymbolicTracer::tensor_sym(NodeId node) {
     return make_tuple(std::move(items));
   }
   if (m.kind == ValueMeta::Kind::None) return make_const(Py_None);
+  if (m.kind == ValueMeta::Kind::Float && op_kind(out_.graph.node(node)) == Op::tensor_item) return scalar_sym(node);
   brk(BreakKind::DataDependentShape, "op returns a Python scalar computed from tensor data");
 }
 

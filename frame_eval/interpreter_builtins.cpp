@@ -12,6 +12,7 @@
 #include "graph/passes/effects.h"
 #include "graph/python/graph_calls.h"
 #include "graph/python/open_ops.h"
+#include "src/base/config.h"
 
 namespace ff {
 
@@ -110,6 +111,7 @@ PyObject* SymbolicTracer::type_of(const Sym& v) {
   switch (v->kind) {
     case SymKind::Const: return reinterpret_cast<PyObject*>(Py_TYPE(v->obj.get()));
     case SymKind::Tensor: return v->obj ? v->obj.get() : known().tensor_type;
+    case SymKind::Scalar: return reinterpret_cast<PyObject*>(&PyFloat_Type);
     case SymKind::Tuple: return v->obj ? v->obj.get() : reinterpret_cast<PyObject*>(&PyTuple_Type);
     case SymKind::List: return v->obj ? reinterpret_cast<PyObject*>(Py_TYPE(v->obj.get())) : reinterpret_cast<PyObject*>(&PyList_Type);
     case SymKind::Dict: return v->obj ? reinterpret_cast<PyObject*>(Py_TYPE(v->obj.get())) : reinterpret_cast<PyObject*>(&PyDict_Type);
@@ -133,7 +135,8 @@ PyObject* SymbolicTracer::type_of(const Sym& v) {
 Value SymbolicTracer::to_value(const Sym& v) {
   materialize(v);
   switch (v->kind) {
-    case SymKind::Tensor: return Value::of_node(v->node);
+    case SymKind::Tensor:
+    case SymKind::Scalar: return Value::of_node(v->node);
     case SymKind::SymInt: return Value::of_symint(v->sint);
     case SymKind::Const: {
       auto c = constant_from_py(v->obj.get());
@@ -157,6 +160,7 @@ Sym SymbolicTracer::torch_call(PyObject* fn, const std::vector<Sym>& args, const
     for (const Sym& a : args) specialize_ints(a);
     for (const auto& kv : kwargs) specialize_ints(kv.second);
   }
+  check_scalar_args(fn, args, kwargs, what);
   std::vector<Value> vals;
   vals.reserve(args.size());
   for (const Sym& a : args) vals.push_back(to_value(a));
@@ -790,6 +794,8 @@ Sym SymbolicTracer::call_builtin(PyObject* fn, const std::string& name, std::vec
     arg_count(0, 1);
     return make_const(!args.empty() && truth(args[0]) ? Py_True : Py_False);
   }
+  if (name == "float" && args.size() == 1 && kwargs.empty() && (args[0]->is(SymKind::Scalar) || args[0]->is(SymKind::Tensor)))
+    if (Sym s = float_of(args[0])) return s;
   if ((name == "int" || name == "float" || name == "complex") && args.size() == 1 && args[0]->is(SymKind::Tensor))
     brk(BreakKind::TensorToPython, name + "() of a tensor");
   if (name == "abs" && args.size() == 1 && args[0]->is(SymKind::Tensor)) {
@@ -889,8 +895,12 @@ Sym SymbolicTracer::call_tensor_method(const Sym& self, const std::string& name,
   if (name == "is_signed") return make_const(m.dtype != DType::UInt8 && m.dtype != DType::Bool ? Py_True : Py_False);
   if (name == "is_contiguous" && args.empty() && kwargs.empty()) return make_const(m.is_contiguous() ? Py_True : Py_False);
   if (name == "get_device") return make_const_steal(PyLong_FromLong(m.device.type == Device::Type::CUDA ? std::max(m.device.index, 0) : -1));
-  if (name == "item" || name == "tolist" || name == "numpy" || name == "__bool__" || name == "__int__" ||
-      name == "__float__" || name == "__index__" || name == "__len__")
+  if (name == "item" && config().capture_scalar_outputs && !is_floating(m.dtype))
+    brk(BreakKind::DataDependentShape, "tensor.item() of a " + std::string(dtype_name(m.dtype)) +
+                                           " tensor (config capture_scalar_outputs captures floating-point items only)");
+  // NB: with capture_scalar_outputs, item() is a graph value (tensor_sym makes it a Scalar).
+  if ((name == "item" && !config().capture_scalar_outputs) || name == "tolist" || name == "numpy" || name == "__bool__" ||
+      name == "__int__" || name == "__float__" || name == "__index__" || name == "__len__")
     brk(BreakKind::TensorToPython, "tensor." + name + "()");
   if (name == "backward" || name == "register_hook" || name == "retain_grad" || name == "requires_grad_" ||
       name == "data_ptr" || name == "storage")

@@ -210,6 +210,17 @@ class SymbolicTracer {
   void store_global(Frame& f, PyObject* name, Sym value);
   Sym cell_contents(const Sym& cell);
   Sym tensor_sym(NodeId node);
+  Sym scalar_sym(NodeId node);  // a Scalar for a float-valued node (x.item() and arithmetic on it)
+  // Arithmetic of a Scalar with a number or another Scalar, as a node; breaks where Python's
+  // result is not the graph's (see SymKind::Scalar).
+  Sym scalar_binary(int nb, const Sym& a, const Sym& b);
+  // float(v) of a Scalar (v itself) or of a floating tensor (its item()) under config
+  // capture_scalar_outputs; nullptr otherwise.
+  Sym float_of(const Sym& v);
+  // Breaks where a Scalar is an argument of a call other than a pointwise or creation op of the
+  // registry (whose meta rules read only a scalar's type), or sits inside a container; and at
+  // Tensor.item() itself while config capture_scalar_outputs is off.
+  void check_scalar_args(PyObject* fn, const std::vector<Sym>& args, const KwArgs& kwargs, const std::string& what);
   PyObject* dtype_object(DType t);
   Sym module_child(const Sym& module, const char* dict_name, PyObject* value, const std::string& key);
 

@@ -1,8 +1,13 @@
 // Python operators, truth tests, subscripts and iteration on symbolic values.
 #include <Python.h>
 
+#include <functional>
+
 #include "frame_eval/interpreter_impl.h"
+#include "graph/op.h"
+#include "graph/op_registry.h"
 #include "graph/python/graph_calls.h"
+#include "src/base/config.h"
 #include "src/base/gil_once.h"
 
 namespace ff {
@@ -80,6 +85,8 @@ Sym SymbolicTracer::binary_op(int nb, const Sym& a, const Sym& b) {
   bool inplace = nb >= 13;
   int base = inplace ? nb - 13 : nb;
   FF_CHECK(base >= 0 && base < 13, "unknown BINARY_OP");
+  if ((a->is(SymKind::Scalar) || b->is(SymKind::Scalar)) && !a->is(SymKind::Tensor) && !b->is(SymKind::Tensor))
+    return scalar_binary(base, a, b);
   if (a->is(SymKind::Tensor) || b->is(SymKind::Tensor)) {
     if (inplace && a->is(SymKind::Tensor)) {
       PyRef fn = operator_fn(kNbInplace[base]);
@@ -152,6 +159,58 @@ Sym SymbolicTracer::binary_op(int nb, const Sym& a, const Sym& b) {
   brk(BreakKind::UnsupportedOperand, std::string(kNbNames[base]) + " of " + describe_sym(a) + " and " + describe_sym(b));
 }
 
+Sym SymbolicTracer::scalar_binary(int base, const Sym& a, const Sym& b) {
+  // NB: BINARY_OP's order: add, and, floordiv, lshift, matmul, mul, remainder, or, pow, rshift,
+  // sub, truediv, xor. The graph computes these on Python floats as Python does (the reference
+  // runner calls operator.add ...); x / 0 raises in Python, so a divisor must be a nonzero number.
+  auto number = [](const Sym& s) {
+    return s->is(SymKind::Scalar) || (s->is(SymKind::Const) && (PyFloat_CheckExact(s->obj.get()) || PyLong_CheckExact(s->obj.get())));
+  };
+  std::optional<Op> op;
+  if (base == 0) op = Op::op_add;
+  else if (base == 5) op = Op::op_mul;
+  else if (base == 10) op = Op::op_sub;
+  else if (base == 11 && b->is(SymKind::Const) && PyObject_IsTrue(b->obj.get()) == 1) op = Op::op_truediv;
+  PyErr_Clear();
+  if (!op || !number(a) || !number(b))
+    brk(BreakKind::DataDependentShape, std::string(kNbNames[base]) + " of " + describe_sym(a) + " and " + describe_sym(b));
+  return scalar_sym(out_.graph.add_call(op_id(*op), {to_value(a), to_value(b)}, ValueMeta::of(ValueMeta::Kind::Float),
+                                        kNbNames[base]));
+}
+
+Sym SymbolicTracer::float_of(const Sym& v) {
+  if (!config().capture_scalar_outputs) return nullptr;
+  if (v->is(SymKind::Scalar)) return v;  // float(x) of a float is x itself
+  if (!v->is(SymKind::Tensor) || !is_floating(v->meta.dtype)) return nullptr;
+  std::vector<Sym> none;
+  KwArgs no_kwargs;
+  return call_tensor_method(v, "item", none, no_kwargs);  // Tensor.__float__ of a floating tensor
+}
+
+void SymbolicTracer::check_scalar_args(PyObject* fn, const std::vector<Sym>& args, const KwArgs& kwargs, const std::string& what) {
+  if (!config().capture_scalar_outputs) {
+    // NB: torch.Tensor.item(x) called as a function reaches the registry's op directly.
+    static PyObject* item = PyObject_GetAttrString(known().tensor_type, "item");  // NB: leaked on purpose
+    if (fn == item) brk(BreakKind::TensorToPython, "Tensor.item()");
+    return;
+  }
+  bool direct = false;
+  std::function<void(const Sym&, bool)> visit = [&](const Sym& s, bool top) {
+    if (s->is(SymKind::Scalar)) {
+      if (!top) brk(BreakKind::DataDependentShape, what + " with " + describe_sym(s) + " inside a list or tuple");
+      direct = true;
+    } else if (s->is(SymKind::List) || s->is(SymKind::Tuple)) {
+      for (const Sym& i : s->items) visit(i, false);
+    }
+  };
+  for (const Sym& a : args) visit(a, true);
+  for (const auto& kv : kwargs) visit(kv.second, true);
+  if (!direct) return;
+  std::optional<OpId> op = op_for_callable(fn);
+  if (!op || op_def(*op).is_open() || !(op_def(*op).traits & (kPointwise | kCreation)) || op_def(*op).has(kRandom))
+    brk(BreakKind::DataDependentShape, what + " with a float read from a tensor (.item()) as an argument");
+}
+
 Sym SymbolicTracer::compare_op(int cmp, const Sym& a, const Sym& b) {
   if (Sym r = symint_compare(cmp, a, b)) return r;
   if (!a->is(SymKind::Tensor) && !b->is(SymKind::Tensor)) {
@@ -161,6 +220,8 @@ Sym SymbolicTracer::compare_op(int cmp, const Sym& a, const Sym& b) {
   materialize(a);
   materialize(b);
   FF_CHECK(cmp >= 0 && cmp < 6, "unknown COMPARE_OP");
+  if ((a->is(SymKind::Scalar) || b->is(SymKind::Scalar)) && !a->is(SymKind::Tensor) && !b->is(SymKind::Tensor))
+    brk(BreakKind::DataDependentShape, std::string("comparison ") + kCmpNames[cmp] + " of " + describe_sym(a) + " and " + describe_sym(b));
   if (a->is(SymKind::Tensor) || b->is(SymKind::Tensor)) {
     PyRef fn = operator_fn(kCmpNames[cmp]);
     return torch_call(fn.get(), {a, b}, {}, std::string("operator.") + kCmpNames[cmp]);
@@ -199,6 +260,9 @@ Sym SymbolicTracer::unary_op(const char* op_name, const Sym& a) {
   specialize_ints(a);
   PyRef fn = operator_fn(op_name);
   if (a->is(SymKind::Tensor)) return torch_call(fn.get(), {a}, {}, std::string("operator.") + op_name);
+  if (a->is(SymKind::Scalar) && std::string_view(op_name) == "pos") return a;
+  if (a->is(SymKind::Scalar) && std::string_view(op_name) == "neg")
+    return scalar_sym(out_.graph.add_call(op_id(Op::op_neg), {to_value(a)}, ValueMeta::of(ValueMeta::Kind::Float), "neg"));
   if (a->is(SymKind::Const) && is_plain_const(a->obj.get())) return fold(fn.get(), {a}, {}, op_name);
   brk(BreakKind::UnsupportedOperand, std::string(op_name) + " of " + describe_sym(a));
 }
@@ -224,6 +288,7 @@ bool SymbolicTracer::truth(const Sym& v) {
       return r == 1;
     }
     case SymKind::Tensor: brk(BreakKind::DataDependentBranch, "bool() of a tensor");
+    case SymKind::Scalar: brk(BreakKind::DataDependentBranch, "bool() of " + describe_sym(v));
     case SymKind::Tuple:
     case SymKind::List:
     case SymKind::Dict:

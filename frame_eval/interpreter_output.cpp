@@ -184,10 +184,11 @@ OutputPlan OutputBuilder::plan(const Sym& v) {
 OutputPlan OutputBuilder::plan_value(const Sym& v) {
   OutputPlan p;
   switch (v->kind) {
+    case SymKind::Scalar:  // a float the graph computes: one of its outputs
     case SymKind::Tensor: {
       // The caller's tensor itself, not a graph copy of it: at a graph break, and once written in
       // place (the graph wrote it; its identity is the caller's).
-      if (v->source && (break_state || t.out_.graph.node(v->node).kind != NodeKind::Placeholder)) {
+      if (v->is(SymKind::Tensor) && v->source && (break_state || t.out_.graph.node(v->node).kind != NodeKind::Placeholder)) {
         p.kind = OutputPlan::Kind::Source;
         p.source = v->source;
         return p;

@@ -550,4 +550,14 @@ std::optional<ValueMeta> meta_index(const MetaContext& ctx) {
   return fresh(x.sizes, x.dtype, x.device, grad && is_float_like(x.dtype));
 }
 
+std::optional<ValueMeta> meta_item(const MetaContext& ctx) {
+  const TensorMeta* x = tensor_or_null(ctx.args[0], ctx.graph);
+  if (!x) return std::nullopt;
+  const SymInt n = x->numel();
+  if (n.is_symbolic() || n.hint() != 1) throw MetaError("Tensor.item() of a tensor that may not have one element");
+  // NB: an integer's value decides sizes, indices and branches (unbacked ints): not modelled.
+  if (!is_floating(x->dtype)) throw MetaError("Tensor.item() of a " + std::string(dtype_name(x->dtype)) + " tensor is not captured");
+  return ValueMeta::of(ValueMeta::Kind::Float);
+}
+
 }  // namespace ff

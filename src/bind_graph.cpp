@@ -276,6 +276,7 @@ void define_graph(py::module_& m) {
            "framefuse._C.Unsupported where the graph cannot be split exactly.")
       .def("is_symbolic", [](const PyGraph& self) { return has_symbolic_shapes(self.g); }, "Whether a size or stride is symbolic (dynamic shapes).")
       .def("has_unbacked_symbols", [](const PyGraph& self) { return has_unbacked_symbols(self.g); }, "Whether a size is data-dependent (an unbacked symbol u0, u1 ...: config capture_dynamic_output_shape_ops).")
+      .def("has_data_dependent_values", [](const PyGraph& self) { return has_data_dependent_values(self.g); }, "Whether a size or a Python float of the graph comes from tensor data (unbacked symbols; x.item() under config capture_scalar_outputs): such graphs run on the reference runner.")
       .def("symbol_bindings", [](const PyGraph& self) { return symbol_bindings(self.g); }, "Per symbol s0, s1 ...: (input index, dim) whose size it is.")
       .def("specialize", [](const PyGraph& self, const std::vector<int64_t>& bindings) {
              auto out = std::make_shared<PyGraph>();

@@ -4,6 +4,7 @@
 #include <set>
 #include <string>
 
+#include "graph/op.h"
 #include "src/base/errors.h"
 
 namespace ff {
@@ -124,6 +125,12 @@ std::vector<std::pair<int, int>> symbol_bindings(const Graph& g) {
 }
 
 bool has_unbacked_symbols(const Graph& g) { return !unbacked_symbols(g).empty(); }
+
+bool has_data_dependent_values(const Graph& g) {
+  for (size_t i = 0; i < g.size(); ++i)
+    if (op_kind(g.node(static_cast<NodeId>(i))) == Op::tensor_item) return true;
+  return has_unbacked_symbols(g);
+}
 
 std::vector<SymbolSource> symbol_sources(const Graph& g) {
   std::vector<std::pair<int, int>> inputs = symbol_bindings(g);

@@ -26,6 +26,9 @@ std::vector<std::pair<int, int>> symbol_bindings(const Graph& g);
 // Whether a size, stride or int argument of `g` mentions an unbacked symbol (a data-dependent
 // output's size): such a graph runs on the reference runner, which binds them as it goes.
 bool has_unbacked_symbols(const Graph& g);
+// Whether the graph reads tensor data into its own values: a data-dependent size (above) or a
+// Python float of x.item() (config capture_scalar_outputs). Only the reference runner runs these.
+bool has_data_dependent_values(const Graph& g);
 
 // Where the run reads each symbol: node `node`'s value (item `item` of its tuple, or the value
 // itself when -1), dimension `dim` (-1: the value is the int). Placeholders first, as

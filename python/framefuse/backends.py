@@ -135,7 +135,7 @@ def _call_backend(backend, cgraph, example_inputs, mode, options, training=False
 
 
 def _compile(backend, graph, example_inputs, mode, options, training):
-    if graph.has_unbacked_symbols():
+    if graph.has_data_dependent_values():
         return _compile_unbacked(backend, graph, example_inputs, mode, options)
     if graph.is_symbolic():
         compiled = _compile_symbolic(backend, graph, example_inputs, mode, options, training)
@@ -147,8 +147,9 @@ def _compile(backend, graph, example_inputs, mode, options, training):
 
 
 def _compile_unbacked(backend, graph, example_inputs, mode, options):
-    """A graph with data-dependent sizes (config capture_dynamic_output_shape_ops): the reference
-    runner, which reads each such size from the op that made it as it runs. Backends that take
+    """A graph with data-dependent sizes or floats (config capture_dynamic_output_shape_ops,
+    capture_scalar_outputs): the reference runner, which reads each such size from the op that
+    made it as it runs. Backends that take
     framefuse's own graph (native_graph) receive it (framefuse.inductor.backend runs it on the
     reference runner too); the code generators and fx backends, which need every size from the
     inputs, do not."""
@@ -157,8 +158,8 @@ def _compile_unbacked(backend, graph, example_inputs, mode, options):
         return backend(graph, example_inputs, **kwargs)
     from ._C import logging as _log  # noqa: PLC0415
     name = backend if isinstance(backend, str) else getattr(backend, "__name__", repr(backend))
-    _log.emit("perf_hints", f"backend={name}: a graph with data-dependent sizes (nonzero, masked_select, "
-                            "unique ...) runs on the reference runner (eager torch ops)")
+    _log.emit("perf_hints", f"backend={name}: a graph with data-dependent sizes or floats (nonzero, "
+                            "masked_select, unique, .item() ...) runs on the reference runner (eager torch ops)")
     return graph.run
 
 

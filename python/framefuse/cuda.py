@@ -644,8 +644,9 @@ def backend(graph, example_inputs, mode=None, **options):
         return graph.run
     from .inductor import _graph_handle, _needs_autograd  # noqa: PLC0415
     handle = _graph_handle(graph)
-    if handle.has_unbacked_symbols():
-        _hint("CUDA backend: a graph with data-dependent sizes (nonzero, masked_select, unique ...) runs eagerly")
+    if handle.has_data_dependent_values():
+        _hint("CUDA backend: a graph with data-dependent sizes or floats (nonzero, masked_select, unique, .item() ...) "
+              "runs eagerly")
         return graph.run
     if _needs_autograd(handle):
         from ._autograd import compile_with_autograd  # noqa: PLC0415

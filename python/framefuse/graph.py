@@ -88,6 +88,12 @@ class Graph:
         unique ... under config capture_dynamic_output_shape_ops); the run binds them."""
         return self._g.has_unbacked_symbols()
 
+    def has_data_dependent_values(self):
+        """Whether a size or a Python float of the graph comes from tensor data: unbacked symbols
+        (above) or ``x.item()`` under config capture_scalar_outputs. Such graphs run on the
+        reference runner."""
+        return self._g.has_data_dependent_values()
+
     def symbol_bindings(self):
         """Per symbol s0, s1 ...: the (input index, dim) whose size it is; dim -1 for an input that
         is a Python int that varies (the symbol is its value); (-1, -1) for a symbol bound nowhere."""

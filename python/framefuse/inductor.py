@@ -49,9 +49,9 @@ def compile_graph(graph, example_inputs=None):
     runner.
     """
     handle = _graph_handle(graph)
-    if handle.has_unbacked_symbols():
-        _hint("inductor: a graph with data-dependent sizes (nonzero, masked_select, unique ...) runs on the "
-              "reference runner (eager torch ops)")
+    if handle.has_data_dependent_values():
+        _hint("inductor: a graph with data-dependent sizes or floats (nonzero, masked_select, unique, .item() ...) "
+              "runs on the reference runner (eager torch ops)")
         return _ReferenceFallback(handle)
     if _needs_autograd(handle):
         compiled = compile_with_autograd(handle, _compile_cpu,
@@ -141,9 +141,9 @@ def backend(graph, example_inputs, mode=None, options=None):
         with config.patch(**options):
             return backend(graph, example_inputs, mode)
 
-    if _graph_handle(graph).has_unbacked_symbols():
-        _hint("inductor: a graph with data-dependent sizes (nonzero, masked_select, unique ...) runs on the "
-              "reference runner (eager torch ops)")
+    if _graph_handle(graph).has_data_dependent_values():
+        _hint("inductor: a graph with data-dependent sizes or floats (nonzero, masked_select, unique, .item() ...) "
+              "runs on the reference runner (eager torch ops)")
         return _ReferenceFallback(_graph_handle(graph))
     # NB: the pipelines' first graph pass rewrites explicit attention (inductor/pipeline.h).
     tensors = [t for t in example_inputs if isinstance(t, torch.Tensor)]

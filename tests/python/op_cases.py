@@ -376,6 +376,7 @@ cases("masked_fill_", C(torch.Tensor.masked_fill_, T(3, 4), B(4), 1.0), C(torch.
       C(torch.Tensor.masked_fill_, T(4), B(3, 4), 0.0))
 cases("copy_", C(torch.Tensor.copy_, T(3, 4), T(4)), C(torch.Tensor.copy_, T(3, 4, layout="T"), T(3, 4, dtype=i64)),
       C(torch.Tensor.copy_, T(3, dtype=i64), T(3)), C(torch.Tensor.copy_, T(4), T(3, 4)))
+cases("tensor_item", C(torch.Tensor.item, T(())), C(torch.Tensor.item, T(1, 1, dtype=f64)))
 cases("fill_", C(torch.Tensor.fill_, T(3, 4), 2), C(torch.Tensor.fill_, T(3, dtype=i64), T(())), C(torch.Tensor.fill_, T(3), T(2)))
 cases("zero_", C(torch.Tensor.zero_, T(3, 4, layout="T")), C(torch.Tensor.zero_, T(3, dtype=i64)))
 cases("relu_", C(torch.relu_, T(3, 4)), C(torch.Tensor.relu_, T(3, 4, layout="T")), C(F.relu_, T(3, dtype=i64)))

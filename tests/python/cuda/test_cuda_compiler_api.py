@@ -1,5 +1,5 @@
-"""On a GPU: allow_in_graph's opaque call and a torch.library custom op run by the CUDA program, and
-FRAMEFUSE_COMPILE_DEBUG's repro of a CUDA graph."""
+"""On a GPU: allow_in_graph's opaque call and a torch.library custom op run by the CUDA program, a
+float read by .item() under capture_scalar_outputs, and FRAMEFUSE_COMPILE_DEBUG's repro of a CUDA graph."""
 import importlib.util
 import os
 
@@ -60,6 +60,23 @@ def test_a_custom_op_on_cuda(backend):
     for _ in range(2):
         torch.testing.assert_close(fn(x), f(x))
     assert calls == ["cuda"] * 4, calls  # the op's kernel once per call, compiled or eager
+
+
+@gpu
+@pytest.mark.parametrize("mode", [None, "reduce-overhead"])
+def test_capture_scalar_outputs_on_cuda(mode):
+    def f(x, y):
+        s = x.abs().max().item()
+        return torch.sigmoid(y * (s * 2 - 1)), s
+
+    x, y = torch.randn(64, device="cuda"), torch.randn(32, 16, device="cuda")
+    with framefuse.config.patch(capture_scalar_outputs=True):
+        fn = framefuse.compile(f, mode=mode, fullgraph=True)
+        for _ in range(3):
+            out, s = fn(x, y)
+            ref, rs = f(x, y)
+            assert type(s) is float and s == rs
+            assert torch.equal(out, ref)  # the graph runs on eager ops: bit for bit
 
 
 @gpu
