@@ -39,12 +39,6 @@ int loads_per_element(const LT& x) {
   return n;
 }
 
-bool supported_dtype(DType dt) {
-  return dt == DType::Bool || dt == DType::UInt8 || dt == DType::Int8 || dt == DType::Int16 || dt == DType::Int32 ||
-         dt == DType::Int64 || dt == DType::Float16 || dt == DType::BFloat16 || dt == DType::Float32 ||
-         dt == DType::Float64;
-}
-
 // Ops whose rules take symbolic int arguments as such: the view family reads the result's
 // (symbolic) sizes from the graph, indexing reads its bounds as SymInts (lower_ops_extra.cpp).
 bool reads_symbolic_args(Op op) {
@@ -62,13 +56,19 @@ bool reads_symbolic_operands(const Node& n) {
   return std::none_of(n.args.begin() + std::min<ptrdiff_t>(2, static_cast<ptrdiff_t>(n.args.size())), n.args.end(), value_symbolic);
 }
 
+}  // namespace
+
+bool supported_dtype(DType dt) {
+  return dt == DType::Bool || dt == DType::UInt8 || dt == DType::Int8 || dt == DType::Int16 || dt == DType::Int32 ||
+         dt == DType::Int64 || dt == DType::Float16 || dt == DType::BFloat16 || dt == DType::Float32 ||
+         dt == DType::Float64;
+}
+
 std::string node_desc(const Graph& g, NodeId id) {
   const Node& n = g.node(id);
   if (n.kind == NodeKind::Call) return n.name + " (" + op_def(n.op).target + ")";
   return n.name;
 }
-
-}  // namespace
 
 SymInt LT::numel() const {
   SymInt n = 1;
@@ -562,49 +562,6 @@ loop::TensorRef Lowerer::ensure_ref(NodeId id, const std::string& why) {
   return *r.ref;
 }
 
-namespace {
-
-// Whether torch's batched matrix product takes this layout as it is: the batch dims (all but the
-// last two) flatten into one stride, and one of the last two dims is unit-stride (a BLAS operand).
-// Otherwise torch.matmul copies the operand with its generic strided copy first.
-bool batched_blas_layout(const SymShape& sizes, const SymShape& strides) {
-  size_t nd = sizes.size();
-  std::optional<SymInt> inner;  // stride * size of the next batch dim inwards
-  for (size_t d = nd - 2; d-- > 0;) {
-    if (sizes[d] == 1) continue;
-    if (inner && strides[d] != *inner) return false;
-    inner = strides[d] * sizes[d];
-  }
-  // NB: max(1, n) of a symbolic size is the size itself (symbols are >= 2).
-  auto at_least_1 = [](const SymInt& x) { return x.is_symbolic() ? x : SymInt(std::max<int64_t>(1, x.hint())); };
-  const SymInt &rows = sizes[nd - 2], &cols = sizes[nd - 1];
-  return (strides[nd - 1] == 1 || cols == 1) ? strides[nd - 2] >= at_least_1(cols)
-                                             : strides[nd - 2] == 1 && strides[nd - 1] >= at_least_1(rows);
-}
-
-// Strides for such an operand made afresh: batch dims outermost, the last two in the order the
-// source keeps in memory (so the copy reads and writes along the same dim).
-SymShape batched_operand_strides(const SymShape& sizes, const SymShape& strides) {
-  size_t nd = sizes.size();
-  bool column_major = strides[nd - 1] > strides[nd - 2] && sizes[nd - 1] > 1 && sizes[nd - 2] > 1;
-  SymShape out(nd);
-  if (column_major) {
-    out[nd - 2] = 1;
-    out[nd - 1] = sizes[nd - 2];
-  } else {
-    out[nd - 1] = 1;
-    out[nd - 2] = sizes[nd - 1];
-  }
-  SymInt step = sizes[nd - 1] * sizes[nd - 2];
-  for (size_t d = nd - 2; d-- > 0;) {
-    out[d] = step;
-    step *= sizes[d];
-  }
-  return out;
-}
-
-}  // namespace
-
 LT Lowerer::extern_call(const Node& n, NodeId id, OpId op, std::vector<Value> args, const std::string& reason) {
   loop::ExternCall e;
   e.node = id;
@@ -618,22 +575,11 @@ LT Lowerer::extern_call(const Node& n, NodeId id, OpId op, std::vector<Value> ar
     if (!values_.at(static_cast<size_t>(o))) continue;  // a Python object at run time
     bool seen = false;
     for (auto& [nn, r] : e.operands) seen |= nn == o;
-    if (!seen) e.operands.push_back({o, ensure_ref(o, "operand of extern " + node_desc(g_, id))});
+    if (seen) continue;
+    e.operands.push_back({o, like_ == EagerDevice::CUDA && o == attention_mask_node(op, e.args) ? attention_mask_operand(o, id)
+                                                                                                : ensure_ref(o, "operand of extern " + node_desc(g_, id))});
   }
-  // Batched products (both operands >= 3-d): an operand torch would copy with its strided copy
-  // before the product (nanoGPT's q, k and v, heads split out of one product) is copied by a
-  // vectorized kernel here instead, into a layout the product takes as it is.
-  if (op_in(op_kind(op), {Op::matmul, Op::op_matmul, Op::bmm}) && e.operands.size() == 2 && operands.size() == 2) {
-    bool batched = true;
-    for (auto& [o, ref] : e.operands) batched &= ref.sizes.size() >= 3;
-    for (auto& [o, ref] : e.operands) {
-      if (!batched || batched_blas_layout(ref.sizes, ref.strides) || !supported_dtype(g_.node(o).meta.tensor.dtype)) continue;
-      LT view = from_ref(ref, g_.node(o).meta.tensor.dtype);
-      ref = *realize(view, batched_operand_strides(ref.sizes, ref.strides), BufferRole::Intermediate, -1,
-                     "operand of batched product " + node_desc(g_, id) + " in a layout BLAS takes")
-                 .ref;
-    }
-  }
+  blas_operand_layouts(e, operands.size());
   LT result;
   if (n.meta.is_tensor()) {
     const TensorMeta& m = n.meta.tensor;

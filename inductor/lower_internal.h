@@ -127,6 +127,12 @@ class Lowerer {
   std::vector<NodeId> input_root_;  // a tensor placeholder, or an in-place write of one: that placeholder; -1
   std::vector<NodeId> write_feeds_;  // computed on the first write of an input: see writes_fed (lower.cpp)
   std::unordered_map<NodeId, std::vector<LT>> tuple_items_;  // lowered items of a tuple call (max(x, dim))
+  // Operands of extern calls in layouts torch's kernels take as they are (lower_extern_operands.cpp):
+  // SDPA's attn_mask on CUDA with a unit-stride last dim, batched products' operands as BLAS operands.
+  static NodeId attention_mask_node(OpId op, const std::vector<Value>& args);  // -1: none
+  loop::TensorRef attention_mask_operand(NodeId mask, NodeId call);
+  void blas_operand_layouts(loop::ExternCall& e, size_t num_operands);
+  std::unordered_map<NodeId, loop::TensorRef> unit_stride_masks_;  // per mask node, the unit-stride ref SDPA reads
   // Tuple calls lowered as their items (lower_tuples.cpp), where the graph reads only the items:
   // torch.max / min (x, dim) as amax and argmax, frexp's mantissa and exponent.
   bool lower_tuple_items(NodeId id);
@@ -140,6 +146,8 @@ class Lowerer {
 };
 
 DType float_compute_dtype(DType dt);  // f16/bf16 -> f32; others unchanged
+std::string node_desc(const Graph& g, NodeId id);  // "name (target)", for notes and errors
+bool supported_dtype(DType dt);  // dtypes kernels compute in
 
 class Lowerer;
 // a // b with eager's rounding (floor_divide, div(rounding_mode="floor")), and int a / b truncated

@@ -1,8 +1,9 @@
 """The rewrites the transformers models needed (issue #28), on the GPU (`cuda` marker, skipped
 without one): SDPA masks built from index arithmetic (all True: dropped; causal: is_causal=True),
 with static and symbolic lengths; the KV cache's cat with a legacy empty operand as one kernel;
-GPT-2's Conv1D products (addmm) as torch.mm with the bias in the kernel after them. Each against
-eager in fp32 (TF32 off)."""
+GPT-2's Conv1D products (addmm) as torch.mm with the bias in the kernel after them; T5's position
+bias handed to SDPA unit-stride, so that torch runs its fused kernel rather than its math path. Each
+against eager in fp32 (TF32 off)."""
 import logging
 
 import pytest
@@ -112,3 +113,34 @@ def test_gpt2_on_the_gpu_is_one_graph_equal_to_eager():
         got = framefuse.compile(model)(ids).logits
     assert (report.graph_count, report.graph_break_count) == (1, 0)
     torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
+
+
+def _t5_attention(q, k, v, w, buckets, causal):
+    # T5's position bias (an embedding permuted to [1, heads, q, k]: keys strided), alone as an encoder
+    # layer's mask and under transformers 5.17's causal where() as a decoder layer's
+    bias = F.embedding(buckets, w).permute(2, 0, 1).unsqueeze(0)
+    h = F.scaled_dot_product_attention(q, k, v, attn_mask=bias)
+    return F.scaled_dot_product_attention(h, k, v, attn_mask=torch.where(causal, bias, torch.finfo(q.dtype).min))
+
+
+def _sdpa_paths(fn, *args):
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as p:
+        fn(*args)
+        torch.cuda.synchronize()
+    names = {e.name for e in p.events()}
+    paths = {"math": "aten::_scaled_dot_product_attention_math", "efficient": "aten::_scaled_dot_product_efficient_attention"}
+    return {path for path, op in paths.items() if op in names}
+
+
+@gpu
+def test_t5_position_bias_runs_torch_fused_attention_on_the_gpu():
+    B, H, L, E = 2, 8, 64, 64
+    q, k, v = (torch.randn(B, H, L, E, device="cuda") for _ in range(3))
+    w, buckets = torch.randn(32, H, device="cuda"), torch.randint(0, 32, (L, L), device="cuda")
+    causal = (torch.arange(L, device="cuda")[None, :] <= torch.arange(L, device="cuda")[:, None])[None, None].expand(B, 1, L, L)
+    args = (q, k, v, w, buckets, causal)
+    compiled = framefuse.compile(_t5_attention, backend="inductor")
+    # the same function, rounded by the fused kernel instead of the math path's products
+    torch.testing.assert_close(compiled(*args), _t5_attention(*args), atol=2e-5, rtol=2e-5)
+    assert _sdpa_paths(_t5_attention, *args) == {"math"}  # eager, given the strided masks
+    assert _sdpa_paths(compiled, *args) == {"efficient"}
