@@ -296,12 +296,27 @@ def test_what_framefuse_cannot_take_runs_as_captured_with_a_reason(caplog):
     torch.testing.assert_close(x.grad, torch.ones(10))  # y = 2x was computed without grad
 
 
-@pytest.mark.torch2
-@iu.needs_codegen
-def test_a_node_framefuse_cannot_take_splits_the_graph():
+def _custom_op_or_skip():
     custom_op = getattr(getattr(torch, "library", None), "custom_op", None)
     if custom_op is None:
         pytest.skip("torch.library.custom_op (torch >= 2.4)")
+    return custom_op
+
+
+def _checked_top(fn):
+    """fn(x, w) through the fx backend, against eager on two calls: the FxCompiled Dynamo's graph got."""
+    compiled, made = _compile(fn)
+    x, w = torch.randn(8, 16), torch.randn(16, 16)
+    for _ in range(2):
+        torch.testing.assert_close(compiled(x, w), fn(x, w))
+    (top,) = made
+    return top
+
+
+@pytest.mark.torch2
+@iu.needs_codegen
+def test_a_node_framefuse_cannot_take_splits_the_graph():
+    custom_op = _custom_op_or_skip()
 
     @custom_op("framefuse_test::tanh_into", mutates_args=("out",))
     def tanh_into(x: torch.Tensor, out: torch.Tensor) -> None:
@@ -313,11 +328,7 @@ def test_a_node_framefuse_cannot_take_splits_the_graph():
         tanh_into(h, o)  # writes `o`: Dynamo keeps it in the graph, framefuse does not take it
         return (o * o).sum(1) - x.mean()
 
-    compiled, made = _compile(fn)
-    x, w = torch.randn(8, 16), torch.randn(16, 16)
-    for _ in range(2):
-        torch.testing.assert_close(compiled(x, w), fn(x, w))
-    (top,) = made
+    top = _checked_top(fn)
     assert top.fallback_reason is None and "tanh_into" in top.split_reason
     before, op, after = (getattr(top._split, f"submod_{i}") for i in range(3))
     assert isinstance(before, framefuse.fx.FxCompiled) and before.compiles == 1 and before.fallback_reason is None
@@ -328,9 +339,7 @@ def test_a_node_framefuse_cannot_take_splits_the_graph():
 @pytest.mark.torch2
 @iu.needs_codegen
 def test_a_custom_op_is_compiled_with_the_rest():
-    custom_op = getattr(getattr(torch, "library", None), "custom_op", None)
-    if custom_op is None:
-        pytest.skip("torch.library.custom_op (torch >= 2.4)")
+    custom_op = _custom_op_or_skip()
 
     @custom_op("framefuse_test::scaled_tanh", mutates_args=())
     def scaled_tanh(x: torch.Tensor, a: float) -> torch.Tensor:
@@ -345,11 +354,7 @@ def test_a_custom_op_is_compiled_with_the_rest():
         h = scaled_tanh(h, 2.0)
         return (h * h).sum(1) - x.mean()
 
-    compiled, made = _compile(fn)
-    x, w = torch.randn(8, 16), torch.randn(16, 16)
-    for _ in range(2):
-        torch.testing.assert_close(compiled(x, w), fn(x, w))
-    (top,) = made
+    top = _checked_top(fn)
     assert top.fallback_reason is None and top.split_reason is None and top.compiles == 1
 
 
