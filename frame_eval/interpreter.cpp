@@ -761,7 +761,8 @@ Graph placeholders_first(const Graph& g, std::vector<NodeId>* remap) {
 Sym SymbolicTracer::scalar_sym(NodeId node) {
   Sym s = make_sym(SymKind::Scalar);
   s->node = node;
-  s->obj = PyRef::borrow(reinterpret_cast<PyObject*>(&PyFloat_Type));
+  bool is_int = out_.graph.node(node).meta.kind == ValueMeta::Kind::Int;
+  s->obj = PyRef::borrow(reinterpret_cast<PyObject*>(is_int ? &PyLong_Type : &PyFloat_Type));
   return s;
 }
 
@@ -782,7 +783,8 @@ Sym SymbolicTracer::tensor_sym(NodeId node) {
     return make_tuple(std::move(items));
   }
   if (m.kind == ValueMeta::Kind::None) return make_const(Py_None);
-  if (m.kind == ValueMeta::Kind::Float && op_kind(out_.graph.node(node)) == Op::tensor_item) return scalar_sym(node);
+  if ((m.kind == ValueMeta::Kind::Float || m.kind == ValueMeta::Kind::Int) && op_kind(out_.graph.node(node)) == Op::tensor_item)
+    return scalar_sym(node);
   brk(BreakKind::DataDependentShape, "op returns a Python scalar computed from tensor data");
 }
 

@@ -111,7 +111,7 @@ PyObject* SymbolicTracer::type_of(const Sym& v) {
   switch (v->kind) {
     case SymKind::Const: return reinterpret_cast<PyObject*>(Py_TYPE(v->obj.get()));
     case SymKind::Tensor: return v->obj ? v->obj.get() : known().tensor_type;
-    case SymKind::Scalar: return reinterpret_cast<PyObject*>(&PyFloat_Type);
+    case SymKind::Scalar: return v->obj.get();
     case SymKind::Tuple: return v->obj ? v->obj.get() : reinterpret_cast<PyObject*>(&PyTuple_Type);
     case SymKind::List: return v->obj ? reinterpret_cast<PyObject*>(Py_TYPE(v->obj.get())) : reinterpret_cast<PyObject*>(&PyList_Type);
     case SymKind::Dict: return v->obj ? reinterpret_cast<PyObject*>(Py_TYPE(v->obj.get())) : reinterpret_cast<PyObject*>(&PyDict_Type);
@@ -895,9 +895,9 @@ Sym SymbolicTracer::call_tensor_method(const Sym& self, const std::string& name,
   if (name == "is_signed") return make_const(m.dtype != DType::UInt8 && m.dtype != DType::Bool ? Py_True : Py_False);
   if (name == "is_contiguous" && args.empty() && kwargs.empty()) return make_const(m.is_contiguous() ? Py_True : Py_False);
   if (name == "get_device") return make_const_steal(PyLong_FromLong(m.device.type == Device::Type::CUDA ? std::max(m.device.index, 0) : -1));
-  if (name == "item" && config().capture_scalar_outputs && !is_floating(m.dtype))
+  if (name == "item" && config().capture_scalar_outputs && !is_floating(m.dtype) && !is_integral(m.dtype, false))
     brk(BreakKind::DataDependentShape, "tensor.item() of a " + std::string(dtype_name(m.dtype)) +
-                                           " tensor (config capture_scalar_outputs captures floating-point items only)");
+                                           " tensor (config capture_scalar_outputs captures floating-point and integer items)");
   // NB: with capture_scalar_outputs, item() is a graph value (tensor_sym makes it a Scalar).
   if ((name == "item" && !config().capture_scalar_outputs) || name == "tolist" || name == "numpy" || name == "__bool__" ||
       name == "__int__" || name == "__float__" || name == "__index__" || name == "__len__")

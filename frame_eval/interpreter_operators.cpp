@@ -166,21 +166,26 @@ Sym SymbolicTracer::scalar_binary(int base, const Sym& a, const Sym& b) {
   auto number = [](const Sym& s) {
     return s->is(SymKind::Scalar) || (s->is(SymKind::Const) && (PyFloat_CheckExact(s->obj.get()) || PyLong_CheckExact(s->obj.get())));
   };
+  auto is_int = [](const Sym& s) { return s->is(SymKind::Scalar) ? s->obj.get() == reinterpret_cast<PyObject*>(&PyLong_Type) : PyLong_CheckExact(s->obj.get()); };
+  const bool ints = number(a) && number(b) && is_int(a) && is_int(b);
+  const bool nonzero_divisor = b->is(SymKind::Const) && PyObject_IsTrue(b->obj.get()) == 1;
+  PyErr_Clear();
   std::optional<Op> op;
   if (base == 0) op = Op::op_add;
   else if (base == 5) op = Op::op_mul;
   else if (base == 10) op = Op::op_sub;
-  else if (base == 11 && b->is(SymKind::Const) && PyObject_IsTrue(b->obj.get()) == 1) op = Op::op_truediv;
-  PyErr_Clear();
+  else if (base == 11 && nonzero_divisor) op = Op::op_truediv;
+  else if (base == 2 && ints && nonzero_divisor) op = Op::op_floordiv;  // Python's floored // and % of ints
+  else if (base == 6 && ints && nonzero_divisor) op = Op::op_mod;
   if (!op || !number(a) || !number(b))
     brk(BreakKind::DataDependentShape, std::string(kNbNames[base]) + " of " + describe_sym(a) + " and " + describe_sym(b));
-  return scalar_sym(out_.graph.add_call(op_id(*op), {to_value(a), to_value(b)}, ValueMeta::of(ValueMeta::Kind::Float),
-                                        kNbNames[base]));
+  ValueMeta kind = ValueMeta::of(ints && base != 11 ? ValueMeta::Kind::Int : ValueMeta::Kind::Float);
+  return scalar_sym(out_.graph.add_call(op_id(*op), {to_value(a), to_value(b)}, kind, kNbNames[base]));
 }
 
 Sym SymbolicTracer::float_of(const Sym& v) {
   if (!config().capture_scalar_outputs) return nullptr;
-  if (v->is(SymKind::Scalar)) return v;  // float(x) of a float is x itself
+  if (v->is(SymKind::Scalar)) return type_of(v) == reinterpret_cast<PyObject*>(&PyFloat_Type) ? v : nullptr;  // float(x) of a float is x
   if (!v->is(SymKind::Tensor) || !is_floating(v->meta.dtype)) return nullptr;
   std::vector<Sym> none;
   KwArgs no_kwargs;
@@ -194,11 +199,12 @@ void SymbolicTracer::check_scalar_args(PyObject* fn, const std::vector<Sym>& arg
     if (fn == item) brk(BreakKind::TensorToPython, "Tensor.item()");
     return;
   }
-  bool direct = false;
+  bool direct = false, an_int = false;
   std::function<void(const Sym&, bool)> visit = [&](const Sym& s, bool top) {
     if (s->is(SymKind::Scalar)) {
       if (!top) brk(BreakKind::DataDependentShape, what + " with " + describe_sym(s) + " inside a list or tuple");
       direct = true;
+      an_int = an_int || type_of(s) == reinterpret_cast<PyObject*>(&PyLong_Type);
     } else if (s->is(SymKind::List) || s->is(SymKind::Tuple)) {
       for (const Sym& i : s->items) visit(i, false);
     }
@@ -207,8 +213,10 @@ void SymbolicTracer::check_scalar_args(PyObject* fn, const std::vector<Sym>& arg
   for (const auto& kv : kwargs) visit(kv.second, true);
   if (!direct) return;
   std::optional<OpId> op = op_for_callable(fn);
-  if (!op || op_def(*op).is_open() || !(op_def(*op).traits & (kPointwise | kCreation)) || op_def(*op).has(kRandom))
-    brk(BreakKind::DataDependentShape, what + " with a float read from a tensor (.item()) as an argument");
+  // NB: a creation op reads an int as a size; a pointwise op's rule reads a number's kind only.
+  const OpTrait allowed = an_int ? kPointwise : static_cast<OpTrait>(kPointwise | kCreation);
+  if (!op || op_def(*op).is_open() || !(op_def(*op).traits & allowed) || op_def(*op).has(kRandom))
+    brk(BreakKind::DataDependentShape, what + " with a number read from a tensor (.item()) as an argument");
 }
 
 Sym SymbolicTracer::compare_op(int cmp, const Sym& a, const Sym& b) {
@@ -262,7 +270,7 @@ Sym SymbolicTracer::unary_op(const char* op_name, const Sym& a) {
   if (a->is(SymKind::Tensor)) return torch_call(fn.get(), {a}, {}, std::string("operator.") + op_name);
   if (a->is(SymKind::Scalar) && std::string_view(op_name) == "pos") return a;
   if (a->is(SymKind::Scalar) && std::string_view(op_name) == "neg")
-    return scalar_sym(out_.graph.add_call(op_id(Op::op_neg), {to_value(a)}, ValueMeta::of(ValueMeta::Kind::Float), "neg"));
+    return scalar_sym(out_.graph.add_call(op_id(Op::op_neg), {to_value(a)}, out_.graph.node(a->node).meta, "neg"));
   if (a->is(SymKind::Const) && is_plain_const(a->obj.get())) return fold(fn.get(), {a}, {}, op_name);
   brk(BreakKind::UnsupportedOperand, std::string(op_name) + " of " + describe_sym(a));
 }

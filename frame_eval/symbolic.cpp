@@ -204,7 +204,7 @@ std::string describe_sym(const Sym& s) {
       return std::string(Py_TYPE(s->obj.get())->tp_name) + " " + text;
     }
     case SymKind::Tensor: return "a tensor";
-    case SymKind::Scalar: return "a float read from a tensor (.item())";
+    case SymKind::Scalar: return s->obj.get() == reinterpret_cast<PyObject*>(&PyLong_Type) ? "an int read from a tensor (.item())" : "a float read from a tensor (.item())";
     case SymKind::Object: return std::string("a ") + Py_TYPE(s->obj.get())->tp_name + " object";
     case SymKind::NewObject: return std::string("a new ") + reinterpret_cast<PyTypeObject*>(s->obj.get())->tp_name + " object";
     case SymKind::Method: return "method " + s->name;

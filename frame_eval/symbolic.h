@@ -31,9 +31,9 @@ struct Frame;  // interpreter_impl.h: an interpreted frame (a generator's, held 
             "and the ops listed in symint_op() keep it symbolic; any other use specialises it to its " \
             "hint first (a guard), turning it into a Const in place")                                 \
   X(Tensor, "node, meta; obj: the tensor's Python type (torch.Tensor / nn.Parameter)")          \
-  X(Scalar, "node: a Python float the graph computes, read from a tensor by .item() (config "     \
-            "capture_scalar_outputs) or computed from one; obj: float. Arithmetic with numbers and " \
-            "tensor ops keep it in the graph; a use that needs its value breaks the graph")           \
+  X(Scalar, "node: a Python float or int the graph computes, read from a tensor by .item() "      \
+            "(config capture_scalar_outputs) or computed from one; obj: float or int. Arithmetic " \
+            "with numbers and pointwise ops keep it in the graph; a use that needs its value breaks")  \
   X(Tuple, "items; obj: the namedtuple / structseq / torch.Size type or null for a plain tuple")  \
   X(List, "items; obj: the real list when read from frame state (mutations become side effects)") \
   X(Dict, "keys (Const) and items; obj: the real dict when read from frame state")               \

@@ -91,7 +91,7 @@ bool call_mutates_input(const OpDef& op, const std::vector<Value>& bound);
   X(meta_cat)              /* cat / stack */                                                        \
   X(meta_getitem)          /* x[ints, slices, None, ...] (advanced indexing: fallback) */           \
   X(meta_setitem)          /* x[basic index] = value */                                             \
-  X(meta_item)             /* x.item() of a floating tensor: a float (capture_scalar_outputs) */    \
+  X(meta_item)             /* x.item(): a float or an int (capture_scalar_outputs) */               \
   X(meta_index)            /* index_select / gather / scatter / scatter_add / embedding */          \
   /* nn: matmul, conv, pooling, creation (meta_rules_nn.cpp) */                                     \
   X(meta_matmul)           /* matmul / mm / bmm / addmm / baddbmm / @ */                             \

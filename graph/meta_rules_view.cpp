@@ -555,9 +555,10 @@ std::optional<ValueMeta> meta_item(const MetaContext& ctx) {
   if (!x) return std::nullopt;
   const SymInt n = x->numel();
   if (n.is_symbolic() || n.hint() != 1) throw MetaError("Tensor.item() of a tensor that may not have one element");
-  // NB: an integer's value decides sizes, indices and branches (unbacked ints): not modelled.
-  if (!is_floating(x->dtype)) throw MetaError("Tensor.item() of a " + std::string(dtype_name(x->dtype)) + " tensor is not captured");
-  return ValueMeta::of(ValueMeta::Kind::Float);
+  if (is_floating(x->dtype)) return ValueMeta::of(ValueMeta::Kind::Float);
+  // NB: an int of any value (no size symbol: a size it decides is not modelled).
+  if (is_integral(x->dtype, false)) return ValueMeta::of(ValueMeta::Kind::Int);
+  throw MetaError("Tensor.item() of a " + std::string(dtype_name(x->dtype)) + " tensor is not captured");
 }
 
 }  // namespace ff

@@ -67,15 +67,16 @@ def test_a_custom_op_on_cuda(backend):
 def test_capture_scalar_outputs_on_cuda(mode):
     def f(x, y):
         s = x.abs().max().item()
-        return torch.sigmoid(y * (s * 2 - 1)), s
+        n = (x > 0).sum().item()
+        return torch.sigmoid(y * (s * 2 - 1)) + n, s, n // 3
 
     x, y = torch.randn(64, device="cuda"), torch.randn(32, 16, device="cuda")
     with framefuse.config.patch(capture_scalar_outputs=True):
         fn = framefuse.compile(f, mode=mode, fullgraph=True)
         for _ in range(3):
-            out, s = fn(x, y)
-            ref, rs = f(x, y)
-            assert type(s) is float and s == rs
+            out, s, n = fn(x, y)
+            ref, rs, rn = f(x, y)
+            assert type(s) is float and s == rs and type(n) is int and n == rn
             assert torch.equal(out, ref)  # the graph runs on eager ops: bit for bit
 
 
