@@ -161,7 +161,7 @@ Sym SymbolicTracer::binary_op(int nb, const Sym& a, const Sym& b) {
 
 Sym SymbolicTracer::scalar_binary(int base, const Sym& a, const Sym& b) {
   // NB: BINARY_OP's order: add, and, floordiv, lshift, matmul, mul, remainder, or, pow, rshift,
-  // sub, truediv, xor. The graph computes these on Python floats as Python does (the reference
+  // sub, truediv, xor. The graph computes these on Python numbers as Python does (the reference
   // runner calls operator.add ...); x / 0 raises in Python, so a divisor must be a nonzero number.
   auto number = [](const Sym& s) {
     return s->is(SymKind::Scalar) || (s->is(SymKind::Const) && (PyFloat_CheckExact(s->obj.get()) || PyLong_CheckExact(s->obj.get())));
