@@ -10,6 +10,9 @@ time (`from torch._dynamo.testing import CompileCounter`, `make_dynamo_test`, wh
     torch._dynamo.reset, torch.compiler.reset        -> Dynamo's reset and framefuse.reset
     torch._dynamo.disable, torch.compiler.disable    -> framefuse.disable
     torch._dynamo.graph_break                        -> framefuse.graph_break
+    torch._dynamo.config.{capture_scalar_outputs, capture_dynamic_output_shape_ops}
+                                                     -> framefuse.config's knobs of the same name,
+                                                        copied before every checked call
 
 The tests' own backends (CompileCounter, CompileCounterWithBackend, EagerAndRecordGraphs ...) become
 framefuse callable backends that update the same attributes (frame_count, op_count, graphs) from
@@ -183,9 +186,21 @@ def _backfill_test_utils():
         common_utils.disable_translation_validation_if_dynamic_shapes = lambda fn: fn
 
 
+# torch._dynamo.config knobs that framefuse.config has under the same name and meaning. Tests set them
+# with torch._dynamo.config.patch (a decorator or a with block), which writes torch's context
+# variables directly, so they are read at each compiled call rather than intercepted when set.
+_MIRRORED_KNOBS = ("capture_scalar_outputs", "capture_dynamic_output_shape_ops")
+
+
+def _mirror_config():
+    for name in _MIRRORED_KNOBS:
+        setattr(framefuse.config, name, bool(getattr(torch._dynamo.config, name)))
+
+
 def install(backend):
     """Patch torch for the whole process (the runner forks a child per test from it)."""
     Settings.backend = backend
+    reference.BEFORE_CALL.append(_mirror_config)
     _backfill_test_utils()
     torch.compile = compile
     torch.compiler.compile = compile

@@ -31,6 +31,9 @@ import torch
 from dynamo_snapshot import compare, snapshot, tensor_paths
 
 REFERENCE_TIMEOUT_S = 60
+# Called (no arguments) before each checked call runs its compiled callable, outside any trace:
+# dynamo_patches mirrors torch._dynamo.config's knobs into framefuse.config there.
+BEFORE_CALL = []
 
 
 class _State:
@@ -184,6 +187,8 @@ def call_checked(compiled, original, fullgraph, args, kwargs):
         # this very frame, so the bookkeeping below (fork, snapshots) must stay out of its way.
         return compiled(*args, **kwargs)
     STATE.compiled_calls += 1
+    for hook in BEFORE_CALL:
+        hook()
     label = _label(original)
     rfd, wfd = os.pipe()
     # CPython reseeds `random` in a forked child (os.register_at_fork), so the child restores the
