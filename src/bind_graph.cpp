@@ -9,6 +9,7 @@
 #include "graph/op_registry.h"
 #include "graph/parser.h"
 #include "graph/passes/fuse_attention.h"
+#include "graph/passes/scalar_sinks.h"
 #include "graph/passes/specialize_shapes.h"
 #include "graph/pipeline.h"
 #include "graph/printer.h"
@@ -276,6 +277,20 @@ void define_graph(py::module_& m) {
            "framefuse._C.Unsupported where the graph cannot be split exactly.")
       .def("is_symbolic", [](const PyGraph& self) { return has_symbolic_shapes(self.g); }, "Whether a size or stride is symbolic (dynamic shapes).")
       .def("has_unbacked_symbols", [](const PyGraph& self) { return has_unbacked_symbols(self.g); }, "Whether a size is data-dependent (an unbacked symbol u0, u1 ...: config capture_dynamic_output_shape_ops).")
+      .def("scalar_sink_split", [](const PyGraph& self) -> py::object {
+             std::optional<ScalarSinkSplit> split = split_scalar_sinks(self.g);
+             if (!split) return py::none();
+             auto tensors = std::make_shared<PyGraph>();
+             tensors->g = std::move(split->tensors);
+             auto scalars = std::make_shared<PyGraph>();
+             scalars->g = std::move(split->scalars);
+             py::dict d;
+             d["tensors"] = tensors;
+             d["scalars"] = scalars;
+             d["operand_outputs"] = split->operand_outputs;
+             d["scalar_outputs"] = split->scalar_outputs;
+             d["outputs"] = self.g.output_value().items.size();
+             return d; }, "None, or the graph's tensor work and the numbers it only returns (x.item() under config capture_scalar_outputs) as two graphs (graph/passes/scalar_sinks.h).")
       .def("has_data_dependent_values", [](const PyGraph& self) { return has_data_dependent_values(self.g); }, "Whether a size or a Python float of the graph comes from tensor data (unbacked symbols; x.item() under config capture_scalar_outputs): such graphs run on the reference runner.")
       .def("symbol_bindings", [](const PyGraph& self) { return symbol_bindings(self.g); }, "Per symbol s0, s1 ...: (input index, dim) whose size it is.")
       .def("specialize", [](const PyGraph& self, const std::vector<int64_t>& bindings) {

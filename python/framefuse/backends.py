@@ -136,6 +136,9 @@ def _call_backend(backend, cgraph, example_inputs, mode, options, training=False
 
 def _compile(backend, graph, example_inputs, mode, options, training):
     if graph.has_data_dependent_values():
+        sinks = _compile_scalar_sinks(backend, graph, example_inputs, mode, options, training)
+        if sinks is not None:
+            return sinks
         return _compile_unbacked(backend, graph, example_inputs, mode, options)
     if graph.is_symbolic():
         compiled = _compile_symbolic(backend, graph, example_inputs, mode, options, training)
@@ -144,6 +147,31 @@ def _compile(backend, graph, example_inputs, mode, options, training):
         return _PerSizes(graph, lambda g, examples: _compile_static(backend, g, examples, mode, options, training),
                          example_inputs)
     return _compile_static(backend, graph, example_inputs, mode, options, training)
+
+
+def _compile_scalar_sinks(backend, graph, example_inputs, mode, options, training):
+    """A graph whose numbers read by x.item() (config capture_scalar_outputs) are only returned
+    (`return loss, loss.item()`): its tensor work compiled by the backend, then the numbers computed
+    by the reference runner from the tensors they read (graph/passes/scalar_sinks.h: the graph
+    writes no tensor, so they are the same after it). None where that split does not apply."""
+    if graph.is_symbolic():
+        return None
+    split = graph._g.scalar_sink_split()
+    if split is None:
+        return None
+    tensors = _compile(backend, Graph(split["tensors"]), example_inputs, mode, options, training)
+    numbers = Graph(split["scalars"]).run
+    operands, positions, count = split["operand_outputs"], split["scalar_outputs"], split["outputs"]
+
+    def run(*args):
+        outs = tensors(*args)
+        values = numbers(*(outs[i] for i in operands))
+        result = list(outs[:count])
+        for p, v in zip(positions, values):
+            result[p] = v
+        return tuple(result)
+
+    return run
 
 
 def _compile_unbacked(backend, graph, example_inputs, mode, options):

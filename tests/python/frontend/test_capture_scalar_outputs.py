@@ -188,3 +188,77 @@ def test_random_dtypes_and_ops_against_eager(capture):
                 framefuse.compile(fn)(x, y)
             continue
         assert same(framefuse.compile(fn)(x, y), want), (x, y)
+
+
+def _recording_native():
+    graphs = []
+
+    @framefuse.backends.native_graph
+    def backend(graph, example_inputs):
+        graphs.append(graph.code())
+        return graph.run
+
+    return graphs, backend
+
+
+def _returns_numbers(x, w):
+    out = torch.nn.functional.gelu(x @ w)
+    return out, out.argmax().item(), out.sum().item() * 2 + 1, out.max().item() - out.min().item()
+
+
+def test_numbers_only_returned_leave_the_tensor_work_to_the_backend(capture):
+    # `return loss, loss.item()`: the backend compiles the tensor work (no item() in what it gets);
+    # the numbers come from the tensors they read, after it.
+    x, w = torch.randn(5, 8), torch.randn(8, 4)
+    graphs, backend = _recording_native()
+    got = framefuse.compile(_returns_numbers, backend=backend, fullgraph=True)(x, w)
+    assert same(got, _returns_numbers(x, w))
+    (code,) = graphs
+    assert ".item()" not in code and "gelu" in code, code
+    framefuse.reset()
+    got = framefuse.compile(_returns_numbers, fullgraph=True)(x, w)  # inductor's kernels
+    want = _returns_numbers(x, w)
+    torch.testing.assert_close(got[0], want[0])
+    assert [type(v) for v in got[1:]] == [int, float, float] and got[1] == want[1]
+    assert got[2] == pytest.approx(want[2], rel=1e-5) and got[3] == pytest.approx(want[3], rel=1e-5)
+
+
+def _number_feeds_a_tensor_op(x, w):
+    s = (x @ w).abs().max().item()
+    return x / s, s
+
+
+def _number_before_a_write(x):
+    v = x.sum().item()
+    x.mul_(2)  # the number is the sum before the write: the graph is not split
+    return x, v
+
+
+@pytest.mark.parametrize("fn, split", [(_number_feeds_a_tensor_op, False), (_number_before_a_write, False)])
+def test_no_split_where_the_numbers_are_not_only_returned(capture, fn, split):
+    args = (torch.randn(4, 8), torch.randn(8, 8))[:fn.__code__.co_argcount]
+    graphs, backend = _recording_native()
+    want = fn(*(a.clone() for a in args))
+    got = framefuse.compile(fn, backend=backend, fullgraph=True)(*(a.clone() for a in args))
+    assert same(got, want)
+    (code,) = graphs
+    assert (".item()" not in code) == split, code
+
+
+def test_a_training_graph_returning_its_loss_as_a_number(capture):
+    model = torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.Tanh(), torch.nn.Linear(8, 1))
+    x = torch.randn(4, 6)
+
+    def step(x):
+        loss = model(x).pow(2).mean()
+        return loss, loss.item()
+
+    loss, value = framefuse.compile(step, fullgraph=True)(x)
+    loss.backward()
+    got = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    ref, ref_value = step(x)
+    ref.backward()
+    assert type(value) is float and value == pytest.approx(ref_value, rel=1e-6)
+    for g, r in zip(got, (p.grad for p in model.parameters())):
+        torch.testing.assert_close(g, r)
