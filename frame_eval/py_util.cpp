@@ -108,6 +108,11 @@ std::string qualname(PyObject* fn) {
   std::string r = q && PyUnicode_Check(q) ? PyUnicode_AsUTF8(q) : Py_TYPE(fn)->tp_name;
   Py_XDECREF(q);
   PyErr_Clear();
+  // NB: pybind11 gives its functions its record type's name as their class ("PyCapsule.f",
+  // "pybind11_detail_function_record_v1_..._abi_1.f"; torch.ops packets forward __qualname__ to
+  // theirs): the function's own name says more.
+  if (r.rfind("PyCapsule.", 0) == 0 || r.rfind("pybind11_detail_function_record", 0) == 0)
+    r = r.substr(r.rfind('.') + 1);
   return r;
 }
 
