@@ -190,17 +190,6 @@ def test_random_dtypes_and_ops_against_eager(capture):
         assert same(framefuse.compile(fn)(x, y), want), (x, y)
 
 
-def _recording_native():
-    graphs = []
-
-    @framefuse.backends.native_graph
-    def backend(graph, example_inputs):
-        graphs.append(graph.code())
-        return graph.run
-
-    return graphs, backend
-
-
 def _returns_numbers(x, w):
     out = torch.nn.functional.gelu(x @ w)
     return out, out.argmax().item(), out.sum().item() * 2 + 1, out.max().item() - out.min().item()
@@ -210,7 +199,7 @@ def test_numbers_only_returned_leave_the_tensor_work_to_the_backend(capture):
     # `return loss, loss.item()`: the backend compiles the tensor work (no item() in what it gets);
     # the numbers come from the tensors they read, after it.
     x, w = torch.randn(5, 8), torch.randn(8, 4)
-    graphs, backend = _recording_native()
+    graphs, backend = iu.recording_backend()
     got = framefuse.compile(_returns_numbers, backend=backend, fullgraph=True)(x, w)
     assert same(got, _returns_numbers(x, w))
     (code,) = graphs
@@ -237,7 +226,7 @@ def _number_before_a_write(x):
 @pytest.mark.parametrize("fn, split", [(_number_feeds_a_tensor_op, False), (_number_before_a_write, False)])
 def test_no_split_where_the_numbers_are_not_only_returned(capture, fn, split):
     args = (torch.randn(4, 8), torch.randn(8, 8))[:fn.__code__.co_argcount]
-    graphs, backend = _recording_native()
+    graphs, backend = iu.recording_backend()
     want = fn(*(a.clone() for a in args))
     got = framefuse.compile(fn, backend=backend, fullgraph=True)(*(a.clone() for a in args))
     assert same(got, want)
