@@ -81,6 +81,24 @@ def test_capture_scalar_outputs_on_cuda(mode):
 
 
 @gpu
+@pytest.mark.parametrize("mode", [None, "reduce-overhead"])
+def test_numbers_only_returned_on_cuda(mode):
+    # the tensor work compiles (CUDA program or graph replay); the numbers are read after it
+    def f(x, w):
+        out = torch.relu(x @ w)
+        return out, out.argmax().item(), out.sum().item() / 2
+
+    x, w = torch.randn(64, 32, device="cuda"), torch.randn(32, 16, device="cuda")
+    with framefuse.config.patch(capture_scalar_outputs=True):
+        fn = framefuse.compile(f, mode=mode, fullgraph=True)
+        for _ in range(3):
+            out, i, s = fn(x, w)
+            ref, ri, rs = f(x, w)
+            torch.testing.assert_close(out, ref)
+            assert type(i) is int and i == ri and type(s) is float and s == pytest.approx(rs, rel=1e-5)
+
+
+@gpu
 def test_compile_debug_repro_of_a_cuda_graph(tmp_path):
     run = _debug.enable(str(tmp_path))
     try:
