@@ -210,7 +210,7 @@ class SymbolicTracer {
   void store_global(Frame& f, PyObject* name, Sym value);
   Sym cell_contents(const Sym& cell);
   Sym tensor_sym(NodeId node);
-  Sym scalar_sym(NodeId node);  // a Scalar for a float-valued node (x.item() and arithmetic on it)
+  Sym scalar_sym(NodeId node);  // a Scalar for a float- or int-valued node (x.item() and arithmetic on it)
   // Arithmetic of a Scalar with a number or another Scalar, as a node; breaks where Python's
   // result is not the graph's (see SymKind::Scalar).
   Sym scalar_binary(int nb, const Sym& a, const Sym& b);

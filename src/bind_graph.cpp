@@ -291,7 +291,7 @@ void define_graph(py::module_& m) {
              d["scalar_outputs"] = split->scalar_outputs;
              d["outputs"] = self.g.output_value().items.size();
              return d; }, "None, or the graph's tensor work and the numbers it only returns (x.item() under config capture_scalar_outputs) as two graphs (graph/passes/scalar_sinks.h).")
-      .def("has_data_dependent_values", [](const PyGraph& self) { return has_data_dependent_values(self.g); }, "Whether a size or a Python float of the graph comes from tensor data (unbacked symbols; x.item() under config capture_scalar_outputs): such graphs run on the reference runner.")
+      .def("has_data_dependent_values", [](const PyGraph& self) { return has_data_dependent_values(self.g); }, "Whether a size or a Python number of the graph comes from tensor data (unbacked symbols; x.item() under config capture_scalar_outputs): such graphs run on the reference runner, or split (scalar_sink_split).")
       .def("symbol_bindings", [](const PyGraph& self) { return symbol_bindings(self.g); }, "Per symbol s0, s1 ...: (input index, dim) whose size it is.")
       .def("specialize", [](const PyGraph& self, const std::vector<int64_t>& bindings) {
              auto out = std::make_shared<PyGraph>();

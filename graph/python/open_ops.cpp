@@ -228,7 +228,8 @@ py::object custom_op_overload(PyObject* fn) {
     type = py::object(mod.attr("CustomOpDef")).release().ptr();  // NB: kept for the process's lifetime
   }
   if (!PyObject_TypeCheck(fn, reinterpret_cast<PyTypeObject*>(type))) return py::object();
-  return py::getattr(py::handle(fn), "_opoverload", py::none()).is_none() ? py::object() : py::handle(fn).attr("_opoverload");
+  py::object overload = py::getattr(py::handle(fn), "_opoverload", py::none());
+  return overload.is_none() ? py::object() : overload;
 }
 
 // Ops whose running statistics a training-mode call updates although their schemas do not say so.

@@ -156,11 +156,11 @@ def _compile_scalar_sinks(backend, graph, example_inputs, mode, options, trainin
     writes no tensor, so they are the same after it). None where that split does not apply."""
     if graph.is_symbolic():
         return None
-    split = graph._g.scalar_sink_split()
+    split = graph.scalar_sink_split()
     if split is None:
         return None
-    tensors = _compile(backend, Graph(split["tensors"]), example_inputs, mode, options, training)
-    numbers = Graph(split["scalars"]).run
+    tensors = _compile(backend, split["tensors"], example_inputs, mode, options, training)
+    numbers = split["scalars"].run
     operands, positions, count = split["operand_outputs"], split["scalar_outputs"], split["outputs"]
 
     def run(*args):

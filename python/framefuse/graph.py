@@ -89,10 +89,20 @@ class Graph:
         return self._g.has_unbacked_symbols()
 
     def has_data_dependent_values(self):
-        """Whether a size or a Python float of the graph comes from tensor data: unbacked symbols
+        """Whether a size or a Python number of the graph comes from tensor data: unbacked symbols
         (above) or ``x.item()`` under config capture_scalar_outputs. Such graphs run on the
-        reference runner."""
+        reference runner, or split (scalar_sink_split)."""
         return self._g.has_data_dependent_values()
+
+    def scalar_sink_split(self):
+        """None, or for a graph that only returns its numbers read by ``x.item()``: a dict with
+        `tensors` (the tensor work: the original outputs, None where a number was, then the tensors
+        the numbers read), `scalars` (the numbers from those tensors), `operand_outputs`,
+        `scalar_outputs` and `outputs` (graph/passes/scalar_sinks.h)."""
+        split = self._g.scalar_sink_split()
+        if split is not None:
+            split["tensors"], split["scalars"] = Graph(split["tensors"]), Graph(split["scalars"])
+        return split
 
     def symbol_bindings(self):
         """Per symbol s0, s1 ...: the (input index, dim) whose size it is; dim -1 for an input that
