@@ -107,7 +107,8 @@ bool is_comparison(BinaryOp op);
   X(ShiftedChebyshevU, shifted_chebyshev_u, 2) X(ShiftedChebyshevV, shifted_chebyshev_v, 2)   \
   X(ShiftedChebyshevW, shifted_chebyshev_w, 2) X(HermiteH, hermite_h, 2)                      \
   X(HermiteHe, hermite_he, 2) X(LaguerreL, laguerre_l, 2) X(LegendreP, legendre_p, 2)          \
-  X(FrexpMantissa, frexp_mantissa, 1) X(FrexpExponent, frexp_exponent, 1)
+  X(FrexpMantissa, frexp_mantissa, 1) X(FrexpExponent, frexp_exponent, 1) X(Ldexp, ldexp, 2)                \
+  X(NextafterBf16, nextafter_bf16, 2) X(NextafterF16, nextafter_f16, 2)
 // The library's integer functions, on int64 (narrower ints convert in and out, which gives what
 // eager's loop in the dtype gives: its ops wrap alike): eager's powi (exponentiation by squaring; a
 // negative exponent gives 1 / a rounded toward zero) and its gcd loop (of operands it took abs of).

@@ -422,12 +422,17 @@ void add_math_rules(OpRules& r) {
   r[Op::bitwise_or] = r[Op::op_or] = [](Lowerer& L, const Node& n) { return bitwise(L, n, BinaryOp::BitOr); };
   r[Op::bitwise_xor] = r[Op::op_xor] = [](Lowerer& L, const Node& n) { return bitwise(L, n, BinaryOp::BitXor); };
   r[Op::gcd] = [](Lowerer& L, const Node& n) { return gcd_lcm(L, n, false); };
-  // NB: eager's bf16/f16 nextafter steps in the dtype's own bits: kept in torch
+  // eager's f16/bf16 nextafter steps in the dtype's own bits (c10's nextafter): the library's
   r[Op::nextafter] = [](Lowerer& L, const Node& n) {
     DType out = L.out_meta(n).dtype;
-    if (out != DType::Float32 && out != DType::Float64) throw NoLowering("nextafter of a reduced float");
-    return Lowerer::map({Lowerer::cast(L.tensor(n.args[0]), out), Lowerer::cast(L.tensor(n.args[1]), out)}, out, out,
-                        [](const V& v) { return bin(BinaryOp::NextAfter, v[0], v[1]); });
+    LT x = Lowerer::cast(L.tensor(n.args[0]), out), y = Lowerer::cast(L.tensor(n.args[1]), out);
+    if (out == DType::Float32 || out == DType::Float64)
+      return Lowerer::map({x, y}, out, out, [](const V& v) { return bin(BinaryOp::NextAfter, v[0], v[1]); });
+    if (!loop::needs_narrowing(out)) throw NoLowering("nextafter of a non-float");
+    // NB: not measured on CUDA, whose kernels may step in float: kept in torch there
+    if (on_cuda(L)) throw NoLowering("reduced-float nextafter on CUDA");
+    loop::MathFn fn = out == DType::BFloat16 ? loop::MathFn::NextafterBf16 : loop::MathFn::NextafterF16;
+    return Lowerer::map({x, y}, DType::Float32, out, [fn](const V& v) { return loop::call(fn, {v[0], v[1]}); });
   };
   r[Op::lcm] = [](Lowerer& L, const Node& n) { return gcd_lcm(L, n, true); };
   r[Op::bitwise_left_shift] = r[Op::op_lshift] = [](Lowerer& L, const Node& n) { return shift(L, n, true); };

@@ -60,13 +60,98 @@ LT xlogy_rule(Lowerer& L, const Node& n, UnaryOp log) {
   });
 }
 
+// Rounds each step's result to the dtype on every device: for eager's composites, whose steps are
+// separate ops writing tensors of the dtype.
+std::function<Expr(Expr)> composite_rounding(DType out) {
+  if (!loop::needs_narrowing(out)) return [](Expr e) { return e; };
+  return [out](Expr e) { return loop::narrow(std::move(e), out); };
+}
+
+// Whether eager's mul (`mul`) or add reads a number operand of an f16/bf16 tensor at f32 (CUDA;
+// CPU's mul on torch >= 2) rather than converted to the dtype (lower_ops.cpp's opmath_scalar).
+bool number_at_opmath(const Lowerer& L, bool mul) { return on_cuda(L) || (mul && torch_at_least(2, 0)); }
+Expr number_operand(double v, DType dt, bool opmath, const Expr& like) { return opmath ? c(v, like) : dtype_constant(v, dt, like); }
+
+// eager's isclose (a composite): a == b, or both NaN under equal_nan; unless both tolerances are 0,
+// also |a - b| finite and at most atol + |rtol * b|, in the operands' float dtype (ints and bools
+// converted to the default float dtype first), each step rounded to it.
+LT isclose_rule(Lowerer& L, const Node& n) {
+  LT a = L.tensor(n.args[0]), b = L.tensor(n.args[1]);
+  if (a.dtype != b.dtype) throw NoLowering("isclose of different dtypes");  // eager raises
+  if (is_complex(a.dtype) || !supported_dtype(a.dtype)) throw NoLowering("isclose of this dtype");
+  double rtol = number(L, n, "rtol"), atol = number(L, n, "atol");
+  const Value& en = L.arg(n, "equal_nan");
+  if (rtol < 0 || atol < 0 || en.kind != Value::Kind::Bool) throw NoLowering("isclose with negative or unknown tolerances");
+  bool equal_nan = en.b && is_floating(a.dtype);
+  DType ft = is_floating(a.dtype) ? a.dtype : default_float_dtype();
+  auto r = composite_rounding(ft);
+  LT same = Lowerer::map({a, b}, float_compute_dtype(a.dtype), DType::Bool, [equal_nan](const V& v) {
+    Expr eq = bin(BinaryOp::Eq, v[0], v[1]);
+    return equal_nan ? bin(BinaryOp::Or, eq, bin(BinaryOp::And, un(UnaryOp::IsNan, v[0]), un(UnaryOp::IsNan, v[1]))) : eq;
+  });
+  if (rtol == 0 && atol == 0) return same;
+  bool mul_opmath = number_at_opmath(L, true), add_opmath = number_at_opmath(L, false);
+  return Lowerer::map({same, Lowerer::cast(a, ft), Lowerer::cast(b, ft)}, float_compute_dtype(ft), DType::Bool, [=](const V& v) {
+    Expr scaled = un(UnaryOp::Abs, r(bin(BinaryOp::Mul, v[2], number_operand(rtol, ft, mul_opmath, v[1]))));
+    Expr allowed = r(bin(BinaryOp::Add, scaled, number_operand(atol, ft, add_opmath, v[1])));
+    Expr actual = un(UnaryOp::Abs, r(bin(BinaryOp::Sub, v[1], v[2])));
+    Expr finite = bin(BinaryOp::And, bin(BinaryOp::Eq, actual, actual), bin(BinaryOp::Ne, actual, c(INFINITY, actual)));
+    return bin(BinaryOp::Or, bin(BinaryOp::Ne, v[0], c(0, v[0])), bin(BinaryOp::And, finite, bin(BinaryOp::Le, actual, allowed)));
+  });
+}
+
+// eager's mvlgamma (a composite, each step's result in the dtype; ints in the default float
+// dtype): the sum of lgamma(x - j/2) for j = p-1 down to 0, plus p(p-1)/4 log(pi) (a number).
+LT mvlgamma_rule(Lowerer& L, const Node& n) {
+  const Value& pv = L.arg(n, "p");
+  if (pv.kind != Value::Kind::Int || pv.i < 1 || pv.i > 64) throw NoLowering("p is not a constant in [1, 64]");
+  DType out = L.out_meta(n).dtype;
+  if (!is_floating(out)) throw NoLowering("mvlgamma without a float result");
+  int64_t p = pv.i;
+  double k = static_cast<double>(p * (p - 1)) * std::log(M_PI) * 0.25;
+  auto r = composite_rounding(out);
+  bool add_opmath = number_at_opmath(L, false);
+  return Lowerer::map({Lowerer::cast(L.tensor(n.args[0]), out)}, float_compute_dtype(out), out, [=](const V& v) {
+    Expr s;
+    for (int64_t j = p - 1; j >= 0; --j) {
+      Expr t = r(loop::call(loop::MathFn::Lgamma, {r(bin(BinaryOp::Add, c(-0.5 * static_cast<double>(j), v[0]), v[0]))}));
+      s = s ? bin(BinaryOp::Add, s, t) : t;
+    }
+    return bin(BinaryOp::Add, r(s), number_operand(k, out, add_opmath, v[0]));
+  });
+}
+
+// eager's ldexp: x * pow(2.0, other), a composite (the power in other's float dtype, ints in the
+// default one, then the product in the result dtype). Since torch 2.13 (measured; 1.13 is the
+// composite) a float x with an integer exponent is scaled exactly instead, in x's dtype: C's ldexp
+// by the exponent as a C int (through float for f16/bf16).
+LT ldexp_rule(Lowerer& L, const Node& n) {
+  DType out = L.out_meta(n).dtype;
+  LT x = L.tensor(n.args[0]), e = L.tensor(n.args[1]);
+  if (!is_floating(out) || is_complex(x.dtype) || is_complex(e.dtype)) throw NoLowering("ldexp of complex operands");
+  if (is_floating(x.dtype) && !is_floating(e.dtype)) {
+    if (torch_at_least(2, 0) && !torch_at_least(2, 13)) throw NoLowering("torch 2.0-2.12's ldexp of an integer exponent is not measured");
+    if (torch_at_least(2, 13)) {
+      DType at = out == DType::Float64 ? DType::Float64 : DType::Float32;
+      LT k = Lowerer::cast(Lowerer::cast(e, DType::Int32), DType::Float64);
+      LT r = Lowerer::map({Lowerer::cast(x, DType::Float64), k}, DType::Float64, at,
+                          [](const V& v) { return loop::call(loop::MathFn::Ldexp, {v[0], v[1]}); });
+      return Lowerer::cast(r, out);
+    }
+  }
+  // NB: torch 2.13 takes the power of a 0-d exponent in the promoted dtype of x and it where x is
+  // f64/f16/bf16: other dtypes there stay in torch
+  if (torch_at_least(2, 13) && e.dim() == 0 && is_floating(x.dtype) && x.dtype != DType::Float32 && x.dtype != e.dtype)
+    throw NoLowering("ldexp of a 0-d exponent");
+  DType pt = is_floating(e.dtype) ? e.dtype : default_float_dtype();
+  LT pw = Lowerer::map({Lowerer::cast(e, pt)}, float_compute_dtype(pt), pt, [](const V& v) { return bin(BinaryOp::Pow, c(2.0, v[0]), v[0]); });
+  return Lowerer::map({Lowerer::cast(x, out), Lowerer::cast(pw, out)}, float_compute_dtype(out), out,
+                      [](const V& v) { return bin(BinaryOp::Mul, v[0], v[1]); });
+}
+
 // A math library function (inductor/math_library.inc) of the operands converted to the result's
-// float dtype. `eager_f64_differs`: eager's own float64 kernel is off the exact value by more than
-// float64's tolerance somewhere (measured with mpmath: bessel_j0 by 3e-7 near x = 5, airy_ai by
-// 2e-7 near x = -2.5); the library's exact values would differ from eager's there, so float64 stays
-// in torch.
-LT math_rule(Lowerer& L, const Node& n, loop::MathFn fn, bool eager_f64_differs = false) {
-  if (eager_f64_differs && L.out_meta(n).dtype == DType::Float64) throw NoLowering("eager's float64 kernel is less exact than the library");
+// float dtype.
+LT math_rule(Lowerer& L, const Node& n, loop::MathFn fn) {
   if (loop::math_fn_arity(fn) == 1) return float_map(L, n, [fn](const Expr& x) { return loop::call(fn, {x}); });
   return float_binary(L, n, [fn](const Expr& x, const Expr& y) { return loop::call(fn, {x, y}); });
 }
@@ -109,9 +194,11 @@ void add_pointwise_rules(OpRules& r) {
     LT x = Lowerer::cast(L.tensor(n.args[0]), DType::Float64), y = Lowerer::cast(L.tensor(n.args[1]), DType::Float64);
     return Lowerer::map({x, y}, DType::Float64, DType::Float64, [](const V& v) { return bin(BinaryOp::Pow, v[0], v[1]); });
   };
+  r[Op::isclose] = isclose_rule;
+  r[Op::mvlgamma] = mvlgamma_rule;
+  r[Op::ldexp] = ldexp_rule;
   // ---- special functions: the math library ----
-#define FF_MATH_RULE(op, fn, ...) \
-  r[Op::op] = [](Lowerer& L, const Node& n) { return math_rule(L, n, MathFn::fn, ##__VA_ARGS__); };
+#define FF_MATH_RULE(op, fn) r[Op::op] = [](Lowerer& L, const Node& n) { return math_rule(L, n, MathFn::fn); };
   FF_MATH_RULE(digamma, Digamma)
   FF_MATH_RULE(lgamma, Lgamma)
   FF_MATH_RULE(hypot, Hypot)
@@ -124,10 +211,10 @@ void add_pointwise_rules(OpRules& r) {
   FF_MATH_RULE(special_i0e, I0e)
   FF_MATH_RULE(special_i1, I1)
   FF_MATH_RULE(special_i1e, I1e)
-  FF_MATH_RULE(special_bessel_j0, BesselJ0, true)
-  FF_MATH_RULE(special_bessel_j1, BesselJ1, true)
-  FF_MATH_RULE(special_bessel_y0, BesselY0, true)
-  FF_MATH_RULE(special_bessel_y1, BesselY1, true)
+  FF_MATH_RULE(special_bessel_j0, BesselJ0)
+  FF_MATH_RULE(special_bessel_j1, BesselJ1)
+  FF_MATH_RULE(special_bessel_y0, BesselY0)
+  FF_MATH_RULE(special_bessel_y1, BesselY1)
   FF_MATH_RULE(special_modified_bessel_i0, I0)
   FF_MATH_RULE(special_modified_bessel_i1, I1)
   FF_MATH_RULE(special_modified_bessel_k0, K0)
@@ -135,7 +222,7 @@ void add_pointwise_rules(OpRules& r) {
   FF_MATH_RULE(special_scaled_modified_bessel_k0, K0e)
   FF_MATH_RULE(special_scaled_modified_bessel_k1, K1e)
   FF_MATH_RULE(special_spherical_bessel_j0, SphericalJ0)
-  FF_MATH_RULE(special_airy_ai, AiryAi, true)
+  FF_MATH_RULE(special_airy_ai, AiryAi)
   FF_MATH_RULE(special_zeta, Zeta)
   FF_MATH_RULE(igamma, Igamma)
   FF_MATH_RULE(igammac, Igammac)

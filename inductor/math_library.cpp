@@ -21,6 +21,7 @@ using std::floor;
 using std::fmod;
 using std::frexp;
 using std::hypot;
+using std::ldexp;
 using std::lgamma;
 using std::log;
 using std::log1p;

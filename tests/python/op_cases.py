@@ -275,6 +275,13 @@ for name in ["bitwise_and", "bitwise_or", "bitwise_xor"]:
           C(fn, T(3, dtype=i32), 3), C(fn, T(3, dtype=u8), T(3, dtype=torch.int8)), C(fn, T(3), T(3), fallback=True))
 cases("frexp", C(torch.frexp, T(3, 4), fallback=True), C(torch.Tensor.frexp, T(5, dtype=f64), fallback=True))
 cases("nextafter", C(torch.nextafter, T(3, 4), T(4), fallback=True), C(torch.Tensor.nextafter, T(3, dtype=f64), T(3, dtype=f64), fallback=True))
+cases("ldexp", C(torch.ldexp, T(3, 4), T(4, dtype=i64), fallback=True), C(torch.Tensor.ldexp, T(3, dtype=f64), T(3), fallback=True),
+      C(torch.ldexp, T(2, 3, dtype=bf16), T(3, dtype=i32), fallback=True), C(torch.ldexp, T(3, dtype=i64), T(3, dtype=i64), fallback=True))
+cases("mvlgamma", C(torch.mvlgamma, T(3, 4, positive=True), 3, fallback=True), C(torch.Tensor.mvlgamma, T(5, dtype=f64, positive=True), 1, fallback=True),
+      C(torch.special.multigammaln, T(2, 3, dtype=i64, lo=3, hi=9), 2, fallback=True))
+cases("isclose", C(torch.isclose, T(3, 4), T(4), fallback=True), C(torch.Tensor.isclose, T(3, dtype=f64), T(3, dtype=f64), 0.1, 0.2, True, fallback=True),
+      C(torch.isclose, T(3, dtype=i64), T(3, dtype=i64), fallback=True), C(torch.isclose, B(3), B(3), fallback=True),
+      C(torch.isclose, T(4, dtype=bf16), T(4, dtype=bf16), 0.0, 0.0, fallback=True))
 for name in ["gcd", "lcm"]:
     fn = getattr(torch, name)
     cases(name, C(fn, T(3, 4, dtype=i64), T(4, dtype=i64)), C(fn, T(3, dtype=u8), T(3, dtype=torch.int8)),
