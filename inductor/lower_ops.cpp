@@ -247,18 +247,9 @@ LT mean_rule(Lowerer& L, const Node& n) {
   return Lowerer::map({s}, acc, out, [count](const V& v) { return loop::binary(BinaryOp::Div, v[0], fconst(count, v[0])); });
 }
 
-// NB: a max reduction of negated int32 values compiled by NVRTC 13 gave wrong values on an H200
-// (amax(-x, 0) of the column 1, 3, 5 gave 3; the int64, float, sum and min forms were right; the
-// codegen fuzzer's case 43000237). Not understood yet: int32-computed extremes stay in torch on CUDA.
-void no_int32_extremes_on_cuda(Lowerer& L, const LT& x) {
-  if (on_cuda(L) && x.dtype != DType::Bool && loop::dtype_compute_type(x.dtype) == loop::ScalarType::I32)
-    throw NoLowering("int32 max/min reductions on CUDA (a miscompiled case)");
-}
-
 LT extreme_rule(Lowerer& L, const Node& n, ReduceOp op) {
   LT x = L.tensor_arg(n, "input");
   if (x.numel() == 0) throw NoLowering("empty input");
-  no_int32_extremes_on_cuda(L, x);
   if (x.dtype == DType::Bool)  // the max of bools is their any
     return Lowerer::cast(L.reduce(Lowerer::cast(x, DType::Int32), dims_of(L.arg(n, "dim")), L.arg(n, "keepdim").b, op, DType::Int32), DType::Bool);
   DType acc = is_floating(x.dtype) ? float_compute_dtype(x.dtype) : (x.dtype == DType::Int64 ? DType::Int64 : DType::Int32);
@@ -280,7 +271,6 @@ LT max_min_rule(Lowerer& L, const Node& n, ReduceOp reduce, BinaryOp pointwise) 
 LT arg_extreme_rule(Lowerer& L, const Node& n, ReduceOp op) {
   LT x = L.tensor_arg(n, "input");
   if (x.numel() == 0) throw NoLowering("empty input");
-  no_int32_extremes_on_cuda(L, x);
   if (x.dim() == 0) {  // the index of the one element
     LT zero = Lowerer::scalar_int(0);
     return Lowerer::broadcast(zero, L.out_meta(n).sizes);

@@ -62,6 +62,8 @@ double max_finite(DType dt) {
   }
 }
 
+LT int_divide_cuda(const LT& x, const LT& y, DType out, BinaryOp op);
+
 // Integer division, remainder or fmod (`op`) of a by b in the result dtype. A Python int divisor
 // is neither 0 in the dtype (eager raises) nor -1 (INT_MIN / -1 overflows; x86 traps). A tensor
 // divisor: eager CPU raises ZeroDivisionError where an element is 0, which the program checks
@@ -76,9 +78,8 @@ LT int_divide(Lowerer& L, const Node& n, const Value& a, const Value& b, BinaryO
     if (v == -1) throw NoLowering("integer division by -1");
     return Lowerer::map({L.tensor(a), L.tensor(b)}, out, out, [op](const V& v) { return bin(op, v[0], v[1]); });
   }
-  // NB: eager CUDA does not check the divisor; what its kernels give for 0 is the hardware's
-  if (on_cuda(L)) throw NoLowering("integer division by a tensor on CUDA");
   LT x = Lowerer::cast(L.tensor(a), out), y = Lowerer::cast(L.tensor(b), out);
+  if (on_cuda(L)) return int_divide_cuda(x, y, out, op);
   L.check_none(Lowerer::map({Lowerer::broadcast(y, L.out_meta(n).sizes)}, out, DType::Bool,
                             [](const V& v) { return bin(BinaryOp::Eq, v[0], c(0, v[0])); }),
                "ZeroDivisionError");
@@ -88,6 +89,28 @@ LT int_divide(Lowerer& L, const Node& n, const Value& a, const Value& b, BinaryO
     Expr safe = sel(bin(BinaryOp::Or, bin(BinaryOp::Eq, v[1], zero), by_minus_one), c(1, v[1]), v[1]);
     Expr negated = op == BinaryOp::FloorDiv || op == BinaryOp::Div ? bin(BinaryOp::Sub, zero, v[0]) : zero;
     return sel(by_minus_one, negated, bin(op, v[0], safe));
+  });
+}
+
+// op(x, y) as eager CUDA gives it: no check of the divisor, and where it is 0 the hardware's
+// division result (all bits set: NVIDIA's integer division by 0; int64 takes a 32-bit unsigned
+// path where both operands fit in 32 bits, giving 2^32 - 1) through eager's floor and remainder
+// fix-ups: floor gives -2 for a negative dividend, remainder adds the divisor 0. Narrower ints
+// compute in int and wrap (uint8: 255). A divisor of -1 negates, as on the CPU. Measured on an
+// H200, torch 2.11.
+LT int_divide_cuda(const LT& x, const LT& y, DType out, BinaryOp op) {
+  return Lowerer::map({x, y}, out, out, [op, out](const V& v) {
+    Expr zero = c(0, v[1]), by_zero = bin(BinaryOp::Eq, v[1], zero);
+    Expr by_minus_one = bin(BinaryOp::Eq, v[1], c(-1, v[1]));
+    Expr safe = sel(bin(BinaryOp::Or, by_zero, by_minus_one), c(1, v[1]), v[1]);
+    Expr negated = op == BinaryOp::FloorDiv || op == BinaryOp::Div ? bin(BinaryOp::Sub, zero, v[0]) : zero;
+    Expr ones = c(-1, v[0]);
+    if (out == DType::Int64) {
+      Expr fits = bin(BinaryOp::And, bin(BinaryOp::Ge, v[0], zero), bin(BinaryOp::Lt, v[0], c(4294967296.0, v[0])));
+      ones = sel(fits, c(4294967295.0, v[0]), ones);
+    }
+    if (op == BinaryOp::FloorDiv && out != DType::UInt8) ones = sel(bin(BinaryOp::Lt, v[0], zero), c(-2, v[0]), ones);
+    return sel(by_zero, ones, sel(by_minus_one, negated, bin(op, v[0], safe)));
   });
 }
 
@@ -108,9 +131,8 @@ LT binary_in_dtype(Lowerer& L, const Node& n, const Value& a, const Value& b, Bi
 LT rounding_binary(Lowerer& L, const Node& n, const Value& a, const Value& b, BinaryOp op) {
   DType out = L.out_meta(n).dtype;
   if (!is_floating(out)) return int_divide(L, n, a, b, op == BinaryOp::Mod ? BinaryOp::Mod : BinaryOp::Fmod);
-  // NB: eager CUDA computes remainder of f16/bf16 in the dtype's arithmetic (not measured here):
-  // kept in torch there.
-  if (on_cuda(L) && op == BinaryOp::Mod && loop::needs_narrowing(out)) throw NoLowering("reduced-float remainder on CUDA");
+  // NB: eager CUDA's f16/bf16 remainder is this formula too: fmod in float, the divisor's add in
+  // float, rounded once; a number read in the dtype (measured on an H200, torch 2.11)
   return binary_in_dtype(L, n, a, b, op);
 }
 
@@ -126,16 +148,17 @@ bool cpu_scalar(Lowerer& L, const Value& v) {
 // eager's div_floor_floating (c10/util/generic_math.h): the quotient of a - fmod(a, b), moved down
 // by one where the remainder's sign differs from b's, then floored (rounding up a difference
 // above 0.5); a zero quotient takes the sign of a / b, and b == 0 gives a / b. `step` rounds
-// each op's result where eager computes in the dtype's own arithmetic (f16/bf16 tensors).
-Expr floor_div_float(const Expr& a, const Expr& b, const std::function<Expr(Expr)>& step) {
+// each op's result where eager computes in the dtype's own arithmetic (f16/bf16 tensors on the
+// CPU), `result` the floored quotient where eager stores it in the dtype (CPU and CUDA).
+Expr floor_div_float(const Expr& a, const Expr& b, const std::function<Expr(Expr)>& step, const std::function<Expr(Expr)>& result) {
   Expr q = step(bin(BinaryOp::Div, a, b));
   Expr mod = bin(BinaryOp::Fmod, a, b);  // exact
   Expr zero = c(0, a);
   Expr div = step(bin(BinaryOp::Div, step(bin(BinaryOp::Sub, a, mod)), b));
   Expr differ = bin(BinaryOp::And, bin(BinaryOp::Ne, mod, zero), bin(BinaryOp::Ne, bin(BinaryOp::Lt, b, zero), bin(BinaryOp::Lt, mod, zero)));
   div = sel(differ, step(bin(BinaryOp::Sub, div, c(1, a))), div);
-  Expr fl = un(UnaryOp::Floor, div);
-  fl = sel(bin(BinaryOp::Gt, step(bin(BinaryOp::Sub, div, fl)), c(0.5, a)), step(bin(BinaryOp::Add, fl, c(1, a))), fl);
+  Expr fl = result(un(UnaryOp::Floor, div));
+  fl = sel(bin(BinaryOp::Gt, step(bin(BinaryOp::Sub, div, fl)), c(0.5, a)), result(bin(BinaryOp::Add, fl, c(1, a))), fl);
   Expr signed_zero = sel(un(UnaryOp::SignBit, q), c(-0.0, a), zero);
   Expr r = sel(bin(BinaryOp::Ne, div, zero), fl, signed_zero);
   return sel(bin(BinaryOp::Eq, b, zero), q, r);
@@ -257,29 +280,61 @@ LT nan_reduce(Lowerer& L, const Node& n, bool mean) {
   return Lowerer::map({s, count}, acc, out, [](const V& v) { return bin(BinaryOp::Div, v[0], v[1]); });
 }
 
+// eager CUDA's floor division by a Python number b (div_floor_kernel_cuda's scalar path): b in
+// the float compute type (not rounded to f16/bf16), its reciprocal taken on the host; b == 0 gives
+// a * (1 / b); else the quotient (a - fmod(a, b)) * (1 / b), its product not fused into another op,
+// moved down by one where the remainder's sign differs from b's, floored (rounding up a
+// difference above 0.5) and stored in the dtype; a zero quotient takes the sign of a * (1 / b).
+// Measured on an H200, torch 2.11, for every float dtype.
+LT floor_divide_by_number_cuda(Lowerer& L, const Value& a, double b, DType out) {
+  DType ct = float_compute_dtype(out);
+  bool f32 = ct == DType::Float32;
+  double bc = f32 ? static_cast<double>(static_cast<float>(b)) : b;
+  double inv = f32 ? static_cast<double>(1.0f / static_cast<float>(bc)) : 1.0 / bc;
+  auto in_dtype = [out](Expr e) { return loop::needs_narrowing(out) ? loop::narrow(std::move(e), out) : e; };
+  return Lowerer::map({Lowerer::cast(L.tensor(a), out)}, ct, out, [bc, inv, in_dtype](const V& v) {
+    const Expr& x = v[0];
+    Expr scaled = loop::rounded(bin(BinaryOp::Mul, x, c(inv, x)));
+    if (bc == 0) return scaled;
+    Expr mod = bin(BinaryOp::Fmod, x, c(bc, x));  // exact
+    Expr zero = c(0, x);
+    Expr div = loop::rounded(bin(BinaryOp::Mul, bin(BinaryOp::Sub, x, mod), c(inv, x)));
+    Expr differ = bin(BinaryOp::And, bin(BinaryOp::Ne, mod, zero), bc < 0 ? bin(BinaryOp::Ge, mod, zero) : bin(BinaryOp::Lt, mod, zero));
+    div = sel(differ, bin(BinaryOp::Sub, div, c(1, x)), div);
+    Expr fl = in_dtype(un(UnaryOp::Floor, div));
+    fl = sel(bin(BinaryOp::Gt, bin(BinaryOp::Sub, div, fl), c(0.5, x)), in_dtype(bin(BinaryOp::Add, fl, c(1, x))), fl);
+    Expr signed_zero = sel(un(UnaryOp::SignBit, scaled), c(-0.0, x), zero);
+    return sel(bin(BinaryOp::Ne, div, zero), fl, signed_zero);
+  });
+}
+
 }  // namespace
 
 LT floor_divide(Lowerer& L, const Node& n, const Value& a, const Value& b) {
   DType out = L.out_meta(n).dtype;
   if (!is_floating(out)) return int_divide(L, n, a, b, BinaryOp::FloorDiv);
   auto exact = [](Expr e) { return e; };
-  if (!loop::needs_narrowing(out)) {
-    // NB: eager CUDA multiplies by the reciprocal of a cpu scalar divisor (not measured here).
-    if (on_cuda(L) && b.is_number()) throw NoLowering("floor division by a number on CUDA");
-    return Lowerer::map({L.tensor(a), L.tensor(b)}, out, out, [exact](const V& v) { return floor_div_float(v[0], v[1], exact); });
+  auto in_dtype = [out](Expr e) { return loop::needs_narrowing(out) ? loop::narrow(std::move(e), out) : e; };
+  if (on_cuda(L)) {
+    if (b.is_number()) return floor_divide_by_number_cuda(L, a, b.as_double(), out);
+    // eager CUDA between tensors: every step in float (f16/bf16 too), the floored quotient stored
+    // in the dtype (measured on an H200, torch 2.11)
+    return Lowerer::map({Lowerer::cast(L.tensor(a), out), Lowerer::cast(L.tensor(b), out)}, float_compute_dtype(out), out,
+                        [exact, in_dtype](const V& v) { return floor_div_float(v[0], v[1], exact, in_dtype); });
   }
+  if (!loop::needs_narrowing(out))
+    return Lowerer::map({L.tensor(a), L.tensor(b)}, out, out, [exact](const V& v) { return floor_div_float(v[0], v[1], exact, exact); });
   // f16/bf16, measured on torch 2.13's CPU kernels: a cpu scalar divisor (a number or a 0-d
-  // tensor) is read at f32 and the whole formula computed in f32; between tensors every step is
-  // rounded to the dtype. Neither measured on CUDA nor on torch 1.13: kept in torch there.
-  if (on_cuda(L) || !torch_at_least(2, 0)) throw NoLowering("reduced-float floor division");
+  // tensor) is read at f32 and the whole formula computed in f32; between tensors, and for a cpu
+  // scalar dividend (converted to the dtype), every step is rounded to the dtype. Not measured on
+  // torch 1.13: kept in torch there.
+  if (!torch_at_least(2, 0)) throw NoLowering("reduced-float floor division");
   LT x = Lowerer::cast(L.tensor(a), out);
-  if (cpu_scalar(L, a)) throw NoLowering("reduced-float floor division of a scalar");
+  if (cpu_scalar(L, a) && cpu_scalar(L, b)) throw NoLowering("reduced-float floor division of two scalars");
   if (cpu_scalar(L, b))
-    return Lowerer::map({x, L.tensor(b)}, DType::Float32, out, [exact](const V& v) { return floor_div_float(v[0], v[1], exact); });
+    return Lowerer::map({x, L.tensor(b)}, DType::Float32, out, [exact](const V& v) { return floor_div_float(v[0], v[1], exact, exact); });
   LT y = Lowerer::cast(L.tensor(b), out);
-  return Lowerer::map({x, y}, DType::Float32, out, [out](const V& v) {
-    return floor_div_float(v[0], v[1], [out](Expr e) { return loop::narrow(std::move(e), out); });
-  });
+  return Lowerer::map({x, y}, DType::Float32, out, [in_dtype](const V& v) { return floor_div_float(v[0], v[1], in_dtype, in_dtype); });
 }
 
 LT trunc_divide_int(Lowerer& L, const Node& n, const Value& a, const Value& b) { return int_divide(L, n, a, b, BinaryOp::Div); }
@@ -313,9 +368,18 @@ void add_math_rules(OpRules& r) {
     if (d.i == 0) return float_unary(L, n, UnaryOp::Round);
     // NB: torch 1.13 rounds the steps of bf16 round(decimals) to bf16 (measured): kept in torch there
     if (loop::needs_narrowing(out) && !torch_at_least(2, 0)) throw NoLowering("reduced-float round(decimals) on torch 1");
-    // NB: eager CUDA's bf16 round(decimals) differed from this formula by an ulp of the result in
-    // the CUDA codegen fuzzer (seed 43, cases 43000442 and 43000851): kept in torch there.
-    if (loop::needs_narrowing(out) && on_cuda(L)) throw NoLowering("reduced-float round(decimals) on CUDA");
+    if (loop::needs_narrowing(out) && on_cuda(L)) {
+      // eager CUDA (round_decimals_kernel_cuda) computes in the dtype: 10^|decimals| converted to
+      // it (through float), the product or quotient rounded to it before nearbyint (measured on an
+      // H200, torch 2.11; f16 with |decimals| >= 5 gives NaN: the power is inf)
+      float pf = static_cast<float>(std::pow(10.0, static_cast<double>(std::abs(d.i))));
+      bool neg = d.i < 0;
+      return Lowerer::map({L.tensor(n.args[0])}, DType::Float32, out, [pf, neg, out](const V& v) {
+        Expr p = loop::narrow(c(pf, v[0]), out);
+        Expr t = loop::narrow(bin(neg ? BinaryOp::Div : BinaryOp::Mul, v[0], p), out);
+        return bin(neg ? BinaryOp::Mul : BinaryOp::Div, un(UnaryOp::Round, t), p);
+      });
+    }
     // eager's round_decimals: by 10^|decimals| taken in opmath, nearbyint(x * p) / p, or
     // nearbyint(x / p) * p for negative decimals (measured equal on CPU for every float dtype)
     DType ct = float_compute_dtype(out);
@@ -429,8 +493,6 @@ void add_math_rules(OpRules& r) {
     if (out == DType::Float32 || out == DType::Float64)
       return Lowerer::map({x, y}, out, out, [](const V& v) { return bin(BinaryOp::NextAfter, v[0], v[1]); });
     if (!loop::needs_narrowing(out)) throw NoLowering("nextafter of a non-float");
-    // NB: not measured on CUDA, whose kernels may step in float: kept in torch there
-    if (on_cuda(L)) throw NoLowering("reduced-float nextafter on CUDA");
     loop::MathFn fn = out == DType::BFloat16 ? loop::MathFn::NextafterBf16 : loop::MathFn::NextafterF16;
     return Lowerer::map({x, y}, DType::Float32, out, [fn](const V& v) { return loop::call(fn, {v[0], v[1]}); });
   };

@@ -122,7 +122,7 @@ LT mvlgamma_rule(Lowerer& L, const Node& n) {
 }
 
 // eager's ldexp: x * pow(2.0, other), a composite (the power in other's float dtype, ints in the
-// default one, then the product in the result dtype). Since torch 2.13 (measured; 1.13 is the
+// default one, then the product in the result dtype). Since torch 2.11 (measured on 2.11 and 2.13; 1.13 is the
 // composite) a float x with an integer exponent is scaled exactly instead, in x's dtype: C's ldexp
 // by the exponent as a C int (through float for f16/bf16).
 LT ldexp_rule(Lowerer& L, const Node& n) {
@@ -130,8 +130,8 @@ LT ldexp_rule(Lowerer& L, const Node& n) {
   LT x = L.tensor(n.args[0]), e = L.tensor(n.args[1]);
   if (!is_floating(out) || is_complex(x.dtype) || is_complex(e.dtype)) throw NoLowering("ldexp of complex operands");
   if (is_floating(x.dtype) && !is_floating(e.dtype)) {
-    if (torch_at_least(2, 0) && !torch_at_least(2, 13)) throw NoLowering("torch 2.0-2.12's ldexp of an integer exponent is not measured");
-    if (torch_at_least(2, 13)) {
+    if (torch_at_least(2, 0) && !torch_at_least(2, 11)) throw NoLowering("torch 2.0-2.10's ldexp of an integer exponent is not measured");
+    if (torch_at_least(2, 11)) {
       DType at = out == DType::Float64 ? DType::Float64 : DType::Float32;
       LT k = Lowerer::cast(Lowerer::cast(e, DType::Int32), DType::Float64);
       LT r = Lowerer::map({Lowerer::cast(x, DType::Float64), k}, DType::Float64, at,
@@ -139,9 +139,9 @@ LT ldexp_rule(Lowerer& L, const Node& n) {
       return Lowerer::cast(r, out);
     }
   }
-  // NB: torch 2.13 takes the power of a 0-d exponent in the promoted dtype of x and it where x is
+  // NB: torch >= 2.11 takes the power of a 0-d exponent in the promoted dtype of x and it where x is
   // f64/f16/bf16: other dtypes there stay in torch
-  if (torch_at_least(2, 13) && e.dim() == 0 && is_floating(x.dtype) && x.dtype != DType::Float32 && x.dtype != e.dtype)
+  if (torch_at_least(2, 11) && e.dim() == 0 && is_floating(x.dtype) && x.dtype != DType::Float32 && x.dtype != e.dtype)
     throw NoLowering("ldexp of a 0-d exponent");
   DType pt = is_floating(e.dtype) ? e.dtype : default_float_dtype();
   LT pw = Lowerer::map({Lowerer::cast(e, pt)}, float_compute_dtype(pt), pt, [](const V& v) { return bin(BinaryOp::Pow, c(2.0, v[0]), v[0]); });

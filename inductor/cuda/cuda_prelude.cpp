@@ -77,6 +77,18 @@ template <> FF_DEV double ff_max_(double a, double b) { return (a != a || b != b
 template <> FF_DEV double ff_min_(double a, double b) { return (a != a || b != b) ? a + b : fmin(a, b); }
 template <> FF_DEV bool ff_max_(bool a, bool b) { return a || b; }
 template <> FF_DEV bool ff_min_(bool a, bool b) { return a && b; }
+// NB: int (every int dtype narrower than 64 bits computes in it) compared as unsigned with the sign
+// bit flipped: ptxas (sm_90, CUDA 12.8 and 13) fuses two signed 32-bit max (min) into one
+// three-operand instruction and drops a negation of an operand of the inner one (max(max(-a, b),
+// -c) gave max(-a, b, c) on an H200); the unsigned form keeps it.
+template <> FF_DEV int ff_max_(int a, int b) {
+  unsigned x = (unsigned)a ^ 0x80000000u, y = (unsigned)b ^ 0x80000000u;
+  return (int)((x > y ? x : y) ^ 0x80000000u);
+}
+template <> FF_DEV int ff_min_(int a, int b) {
+  unsigned x = (unsigned)a ^ 0x80000000u, y = (unsigned)b ^ 0x80000000u;
+  return (int)((x < y ? x : y) ^ 0x80000000u);
+}
 
 template <class T> FF_DEV T ff_pow_(T a, T b) {
   if (b < 0) return (a == 1) ? T(1) : (a == -1) ? ((b % 2) ? T(-1) : T(1)) : T(0);

@@ -284,7 +284,7 @@ def test_a_view_with_its_base_shape_is_a_new_object():
 @gpu
 @pytest.mark.parametrize("dtype", [torch.int32, torch.int16, torch.int64])
 def test_max_of_negated_ints(dtype):
-    # codegen fuzz case 43000237: NVRTC-compiled int32 max reductions of -x gave wrong values; they
-    # run in torch on CUDA (lower_ops.cpp no_int32_extremes_on_cuda)
+    # codegen fuzz case 43000237: ptxas fused int32 max reductions of -x into one instruction that
+    # dropped a negation; the prelude's int max/min keep it (cuda_prelude.cpp)
     x = torch.tensor([[1, 2], [3, 4], [5, 6]], dtype=dtype, device="cuda")
     _compiled_equals_eager(lambda x: (torch.amax(-x, 0), torch.max(-x, 0)[0], torch.argmax(-x, 0), torch.amin(-x, 1)), x)

@@ -111,6 +111,11 @@ def test_rounding_binary_floats(fn, dtype):
         for s in (0.3, -1.7, 2, -0.0):
             lowered(lambda g, x: g.call(fn, x, s), [a], externs=ext)
         lowered(lambda g, x, y: g.call(fn, x, y), [a, torch.tensor(0.3, dtype=dtype)], externs=ext)
+    if fn in (operator.floordiv, operator.mod, torch.remainder):
+        # a number or a 0-d tensor as the dividend (the number converted to the dtype)
+        for s in (100.7, -3.1, 7.3):
+            lowered(lambda g, y: g.call(fn, s, y), [b], externs=ext)
+        lowered(lambda g, x, y: g.call(fn, x, y), [torch.tensor(100.7, dtype=dtype), b], externs=ext)
 
 
 @pytest.mark.parametrize("dtype", FLOATS)
