@@ -342,6 +342,7 @@ Sym SymbolicTracer::call_const(const Sym& fn, std::vector<Sym>& args, KwArgs& kw
     bool constant = static_cast<bool>(data);
     for (const auto& [name, v] : kwargs) {
       PyRef c = PyRef::steal(sym_to_const(v));
+      if (c && (name == "requires_grad" || name == "pin_memory") && c.get() == Py_False) continue;  // eager's default
       if (!c || (name != "dtype" && name != "device") || !kw) {
         constant = false;
         break;

@@ -291,6 +291,16 @@ std::vector<OpDef> open_op_defs(const OpenOpSpec& spec, std::vector<std::string>
       d.schema.params.push_back(std::move(p));
     }
     if (!ok) continue;
+    // torch's Python binding takes an int list that is the one positional parameter (a method's
+    // `self` aside) as varargs too: x.sum_to_size(2, 3), torch.zeros(2, 3) (torch.ops callables do not).
+    int positional = 0, list_at = -1;
+    for (size_t i = spec.style == PrintStyle::Method ? 1 : 0; i < d.schema.params.size(); ++i) {
+      const ParamSpec& p = d.schema.params[i];
+      if (p.kwarg_only) continue;
+      ++positional;
+      if (p.type == ParamType::IntList && !p.optional) list_at = static_cast<int>(i);
+    }
+    if (positional == 1 && list_at >= 0 && !spec.schema_names) d.schema.params[static_cast<size_t>(list_at)].type = ParamType::IntVarargs;
     // Factory functions take `requires_grad` in Python besides their schema's tensor options.
     if (d.schema.index_of("pin_memory") >= 0 && d.schema.index_of("requires_grad") < 0) {
       ParamSpec rg;

@@ -326,12 +326,10 @@ LT floor_divide(Lowerer& L, const Node& n, const Value& a, const Value& b) {
     return Lowerer::map({L.tensor(a), L.tensor(b)}, out, out, [exact](const V& v) { return floor_div_float(v[0], v[1], exact, exact); });
   // f16/bf16, measured on torch 2.13's CPU kernels: a cpu scalar divisor (a number or a 0-d
   // tensor) is read at f32 and the whole formula computed in f32; between tensors, and for a cpu
-  // scalar dividend (converted to the dtype), every step is rounded to the dtype. Not measured on
-  // torch 1.13: kept in torch there.
-  if (!torch_at_least(2, 0)) throw NoLowering("reduced-float floor division");
+  // scalar dividend (converted to the dtype), every step is rounded to the dtype. torch 1.13
+  // converts a number divisor to the dtype too and rounds every step (measured).
   LT x = Lowerer::cast(L.tensor(a), out);
-  if (cpu_scalar(L, a) && cpu_scalar(L, b)) throw NoLowering("reduced-float floor division of two scalars");
-  if (cpu_scalar(L, b))
+  if (cpu_scalar(L, b))  // a cpu scalar dividend too (0-d // 0-d: measured); never on torch 1
     return Lowerer::map({x, L.tensor(b)}, DType::Float32, out, [exact](const V& v) { return floor_div_float(v[0], v[1], exact, exact); });
   LT y = Lowerer::cast(L.tensor(b), out);
   return Lowerer::map({x, y}, DType::Float32, out, [in_dtype](const V& v) { return floor_div_float(v[0], v[1], in_dtype, in_dtype); });
@@ -366,12 +364,11 @@ void add_math_rules(OpRules& r) {
       return L.tensor(n.args[0]);
     }
     if (d.i == 0) return float_unary(L, n, UnaryOp::Round);
-    // NB: torch 1.13 rounds the steps of bf16 round(decimals) to bf16 (measured): kept in torch there
-    if (loop::needs_narrowing(out) && !torch_at_least(2, 0)) throw NoLowering("reduced-float round(decimals) on torch 1");
-    if (loop::needs_narrowing(out) && on_cuda(L)) {
-      // eager CUDA (round_decimals_kernel_cuda) computes in the dtype: 10^|decimals| converted to
-      // it (through float), the product or quotient rounded to it before nearbyint (measured on an
-      // H200, torch 2.11; f16 with |decimals| >= 5 gives NaN: the power is inf)
+    if (loop::needs_narrowing(out) && (on_cuda(L) || !torch_at_least(2, 0))) {
+      // eager CUDA (round_decimals_kernel_cuda) and torch 1.13's CPU kernel compute in the dtype:
+      // 10^|decimals| converted to it (through float), the product or quotient rounded to it before
+      // nearbyint (measured: an H200 with torch 2.11, and torch 1.13; f16 with |decimals| >= 5 gives
+      // NaN: the power is inf)
       float pf = static_cast<float>(std::pow(10.0, static_cast<double>(std::abs(d.i))));
       bool neg = d.i < 0;
       return Lowerer::map({L.tensor(n.args[0])}, DType::Float32, out, [pf, neg, out](const V& v) {

@@ -45,10 +45,11 @@ LT float_binary(Lowerer& L, const Node& n, const std::function<Expr(const Expr&,
 }
 
 // x * k for deg2rad and rad2deg: eager multiplies by the number as a cpu scalar, read at f32 in
-// f16/bf16 (torch >= 2; torch 1.13 is not measured: kept in torch there).
+// f16/bf16 on torch >= 2, converted to the dtype on torch 1.13 (measured).
 LT scale_rule(Lowerer& L, const Node& n, double k) {
-  if (loop::needs_narrowing(L.out_meta(n).dtype) && !torch_at_least(2, 0)) throw NoLowering("reduced-float scaling on torch 1");
-  return float_map(L, n, [k](const Expr& x) { return bin(BinaryOp::Mul, x, c(k, x)); });
+  DType out = L.out_meta(n).dtype;
+  bool in_dtype = loop::needs_narrowing(out) && !torch_at_least(2, 0);
+  return float_map(L, n, [k, in_dtype, out](const Expr& x) { return bin(BinaryOp::Mul, x, in_dtype ? dtype_constant(k, out, x) : c(k, x)); });
 }
 
 // x * log(y) with xlogy's cases (eager's xlogy_kernel, xlog1py_kernel): NaN where y is NaN, 0 where x is 0.

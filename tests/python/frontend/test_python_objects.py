@@ -327,6 +327,15 @@ def test_torch_tensor_of_constant_data(backend):
     assert compiled(x)[4] is not compiled(x)[4]
     assert framefuse.explain(f)(x).graph_break_count == 0
 
+    # eager's defaults passed explicitly (torch.signal.windows does); requires_grad=True makes a
+    # leaf each call, which a clone is not: that still breaks
+    def g(x):
+        return x * torch.tensor([1.0, -0.5], dtype=x.dtype, requires_grad=False, pin_memory=False)
+
+    check(g, x[:, :2], backend=backend)
+    assert framefuse.explain(g)(x[:, :2]).graph_break_count == 0
+    assert framefuse.explain(lambda x: x * torch.tensor([1.0, 2.0], requires_grad=True))(x[:, :2]).graph_break_count == 1
+
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_os_environ_reads_are_guarded_by_key(backend, monkeypatch):

@@ -266,3 +266,25 @@ def test_dtype_predicates_are_read_off_the_traced_dtype(backend):
         got, want = compiled(f, backend)(x), f(x)
         assert torch.equal(got[0], want[0]) and got[1] == want[1], dt
         assert framefuse.explain(f)(x).graph_break_count == 0
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_an_only_positional_int_list_takes_varargs(backend):
+    # torch's binding takes x.sum_to_size(2, 3) as x.sum_to_size((2, 3)): an int list that is the
+    # one positional parameter besides self (as view and permute); torch.ops callables do not.
+    x = torch.randn(2, 3, 4)
+
+    def f(x):
+        return x.sum_to_size(2, 1, 4), torch.Tensor.sum_to_size(x, 3, 1), x.sum_to_size((1, 4)), x.sum_to_size(size=[2, 3, 1])
+
+    assert framefuse.explain(f)(x).graph_break_count == 0
+    for got, want in zip(compiled(f, backend)(x), f(x)):
+        torch.testing.assert_close(got, want)
+
+    def g(x):
+        return torch.ops.aten.sum_to_size(x, 2, 1, 4)
+
+    with pytest.raises(Exception) as eager:
+        g(x)
+    with pytest.raises(type(eager.value)):
+        compiled(g, backend)(x)
