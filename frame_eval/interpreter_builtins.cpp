@@ -422,10 +422,10 @@ Sym SymbolicTracer::call_const(const Sym& fn, std::vector<Sym>& args, KwArgs& kw
       g->flag = o == k.enable_grad;
       return g;
     }
-    if (o && (o == k.disable_torch_dispatch || o == k.disable_functorch)) {
-      if (!args.empty() || !kwargs.empty()) brk(BreakKind::UnsupportedContextManager, describe_sym(fn) + " with arguments");
+    if (o && (o == k.disable_torch_dispatch || o == k.disable_functorch || (o == k.record_function && k.nullcontext))) {
+      if (o != k.record_function && (!args.empty() || !kwargs.empty())) brk(BreakKind::UnsupportedContextManager, describe_sym(fn) + " with arguments");
       Sym c = make_sym(SymKind::NoopCtx);
-      c->obj = PyRef::borrow(o);
+      c->obj = PyRef::borrow(o == k.record_function ? k.nullcontext : o);
       return c;
     }
     if (o == k.set_grad_enabled) {

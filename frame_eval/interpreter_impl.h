@@ -51,6 +51,10 @@ struct Known {
   PyObject* set_grad_enabled = nullptr;
   PyObject* disable_torch_dispatch = nullptr;  // torch._C._DisableTorchDispatch (NoopCtx)
   PyObject* disable_functorch = nullptr;       // torch._C._DisableFuncTorch (NoopCtx)
+  // torch.autograd.profiler.record_function(name): a NoopCtx of contextlib.nullcontext (compiled code
+  // records no profiler ranges of its own, as under torch.compile)
+  PyObject* record_function = nullptr;
+  PyObject* nullcontext = nullptr;
   PyObject* default_generator = nullptr;       // torch.default_generator (what torch.manual_seed returns)
   PyObject* size_type = nullptr;        // torch.Size
   PyObject* partial_type = nullptr;     // functools.partial

@@ -31,6 +31,8 @@ const Known& known() {
       k->set_grad_enabled = import_attr("torch", "set_grad_enabled");
       k->disable_torch_dispatch = import_attr("torch._C", "_DisableTorchDispatch");
       k->disable_functorch = import_attr("torch._C", "_DisableFuncTorch");
+      k->record_function = import_attr("torch.autograd.profiler", "record_function");
+      k->nullcontext = import_attr("contextlib", "nullcontext");
       k->default_generator = import_attr("torch", "default_generator");
       k->size_type = import_attr("torch", "Size");
       k->torch_tensor = import_attr("torch", "tensor");

@@ -59,7 +59,8 @@ struct Frame;  // interpreter_impl.h: an interpreted frame (a generator's, held 
   X(NoopCtx, "obj: a class made with no arguments whose objects change nothing compiled code "   \
              "can see, as context managers or while they live (torch._C._DisableTorchDispatch: "  \
              "compiled code runs only where no dispatch mode or torch.func transform is active, " \
-             "eager_context_active); `with` only where obj has __enter__ (torch >= 2.0)")          \
+             "eager_context_active; record_function(name) as contextlib.nullcontext: compiled "     \
+             "code records no profiler ranges); `with` only where obj has __enter__ (torch >= 2.0)") \
   X(Partial, "functools.partial: items[0] func, items[1] args (Tuple), items[2] kwargs (Dict)")  \
   X(DictView, "dict.keys() / values() / items(): items[0] the Dict (read live), name: which")    \
   X(Appendable, "a list or set passed in (obj, source) whose contents the trace has not read: "   \

@@ -698,3 +698,31 @@ def test_a_context_manager_written_in_c_breaks_as_one():
         framefuse.compile(f, fullgraph=True)(torch.ones(2))
     framefuse.reset()
     assert torch.equal(framefuse.compile(f)(torch.ones(2)), torch.ones(2) + 1) and not lock.locked()
+
+
+def test_profiler_ranges_are_no_ops_in_compiled_code():
+    # torch.autograd.profiler.record_function (the optimizers' step wrapper uses it) changes nothing
+    # compiled code computes: one graph, as under torch.compile, which drops the range too; a break
+    # inside the block resumes in a plain context manager.
+    def f(x):
+        with torch.autograd.profiler.record_function("scaled"):
+            y = x * 3
+        with torch.profiler.record_function("shifted"):
+            return y + 1
+
+    def g(x):
+        with torch.autograd.profiler.record_function("around a break"):
+            y = x * 3
+            print("", end="")
+            return y + 1
+
+    x = torch.randn(5)
+    report = framefuse.explain(f)(x)
+    assert report.graph_count == 1 and report.graph_break_count == 0
+    framefuse.reset()
+    assert torch.equal(framefuse.compile(f)(x), f(x))
+    framefuse.reset()
+    assert torch.equal(framefuse.compile(g)(x), g(x))
+    with torch.profiler.profile() as prof:  # the compiled code runs under a live profiler too
+        assert torch.equal(framefuse.compile(f)(x), f(x))
+    assert prof.key_averages() is not None
