@@ -124,22 +124,22 @@ def test_runner_raises_what_eager_raises():
 
 def test_runner_releases_intermediates():
     # A long chain must not keep every intermediate alive: the runner frees each after its last use.
+    # NB: the chain is of correctly rounded ops (IEEE add and multiply), so eager's result is the same
+    # bits on every CPU and code path: a chain of `sin` differed by a few ulps per step twice in CI runs
+    # under ASan (torch's vectorized transcendental kernels are not bit-reproducible across paths).
     g = Graph()
     x = g.placeholder("x", torch.randn(256, 256))
     v = x
-    for _ in range(50):
-        v = g.call(torch.sin, v)
+    for _ in range(25):
+        v = g.call(torch.add, g.call(torch.mul, v, 0.75), 1.0)
     g.output(v)
     X = torch.randn(256, 256)
-    # NB: once in a CI run under ASan the two chains differed in the last bits (not reproduced in
-    # hundreds of runs since, with or without ASan): this test is about releasing intermediates, so
-    # it compares to float32 rounding (the OpInfo sweeps check the runner's exactness).
-    torch.testing.assert_close(g.run(X), _chain(X, 50), rtol=1e-6, atol=1e-6)
+    assert torch.equal(g.run(X), _chain(X, 25))
 
 
 def _chain(x, n):
     for _ in range(n):
-        x = torch.sin(x)
+        x = torch.add(torch.mul(x, 0.75), 1.0)
     return x
 
 
