@@ -254,6 +254,9 @@ std::optional<ValueMeta> meta_clamp(const MetaContext& ctx) {
     if (tlo) operands.push_back(lov);
     if (thi) operands.push_back(hiv);
     DType dt = result_type(operands, ctx.graph);
+    TensorMeta promoted = x;  // clamp(int32, f16, int32) runs in f16 (torch 1.13 has no CPU kernel)
+    promoted.dtype = dt;
+    if (missing_cpu_kernel(promoted)) return std::nullopt;
     return pointwise_result(operands, ctx.graph, dt, dt, Promote::OnCpu);
   }
   for (const Value* v : {&lov, &hiv})

@@ -223,11 +223,13 @@ def _division_hazard(op, text, values, device="cpu"):
     return False
 
 
-_FMOD = {"fmod", "mod", "remainder"}
+# NB: torch 1.13's vector loop of floor division takes fmod from SLEEF too (1 // 1e-40 is NaN there, inf
+# in its scalar tail); torch 2's is not NaN there, so the check below never fires on it.
+_FMOD = {"fmod", "mod", "remainder", "floordiv", "div_floor", "floor_divide"}
 
 
 def _sleef_fmod_hazard(op, line, local, target, value):
-    """Eager CPU's vector loop computes fmod (and remainder) with SLEEF, which gives NaN where x / y
+    """Eager CPU's vector loop computes fmod (and remainder, and on torch 1.13 floor division) with SLEEF, which gives NaN where x / y
     overflows the dtype (fmod(1.0, 1e-40), fmod(3e38, 1e-3)); its scalar tail and eager CUDA give
     C's fmod. Where they disagree eager has no one answer: such ops are not drawn. The C result is
     the op run again on float64 copies of the operands (exact: fmod needs no rounding)."""

@@ -668,7 +668,8 @@ for name in ["add", "sub", "mul", "div", "remainder", "fmod", "floor_divide", "p
     fn = getattr(torch, name)
     cases(name, C(fn, H, T(4, dtype=f16)), C(fn, BH, T((), dtype=f32)), C(fn, H, T(3, 4, dtype=bf16)))
 cases("op_add", C(operator.add, H, 1.5), C(operator.add, BH, T(3, 4, dtype=f16)))
-cases("clamp", C(torch.clamp, H, -0.5, 0.5), C(torch.clamp, BH, min=0.0))
+cases("clamp", C(torch.clamp, H, -0.5, 0.5), C(torch.clamp, BH, min=0.0),
+      C(torch.clamp, T(3, 4, dtype=i32), H, T(3, 4, dtype=i32)))  # in float16: promoted
 cases("where", C(torch.where, B(3, 4), H, 0.5), C(torch.where, B(3, 4), BH, T(3, 4)))
 cases("masked_fill", C(torch.masked_fill, H, B(4), 1.0), C(torch.masked_fill, BH, B(3, 4), 2))
 cases("lerp", C(torch.lerp, H, T(3, 4, dtype=f16), 0.5))
