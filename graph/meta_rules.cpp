@@ -40,6 +40,10 @@ std::vector<int64_t> fastest_dims_first(int64_t ndim, ShouldSwap should_swap) {
 
 }  // namespace
 
+std::atomic<bool> g_eager_cpu_fma{false};
+void set_eager_cpu_fma(bool fused) { g_eager_cpu_fma.store(fused, std::memory_order_relaxed); }
+bool eager_cpu_fma() { return g_eager_cpu_fma.load(std::memory_order_relaxed); }
+
 void set_torch_version(int major, int minor) { g_torch_version.store(major * 100 + minor, std::memory_order_relaxed); }
 bool torch_at_least(int major, int minor) {
   return g_torch_version.load(std::memory_order_relaxed) >= major * 100 + minor;

@@ -42,6 +42,12 @@ void set_default_float_dtype(DType t);
 void set_torch_version(int major, int minor);
 bool torch_at_least(int major, int minor);
 
+// Whether eager CPU's kernels computing `a + alpha * b` (add and sub with alpha, lerp, addcmul) round
+// once, as a fused multiply-add: torch's AVX2 and AVX-512 kernels do, its default ones do not (the
+// CPU, or ATEN_CPU_CAPABILITY, decides). Probed on the running torch with the version; false until then.
+void set_eager_cpu_fma(bool fused);
+bool eager_cpu_fma();
+
 // Whether a bound call of `op` mutates its first operand: kInplace ops always, kInplaceFlag ops
 // (F.relu(x, inplace=True) ...) when their `inplace` argument is True.
 bool call_mutates_input(const OpDef& op, const std::vector<Value>& bound);

@@ -657,6 +657,7 @@ class KernelEmitter {
         Value* d = select_arm(e->args[2]);
         return b_.CreateSelect(c, a, d);
       }
+      case ExprKind::Fma: return call_intrinsic3(Intrinsic::fma, expr(e->args[0]), expr(e->args[1]), expr(e->args[2]));
       case ExprKind::Cast: return convert(expr(e->args[0]), e->args[0]->type, e->type);
       case ExprKind::Narrow: return narrow(expr(e->args[0]), static_cast<DType>(e->i), e->args[0]);
       case ExprKind::Call: return math_call(e);

@@ -388,6 +388,12 @@ Expr select(Expr c, Expr a, Expr b) {
   ScalarType t = a->type;  // NB: read before the operands are moved
   return make(ExprKind::Select, t, {std::move(c), std::move(a), std::move(b)});
 }
+Expr fma(Expr a, Expr b, Expr c) {
+  FF_CHECK(a && b && c, "null operand");
+  FF_CHECK(is_float(a->type) && a->type == b->type && a->type == c->type, "fma needs floats of one type");
+  ScalarType t = a->type;
+  return make(ExprKind::Fma, t, {std::move(a), std::move(b), std::move(c)});
+}
 Expr cast(Expr a, ScalarType t) {
   FF_CHECK(a, "null operand");
   if (a->type == t) return a;
@@ -574,6 +580,8 @@ std::string expr_str(const Expr& e) {
     }
     case ExprKind::Select:
       return "where(" + expr_str(e->args[0]) + ", " + expr_str(e->args[1]) + ", " + expr_str(e->args[2]) + ")";
+    case ExprKind::Fma:
+      return "fma(" + expr_str(e->args[0]) + ", " + expr_str(e->args[1]) + ", " + expr_str(e->args[2]) + ")";
     case ExprKind::Cast: return std::string(scalar_type_name(e->type)) + "(" + expr_str(e->args[0]) + ")";
     case ExprKind::Narrow: return narrow_dtype_name(e->i) + "(" + expr_str(e->args[0]) + ")";
     case ExprKind::Call: {

@@ -148,6 +148,7 @@ enum class ReduceOp : uint8_t {
   X(Unary, "op(args[0]); `op` is a UnaryOp")                                                    \
   X(Binary, "op(args[0], args[1]); `op` is a BinaryOp")                                          \
   X(Select, "args[0] ? args[1] : args[2] (both branches are evaluated: no side effects)")       \
+  X(Fma, "args[0] * args[1] + args[2] rounded once (C's fma), floats of one `type`")           \
   X(Cast, "args[0] converted to `type` (float->int truncates; ->bool is != 0)")                 \
   X(Narrow, "args[0] rounded to the storage dtype `i` (a DType) and back to `type`: 8/16-bit "  \
             "ints wrap (two's complement), f16/bf16 round to nearest even; what a store to a "   \
@@ -198,6 +199,9 @@ inline bool is_rounded_mul(const ExprNode& e) {
   return e.kind == ExprKind::Binary && e.op == static_cast<uint8_t>(BinaryOp::Mul) && e.i == 1;
 }
 Expr select(Expr c, Expr a, Expr b);
+// a * b + c rounded once, as eager CPU's kernels compute `a + alpha * b` where the CPU has fused
+// multiply-adds (eager_cpu_fma() in graph/meta_rules.h says whether the running torch does).
+Expr fma(Expr a, Expr b, Expr c);
 Expr cast(Expr a, ScalarType t);  // identity when already `t`
 // `a` as a value of dtype `dt` (computed in dtype_compute_type(dt), which must be a's type):
 // identity where that type holds every value of it exactly (i32 for int32, f32 for float32).

@@ -9,6 +9,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "graph/meta_rules.h"
 #include "graph/op.h"
 #include "graph/op_registry.h"
 #include "inductor/loop_ir.h"
@@ -184,6 +185,15 @@ LT any_map(Lowerer& L, const Node& n, const std::function<Expr(const Expr&)>& fn
 // Whether the graph is lowered for CUDA, whose eager kernels compute some ops by other formulas
 // than CPU's (the ATen CUDA kernel each rule follows is named there).
 inline bool on_cuda(const Lowerer& L) { return L.like() == EagerDevice::CUDA; }
+
+// a * b + c (floats) as eager's kernel for `c + b * a` rounds it: once (a fused multiply-add) on a CPU
+// whose eager kernels fuse it (eager_cpu_fma), else the product first. NB: eager CUDA's kernels are
+// contracted by nvcc, and NVRTC contracts a * b + c within one op's formula alike (loop_ir.h).
+inline Expr mul_add(const Lowerer& L, Expr a, Expr b, Expr c) {
+  if (!on_cuda(L) && eager_cpu_fma() && loop::is_float(a->type))
+    return loop::fma(std::move(a), std::move(b), std::move(c));
+  return loop::binary(loop::BinaryOp::Add, loop::binary(loop::BinaryOp::Mul, std::move(a), std::move(b)), std::move(c));
+}
 
 // torch's strides for a view of (sizes, strides) as `shape`; nullopt where reshape copies.
 std::optional<SymShape> view_strides(const SymShape& oldshape, const SymShape& oldstride, const SymShape& shape);

@@ -99,7 +99,9 @@ LT arith(Lowerer& L, const Node& n, const Value& a, const Value& b, BinaryOp op,
   std::vector<LT> ops{x, y};
   // alpha converted to the result dtype like the operands (exact for int64).
   if (scaled) ops.push_back(L.tensor(*alpha));
-  return Lowerer::map(ops, compute, out, [op](const V& v) {
+  return Lowerer::map(ops, compute, out, [&L, op](const V& v) {
+    if (v.size() == 3 && loop::is_float(v[0]->type))  // eager: a + alpha * b (sub: alpha negated)
+      return mul_add(L, op == BinaryOp::Sub ? loop::unary(UnaryOp::Neg, v[1]) : v[1], v[2], v[0]);
     return loop::binary(op, v[0], v.size() == 3 ? loop::binary(BinaryOp::Mul, v[1], v[2]) : v[1]);
   });
 }

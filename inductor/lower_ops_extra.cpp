@@ -381,13 +381,6 @@ void add_extra_rules(OpRules& r) {
     no_inplace(L, n);
     return hardtanh_rule(L, n, 0, 6);
   };
-  r[Op::elu] = [](Lowerer& L, const Node& n) {
-    no_inplace(L, n);
-    double alpha = number(L, n, "alpha");
-    return float_map(L, n, [alpha](const Expr& x) {
-      return loop::select(bin(BinaryOp::Gt, x, c(0, x)), x, bin(BinaryOp::Mul, c(alpha, x), un(UnaryOp::Expm1, x)));
-    });
-  };
   // NB: eager CUDA (hardsigmoid_kernel, hardswish_kernel in ActivationHard*Kernel.cu) multiplies by
   // one_sixth, the float 1.0f / 6.0f even in double; eager CPU divides by 6.
   r[Op::hardsigmoid] = [](Lowerer& L, const Node& n) {
@@ -430,7 +423,8 @@ void add_extra_rules(OpRules& r) {
     const Value& al = L.arg(n, "alpha");
     if (!al.is_number()) throw NoLowering("alpha");
     // other - alpha * input, alpha converted to the result dtype like the operands (exact int64)
-    return Lowerer::map({L.tensor(n.args[0]), L.tensor(n.args[1]), L.tensor(al)}, out, out, [](const V& v) {
+    return Lowerer::map({L.tensor(n.args[0]), L.tensor(n.args[1]), L.tensor(al)}, out, out, [&L](const V& v) {
+      if (loop::is_float(v[0]->type)) return mul_add(L, un(UnaryOp::Neg, v[0]), v[2], v[1]);
       return bin(BinaryOp::Sub, v[1], bin(BinaryOp::Mul, v[0], v[2]));
     });
   };
@@ -454,20 +448,12 @@ void add_extra_rules(OpRules& r) {
     // NB: eager's formula: from the nearer end, start + w * (end - start) for |w| < 0.5, else
     // end - (end - start) * (1 - w) (exact at w = 1).
     return Lowerer::map({L.tensor(n.args[0]), L.tensor(n.args[1]), L.tensor(n.args[2])}, float_compute_dtype(out), out,
-                        [](const V& v) {
+                        [&L](const V& v) {
                           Expr d = bin(BinaryOp::Sub, v[1], v[0]);
                           Expr small = bin(BinaryOp::Lt, un(UnaryOp::Abs, v[2]), c(0.5, v[2]));
-                          return loop::select(small, bin(BinaryOp::Add, v[0], bin(BinaryOp::Mul, v[2], d)),
-                                              bin(BinaryOp::Sub, v[1], bin(BinaryOp::Mul, d, bin(BinaryOp::Sub, c(1, v[2]), v[2]))));
+                          return loop::select(small, mul_add(L, v[2], d, v[0]),
+                                              mul_add(L, un(UnaryOp::Neg, d), bin(BinaryOp::Sub, c(1, v[2]), v[2]), v[1]));
                         });
-  };
-  r[Op::addcmul] = [](Lowerer& L, const Node& n) {
-    DType out = L.out_meta(n).dtype;
-    double val = number(L, n, "value");
-    return Lowerer::map({L.tensor(n.args[0]), L.tensor(n.args[1]), L.tensor(n.args[2])}, float_compute_dtype(out), out, [val](const V& v) {
-      Expr p = bin(BinaryOp::Mul, v[1], v[2]);
-      return bin(BinaryOp::Add, v[0], val == 1.0 ? p : bin(BinaryOp::Mul, p, c(val, p)));
-    });
   };
   // creation from a constant (and torch.fill): the value converted to the dtype as torch's fill does (ints
   // truncated and wrapped, bools nonzero), broadcast to the result's sizes

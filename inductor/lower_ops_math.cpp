@@ -168,10 +168,14 @@ LT elu_like(Lowerer& L, const Node& n, double alpha, double scale, double input_
   DType ct = float_compute_dtype(L.out_meta(n).dtype);
   // NB: eager multiplies alpha by scale in opmath (float for f32, f16, bf16)
   double negcoef = ct == DType::Float32 ? static_cast<double>(static_cast<float>(alpha) * static_cast<float>(scale)) : alpha * scale;
-  return float_map(L, n, [negcoef, scale, input_scale](const Expr& x) {
+  // NB: eager CPU before torch 2.11 takes exp(x * input_scale) - 1 (0 for a tiny x), expm1 since
+  // (measured: celu(-1.08e-19) is 0 on 1.13, -1.08e-19 on 2.13); eager CUDA takes expm1.
+  bool exp_minus_one = !on_cuda(L) && !torch_at_least(2, 11);
+  return float_map(L, n, [negcoef, scale, input_scale, exp_minus_one](const Expr& x) {
     Expr pos = scale == 1.0 ? x : bin(BinaryOp::Mul, x, c(scale, x));
     Expr arg = input_scale == 1.0 ? x : bin(BinaryOp::Mul, x, c(input_scale, x));
-    return sel(bin(BinaryOp::Gt, x, c(0, x)), pos, bin(BinaryOp::Mul, un(UnaryOp::Expm1, arg), c(negcoef, x)));
+    Expr em1 = exp_minus_one ? bin(BinaryOp::Sub, un(UnaryOp::Exp, arg), c(1, x)) : un(UnaryOp::Expm1, arg);
+    return sel(bin(BinaryOp::Gt, x, c(0, x)), pos, bin(BinaryOp::Mul, em1, c(negcoef, x)));
   });
 }
 
@@ -405,6 +409,19 @@ void add_math_rules(OpRules& r) {
       return bin(BinaryOp::Add, v[0], q);
     });
   };
+  // eager CPU (addcmul_cpu_kernel): a + value * b * c, value * b first (the add fused: mul_add);
+  // eager CUDA: fma(value, b * c, a)
+  // (pointwise_op_impl; older versions a + value * (b * c), contracted the same way).
+  r[Op::addcmul] = [](Lowerer& L, const Node& n) {
+    DType out = L.out_meta(n).dtype;
+    double val = number(L, n, "value");
+    bool cuda = on_cuda(L);
+    return Lowerer::map({L.tensor(n.args[0]), L.tensor(n.args[1]), L.tensor(n.args[2])}, float_compute_dtype(out), out, [&L, val, cuda](const V& v) {
+      if (val == 1.0) return mul_add(L, v[1], v[2], v[0]);
+      if (cuda) return bin(BinaryOp::Add, v[0], bin(BinaryOp::Mul, bin(BinaryOp::Mul, v[1], v[2]), c(val, v[1])));
+      return mul_add(L, bin(BinaryOp::Mul, c(val, v[1]), v[1]), v[2], v[0]);
+    });
+  };
   // eager: x - trunc(x), exact in every float dtype
   r[Op::frac] = [](Lowerer& L, const Node& n) {
     return float_map(L, n, [](const Expr& x) {
@@ -449,6 +466,10 @@ void add_math_rules(OpRules& r) {
   };
   // ---- activations (eager's elu kernel: x > 0 ? x * scale : expm1(x * input_scale) * alpha * scale) ----
 
+  r[Op::elu] = [](Lowerer& L, const Node& n) {
+    no_inplace(L, n);
+    return elu_like(L, n, number(L, n, "alpha"), 1.0, 1.0);
+  };
   r[Op::selu] = [](Lowerer& L, const Node& n) {
     no_inplace(L, n);
     return elu_like(L, n, 1.6732632423543772848170429916717, 1.0507009873554804934193349852946, 1.0);

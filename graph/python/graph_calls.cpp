@@ -44,6 +44,25 @@ const TorchTypes& torch_types() {
 
 std::string strip_torch(std::string s) { return s.rfind("torch.", 0) == 0 ? s.substr(6) : s; }
 
+// eager_cpu_fma (graph/meta_rules.h): add(a, b, alpha=0.3) of float32 values whose fused and unfused
+// results differ, read in the vector body (element 0 of 67) and in the scalar tail (element 66).
+bool probe_eager_cpu_fma() {
+  const float a = 0.543624997138977f, b = -1.2654215097427368f, alpha = 0.3f;
+  const float fused = std::fmaf(b, alpha, a);
+  try {
+    py::object torch = torch_types().torch;
+    py::object f32 = torch.attr("float32");
+    py::object x = torch.attr("full")(py::make_tuple(67), a, py::arg("dtype") = f32);
+    py::object y = torch.attr("full")(py::make_tuple(67), b, py::arg("dtype") = f32);
+    py::object r = torch.attr("add")(x, y, py::arg("alpha") = 0.3);
+    auto at = [&](int i) { return r.attr("__getitem__")(i).attr("item")().cast<float>(); };
+    return at(0) == fused && at(66) == fused;
+  } catch (py::error_already_set&) {
+    PyErr_Clear();
+    return false;
+  }
+}
+
 py::tuple int_tuple(const std::vector<int64_t>& v) {
   py::tuple t(v.size());
   for (size_t i = 0; i < v.size(); ++i) t[i] = py::int_(v[i]);
@@ -764,6 +783,7 @@ std::optional<NodeId> add_op_call(Graph& g, OpId op, const std::vector<Value>& a
       std::string v = py::str(torch_types().torch.attr("__version__")).cast<std::string>();
       int major = 0, minor = 0;
       if (std::sscanf(v.c_str(), "%d.%d", &major, &minor) == 2) set_torch_version(major, minor);
+      set_eager_cpu_fma(probe_eager_cpu_fma());
       version_set = true;
     }
     // The rules promote Python floats and integer math to torch's default dtype.

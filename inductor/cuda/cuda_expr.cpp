@@ -324,6 +324,7 @@ std::string Emitter::render(const Expr& e, const std::unordered_map<const ExprNo
       break;
     }
     case ExprKind::Select: s = "(" + a[0] + " ? " + a[1] + " : " + a[2] + ")"; break;
+    case ExprKind::Fma: s = std::string(e->type == ScalarType::F64 ? "fma(" : "fmaf(") + a[0] + ", " + a[1] + ", " + a[2] + ")"; break;
     case ExprKind::Cast:
       if (e->type == ScalarType::Bool) s = "(" + a[0] + " != 0)";
       else s = std::string("((") + c_type(e->type) + ")" + a[0] + ")";

@@ -259,6 +259,50 @@ def test_lerp_computes_from_the_nearer_end():
     assert torch.equal(got, end)
 
 
+# Eager's CPU kernels for `a + alpha * b` round once (a fused multiply-add) where its CPU capability
+# is AVX2 or AVX-512, and twice on its default kernels: the code generator follows the running torch.
+MULTIPLY_ADDS = [
+    lambda a, b, w: torch.add(a, b, alpha=0.3),
+    lambda a, b, w: torch.sub(a, b, alpha=-1.7),
+    lambda a, b, w: torch.rsub(a, b, alpha=0.3),
+    lambda a, b, w: a.clone().add_(b, alpha=2.5),
+    lambda a, b, w: torch.addcmul(a, b, w, value=0.3),
+    lambda a, b, w: torch.addcmul(a, b, w),
+    lambda a, b, w: torch.lerp(a, b, 0.3),
+    lambda a, b, w: torch.lerp(a, b, 0.7),
+    lambda a, b, w: torch.lerp(a, b, w),
+]
+
+
+def _multiply_add_operands(dtype, n=1003):
+    g = torch.Generator().manual_seed(7)
+    return [(torch.rand(n, generator=g) * 4 - 2).to(dtype), torch.randn(n, generator=g).to(dtype),
+            torch.rand(n, generator=g).to(dtype)]
+
+
+@pytest.mark.parametrize("fn", MULTIPLY_ADDS)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_multiply_adds_round_as_eagers_kernels(fn, dtype):
+    # NB: 1003 elements: eager's vector body and its scalar tail both (they agree for these)
+    _check(fn, *_multiply_add_operands(dtype))
+
+
+def test_multiply_adds_follow_eagers_default_kernels():
+    # The same calls in a process whose eager runs its default (non-fused) kernels.
+    import subprocess
+    import sys
+    code = (
+        "import sys; sys.path[:0] = " + repr(sys.path) + "\n"
+        "import torch, test_inductor_exact as t\n"
+        "for dt in (torch.float32, torch.float64):\n"
+        "    for fn in t.MULTIPLY_ADDS:\n"
+        "        t._check(fn, *t._multiply_add_operands(dt))\n"
+        "print('ok')\n")
+    env = dict(__import__("os").environ, ATEN_CPU_CAPABILITY="default")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0 and out.stdout.strip().endswith("ok"), out.stderr[-3000:]
+
+
 def test_exp2_is_accurate_for_large_arguments():
     x = torch.linspace(-120.0, 120.0, 999, dtype=torch.float32)
     cfn, _ = _compile(lambda x: torch.exp2(x))

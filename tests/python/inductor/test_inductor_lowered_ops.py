@@ -70,6 +70,14 @@ def test_celu_and_atan2(dtype):
     lowered(lambda g, a, b: g.call(torch.atan2, a, b), [floats(dtype), floats(dtype, seed=1).flip(0)], exact=False)
 
 
+@pytest.mark.parametrize("fn, kw", [(F.elu, {}), (F.selu, {}), (F.celu, {"alpha": 0.7})])
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_elu_family_of_tiny_negatives(fn, kw, dtype):
+    # eager CPU before torch 2.11 takes exp(x) - 1, which is 0 there; expm1 (torch 2.11 on) is x
+    x = torch.tensor([-1e-19, -3e-25, -1e-30, -1e-20, 0.0, -0.0, 1e-20]).to(dtype)
+    lowered(lambda g, a: g.call(fn, a, **kw), [x])
+
+
 def test_math_of_ints_is_float():
     lowered(lambda g, a: g.call(torch.asin, a), [torch.randint(-1, 2, (40,))], exact=False)
     lowered(lambda g, a, b: g.call(torch.atan2, a, b), [ints(torch.int64), ints(torch.int32, seed=2)], exact=False)
