@@ -79,6 +79,7 @@ PyObject* iterator_type(const Sym& it) {
     case IterKind::Native: return nullptr;  // NB: type_of reads the real iterator's type
     case IterKind::Protocol: return it->flag ? builtin_type_named("iterator") : reinterpret_cast<PyObject*>(&PyGen_Type);
     case IterKind::Repeat: return known().itertools_repeat;
+    case IterKind::Chain: return known().itertools_chain;
     case IterKind::Items: return nullptr;
   }
   return nullptr;
@@ -395,28 +396,7 @@ Sym SymbolicTracer::call_const(const Sym& fn, std::vector<Sym>& args, KwArgs& kw
     return make_const(Py_None);
   }
   if (PyType_Check(o)) {
-    if (o == k.itertools_repeat) {
-      // itertools.repeat(object[, times]): the one value, `times` times (a negative count: none) or forever.
-      Sym value = !args.empty() ? args[0] : nullptr;
-      Sym times = args.size() > 1 ? args[1] : nullptr;
-      for (auto& [key, v] : kwargs) {
-        if (key == "object" && !value) value = v;
-        else if (key == "times" && !times) times = v;
-        else brk(BreakKind::RaisesInTrace, "TypeError: repeat() got an unexpected keyword argument '" + key + "'");
-      }
-      if (!value || args.size() > 2) brk(BreakKind::RaisesInTrace, "TypeError: repeat() arguments");
-      Sym it = make_iterator(IterKind::Repeat, {value});
-      it->stop = -1;
-      if (times) {
-        if (!times->is(SymKind::Const) || !PyLong_CheckExact(times->obj.get())) brk(BreakKind::UnsupportedOperand, "itertools.repeat with a count that is not a constant int");
-        it->stop = std::max<long long>(0, PyLong_AsLongLong(times->obj.get()));
-        if (PyErr_Occurred()) {
-          PyErr_Clear();
-          brk(BreakKind::UnsupportedOperand, "itertools.repeat with a huge count");
-        }
-      }
-      return it;
-    }
+    if (Sym it = itertools_call(o, args, kwargs)) return it;
     if (o == k.no_grad || o == k.enable_grad) {
       Sym g = make_sym(SymKind::GradCtx);
       g->flag = o == k.enable_grad;

@@ -65,6 +65,7 @@ struct Known {
   PyObject* torch_tensor = nullptr;       // torch.tensor
   PyObject* copy_deepcopy = nullptr;      // copy.deepcopy
   PyObject* itertools_repeat = nullptr;   // itertools.repeat
+  PyObject* itertools_chain = nullptr;    // itertools.chain
   PyObject* functools_reduce = nullptr;   // functools.reduce
   PyObject* build_class = nullptr;        // builtins.__build_class__ (LOAD_BUILD_CLASS)
   PyObject* environ_type = nullptr;       // type(os.environ)
@@ -293,6 +294,8 @@ class SymbolicTracer {
 
   // ---- interpreter_iterators.cpp: lazy iterators ----
   Sym make_iterator(IterKind kind, std::vector<Sym> items, Sym origin = nullptr);
+  // itertools.repeat(...) / itertools.chain(...) when `type` is one of them, else nullptr.
+  Sym itertools_call(PyObject* type, std::vector<Sym>& args, KwArgs& kwargs);
   Sym reversed_of(const Sym& v);
   bool native_iterator_container_changed(const Sym& it);
 

@@ -13,6 +13,34 @@
 
 namespace ff {
 
+Sym SymbolicTracer::itertools_call(PyObject* type, std::vector<Sym>& args, KwArgs& kwargs) {
+  if (type == known().itertools_chain) {
+    if (!kwargs.empty()) brk(BreakKind::RaisesInTrace, "TypeError: chain() takes no keyword arguments");
+    return make_iterator(IterKind::Chain, args);
+  }
+  if (type != known().itertools_repeat) return nullptr;
+  // itertools.repeat(object[, times]): the one value, `times` times (a negative count: none) or forever.
+  Sym value = !args.empty() ? args[0] : nullptr;
+  Sym times = args.size() > 1 ? args[1] : nullptr;
+  for (auto& [key, v] : kwargs) {
+    if (key == "object" && !value) value = v;
+    else if (key == "times" && !times) times = v;
+    else brk(BreakKind::RaisesInTrace, "TypeError: repeat() got an unexpected keyword argument '" + key + "'");
+  }
+  if (!value || args.size() > 2) brk(BreakKind::RaisesInTrace, "TypeError: repeat() arguments");
+  Sym it = make_iterator(IterKind::Repeat, {value});
+  it->stop = -1;
+  if (times) {
+    if (!times->is(SymKind::Const) || !PyLong_CheckExact(times->obj.get())) brk(BreakKind::UnsupportedOperand, "itertools.repeat with a count that is not a constant int");
+    it->stop = std::max<long long>(0, PyLong_AsLongLong(times->obj.get()));
+    if (PyErr_Occurred()) {
+      PyErr_Clear();
+      brk(BreakKind::UnsupportedOperand, "itertools.repeat with a huge count");
+    }
+  }
+  return it;
+}
+
 Sym SymbolicTracer::make_iterator(IterKind kind, std::vector<Sym> items, Sym origin) {
   Sym it = make_sym(SymKind::Iterator);
   it->iter = kind;
@@ -166,6 +194,18 @@ Sym SymbolicTracer::iter_next(const Sym& it) {
       if (args.size() + 1 == it->items.size() && !args.empty()) r = call(it->items[0], std::move(args), {});
       break;
     }
+    case IterKind::Chain:
+      // NB: as CPython's chain, iter() of each iterable when reached (a list appended to before then
+      // is read with its new items).
+      while (!r && static_cast<size_t>(it->pos) < it->items.size()) {
+        if (!it->origin) it->origin = get_iter(it->items[static_cast<size_t>(it->pos)]);
+        r = iter_next(it->origin);
+        if (!r) {
+          it->origin = nullptr;
+          ++it->pos;
+        }
+      }
+      break;
     case IterKind::Repeat:
       if (it->stop < 0 || it->pos < it->stop) {
         ++it->pos;

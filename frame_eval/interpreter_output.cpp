@@ -95,6 +95,8 @@ OutputPlan OutputBuilder::plan_iterator_value(const Sym& v) {
       case IterKind::Map:
       case IterKind::Filter:
         return call_plan(builtin(v->iter == IterKind::Map ? "map" : "filter"), {constant(Py_None), constant(empty_tuple.get())});
+      case IterKind::Chain:
+        return call_plan(constant(known().itertools_chain), {});
       default:
         break;  // a range is rebuilt empty below; the rest iterate an empty tuple
     }
@@ -152,6 +154,12 @@ OutputPlan OutputBuilder::plan_iterator_value(const Sym& v) {
     case IterKind::Native:     // planned as its source (plan_value)
     case IterKind::Protocol:   // advancing a new one would call __getitem__ again
       break;
+    case IterKind::Chain: {  // chain(the one being read, the rest)
+      std::vector<OutputPlan> args;
+      if (v->origin) args.push_back(plan(v->origin));
+      for (size_t i = static_cast<size_t>(v->pos) + (v->origin ? 1 : 0); i < v->items.size(); ++i) args.push_back(plan(v->items[i]));
+      return call_plan(constant(known().itertools_chain), std::move(args));
+    }
     case IterKind::Repeat: {   // repeat(value, what is left) or repeat(value)
       std::vector<OutputPlan> args = {plan(v->items[0])};
       if (v->stop >= 0) args.push_back(constant(PyRef::steal(PyLong_FromLongLong(v->stop - v->pos)).get()));

@@ -699,6 +699,16 @@ Sym SymbolicTracer::lookup_attr(const Sym& base, const std::string& name) {
         KwArgs kw;
         return call_tensor_method(base, "transpose", args, kw);
       }
+      if (name == "grad" && base->source) {
+        // A leaf passed in: its .grad (None or a tensor) as another input, read through the same
+        // attribute on the next call (the trace cannot change it: backward() and assignments break).
+        auto real = input_tensors_.find(base->node);
+        if (real != input_tensors_.end() && PyObject_IsTrue(PyRef::steal(PyObject_GetAttrString(real->second, "is_leaf")).get()) == 1) {
+          PyRef g = PyRef::steal(PyObject_GetAttrString(real->second, "grad"));
+          if (g) return wrap(g.get(), attr_source(base->source, "grad"));
+        }
+        PyErr_Clear();
+      }
       if (name == "data" || name == "grad" || name == "grad_fn" || name == "_version")
         brk(BreakKind::UnsupportedAttribute, "tensor." + name);
       PyObject* desc = type_lookup(reinterpret_cast<PyTypeObject*>(known().tensor_type), name.c_str());

@@ -492,6 +492,73 @@ def test_itertools_repeat(backend):
     assert framefuse.explain(f)(x).graph_break_count == 0
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_itertools_chain(backend):
+    # torch.optim's step wrapper chains the hook dicts' values. Each iterable is read when reached
+    # (a list appended to before then gives its new items), and an iterator crosses a break as one.
+    import itertools  # noqa: PLC0415
+
+    def f(x):
+        hooks, more = {}, [x + 1]
+        it = itertools.chain(hooks.values(), (x * 2,), more)
+        first = next(it)
+        more.append(x - 1)
+        return first, list(it), list(itertools.chain()), sum(itertools.chain([x], [x, x]))
+
+    def across_a_break(x):
+        it = itertools.chain([x, x + 1], range(2))
+        first = next(it)
+        second = next(it)
+        print("break")
+        return first + second, list(it), type(it).__name__, list(it)
+
+    def exhausted_across_a_break(x):
+        it = itertools.chain([x])
+        items = list(it)
+        print("break")
+        return items, list(it), type(it).__name__
+
+    for fn in (f, across_a_break, exhausted_across_a_break):
+        check(fn, x, backend=backend)
+    assert framefuse.explain(f)(x).graph_break_count == 0
+    with pytest.raises(TypeError, match="keyword"):
+        framefuse.compile(lambda t: list(itertools.chain([t], bad=1)), backend=backend)(x)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_grad_of_a_leaf_passed_in(backend):
+    # Hand-written gradient clipping reads p.grad: None or a tensor, another input read through the
+    # same attribute on the next call (the guards see it change from None to a tensor).
+    def clip(params):
+        total = torch.zeros(())
+        for p in params:
+            if p.grad is not None:
+                total = total + p.grad.pow(2).sum()
+        scale = 1.0 / (total.sqrt() + 1.0)
+        for p in params:
+            if p.grad is not None:
+                p.grad.mul_(scale)
+        return total
+
+    def params(seed):
+        g = torch.Generator().manual_seed(seed)
+        ps = [torch.randn(3, generator=g, requires_grad=True), torch.randn(2, generator=g, requires_grad=True)]
+        ps[0].grad = torch.randn(3, generator=g)
+        return ps
+
+    compiled = framefuse.compile(clip, backend=backend)
+    eager_ps, ps = params(0), params(0)
+    for turn in range(3):
+        if turn == 1:  # the second parameter gets a gradient
+            eager_ps[1].grad, ps[1].grad = torch.ones(2), torch.ones(2)
+        want, got = clip(eager_ps), compiled(ps)
+        assert _same(got, want, backend == "eager")
+        for e, c in zip(eager_ps, ps):
+            assert (e.grad is None) == (c.grad is None)
+            assert e.grad is None or _same(c.grad, e.grad, backend == "eager")
+    assert framefuse.explain(clip)(ps).graph_break_count == 0
+
+
 class _Meta(type):
     pass
 
