@@ -186,6 +186,13 @@ LT any_map(Lowerer& L, const Node& n, const std::function<Expr(const Expr&)>& fn
 // than CPU's (the ATen CUDA kernel each rule follows is named there).
 inline bool on_cuda(const Lowerer& L) { return L.like() == EagerDevice::CUDA; }
 
+// Rounds a value to the dtype `dt` (f16/bf16, 8/16-bit ints; others are computed in their own type):
+// each step of eager's composites, whose steps are separate ops writing tensors of the dtype.
+inline std::function<Expr(Expr)> rounding_to(DType dt) {
+  if (!loop::needs_narrowing(dt)) return [](Expr e) { return e; };
+  return [dt](Expr e) { return loop::narrow(std::move(e), dt); };
+}
+
 // a * b + c (floats) as eager's kernel for `c + b * a` rounds it: once (a fused multiply-add) on a CPU
 // whose eager kernels fuse it (eager_cpu_fma), else the product first. NB: eager CUDA's kernels are
 // contracted by nvcc, and NVRTC contracts a * b + c within one op's formula alike (loop_ir.h).

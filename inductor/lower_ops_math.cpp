@@ -295,7 +295,7 @@ LT floor_divide_by_number_cuda(Lowerer& L, const Value& a, double b, DType out) 
   bool f32 = ct == DType::Float32;
   double bc = f32 ? static_cast<double>(static_cast<float>(b)) : b;
   double inv = f32 ? static_cast<double>(1.0f / static_cast<float>(bc)) : 1.0 / bc;
-  auto in_dtype = [out](Expr e) { return loop::needs_narrowing(out) ? loop::narrow(std::move(e), out) : e; };
+  auto in_dtype = rounding_to(out);
   return Lowerer::map({Lowerer::cast(L.tensor(a), out)}, ct, out, [bc, inv, in_dtype](const V& v) {
     const Expr& x = v[0];
     Expr scaled = loop::rounded(bin(BinaryOp::Mul, x, c(inv, x)));
@@ -318,7 +318,7 @@ LT floor_divide(Lowerer& L, const Node& n, const Value& a, const Value& b) {
   DType out = L.out_meta(n).dtype;
   if (!is_floating(out)) return int_divide(L, n, a, b, BinaryOp::FloorDiv);
   auto exact = [](Expr e) { return e; };
-  auto in_dtype = [out](Expr e) { return loop::needs_narrowing(out) ? loop::narrow(std::move(e), out) : e; };
+  auto in_dtype = rounding_to(out);
   if (on_cuda(L)) {
     if (b.is_number()) return floor_divide_by_number_cuda(L, a, b.as_double(), out);
     // eager CUDA between tensors: every step in float (f16/bf16 too), the floored quotient stored

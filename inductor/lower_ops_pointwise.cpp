@@ -23,8 +23,8 @@ namespace {
 
 // Rounds each operation's result to the dtype where eager's CPU kernel computes in scalar_t.
 std::function<Expr(Expr)> per_op_rounding(const Lowerer& L, DType out) {
-  if (on_cuda(L) || !loop::needs_narrowing(out)) return [](Expr e) { return e; };
-  return [out](Expr e) { return loop::narrow(std::move(e), out); };
+  if (on_cuda(L)) return [](Expr e) { return e; };
+  return rounding_to(out);
 }
 
 // A number converted to the dtype (scalar_t(v)): rounded for f16/bf16, truncated toward zero for ints.
@@ -61,13 +61,6 @@ LT xlogy_rule(Lowerer& L, const Node& n, UnaryOp log) {
   });
 }
 
-// Rounds each step's result to the dtype on every device: for eager's composites, whose steps are
-// separate ops writing tensors of the dtype.
-std::function<Expr(Expr)> composite_rounding(DType out) {
-  if (!loop::needs_narrowing(out)) return [](Expr e) { return e; };
-  return [out](Expr e) { return loop::narrow(std::move(e), out); };
-}
-
 // Whether eager's mul (`mul`) or add reads a number operand of an f16/bf16 tensor at f32 (CUDA;
 // CPU's mul on torch >= 2) rather than converted to the dtype (lower_ops.cpp's opmath_scalar).
 bool number_at_opmath(const Lowerer& L, bool mul) { return on_cuda(L) || (mul && torch_at_least(2, 0)); }
@@ -85,7 +78,7 @@ LT isclose_rule(Lowerer& L, const Node& n) {
   if (rtol < 0 || atol < 0 || en.kind != Value::Kind::Bool) throw NoLowering("isclose with negative or unknown tolerances");
   bool equal_nan = en.b && is_floating(a.dtype);
   DType ft = is_floating(a.dtype) ? a.dtype : default_float_dtype();
-  auto r = composite_rounding(ft);
+  auto r = rounding_to(ft);
   LT same = Lowerer::map({a, b}, float_compute_dtype(a.dtype), DType::Bool, [equal_nan](const V& v) {
     Expr eq = bin(BinaryOp::Eq, v[0], v[1]);
     return equal_nan ? bin(BinaryOp::Or, eq, bin(BinaryOp::And, un(UnaryOp::IsNan, v[0]), un(UnaryOp::IsNan, v[1]))) : eq;
@@ -110,7 +103,7 @@ LT mvlgamma_rule(Lowerer& L, const Node& n) {
   if (!is_floating(out)) throw NoLowering("mvlgamma without a float result");
   int64_t p = pv.i;
   double k = static_cast<double>(p * (p - 1)) * std::log(M_PI) * 0.25;
-  auto r = composite_rounding(out);
+  auto r = rounding_to(out);
   bool add_opmath = number_at_opmath(L, false);
   return Lowerer::map({Lowerer::cast(L.tensor(n.args[0]), out)}, float_compute_dtype(out), out, [=](const V& v) {
     Expr s;
