@@ -448,7 +448,7 @@ void SymbolicTracer::step(Frame& f, const Instr& ins) {
       FF_CHECK(set->is(SymKind::Set), "SET_UPDATE to a non-set");
       // NB: set.update with the same kind of operand eager passes (a set's table is merged whole).
       PyRef operand = PyRef::steal(set_operand(seq));
-      PyRef r = PyRef::steal(PyObject_CallMethod(set->obj.get(), "update", "O", operand.get()));
+      PyRef r = PyRef::steal(PyObject_CallMethod(set->obj.get(), "update", "(O)", operand.get()));
       if (!r) {
         PyErr_Clear();
         brk(BreakKind::RaisesInTrace, "set update raises");

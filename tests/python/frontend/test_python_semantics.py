@@ -166,6 +166,16 @@ def test_set_iteration_order_is_eagers(backend):
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
+def test_set_display_of_strings_and_tuples(backend):
+    # {*l} adds l's elements (SET_UPDATE): strings and tuples whole, not their characters and items
+    # (found by PyTorch's test_set_update_list_with_duplicated_items: the trace added those).
+    def f(x, words, pairs):
+        both = {*words, *pairs}
+        return x + len({*words}), x * len(both), sorted({*words, "z"})
+    check(f, x, ["apple", "banana", "apple"], [(1, 2), (3, 4)], backend=backend)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_partial_has_its_type_attributes(backend):
     def f(x):
         p = functools.partial(torch.add, x)
