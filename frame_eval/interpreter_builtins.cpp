@@ -395,8 +395,8 @@ Sym SymbolicTracer::call_const(const Sym& fn, std::vector<Sym>& args, KwArgs& kw
     effects_.push_back({SideEffect::Kind::CallMethod, args[0]->source, "__exit__", PyRef(), make_tuple(std::move(rest))});
     return make_const(Py_None);
   }
+  if (Sym it = itertools_call(o, args, kwargs)) return it;
   if (PyType_Check(o)) {
-    if (Sym it = itertools_call(o, args, kwargs)) return it;
     if (o == k.no_grad || o == k.enable_grad) {
       Sym g = make_sym(SymKind::GradCtx);
       g->flag = o == k.enable_grad;

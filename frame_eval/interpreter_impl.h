@@ -294,8 +294,9 @@ class SymbolicTracer {
 
   // ---- interpreter_iterators.cpp: lazy iterators ----
   Sym make_iterator(IterKind kind, std::vector<Sym> items, Sym origin = nullptr);
-  // itertools.repeat(...) / itertools.chain(...) when `type` is one of them, else nullptr.
-  Sym itertools_call(PyObject* type, std::vector<Sym>& args, KwArgs& kwargs);
+  // itertools.repeat(...), itertools.chain(...) and chain.from_iterable(...) when `callee` is one of
+  // them, else nullptr.
+  Sym itertools_call(PyObject* callee, std::vector<Sym>& args, KwArgs& kwargs);
   Sym reversed_of(const Sym& v);
   bool native_iterator_container_changed(const Sym& it);
 

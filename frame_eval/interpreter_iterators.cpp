@@ -13,12 +13,20 @@
 
 namespace ff {
 
-Sym SymbolicTracer::itertools_call(PyObject* type, std::vector<Sym>& args, KwArgs& kwargs) {
-  if (type == known().itertools_chain) {
+Sym SymbolicTracer::itertools_call(PyObject* callee, std::vector<Sym>& args, KwArgs& kwargs) {
+  if (callee == known().itertools_chain) {
     if (!kwargs.empty()) brk(BreakKind::RaisesInTrace, "TypeError: chain() takes no keyword arguments");
     return make_iterator(IterKind::Chain, args);
   }
-  if (type != known().itertools_repeat) return nullptr;
+  if (PyCFunction_Check(callee) && PyCFunction_GET_SELF(callee) == known().itertools_chain &&
+      std::string_view(reinterpret_cast<PyCFunctionObject*>(callee)->m_ml->ml_name) == "from_iterable") {
+    // chain.from_iterable(outer): iter(outer) now, each iterable taken from it when reached.
+    if (args.size() != 1 || !kwargs.empty()) brk(BreakKind::RaisesInTrace, "TypeError: chain.from_iterable() arguments");
+    Sym it = make_iterator(IterKind::Chain, {get_iter(args[0])});
+    it->flag = true;
+    return it;
+  }
+  if (callee != known().itertools_repeat) return nullptr;
   // itertools.repeat(object[, times]): the one value, `times` times (a negative count: none) or forever.
   Sym value = !args.empty() ? args[0] : nullptr;
   Sym times = args.size() > 1 ? args[1] : nullptr;
@@ -198,11 +206,16 @@ Sym SymbolicTracer::iter_next(const Sym& it) {
       // NB: as CPython's chain, iter() of each iterable when reached (a list appended to before then
       // is read with its new items).
       while (!r && static_cast<size_t>(it->pos) < it->items.size()) {
+        if (!it->origin && it->flag) {  // from_iterable: the next iterable from the outer iterator
+          Sym next = iter_next(it->items[0]);
+          if (!next) break;
+          it->origin = get_iter(next);
+        }
         if (!it->origin) it->origin = get_iter(it->items[static_cast<size_t>(it->pos)]);
         r = iter_next(it->origin);
         if (!r) {
           it->origin = nullptr;
-          ++it->pos;
+          if (!it->flag) ++it->pos;
         }
       }
       break;

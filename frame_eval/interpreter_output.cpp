@@ -154,10 +154,15 @@ OutputPlan OutputBuilder::plan_iterator_value(const Sym& v) {
     case IterKind::Native:     // planned as its source (plan_value)
     case IterKind::Protocol:   // advancing a new one would call __getitem__ again
       break;
-    case IterKind::Chain: {  // chain(the one being read, the rest)
+    case IterKind::Chain: {  // chain(the one being read, the rest); the rest of from_iterable as one
       std::vector<OutputPlan> args;
       if (v->origin) args.push_back(plan(v->origin));
-      for (size_t i = static_cast<size_t>(v->pos) + (v->origin ? 1 : 0); i < v->items.size(); ++i) args.push_back(plan(v->items[i]));
+      if (v->flag) {
+        args.push_back(call_plan(attr_plan(constant(known().itertools_chain), "from_iterable"), {plan(v->items[0])}));
+      } else {
+        for (size_t i = static_cast<size_t>(v->pos) + (v->origin ? 1 : 0); i < v->items.size(); ++i) args.push_back(plan(v->items[i]));
+      }
+      if (v->flag && !v->origin) return std::move(args[0]);
       return call_plan(constant(known().itertools_chain), std::move(args));
     }
     case IterKind::Repeat: {   // repeat(value, what is left) or repeat(value)

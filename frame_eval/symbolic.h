@@ -93,7 +93,8 @@ const char* sym_kind_name(SymKind k);
   X(Filter, "items[0]: the function (None: truth itself); items[1]: the inner iterator")          \
   X(Generator, "frame: the generator function's frame, run to its next yield by each next()")     \
   X(Repeat, "items[0]: the value of itertools.repeat; stop: how many times (-1: forever); pos: given") \
-  X(Chain, "items: the inner iterators of itertools.chain; pos: the one read now")                \
+  X(Chain, "items: the iterables of itertools.chain, read from pos; origin: the iterator of the one " \
+           "being read; flag: chain.from_iterable (items[0] the outer iterator, pos unused)")     \
   X(Protocol, "origin: an object read by origin[pos] at each next() until IndexError (Sequence's "   \
               "__iter__; flag: the old protocol of a class with only __getitem__, StopIteration too)") \
   X(Native, "obj: a builtin iterator passed in (source); pos: items taken, read through "         \

@@ -518,9 +518,23 @@ def test_itertools_chain(backend):
         print("break")
         return items, list(it), type(it).__name__
 
-    for fn in (f, across_a_break, exhausted_across_a_break):
+    def from_iterable(x):
+        groups = [[x, x + 1], [], (x * 2,)]
+        it = itertools.chain.from_iterable(groups)
+        first = next(it)
+        groups.append([x - 5])  # the outer list is read lazily too
+        return first, list(it), type(it).__name__, sum(itertools.chain.from_iterable(zip([x], [x + 1])))
+
+    def from_iterable_across_a_break(x):
+        it = itertools.chain.from_iterable([[x, x + 1], [x * 3], [x + 7]])
+        first, second = next(it), next(it)
+        print("break")
+        return first + second, list(it), list(it)
+
+    for fn in (f, across_a_break, exhausted_across_a_break, from_iterable, from_iterable_across_a_break):
         check(fn, x, backend=backend)
     assert framefuse.explain(f)(x).graph_break_count == 0
+    assert framefuse.explain(from_iterable)(x).graph_break_count == 0
     with pytest.raises(TypeError, match="keyword"):
         framefuse.compile(lambda t: list(itertools.chain([t], bad=1)), backend=backend)(x)
 
