@@ -147,6 +147,16 @@ void set_open_op_callable(OpId op, PyObject* fn) {
   t.by_op[static_cast<size_t>(op)] = fn;
 }
 
+void refresh_open_op_callable(OpId op, PyObject* fn) {
+  CallableTables& t = tables();
+  FF_CHECK(static_cast<size_t>(op) < t.by_op.size(), "open op without a callable");
+  PyObject*& slot = t.by_op[static_cast<size_t>(op)];
+  if (slot == fn) return;
+  // NB: the old callable is kept, not released: a graph compiled before may still hold it.
+  Py_INCREF(fn);
+  slot = fn;
+}
+
 std::optional<OpId> op_for_callable(PyObject* fn) {
   const CallableTables& t = tables();
   auto it = t.by_callable.find(fn);

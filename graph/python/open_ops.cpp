@@ -21,6 +21,7 @@ namespace ff {
 // op_callables.cpp
 py::object resolve_path(const std::string& path);
 void set_open_op_callable(OpId op, PyObject* fn);
+void refresh_open_op_callable(OpId op, PyObject* fn);
 
 namespace {
 
@@ -168,8 +169,14 @@ std::vector<std::string> random_overloads(const std::string& ns, const std::stri
 // `aten_name`: "sort", "sort.stable" or, qualified, "aten::sort.stable" and "mylib::scale_add.default".
 Resolved resolve(PyObject* fn, const std::string& target, PrintStyle style, const std::string& aten_name) {
   Resolved r;
-  for (OpId op : ops_with_target(target))  // resolved before, from graph code read back
-    if (op_def(op).is_open() && op_def(op).positional < 0) r.ops.push_back(op);
+  // Resolved before (from graph code read back, or an operator a library defined again under the same
+  // name): the ops are the same, called through the live callable. NB: an OpOverload of an operator
+  // torch.library removed (its Library was destroyed) must not be called: torch frees its name.
+  for (OpId op : ops_with_target(target))
+    if (op_def(op).is_open() && op_def(op).positional < 0) {
+      refresh_open_op_callable(op, fn);
+      r.ops.push_back(op);
+    }
   if (!r.ops.empty()) return r;
   OpenOpSpec spec;
   spec.target = target;
