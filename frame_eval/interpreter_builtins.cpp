@@ -80,6 +80,7 @@ PyObject* iterator_type(const Sym& it) {
     case IterKind::Protocol: return it->flag ? builtin_type_named("iterator") : reinterpret_cast<PyObject*>(&PyGen_Type);
     case IterKind::Repeat: return known().itertools_repeat;
     case IterKind::Chain: return known().itertools_chain;
+    case IterKind::Islice: return known().itertools_islice;
     case IterKind::Items: return nullptr;
   }
   return nullptr;

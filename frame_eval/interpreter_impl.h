@@ -66,6 +66,7 @@ struct Known {
   PyObject* copy_deepcopy = nullptr;      // copy.deepcopy
   PyObject* itertools_repeat = nullptr;   // itertools.repeat
   PyObject* itertools_chain = nullptr;    // itertools.chain
+  PyObject* itertools_islice = nullptr;   // itertools.islice
   PyObject* functools_reduce = nullptr;   // functools.reduce
   PyObject* build_class = nullptr;        // builtins.__build_class__ (LOAD_BUILD_CLASS)
   PyObject* environ_type = nullptr;       // type(os.environ)
@@ -297,6 +298,7 @@ class SymbolicTracer {
   // itertools.repeat(...), itertools.chain(...) and chain.from_iterable(...) when `callee` is one of
   // them, else nullptr.
   Sym itertools_call(PyObject* callee, std::vector<Sym>& args, KwArgs& kwargs);
+  Sym islice_call(std::vector<Sym>& args, KwArgs& kwargs);
   Sym reversed_of(const Sym& v);
   bool native_iterator_container_changed(const Sym& it);
 

@@ -26,6 +26,7 @@ Sym SymbolicTracer::itertools_call(PyObject* callee, std::vector<Sym>& args, KwA
     it->flag = true;
     return it;
   }
+  if (callee == known().itertools_islice) return islice_call(args, kwargs);
   if (callee != known().itertools_repeat) return nullptr;
   // itertools.repeat(object[, times]): the one value, `times` times (a negative count: none) or forever.
   Sym value = !args.empty() ? args[0] : nullptr;
@@ -46,6 +47,36 @@ Sym SymbolicTracer::itertools_call(PyObject* callee, std::vector<Sym>& args, KwA
       brk(BreakKind::UnsupportedOperand, "itertools.repeat with a huge count");
     }
   }
+  return it;
+}
+
+// itertools.islice(iterable, stop) / (iterable, start, stop[, step]): iter(iterable) now; its bounds
+// constant ints or None, checked as CPython checks them (eager raises the ValueError).
+Sym SymbolicTracer::islice_call(std::vector<Sym>& args, KwArgs& kwargs) {
+  if (!kwargs.empty()) brk(BreakKind::RaisesInTrace, "TypeError: islice() takes no keyword arguments");
+  if (args.size() < 2 || args.size() > 4) brk(BreakKind::RaisesInTrace, "TypeError: islice() arguments");
+  // -1: None; -2: out of range (eager raises)
+  auto bound = [&](const Sym& v) -> long long {
+    if (!v->is(SymKind::Const)) brk(BreakKind::UnsupportedOperand, "itertools.islice with a bound that is not a constant");
+    if (v->obj.get() == Py_None) return -1;
+    if (!PyLong_Check(v->obj.get())) return -2;
+    long long n = PyLong_AsLongLong(v->obj.get());
+    if (PyErr_Occurred()) {
+      PyErr_Clear();
+      return -2;
+    }
+    return n < 0 ? -2 : n;
+  };
+  long long start = args.size() > 2 ? bound(args[1]) : 0;
+  long long stop = bound(args[args.size() > 2 ? 2 : 1]);
+  long long step = args.size() > 3 ? bound(args[3]) : 1;
+  if (start == -1) start = 0;
+  if (step == -1) step = 1;
+  if (start < 0 || stop == -2 || step <= 0) brk(BreakKind::RaisesInTrace, "ValueError: islice() arguments out of range");
+  Sym it = make_iterator(IterKind::Islice, {get_iter(args[0])});
+  it->start = start;
+  it->stop = stop;
+  it->step = step;
   return it;
 }
 
@@ -219,6 +250,18 @@ Sym SymbolicTracer::iter_next(const Sym& it) {
         }
       }
       break;
+    case IterKind::Islice: {
+      // CPython's islice_next: skip to the next index (past `stop` too), end at `stop`, then step.
+      bool more = true;
+      for (; more && it->pos < it->start; ++it->pos) more = iter_next(it->items[0]) != nullptr;
+      if (!more || (it->stop >= 0 && it->pos >= it->stop)) break;
+      r = iter_next(it->items[0]);
+      if (!r) break;
+      ++it->pos;
+      it->start += it->step;
+      if (it->stop >= 0 && it->start > it->stop) it->start = it->stop;
+      break;
+    }
     case IterKind::Repeat:
       if (it->stop < 0 || it->pos < it->stop) {
         ++it->pos;

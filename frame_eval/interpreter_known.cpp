@@ -56,6 +56,7 @@ const Known& known() {
     k->copy_deepcopy = import_attr("copy", "deepcopy");
     k->itertools_repeat = import_attr("itertools", "repeat");
     k->itertools_chain = import_attr("itertools", "chain");
+    k->itertools_islice = import_attr("itertools", "islice");
     k->functools_reduce = import_attr("functools", "reduce");
     k->build_class = import_attr("builtins", "__build_class__");
     PyObject* os_environ = import_attr("os", "environ");

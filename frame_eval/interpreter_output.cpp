@@ -97,6 +97,8 @@ OutputPlan OutputBuilder::plan_iterator_value(const Sym& v) {
         return call_plan(builtin(v->iter == IterKind::Map ? "map" : "filter"), {constant(Py_None), constant(empty_tuple.get())});
       case IterKind::Chain:
         return call_plan(constant(known().itertools_chain), {});
+      case IterKind::Islice:
+        return call_plan(constant(known().itertools_islice), {constant(empty_tuple.get()), constant(PyRef::steal(PyLong_FromLong(0)).get())});
       default:
         break;  // a range is rebuilt empty below; the rest iterate an empty tuple
     }
@@ -154,6 +156,11 @@ OutputPlan OutputBuilder::plan_iterator_value(const Sym& v) {
     case IterKind::Native:     // planned as its source (plan_value)
     case IterKind::Protocol:   // advancing a new one would call __getitem__ again
       break;
+    case IterKind::Islice: {  // islice(the inner iterator, what is left to skip, what is left to give, step)
+      auto num = [&](long long n) { return n < 0 ? constant(Py_None) : constant(PyRef::steal(PyLong_FromLongLong(n)).get()); };
+      return call_plan(constant(known().itertools_islice), {plan(v->items[0]), num(v->start - v->pos),
+                                                            num(v->stop < 0 ? -1 : std::max<long long>(0, v->stop - v->pos)), num(v->step)});
+    }
     case IterKind::Chain: {  // chain(the one being read, the rest); the rest of from_iterable as one
       std::vector<OutputPlan> args;
       if (v->origin) args.push_back(plan(v->origin));

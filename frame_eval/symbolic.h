@@ -95,6 +95,8 @@ const char* sym_kind_name(SymKind k);
   X(Repeat, "items[0]: the value of itertools.repeat; stop: how many times (-1: forever); pos: given") \
   X(Chain, "items: the iterables of itertools.chain, read from pos; origin: the iterator of the one " \
            "being read; flag: chain.from_iterable (items[0] the outer iterator, pos unused)")     \
+  X(Islice, "items[0]: the inner iterator of itertools.islice; pos: items taken from it; start: the " \
+            "index of the next item given; stop: where it ends (-1: no end); step")                \
   X(Protocol, "origin: an object read by origin[pos] at each next() until IndexError (Sequence's "   \
               "__iter__; flag: the old protocol of a class with only __getitem__, StopIteration too)") \
   X(Native, "obj: a builtin iterator passed in (source); pos: items taken, read through "         \

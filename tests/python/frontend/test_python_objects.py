@@ -573,6 +573,37 @@ def test_grad_of_a_leaf_passed_in(backend):
     assert framefuse.explain(clip)(ps).graph_break_count == 0
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_itertools_islice(backend):
+    # CPython's islice: the inner iterator consumed lazily, up to the next index given (past `stop` when
+    # start > stop), rebuilt across a break as the rest; bad bounds raise eager's ValueError.
+    import itertools  # noqa: PLC0415
+
+    def f(x):
+        rows = list(x)
+        it = iter(rows)
+        firsts = list(itertools.islice(it, 2))
+        stepped = list(itertools.islice(it, 1, None, 2))
+        items = iter([x, x + 1, x + 2, x + 3, x + 4])
+        past = list(itertools.islice(items, 3, 1))   # consumes three items, gives none
+        return firsts, stepped, past, list(items), type(itertools.islice([], 0)).__name__
+
+    def across_a_break(x):
+        it = itertools.islice(iter([x, x + 1, x + 2, x + 3, x + 4, x + 5]), 1, 5, 2)
+        first = next(it)
+        print("break")
+        return first, list(it), list(it)
+
+    def bad_step(x):
+        return list(itertools.islice([x], 0, 1, 0))
+
+    for fn in (f, across_a_break):
+        check(fn, torch.arange(6.0), backend=backend)
+    assert framefuse.explain(f)(torch.arange(6.0)).graph_break_count == 0
+    with pytest.raises(ValueError, match="Step for islice"):
+        framefuse.compile(bad_step, backend=backend)(x)
+
+
 class _Meta(type):
     pass
 
