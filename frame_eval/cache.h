@@ -82,6 +82,9 @@ struct ExtraState {
   bool autocast_noted = false;     // the perf_hints line for calls under torch.autocast was written
   bool torch_internal = false;  // code of torch or framefuse itself: compiled only as a root
   bool generated_stub = false;  // a graph-break stub: always Skip, even after reset()
+  // A function run instead of this code's frames inside compiled code (set_frame_substitute); it may
+  // return NotImplemented to have the frame run natively. Strong; kept across reset().
+  PyObject* substitute = nullptr;
   int frame_id = -1;            // assigned at the first compile
   int compiles = 0;
   // Sizes of the tensors earlier traces read (automatic dynamic shapes, interpreter_shapes.cpp).

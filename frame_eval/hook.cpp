@@ -410,6 +410,29 @@ Dispatch run_entry(ThreadState& st, std::shared_ptr<CacheEntry> entry, std::shar
 
 Dispatch native() { return Dispatch{}; }
 
+// The frame's arguments passed to its substitute: positional ones, keyword-only ones by name (new
+// reference; null with an exception).
+PyObject* run_substitute(PyObject* fn, const ff_frame_info& info) {
+  int n = info.code->co_argcount, kwonly = info.code->co_kwonlyargcount;
+  for (int i = 0; i < n + kwonly; ++i)
+    if (info.localsplus[i] == nullptr) {  // not a frame at its start: leave it alone
+      Py_INCREF(Py_NotImplemented);
+      return Py_NotImplemented;
+    }
+  PyRef args = PyRef::steal(PyTuple_New(n));
+  PyRef kwargs = PyRef::steal(PyDict_New());
+  if (!args || !kwargs) return nullptr;
+  for (int i = 0; i < n; ++i) {
+    Py_INCREF(info.localsplus[i]);
+    PyTuple_SET_ITEM(args.get(), i, info.localsplus[i]);
+  }
+  PyRef names = PyRef::steal(PyObject_GetAttrString(reinterpret_cast<PyObject*>(info.code), "co_varnames"));
+  if (!names) return nullptr;
+  for (int i = n; i < n + kwonly; ++i)
+    if (PyDict_SetItem(kwargs.get(), PyTuple_GET_ITEM(names.get(), i), info.localsplus[i]) < 0) return nullptr;
+  return PyObject_Call(fn, args.get(), kwargs.get());
+}
+
 Dispatch done(PyObject* result) {
   Dispatch d;
   d.kind = Dispatch::Done;
@@ -484,6 +507,11 @@ Dispatch dispatch_frame(ThreadState& st, const ff_frame_info& info) {
     }
     --st.disabled;
     if (extra == nullptr) return native();
+  }
+  if (extra->substitute != nullptr) {
+    PyObject* result = run_substitute(extra->substitute, info);
+    if (result != Py_NotImplemented) return done(result);
+    Py_DECREF(result);
   }
   // NB: fullgraph=True retraces a frame another compile remembered as a graph break, to raise.
   if ((extra->strategy != CodeStrategy::Compile && !(extra->skipped_for_break && st.options->fullgraph)) ||
@@ -643,6 +671,15 @@ void set_tracer(Tracer tracer, bool torch_free) {
   g_tracer_torch_free = g_tracer && torch_free;
 }
 void set_unsupported_exception(PyObject* type) { g_unsupported_type = type; }
+void set_frame_substitute(PyObject* code, PyObject* fn) {
+  FF_CHECK(PyCode_Check(code), "set_frame_substitute: not a code object");
+  auto* co = reinterpret_cast<PyCodeObject*>(code);
+  FF_CHECK((co->co_flags & (CO_VARARGS | CO_VARKEYWORDS)) == 0,
+           "set_frame_substitute: the function must take no *args or **kwargs");
+  ExtraState* extra = ensure_extra_state(co);
+  Py_XINCREF(fn);
+  Py_XSETREF(extra->substitute, fn);
+}
 FrameEvalStats& frame_eval_stats() { return g_stats; }
 const std::vector<BreakRecord>& break_records() { return break_records_storage(); }
 void clear_break_records() { break_records_storage().clear(); }

@@ -2,6 +2,7 @@
 // closures, generators), nn.Module calls and object construction.
 #include <Python.h>
 
+#include "frame_eval/cache.h"
 #include "frame_eval/hook.h"
 #include "frame_eval/interpreter_impl.h"
 #include "frame_eval/py_util.h"
@@ -82,6 +83,10 @@ Sym SymbolicTracer::call(const Sym& fn, std::vector<Sym> args, KwArgs kwargs) {
       return call(fn->items[1], std::move(args), std::move(kwargs));
     }
     case SymKind::Function:
+      // A function the frame hook runs in its own way (framefuse/optim.py) is called natively.
+      if (const ExtraState* ex = extra_state(reinterpret_cast<PyCodeObject*>(fn->obj.get())); ex && ex->substitute)
+        brk(BreakKind::DisabledCall, std::string(PyUnicode_AsUTF8(reinterpret_cast<PyCodeObject*>(fn->obj.get())->co_qualname)) +
+                                         " runs as framefuse's fused optimizer step");
       return inline_call(reinterpret_cast<PyCodeObject*>(fn->obj.get()), fn->globals.get(),
                          fn->source ? fn->source : nullptr, fn->items[0], fn->items[1], fn->items[2],
                          std::move(args), std::move(kwargs));

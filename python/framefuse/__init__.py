@@ -34,7 +34,8 @@ except ImportError as _e:  # pragma: no cover - only while the frontend module i
     if "framefuse.compile" not in str(_e):
         raise
 from . import compiler  # noqa: E402,F401  (framefuse.compiler: torch.compiler's functions)
-__all__ += ["compiler"]
+from . import optim  # noqa: E402,F401  (fused SGD/Adam/AdamW steps inside compiled code)
+__all__ += ["compiler", "optim"]
 try:
     from .explain import explain  # noqa: F401
     __all__ += ["explain"]
