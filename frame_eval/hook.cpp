@@ -203,12 +203,13 @@ FrameView frame_view(const ff_frame_info& info) {
 
 // A trace's result into a cache entry: guards, runner, backend, logs. `brk`: a partial capture's
 // continuation (its graph may be empty: what follows the break is worth compiling anyway).
-// How the trace of `extra`'s code treats sizes under `options` (interpreter_shapes.cpp).
+// How the trace of `extra`'s code treats sizes (interpreter_shapes.cpp) and substituted calls under `options`.
 void set_dynamic(TraceOptions& topts, ExtraState& extra, const CompileOptions& options) {
   topts.dynamic = options.dynamic == 1   ? DynamicShapes::All
                   : options.dynamic == 0 ? DynamicShapes::Off
                                          : DynamicShapes::Auto;
   if (topts.dynamic == DynamicShapes::Auto && config().automatic_dynamic_shapes) topts.size_history = &extra.size_history;
+  topts.break_at_substitutes = options.backend_name == "inductor";
 }
 
 CompileOutcome finish_compile(const ff_frame_info& info, const FrameValues& values,
@@ -508,7 +509,8 @@ Dispatch dispatch_frame(ThreadState& st, const ff_frame_info& info) {
     --st.disabled;
     if (extra == nullptr) return native();
   }
-  if (extra->substitute != nullptr) {
+  // NB: only under the built-in code generator: backend="eager" (and a custom backend) keeps torch's code.
+  if (extra->substitute != nullptr && st.options != nullptr && st.options->backend_name == "inductor") {
     PyObject* result = run_substitute(extra->substitute, info);
     if (result != Py_NotImplemented) return done(result);
     Py_DECREF(result);

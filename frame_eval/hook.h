@@ -46,8 +46,8 @@ void set_graph_to_python(GraphToPython fn);
 
 // The exception class raised for fullgraph=True violations (framefuse.Unsupported; borrowed).
 void set_unsupported_exception(PyObject* type);
-// Inside compiled code (not in eager code outside it), frames of `code` call `fn(*positional
-// arguments, **keyword-only arguments)` instead of running; `fn` returns NotImplemented where the
+// Inside code compiled with backend="inductor" (not in eager code outside it, nor under other backends),
+// frames of `code` call `fn(*positional arguments, **keyword-only arguments)` instead of running; `fn` returns NotImplemented where the
 // frame should run natively. For functions without *args and **kwargs (framefuse/optim.py: fused
 // optimizer steps).
 void set_frame_substitute(PyObject* code, PyObject* fn);

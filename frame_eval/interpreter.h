@@ -41,6 +41,9 @@ struct TraceOptions {
   std::vector<std::string> stop_live;
   DynamicShapes dynamic = DynamicShapes::Off;
   SizeHistory* size_history = nullptr;  // Auto: read and updated; may be null
+  // Calls of code the frame hook substitutes (hook.h set_frame_substitute) break, so that the hook
+  // runs them: under backend="inductor" only, where the hook substitutes.
+  bool break_at_substitutes = false;
 };
 
 // Traces `frame`. Throws GraphBreak for unsupported constructs and InternalError for bugs; the

@@ -84,7 +84,8 @@ Sym SymbolicTracer::call(const Sym& fn, std::vector<Sym> args, KwArgs kwargs) {
     }
     case SymKind::Function:
       // A function the frame hook runs in its own way (framefuse/optim.py) is called natively.
-      if (const ExtraState* ex = extra_state(reinterpret_cast<PyCodeObject*>(fn->obj.get())); ex && ex->substitute)
+      if (const ExtraState* ex = extra_state(reinterpret_cast<PyCodeObject*>(fn->obj.get()));
+          ex && ex->substitute && options_.break_at_substitutes)
         brk(BreakKind::DisabledCall, std::string(PyUnicode_AsUTF8(reinterpret_cast<PyCodeObject*>(fn->obj.get())->co_qualname)) +
                                          " runs as framefuse's fused optimizer step");
       return inline_call(reinterpret_cast<PyCodeObject*>(fn->obj.get()), fn->globals.get(),

@@ -6,13 +6,15 @@ the optimizer's step). The step's wrapper (hooks, profiling, grad mode) stays to
 runs `_fused_step` in place of the class's own `step` function (`_C._set_frame_substitute`), only inside
 compiled code. Called outside compiled code, `opt.step()` is torch's.
 
-The update follows torch's single-tensor implementation op for op (the path eager takes for CPU
-tensors): each parameter's kernels are fused into one loop that rounds as eager's kernels do; the
-step-dependent numbers (bias corrections, learning rate) are computed in Python doubles as torch does
-and enter the graph as a float64 tensor, so a learning-rate schedule or the step count never
-recompiles. What the update does not cover runs torch's own step, with a `perf_hints` line saying why:
-the first step (torch creates the state), a closure, CUDA or other devices, dtypes other than float32
-and float64, complex or sparse tensors, the foreach/fused/capturable/differentiable variants, tensor
+The update follows torch's arithmetic kernel for kernel (on the CPU, its single-tensor loop's, which
+its foreach loop shares there; on CUDA, its foreach kernels', torch's default there): each parameter's
+kernels are fused into one loop that rounds as eager's kernels do; the step-dependent numbers (bias
+corrections, learning rate) are computed in Python doubles as torch does and enter the graph as a
+float64 tensor, so a learning-rate schedule or the step count never recompiles. What the update does
+not cover runs torch's own step, with a `perf_hints` line saying why: CUDA parameters unless
+`framefuse.optim.fuse_cuda` is set (torch's foreach kernels are faster than the update's per-parameter
+kernels there today), the first step (torch creates the state), a closure, parameters on several devices, dtypes other than float32 and float64, complex
+or sparse tensors, the fused/capturable/differentiable variants (and foreach=False on CUDA), tensor
 hyper-parameters, parameters at different step counts, and subclasses.
 """
 import types
@@ -35,9 +37,10 @@ def _note(opt, reason):
 
 
 def _adam_update(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, scalars, beta1, beta2, eps, weight_decay,
-                 decoupled, amsgrad, maximize, lerp):
-    # torch.optim.adam._single_tensor_adam's arithmetic, kernel for kernel. scalars (float64):
-    # -step_size, sqrt(bias_correction2), 1 - lr * weight_decay.
+                 decoupled, amsgrad, maximize, lerp, cuda):
+    # torch.optim.adam's arithmetic, kernel for kernel: on the CPU its single-tensor loop's (its
+    # foreach loop calls the same kernels per tensor there), on CUDA its foreach kernels'. scalars
+    # (float64, on the parameters' device): -step_size, sqrt(bias_correction2), 1 - lr * weight_decay.
     neg_step_size, bias_correction2_sqrt, decay = scalars[0], scalars[1], scalars[2]
     for i, param in enumerate(params):
         grad = -grads[i] if maximize else grads[i]
@@ -51,18 +54,23 @@ def _adam_update(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, scalars,
             exp_avg.lerp_(grad, 1 - beta1)
         else:
             exp_avg.mul_(beta1).add_(grad, alpha=1 - beta1)
-        exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
+        if cuda:  # _foreach_addcmul_'s CUDA kernel: exp_avg_sq + value * (grad * grad)
+            exp_avg_sq.mul_(beta2).add_(grad * grad, alpha=1 - beta2)
+        else:
+            exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
         if amsgrad:
             max_exp_avg_sqs[i].copy_(torch.maximum(max_exp_avg_sqs[i], exp_avg_sq))
             exp_avg_sq = max_exp_avg_sqs[i]
         denom = (exp_avg_sq.sqrt() / bias_correction2_sqrt).add_(eps)
-        # param.addcdiv_(exp_avg, denom, value=-step_size): eager's CPU kernel computes
-        # param + (value * exp_avg) / denom.
-        param.add_(neg_step_size * exp_avg / denom)
+        if cuda:  # _foreach_addcdiv_'s CUDA kernel: param + value * (exp_avg / denom), one rounding
+            param.addcmul_(exp_avg / denom, neg_step_size)
+        else:  # addcdiv_(exp_avg, denom, value=-step_size)'s CPU kernel: param + (value * exp_avg) / denom
+            param.add_(neg_step_size * exp_avg / denom)
 
 
 def _sgd_update(params, grads, momentum_buffers, scalars, weight_decay, momentum, dampening, nesterov, maximize):
-    # torch.optim.sgd._single_tensor_sgd's arithmetic. scalars (float64): -lr.
+    # torch.optim.sgd's arithmetic (its single-tensor loop's and its foreach kernels' are the same).
+    # scalars (float64, on the parameters' device): -lr.
     neg_lr = scalars[0]
     for i, param in enumerate(params):
         grad = -grads[i] if maximize else grads[i]
@@ -81,6 +89,13 @@ def _sgd_update(params, grads, momentum_buffers, scalars, weight_decay, momentum
 _updates = weakref.WeakKeyDictionary()
 
 
+# CUDA parameters keep torch's step unless this is set: torch's foreach kernels update every parameter in
+# a few launches, and the per-parameter kernels of the update took 1.8-2.4x eager's time for 197
+# parameters on an H200 (benchmarks/RESULTS.md, fused-optimizer). The arithmetic is eager's there too
+# (tests/python/autograd/test_fused_optimizers.py sets it on a GPU).
+fuse_cuda = False
+
+
 def _update(opt, index, fn):
     table = _updates.setdefault(opt, {})
     if index not in table:
@@ -94,59 +109,83 @@ def _float(x):
     return type(x) in (float, int) and not isinstance(x, bool)
 
 
-def _params_with_grads(opt, group, need_state=True):
-    """The group's parameters that have a gradient, or a reason they cannot be updated here."""
-    params = [p for p in group["params"] if p.grad is not None]
-    for p in params:
-        g = p.grad
-        if p.device.type != "cpu" or g.device != p.device:
-            return None, "a parameter is not on the CPU"
-        if p.dtype not in (torch.float32, torch.float64) or g.dtype != p.dtype:
-            return None, f"a parameter or gradient of dtype {p.dtype} / {g.dtype} (float32 and float64 are fused)"
-        if g.layout != torch.strided or p.layout != torch.strided:
-            return None, "a sparse gradient or parameter"
-        if need_state and (p not in opt.state or not opt.state[p]):
-            return None, "the first step (torch creates the optimizer's state)"
-    return params, None
+_FUSED_DTYPES = (torch.float32, torch.float64)
 
 
-def _variant_reason(group):
-    for key in ("foreach", "fused", "capturable", "differentiable"):
+def _variant_reason(group, names):
+    for key in ("fused", "capturable", "differentiable"):
         if group.get(key):
             return f"{key}=True"
+    if not all(_float(group[k]) for k in names):
+        return "a tensor learning rate or hyper-parameter"
     return None
 
 
+def _collect(opt, group, keys):
+    """One pass over the group's parameters that have a gradient: (params, grads, {state key: tensors}),
+    or a reason they cannot be updated here. NB: opt.state is a defaultdict: .get creates nothing."""
+    params, grads = [], []
+    tensors = {k: [] for k in keys}
+    state = opt.state
+    device = None
+    for p in group["params"]:
+        g = p.grad
+        if g is None:
+            continue
+        if device is None:
+            device = p.device
+            if device.type not in ("cpu", "cuda"):
+                return None, f"parameters on {device.type}"
+            if device.type == "cuda":
+                if not fuse_cuda:
+                    return None, ("CUDA parameters (torch's foreach kernels are faster there; "
+                                  "framefuse.optim.fuse_cuda = True fuses)")
+                # NB: on CUDA the update follows torch's foreach kernels, its default there.
+                if group.get("foreach") is False:
+                    return None, "foreach=False on CUDA"
+        if p.device != device or g.device != device:
+            return None, "parameters or gradients on several devices"
+        if p.dtype not in _FUSED_DTYPES or g.dtype != p.dtype:
+            return None, f"a parameter or gradient of dtype {p.dtype} / {g.dtype} (float32 and float64 are fused)"
+        if g.layout != torch.strided or p.layout != torch.strided:
+            return None, "a sparse gradient or parameter"
+        if keys:
+            s = state.get(p)
+            if not s:
+                return None, "the first step (torch creates the optimizer's state)"
+            for k in keys:
+                t = s.get(k)
+                if t is None:
+                    return None, f"a parameter without state {k!r}"
+                tensors[k].append(t)
+        params.append(p)
+        grads.append(g)
+    return (params, grads, tensors), None
+
+
 def _adam_step(opt):
+    plans = []
     for group in opt.param_groups:
-        reason = _variant_reason(group)
-        if reason is None and not all(_float(group[k]) for k in ("lr", "eps", "weight_decay")):
-            reason = "a tensor learning rate or hyper-parameter"
+        reason = _variant_reason(group, ("lr", "eps", "weight_decay"))
         if reason is None and not all(_float(b) for b in group["betas"]):
             reason = "tensor betas"
         if reason is None:
-            params, reason = _params_with_grads(opt, group)
-        if reason is None:
-            amsgrad = group["amsgrad"]
-            states = [opt.state[p] for p in params]
-            need = ("step", "exp_avg", "exp_avg_sq") + (("max_exp_avg_sq",) if amsgrad else ())
-            if not all(all(k in s for k in need) for s in states):
-                reason = "a parameter whose state lacks " + "/".join(need)
-            else:
-                steps = [s["step"] for s in states]
-                if not all(isinstance(t, torch.Tensor) and t.device.type == "cpu" and t.numel() == 1 for t in steps):
-                    reason = "a step count that is not a CPU tensor"
-                elif len({t.item() for t in steps}) > 1:
-                    reason = "parameters at different step counts"
+            keys = ("step", "exp_avg", "exp_avg_sq") + (("max_exp_avg_sq",) if group["amsgrad"] else ())
+            plan, reason = _collect(opt, group, keys)
+        if reason is None and plan[0]:
+            steps = plan[2]["step"]
+            if not all(type(t) is torch.Tensor and t.device.type == "cpu" and t.numel() == 1 for t in steps):
+                reason = "a step count that is not a CPU tensor"
+            elif len(steps) > 1 and not bool((torch.stack(steps) == steps[0]).all()):
+                reason = "parameters at different step counts"
         if reason is not None:
             return reason
+        plans.append(plan)
     # Everything checked first: nothing is updated unless every group is.
-    for index, group in enumerate(opt.param_groups):
-        params, _ = _params_with_grads(opt, group)
+    for index, (group, (params, grads, state)) in enumerate(zip(opt.param_groups, plans)):
         if not params:
             continue
-        states = [opt.state[p] for p in params]
-        steps = [s["step"] for s in states]
+        steps = state["step"]
         torch._foreach_add_(steps, 1)
         step = steps[0].item()
         beta1, beta2 = group["betas"]
@@ -156,36 +195,35 @@ def _adam_step(opt):
         step_size = lr / bias_correction1
         # torch 2 takes bias_correction2 ** 0.5, torch 1 math.sqrt (the same for every finite double).
         bias_correction2_sqrt = bias_correction2 ** 0.5
-        scalars = torch.tensor([-step_size, bias_correction2_sqrt, 1 - lr * weight_decay], dtype=torch.float64)
+        scalars = torch.tensor([-step_size, bias_correction2_sqrt, 1 - lr * weight_decay], dtype=torch.float64,
+                               device=params[0].device)
         amsgrad = group["amsgrad"]
+        decoupled = group.get("decoupled_weight_decay", type(opt) is torch.optim.AdamW)
         _update(opt, index, _adam_update)(
-            params, [p.grad for p in params], [s["exp_avg"] for s in states], [s["exp_avg_sq"] for s in states],
-            [s["max_exp_avg_sq"] for s in states] if amsgrad else [], scalars, beta1, beta2, group["eps"],
-            weight_decay, group.get("decoupled_weight_decay", type(opt) is torch.optim.AdamW), amsgrad, group["maximize"], _TORCH_MAJOR >= 2)
+            params, grads, state["exp_avg"], state["exp_avg_sq"], state["max_exp_avg_sq"] if amsgrad else [],
+            scalars, beta1, beta2, group["eps"], weight_decay, decoupled, amsgrad, group["maximize"],
+            _TORCH_MAJOR >= 2, params[0].is_cuda)
     return None
 
 
 def _sgd_step(opt):
+    plans = []
     for group in opt.param_groups:
-        reason = _variant_reason(group)
-        if reason is None and not all(_float(group[k]) for k in ("lr", "momentum", "dampening", "weight_decay")):
-            reason = "a tensor learning rate or hyper-parameter"
+        reason = _variant_reason(group, ("lr", "momentum", "dampening", "weight_decay"))
         if reason is None:
-            params, reason = _params_with_grads(opt, group, need_state=group["momentum"] != 0)
-        if reason is None and group["momentum"] != 0:
-            if not all(opt.state[p].get("momentum_buffer") is not None for p in params):
-                reason = "the first step (torch creates the momentum buffers)"
+            # NB: without momentum SGD keeps no state; with it, torch makes the buffers on the first step.
+            plan, reason = _collect(opt, group, ("momentum_buffer",) if group["momentum"] != 0 else ())
         if reason is not None:
             return reason
-    for index, group in enumerate(opt.param_groups):
-        params = [p for p in group["params"] if p.grad is not None]
+        plans.append(plan)
+    for index, (group, (params, grads, state)) in enumerate(zip(opt.param_groups, plans)):
         if not params:
             continue
         momentum = group["momentum"]
-        buffers = [opt.state[p]["momentum_buffer"] for p in params] if momentum != 0 else []
-        scalars = torch.tensor([-group["lr"]], dtype=torch.float64)
-        _update(opt, index, _sgd_update)(params, [p.grad for p in params], buffers, scalars, group["weight_decay"],
-                                         momentum, group["dampening"], group["nesterov"], group["maximize"])
+        scalars = torch.tensor([-group["lr"]], dtype=torch.float64, device=params[0].device)
+        _update(opt, index, _sgd_update)(params, grads, state.get("momentum_buffer", []), scalars,
+                                         group["weight_decay"], momentum, group["dampening"], group["nesterov"],
+                                         group["maximize"])
     return None
 
 

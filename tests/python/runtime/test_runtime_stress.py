@@ -36,16 +36,21 @@ def test_cached_calls_keep_memory_and_state_flat(fn, backend, calls):
         cf(x, w)
     assert torch.equal(cf(x, w), expected)
     gc.collect()
-    stats, counts, rss = _C._frame_eval_stats(), _C._testing.code_state_counts(), rss_kb()
-    for _ in range(calls):
-        cf(x, w)
-    gc.collect()
-    grown = rss_kb() - rss
+    stats, counts = _C._frame_eval_stats(), _C._testing.code_state_counts()
+    # NB: two windows of `calls` calls: what cached calls keep grows the RSS in both; a one-time growth (an
+    # allocator arena, a lazy import) in one only. The CI once saw 6.6 MB in one window of the split case.
+    grown = []
+    for _ in range(2):
+        rss = rss_kb()
+        for _ in range(calls):
+            cf(x, w)
+        gc.collect()
+        grown.append(rss_kb() - rss)
     after = _C._frame_eval_stats()
     assert after["frames_compiled"] == stats["frames_compiled"] and after["recompiles"] == stats["recompiles"]
-    assert after["cache_hits"] - stats["cache_hits"] >= calls
+    assert after["cache_hits"] - stats["cache_hits"] >= 2 * calls
     assert _C._testing.code_state_counts() == counts
-    assert_rss_growth_below(grown, 1024, f"{calls} cached calls")
+    assert_rss_growth_below(min(grown), 1024, f"each of two windows of {calls} cached calls (grew {grown} kB)")
 
 
 def shapes_and_break(x, k):
