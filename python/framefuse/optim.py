@@ -163,28 +163,42 @@ def _collect(opt, group, keys):
     return (params, grads, tensors), None
 
 
-def _adam_step(opt):
+def _plans(opt, plan_group):
+    """Every group's plan, `plan_group(opt, group)` -> (params, grads, state tensors) or a reason: (the plans
+    of the groups with gradients as (index, group, params, grads, state), None), or (None, the first
+    reason). Everything is checked first: nothing is updated unless every group is."""
     plans = []
-    for group in opt.param_groups:
-        reason = _variant_reason(group, ("lr", "eps", "weight_decay"))
-        if reason is None and not all(_float(b) for b in group["betas"]):
-            reason = "tensor betas"
-        if reason is None:
-            keys = ("step", "exp_avg", "exp_avg_sq") + (("max_exp_avg_sq",) if group["amsgrad"] else ())
-            plan, reason = _collect(opt, group, keys)
-        if reason is None and plan[0]:
-            steps = plan[2]["step"]
-            if not all(type(t) is torch.Tensor and t.device.type == "cpu" and t.numel() == 1 for t in steps):
-                reason = "a step count that is not a CPU tensor"
-            elif len(steps) > 1 and not bool((torch.stack(steps) == steps[0]).all()):
-                reason = "parameters at different step counts"
+    for index, group in enumerate(opt.param_groups):
+        plan, reason = plan_group(opt, group)
         if reason is not None:
-            return reason
-        plans.append(plan)
-    # Everything checked first: nothing is updated unless every group is.
-    for index, (group, (params, grads, state)) in enumerate(zip(opt.param_groups, plans)):
-        if not params:
-            continue
+            return None, reason
+        if plan[0]:
+            plans.append((index, group, *plan))
+    return plans, None
+
+
+def _adam_plan(opt, group):
+    reason = _variant_reason(group, ("lr", "eps", "weight_decay"))
+    if reason is None and not all(_float(b) for b in group["betas"]):
+        reason = "tensor betas"
+    if reason is not None:
+        return None, reason
+    keys = ("step", "exp_avg", "exp_avg_sq") + (("max_exp_avg_sq",) if group["amsgrad"] else ())
+    plan, reason = _collect(opt, group, keys)
+    if reason is None and plan[0]:
+        steps = plan[2]["step"]
+        if not all(type(t) is torch.Tensor and t.device.type == "cpu" and t.numel() == 1 for t in steps):
+            reason = "a step count that is not a CPU tensor"
+        elif len(steps) > 1 and not bool((torch.stack(steps) == steps[0]).all()):
+            reason = "parameters at different step counts"
+    return plan, reason
+
+
+def _adam_step(opt):
+    plans, reason = _plans(opt, _adam_plan)
+    if reason is not None:
+        return reason
+    for index, group, params, grads, state in plans:
         steps = state["step"]
         torch._foreach_add_(steps, 1)
         step = steps[0].item()
@@ -206,24 +220,23 @@ def _adam_step(opt):
     return None
 
 
+def _sgd_plan(opt, group):
+    reason = _variant_reason(group, ("lr", "momentum", "dampening", "weight_decay"))
+    if reason is not None:
+        return None, reason
+    # NB: without momentum SGD keeps no state; with it, torch makes the buffers on the first step.
+    return _collect(opt, group, ("momentum_buffer",) if group["momentum"] != 0 else ())
+
+
 def _sgd_step(opt):
-    plans = []
-    for group in opt.param_groups:
-        reason = _variant_reason(group, ("lr", "momentum", "dampening", "weight_decay"))
-        if reason is None:
-            # NB: without momentum SGD keeps no state; with it, torch makes the buffers on the first step.
-            plan, reason = _collect(opt, group, ("momentum_buffer",) if group["momentum"] != 0 else ())
-        if reason is not None:
-            return reason
-        plans.append(plan)
-    for index, (group, (params, grads, state)) in enumerate(zip(opt.param_groups, plans)):
-        if not params:
-            continue
-        momentum = group["momentum"]
+    plans, reason = _plans(opt, _sgd_plan)
+    if reason is not None:
+        return reason
+    for index, group, params, grads, state in plans:
         scalars = torch.tensor([-group["lr"]], dtype=torch.float64, device=params[0].device)
         _update(opt, index, _sgd_update)(params, grads, state.get("momentum_buffer", []), scalars,
-                                         group["weight_decay"], momentum, group["dampening"], group["nesterov"],
-                                         group["maximize"])
+                                         group["weight_decay"], group["momentum"], group["dampening"],
+                                         group["nesterov"], group["maximize"])
     return None
 
 
