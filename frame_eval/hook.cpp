@@ -25,6 +25,7 @@ bool g_installed = false;
 Tracer g_tracer;
 bool g_tracer_torch_free = false;  // tests without torch: keep empty captures, no global-state guard
 PyObject* g_unsupported_type = nullptr;  // borrowed (module attribute)
+PyObject* g_native_globals = nullptr;    // strong: set_native_module's
 int g_next_frame_id = 0;
 FrameEvalStats g_stats;
 
@@ -465,6 +466,12 @@ PyObject* eval_frame_hook(PyThreadState* tstate, struct _PyInterpreterFrame* fra
   if (st.active == 0 || st.disabled > 0) return run_native(tstate, frame, throwflag);
   ff_frame_info info;
   if (!ff_frame_inspect(tstate, frame, throwflag, &info)) return run_native(tstate, frame, throwflag);
+  if (info.globals == g_native_globals && g_native_globals != nullptr) {
+    ++st.disabled;
+    PyObject* result = run_native(tstate, frame, throwflag);
+    --st.disabled;
+    return result;
+  }
   if (torch_wrapper_frame(info)) {
     if (PyObject* fn_code = torch_nonrecursive_disable_code(info.func)) {
       // torch.compiler.disable(fn, recursive=False): the wrapper's frame and fn's own run natively,
@@ -673,6 +680,10 @@ void set_tracer(Tracer tracer, bool torch_free) {
   g_tracer_torch_free = g_tracer && torch_free;
 }
 void set_unsupported_exception(PyObject* type) { g_unsupported_type = type; }
+void set_native_module(PyObject* globals) {
+  Py_XINCREF(globals);
+  Py_XSETREF(g_native_globals, globals);
+}
 void set_frame_substitute(PyObject* code, PyObject* fn) {
   FF_CHECK(PyCode_Check(code), "set_frame_substitute: not a code object");
   auto* co = reinterpret_cast<PyCodeObject*>(code);

@@ -51,6 +51,10 @@ void set_unsupported_exception(PyObject* type);
 // frame should run natively. For functions without *args and **kwargs (framefuse/optim.py: fused
 // optimizer steps).
 void set_frame_substitute(PyObject* code, PyObject* fn);
+// Frames of the module whose globals are `globals` run natively, with everything they call, as
+// frames torch.compiler.disable marks do (torch.utils.checkpoint: torch 2 marks it, torch 1 does not;
+// a function it runs must not be compiled, or its second run in the backward saves other tensors).
+void set_native_module(PyObject* globals);
 
 // Counters for tests and explain().
 struct FrameEvalStats {

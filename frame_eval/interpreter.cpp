@@ -749,8 +749,10 @@ Graph placeholders_first(const Graph& g, std::vector<NodeId>* remap) {
       args.reserve(n.args.size());
       for (const Value& a : n.args) args.push_back(fix(a));
       (*remap)[i] = out.add_call(n.op, std::move(args), n.meta, n.name);
+      out.mutable_node((*remap)[i]).checkpointed = n.checkpointed;
     } else if (n.kind == NodeKind::GetItem) {
       (*remap)[i] = out.add_getitem((*remap)[static_cast<size_t>(n.args[0].node)], n.args[1].i);
+      out.mutable_node((*remap)[i]).checkpointed = n.checkpointed;
     }
   }
   return out;

@@ -311,6 +311,9 @@ bool is_compiling_function(PyObject* fn) {
 // torch._dynamo.graph_break (a Python function doing nothing: inlined, it would be no break).
 bool is_torch_graph_break(PyObject* fn) { return function_named(fn, {"graph_break"}, {"torch._dynamo.decorators", "torch._dynamo"}); }
 
+// torch.utils.checkpoint.checkpoint (torch 2 wraps it in torch._disable_dynamo, which keeps its name).
+bool is_torch_checkpoint(PyObject* fn) { return function_named(fn, {"checkpoint"}, {"torch.utils.checkpoint"}); }
+
 }  // namespace
 
 Sym SymbolicTracer::call_const(const Sym& fn, std::vector<Sym>& args, KwArgs& kwargs) {
@@ -455,6 +458,7 @@ Sym SymbolicTracer::call_const(const Sym& fn, std::vector<Sym>& args, KwArgs& kw
   if (PyFunction_Check(o)) {
     if (is_compiling_function(o)) return make_const(Py_True);
     if (is_torch_graph_break(o)) brk(BreakKind::ExplicitBreak, "torch._dynamo.graph_break");
+    if (is_torch_checkpoint(o)) return checkpoint_call(std::move(args), std::move(kwargs));
     // NB: inlined, torch's disable wrapper would switch torch's frame hook off.
     if (torch_disable_marked(o) || framefuse_frame_disabled(o)) brk(BreakKind::DisabledCall, qualname(o));
     if (torch_compile_wrapper(o)) brk(BreakKind::TorchCompiledCall, qualname(o));

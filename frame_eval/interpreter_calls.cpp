@@ -7,6 +7,8 @@
 #include "frame_eval/interpreter_impl.h"
 #include "frame_eval/py_util.h"
 #include "frame_eval/torch_refs.h"
+#include "graph/op_registry.h"
+#include "graph/passes/effects.h"
 
 namespace ff {
 
@@ -242,6 +244,59 @@ Sym SymbolicTracer::call_python_function(PyObject* fn, const SourcePtr& fn_sourc
   }
   return inline_call(reinterpret_cast<PyCodeObject*>(f->func_code), f->func_globals, nullptr, defaults, kwdefaults,
                      closure, std::move(args), std::move(kwargs));
+}
+
+// torch.utils.checkpoint.checkpoint(fn, *args, use_reentrant=False, **kwargs): fn's calls go into the
+// graph marked `checkpointed`, so that AOT autograd's backward computes them again rather than the
+// forward saving them, as eager's checkpoint does. Eager runs fn a second time in the backward: the
+// trace refuses what would make that second run differ from the first (Python state written, tensors
+// written in place). Random draws are saved, not drawn again, which gives eager's values where
+// eager restores the RNG state for the second run (preserve_rng_state, its default). Other options,
+// and the reentrant checkpoint (whose gradients depend on its inputs' requires_grad), run natively.
+Sym SymbolicTracer::checkpoint_call(std::vector<Sym> args, KwArgs kwargs) {
+  auto native = [&](const std::string& why) { brk(BreakKind::DisabledCall, "torch.utils.checkpoint.checkpoint: " + why); };
+  if (args.empty()) native("no function given");
+  bool non_reentrant = false;
+  KwArgs fn_kwargs;
+  for (auto& [key, v] : kwargs) {
+    bool is_false = v->is(SymKind::Const) && v->obj.get() == Py_False;
+    bool is_true = v->is(SymKind::Const) && v->obj.get() == Py_True;
+    if (key == "use_reentrant") {
+      if (!is_false) native("use_reentrant=True or not given (only use_reentrant=False is captured)");
+      non_reentrant = true;
+    } else if (key == "preserve_rng_state" || key == "early_stop") {
+      if (key == "preserve_rng_state" && !is_true) native("preserve_rng_state=False");
+    } else if (key == "debug") {
+      if (!is_false) native("debug=True");
+    } else if (key == "context_fn" || key == "determinism_check") {
+      native(key + " given");
+    } else {
+      fn_kwargs.emplace_back(key, v);
+    }
+  }
+  if (!non_reentrant) native("use_reentrant=True or not given (only use_reentrant=False is captured)");
+  Sym fn = args[0];
+  std::vector<Sym> fn_args(args.begin() + 1, args.end());
+  size_t effects = effects_.size(), containers = mutated_containers_.size(), sets = set_calls_.size();
+  auto first = static_cast<NodeId>(out_.graph.size());
+  bool outer = out_.graph.checkpointing();
+  out_.graph.set_checkpointing(true);
+  Sym result;
+  try {
+    result = call(fn, std::move(fn_args), std::move(fn_kwargs));
+  } catch (...) {
+    out_.graph.set_checkpointing(outer);
+    throw;
+  }
+  out_.graph.set_checkpointing(outer);
+  if (effects_.size() != effects || mutated_containers_.size() != containers || set_calls_.size() != sets)
+    native("the function writes Python state (eager runs it again in the backward)");
+  for (auto id = first; id < static_cast<NodeId>(out_.graph.size()); ++id) {
+    const Node& n = out_.graph.node(id);
+    if (n.kind == NodeKind::Call && (op_def(n.op).has(kInplace) || !written_operands(n).empty()))
+      native("the function writes a tensor in place (eager runs it again in the backward)");
+  }
+  return result;
 }
 
 Sym SymbolicTracer::inline_call(PyCodeObject* code, PyObject* globals, const SourcePtr& globals_source, const Sym& defaults,

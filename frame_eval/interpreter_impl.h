@@ -299,6 +299,7 @@ class SymbolicTracer {
   // them, else nullptr.
   Sym itertools_call(PyObject* callee, std::vector<Sym>& args, KwArgs& kwargs);
   Sym islice_call(std::vector<Sym>& args, KwArgs& kwargs);
+  Sym checkpoint_call(std::vector<Sym> args, KwArgs kwargs);
   Sym reversed_of(const Sym& v);
   bool native_iterator_container_changed(const Sym& it);
 

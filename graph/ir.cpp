@@ -137,6 +137,7 @@ NodeId Graph::add_call(OpId op, std::vector<Value> args, ValueMeta meta, const s
   n.name = unique_name(name_hint);
   n.args = std::move(args);
   n.meta = std::move(meta);
+  n.checkpointed = checkpointing_;
   nodes_.push_back(std::move(n));
   return static_cast<NodeId>(nodes_.size() - 1);
 }
@@ -151,6 +152,7 @@ NodeId Graph::add_getitem(NodeId tuple_node, int64_t index, const std::string& n
   n.name = unique_name(name_hint);
   n.args = {Value::of_node(tuple_node), Value::of_int(index)};
   n.meta = src.meta.items[static_cast<size_t>(index)];
+  n.checkpointed = checkpointing_;
   nodes_.push_back(std::move(n));
   return static_cast<NodeId>(nodes_.size() - 1);
 }

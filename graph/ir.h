@@ -278,6 +278,9 @@ struct Node {
   // GetItem: {tuple node, index}. Output: {result}.
   std::vector<Value> args;
   ValueMeta meta;
+  // Made inside torch.utils.checkpoint: AOT autograd's backward computes it again instead of the
+  // forward saving it (graph/autograd/autograd.h). Copies of the node keep it.
+  bool checkpointed = false;
 };
 
 class Graph {
@@ -288,6 +291,10 @@ class Graph {
   NodeId add_call(OpId op, std::vector<Value> args, ValueMeta meta, const std::string& name_hint = "");
   NodeId add_getitem(NodeId tuple_node, int64_t index, const std::string& name_hint = "getitem");
   NodeId set_output(Value result);
+  // While on, calls and getitems added are marked `checkpointed` (the interpreter inside
+  // torch.utils.checkpoint).
+  void set_checkpointing(bool on) { checkpointing_ = on; }
+  bool checkpointing() const { return checkpointing_; }
 
   const Node& node(NodeId id) const { return nodes_.at(static_cast<size_t>(id)); }
   Node& mutable_node(NodeId id) { return nodes_.at(static_cast<size_t>(id)); }
@@ -309,6 +316,7 @@ class Graph {
 
  private:
   std::vector<Node> nodes_;
+  bool checkpointing_ = false;
   std::unordered_set<std::string> used_names_;
   std::unordered_map<std::string, int> next_suffix_;
   friend class GraphBuilderAccess;

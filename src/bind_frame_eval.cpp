@@ -223,6 +223,7 @@ void define_frame_eval(py::module_& m) {
     return d;
   });
   m.def("_hook_installed", &hook_installed);
+  m.def("_set_native_module", [](py::object globals) { set_native_module(globals.is_none() ? nullptr : globals.ptr()); }, "Frames of the module with these globals run natively, with everything they call.");
   m.def("_set_frame_substitute", [](py::object code, py::object fn) { set_frame_substitute(code.ptr(), fn.is_none() ? nullptr : fn.ptr()); }, "Inside compiled code, frames of `code` call fn(*positional args, **keyword-only args) instead (NotImplemented: run natively).");
   // framefuse.compiler.substitute_in_graph's table (frame_eval/py_util.h polyfill_table).
   m.def("_polyfills", [] { return py::reinterpret_borrow<py::dict>(polyfill_table()); });

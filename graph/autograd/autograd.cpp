@@ -40,6 +40,7 @@ NodeId copy_node(const Graph& from, NodeId id, Graph& to, std::vector<NodeId>& m
   } else {
     FF_CHECK(false, "copy_node copies calls and getitems");
   }
+  to.mutable_node(out).checkpointed = n.checkpointed;
   map[static_cast<size_t>(id)] = out;
   return out;
 }
@@ -145,6 +146,7 @@ Graph with_explicit_dropout(const Graph& src, const CallTyper& typer) {
         map[static_cast<size_t>(id)] = made->node;
       else
         map[static_cast<size_t>(id)] = out.add_call(n.op, std::move(args), n.meta, n.name);
+      out.mutable_node(map[static_cast<size_t>(id)]).checkpointed = n.checkpointed;
     } else {
       copy_node(src, id, out, map);
     }
@@ -256,6 +258,16 @@ bool cheap_to_recompute(const Node& n) {
   return written_operands(n).empty();
 }
 
+// A call inside torch.utils.checkpoint that the backward may compute again: anything deterministic
+// that writes nothing (matrix products and convolutions too, as eager's checkpoint recomputes them).
+bool recomputable_when_checkpointed(const Node& n) {
+  if (n.kind == NodeKind::GetItem) return true;
+  if (n.kind != NodeKind::Call) return false;
+  const OpDef& op = op_def(n.op);
+  if (op.has(kRandom) || op.has(kInplace) || op.has(kNondeterministicOutput)) return false;
+  return written_operands(n).empty();
+}
+
 }  // namespace
 
 CallTyper rule_typer() {
@@ -290,14 +302,24 @@ AutogradGraphs split_for_autograd(const Graph& src, const CallTyper& typer) {
   // the graph does not write; not the user's results, which are there anyway), or saved.
   std::vector<bool> written = written_inputs(g), user_result(g.size(), false);
   for (NodeId o : j.outputs) user_result[static_cast<size_t>(o)] = true;
+  // A call made inside torch.utils.checkpoint is recomputed whatever its cost (but random draws and
+  // writes): what it reads that is not recomputed is saved instead (the checkpointed function's
+  // inputs), unless the graph writes it in place somewhere (the backward would read the new value).
+  std::vector<bool> written_anywhere(g.size(), false);
+  for (size_t i = first_call; i < static_cast<size_t>(j.first_backward); ++i)
+    for (NodeId w : written_operands(g.node(static_cast<NodeId>(i)))) written_anywhere[static_cast<size_t>(view_base(g, w))] = true;
   std::vector<bool> recomputable(g.size(), false);
   for (size_t i = first_call; i < static_cast<size_t>(j.first_backward); ++i) {
     const Node& n = g.node(static_cast<NodeId>(i));
-    bool ok = cheap_to_recompute(n);
+    bool checkpointed = n.checkpointed && recomputable_when_checkpointed(n);
+    bool ok = checkpointed || cheap_to_recompute(n);
     for (const Value& a : n.args)
       a.for_each_node([&](NodeId o) {
         bool input = g.node(o).kind == NodeKind::Placeholder;
-        ok = ok && ((input && !written[static_cast<size_t>(o)]) || (!input && recomputable[static_cast<size_t>(o)]));
+        if (checkpointed)
+          ok = ok && !written_anywhere[static_cast<size_t>(view_base(g, o))];
+        else
+          ok = ok && ((input && !written[static_cast<size_t>(o)]) || (!input && recomputable[static_cast<size_t>(o)]));
       });
     recomputable[i] = ok;
   }

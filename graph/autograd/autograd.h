@@ -14,7 +14,9 @@
 // cheap_to_recompute); anything else, and the user's results, are saved. A chain that starts at the
 // graph's inputs then costs the forward no extra writes, and its recomputation fuses into the
 // backward's kernels. (Not a min-cut yet: a chain after a matrix product is saved at the end the
-// backward reads, not at the product.)
+// backward reads, not at the product.) A call made inside torch.utils.checkpoint (Node::checkpointed)
+// is recomputed whatever its cost but random draws and writes; what it reads that is not recomputed
+// is saved (the checkpointed function's inputs).
 //
 // The runtime (framefuse's Python layer) runs the forward inside a torch.autograd.Function, saves
 // what it returns after the user's outputs, and runs the backward (compiled on its first call) from

@@ -62,6 +62,7 @@ NodeId GraphRewriter::copy_with(NodeId id, std::vector<Value> args) {
       break;
     case NodeKind::Output: out = dst_.set_output(std::move(args.at(0))); break;
   }
+  dst_.mutable_node(out).checkpointed = n.checkpointed;
   map_[static_cast<size_t>(id)] = Value::of_node(out);
   return out;
 }

@@ -35,6 +35,11 @@ except ImportError as _e:  # pragma: no cover - only while the frontend module i
         raise
 from . import compiler  # noqa: E402,F401  (framefuse.compiler: torch.compiler's functions)
 from . import optim  # noqa: E402,F401  (fused SGD/Adam/AdamW steps inside compiled code)
+import torch.utils.checkpoint as _checkpoint  # noqa: E402
+
+# What torch.utils.checkpoint runs natively (a call framefuse does not capture) runs with everything
+# it calls, as torch 2's torch._disable_dynamo mark on it says (torch 1 has no mark).
+_C._set_native_module(vars(_checkpoint))
 __all__ += ["compiler", "optim"]
 try:
     from .explain import explain  # noqa: F401

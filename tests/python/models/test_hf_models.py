@@ -199,3 +199,26 @@ def test_zoo_training_step_with_adamw_in_the_compiled_code(name):
     for got, want in zip(runs[1][0] + runs[1][1], runs[0][0] + runs[0][1]):
         torch.testing.assert_close(got, want, **tol)
     assert_captured()
+
+
+@pytest.mark.parametrize("name", ["gpt2", "llama"])
+def test_zoo_gradient_checkpointing_is_captured(name):
+    """model.gradient_checkpointing_enable(use_reentrant=False): transformers calls torch.utils.checkpoint per
+    layer (through functools.partial); the layers are captured with their checkpoint (no break names it),
+    and the loss and gradients are eager's within tolerance."""
+    x = hf_zoo.inputs(name, train=True)
+    runs = []
+    for compiled in (False, True):
+        model = hf_zoo.build(name).train()
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        loss = hf_zoo.loss_of((framefuse.compile(model) if compiled else model)(**x))
+        loss.backward()
+        runs.append((loss.detach(), {n: p.grad for n, p in model.named_parameters() if p.grad is not None}))
+    tol = iu.tolerance(torch.float32)
+    torch.testing.assert_close(runs[1][0], runs[0][0], **tol)
+    assert list(runs[1][1]) == list(runs[0][1])
+    for n, g in runs[0][1].items():
+        torch.testing.assert_close(runs[1][1][n], g, **tol, msg=lambda m: f"grad of {n}: {m}")
+    report = framefuse.explain(model)(**x)
+    assert not [r for r in report.break_reasons if "checkpoint" in str(r)], [str(r) for r in report.break_reasons]
+    assert_captured()
