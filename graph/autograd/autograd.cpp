@@ -316,8 +316,10 @@ AutogradGraphs split_for_autograd(const Graph& src, const CallTyper& typer) {
     for (const Value& a : n.args)
       a.for_each_node([&](NodeId o) {
         bool input = g.node(o).kind == NodeKind::Placeholder;
+        // NB: what it reads is saved, so it must be a tensor (a size computed by the forward is not).
         if (checkpointed)
-          ok = ok && !written_anywhere[static_cast<size_t>(view_base(g, o))];
+          ok = ok && !written_anywhere[static_cast<size_t>(view_base(g, o))] &&
+               (input || recomputable[static_cast<size_t>(o)] || g.node(o).meta.is_tensor());
         else
           ok = ok && ((input && !written[static_cast<size_t>(o)]) || (!input && recomputable[static_cast<size_t>(o)]));
       });

@@ -156,3 +156,25 @@ def test_dropout_inside_the_checkpoint_keeps_its_draws():
     torch.testing.assert_close(got[0], want[0], **iu.tolerance(torch.float32))
     for g, w in zip(got[1], want[1]):
         torch.testing.assert_close(g, w, **iu.tolerance(torch.float32))
+
+
+def test_a_checkpoint_with_symbolic_sizes_goes_through_aot_autograd():
+    # The block reads a size the forward computes (symbolic under dynamic=True): the size is not saved
+    # (it is no tensor); the values around it still split into a compiled forward and backward.
+    lin = torch.nn.Linear(8, 8)
+
+    def block(h):
+        return lin(h).relu().reshape(h.shape[0], -1) * 2
+
+    def f(x):
+        return checkpoint(block, x, use_reentrant=False).sum()
+
+    compiled = framefuse.compile(f, dynamic=True)
+    for n in (4, 6):
+        x = torch.randn(n, 8, requires_grad=True)
+        out = compiled(x)
+        assert type(out.grad_fn).__name__ == "_FunctionBackward"
+        out.backward()
+        want = x.detach().requires_grad_()
+        f(want).backward()
+        torch.testing.assert_close(x.grad, want.grad, **iu.tolerance(torch.float32))
