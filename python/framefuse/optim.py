@@ -1,21 +1,23 @@
 """Fused optimizer steps.
 
-Inside compiled code, `opt.step()` of torch.optim's SGD, Adam and AdamW runs as one compiled update
-per parameter group instead of torch's loop of eager kernels per parameter (as torch.compile compiles
-the optimizer's step). The step's wrapper (hooks, profiling, grad mode) stays torch's: the frame hook
-runs `_fused_step` in place of the class's own `step` function (`_C._set_frame_substitute`), only inside
-compiled code. Called outside compiled code, `opt.step()` is torch's.
+Inside code compiled with backend="inductor", `opt.step()` of torch.optim's SGD, Adam and AdamW runs as
+one compiled update per parameter group instead of torch's loop of eager kernels per parameter (as
+torch.compile compiles the optimizer's step). The step's wrapper (hooks, profiling, grad mode) stays
+torch's: the frame hook runs `_fused_step` in place of the class's own `step` function
+(`_C._set_frame_substitute`). Called outside compiled code, `opt.step()` is torch's.
 
 The update follows torch's arithmetic kernel for kernel (on the CPU, its single-tensor loop's, which
 its foreach loop shares there; on CUDA, its foreach kernels', torch's default there): each parameter's
 kernels are fused into one loop that rounds as eager's kernels do; the step-dependent numbers (bias
 corrections, learning rate) are computed in Python doubles as torch does and enter the graph as a
-float64 tensor, so a learning-rate schedule or the step count never recompiles. What the update does
-not cover runs torch's own step, with a `perf_hints` line saying why: CUDA parameters unless
-`framefuse.optim.fuse_cuda` is set (torch's foreach kernels are faster than the update's per-parameter
-kernels there today), the first step (torch creates the state), a closure, parameters on several devices, dtypes other than float32 and float64, complex
-or sparse tensors, the fused/capturable/differentiable variants (and foreach=False on CUDA), tensor
-hyper-parameters, parameters at different step counts, and subclasses.
+float64 tensor, so a learning-rate schedule or the step count never recompiles.
+
+What the update does not cover runs torch's own step, with a `perf_hints` line saying why: CUDA
+parameters unless `framefuse.optim.fuse_cuda` is set (torch's foreach kernels are faster than the
+update's per-parameter kernels there today), the first step (torch creates the state), a closure,
+parameters on several devices, dtypes other than float32 and float64, complex or sparse tensors, the
+fused/capturable/differentiable variants (and foreach=False on CUDA), tensor hyper-parameters,
+parameters at different step counts, and subclasses.
 """
 import types
 import weakref
