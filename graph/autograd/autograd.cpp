@@ -245,27 +245,23 @@ std::vector<bool> written_inputs(const Graph& g) {
   return written;
 }
 
-// Whether the backward computes call `n` again rather than having the forward save it: everything
-// but matrix products and convolutions (extern), ops of the open registry (their cost is unknown),
-// random draws and writes. A value made from the graph's inputs by such calls alone is recomputed
-// by the backward from those inputs (free to keep: the caller holds them).
-bool cheap_to_recompute(const Node& n) {
-  if (n.kind == NodeKind::GetItem) return true;  // of a tuple that is recomputed too
-  if (n.kind != NodeKind::Call) return false;
-  const OpDef& op = op_def(n.op);
-  if (op.is_open() || op.has(kExtern) || op.has(kRandom) || op.has(kInplace) || op.has(kNondeterministicOutput))
-    return false;
-  return written_operands(n).empty();
-}
-
-// A call inside torch.utils.checkpoint that the backward may compute again: anything deterministic
-// that writes nothing (matrix products and convolutions too, as eager's checkpoint recomputes them).
+// A call the backward may compute again rather than have the forward save: anything deterministic
+// that writes nothing (what torch.utils.checkpoint recomputes, matrix products and convolutions too).
 bool recomputable_when_checkpointed(const Node& n) {
-  if (n.kind == NodeKind::GetItem) return true;
+  if (n.kind == NodeKind::GetItem) return true;  // of a tuple that is recomputed too
   if (n.kind != NodeKind::Call) return false;
   const OpDef& op = op_def(n.op);
   if (op.has(kRandom) || op.has(kInplace) || op.has(kNondeterministicOutput)) return false;
   return written_operands(n).empty();
+}
+
+// Whether the backward computes call `n` again without being asked to: the above but matrix products
+// and convolutions (extern) and ops of the open registry (their cost is unknown). A value made from
+// the graph's inputs by such calls alone is recomputed by the backward from those inputs (free to
+// keep: the caller holds them).
+bool cheap_to_recompute(const Node& n) {
+  if (n.kind == NodeKind::Call && (op_def(n.op).is_open() || op_def(n.op).has(kExtern))) return false;
+  return recomputable_when_checkpointed(n);
 }
 
 }  // namespace
