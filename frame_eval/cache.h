@@ -79,7 +79,7 @@ struct ExtraState {
   CodeStrategy strategy = CodeStrategy::Compile;
   std::string skip_reason;
   bool skipped_for_break = false;  // Skip because of an unsupported construct (fullgraph=True retraces)
-  bool autocast_noted = false;     // the perf_hints line for calls under torch.autocast was written
+  bool autocast_noted = false;     // the perf_hints line for calls under torch.autocast (torch 1) was written
   bool torch_internal = false;  // code of torch or framefuse itself: compiled only as a root
   bool generated_stub = false;  // a graph-break stub: always Skip, even after reset()
   // A function run instead of this code's frames inside compiled code (set_frame_substitute); it may

@@ -5,6 +5,7 @@
 #include <optional>
 
 #include "frame_eval/py_util.h"
+#include "frame_eval/torch_refs.h"
 #include "src/base/errors.h"
 
 namespace ff {
@@ -324,7 +325,13 @@ PyObject* CaptureRunner::run(const FrameValues& frame, Slots& slots) const {
     PyErr_SetString(PyExc_RuntimeError, "framefuse internal error: a graph with symbolic sizes has no compiled callable");
     return nullptr;
   }
-  PyObject* outputs = compiled_ ? PyObject_Vectorcall(compiled_, inputs, n, nullptr) : reference_->run(inputs, n);
+  PyObject* outputs;
+  if (autocast_off_) {
+    AutocastOff off(nullptr);  // NB: the graph only: the values built after may enter autocast blocks
+    outputs = compiled_ ? PyObject_Vectorcall(compiled_, inputs, n, nullptr) : reference_->run(inputs, n);
+  } else {
+    outputs = compiled_ ? PyObject_Vectorcall(compiled_, inputs, n, nullptr) : reference_->run(inputs, n);
+  }
   if (!outputs) {
     slots.clear();
     return nullptr;

@@ -30,6 +30,8 @@ class CaptureRunner {
   bool uses_reference_runner() const { return compiled_ == nullptr; }
   // Replaces the reference runner by a backend's callable (new reference, stolen).
   void set_compiled(PyObject* compiled_fn);
+  // The graph runs with torch.autocast off (a capture traced under autocast holds its casts).
+  void set_autocast_off(bool off) { autocast_off_ = off; }
   // The graph inputs read from `frame`, as a new list; null with an exception set. Cold path.
   PyObject* example_inputs(const FrameValues& frame) const;
 
@@ -58,6 +60,7 @@ class CaptureRunner {
   std::unique_ptr<Plan> output_;
   std::vector<Effect> effects_;
   bool has_symint_plans_ = false;  // an output or effect is an int that varies (OutputPlan::Kind::SymInt)
+  bool autocast_off_ = false;
 };
 
 }  // namespace ff

@@ -2,9 +2,10 @@
 #include "frame_eval/hook.h"
 
 #include <algorithm>
-#include <fstream>
 #include <chrono>
 #include <cstdlib>
+#include <fstream>
+#include <optional>
 #include <string>
 
 #include "frame_eval/frame_access.h"
@@ -12,6 +13,7 @@
 #include "frame_eval/interpreter.h"
 #include "frame_eval/py_util.h"
 #include "frame_eval/torch_refs.h"
+#include "graph/python/graph_calls.h"
 #include "src/base/config.h"
 #include "src/base/logging.h"
 
@@ -242,8 +244,8 @@ CompileOutcome finish_compile(const ff_frame_info& info, const FrameValues& valu
   std::string graph_text = log_enabled(LogArtifact::graph_code) && tensor_work ? graph_code_text(cap.graph) : std::string();
   auto t1 = std::chrono::steady_clock::now();
   auto runner = std::make_unique<CaptureRunner>(std::move(cap), values, nullptr);
+  runner->set_autocast_off(autocast_on);
   // NB: an empty graph before a break runs on the reference runner: no backend call, no graph.
-  FF_CHECK(!autocast_on, "a frame was traced under torch.autocast (compile_frame runs those eagerly)");
   if (tensor_work || g_tracer_torch_free) {
     compile_backend(*options, *runner, values, /*training=*/grad_on && any_requires_grad);
   }
@@ -327,16 +329,19 @@ CompileOutcome compile_split(ExtraState& extra, const ff_frame_info& info, const
 // skip); on Raise a Python exception is set (fullgraph=True).
 CompileOutcome compile_frame(ExtraState& extra, const ff_frame_info& info, const FrameValues& values,
                              const std::shared_ptr<CompileOptions>& options, std::shared_ptr<CacheEntry>* out) {
-  // NB: the meta rules type calls without autocast's casts, so a trace under torch.autocast holds
-  // wrong dtypes: `x.float()` of what is bfloat16 when it runs was taken for a no-op, and a branch on
-  // a dtype goes the wrong way. Such calls run eagerly (the cache keeps no entry for them: calls
+  // Under torch.autocast the trace adds autocast's casts to the graph (graph/python/graph_calls.h
+  // AutocastScope); the trace and the backend run with autocast off. torch 1.13 cannot say which
+  // casts autocast makes: such calls run eagerly there (the cache keeps no entry for them: calls
   // without autocast still compile).
-  if (torch_loaded() && autocast_enabled_now() == 1) {
+  PyRef traced_autocast = PyRef::steal(torch_loaded() ? autocast_state_if_on() : nullptr);
+  if (traced_autocast && !autocast_capturable()) {
     if (!extra.autocast_noted && log_enabled(LogArtifact::perf_hints))
-      log_emit(LogArtifact::perf_hints, code_location(info.code) + ": called under torch.autocast, which framefuse does not trace: it runs eagerly");
+      log_emit(LogArtifact::perf_hints, code_location(info.code) + ": called under torch.autocast, which framefuse traces on torch 2 only: it runs eagerly");
     extra.autocast_noted = true;
     return CompileOutcome::Native;
   }
+  std::optional<AutocastOff> autocast_off;
+  if (traced_autocast) autocast_off.emplace(traced_autocast.get());
   // framefuse.disable(fn, recursive=False): fn's own frame runs natively, what it calls is compiled
   if (info.func && framefuse_frame_disabled(info.func)) return mark_native(extra, "framefuse.disable(recursive=False)");
   auto t0 = std::chrono::steady_clock::now();

@@ -12,6 +12,7 @@
 #include "frame_eval/cache.h"
 #include "frame_eval/guards.h"
 #include "frame_eval/interpreter_impl.h"
+#include "frame_eval/torch_refs.h"
 #include "graph/op.h"
 #include "graph/passes/specialize_shapes.h"
 #include "graph/python/graph_calls.h"
@@ -608,7 +609,12 @@ void SymbolicTracer::step(Frame& f, const Instr& ins) {
     }
     case Handler::BeforeWith: {
       Sym mgr = pop();
-      if (mgr->is(SymKind::GradCtx) || (mgr->is(SymKind::NoopCtx) && PyObject_HasAttrString(mgr->obj.get(), "__enter__"))) {
+      // NB: a real torch.autocast object (made outside, or a @torch.autocast decorator's) is entered
+      // as one the trace made with its settings.
+      if ((mgr->is(SymKind::Object) || mgr->is(SymKind::Const)) && mgr->obj &&
+          is_autocast_type(reinterpret_cast<PyObject*>(Py_TYPE(mgr->obj.get()))))
+        mgr = autocast_ctx(mgr->obj.get());
+      if (mgr->is(SymKind::GradCtx) || mgr->is(SymKind::AutocastCtx) || (mgr->is(SymKind::NoopCtx) && PyObject_HasAttrString(mgr->obj.get(), "__enter__"))) {
         Sym exit = make_sym(SymKind::Method);
         exit->name = "__exit__";
         exit->items = {mgr};
@@ -790,6 +796,20 @@ Sym SymbolicTracer::tensor_sym(NodeId node) {
   brk(BreakKind::DataDependentShape, "op returns a Python scalar computed from tensor data");
 }
 
+namespace {
+
+// autocast_state_now()'s tuple (cpu on, cpu dtype, cuda on, cuda dtype) as an AutocastState.
+AutocastState autocast_from_state(PyObject* state) {
+  AutocastState s;
+  s.cpu = PyTuple_GET_ITEM(state, 0) == Py_True;
+  s.cuda = PyTuple_GET_ITEM(state, 2) == Py_True;
+  if (!dtype_from_object(PyTuple_GET_ITEM(state, 1), &s.cpu_dtype) || !dtype_from_object(PyTuple_GET_ITEM(state, 3), &s.cuda_dtype))
+    throw Unsupported("torch.autocast with a dtype framefuse does not know");
+  return s;
+}
+
+}  // namespace
+
 CaptureResult SymbolicTracer::trace() {
   // NB: active for the whole trace: meta rules and size reads decide comparisons on symbolic sizes.
   ShapeEnvScope shape_scope(shape_env_.get());
@@ -801,8 +821,10 @@ CaptureResult SymbolicTracer::trace() {
   if (k.torch) {
     Guard g = current_global_state_guard();
     g.grad_enabled = grad_enabled_;
+    if (g.expected) autocast_ = autocast_from_state(g.expected);
     out_.guards.push_back(std::move(g));
   }
+  AutocastScope autocast_scope(&autocast_);
   Frame root;
   root.code = view_.code;
   root.dc = &decode_code(view_.code);

@@ -6,6 +6,7 @@
 
 #include "frame_eval/interpreter_impl.h"
 #include "frame_eval/py_util.h"
+#include "frame_eval/torch_refs.h"
 #include "graph/meta_rules.h"
 #include "graph/op.h"
 #include "graph/op_registry.h"
@@ -406,6 +407,26 @@ Sym SymbolicTracer::call_const(const Sym& fn, std::vector<Sym>& args, KwArgs& kw
       g->flag = o == k.enable_grad;
       return g;
     }
+    if (is_autocast_type(o)) {
+      // NB: made now, with the arguments' values: its constructor only resolves them (the dtype
+      // from the current one where None, validation and warnings), and changes no state.
+      PyRef pos = PyRef::steal(PyTuple_New(static_cast<Py_ssize_t>(args.size())));
+      PyRef kw = PyRef::steal(PyDict_New());
+      for (size_t i = 0; i < args.size(); ++i) {
+        if (!args[i]->is(SymKind::Const)) brk(BreakKind::UnsupportedContextManager, "torch.autocast with an argument that is not a constant");
+        PyTuple_SET_ITEM(pos.get(), static_cast<Py_ssize_t>(i), Py_NewRef(args[i]->obj.get()));
+      }
+      for (const auto& [key, v] : kwargs) {
+        if (!v->is(SymKind::Const)) brk(BreakKind::UnsupportedContextManager, "torch.autocast with an argument that is not a constant");
+        PyDict_SetItemString(kw.get(), key.c_str(), v->obj.get());
+      }
+      PyRef made = PyRef::steal(PyObject_Call(o, pos.get(), kw.get()));
+      if (!made) {
+        PyErr_Clear();
+        brk(BreakKind::RaisesInTrace, "torch.autocast(...) raises");
+      }
+      return autocast_ctx(made.get());
+    }
     if (o && (o == k.disable_torch_dispatch || o == k.disable_functorch || (o == k.record_function && k.nullcontext))) {
       if (o != k.record_function && (!args.empty() || !kwargs.empty())) brk(BreakKind::UnsupportedContextManager, describe_sym(fn) + " with arguments");
       Sym c = make_sym(SymKind::NoopCtx);
@@ -459,6 +480,7 @@ Sym SymbolicTracer::call_const(const Sym& fn, std::vector<Sym>& args, KwArgs& kw
     if (is_compiling_function(o)) return make_const(Py_True);
     if (is_torch_graph_break(o)) brk(BreakKind::ExplicitBreak, "torch._dynamo.graph_break");
     if (is_torch_checkpoint(o)) return checkpoint_call(std::move(args), std::move(kwargs));
+    if (o == known().autocast_exit && autocast_capturable()) return autocast_exit(std::move(args), std::move(kwargs));
     // NB: inlined, torch's disable wrapper would switch torch's frame hook off.
     if (torch_disable_marked(o) || framefuse_frame_disabled(o)) brk(BreakKind::DisabledCall, qualname(o));
     if (torch_compile_wrapper(o)) brk(BreakKind::TorchCompiledCall, qualname(o));
@@ -503,9 +525,9 @@ Sym SymbolicTracer::call_const(const Sym& fn, std::vector<Sym>& args, KwArgs& kw
     }
     // torch.compiler.is_compiling() is True while framefuse captures, as under torch.compile.
     if (short_name == "is_compiling" || short_name == "is_dynamo_compiling") return make_const(Py_True);
-    for (std::string_view n : {"_get_tracing_state", "is_autocast_enabled", "is_autocast_cpu_enabled",
-                               "is_inference_mode_enabled", "get_default_dtype", "is_scripting", "is_tracing",
-                               "_is_torch_function_mode_enabled", "_is_any_autocast_enabled",
+    if (Sym a = autocast_getter(short_name, args, kwargs)) return a;
+    for (std::string_view n : {"_get_tracing_state", "is_inference_mode_enabled", "get_default_dtype", "is_scripting", "is_tracing",
+                               "_is_torch_function_mode_enabled",
                                "is_fx_tracing", "is_available", "is_built", "_get_cudnn_enabled", "is_tensor",
                                "is_floating_point", "is_complex", "is_signed", "_jit_internal", "annotate",
                                "_len_torch_dispatch_stack", "_accelerator_getAccelerator", "_cuda_getDeviceCount"})
@@ -918,6 +940,92 @@ Sym SymbolicTracer::call_tensor_method(const Sym& self, const std::string& name,
   return torch_call(desc, all, kwargs, "Tensor." + name);
 }
 
+// torch's autocast getters answer the traced state (autocast itself is off while the trace runs):
+// torch.is_autocast_enabled(device_type) (no argument: CUDA), is_autocast_cpu_enabled,
+// _is_any_autocast_enabled, get_autocast_dtype(device_type), get_autocast_{cpu,gpu}_dtype. Null
+// for any other name; a device type other than CPU and CUDA breaks.
+Sym SymbolicTracer::autocast_getter(std::string_view name, const std::vector<Sym>& args, const KwArgs& kwargs) {
+  std::string_view n = name.substr(name.find_first_not_of('_') == std::string_view::npos ? 0 : name.find_first_not_of('_'));
+  bool enabled = n == "is_autocast_enabled" || n == "is_autocast_cpu_enabled" || n == "is_any_autocast_enabled";
+  bool dtype = n == "get_autocast_dtype" || n == "get_autocast_cpu_dtype" || n == "get_autocast_gpu_dtype";
+  if (!enabled && !dtype) return nullptr;
+  bool cuda = n == "is_autocast_enabled" || n == "get_autocast_gpu_dtype";
+  if (n == "is_autocast_enabled" || n == "get_autocast_dtype") {
+    const Sym* dev = !args.empty() ? &args[0] : nullptr;
+    for (const auto& [key, v] : kwargs)
+      if (key == "device_type") dev = &v;
+    if (dev || n == "get_autocast_dtype") {
+      if (!dev || !(*dev)->is(SymKind::Const) || !PyUnicode_Check((*dev)->obj.get()))
+        brk(BreakKind::UnsupportedCall, std::string(name) + " without a constant device type");
+      std::string d = PyUnicode_AsUTF8((*dev)->obj.get());
+      if (d != "cpu" && d != "cuda") brk(BreakKind::UnsupportedCall, std::string(name) + "(\"" + d + "\"): only CPU and CUDA autocast are traced");
+      cuda = d == "cuda";
+    }
+  }
+  if (n == "is_any_autocast_enabled") return make_const(autocast_.any() ? Py_True : Py_False);
+  if (enabled) return make_const((cuda ? autocast_.cuda : autocast_.cpu) ? Py_True : Py_False);
+  return make_const(dtype_object(cuda ? autocast_.cuda_dtype : autocast_.cpu_dtype));
+}
+
+bool SymbolicTracer::is_autocast_type(PyObject* type) const {
+  const Known& k = known();
+  bool known_type = false;
+  for (PyObject* t : k.autocast_types) known_type = known_type || (t && t == type);
+  return known_type && autocast_capturable();
+}
+
+Sym SymbolicTracer::autocast_ctx(PyObject* manager) {
+  PyRef device = PyRef::steal(PyObject_GetAttrString(manager, "device"));
+  PyRef dtype = PyRef::steal(device ? PyObject_GetAttrString(manager, "fast_dtype") : nullptr);
+  PyRef enabled = PyRef::steal(dtype ? PyObject_GetAttrString(manager, "_enabled") : nullptr);
+  PyRef cache = PyRef::steal(enabled ? PyObject_GetAttrString(manager, "_cache_enabled") : nullptr);
+  if (!cache) {
+    PyErr_Clear();
+    brk(BreakKind::UnsupportedContextManager, "a torch.autocast object without its device, dtype or flags");
+  }
+  const char* dev = PyUnicode_Check(device.get()) ? PyUnicode_AsUTF8(device.get()) : nullptr;
+  if (!dev || (std::string_view(dev) != "cpu" && std::string_view(dev) != "cuda"))
+    brk(BreakKind::UnsupportedContextManager, "torch.autocast of a device type other than cpu and cuda");
+  DType dt;
+  if (!dtype_from_object(dtype.get(), &dt)) brk(BreakKind::UnsupportedContextManager, "torch.autocast of a dtype framefuse does not know");
+  Sym ctx = make_sym(SymKind::AutocastCtx);
+  ctx->name = dev;
+  ctx->flag = PyObject_IsTrue(enabled.get()) == 1;
+  ctx->pos = static_cast<int64_t>(dt);
+  // NB: torch.autocast itself (a deprecated spelling would warn again), with every argument resolved.
+  PyRef pos = PyRef::steal(PyTuple_Pack(2, known().autocast_types[0], device.get()));
+  PyRef kw = PyRef::steal(Py_BuildValue("{s:O,s:O,s:O}", "dtype", dtype.get(), "enabled", ctx->flag ? Py_True : Py_False,
+                                        "cache_enabled", cache.get()));
+  ctx->obj = PyRef::steal(pos && kw ? PyObject_Call(known().partial_type, pos.get(), kw.get()) : nullptr);
+  if (!ctx->obj) {
+    PyErr_Clear();
+    brk(BreakKind::UnsupportedContextManager, "torch.autocast: cannot make a fresh one");
+  }
+  return ctx;
+}
+
+Sym SymbolicTracer::autocast_exit(std::vector<Sym> args, KwArgs kwargs) {
+  const Sym& self = args.empty() ? nullptr : args[0];
+  if (!self || !(self->is(SymKind::Object) || self->is(SymKind::Const)) || !self->obj || !self->source || !kwargs.empty())
+    brk(BreakKind::UnsupportedContextManager, "torch.autocast.__exit__ of an object the trace cannot fetch again");
+  PyObject* m = self->obj.get();
+  PyRef device = PyRef::steal(PyObject_GetAttrString(m, "device"));
+  PyRef prev = PyRef::steal(device ? PyObject_GetAttrString(m, "prev") : nullptr);
+  PyRef prev_dtype = PyRef::steal(prev ? PyObject_GetAttrString(m, "prev_fastdtype") : nullptr);
+  DType dt;
+  const char* dev = prev_dtype && PyUnicode_Check(device.get()) ? PyUnicode_AsUTF8(device.get()) : nullptr;
+  if (!dev || !dtype_from_object(prev_dtype.get(), &dt) || (std::string_view(dev) != "cpu" && std::string_view(dev) != "cuda")) {
+    PyErr_Clear();
+    brk(BreakKind::UnsupportedContextManager, "torch.autocast.__exit__ of an object not entered, or of another device type");
+  }
+  bool on = PyObject_IsTrue(prev.get()) == 1;
+  if (std::string_view(dev) == "cpu") autocast_.cpu = on, autocast_.cpu_dtype = dt;
+  else autocast_.cuda = on, autocast_.cuda_dtype = dt;
+  std::vector<Sym> rest(args.begin() + 1, args.end());
+  effects_.push_back({SideEffect::Kind::CallMethod, self->source, "__exit__", PyRef(), make_tuple(std::move(rest))});
+  return make_const(Py_False);
+}
+
 // ---- builtin methods of containers and context managers -----------------------------------------
 
 void SymbolicTracer::note_list_mutation(const Sym& list) {
@@ -945,6 +1053,23 @@ Sym SymbolicTracer::call_method(const Sym& method, std::vector<Sym>& args, KwArg
     case SymKind::NoopCtx:
       if ((name == "__enter__" || name == "__exit__") && PyObject_HasAttrString(self->obj.get(), name.c_str())) return none;
       brk(BreakKind::UnsupportedContextManager, describe_sym(self) + " used as " + name);
+    case SymKind::AutocastCtx:
+      if (name == "__enter__") {
+        // autocast.__enter__: this device type's autocast on or off, at the object's dtype (set
+        // even where off, as torch does); returns the object.
+        autocast_outside_.push_back(autocast_);
+        DType dt = static_cast<DType>(self->pos);
+        if (self->name == "cpu") autocast_.cpu = self->flag, autocast_.cpu_dtype = dt;
+        else autocast_.cuda = self->flag, autocast_.cuda_dtype = dt;
+        return self;
+      }
+      if (name == "__exit__") {
+        if (autocast_outside_.empty()) brk(BreakKind::UnsupportedContextManager, "torch.autocast left without being entered");
+        autocast_ = autocast_outside_.back();
+        autocast_outside_.pop_back();
+        return make_const(Py_False);
+      }
+      brk(BreakKind::UnsupportedContextManager, "torch.autocast object used as " + name);
     case SymKind::List:
     case SymKind::Tuple:
     case SymKind::Dict:

@@ -13,6 +13,7 @@
 #include "frame_eval/break_registry.h"
 #include "frame_eval/interpreter.h"
 #include "frame_eval/opcodes.h"
+#include "graph/python/graph_calls.h"
 #include "src/base/logging.h"
 #include "frame_eval/symbolic.h"
 
@@ -51,6 +52,9 @@ struct Known {
   PyObject* set_grad_enabled = nullptr;
   PyObject* disable_torch_dispatch = nullptr;  // torch._C._DisableTorchDispatch (NoopCtx)
   PyObject* disable_functorch = nullptr;       // torch._C._DisableFuncTorch (NoopCtx)
+  // torch.autocast and its deprecated spellings torch.cpu.amp.autocast, torch.cuda.amp.autocast (AutocastCtx)
+  PyObject* autocast_types[3] = {nullptr, nullptr, nullptr};
+  PyObject* autocast_exit = nullptr;  // torch.autocast.__exit__ (a function)
   // torch.autograd.profiler.record_function(name): a NoopCtx of contextlib.nullcontext (compiled code
   // records no profiler ranges of its own, as under torch.compile)
   PyObject* record_function = nullptr;
@@ -300,6 +304,14 @@ class SymbolicTracer {
   Sym itertools_call(PyObject* callee, std::vector<Sym>& args, KwArgs& kwargs);
   Sym islice_call(std::vector<Sym>& args, KwArgs& kwargs);
   Sym checkpoint_call(std::vector<Sym> args, KwArgs kwargs);
+  Sym autocast_getter(std::string_view name, const std::vector<Sym>& args, const KwArgs& kwargs);
+  // torch.autocast (or a deprecated spelling of it) and capturable on this torch.
+  bool is_autocast_type(PyObject* type) const;
+  // The AutocastCtx of a real torch.autocast object (its resolved device, dtype and enabled flag).
+  Sym autocast_ctx(PyObject* manager);
+  // The __exit__ of a real torch.autocast object entered before the frame (a break split its block):
+  // the state it restores from here on; the object leaves after the graph.
+  Sym autocast_exit(std::vector<Sym> args, KwArgs kwargs);
   Sym reversed_of(const Sym& v);
   bool native_iterator_container_changed(const Sym& it);
 
@@ -311,6 +323,8 @@ class SymbolicTracer {
   int symints_made_ = 0;  // SymInts made so far: none, and nothing needs specialising
   std::vector<Frame*> frames_;
   bool grad_enabled_ = true;
+  AutocastState autocast_;  // torch.autocast where the traced code runs (its casts go in the graph)
+  std::vector<AutocastState> autocast_outside_;  // the states outside each autocast block the trace entered
   std::vector<PendingEffect> effects_;
   std::vector<Sym> generators_;  // generators made by the trace (their frames may be suspended)
   std::vector<Sym> mutated_containers_;  // real lists and sets whose contents changed (replayed at the end)

@@ -31,6 +31,11 @@ const Known& known() {
       k->set_grad_enabled = import_attr("torch", "set_grad_enabled");
       k->disable_torch_dispatch = import_attr("torch._C", "_DisableTorchDispatch");
       k->disable_functorch = import_attr("torch._C", "_DisableFuncTorch");
+      k->autocast_types[0] = import_attr("torch", "autocast");
+      k->autocast_types[1] = import_attr("torch.cpu.amp", "autocast");
+      k->autocast_types[2] = import_attr("torch.cuda.amp", "autocast");
+      k->autocast_exit = k->autocast_types[0] ? PyObject_GetAttrString(k->autocast_types[0], "__exit__") : nullptr;
+      if (!k->autocast_exit) PyErr_Clear();
       k->record_function = import_attr("torch.autograd.profiler", "record_function");
       k->nullcontext = import_attr("contextlib", "nullcontext");
       k->default_generator = import_attr("torch", "default_generator");

@@ -9,9 +9,10 @@ namespace ff {
 namespace {
 // torch.Size values read from frame state are rebuilt (cheap, and tensors' sizes are their source).
 bool is_size_tuple(const Sym& v) { return v->obj && v->obj.get() == known().size_type; }
-// What makes a fresh context manager like `v` (a GradCtx or NoopCtx) when called with no arguments.
+// What makes a fresh context manager like `v` (a GradCtx, NoopCtx or AutocastCtx) when called with
+// no arguments.
 PyObject* context_class(const Sym& v) {
-  if (v->is(SymKind::NoopCtx)) return v->obj.get();
+  if (v->is(SymKind::NoopCtx) || v->is(SymKind::AutocastCtx)) return v->obj.get();
   return v->flag ? known().enable_grad : known().no_grad;
 }
 }  // namespace
@@ -383,12 +384,14 @@ OutputPlan OutputBuilder::plan_break_only(const Sym& v) {
     }
     case SymKind::GradCtx:
     case SymKind::NoopCtx:
+    case SymKind::AutocastCtx:
       p.kind = OutputPlan::Kind::Context;
       p.constant = context_class(v);
       Py_INCREF(p.constant);
       return p;
     case SymKind::Method:
-      if (v->name == "__exit__" && v->items.size() == 1 && (v->items[0]->is(SymKind::GradCtx) || v->items[0]->is(SymKind::NoopCtx))) {
+      if (v->name == "__exit__" && v->items.size() == 1 &&
+          (v->items[0]->is(SymKind::GradCtx) || v->items[0]->is(SymKind::NoopCtx) || v->items[0]->is(SymKind::AutocastCtx))) {
         p.kind = OutputPlan::Kind::ContextExit;
         p.memo = memo(v);
         p.constant = context_class(v->items[0]);

@@ -61,6 +61,9 @@ struct Frame;  // interpreter_impl.h: an interpreted frame (a generator's, held 
              "compiled code runs only where no dispatch mode or torch.func transform is active, " \
              "eager_context_active; record_function(name) as contextlib.nullcontext: compiled "     \
              "code records no profiler ranges); `with` only where obj has __enter__ (torch >= 2.0)") \
+  X(AutocastCtx, "torch.autocast(...) made in the trace, or a real one a with-statement enters: "  \
+                 "name: its device type (cpu or cuda), flag: enabled, pos: its dtype (a DType), obj: " \
+                 "a functools.partial making a fresh one (entered where a break splits its block)")   \
   X(Partial, "functools.partial: items[0] func, items[1] args (Tuple), items[2] kwargs (Dict)")  \
   X(DictView, "dict.keys() / values() / items(): items[0] the Dict (read live), name: which")    \
   X(Appendable, "a list or set passed in (obj, source) whose contents the trace has not read: "   \

@@ -129,7 +129,12 @@ PyObject* call_torch_getter(PyObject* fn) {
   return PyObject_Vectorcall(fn, nullptr, 0, nullptr);
 }
 
+namespace {
+thread_local PyObject* g_traced_autocast = nullptr;  // AutocastOff's `traced`
+}  // namespace
+
 PyObject* autocast_state_now() {
+  if (g_traced_autocast) return Py_NewRef(g_traced_autocast);
   PyObject* torch = torch_refs().torch;
   // NB: torch 2 asks per device type; torch 1.13 has a CPU and a CUDA getter of each.
   bool per_device = PyObject_HasAttrString(torch, "get_autocast_dtype");
@@ -155,6 +160,32 @@ PyObject* autocast_state_if_on() {
   PyObject* state = on == 1 ? autocast_state_now() : nullptr;
   if (!state) PyErr_Clear();
   return state;
+}
+
+// NB: torch 2's per-device setter (autocast is only captured there: graph/python/graph_calls.h).
+AutocastOff::AutocastOff(PyObject* traced) : saved_traced_(g_traced_autocast) {
+  PyObject* torch = torch_refs().torch;
+  const char* devices[2] = {"cpu", "cuda"};
+  for (int i = 0; i < 2; ++i) {
+    PyRef on = PyRef::steal(PyObject_CallMethod(torch, "is_autocast_enabled", "s", devices[i]));
+    was_on_[i] = on && on.get() == Py_True;
+    if (was_on_[i]) Py_XDECREF(PyObject_CallMethod(torch, "set_autocast_enabled", "sO", devices[i], Py_False));
+  }
+  PyErr_Clear();
+  if (traced) g_traced_autocast = traced;
+}
+
+AutocastOff::~AutocastOff() {
+  g_traced_autocast = saved_traced_;
+  PyObject* type = nullptr;
+  PyObject* value = nullptr;
+  PyObject* tb = nullptr;
+  PyErr_Fetch(&type, &value, &tb);  // NB: a Python error the graph set stays set
+  const char* devices[2] = {"cpu", "cuda"};
+  for (int i = 0; i < 2; ++i)
+    if (was_on_[i]) Py_XDECREF(PyObject_CallMethod(torch_refs().torch, "set_autocast_enabled", "sO", devices[i], Py_True));
+  PyErr_Clear();
+  PyErr_Restore(type, value, tb);
 }
 
 namespace {
@@ -204,6 +235,7 @@ bool eager_context_active() {
 }
 
 int autocast_enabled_now() {
+  if (g_traced_autocast) return 1;
   const TorchRefs& refs = torch_refs();
   if (refs.any_autocast) {
     PyObject* r = call_torch_getter(refs.any_autocast);

@@ -65,8 +65,25 @@ int autocast_enabled_now();
 // Cold path: autocast's state as a tuple (per device: enabled, dtype), new reference; null with
 // an error set.
 PyObject* autocast_state_now();
-// Cold path: autocast_state_now() where autocast is on, else null (no error set).
+// Cold path: autocast_state_now() where autocast is on, else null (no error set). Inside an
+// AutocastOff with a state, it and autocast_state_now/autocast_enabled_now answer that state.
 PyObject* autocast_state_if_on();
+
+// While alive: torch.autocast is off on this thread (restored after, as it was). A frame traced
+// under autocast is traced and compiled inside one (the graph holds autocast's casts; the torch
+// calls the trace and the backend make must not be cast), with the state it was called in as
+// `traced` (borrowed: autocast_state_if_on() answers it); its graph runs inside one (null).
+class AutocastOff {
+ public:
+  explicit AutocastOff(PyObject* traced);
+  ~AutocastOff();
+  AutocastOff(const AutocastOff&) = delete;
+  AutocastOff& operator=(const AutocastOff&) = delete;
+
+ private:
+  PyObject* saved_traced_;
+  bool was_on_[2] = {false, false};
+};
 // Whether eager's ops must run as they are: a user's TorchDispatchMode (not one of torch's own
 // infrastructure modes) is active, and sees every op eager runs; or a torch.func transform (vmap,
 // grad, jvp, jacfwd...) is, whose wrapped tensors have no storage a kernel could read. A compiled

@@ -28,10 +28,13 @@ PyTypeObject* g_dtype_type = nullptr;   // torch.dtype (strong, leaked)
 
 // NB: the keys TensorGuards compares (Dynamo's LocalState): the tensor's own keys with the
 // thread-local included set added and the excluded set removed, so that entering e.g.
-// inference-mode-like dispatch states fails the check as it does for torch.compile.
+// inference-mode-like dispatch states fails the check as it does for torch.compile. Less the
+// autocast keys: autocast's state has a guard of its own (the global-state guard), and a frame
+// traced under autocast records its tensors with autocast switched off (frame_eval/torch_refs.h
+// AutocastOff).
 uint64_t local_keys(c10::DispatchKeySet ks) {
   c10::impl::LocalDispatchKeySet tls = c10::impl::tls_local_dispatch_key_set();
-  return ((ks | tls.included_) - tls.excluded_).raw_repr();
+  return (((ks | tls.included_) - tls.excluded_) - c10::autocast_dispatch_keyset).raw_repr();
 }
 
 int tensor_meta(PyObject* obj, ff_native_tensor_meta* out) noexcept {

@@ -5,11 +5,13 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <functional>
 #include <map>
 #include <set>
 #include <unordered_map>
 
 #include "graph/meta_rules.h"
+#include "graph/op.h"
 #include "graph/op_registry.h"
 #include "graph/python/data_dependent.h"
 #include "graph/python/open_ops.h"
@@ -88,6 +90,10 @@ struct FallbackCall {
   // >= 0: real tensors at the traced sizes and strides (meta_by_running), values drawn from a
   // generator seeded with it.
   int real = -1;
+  // Set: fake tensors on the operands' devices, made by it (autocast's plan), their nodes in
+  // fake_nodes in the order made.
+  py::object fake;
+  std::vector<NodeId> fake_nodes;
 
   std::vector<int64_t> ints(const SymShape& s) const {
     if (!at) return s.ints();
@@ -105,6 +111,12 @@ struct FallbackCall {
       const TorchTypes& tt = torch_types();
       py::object dtype = tt.torch.attr(std::string(dtype_name(t.dtype)).c_str());
       std::vector<int64_t> sizes = ints(t.sizes);
+      if (fake) {
+        fake_nodes.push_back(v.node);
+        py::object f = fake(int_tuple(sizes), int_tuple(ints(t.strides)), dtype, t.device.str(), t.requires_grad);
+        inputs.emplace_back(f, 0);
+        return f;
+      }
       if (probe) {
         // NB: small tensors keep their shape; larger ones shrink every dim to at most 1, which
         // broadcasts like the original (a shape the op rejects only costs a graph break).
@@ -753,12 +765,186 @@ TensorMeta meta_from_tensor(PyObject* tensor) {
   return m;
 }
 
+// ---- torch.autocast ------------------------------------------------------------------------------
+
+namespace {
+
+thread_local const AutocastState* g_autocast = nullptr;
+
+py::object autocast_module() {
+  static py::object* mod = nullptr;
+  return *gil_once(mod, [] { return new py::object(py::module_::import("framefuse._autocast")); });  // NB: leaked on purpose
+}
+
+bool autocast_eligible(const TensorMeta& t, const AutocastState& ac) {
+  // NB: autocast's own test: a floating tensor other than float64, on a device type it is on for.
+  bool on = t.device.type == Device::Type::CPU ? ac.cpu : t.device.type == Device::Type::CUDA && ac.cuda;
+  return on && (t.dtype == DType::Float32 || t.dtype == DType::Float16 || t.dtype == DType::BFloat16);
+}
+
+// The plan's cache key: the op, the state, the tensor operands' device, dtype, rank and
+// requires_grad, and the other arguments (ints of varying value by kind only).
+void append_autocast_key(std::string& key, const Value& v, const Graph& g) {
+  if (v.is_node()) {
+    const ValueMeta& m = g.node(v.node).meta;
+    if (!m.is_tensor()) {
+      key += "n;";
+      return;
+    }
+    key += "t" + m.tensor.device.str() + std::string(dtype_name(m.tensor.dtype)) + std::to_string(m.tensor.dim()) +
+           (m.tensor.requires_grad ? "g;" : ";");
+    return;
+  }
+  key += std::to_string(static_cast<int>(v.kind)) + ":";
+  if (v.kind == Value::Kind::Int) key += v.sym ? "s" : std::to_string(v.i);
+  else if (v.kind == Value::Kind::Float) {
+    char f[40];
+    std::snprintf(f, sizeof f, "%a", v.f);
+    key += f;
+  } else if (v.kind == Value::Kind::Bool) key += v.b ? "1" : "0";
+  else if (v.kind == Value::Kind::DType) key += dtype_name(v.dtype);
+  else key += v.s;
+  key += "(";
+  for (const Value& item : v.items) append_autocast_key(key, item, g);
+  key += ");";
+}
+
+// Autocast's casts of this call's operands as (operand index, dtype), operands counted in the
+// order the call passes them; nullopt with *reason where autocast does more than cast operands.
+std::optional<std::vector<std::pair<int, DType>>> autocast_plan(const Graph& g, const OpDef& def, const std::vector<Value>& bound,
+                                                                const AutocastState& ac, std::string* reason,
+                                                                std::vector<NodeId>* operands) {
+  CallArgs ca = call_args(def, bound);
+  std::string key = def.name;
+  if (ac.cpu) key += "|cpu:" + std::string(dtype_name(ac.cpu_dtype));
+  if (ac.cuda) key += "|cuda:" + std::string(dtype_name(ac.cuda_dtype));
+  key += "|";
+  for (const Value* v : ca.positional) append_autocast_key(key, *v, g);
+  for (const auto& [name, v] : ca.keywords) {
+    key += name + "=";
+    append_autocast_key(key, *v, g);
+  }
+  struct Plan {
+    std::vector<std::pair<int, DType>> casts;
+    std::string error;
+  };
+  static auto* plans = new std::unordered_map<std::string, Plan>();  // NB: under the GIL; leaked on purpose
+  FallbackCall call{g, std::nullopt, {}};
+  call.fake = autocast_module().attr("fake");
+  py::list pos;
+  py::dict kw;
+  try {
+    for (const Value* v : ca.positional) pos.append(call.to_meta_py(*v));
+    for (const auto& [name, v] : ca.keywords) kw[py::str(name)] = call.to_meta_py(*v);
+  } catch (MetaError& e) {
+    *reason = def.target + " under torch.autocast: " + e.what();
+    return std::nullopt;
+  }
+  *operands = call.fake_nodes;
+  auto it = plans->find(key);
+  if (it == plans->end()) {
+    Plan plan;
+    PyObject* fn = op_callable(def.id);
+    if (!fn) {
+      plan.error = "no eager callable";
+    } else {
+      py::list inputs;
+      for (const auto& [t, version] : call.inputs) inputs.append(t);
+      py::list state;
+      const TorchTypes& tt = torch_types();
+      auto dtype_of = [&](DType d) { return tt.torch.attr(std::string(dtype_name(d)).c_str()); };
+      if (ac.cpu) state.append(py::make_tuple("cpu", dtype_of(ac.cpu_dtype)));
+      if (ac.cuda) state.append(py::make_tuple("cuda", dtype_of(ac.cuda_dtype)));
+      py::object r = autocast_module().attr("casts")(py::reinterpret_borrow<py::object>(fn), py::tuple(pos), kw, inputs,
+                                                     py::tuple(state));
+      if (py::isinstance<py::str>(r)) {
+        plan.error = r.cast<std::string>();
+      } else {
+        for (py::handle item : r) {
+          auto dt = dtype_from_name(strip_torch(py::str(item.attr("__getitem__")(1)).cast<std::string>()));
+          if (!dt) {
+            plan.error = "autocast casts to an unsupported dtype";
+            break;
+          }
+          plan.casts.emplace_back(item.attr("__getitem__")(0).cast<int>(), *dt);
+        }
+      }
+    }
+    it = plans->emplace(key, std::move(plan)).first;
+  }
+  if (!it->second.error.empty()) {
+    *reason = def.target + " under torch.autocast: " + it->second.error;
+    return std::nullopt;
+  }
+  return it->second.casts;
+}
+
+// Replaces the operands of `bound` autocast casts by `to` nodes of them (add_op_call's autocast step).
+bool apply_autocast(Graph& g, const OpDef& def, std::vector<Value>& bound, const AutocastState& ac, std::string* reason,
+                    bool grad_enabled) {
+  // NB: views and casts are never cast by autocast (and `to` is what a cast is made of).
+  if ((def.traits & kView) || def.id == op_id(Op::to)) return true;
+  bool eligible = false;
+  for (const Value& v : bound)
+    v.for_each_node([&](NodeId n) {
+      const ValueMeta& m = g.node(n).meta;
+      eligible = eligible || (m.is_tensor() && autocast_eligible(m.tensor, ac));
+    });
+  if (!eligible) return true;
+  std::vector<NodeId> operands;
+  auto plan = autocast_plan(g, def, bound, ac, reason, &operands);
+  if (!plan) return false;
+  if (plan->empty()) return true;
+  if (def.traits & (kInplace | kInplaceFlag)) {
+    *reason = def.target + " under torch.autocast: autocast casts the operands of an in-place call";
+    return false;
+  }
+  std::map<NodeId, DType> target;
+  for (const auto& [k, dt] : *plan) {
+    if (static_cast<size_t>(k) >= operands.size()) throw InternalError("autocast plan: operand index out of range");
+    NodeId n = operands[static_cast<size_t>(k)];
+    if (target.count(n) && target[n] != dt) {
+      *reason = def.target + " under torch.autocast: one operand cast to two dtypes";
+      return false;
+    }
+    target[n] = dt;
+  }
+  std::map<NodeId, NodeId> cast;
+  AutocastScope none(nullptr);
+  for (const auto& [n, dt] : target) {
+    auto c = add_op_call(g, op_id(Op::to), {Value::of_node(n), Value::of_dtype(dt)}, {}, reason, grad_enabled);
+    if (!c) return false;
+    cast[n] = *c;
+  }
+  std::function<void(Value&)> replace = [&](Value& v) {
+    if (v.is_node()) {
+      auto it = cast.find(v.node);
+      if (it != cast.end()) v.node = it->second;
+    }
+    for (Value& item : v.items) replace(item);
+  };
+  for (Value& v : bound) replace(v);
+  return true;
+}
+
+}  // namespace
+
+AutocastScope::AutocastScope(const AutocastState* state) : saved_(g_autocast) { g_autocast = state; }
+AutocastScope::~AutocastScope() { g_autocast = saved_; }
+
+bool autocast_capturable() {
+  static int capturable = -1;  // NB: under the GIL
+  if (capturable < 0) capturable = autocast_module().attr("available")().cast<bool>() ? 1 : 0;
+  return capturable == 1;
+}
+
 std::optional<NodeId> add_op_call(Graph& g, OpId op, const std::vector<Value>& args,
                                   const std::vector<std::pair<std::string, Value>>& kwargs, std::string* reason,
                                   bool grad_enabled) {
   const OpDef& def = op_def(op);
   auto bound = bind_call(def, args, kwargs, g, reason);
   if (!bound) return std::nullopt;
+  if (g_autocast && g_autocast->any() && !apply_autocast(g, def, *bound, *g_autocast, reason, grad_enabled)) return std::nullopt;
   std::optional<ValueMeta> meta;
   if (is_data_dependent_call(def, *bound, g)) {
     if (!config().capture_dynamic_output_shape_ops) {

@@ -27,6 +27,33 @@ std::optional<OpId> op_for_callable(PyObject* fn);
 // does not have it.
 PyObject* op_callable(OpId op);
 
+// torch.autocast's state where a traced call runs: on or off per device type, with its dtype.
+struct AutocastState {
+  bool cpu = false, cuda = false;
+  DType cpu_dtype = DType::BFloat16, cuda_dtype = DType::Float16;
+  bool any() const { return cpu || cuda; }
+  bool operator==(const AutocastState&) const = default;
+};
+
+// While alive (on this thread), add_op_call adds its calls as torch.autocast in `*state` runs them:
+// the casts autocast makes of the operands, as explicit `to` nodes, then the call on the cast
+// operands (python/framefuse/_autocast.py reads the casts off torch's autocast on fake tensors). A
+// call autocast does more to than cast its operands is not added. `state` is read at each call
+// (the trace changes it where a `with torch.autocast` block starts or ends); null: no autocast.
+class AutocastScope {
+ public:
+  explicit AutocastScope(const AutocastState* state);
+  ~AutocastScope();
+  AutocastScope(const AutocastScope&) = delete;
+  AutocastScope& operator=(const AutocastScope&) = delete;
+
+ private:
+  const AutocastState* saved_;
+};
+
+// Whether this torch can capture calls under autocast (torch 2: fake tensors, per-device state).
+bool autocast_capturable();
+
 // Adds a call of op `op` to `g`: binds the arguments to the schema, computes the result metadata
 // (the op's meta rule, else torch on meta tensors). Returns the node, or nullopt with *reason set
 // to a one-line explanation (unknown keyword, unsupported operands, eager would raise ...).
