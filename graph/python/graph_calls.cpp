@@ -882,8 +882,8 @@ std::optional<std::vector<std::pair<int, DType>>> autocast_plan(const Graph& g, 
 // Replaces the operands of `bound` autocast casts by `to` nodes of them (add_op_call's autocast step).
 bool apply_autocast(Graph& g, const OpDef& def, std::vector<Value>& bound, const AutocastState& ac, std::string* reason,
                     bool grad_enabled) {
-  // NB: views and casts are never cast by autocast (and `to` is what a cast is made of).
-  if ((def.traits & kView) || def.id == op_id(Op::to)) return true;
+  // NB: autocast casts no view, cast or in-place op (and `to` is what a cast is made of).
+  if ((def.traits & (kView | kInplace)) || def.id == op_id(Op::to)) return true;
   bool eligible = false;
   for (const Value& v : bound)
     v.for_each_node([&](NodeId n) {

@@ -28,6 +28,9 @@ once, as its result).
     python tests/python/opinfo_sweep.py --full --report FILE.md     # all samples, five dtypes
     python tests/python/opinfo_sweep.py --jsonl FILE                # the CI budget (test_opinfo.py)
 
+With --autocast DTYPE both calls run inside torch.autocast(device, dtype=DTYPE): the compiled one
+must give what eager autocast gives (framefuse puts autocast's casts into the graph).
+
 Items are written to --jsonl as they finish (a line "start" before each), so a process that dies
 names the item that killed it; --isolate runs the items in worker processes and goes on in a new
 one after one dies. --max-seconds N starts no item after N seconds (the report says where the run
@@ -261,6 +264,15 @@ def cuda_context_lost():
     return None
 
 
+AUTOCAST = None  # --autocast: the dtype both calls run under torch.autocast with
+
+
+def _autocast(device):
+    import contextlib
+    import torch
+    return torch.autocast(device, dtype=AUTOCAST) if AUTOCAST is not None else contextlib.nullcontext()
+
+
 def run_item(op, variant_name, fn, sample, backend, seed=0, device="cpu"):
     """One sample through one variant and backend: a dict with `status` and details."""
     import torch
@@ -272,7 +284,7 @@ def run_item(op, variant_name, fn, sample, backend, seed=0, device="cpu"):
     eager_args, eager_kwargs = _clone(args), _clone(kwargs)
     torch.manual_seed(seed)
     try:
-        with warnings.catch_warnings():
+        with warnings.catch_warnings(), _autocast(device):
             warnings.simplefilter("ignore")
             expected = fn(*eager_args, **eager_kwargs)
             _synchronize(device)
@@ -301,7 +313,7 @@ def run_item(op, variant_name, fn, sample, backend, seed=0, device="cpu"):
     torch.manual_seed(seed)
     start = time.perf_counter()
     try:
-        with warnings.catch_warnings():
+        with warnings.catch_warnings(), _autocast(device):
             warnings.simplefilter("ignore")
             actual = compiled(*comp_args, **comp_kwargs)
             _synchronize(device)
@@ -658,6 +670,8 @@ def main(argv=None):
     p.add_argument("--merge", default=None, help="comma list of --jsonl files: write their report only")
     p.add_argument("--isolate", action="store_true",
                    help="run the items in worker processes that are replaced where one dies (always with cuda)")
+    p.add_argument("--autocast", default=None, metavar="DTYPE",
+                   help="run eager and compiled calls under torch.autocast(device, dtype=DTYPE)")
     p.add_argument("--config", action="append", default=[], metavar="KNOB=VALUE",
                    help="set a framefuse.config knob for the sweep, e.g. capture_dynamic_output_shape_ops=True")
     # Internal: a worker process of --isolate (see supervise).
@@ -695,6 +709,8 @@ def main(argv=None):
     full_dtypes = ["float32", "float16", "bfloat16"] if a.device == "cuda" else ["float32", "float64", "bfloat16", "int64", "bool"]
     names = a.dtypes.split(",") if a.dtypes else full_dtypes if a.full else ["float32"]
     dtypes = [getattr(torch, n) for n in names]
+    global AUTOCAST
+    AUTOCAST = getattr(torch, a.autocast) if a.autocast else None
     deadline = a.deadline or (time.time() + a.max_seconds if a.max_seconds is not None else None)
     # NB: a device-side assert poisons the process's CUDA context, so the items run in workers.
     isolate = a.isolate or a.device == "cuda"

@@ -694,7 +694,7 @@ def test_autocast_state_is_guarded_and_honoured(backend):
 def test_a_cast_under_autocast_is_not_taken_for_a_no_op(backend):
     # Traced under autocast, the meta rules (which type calls without autocast's casts) took relu's
     # result for float32, so `.float()` was dropped and the sum ran in bfloat16: 7.78125 where eager
-    # gives 7.7705. Calls under autocast run eagerly now.
+    # gives 7.7705. The trace now adds autocast's casts (tests/python/frontend/test_autocast.py).
     lin = torch.nn.Linear(8, 8)
 
     def f(x):

@@ -7,6 +7,9 @@ eager can run that framefuse captures whole must stay at the floor measured on e
 The sweep runs in a child process: op_db's import changes process state (torch.backends flags),
 and a process that dies names the item that killed it.
 
+The same float32 samples run under torch.autocast(cpu, bfloat16) too, eagerly and compiled: framefuse
+puts autocast's casts into the graph (torch 2; torch 1.13 runs such calls eagerly).
+
 The full local sweep (all samples; float32, float64, bfloat16, int64, bool) is
 `python tests/python/opinfo_sweep.py --full --report FILE.md`; its numbers are in
 benchmarks/RESULTS.md.
@@ -60,6 +63,24 @@ def test_capture_rate_floor(float32_items, backend):
 def test_captured_items_compile_in_milliseconds(float32_items):
     times = sorted(r["seconds"] for r in float32_items if r["status"] == "captured" and r["backend"] == "eager")
     assert times and times[len(times) // 2] < 0.05, f"median first call {times[len(times) // 2]:.3f} s"
+
+
+# Measured on torch 2.13 (1087 of 1140 runnable items; without autocast 1105 of 1141): the calls the
+# autocast plan cannot read off fake tensors (data-dependent sizes) or that autocast casts inside
+# torch's composite kernels (linalg.pinv, bilinear) are not captured.
+AUTOCAST_CAPTURE_FLOOR = 0.95
+
+
+def test_autocast_items(tmp_path):
+    done = _run_sweep(tmp_path / "autocast.jsonl", "--autocast", "bfloat16")
+    bad = [r for r in done if r["status"] in ("wrong", "crashed")]
+    assert not bad, "\n".join(f"{r['status']}: {r['op']} {r['kind']} ({r['backend']}): {r.get('reason')}" for r in bad)
+    for backend, summary in opinfo_sweep.summarize(done).items():
+        assert summary["runnable"] > 500, summary
+        if TORCH_MAJOR >= 2:
+            assert summary["captured_share"] >= AUTOCAST_CAPTURE_FLOOR, (backend, summary)
+        else:  # torch 1.13: calls under autocast run eagerly
+            assert summary["captured_share"] < 0.05, (backend, summary)
 
 
 def test_integer_and_bool_samples(tmp_path):

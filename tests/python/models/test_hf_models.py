@@ -166,6 +166,42 @@ def test_zoo_training_step_matches_eager(name, backend):
     assert_captured()
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("name", list(hf_zoo.ZOO))
+def test_zoo_under_autocast_is_one_graph_and_eager_autocasts_result(name, backend):
+    """Inference under torch.autocast(cpu, bfloat16): one graph with autocast's casts in it, eager autocast's
+    outputs; then a training step under autocast (backward outside it), loss and gradients."""
+    model = hf_zoo.build(name).eval()
+    x = hf_zoo.inputs(name)
+    compiled = framefuse.compile(model, backend=backend)
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        want = model(**x)
+        for _ in range(2):
+            assert_same(compiled(**x), want, backend)
+    stats = framefuse._C._frame_eval_stats()
+    assert (stats["frames_compiled"], stats["graph_breaks"], stats["internal_errors"]) == (1, 0, 0), stats
+    assert any(t.dtype == torch.bfloat16 for _, t in hf_zoo.leaves(want) if isinstance(t, torch.Tensor))
+
+    model.train()
+    x = hf_zoo.inputs(name, train=True)
+
+    def step(m):
+        model.zero_grad(set_to_none=True)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            loss = hf_zoo.loss_of(m(**x))
+        loss.backward()
+        return loss.detach(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+
+    want_loss, want_grads = step(model)
+    loss, grads = step(compiled)
+    tol = iu.tolerance(torch.bfloat16)
+    torch.testing.assert_close(loss, want_loss, **tol)
+    assert list(grads) == list(want_grads)
+    for n in want_grads:
+        torch.testing.assert_close(grads[n], want_grads[n], **tol, msg=lambda m: f"grad of {n}: {m}")
+    assert framefuse._C._frame_eval_stats()["internal_errors"] == 0
+
+
 @pytest.mark.parametrize("name", ["gpt2", "llama"])
 def test_zoo_training_step_with_adamw_in_the_compiled_code(name):
     """The whole training step compiled (zero_grad, forward, loss, backward, opt.step()): AdamW runs as
