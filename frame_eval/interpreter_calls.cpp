@@ -81,6 +81,17 @@ Sym SymbolicTracer::call(const Sym& fn, std::vector<Sym> args, KwArgs kwargs) {
     case SymKind::Const:
       return call_const(fn, args, kwargs);
     case SymKind::BoundMethod: {
+      if (!fn->name.empty() && fn->items[1]->is(SymKind::Const) && is_lru_cache(fn->items[1]->obj.get())) {
+        // logger.warning_once(msg) (generic_object_attr): it logs, once per message, and returns
+        // None; the call is made after the graph, in order with the other effects (its own cache
+        // keeps it to once). Arguments must be constants.
+        const Sym& self = fn->items[0];
+        bool constant = kwargs.empty() && self->source;
+        for (const Sym& a : args) constant = constant && a->is(SymKind::Const);
+        if (!constant) brk(BreakKind::UnsupportedCall, "logger." + fn->name + "() with arguments that are not constants");
+        effects_.push_back({SideEffect::Kind::CallMethod, self->source, fn->name, PyRef(), make_tuple(std::move(args))});
+        return make_const(Py_None);
+      }
       args.insert(args.begin(), fn->items[0]);
       return call(fn->items[1], std::move(args), std::move(kwargs));
     }

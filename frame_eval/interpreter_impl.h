@@ -55,6 +55,7 @@ struct Known {
   // torch.autocast and its deprecated spellings torch.cpu.amp.autocast, torch.cuda.amp.autocast (AutocastCtx)
   PyObject* autocast_types[3] = {nullptr, nullptr, nullptr};
   PyObject* autocast_exit = nullptr;  // torch.autocast.__exit__ (a function)
+  PyObject* logger_type = nullptr;    // logging.Logger
   // torch.autograd.profiler.record_function(name): a NoopCtx of contextlib.nullcontext (compiled code
   // records no profiler ranges of its own, as under torch.compile)
   PyObject* record_function = nullptr;

@@ -31,6 +31,7 @@ const Known& known() {
       k->set_grad_enabled = import_attr("torch", "set_grad_enabled");
       k->disable_torch_dispatch = import_attr("torch._C", "_DisableTorchDispatch");
       k->disable_functorch = import_attr("torch._C", "_DisableFuncTorch");
+      k->logger_type = import_attr("logging", "Logger");
       k->autocast_types[0] = import_attr("torch", "autocast");
       k->autocast_types[1] = import_attr("torch.cpu.amp", "autocast");
       k->autocast_types[2] = import_attr("torch.cuda.amp", "autocast");

@@ -573,6 +573,13 @@ Sym SymbolicTracer::generic_object_attr(const Sym& base, const std::string& name
     if ((dictptr && *dictptr) || managed) not_in_instance_dict(base, name);
     if (Sym bound = bind_class_attr(base, desc, reinterpret_cast<PyObject*>(t))) {
       result = bound;
+    } else if (known().logger_type && PyObject_TypeCheck(o, reinterpret_cast<PyTypeObject*>(known().logger_type)) &&
+               std::string_view(Py_TYPE(desc)->tp_name) == "functools._lru_cache_wrapper") {
+      // A functools.lru_cache method of a logging.Logger (transformers' logger.warning_once):
+      // bound as its __get__ binds it; a call is left for after the graph (call_logger_once).
+      result = make_sym(SymKind::BoundMethod);
+      result->items = {base, make_const(desc)};
+      result->name = name;
     } else if (Py_TYPE(desc)->tp_descr_get) {
       brk(BreakKind::UnsupportedAttribute, "attribute '" + name + "' is a descriptor");
     } else {

@@ -45,7 +45,8 @@ struct Frame;  // interpreter_impl.h: an interpreted frame (a generator's, held 
                "its mapping contents (a Dict) when the class derives from dict or OrderedDict; " \
                "origin: its __dict__ once read (a Dict holding the attributes from then on)")    \
   X(Function, "a function made by MAKE_FUNCTION: obj code, globals, items[0] defaults, items[1] kwdefaults, items[2] closure") \
-  X(BoundMethod, "items[0] self, items[1] function")                                             \
+  X(BoundMethod, "items[0] self, items[1] function; name: set for a logging.Logger's "         \
+                 "functools.lru_cache method (warning_once), whose calls are left for after the graph") \
   X(Cell, "items[0] contents (absent: empty); obj: the real cell, source: of the contents")       \
   X(Iterator, "iter: which iterator (IterKind); the fields it uses are documented there")        \
   X(Slice, "items: start, stop, step")                                                           \

@@ -899,6 +899,16 @@ bool apply_autocast(Graph& g, const OpDef& def, std::vector<Value>& bound, const
     *reason = def.target + " under torch.autocast: autocast casts the operands of an in-place call";
     return false;
   }
+  if (plan->size() == 1 && plan->front().first == -1) {
+    // autocast passes dtype= instead of casting (CUDA's sum, softmax ...): the call with it
+    int index = def.schema.index_of("dtype");
+    if (index < 0 || !bound[static_cast<size_t>(index)].is_none()) {
+      *reason = def.target + " under torch.autocast: autocast sets a dtype argument this op does not take";
+      return false;
+    }
+    bound[static_cast<size_t>(index)] = Value::of_dtype(plan->front().second);
+    return true;
+  }
   std::map<NodeId, DType> target;
   for (const auto& [k, dt] : *plan) {
     if (static_cast<size_t>(k) >= operands.size()) throw InternalError("autocast plan: operand index out of range");

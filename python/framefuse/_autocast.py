@@ -141,7 +141,8 @@ _COPY_OPTIONS = {"dtype", "layout", "device", "pin_memory", "non_blocking", "mem
 
 def casts(fn, args, kwargs, inputs, state):
     """Autocast's plan for `fn(*args, **kwargs)`: a list of (k, dtype), operand `inputs[k]` (a fake
-    tensor in args/kwargs) cast to dtype, or a string saying why autocast did more than cast operands.
+    tensor in args/kwargs) cast to dtype, or [(-1, dtype)]: the call with its dtype argument set to
+    dtype; or a string saying why autocast did more than that.
     `state`: ((device type, dtype), ...) where autocast is on."""
     try:
         return _casts(fn, args, kwargs, inputs, state)
@@ -193,11 +194,29 @@ def _casts(fn, args, kwargs, inputs, state):
             out_again = fn(*cast_args, **cast_kwargs)
     replay = [_signature(*c) for c in again.calls]
     if replay != rest:
+        # NB: CUDA's autocast passes dtype=float32 to some ops instead of casting (sum, softmax,
+        # cumsum, ...: its fp32_set_opt_dtype policy): the call with that argument is the plan then.
+        if not plan and "dtype" not in kwargs and _same_calls(fn, args, dict(kwargs, dtype=torch.float32), rest, out):
+            return [(-1, torch.float32)]
         return "autocast does more than cast its operands (" + _first_difference(rest, replay) + ")"
     dtypes = [x.dtype if isinstance(x, torch.Tensor) else type(x) for x in _leaves(out)]
     if dtypes != [x.dtype if isinstance(x, torch.Tensor) else type(x) for x in _leaves(out_again)]:
         return "autocast changes the result's dtype beyond its casts"
     return sorted(plan.items())
+
+
+def _same_calls(fn, args, kwargs, calls, out):
+    """fn(*args, **kwargs) without autocast makes these ATen calls, to results of out's dtypes."""
+    again = _recorder(())
+    try:
+        with _fake_mode(), again:
+            got = fn(*args, **kwargs)
+    except Exception:  # noqa: BLE001
+        return False
+    same_dtypes = [getattr(x, "dtype", type(x)) for x in _leaves(got)] == [
+        getattr(x, "dtype", type(x)) for x in _leaves(out)
+    ]
+    return same_dtypes and [_signature(*c) for c in again.calls] == calls
 
 
 def _first_difference(a, b):
