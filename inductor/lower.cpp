@@ -868,6 +868,25 @@ loop::Program Lowerer::run() {
       bool seen = false;
       for (auto& [nn, r] : prog_.outputs) seen |= nn == o;
       if (seen) continue;
+      // NB: a lowering that passes an operand through (cat of one non-empty operand) leaves a
+      // view of the operand's buffer with the operand's strides; the graph's result has the
+      // strides eager gives it (a compiled backward is built for those), so it is copied there.
+      auto& lt = values_[static_cast<size_t>(o)];
+      const ValueMeta& om = g_.node(o).meta;
+      if (lt->ref && om.is_tensor() && !om.tensor.sizes.empty() && lt->ref->sizes.same_as(om.tensor.sizes) &&
+          !(g_.node(o).kind == NodeKind::Call && op_def(g_.node(o).op).has(kView))) {
+        bool same = true;
+        for (size_t d = 0; d < om.tensor.sizes.size(); ++d) {
+          const SymInt& size = om.tensor.sizes[d];
+          if (!size.is_symbolic() && size.hint() == 1) continue;
+          same = same && lt->ref->strides[d].same_as(om.tensor.strides[d]);
+        }
+        if (!same) {
+          LT copy = *lt;
+          copy.ref.reset();
+          lt = realize(copy, om.tensor.strides, BufferRole::Intermediate, o, "graph output in eager's strides");
+        }
+      }
       prog_.outputs.push_back({o, ensure_ref(o, "graph output")});
     }
   }

@@ -574,7 +574,16 @@ PyObject* CompiledGraph::run(PyObject* const* inputs, size_t n) {
                                                                                                                          : g);
     return inst->fallback->run(inputs, n);
   };
-  if (!match) return run_reference("inputs differ from the ones the graph was compiled for (sizes, strides, dtype or device)");
+  if (!match) {
+    std::string why = "inputs differ from the ones the graph was compiled for (sizes, strides, dtype or device)";
+    if (!warned_ && log_enabled(LogArtifact::perf_hints) && n == pl.placeholders.size()) {
+      RunArray<PyObject*, 16> tin(pl.tensor_inputs.size());
+      for (size_t i = 0; i < pl.tensor_inputs.size(); ++i) tin[i] = inputs[pl.tensor_inputs[i]];
+      std::string which = pl.input_check.mismatch(tin.data);
+      if (!which.empty()) why += ": " + which;
+    }
+    return run_reference(why.c_str());
+  }
   // The caller's data pointers, read once for the checks of inputs written in place and the kernels.
   RunArray<void*, 32> given_ptrs(pl.writes.empty() ? 0 : n);
   if (!pl.writes.empty()) {

@@ -91,6 +91,32 @@ int LayoutCheck::exact(PyObject* const* tensors) {
   return 1;
 }
 
+std::string LayoutCheck::mismatch(PyObject* const* tensors) const {
+  auto text = [](PyObject* o) {
+    PyObject* r = o ? PyObject_Str(o) : nullptr;
+    std::string s = r && PyUnicode_Check(r) ? PyUnicode_AsUTF8(r) : "?";
+    Py_XDECREF(r);
+    return s;
+  };
+  const Names& nm = names();
+  std::string out;
+  for (size_t i = 0; i < want_.size() && out.empty(); ++i) {
+    PyObject* t = tensors[i];
+    PyObject* dt = PyObject_GetAttr(t, nm.dtype);
+    PyObject* shape = dt ? PyObject_GetAttr(t, nm.shape) : nullptr;
+    PyObject* stride = shape ? PyObject_CallMethodNoArgs(t, nm.stride) : nullptr;
+    if (stride && (dt != want_[i].dtype || PyObject_RichCompareBool(shape, want_[i].sizes, Py_EQ) != 1 ||
+                   PyObject_RichCompareBool(stride, want_[i].strides, Py_EQ) != 1))
+      out = "tensor input " + std::to_string(i) + ": " + text(dt) + " " + text(shape) + " strides " + text(stride) +
+            ", compiled for " + text(want_[i].dtype) + " " + text(want_[i].sizes) + " strides " + text(want_[i].strides);
+    Py_XDECREF(dt);
+    Py_XDECREF(shape);
+    Py_XDECREF(stride);
+  }
+  PyErr_Clear();
+  return out;
+}
+
 void LayoutCheck::arm(PyObject* const* tensors) {
   tried_ = true;
   if (torch_native()) {

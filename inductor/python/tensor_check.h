@@ -14,6 +14,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "graph/python/tensor_guards.h"
@@ -37,6 +38,9 @@ class LayoutCheck {
   // 1 if every tensors[i] (borrowed) is a torch tensor of the i-th layout on the device, 0 if not,
   // -1 with a Python error set.
   int check(PyObject* const* tensors);
+  // Cold path, after check() said 0: which tensor differs and how ("input 3: float32 (2, 64) strides
+  // (64, 1), compiled for ..."); empty if none does (or on error, cleared).
+  std::string mismatch(PyObject* const* tensors) const;
 
  private:
   struct Want {
