@@ -42,6 +42,16 @@ def assert_same(got, want, backend):
             torch.testing.assert_close(a, b, **iu.tolerance(b.dtype), msg=lambda m: f"{path}: {m}")
 
 
+def assert_step_close(got, want, dtype):
+    """A training step's (loss, {parameter name: grad}) against eager's, at inductor_util.tolerance(dtype)."""
+    (loss, grads), (want_loss, want_grads) = got, want
+    tol = iu.tolerance(dtype)
+    torch.testing.assert_close(loss, want_loss, **tol)
+    assert list(grads) == list(want_grads)
+    for n in want_grads:
+        torch.testing.assert_close(grads[n], want_grads[n], **tol, msg=lambda m: f"grad of {n}: {m}")
+
+
 def assert_captured():
     """The calls compiled frames, and no compile failed into an eager fallback (the frame hook turns an
     internal error into one, so a crash of the compiler would otherwise pass as a match)."""
@@ -157,12 +167,7 @@ def test_zoo_training_step_matches_eager(name, backend):
 
     for _ in range(2):
         want_loss, want_grads = step(model)
-        loss, grads = step(compiled)
-        tol = iu.tolerance(torch.float32)
-        torch.testing.assert_close(loss, want_loss, **tol)
-        assert list(grads) == list(want_grads)
-        for n in want_grads:
-            torch.testing.assert_close(grads[n], want_grads[n], **tol, msg=lambda m: f"grad of {n}: {m}")
+        assert_step_close(step(compiled), (want_loss, want_grads), torch.float32)
     assert_captured()
 
 
@@ -192,13 +197,8 @@ def test_zoo_under_autocast_is_one_graph_and_eager_autocasts_result(name, backen
         loss.backward()
         return loss.detach(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
 
-    want_loss, want_grads = step(model)
-    loss, grads = step(compiled)
-    tol = iu.tolerance(torch.bfloat16)
-    torch.testing.assert_close(loss, want_loss, **tol)
-    assert list(grads) == list(want_grads)
-    for n in want_grads:
-        torch.testing.assert_close(grads[n], want_grads[n], **tol, msg=lambda m: f"grad of {n}: {m}")
+    want = step(model)
+    assert_step_close(step(compiled), want, torch.bfloat16)
     assert framefuse._C._frame_eval_stats()["internal_errors"] == 0
 
 
